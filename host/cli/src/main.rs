@@ -1,0 +1,48 @@
+//! The `wasmsched` command.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+mod plugin_cmd;
+mod policy;
+mod simulate;
+
+/// wasmsched: a GPU cluster scheduler whose policies are sandboxed WebAssembly components.
+#[derive(Parser)]
+#[command(name = "wasmsched", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Replay a GPU-cluster trace in the embedded simulator (default: the openb trace).
+    Simulate(simulate::Args),
+    /// Inspect plugins.
+    #[command(subcommand)]
+    Plugin(plugin_cmd::Command),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("WASMSCHED_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let started = Instant::now();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Simulate(args) => simulate::run(args, started).context("simulate"),
+        Command::Plugin(cmd) => plugin_cmd::run(cmd),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! `wasmsched simulate`: the FGD paper's "submit until X % arrived" experiment on an openb trace.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use serde::Serialize;
+use wasmsched_runtime::{Runtime, RuntimeConfig};
+use wasmsched_sim::{replay, trace, workload};
+
+use crate::policy::reference_set;
+
+const DEFAULT_NODES: &str = include_str!("../../../examples/traces/openb/openb_node_list_gpu_node.csv");
+const DEFAULT_PODS: &str = include_str!("../../../examples/traces/openb/openb_pod_list_default.csv");
+
+/// Arguments of `simulate`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Node list (openb `sn,cpu_milli,memory_mib,gpu,model`); default: the embedded openb GPU nodes.
+    #[arg(long)]
+    nodes: Option<PathBuf>,
+    /// Pod list (openb, either column shape); default: the embedded openb default trace.
+    #[arg(long)]
+    pods: Option<PathBuf>,
+    /// Seed of the shuffle, tuning and node ranks.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Submit pods until this multiple of GPU capacity has arrived.
+    #[arg(long, default_value_t = 1.3)]
+    tune: f64,
+    /// Score policy: most-allocated (bin-packing) or least-allocated (spread).
+    #[arg(long, default_value = "most-allocated")]
+    score: String,
+    /// Run the policies natively instead of as Wasm components.
+    #[arg(long)]
+    native: bool,
+    /// Print machine-readable JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Report {
+    nodes: usize,
+    gpus: u64,
+    pods_submitted: usize,
+    placed: usize,
+    failed: usize,
+    failed_by_plugin_fault: usize,
+    seed: u64,
+    tune: f64,
+    policies: String,
+    runtime: &'static str,
+    setup_seconds: f64,
+    replay_seconds: f64,
+    decisions_per_second: f64,
+    /// GPU allocation ratio (%) at arrived workload 0..=130 % (null where no event is near).
+    allocation_ratio_by_arrived_percent: Vec<Option<f64>>,
+}
+
+pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
+    anyhow::ensure!(args.tune > 0.0 && args.tune.is_finite(), "--tune must be a positive number");
+    let nodes = match &args.nodes {
+        Some(p) => trace::load_nodes(p)?,
+        None => trace::parse_nodes("embedded openb_node_list_gpu_node.csv", DEFAULT_NODES)?,
+    };
+    let pods = match &args.pods {
+        Some(p) => trace::load_pods(p)?,
+        None => trace::parse_pods("embedded openb_pod_list_default.csv", DEFAULT_PODS)?,
+    };
+    anyhow::ensure!(!nodes.is_empty(), "the node list is empty");
+    let work = workload::build(&pods, &nodes, args.seed, args.tune);
+    // Fuel, not wall-clock time, bounds plugins here, so a run is reproducible on any machine.
+    let runtime = (!args.native)
+        .then(|| Runtime::new(RuntimeConfig { deterministic: true, ..Default::default() }))
+        .transpose()
+        .context("starting the Wasm runtime")?;
+    let set = reference_set(runtime.as_ref(), &args.score)?;
+    let setup_seconds = started.elapsed().as_secs_f64();
+
+    let t = Instant::now();
+    let run = replay::run(&set, &work.nodes, &work.pods);
+    let replay_seconds = t.elapsed().as_secs_f64();
+    let columns = replay::allocation_columns(&run, 130);
+    let report = Report {
+        nodes: work.nodes.len(),
+        gpus: work.capacity_milli / 1000,
+        pods_submitted: work.pods.len(),
+        placed: run.placed,
+        failed: run.failed,
+        failed_by_plugin_fault: run.faulted,
+        seed: args.seed,
+        tune: args.tune,
+        policies: format!("resource-fit + {}", args.score),
+        runtime: if args.native { "native" } else { "wasm" },
+        setup_seconds,
+        replay_seconds,
+        decisions_per_second: work.pods.len() as f64 / replay_seconds.max(1e-9),
+        allocation_ratio_by_arrived_percent: columns,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!(
+        "wasmsched simulate: {} pods on {} nodes ({} GPUs), seed {}, tune {}, {} ({})",
+        report.pods_submitted, report.nodes, report.gpus, report.seed, report.tune, report.policies, report.runtime
+    );
+    println!(
+        "placed {}, failed {} ({} by plugin faults); replay {:.2} s, {:.0} decisions/s; setup {:.2} s",
+        report.placed,
+        report.failed,
+        report.failed_by_plugin_fault,
+        report.replay_seconds,
+        report.decisions_per_second,
+        report.setup_seconds
+    );
+    println!("\narrived workload (% of GPU capacity) -> GPU allocation ratio (%)");
+    for pct in (10..=130).step_by(10) {
+        let cell = report.allocation_ratio_by_arrived_percent[pct].map_or("-".to_string(), |v| format!("{v:.2}"));
+        println!("  {pct:>4} %  {cell:>7}");
+    }
+    Ok(())
+}

@@ -1,0 +1,60 @@
+//! The wasmsched scheduling core: cluster state, the stage pipeline and placement.
+//!
+//! The same core runs against Kubernetes and the in-process simulator, so it does no I/O and knows
+//! nothing of WebAssembly: a policy is anything that implements [`PolicyPlugin`], whether a
+//! component run by `wasmsched-runtime` or a native Rust type wrapped in [`NativePlugin`].
+//!
+//! # Core concepts
+//! - [`NodeTable`]: nodes by slot, with a generation number and a change log so plugin instances
+//!   can keep a mirror current with small deltas.
+//! - [`PolicyPlugin`]: the host-side face of a plugin; every call is batched (one call per task
+//!   and batch of candidate nodes).
+//! - [`PluginFault`]: a plugin failed (trap, deadline, memory, bad output) — attributed to the
+//!   plugin and stage, and kept apart from verdicts (a node that does not fit is not a fault).
+//! - [`PolicySet`] and [`place`]: run filter → score → device selection for one task.
+//!
+//! # Example
+//! ```
+//! use std::sync::Arc;
+//! use wasmsched_api::{GpuDevice, GpuRequest, Node, Resources, Task};
+//! use wasmsched_core::{NativePlugin, NodeTable, PolicySet, place};
+//! use wasmsched_plugin_allocation_score::AllocationScore;
+//! use wasmsched_plugin_resource_fit::ResourceFit;
+//!
+//! let mut nodes = NodeTable::new();
+//! for (name, gpus) in [("small", 1), ("big", 4)] {
+//!     nodes.upsert(Node {
+//!         name: name.into(),
+//!         allocatable: Resources { cpu_milli: 32_000, memory_bytes: 1 << 40, gpu_milli: gpus * 1000, extended: vec![] },
+//!         gpus: (0..gpus as u32).map(|i| GpuDevice { index: i, free_milli: 1000, ..Default::default() }).collect(),
+//!         ..Default::default()
+//!     });
+//! }
+//! let set = PolicySet::builder()
+//!     .filter(Arc::new(NativePlugin::<ResourceFit>::new("", 1).unwrap()))
+//!     .score(Arc::new(NativePlugin::<AllocationScore>::new(r#"{"strategy":"most"}"#, 1).unwrap()), 1)
+//!     .build();
+//! let task = Task { gpu: GpuRequest { count: 2, milli_per_gpu: 1000, ..Default::default() }, ..Default::default() };
+//! let placement = place(&set, &nodes, &task, 0).unwrap();
+//! assert_eq!(nodes.get(placement.node).unwrap().name, "big");
+//! ```
+
+mod alloc;
+mod native;
+mod node_table;
+mod placement;
+mod plugin;
+
+pub use alloc::{AllocError, bind, default_select_devices, release};
+pub use native::NativePlugin;
+pub use node_table::{Changes, NodeTable, Slot};
+pub use placement::{Diagnosis, Placement, PolicySet, PolicySetBuilder, Unschedulable, place};
+pub use plugin::{CallContext, FailurePolicy, FaultKind, PluginFault, PolicyPlugin, validate};
+
+/// Compile-time check that the types shared across worker threads stay thread-safe.
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<NodeTable>();
+    check::<PolicySet>();
+}

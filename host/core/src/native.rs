@@ -1,0 +1,147 @@
+//! Native plugins: a policy type from the API run directly, behind the same [`PolicyPlugin`] trait
+//! as components. The benchmark baseline and the differential-testing oracle.
+
+use std::sync::Mutex;
+
+use wasmsched_api::batch::{FilterBatch, filter_batch, score_batch};
+use wasmsched_api::{
+    DeviceShare, Node, Plugin, PreemptCandidate, Preemption, QueueState, Rejection, Resources, ShareDecision, Stage,
+    Stages, Task,
+};
+
+use crate::node_table::Slot;
+use crate::plugin::{CallContext, FailurePolicy, FaultKind, PluginFault, PolicyPlugin, validate};
+
+/// A native plugin with one instance per worker.
+pub struct NativePlugin<P> {
+    name: String,
+    stages: Vec<Stage>,
+    failure: FailurePolicy,
+    instances: Vec<Mutex<P>>,
+}
+
+impl<P: Plugin + Stages + Send> NativePlugin<P> {
+    /// Configure `workers` instances (at least one) with `config`.
+    pub fn new(config: &str, workers: usize) -> Result<Self, String> {
+        let mut instances = Vec::new();
+        for _ in 0..workers.max(1) {
+            instances.push(Mutex::new(P::new(config)?));
+        }
+        let stages = instances[0].get_mut().map_err(|_| "poisoned")?.stages();
+        Ok(NativePlugin { name: P::NAME.to_string(), stages, failure: FailurePolicy::default(), instances })
+    }
+
+    /// Register under another name (e.g. `most-allocated` for `allocation-score`).
+    pub fn named(mut self, name: &str) -> Self {
+        self.name = name.to_string();
+        self
+    }
+
+    /// Set the failure policy.
+    pub fn with_failure_policy(mut self, failure: FailurePolicy) -> Self {
+        self.failure = failure;
+        self
+    }
+
+    fn with<R>(
+        &self,
+        worker: usize,
+        stage: Stage,
+        f: impl FnOnce(&mut P) -> Result<R, (FaultKind, String)>,
+    ) -> Result<R, PluginFault> {
+        let slot = &self.instances[worker % self.instances.len()];
+        let mut p = slot.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut p).map_err(|(kind, msg)| PluginFault::new(&self.name, stage, kind, msg))
+    }
+}
+
+fn nodes<'a>(ctx: &CallContext<'a>, candidates: &[Slot]) -> Result<Vec<&'a Node>, (FaultKind, String)> {
+    candidates
+        .iter()
+        .map(|&s| ctx.nodes.get(s).ok_or((FaultKind::GuestError, format!("node slot {s} is empty"))))
+        .collect()
+}
+
+fn missing(stage: Stage) -> (FaultKind, String) {
+    (FaultKind::NotImplemented, format!("plugin does not implement {stage}"))
+}
+
+impl<P: Plugin + Stages + Send> PolicyPlugin for NativePlugin<P> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn stages(&self) -> &[Stage] {
+        &self.stages
+    }
+
+    fn failure_policy(&self) -> FailurePolicy {
+        self.failure
+    }
+
+    fn filter(&self, ctx: CallContext<'_>, task: &Task, candidates: &[Slot]) -> Result<FilterBatch, PluginFault> {
+        self.with(ctx.worker, Stage::Filter, |p| {
+            let f = p.as_filter().ok_or_else(|| missing(Stage::Filter))?;
+            let batch = filter_batch(f, task, nodes(&ctx, candidates)?);
+            validate::filter(&batch, candidates.len()).map_err(|m| (FaultKind::BadOutput, m))?;
+            Ok(batch)
+        })
+    }
+
+    fn score(&self, ctx: CallContext<'_>, task: &Task, candidates: &[Slot]) -> Result<Vec<u32>, PluginFault> {
+        self.with(ctx.worker, Stage::Score, |p| {
+            let s = p.as_score().ok_or_else(|| missing(Stage::Score))?;
+            let scores = score_batch(s, task, nodes(&ctx, candidates)?);
+            validate::scores(&scores, candidates.len()).map_err(|m| (FaultKind::BadOutput, m))?;
+            Ok(scores)
+        })
+    }
+
+    fn select_devices(
+        &self,
+        ctx: CallContext<'_>,
+        task: &Task,
+        node: Slot,
+    ) -> Result<Result<Vec<DeviceShare>, Rejection>, PluginFault> {
+        self.with(ctx.worker, Stage::SelectDevices, |p| {
+            let d = p.as_select_devices().ok_or_else(|| missing(Stage::SelectDevices))?;
+            let n = nodes(&ctx, &[node])?[0];
+            let out = d.select_devices(task, n);
+            if let Ok(shares) = &out {
+                validate::devices(shares, task, n).map_err(|m| (FaultKind::BadOutput, m))?;
+            }
+            Ok(out)
+        })
+    }
+
+    fn select_victims(
+        &self,
+        ctx: CallContext<'_>,
+        preemptor: &Task,
+        candidates: &[PreemptCandidate],
+    ) -> Result<Option<Preemption>, PluginFault> {
+        self.with(ctx.worker, Stage::Preempt, |p| {
+            let pr = p.as_preempt().ok_or_else(|| missing(Stage::Preempt))?;
+            let slots: Vec<Slot> = candidates.iter().map(|c| c.node).collect();
+            let out = pr.select_victims(preemptor, candidates, &nodes(&ctx, &slots)?);
+            if let Some(plan) = &out {
+                validate::preemption(plan, candidates).map_err(|m| (FaultKind::BadOutput, m))?;
+            }
+            Ok(out)
+        })
+    }
+
+    fn fair_share(
+        &self,
+        worker: usize,
+        queues: &[QueueState],
+        cluster: &Resources,
+    ) -> Result<ShareDecision, PluginFault> {
+        self.with(worker, Stage::FairShare, |p| {
+            let fs = p.as_fair_share().ok_or_else(|| missing(Stage::FairShare))?;
+            let d = fs.compute(queues, cluster).map_err(|m| (FaultKind::GuestError, m))?;
+            validate::share(&d, queues.len()).map_err(|m| (FaultKind::BadOutput, m))?;
+            Ok(d)
+        })
+    }
+}

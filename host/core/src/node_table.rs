@@ -1,0 +1,238 @@
+//! Nodes by slot, versioned, with a bounded change log.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use ahash::AHashMap;
+use wasmsched_api::Node;
+
+/// A dense node index. Slots are reused after a node is removed.
+pub type Slot = u32;
+
+/// How many changes the log keeps; a mirror further behind than this is reset in full.
+const LOG_CAPACITY: usize = 16_384;
+
+static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The nodes of a cluster, addressed by [`Slot`].
+///
+/// Every change bumps [`NodeTable::generation`] and is logged, so a plugin instance that mirrors
+/// the table can catch up with [`NodeTable::changes_since`] instead of receiving every node again.
+/// Each table has a unique [`NodeTable::id`]; a clone gets a new id (its generations diverge from
+/// the original's), so a mirror never applies deltas of one table to another.
+#[derive(Debug)]
+pub struct NodeTable {
+    id: u64,
+    slots: Vec<Option<Node>>,
+    by_name: AHashMap<String, Slot>,
+    free: Vec<Slot>,
+    generation: u64,
+    /// `(generation, slot)` of recent changes, oldest first.
+    log: VecDeque<(u64, Slot)>,
+    /// Changes at or before this generation are no longer in the log.
+    log_floor: u64,
+}
+
+/// What a mirror at some generation must apply to catch up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Changes {
+    /// Nothing changed.
+    UpToDate,
+    /// Replace these slots (their current nodes) and empty those.
+    Delta {
+        /// Slots holding a new or changed node, ascending.
+        upserted: Vec<Slot>,
+        /// Slots emptied, ascending.
+        removed: Vec<Slot>,
+    },
+    /// Too far behind (or a different table): reset and send everything.
+    Full,
+}
+
+impl Default for NodeTable {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clone for NodeTable {
+    fn clone(&self) -> Self {
+        NodeTable {
+            id: NEXT_TABLE_ID.fetch_add(1, Ordering::Relaxed),
+            slots: self.slots.clone(),
+            by_name: self.by_name.clone(),
+            free: self.free.clone(),
+            generation: self.generation,
+            log: VecDeque::new(),
+            log_floor: self.generation,
+        }
+    }
+}
+
+impl NodeTable {
+    /// An empty table.
+    pub fn new() -> Self {
+        NodeTable {
+            id: NEXT_TABLE_ID.fetch_add(1, Ordering::Relaxed),
+            slots: Vec::new(),
+            by_name: AHashMap::new(),
+            free: Vec::new(),
+            generation: 0,
+            log: VecDeque::new(),
+            log_floor: 0,
+        }
+    }
+
+    /// Unique identity of this table (and not of its clones).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Bumped by every change.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Number of slots (occupied or not); every slot is below this.
+    pub fn slot_count(&self) -> u32 {
+        self.slots.len() as u32
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+
+    /// No nodes.
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+
+    /// The node in `slot`.
+    pub fn get(&self, slot: Slot) -> Option<&Node> {
+        self.slots.get(slot as usize).and_then(Option::as_ref)
+    }
+
+    /// The slot of the node named `name`.
+    pub fn slot_of(&self, name: &str) -> Option<Slot> {
+        self.by_name.get(name).copied()
+    }
+
+    /// Occupied slots in ascending order.
+    pub fn slots(&self) -> impl Iterator<Item = Slot> + '_ {
+        self.slots.iter().enumerate().filter(|(_, n)| n.is_some()).map(|(i, _)| i as Slot)
+    }
+
+    /// Insert a node, or replace the node of the same name; returns its slot.
+    pub fn upsert(&mut self, node: Node) -> Slot {
+        let slot = match self.by_name.get(&node.name) {
+            Some(&slot) => slot,
+            None => {
+                let slot = self.free.pop().unwrap_or_else(|| {
+                    self.slots.push(None);
+                    (self.slots.len() - 1) as Slot
+                });
+                self.by_name.insert(node.name.clone(), slot);
+                slot
+            }
+        };
+        self.slots[slot as usize] = Some(node);
+        self.record(slot);
+        slot
+    }
+
+    /// Change the node in `slot` in place; `None` if the slot is empty. The name must not change.
+    pub fn update<R>(&mut self, slot: Slot, f: impl FnOnce(&mut Node) -> R) -> Option<R> {
+        let node = self.slots.get_mut(slot as usize)?.as_mut()?;
+        let name = std::mem::take(&mut node.name);
+        let out = f(node);
+        node.name = name;
+        self.record(slot);
+        Some(out)
+    }
+
+    /// Remove the node named `name`; returns it.
+    pub fn remove(&mut self, name: &str) -> Option<Node> {
+        let slot = self.by_name.remove(name)?;
+        let node = self.slots[slot as usize].take();
+        self.free.push(slot);
+        self.record(slot);
+        node
+    }
+
+    fn record(&mut self, slot: Slot) {
+        self.generation += 1;
+        if self.log.len() == LOG_CAPACITY
+            && let Some((g, _)) = self.log.pop_front()
+        {
+            self.log_floor = g;
+        }
+        self.log.push_back((self.generation, slot));
+    }
+
+    /// What a mirror of table `table_id` at `generation` must apply to reach the current state.
+    pub fn changes_since(&self, table_id: u64, generation: u64) -> Changes {
+        if table_id != self.id || generation < self.log_floor || generation > self.generation {
+            return Changes::Full;
+        }
+        if generation == self.generation {
+            return Changes::UpToDate;
+        }
+        let start = self.log.partition_point(|&(g, _)| g <= generation);
+        let mut changed: Vec<Slot> = self.log.range(start..).map(|&(_, s)| s).collect();
+        changed.sort_unstable();
+        changed.dedup();
+        let (upserted, removed) = changed.into_iter().partition(|&s| self.get(s).is_some());
+        Changes::Delta { upserted, removed }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str) -> Node {
+        Node { name: name.into(), ..Default::default() }
+    }
+
+    #[test]
+    fn deltas_follow_changes_and_slots_are_reused() {
+        let mut t = NodeTable::new();
+        let a = t.upsert(node("a"));
+        let b = t.upsert(node("b"));
+        let g = t.generation();
+        assert_eq!(t.changes_since(t.id(), g), Changes::UpToDate);
+        t.update(a, |n| n.unschedulable = true);
+        t.remove("b");
+        assert_eq!(t.changes_since(t.id(), g), Changes::Delta { upserted: vec![a], removed: vec![b] });
+        let c = t.upsert(node("c"));
+        assert_eq!(c, b, "freed slot is reused");
+        assert_eq!(t.slot_of("c"), Some(c));
+        assert_eq!(t.changes_since(t.id(), g), Changes::Delta { upserted: vec![a, c], removed: vec![] });
+        assert_eq!(t.changes_since(t.id() + 1000, g), Changes::Full);
+        assert_eq!(t.changes_since(t.id(), t.generation() + 1), Changes::Full);
+    }
+
+    #[test]
+    fn update_cannot_rename_and_clone_is_a_new_table() {
+        let mut t = NodeTable::new();
+        let a = t.upsert(node("a"));
+        t.update(a, |n| n.name = "evil".into());
+        assert_eq!(t.get(a).unwrap().name, "a");
+        let c = t.clone();
+        assert_ne!(c.id(), t.id());
+        assert_eq!(c.changes_since(t.id(), 0), Changes::Full);
+    }
+
+    #[test]
+    fn a_mirror_too_far_behind_is_reset() {
+        let mut t = NodeTable::new();
+        let a = t.upsert(node("a"));
+        for _ in 0..LOG_CAPACITY + 10 {
+            t.update(a, |n| n.unschedulable = !n.unschedulable);
+        }
+        assert_eq!(t.changes_since(t.id(), 1), Changes::Full);
+        let recent = t.generation() - 5;
+        assert_eq!(t.changes_since(t.id(), recent), Changes::Delta { upserted: vec![a], removed: vec![] });
+    }
+}

@@ -1,0 +1,150 @@
+//! Host bindings generated from `wit/policy.wit`, and conversions from the API types.
+
+wasmtime::component::bindgen!({
+    path: "../../wit",
+    world: "policy",
+});
+
+use wasmsched::policy::types as wit;
+use wasmsched_api as api;
+
+pub(crate) use exports::wasmsched::policy::{fair_share, filter, mirror, plugin, preempt, score, select_devices};
+
+pub(crate) fn resources(r: &api::Resources) -> wit::Resources {
+    wit::Resources {
+        cpu_milli: r.cpu_milli,
+        memory_bytes: r.memory_bytes,
+        gpu_milli: r.gpu_milli,
+        extended: r.extended.clone(),
+    }
+}
+
+pub(crate) fn resources_in(r: wit::Resources) -> api::Resources {
+    api::Resources {
+        cpu_milli: r.cpu_milli,
+        memory_bytes: r.memory_bytes,
+        gpu_milli: r.gpu_milli,
+        extended: r.extended,
+    }
+}
+
+fn taint_effect(e: api::TaintEffect) -> wit::TaintEffect {
+    match e {
+        api::TaintEffect::NoSchedule => wit::TaintEffect::NoSchedule,
+        api::TaintEffect::PreferNoSchedule => wit::TaintEffect::PreferNoSchedule,
+        api::TaintEffect::NoExecute => wit::TaintEffect::NoExecute,
+    }
+}
+
+pub(crate) fn node(n: &api::Node) -> wit::Node {
+    wit::Node {
+        name: n.name.clone(),
+        labels: n.labels.clone(),
+        taints: n
+            .taints
+            .iter()
+            .map(|t| wit::Taint { key: t.key.clone(), value: t.value.clone(), effect: taint_effect(t.effect) })
+            .collect(),
+        allocatable: resources(&n.allocatable),
+        allocated: resources(&n.allocated),
+        gpus: n
+            .gpus
+            .iter()
+            .map(|g| wit::GpuDevice {
+                index: g.index,
+                model: g.model.clone(),
+                memory_bytes: g.memory_bytes,
+                free_milli: g.free_milli,
+                free_memory_bytes: g.free_memory_bytes,
+                health: match g.health {
+                    api::GpuHealth::Healthy => wit::GpuHealth::Healthy,
+                    api::GpuHealth::Degraded => wit::GpuHealth::Degraded,
+                    api::GpuHealth::Unhealthy => wit::GpuHealth::Unhealthy,
+                },
+                numa_node: g.numa_node,
+            })
+            .collect(),
+        unschedulable: n.unschedulable,
+    }
+}
+
+pub(crate) fn task(t: &api::Task) -> wit::Task {
+    wit::Task {
+        id: t.id.clone(),
+        namespace: t.namespace.clone(),
+        group: t.group.clone(),
+        queue: t.queue.clone(),
+        priority: t.priority,
+        qos: match t.qos {
+            api::Qos::Guaranteed => wit::Qos::Guaranteed,
+            api::Qos::Burstable => wit::Qos::Burstable,
+            api::Qos::BestEffort => wit::Qos::BestEffort,
+        },
+        request: resources(&t.request),
+        gpu: wit::GpuRequest {
+            count: t.gpu.count,
+            milli_per_gpu: t.gpu.milli_per_gpu,
+            memory_bytes_per_gpu: t.gpu.memory_bytes_per_gpu,
+            models: t.gpu.models.clone(),
+        },
+        node_selector: t.node_selector.clone(),
+        tolerations: t
+            .tolerations
+            .iter()
+            .map(|x| wit::Toleration {
+                key: x.key.clone(),
+                operator: match x.operator {
+                    api::TolerationOperator::Equal => wit::TolerationOperator::Equal,
+                    api::TolerationOperator::Exists => wit::TolerationOperator::Exists,
+                },
+                value: x.value.clone(),
+                effect: x.effect.map(taint_effect),
+            })
+            .collect(),
+    }
+}
+
+pub(crate) fn stage_in(s: wit::Stage) -> api::Stage {
+    match s {
+        wit::Stage::Filter => api::Stage::Filter,
+        wit::Stage::Score => api::Stage::Score,
+        wit::Stage::Preempt => api::Stage::Preempt,
+        wit::Stage::FairShare => api::Stage::FairShare,
+        wit::Stage::SelectDevices => api::Stage::SelectDevices,
+    }
+}
+
+pub(crate) fn rejection_in(r: wit::Rejection) -> api::Rejection {
+    api::Rejection { reason: r.reason, unresolvable: r.unresolvable }
+}
+
+pub(crate) fn candidate(c: &api::PreemptCandidate) -> preempt::Candidate {
+    preempt::Candidate {
+        node: c.node,
+        victims: c
+            .victims
+            .iter()
+            .map(|v| preempt::Victim {
+                task: task(&v.task),
+                running_seconds: v.running_seconds,
+                group_running: v.group_running,
+                group_min_member: v.group_min_member,
+                checkpointable: v.checkpointable,
+            })
+            .collect(),
+    }
+}
+
+pub(crate) fn queue(q: &api::QueueState) -> fair_share::QueueState {
+    fair_share::QueueState {
+        name: q.name.clone(),
+        parent: q.parent,
+        weight: q.weight,
+        guarantee: resources(&q.guarantee),
+        capability: q.capability.as_ref().map(resources),
+        allocated: resources(&q.allocated),
+        request: resources(&q.request),
+        decayed_usage: q.decayed_usage,
+        reclaimable: q.reclaimable,
+    }
+}

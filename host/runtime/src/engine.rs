@@ -1,0 +1,111 @@
+//! The runtime: engine, epoch ticker, linker and artifact cache.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime::{Config, Engine};
+
+use crate::bindings::wasmsched::policy::host;
+use crate::cache::ArtifactCache;
+use crate::error::LoadError;
+use crate::host::HostState;
+use crate::metrics::FaultObserver;
+use crate::plugin::{PluginConfig, WasmPlugin};
+
+/// Settings shared by every plugin of a runtime.
+#[derive(Clone, Debug)]
+pub struct RuntimeConfig {
+    /// Worker threads that call plugins concurrently; each plugin keeps one instance per worker.
+    pub workers: usize,
+    /// Granularity of wall-clock deadlines. A call may overrun its deadline by up to one tick.
+    pub epoch_tick: Duration,
+    /// Meter guest execution with fuel (deterministic budgets, for the simulator). Costs some
+    /// guest speed; plugins then need `PluginConfig::fuel`.
+    pub deterministic: bool,
+    /// Directory for compiled artifacts reused across restarts; `None` keeps them in memory only.
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig { workers: 1, epoch_tick: Duration::from_millis(1), deterministic: false, cache_dir: None }
+    }
+}
+
+/// Loads and runs plugins. Cheap to share behind an `Arc`; dropping it stops the epoch ticker.
+pub struct Runtime {
+    pub(crate) engine: Engine,
+    pub(crate) linker: Linker<HostState>,
+    pub(crate) cache: ArtifactCache,
+    pub(crate) config: RuntimeConfig,
+    pub(crate) observer: Option<FaultObserver>,
+    ticker_stop: Arc<AtomicBool>,
+}
+
+impl Runtime {
+    /// Build the engine and start the epoch ticker.
+    pub fn new(config: RuntimeConfig) -> Result<Self, LoadError> {
+        if config.workers == 0 {
+            return Err(LoadError::Runtime("workers must be at least 1".into()));
+        }
+        if config.epoch_tick.is_zero() {
+            return Err(LoadError::Runtime("epoch_tick must be positive".into()));
+        }
+        let mut wc = Config::new();
+        wc.epoch_interruption(true)
+            .consume_fuel(config.deterministic)
+            .max_wasm_stack(512 * 1024)
+            // We use no component-model async; skipping its per-store state makes calls cheaper.
+            .concurrency_support(false);
+        let engine = Engine::new(&wc).map_err(|e| LoadError::Runtime(format!("{e:#}")))?;
+
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| LoadError::Runtime(format!("{e:#}")))?;
+        host::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+            .map_err(|e| LoadError::Runtime(format!("{e:#}")))?;
+
+        let cache = ArtifactCache::new(&engine, config.cache_dir.clone())?;
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        {
+            let engine = engine.clone();
+            let stop = ticker_stop.clone();
+            let tick = config.epoch_tick;
+            std::thread::Builder::new()
+                .name("wasmsched-epoch".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(tick);
+                        engine.increment_epoch();
+                    }
+                })
+                .map_err(|e| LoadError::Runtime(format!("cannot start epoch ticker: {e}")))?;
+        }
+        Ok(Runtime { engine, linker, cache, config, observer: None, ticker_stop })
+    }
+
+    /// Report every plugin fault to `observer` (plugins loaded afterwards).
+    pub fn set_fault_observer(&mut self, observer: FaultObserver) {
+        self.observer = Some(observer);
+    }
+
+    /// The runtime's settings.
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.config
+    }
+
+    /// Compile (or fetch from the cache), check the contract, and initialise one instance with the
+    /// plugin's configuration. Nothing is shared with other plugins, so a failed load leaves
+    /// everything else untouched.
+    pub fn load(&self, wasm: &[u8], config: PluginConfig) -> Result<WasmPlugin, LoadError> {
+        WasmPlugin::load(self, wasm, config)
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,137 @@
+//! Per-instance host state: the deny-all WASI context, the memory limiter and the `host` imports.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::ResourceLimiter;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{Deterministic, HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
+
+use crate::bindings::wasmsched::policy::host::{self, LogLevel};
+
+/// Longest log message kept; longer ones are cut.
+const MAX_LOG_BYTES: usize = 1024;
+/// Log lines a single call may emit; the rest are counted and dropped.
+const MAX_LOGS_PER_CALL: u32 = 16;
+
+pub(crate) struct HostState {
+    plugin: Arc<str>,
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(crate) limiter: MemoryLimiter,
+    logs_this_call: u32,
+    /// The last error-level message (a panic message, usually), to explain a trap.
+    pub(crate) last_error: Option<String>,
+}
+
+impl HostState {
+    pub(crate) fn new(plugin: Arc<str>, memory_limit: usize) -> Self {
+        let wasi = WasiCtx::builder()
+            // Deterministic and sealed: no clock, no entropy, no network, no files, no env.
+            .wall_clock(FrozenClock)
+            .monotonic_clock(FrozenClock)
+            .secure_random(Deterministic::new(vec![0x5a, 0x17, 0xc3, 0x9e]))
+            .insecure_random(Deterministic::new(vec![0x3c, 0xa5, 0x0f, 0x71]))
+            .insecure_random_seed(0x7761_736d_7363_6865_64)
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        HostState {
+            plugin,
+            wasi,
+            table: ResourceTable::new(),
+            limiter: MemoryLimiter { max_bytes: memory_limit, hit: false },
+            logs_this_call: 0,
+            last_error: None,
+        }
+    }
+
+    /// Reset per-call state before a call.
+    pub(crate) fn begin_call(&mut self) {
+        self.logs_this_call = 0;
+        self.limiter.hit = false;
+        self.last_error = None;
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl host::Host for HostState {
+    fn log(&mut self, level: LogLevel, mut message: String) {
+        if matches!(level, LogLevel::Error) {
+            self.last_error = Some(truncate(message.clone(), MAX_LOG_BYTES));
+        }
+        self.logs_this_call += 1;
+        if self.logs_this_call > MAX_LOGS_PER_CALL {
+            return;
+        }
+        message = truncate(message, MAX_LOG_BYTES);
+        let plugin = &*self.plugin;
+        match level {
+            LogLevel::Trace => tracing::trace!(plugin, "{message}"),
+            LogLevel::Debug => tracing::debug!(plugin, "{message}"),
+            LogLevel::Info => tracing::info!(plugin, "{message}"),
+            LogLevel::Warn => tracing::warn!(plugin, "{message}"),
+            LogLevel::Error => tracing::error!(plugin, "{message}"),
+        }
+    }
+}
+
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push('…');
+    }
+    s
+}
+
+/// Caps linear memory; remembers whether the cap was hit so a following trap is reported as a
+/// memory fault rather than a generic one.
+pub(crate) struct MemoryLimiter {
+    max_bytes: usize,
+    pub(crate) hit: bool,
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.max_bytes {
+            self.hit = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= 1 << 20)
+    }
+}
+
+/// A clock stuck at zero: policies must be functions of their inputs.
+struct FrozenClock;
+
+impl HostWallClock for FrozenClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+    fn now(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+impl HostMonotonicClock for FrozenClock {
+    fn resolution(&self) -> u64 {
+        1_000_000_000
+    }
+    fn now(&self) -> u64 {
+        0
+    }
+}

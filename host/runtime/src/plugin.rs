@@ -1,0 +1,553 @@
+//! A loaded plugin: instance pool, budgets, mirror sync, fault handling.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use wasmsched_api::batch::FilterBatch;
+use wasmsched_api::{
+    DeviceShare, PreemptCandidate, Preemption, QueueState, Rejection, Resources, ShareDecision, Stage, Task,
+};
+use wasmsched_core::{
+    CallContext, Changes, FailurePolicy, FaultKind, NodeTable, PluginFault, PolicyPlugin, Slot, validate,
+};
+use wasmtime::component::InstancePre;
+use wasmtime::{Engine, Store, Trap};
+
+use crate::bindings::{self, fair_share, filter, mirror, plugin, preempt, score, select_devices};
+use crate::breaker::{Breaker, BreakerConfig};
+use crate::cache::sha256_hex;
+use crate::engine::Runtime;
+use crate::error::LoadError;
+use crate::host::HostState;
+use crate::metrics::{FaultObserver, PluginMetrics};
+
+/// Fuel per call when the runtime is deterministic and the plugin sets none: roughly a second of
+/// guest work, far above any sane policy call.
+const DEFAULT_FUEL: u64 = 1_000_000_000;
+/// Nodes per `mirror.upsert` call during a full sync; bounds the size of one call.
+const SYNC_CHUNK: usize = 512;
+/// Longest fault message kept.
+const MAX_FAULT_MESSAGE: usize = 512;
+
+/// How one plugin is run.
+#[derive(Clone, Debug)]
+pub struct PluginConfig {
+    /// Registered name (used in metrics, events and errors).
+    pub name: String,
+    /// Configuration text handed to the plugin's `init` (JSON by convention).
+    pub config: String,
+    /// Wall-clock budget of one call.
+    pub deadline: Duration,
+    /// Cap on the instance's linear memory, in bytes.
+    pub memory_limit: usize,
+    /// Fuel per call when the runtime is deterministic.
+    pub fuel: Option<u64>,
+    /// What callers do when it faults.
+    pub failure: FailurePolicy,
+    /// When to stop calling it.
+    pub breaker: BreakerConfig,
+}
+
+impl PluginConfig {
+    /// Defaults: 10 ms deadline, 64 MiB memory, fail-closed, breaker after 5 failures.
+    pub fn new(name: impl Into<String>) -> Self {
+        PluginConfig {
+            name: name.into(),
+            config: String::new(),
+            deadline: Duration::from_millis(10),
+            memory_limit: 64 << 20,
+            fuel: None,
+            failure: FailurePolicy::FailClosed,
+            breaker: BreakerConfig::default(),
+        }
+    }
+
+    /// Set the configuration text.
+    pub fn with_config(mut self, config: impl Into<String>) -> Self {
+        self.config = config.into();
+        self
+    }
+
+    /// Set the per-call deadline.
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// Set the memory cap.
+    pub fn with_memory_limit(mut self, bytes: usize) -> Self {
+        self.memory_limit = bytes;
+        self
+    }
+
+    /// Set the fuel per call (deterministic runtimes).
+    pub fn with_fuel(mut self, fuel: u64) -> Self {
+        self.fuel = Some(fuel);
+        self
+    }
+
+    /// Set the failure policy.
+    pub fn with_failure_policy(mut self, failure: FailurePolicy) -> Self {
+        self.failure = failure;
+        self
+    }
+
+    /// Set the circuit breaker.
+    pub fn with_breaker(mut self, breaker: BreakerConfig) -> Self {
+        self.breaker = breaker;
+        self
+    }
+}
+
+/// Export lookups resolved once at load.
+struct Indices {
+    plugin: plugin::GuestIndices,
+    mirror: Option<mirror::GuestIndices>,
+    filter: Option<filter::GuestIndices>,
+    score: Option<score::GuestIndices>,
+    select_devices: Option<select_devices::GuestIndices>,
+    preempt: Option<preempt::GuestIndices>,
+    fair_share: Option<fair_share::GuestIndices>,
+}
+
+/// One live instance with its store.
+struct Live {
+    store: Store<HostState>,
+    mirror: Option<mirror::Guest>,
+    filter: Option<filter::Guest>,
+    score: Option<score::Guest>,
+    select_devices: Option<select_devices::Guest>,
+    preempt: Option<preempt::Guest>,
+    fair_share: Option<fair_share::Guest>,
+    /// `(table id, generation)` the mirror reflects.
+    synced: Option<(u64, u64)>,
+}
+
+/// What went wrong inside a call, before it is attributed.
+enum CallError {
+    Wasm(wasmtime::Error),
+    Guest(String),
+    Bad(String),
+}
+
+impl From<wasmtime::Error> for CallError {
+    fn from(e: wasmtime::Error) -> Self {
+        CallError::Wasm(e)
+    }
+}
+
+/// Everything needed to make fresh instances.
+struct Blueprint {
+    name: Arc<str>,
+    config: PluginConfig,
+    engine: Engine,
+    pre: InstancePre<HostState>,
+    indices: Indices,
+    epoch_ticks: u64,
+    fuel: Option<u64>,
+}
+
+impl Blueprint {
+    /// Arm the per-call budgets on `store`; `scale` stretches them (initialisation, full sync).
+    fn arm(&self, store: &mut Store<HostState>, scale: u64) {
+        store.set_epoch_deadline(self.epoch_ticks * scale);
+        if let Some(fuel) = self.fuel {
+            // Fuel is enabled on the engine whenever `self.fuel` is set.
+            let _ = store.set_fuel(fuel.saturating_mul(scale));
+        }
+    }
+
+    fn instantiate(&self) -> Result<(Live, plugin::PluginInfo), CallError> {
+        let mut store = Store::new(&self.engine, HostState::new(self.name.clone(), self.config.memory_limit));
+        store.limiter(|s| &mut s.limiter);
+        store.epoch_deadline_trap();
+        store.data_mut().begin_call();
+        self.arm(&mut store, 10);
+        let instance = self.pre.instantiate(&mut store)?;
+        let ix = &self.indices;
+        let plugin = ix.plugin.load(&mut store, &instance)?;
+        let mut live = Live {
+            mirror: ix.mirror.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
+            filter: ix.filter.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
+            score: ix.score.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
+            select_devices: ix.select_devices.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
+            preempt: ix.preempt.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
+            fair_share: ix.fair_share.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
+            store,
+            synced: None,
+        };
+        let info = match plugin.call_init(&mut live.store, &self.config.config) {
+            Ok(r) => r.map_err(CallError::Guest)?,
+            // Keep the panic message the guest logged before trapping.
+            Err(e) => return Err(CallError::Bad(describe_wasm_error(&e, live.store.data().last_error.as_deref()))),
+        };
+        Ok((live, info))
+    }
+}
+
+/// A plugin loaded from a component, with one instance per worker.
+pub struct WasmPlugin {
+    blueprint: Blueprint,
+    stages: Vec<Stage>,
+    sdk_version: String,
+    digest: String,
+    pool: Vec<Mutex<Option<Live>>>,
+    breaker: Mutex<Breaker>,
+    metrics: Arc<PluginMetrics>,
+    observer: Option<FaultObserver>,
+}
+
+fn contract(plugin: &str, message: impl Into<String>) -> LoadError {
+    LoadError::Contract { plugin: plugin.into(), message: message.into() }
+}
+
+impl WasmPlugin {
+    pub(crate) fn load(rt: &Runtime, wasm: &[u8], config: PluginConfig) -> Result<Self, LoadError> {
+        let name: Arc<str> = config.name.as_str().into();
+        let (component, _origin) = rt.cache.get_or_compile(&rt.engine, &name, wasm)?;
+        let pre = rt.linker.instantiate_pre(&component).map_err(|e| contract(&name, format!("{e:#}")))?;
+        let plugin = plugin::GuestIndices::new(&pre).map_err(|e| {
+            contract(&name, format!("does not export wasmsched:policy/plugin (wrong world or contract version): {e:#}"))
+        })?;
+        let indices = Indices {
+            plugin,
+            mirror: mirror::GuestIndices::new(&pre).ok(),
+            filter: filter::GuestIndices::new(&pre).ok(),
+            score: score::GuestIndices::new(&pre).ok(),
+            select_devices: select_devices::GuestIndices::new(&pre).ok(),
+            preempt: preempt::GuestIndices::new(&pre).ok(),
+            fair_share: fair_share::GuestIndices::new(&pre).ok(),
+        };
+        let tick = rt.config.epoch_tick.as_nanos().max(1);
+        // Round up and add one tick: the current tick may be about to end.
+        let epoch_ticks = u64::try_from(config.deadline.as_nanos().div_ceil(tick)).unwrap_or(u64::MAX / 16) + 1;
+        let fuel = rt.config.deterministic.then(|| config.fuel.unwrap_or(DEFAULT_FUEL));
+        let blueprint =
+            Blueprint { name: name.clone(), config, engine: rt.engine.clone(), pre, indices, epoch_ticks, fuel };
+
+        let (live, info) = blueprint.instantiate().map_err(|e| LoadError::Config {
+            plugin: name.to_string(),
+            message: match e {
+                CallError::Guest(m) => m,
+                CallError::Bad(m) => format!("trapped during init: {m}"),
+                CallError::Wasm(e) => format!("could not instantiate: {}", describe_wasm_error(&e, None)),
+            },
+        })?;
+        let mut stages: Vec<Stage> = info.stages.into_iter().map(bindings::stage_in).collect();
+        stages.sort();
+        stages.dedup();
+        if stages.is_empty() {
+            return Err(contract(&name, "plugin declares no stage"));
+        }
+        for &stage in &stages {
+            let exported = match stage {
+                Stage::Filter => live.filter.is_some(),
+                Stage::Score => live.score.is_some(),
+                Stage::SelectDevices => live.select_devices.is_some(),
+                Stage::Preempt => live.preempt.is_some(),
+                Stage::FairShare => live.fair_share.is_some(),
+            };
+            if !exported {
+                return Err(contract(&name, format!("declares stage {stage} but does not export its interface")));
+            }
+            if stage != Stage::FairShare && live.mirror.is_none() {
+                return Err(contract(
+                    &name,
+                    format!("stage {stage} needs the mirror interface, which is not exported"),
+                ));
+            }
+        }
+
+        let metrics = Arc::new(PluginMetrics::default());
+        metrics.instance_created();
+        let mut pool: Vec<Mutex<Option<Live>>> = (0..rt.config.workers).map(|_| Mutex::new(None)).collect();
+        *pool[0].get_mut().unwrap_or_else(|e| e.into_inner()) = Some(live);
+        tracing::info!(plugin = %name, stages = ?stages, sdk = %info.sdk_version, "plugin loaded");
+        Ok(WasmPlugin {
+            blueprint,
+            stages,
+            sdk_version: info.sdk_version,
+            digest: sha256_hex(wasm),
+            pool,
+            breaker: Mutex::new(Breaker::default()),
+            metrics,
+            observer: rt.observer.clone(),
+        })
+    }
+
+    /// The SDK (or bindings) version the component reported.
+    pub fn sdk_version(&self) -> &str {
+        &self.sdk_version
+    }
+
+    /// Hex sha256 of the component bytes.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// Counters and latency histograms.
+    pub fn metrics(&self) -> &Arc<PluginMetrics> {
+        &self.metrics
+    }
+
+    /// How it is run.
+    pub fn config(&self) -> &PluginConfig {
+        &self.blueprint.config
+    }
+
+    fn fault(&self, stage: Stage, kind: FaultKind, message: impl Into<String>) -> PluginFault {
+        let mut message = message.into();
+        if message.len() > MAX_FAULT_MESSAGE {
+            let mut cut = MAX_FAULT_MESSAGE;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+            message.push('…');
+        }
+        let fault = PluginFault::new(&self.blueprint.name, stage, kind, message);
+        self.metrics.fault(&fault);
+        if let Some(observer) = &self.observer {
+            observer(&fault);
+        }
+        tracing::warn!(plugin = %fault.plugin, stage = %stage, kind = kind.as_str(), "{}", fault.message);
+        fault
+    }
+
+    /// Run `f` on the worker's instance under the budgets, with the mirror synced to `nodes` first
+    /// when given. Any failure discards the instance.
+    fn call<R>(
+        &self,
+        worker: usize,
+        stage: Stage,
+        nodes: Option<&NodeTable>,
+        f: impl FnOnce(&Blueprint, &mut Live) -> Result<R, CallError>,
+    ) -> Result<R, PluginFault> {
+        if !self.stages.contains(&stage) {
+            self.metrics.call(stage, None);
+            return Err(self.fault(stage, FaultKind::NotImplemented, format!("plugin does not implement {stage}")));
+        }
+        if !self.breaker.lock().unwrap_or_else(|e| e.into_inner()).allow() {
+            self.metrics.call(stage, None);
+            return Err(self.fault(stage, FaultKind::CircuitOpen, "circuit breaker open after repeated failures"));
+        }
+        let mut slot = self.pool[worker % self.pool.len()].lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_none() {
+            match self.blueprint.instantiate() {
+                Ok((live, _)) => {
+                    self.metrics.instance_created();
+                    *slot = Some(live);
+                }
+                Err(e) => {
+                    self.metrics.call(stage, None);
+                    let message = match e {
+                        CallError::Wasm(e) => describe_wasm_error(&e, None),
+                        CallError::Guest(m) | CallError::Bad(m) => m,
+                    };
+                    self.breaker.lock().unwrap_or_else(|e| e.into_inner()).failure(&self.blueprint.config.breaker);
+                    return Err(self.fault(stage, FaultKind::Instantiate, message));
+                }
+            }
+        }
+        let Some(live) = slot.as_mut() else { unreachable!("instance was just created") };
+        live.store.data_mut().begin_call();
+        let started = Instant::now();
+        let result = match nodes {
+            Some(nodes) => self.sync(live, nodes).and_then(|()| f(&self.blueprint, live)),
+            None => f(&self.blueprint, live),
+        };
+        let elapsed = started.elapsed();
+        self.metrics.call(stage, Some(elapsed));
+        match result {
+            Ok(r) => {
+                self.breaker.lock().unwrap_or_else(|e| e.into_inner()).success();
+                Ok(r)
+            }
+            Err(e) => {
+                let host = live.store.data();
+                let (kind, message) = match e {
+                    CallError::Guest(m) => (FaultKind::GuestError, m),
+                    CallError::Bad(m) => (FaultKind::BadOutput, m),
+                    CallError::Wasm(e) => classify(&e, host.limiter.hit, host.last_error.as_deref(), elapsed),
+                };
+                // Never reuse an instance that failed: its state is suspect.
+                *slot = None;
+                drop(slot);
+                self.metrics.instance_discarded();
+                self.breaker.lock().unwrap_or_else(|e| e.into_inner()).failure(&self.blueprint.config.breaker);
+                Err(self.fault(stage, kind, message))
+            }
+        }
+    }
+
+    /// Bring the instance's mirror up to `nodes`.
+    fn sync(&self, live: &mut Live, nodes: &NodeTable) -> Result<(), CallError> {
+        let bp = &self.blueprint;
+        let changes = match live.synced {
+            Some((id, generation)) => nodes.changes_since(id, generation),
+            None => Changes::Full,
+        };
+        let generation = nodes.generation();
+        let Some(mirror) = live.mirror.as_ref() else {
+            return Err(CallError::Bad("mirror interface missing".into()));
+        };
+        let upsert =
+            |live_store: &mut Store<HostState>, slots: &mut dyn Iterator<Item = Slot>| -> Result<(), CallError> {
+                let batch: Vec<(u32, bindings::wasmsched::policy::types::Node)> =
+                    slots.filter_map(|s| nodes.get(s).map(|n| (s, bindings::node(n)))).collect();
+                if !batch.is_empty() {
+                    bp.arm(live_store, 10);
+                    mirror.call_upsert(&mut *live_store, generation, &batch)?;
+                }
+                Ok(())
+            };
+        match changes {
+            Changes::UpToDate => {}
+            Changes::Delta { upserted, removed } => {
+                if !removed.is_empty() {
+                    bp.arm(&mut live.store, 1);
+                    mirror.call_remove(&mut live.store, generation, &removed)?;
+                }
+                for chunk in upserted.chunks(SYNC_CHUNK) {
+                    upsert(&mut live.store, &mut chunk.iter().copied())?;
+                }
+            }
+            Changes::Full => {
+                bp.arm(&mut live.store, 1);
+                mirror.call_reset(&mut live.store, generation, nodes.slot_count())?;
+                let slots: Vec<Slot> = nodes.slots().collect();
+                for chunk in slots.chunks(SYNC_CHUNK) {
+                    upsert(&mut live.store, &mut chunk.iter().copied())?;
+                }
+            }
+        }
+        live.synced = Some((nodes.id(), generation));
+        Ok(())
+    }
+}
+
+/// Turn a wasmtime error into a fault kind and message.
+fn classify(e: &wasmtime::Error, memory_hit: bool, last_error: Option<&str>, elapsed: Duration) -> (FaultKind, String) {
+    match e.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => (FaultKind::Deadline, format!("deadline exceeded after {elapsed:?}")),
+        Some(Trap::OutOfFuel) => (FaultKind::Fuel, "fuel exhausted".into()),
+        _ if memory_hit => (FaultKind::Memory, format!("memory limit reached: {}", describe_wasm_error(e, last_error))),
+        _ => (FaultKind::Trap, describe_wasm_error(e, last_error)),
+    }
+}
+
+fn describe_wasm_error(e: &wasmtime::Error, last_error: Option<&str>) -> String {
+    let first = match e.downcast_ref::<Trap>() {
+        Some(trap) => trap.to_string(),
+        None => format!("{e}"),
+    };
+    match last_error {
+        Some(msg) => format!("{first} ({msg})"),
+        None => first,
+    }
+}
+
+impl PolicyPlugin for WasmPlugin {
+    fn name(&self) -> &str {
+        &self.blueprint.name
+    }
+
+    fn stages(&self) -> &[Stage] {
+        &self.stages
+    }
+
+    fn failure_policy(&self) -> FailurePolicy {
+        self.blueprint.config.failure
+    }
+
+    fn filter(&self, ctx: CallContext<'_>, task: &Task, candidates: &[Slot]) -> Result<FilterBatch, PluginFault> {
+        let wit_task = bindings::task(task);
+        self.call(ctx.worker, Stage::Filter, Some(ctx.nodes), |bp, live| {
+            let f = live.filter.as_ref().ok_or_else(|| CallError::Bad("filter export missing".into()))?;
+            bp.arm(&mut live.store, 1);
+            let r = f.call_filter(&mut live.store, &wit_task, candidates)?.map_err(CallError::Guest)?;
+            let batch =
+                FilterBatch { codes: r.codes, reasons: r.reasons.into_iter().map(bindings::rejection_in).collect() };
+            validate::filter(&batch, candidates.len()).map_err(CallError::Bad)?;
+            Ok(batch)
+        })
+    }
+
+    fn score(&self, ctx: CallContext<'_>, task: &Task, candidates: &[Slot]) -> Result<Vec<u32>, PluginFault> {
+        let wit_task = bindings::task(task);
+        self.call(ctx.worker, Stage::Score, Some(ctx.nodes), |bp, live| {
+            let s = live.score.as_ref().ok_or_else(|| CallError::Bad("score export missing".into()))?;
+            bp.arm(&mut live.store, 1);
+            let scores = s.call_score(&mut live.store, &wit_task, candidates)?.map_err(CallError::Guest)?;
+            validate::scores(&scores, candidates.len()).map_err(CallError::Bad)?;
+            Ok(scores)
+        })
+    }
+
+    fn select_devices(
+        &self,
+        ctx: CallContext<'_>,
+        task: &Task,
+        node: Slot,
+    ) -> Result<Result<Vec<DeviceShare>, Rejection>, PluginFault> {
+        let wit_task = bindings::task(task);
+        let target = ctx.nodes.get(node);
+        self.call(ctx.worker, Stage::SelectDevices, Some(ctx.nodes), |bp, live| {
+            let d =
+                live.select_devices.as_ref().ok_or_else(|| CallError::Bad("select-devices export missing".into()))?;
+            bp.arm(&mut live.store, 1);
+            let r = d.call_select_devices(&mut live.store, &wit_task, node)?.map_err(CallError::Guest)?;
+            Ok(match r {
+                Ok(shares) => {
+                    let shares: Vec<DeviceShare> =
+                        shares.into_iter().map(|s| DeviceShare { gpu: s.gpu, milli: s.milli }).collect();
+                    let target = target.ok_or_else(|| CallError::Bad(format!("node slot {node} is empty")))?;
+                    validate::devices(&shares, task, target).map_err(CallError::Bad)?;
+                    Ok(shares)
+                }
+                Err(r) => Err(bindings::rejection_in(r)),
+            })
+        })
+    }
+
+    fn select_victims(
+        &self,
+        ctx: CallContext<'_>,
+        preemptor: &Task,
+        candidates: &[PreemptCandidate],
+    ) -> Result<Option<Preemption>, PluginFault> {
+        let wit_task = bindings::task(preemptor);
+        let wit_candidates: Vec<_> = candidates.iter().map(bindings::candidate).collect();
+        self.call(ctx.worker, Stage::Preempt, Some(ctx.nodes), |bp, live| {
+            let p = live.preempt.as_ref().ok_or_else(|| CallError::Bad("preempt export missing".into()))?;
+            bp.arm(&mut live.store, 1);
+            let r = p.call_select_victims(&mut live.store, &wit_task, &wit_candidates)?.map_err(CallError::Guest)?;
+            let plan = r.map(|p| Preemption { candidate: p.candidate, victims: p.victims });
+            if let Some(plan) = &plan {
+                validate::preemption(plan, candidates).map_err(CallError::Bad)?;
+            }
+            Ok(plan)
+        })
+    }
+
+    fn fair_share(
+        &self,
+        worker: usize,
+        queues: &[QueueState],
+        cluster: &Resources,
+    ) -> Result<ShareDecision, PluginFault> {
+        let wit_queues: Vec<_> = queues.iter().map(bindings::queue).collect();
+        let wit_cluster = bindings::resources(cluster);
+        self.call(worker, Stage::FairShare, None, |bp, live| {
+            let fs = live.fair_share.as_ref().ok_or_else(|| CallError::Bad("fair-share export missing".into()))?;
+            bp.arm(&mut live.store, 1);
+            let d = fs.call_compute(&mut live.store, &wit_queues, &wit_cluster)?.map_err(CallError::Guest)?;
+            let d = ShareDecision {
+                deserved: d.deserved.into_iter().map(bindings::resources_in).collect(),
+                order: d.order,
+            };
+            validate::share(&d, queues.len()).map_err(CallError::Bad)?;
+            Ok(d)
+        })
+    }
+}

@@ -1,0 +1,146 @@
+//! Seeded generators of clusters and tasks, shared by the simulator, tests and benchmarks (so that
+//! property tests and fuzz targets can reuse them, as wasmtime keeps its generators apart).
+
+use wasmsched_api::{
+    GPU_MILLI, GpuDevice, GpuHealth, GpuRequest, Node, Resources, Taint, TaintEffect, Task, Toleration,
+    TolerationOperator,
+};
+use wasmsched_core::NodeTable;
+
+/// A small deterministic PRNG (SplitMix64): same seed, same cluster, on every machine.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// Seeded generator.
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
+    /// True with probability `p` percent.
+    pub fn percent(&mut self, p: u64) -> bool {
+        self.below(100) < p
+    }
+
+    /// One of `items`.
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len() as u64) as usize]
+    }
+}
+
+const MODELS: [&str; 5] = ["V100M16", "V100M32", "P100", "T4", "A10"];
+
+/// A random GPU node: 0, 1, 2, 4 or 8 GPUs, partly allocated, sometimes tainted, labelled with a
+/// zone and its model.
+pub fn node(rng: &mut Rng, name: String) -> Node {
+    let gpu_count = *rng.pick(&[0u32, 1, 2, 4, 8, 8]);
+    let model = rng.pick(&MODELS).to_string();
+    let gpus: Vec<GpuDevice> = (0..gpu_count)
+        .map(|index| {
+            let free_milli = *rng.pick(&[GPU_MILLI, GPU_MILLI, GPU_MILLI, 0, 500, 250, 900]);
+            GpuDevice {
+                index,
+                model: model.clone(),
+                memory_bytes: 32 << 30,
+                free_milli,
+                free_memory_bytes: (32u64 << 30) * u64::from(free_milli) / u64::from(GPU_MILLI),
+                health: if rng.percent(3) { GpuHealth::Unhealthy } else { GpuHealth::Healthy },
+                numa_node: Some(index / 4),
+            }
+        })
+        .collect();
+    let cpu = *rng.pick(&[32_000u64, 64_000, 96_000, 128_000]);
+    let mem = *rng.pick(&[128u64 << 30, 256 << 30, 512 << 30]);
+    let allocated_gpu: u64 = gpus.iter().map(|g| u64::from(GPU_MILLI - g.free_milli)).sum();
+    let mut taints = Vec::new();
+    if rng.percent(10) {
+        taints.push(Taint { key: "gpu".into(), value: "reserved".into(), effect: TaintEffect::NoSchedule });
+    }
+    if rng.percent(5) {
+        taints.push(Taint { key: "maintenance".into(), value: String::new(), effect: TaintEffect::PreferNoSchedule });
+    }
+    let mut labels = vec![("gpu-model".to_string(), model), ("zone".to_string(), format!("zone-{}", rng.below(3)))];
+    labels.sort();
+    Node {
+        name,
+        labels,
+        taints,
+        allocatable: Resources {
+            cpu_milli: cpu,
+            memory_bytes: mem,
+            gpu_milli: u64::from(gpu_count * GPU_MILLI),
+            extended: vec![("rdma/hca".into(), rng.below(3))],
+        },
+        allocated: Resources {
+            cpu_milli: rng.below(cpu + 1),
+            memory_bytes: rng.below(mem + 1),
+            gpu_milli: allocated_gpu,
+            extended: vec![],
+        },
+        gpus,
+        unschedulable: rng.percent(2),
+    }
+}
+
+/// A table of `n` random nodes.
+pub fn cluster(rng: &mut Rng, n: usize) -> NodeTable {
+    let mut t = NodeTable::new();
+    for i in 0..n {
+        t.upsert(node(rng, format!("node-{i:05}")));
+    }
+    t
+}
+
+/// A random task: CPU-only, a GPU share, or 1–8 whole GPUs, sometimes with a model list, a
+/// selector, a toleration or an extended resource.
+pub fn task(rng: &mut Rng, id: String) -> Task {
+    let gpu = match rng.below(4) {
+        0 => GpuRequest::default(),
+        1 => GpuRequest { count: 1, milli_per_gpu: *rng.pick(&[100u32, 250, 500, 800]), ..Default::default() },
+        _ => GpuRequest { count: *rng.pick(&[1u32, 2, 4, 8]), milli_per_gpu: GPU_MILLI, ..Default::default() },
+    };
+    let mut gpu = gpu;
+    if gpu.count > 0 && rng.percent(30) {
+        gpu.models = vec![rng.pick(&MODELS).to_string()];
+    }
+    if gpu.count > 0 && rng.percent(20) {
+        gpu.memory_bytes_per_gpu = 16 << 30;
+    }
+    let mut t = Task {
+        id,
+        namespace: "default".into(),
+        queue: "default".into(),
+        request: Resources {
+            cpu_milli: *rng.pick(&[500u64, 4000, 16_000, 64_000]),
+            memory_bytes: *rng.pick(&[1u64 << 30, 16 << 30, 128 << 30]),
+            ..Default::default()
+        },
+        gpu,
+        ..Default::default()
+    };
+    if rng.percent(15) {
+        t.node_selector = vec![("zone".into(), format!("zone-{}", rng.below(3)))];
+    }
+    if rng.percent(30) {
+        t.tolerations =
+            vec![Toleration { key: "gpu".into(), operator: TolerationOperator::Exists, ..Default::default() }];
+    }
+    if rng.percent(10) {
+        t.request.extended = vec![("rdma/hca".into(), 1)];
+    }
+    t
+}

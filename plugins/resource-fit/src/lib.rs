@@ -1,0 +1,176 @@
+//! `resource-fit`: the reference filter. A node fits a task when it is schedulable, matches the
+//! task's node selector, every `NoSchedule`/`NoExecute` taint is tolerated, and it has the CPU,
+//! memory, extended resources and GPUs (count, per-device share, device memory, model, health)
+//! that the task requests.
+//!
+//! Selector, taint and GPU-model mismatches are *unresolvable* (preemption cannot change labels or
+//! hardware); shortages are plain *unfit*.
+//!
+//! Configuration (JSON, all optional): `{"ignore_gpu_memory": false}`.
+
+use serde::Deserialize;
+use wasmsched_sdk::prelude::*;
+
+/// The resource-fit filter.
+#[derive(Debug, Default)]
+pub struct ResourceFit {
+    config: Config,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    /// Do not check per-device memory (for clusters whose traces carry no GPU memory).
+    #[serde(default)]
+    ignore_gpu_memory: bool,
+}
+
+impl Plugin for ResourceFit {
+    const NAME: &'static str = "resource-fit";
+
+    fn new(config: &str) -> Result<Self, String> {
+        let config = if config.trim().is_empty() {
+            Config::default()
+        } else {
+            serde_json::from_str(config).map_err(|e| format!("invalid resource-fit configuration: {e}"))?
+        };
+        Ok(ResourceFit { config })
+    }
+}
+
+impl Filter for ResourceFit {
+    fn filter(&mut self, task: &Task, node: &Node) -> Verdict {
+        if node.unschedulable {
+            return Verdict::unresolvable("node is cordoned");
+        }
+        for (key, value) in &task.node_selector {
+            if node.label(key) != Some(value.as_str()) {
+                return Verdict::unresolvable(format!("node selector {key}={value} does not match"));
+            }
+        }
+        for taint in &node.taints {
+            if taint.effect != TaintEffect::PreferNoSchedule && !task.tolerations.iter().any(|t| t.tolerates(taint)) {
+                return Verdict::unresolvable(format!(
+                    "untolerated taint {}={}:{:?}",
+                    taint.key, taint.value, taint.effect
+                ));
+            }
+        }
+        if node.free_cpu_milli() < task.request.cpu_milli {
+            return Verdict::unfit("insufficient cpu");
+        }
+        if node.free_memory_bytes() < task.request.memory_bytes {
+            return Verdict::unfit("insufficient memory");
+        }
+        for (name, want) in &task.request.extended {
+            let free = node.allocatable.extended(name).saturating_sub(node.allocated.extended(name));
+            if free < *want {
+                return Verdict::unfit(format!("insufficient {name}"));
+            }
+        }
+        self.gpu_verdict(&task.gpu, node)
+    }
+}
+
+impl ResourceFit {
+    fn gpu_verdict(&self, req: &GpuRequest, node: &Node) -> Verdict {
+        if req.count == 0 {
+            return Verdict::Fit;
+        }
+        if node.gpus.is_empty() {
+            return Verdict::unresolvable("node has no GPU");
+        }
+        if !node.gpus.iter().any(|g| req.allows_model(&g.model)) {
+            return Verdict::unresolvable("no GPU of an allowed model");
+        }
+        let mut need = req.clone();
+        if self.config.ignore_gpu_memory {
+            need.memory_bytes_per_gpu = 0;
+        }
+        let usable = node.gpus.iter().filter(|g| need.fits_device(g)).count();
+        if usable >= req.count as usize {
+            Verdict::Fit
+        } else if req.milli_per_gpu < GPU_MILLI {
+            Verdict::unfit("insufficient GPU share")
+        } else {
+            Verdict::unfit("insufficient free GPUs")
+        }
+    }
+}
+
+wasmsched_sdk::export_plugin!(ResourceFit: filter);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(index: u32, free_milli: u32, model: &str) -> GpuDevice {
+        GpuDevice {
+            index,
+            model: model.into(),
+            free_milli,
+            memory_bytes: 32 << 30,
+            free_memory_bytes: 32 << 30,
+            ..Default::default()
+        }
+    }
+
+    fn node() -> Node {
+        Node {
+            name: "n".into(),
+            allocatable: Resources { cpu_milli: 8000, memory_bytes: 64 << 30, gpu_milli: 2000, extended: vec![] },
+            gpus: vec![gpu(0, 1000, "V100"), gpu(1, 300, "V100")],
+            ..Default::default()
+        }
+    }
+
+    fn task(count: u32, milli: u32) -> Task {
+        Task {
+            request: Resources { cpu_milli: 1000, ..Default::default() },
+            gpu: GpuRequest { count, milli_per_gpu: milli, ..Default::default() },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn gpu_share_and_count() {
+        let mut f = ResourceFit::default();
+        assert!(f.filter(&task(1, 1000), &node()).fits());
+        assert_eq!(f.filter(&task(2, 1000), &node()), Verdict::unfit("insufficient free GPUs"));
+        assert!(f.filter(&task(2, 300), &node()).fits());
+        let mut n = node();
+        n.gpus[0].free_milli = 200;
+        assert_eq!(f.filter(&task(1, 500), &n), Verdict::unfit("insufficient GPU share"));
+    }
+
+    #[test]
+    fn selector_taint_model_are_unresolvable() {
+        let mut f = ResourceFit::default();
+        let mut t = task(1, 1000);
+        t.gpu.models = vec!["A100".into()];
+        assert_eq!(f.filter(&t, &node()), Verdict::unresolvable("no GPU of an allowed model"));
+        let mut t = task(0, 0);
+        t.node_selector = vec![("zone".into(), "a".into())];
+        assert!(matches!(f.filter(&t, &node()), Verdict::Unresolvable(_)));
+        let mut n = node();
+        n.taints.push(Taint { key: "gpu".into(), value: "reserved".into(), effect: TaintEffect::NoSchedule });
+        assert!(matches!(f.filter(&task(0, 0), &n), Verdict::Unresolvable(_)));
+        let mut t = task(0, 0);
+        t.tolerations.push(Toleration {
+            key: "gpu".into(),
+            operator: TolerationOperator::Exists,
+            ..Default::default()
+        });
+        assert!(f.filter(&t, &n).fits());
+    }
+
+    #[test]
+    fn cpu_memory_and_bad_config() {
+        let mut f = ResourceFit::default();
+        let mut t = task(0, 0);
+        t.request.cpu_milli = 9000;
+        assert_eq!(f.filter(&t, &node()), Verdict::unfit("insufficient cpu"));
+        assert!(ResourceFit::new("{\"nope\": 1}").unwrap_err().contains("unknown field"));
+        assert!(ResourceFit::new("").is_ok());
+    }
+}

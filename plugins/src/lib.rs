@@ -1,0 +1,43 @@
+//! The built-in policies as WebAssembly components, embedded in the binary so that a fresh checkout
+//! runs without a separate plugin build.
+//!
+//! Each is built from the crate of the same name under `plugins/` by `build.rs`. The same crates
+//! linked natively are the host's benchmark baseline and differential oracle.
+
+/// A built-in component and the configuration it is registered with.
+#[derive(Clone, Copy, Debug)]
+pub struct BuiltIn {
+    /// Registered name.
+    pub name: &'static str,
+    /// The component binary.
+    pub wasm: &'static [u8],
+    /// Default configuration.
+    pub config: &'static str,
+}
+
+/// `resource-fit` filter: CPU, memory, extended resources, GPU count/share/memory/model, node
+/// selector, taints.
+pub const RESOURCE_FIT: BuiltIn =
+    BuiltIn { name: "resource-fit", wasm: include_bytes!(concat!(env!("OUT_DIR"), "/resource-fit.wasm")), config: "" };
+
+/// `least-allocated` score (spread): `allocation-score` with `strategy: least`.
+pub const LEAST_ALLOCATED: BuiltIn = BuiltIn {
+    name: "least-allocated",
+    wasm: include_bytes!(concat!(env!("OUT_DIR"), "/allocation-score.wasm")),
+    config: r#"{"strategy":"least"}"#,
+};
+
+/// `most-allocated` score (bin-packing): `allocation-score` with `strategy: most`.
+pub const MOST_ALLOCATED: BuiltIn = BuiltIn {
+    name: "most-allocated",
+    wasm: include_bytes!(concat!(env!("OUT_DIR"), "/allocation-score.wasm")),
+    config: r#"{"strategy":"most"}"#,
+};
+
+/// Every built-in, by name.
+pub const ALL: [BuiltIn; 3] = [RESOURCE_FIT, LEAST_ALLOCATED, MOST_ALLOCATED];
+
+/// A built-in by name.
+pub fn by_name(name: &str) -> Option<BuiltIn> {
+    ALL.into_iter().find(|b| b.name == name)
+}

@@ -1,0 +1,92 @@
+//! Batch entry points shared by the guest SDK and the host's native runner, so that a policy run
+//! natively and the same policy run as a component answer through identical code.
+
+use crate::model::{Node, Rejection, Task};
+use crate::stages::{Filter, Score, Verdict};
+
+/// Filter verdicts for a batch of nodes, compactly: `codes[i]` = 0 means node `i` fits, `k > 0`
+/// means it does not for `reasons[k - 1]`. Mirrors `wasmsched:policy/filter.filter-result`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FilterBatch {
+    /// One code per node.
+    pub codes: Vec<u16>,
+    /// Distinct rejections.
+    pub reasons: Vec<Rejection>,
+}
+
+/// The most distinct reasons one batch carries; further distinct reasons share the last entry, so
+/// a plugin that formats a unique string per node cannot blow up the result.
+pub const MAX_BATCH_REASONS: usize = 256;
+
+const OVERFLOW_REASON: &str = "rejected (too many distinct reasons in one batch)";
+
+impl FilterBatch {
+    /// Append one verdict.
+    pub fn push(&mut self, verdict: Verdict) {
+        let rejection = match verdict {
+            Verdict::Fit => {
+                self.codes.push(0);
+                return;
+            }
+            Verdict::Unfit(reason) => Rejection { reason, unresolvable: false },
+            Verdict::Unresolvable(reason) => Rejection { reason, unresolvable: true },
+        };
+        let at = match self.reasons.iter().position(|r| *r == rejection) {
+            Some(at) => at,
+            None if self.reasons.len() < MAX_BATCH_REASONS - 1 => {
+                self.reasons.push(rejection);
+                self.reasons.len() - 1
+            }
+            None => {
+                if self.reasons.len() < MAX_BATCH_REASONS {
+                    self.reasons.push(Rejection { reason: OVERFLOW_REASON.into(), unresolvable: false });
+                }
+                MAX_BATCH_REASONS - 1
+            }
+        };
+        // `at` < MAX_BATCH_REASONS (256), so it always fits a u16.
+        self.codes.push(at as u16 + 1);
+    }
+}
+
+/// Run `filter` over `nodes` in order.
+pub fn filter_batch<'a>(
+    filter: &mut dyn Filter,
+    task: &Task,
+    nodes: impl IntoIterator<Item = &'a Node>,
+) -> FilterBatch {
+    let mut batch = FilterBatch::default();
+    for node in nodes {
+        batch.push(filter.filter(task, node));
+    }
+    batch
+}
+
+/// Run `score` over `nodes` in order, then the plugin's normalisation over the batch.
+pub fn score_batch<'a>(score: &mut dyn Score, task: &Task, nodes: impl IntoIterator<Item = &'a Node>) -> Vec<u32> {
+    let mut scores: Vec<u32> = nodes.into_iter().map(|n| score.score(task, n)).collect();
+    score.normalize(task, &mut scores);
+    scores
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_are_interned_and_capped() {
+        let mut b = FilterBatch::default();
+        b.push(Verdict::Fit);
+        b.push(Verdict::unfit("cpu"));
+        b.push(Verdict::unfit("cpu"));
+        b.push(Verdict::unresolvable("cpu"));
+        assert_eq!(b.codes, vec![0, 1, 1, 2]);
+        assert_eq!(b.reasons.len(), 2);
+        for i in 0..1000 {
+            b.push(Verdict::unfit(format!("unique {i}")));
+        }
+        assert_eq!(b.reasons.len(), MAX_BATCH_REASONS);
+        assert_eq!(*b.codes.last().unwrap() as usize, MAX_BATCH_REASONS);
+        assert_eq!(b.reasons.last().unwrap().reason, OVERFLOW_REASON);
+    }
+}

@@ -1,0 +1,49 @@
+//! The wasmsched policy API: the types and stage traits a scheduling policy is written against.
+//!
+//! This crate is the plain-Rust face of the WIT contract in `wit/policy.wit`. The same types are
+//! used on both sides of the Wasm boundary:
+//!
+//! - plugin authors implement [`Filter`], [`Score`], [`SelectDevices`], [`Preempt`] or [`FairShare`]
+//!   (each optional) on a type that implements [`Plugin`], and export it with the SDK's
+//!   `export_plugin!` macro;
+//! - the host runs the very same implementation natively (benchmark baseline, differential oracle)
+//!   or as a component, and cannot tell the two apart by their answers.
+//!
+//! It has no dependencies so that it compiles quickly for `wasm32-wasip2` and stays a pure data
+//! model: no I/O, no clock, no randomness.
+//!
+//! # Core concepts
+//! - [`Task`] and [`Node`]: what is placed and where. Quantities use base units: CPU in
+//!   milli-cores, memory in bytes, GPUs in milli-GPUs ([`GPU_MILLI`] = one device).
+//! - [`Verdict`]: a filter's answer for one node. A verdict is data, not an error; plugin faults are
+//!   reported separately as `Err(String)` from the batch entry points.
+//! - [`Score`]: a bounded node score, `0..=`[`MAX_SCORE`].
+//!
+//! # Example
+//! ```
+//! use wasmsched_api::*;
+//!
+//! struct NeedsGpu;
+//! impl Plugin for NeedsGpu {
+//!     const NAME: &'static str = "needs-gpu";
+//!     fn new(_config: &str) -> Result<Self, String> { Ok(NeedsGpu) }
+//! }
+//! impl Filter for NeedsGpu {
+//!     fn filter(&mut self, _task: &Task, node: &Node) -> Verdict {
+//!         if node.gpus.is_empty() { Verdict::unresolvable("node has no GPU") } else { Verdict::Fit }
+//!     }
+//! }
+//! let node = Node { name: "n0".into(), ..Node::default() };
+//! assert!(!NeedsGpu.filter(&Task::default(), &node).fits());
+//! ```
+
+pub mod batch;
+mod model;
+mod stages;
+
+pub use model::*;
+pub use stages::*;
+
+/// Version of the WIT package this API mirrors. The host refuses components built against an
+/// incompatible major (for 0.x: minor) version.
+pub const CONTRACT_VERSION: &str = "0.1.0";

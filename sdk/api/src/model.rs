@@ -1,0 +1,353 @@
+//! The data model: plain structs mirroring `wasmsched:policy/types`.
+
+/// Milli-GPUs in one whole device.
+pub const GPU_MILLI: u32 = 1000;
+
+/// An amount of schedulable resources, in base units.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Resources {
+    /// CPU in milli-cores.
+    pub cpu_milli: u64,
+    /// Memory in bytes.
+    pub memory_bytes: u64,
+    /// GPU capacity in milli-GPUs (queues and fair share; per-device state is in [`GpuDevice`]).
+    pub gpu_milli: u64,
+    /// Extended resources, sorted by name, each name at most once.
+    pub extended: Vec<(String, u64)>,
+}
+
+impl Resources {
+    /// The quantity of an extended resource, 0 when absent.
+    pub fn extended(&self, name: &str) -> u64 {
+        self.extended.binary_search_by(|(n, _)| n.as_str().cmp(name)).map_or(0, |i| self.extended[i].1)
+    }
+}
+
+/// Health of a GPU device as reported by the node agent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum GpuHealth {
+    /// Usable.
+    #[default]
+    Healthy,
+    /// Usable but reported problems (e.g. correctable errors); policies may avoid it.
+    Degraded,
+    /// Must not receive new work.
+    Unhealthy,
+}
+
+/// One GPU device on a node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct GpuDevice {
+    /// Index of the device on its node.
+    pub index: u32,
+    /// Model name.
+    pub model: String,
+    /// Device memory in bytes.
+    pub memory_bytes: u64,
+    /// Unallocated share in milli-GPUs ([`GPU_MILLI`] = entirely free).
+    pub free_milli: u32,
+    /// Unallocated device memory in bytes.
+    pub free_memory_bytes: u64,
+    /// Health.
+    pub health: GpuHealth,
+    /// NUMA node, if known.
+    pub numa_node: Option<u32>,
+}
+
+impl GpuDevice {
+    /// Healthy and entirely free.
+    pub fn is_idle(&self) -> bool {
+        self.health != GpuHealth::Unhealthy && self.free_milli == GPU_MILLI
+    }
+}
+
+/// Taint effects, as in Kubernetes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum TaintEffect {
+    /// New tasks without a matching toleration are not placed.
+    #[default]
+    NoSchedule,
+    /// A soft version of `NoSchedule`: scores may avoid the node.
+    PreferNoSchedule,
+    /// Like `NoSchedule`, and running tasks are evicted (by the host, not by policies).
+    NoExecute,
+}
+
+/// A node taint.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Taint {
+    /// Key.
+    pub key: String,
+    /// Value (may be empty).
+    pub value: String,
+    /// Effect.
+    pub effect: TaintEffect,
+}
+
+/// A node as policies see it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Node {
+    /// Unique name.
+    pub name: String,
+    /// Labels, sorted by key.
+    pub labels: Vec<(String, String)>,
+    /// Taints.
+    pub taints: Vec<Taint>,
+    /// What the node offers in total.
+    pub allocatable: Resources,
+    /// What bound and reserved tasks request.
+    pub allocated: Resources,
+    /// GPU devices, by index.
+    pub gpus: Vec<GpuDevice>,
+    /// Cordoned.
+    pub unschedulable: bool,
+}
+
+impl Node {
+    /// A label's value.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    /// Unallocated CPU in milli-cores (0 when over-committed).
+    pub fn free_cpu_milli(&self) -> u64 {
+        self.allocatable.cpu_milli.saturating_sub(self.allocated.cpu_milli)
+    }
+
+    /// Unallocated memory in bytes (0 when over-committed).
+    pub fn free_memory_bytes(&self) -> u64 {
+        self.allocatable.memory_bytes.saturating_sub(self.allocated.memory_bytes)
+    }
+
+    /// Total unallocated GPU share over healthy devices, in milli-GPUs.
+    pub fn free_gpu_milli(&self) -> u64 {
+        self.gpus.iter().filter(|g| g.health != GpuHealth::Unhealthy).map(|g| u64::from(g.free_milli)).sum()
+    }
+}
+
+/// Toleration operators.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum TolerationOperator {
+    /// Key and value must match.
+    #[default]
+    Equal,
+    /// Key must match (an empty key matches every taint).
+    Exists,
+}
+
+/// A toleration of taints.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Toleration {
+    /// Key; empty with [`TolerationOperator::Exists`] tolerates everything.
+    pub key: String,
+    /// Operator.
+    pub operator: TolerationOperator,
+    /// Value for [`TolerationOperator::Equal`].
+    pub value: String,
+    /// Effect; `None` tolerates every effect.
+    pub effect: Option<TaintEffect>,
+}
+
+impl Toleration {
+    /// Whether this toleration tolerates `taint` (Kubernetes semantics).
+    pub fn tolerates(&self, taint: &Taint) -> bool {
+        if self.effect.is_some_and(|e| e != taint.effect) {
+            return false;
+        }
+        match self.operator {
+            TolerationOperator::Exists => self.key.is_empty() || self.key == taint.key,
+            TolerationOperator::Equal => self.key == taint.key && self.value == taint.value,
+        }
+    }
+}
+
+/// Quality-of-service class.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Qos {
+    /// Requests equal limits.
+    Guaranteed,
+    /// Requests below limits.
+    #[default]
+    Burstable,
+    /// No requests.
+    BestEffort,
+}
+
+/// What a task asks of GPUs: `count` whole devices (`milli_per_gpu` = [`GPU_MILLI`]) or one shared
+/// device (`count` = 1, `milli_per_gpu` < [`GPU_MILLI`]). `count` = 0 asks for none.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct GpuRequest {
+    /// Number of devices.
+    pub count: u32,
+    /// Share of each device in milli-GPUs.
+    pub milli_per_gpu: u32,
+    /// Device memory needed on each device (0 = no constraint).
+    pub memory_bytes_per_gpu: u64,
+    /// Allowed models; empty allows any.
+    pub models: Vec<String>,
+}
+
+impl GpuRequest {
+    /// Total milli-GPUs requested.
+    pub fn total_milli(&self) -> u64 {
+        u64::from(self.count) * u64::from(self.milli_per_gpu)
+    }
+
+    /// Whether `model` is allowed.
+    pub fn allows_model(&self, model: &str) -> bool {
+        self.models.is_empty() || self.models.iter().any(|m| m == model)
+    }
+
+    /// Whether `gpu` could host one share of this request (model, health, share and memory).
+    pub fn fits_device(&self, gpu: &GpuDevice) -> bool {
+        gpu.health != GpuHealth::Unhealthy
+            && gpu.free_milli >= self.milli_per_gpu
+            && gpu.free_memory_bytes >= self.memory_bytes_per_gpu
+            && self.allows_model(&gpu.model)
+    }
+}
+
+/// One schedulable unit: a pod, or a member of a gang.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Task {
+    /// Unique id.
+    pub id: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Pod group, if any.
+    pub group: Option<String>,
+    /// Queue.
+    pub queue: String,
+    /// Priority (higher is more important).
+    pub priority: i32,
+    /// QoS class.
+    pub qos: Qos,
+    /// CPU, memory and extended resources (GPUs are in [`Task::gpu`]).
+    pub request: Resources,
+    /// GPU request.
+    pub gpu: GpuRequest,
+    /// Required node labels.
+    pub node_selector: Vec<(String, String)>,
+    /// Tolerations.
+    pub tolerations: Vec<Toleration>,
+}
+
+/// Why a node cannot take a task.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Rejection {
+    /// Human-readable reason, aggregated across nodes in explanations.
+    pub reason: String,
+    /// Preemption cannot help (e.g. a selector mismatch).
+    pub unresolvable: bool,
+}
+
+/// The stages a plugin may implement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Stage {
+    /// Which nodes can run a task.
+    Filter,
+    /// Rank feasible nodes.
+    Score,
+    /// Choose victims for a task that does not fit.
+    Preempt,
+    /// Deserved shares and queue order.
+    FairShare,
+    /// Choose GPUs on the chosen node.
+    SelectDevices,
+}
+
+impl Stage {
+    /// Every stage, in pipeline order.
+    pub const ALL: [Stage; 5] = [Stage::Filter, Stage::Score, Stage::SelectDevices, Stage::Preempt, Stage::FairShare];
+
+    /// The stage's name as in the WIT contract.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Filter => "filter",
+            Stage::Score => "score",
+            Stage::Preempt => "preempt",
+            Stage::FairShare => "fair-share",
+            Stage::SelectDevices => "select-devices",
+        }
+    }
+}
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A share of one GPU given to a task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DeviceShare {
+    /// [`GpuDevice::index`].
+    pub gpu: u32,
+    /// Milli-GPUs taken.
+    pub milli: u32,
+}
+
+/// A running task that may be preempted.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Victim {
+    /// The task.
+    pub task: Task,
+    /// Seconds since it started.
+    pub running_seconds: u64,
+    /// Members of its group running now.
+    pub group_running: u32,
+    /// Its group's min-member (1 for a lone task).
+    pub group_min_member: u32,
+    /// It can save a checkpoint when asked.
+    pub checkpointable: bool,
+}
+
+/// A node where preemption could make room, with the victims the host allows.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PreemptCandidate {
+    /// Mirror slot of the node.
+    pub node: u32,
+    /// Preemptible tasks on it, lowest priority first.
+    pub victims: Vec<Victim>,
+}
+
+/// A preemption plan.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Preemption {
+    /// Index into the candidate list.
+    pub candidate: u32,
+    /// Indexes into that candidate's victims.
+    pub victims: Vec<u32>,
+}
+
+/// A queue as fair-share policies see it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct QueueState {
+    /// Name.
+    pub name: String,
+    /// Index of the parent in the list; `None` for a root.
+    pub parent: Option<u32>,
+    /// Weight among siblings.
+    pub weight: u32,
+    /// Always deserved, never reclaimed.
+    pub guarantee: Resources,
+    /// Upper bound, `None` for unbounded.
+    pub capability: Option<Resources>,
+    /// Allocated now.
+    pub allocated: Resources,
+    /// Allocated plus pending.
+    pub request: Resources,
+    /// Past usage in GPU-milli-seconds, decayed by the host's half-life.
+    pub decayed_usage: f64,
+    /// Others may reclaim what it borrowed.
+    pub reclaimable: bool,
+}
+
+/// The result of a fair-share computation.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShareDecision {
+    /// Deserved share per queue, in input order.
+    pub deserved: Vec<Resources>,
+    /// Queue indexes in serving order.
+    pub order: Vec<u32>,
+}

@@ -1,0 +1,182 @@
+//! The stage traits plugin authors implement. Every stage is optional; a plugin implements
+//! [`Plugin`] plus the stages it needs.
+
+use crate::model::*;
+
+/// The highest score a plugin may give a node; the lowest is 0 (kube-scheduler's range).
+pub const MAX_SCORE: u32 = 100;
+
+/// A plugin's identity and configuration.
+pub trait Plugin: Sized + 'static {
+    /// Name used in logs, metrics and errors.
+    const NAME: &'static str;
+
+    /// Build the plugin from its configuration text (JSON by convention; empty when none was
+    /// given). An error rejects the configuration: the plugin is not loaded.
+    fn new(config: &str) -> Result<Self, String>;
+}
+
+/// A filter's answer for one node. Verdicts are data: a node that does not fit is not an error.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Verdict {
+    /// The node can run the task.
+    Fit,
+    /// It cannot; preemption on this node may help.
+    Unfit(String),
+    /// It cannot, and preemption cannot help (kube-scheduler's UnschedulableAndUnresolvable).
+    Unresolvable(String),
+}
+
+impl Verdict {
+    /// A rejection that preemption may resolve.
+    pub fn unfit(reason: impl Into<String>) -> Self {
+        Verdict::Unfit(reason.into())
+    }
+
+    /// A rejection that preemption cannot resolve.
+    pub fn unresolvable(reason: impl Into<String>) -> Self {
+        Verdict::Unresolvable(reason.into())
+    }
+
+    /// Whether the node fits.
+    pub fn fits(&self) -> bool {
+        matches!(self, Verdict::Fit)
+    }
+
+    /// The rejection, if any.
+    pub fn rejection(&self) -> Option<Rejection> {
+        match self {
+            Verdict::Fit => None,
+            Verdict::Unfit(r) => Some(Rejection { reason: r.clone(), unresolvable: false }),
+            Verdict::Unresolvable(r) => Some(Rejection { reason: r.clone(), unresolvable: true }),
+        }
+    }
+}
+
+/// Filter stage: which nodes can run a task.
+pub trait Filter {
+    /// The verdict for one node.
+    fn filter(&mut self, task: &Task, node: &Node) -> Verdict;
+}
+
+/// Score stage: rank feasible nodes.
+pub trait Score {
+    /// The raw score of one node.
+    fn score(&mut self, task: &Task, node: &Node) -> u32;
+
+    /// Map the raw scores of one batch into `0..=`[`MAX_SCORE`]. The default keeps them as they
+    /// are, so `score` must already be in range; the host rejects out-of-range results as a fault.
+    fn normalize(&mut self, _task: &Task, _scores: &mut [u32]) {}
+}
+
+/// Device selection: which GPUs the task gets on its chosen node.
+pub trait SelectDevices {
+    /// The GPUs (and share of each) for `task` on `node`, or why none fit.
+    fn select_devices(&mut self, task: &Task, node: &Node) -> Result<Vec<DeviceShare>, Rejection>;
+}
+
+/// Preemption: which running tasks to evict so that `preemptor` fits.
+pub trait Preempt {
+    /// Choose one candidate and its victims; `None` when preemption cannot help. `nodes[i]` is the
+    /// node of `candidates[i]`.
+    fn select_victims(
+        &mut self,
+        preemptor: &Task,
+        candidates: &[PreemptCandidate],
+        nodes: &[&Node],
+    ) -> Option<Preemption>;
+}
+
+/// Fair share: deserved shares of a queue tree and serving order.
+pub trait FairShare {
+    /// Compute shares for `queues` on a cluster of capacity `cluster`.
+    fn compute(&mut self, queues: &[QueueState], cluster: &Resources) -> Result<ShareDecision, String>;
+}
+
+/// The stages a plugin type offers, as trait objects. Implemented by the SDK's `export_plugin!`
+/// macro (and by hand for native use); every accessor defaults to "not implemented".
+pub trait Stages {
+    /// The filter stage.
+    fn as_filter(&mut self) -> Option<&mut dyn Filter> {
+        None
+    }
+    /// The score stage.
+    fn as_score(&mut self) -> Option<&mut dyn Score> {
+        None
+    }
+    /// The device-selection stage.
+    fn as_select_devices(&mut self) -> Option<&mut dyn SelectDevices> {
+        None
+    }
+    /// The preempt stage.
+    fn as_preempt(&mut self) -> Option<&mut dyn Preempt> {
+        None
+    }
+    /// The fair-share stage.
+    fn as_fair_share(&mut self) -> Option<&mut dyn FairShare> {
+        None
+    }
+
+    /// The stages this type implements.
+    fn stages(&mut self) -> Vec<Stage> {
+        let mut out = Vec::new();
+        if self.as_filter().is_some() {
+            out.push(Stage::Filter);
+        }
+        if self.as_score().is_some() {
+            out.push(Stage::Score);
+        }
+        if self.as_select_devices().is_some() {
+            out.push(Stage::SelectDevices);
+        }
+        if self.as_preempt().is_some() {
+            out.push(Stage::Preempt);
+        }
+        if self.as_fair_share().is_some() {
+            out.push(Stage::FairShare);
+        }
+        out
+    }
+}
+
+/// Declare which stages a plugin type implements, generating its [`Stages`] impl:
+/// `declare_stages!(MyPolicy: filter, score);`. The SDK's `export_plugin!` calls this; use it
+/// directly only for plugins that are never compiled to Wasm.
+#[macro_export]
+macro_rules! declare_stages {
+    ($ty:ty : $($stage:ident),+ $(,)?) => {
+        impl $crate::Stages for $ty {
+            $( $crate::__stage_accessor!($stage); )+
+        }
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __stage_accessor {
+    (filter) => {
+        fn as_filter(&mut self) -> Option<&mut dyn $crate::Filter> {
+            Some(self)
+        }
+    };
+    (score) => {
+        fn as_score(&mut self) -> Option<&mut dyn $crate::Score> {
+            Some(self)
+        }
+    };
+    (select_devices) => {
+        fn as_select_devices(&mut self) -> Option<&mut dyn $crate::SelectDevices> {
+            Some(self)
+        }
+    };
+    (preempt) => {
+        fn as_preempt(&mut self) -> Option<&mut dyn $crate::Preempt> {
+            Some(self)
+        }
+    };
+    (fair_share) => {
+        fn as_fair_share(&mut self) -> Option<&mut dyn $crate::FairShare> {
+            Some(self)
+        }
+    };
+}

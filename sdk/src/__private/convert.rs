@@ -1,0 +1,145 @@
+//! Conversions between the generated WIT types and the plain API types. Total: every WIT value
+//! maps to an API value, so the guest never panics on host input.
+
+use super::bindings::wasmsched::policy::types as wit;
+use super::{fair_share, preempt};
+use wasmsched_api as api;
+
+pub(super) fn resources(r: wit::Resources) -> api::Resources {
+    api::Resources {
+        cpu_milli: r.cpu_milli,
+        memory_bytes: r.memory_bytes,
+        gpu_milli: r.gpu_milli,
+        extended: r.extended,
+    }
+}
+
+pub(super) fn resources_out(r: api::Resources) -> wit::Resources {
+    wit::Resources {
+        cpu_milli: r.cpu_milli,
+        memory_bytes: r.memory_bytes,
+        gpu_milli: r.gpu_milli,
+        extended: r.extended,
+    }
+}
+
+fn taint_effect(e: wit::TaintEffect) -> api::TaintEffect {
+    match e {
+        wit::TaintEffect::NoSchedule => api::TaintEffect::NoSchedule,
+        wit::TaintEffect::PreferNoSchedule => api::TaintEffect::PreferNoSchedule,
+        wit::TaintEffect::NoExecute => api::TaintEffect::NoExecute,
+    }
+}
+
+pub(super) fn node(n: wit::Node) -> api::Node {
+    api::Node {
+        name: n.name,
+        labels: n.labels,
+        taints: n
+            .taints
+            .into_iter()
+            .map(|t| api::Taint { key: t.key, value: t.value, effect: taint_effect(t.effect) })
+            .collect(),
+        allocatable: resources(n.allocatable),
+        allocated: resources(n.allocated),
+        gpus: n
+            .gpus
+            .into_iter()
+            .map(|g| api::GpuDevice {
+                index: g.index,
+                model: g.model,
+                memory_bytes: g.memory_bytes,
+                free_milli: g.free_milli,
+                free_memory_bytes: g.free_memory_bytes,
+                health: match g.health {
+                    wit::GpuHealth::Healthy => api::GpuHealth::Healthy,
+                    wit::GpuHealth::Degraded => api::GpuHealth::Degraded,
+                    wit::GpuHealth::Unhealthy => api::GpuHealth::Unhealthy,
+                },
+                numa_node: g.numa_node,
+            })
+            .collect(),
+        unschedulable: n.unschedulable,
+    }
+}
+
+pub(super) fn task(t: wit::Task) -> api::Task {
+    api::Task {
+        id: t.id,
+        namespace: t.namespace,
+        group: t.group,
+        queue: t.queue,
+        priority: t.priority,
+        qos: match t.qos {
+            wit::Qos::Guaranteed => api::Qos::Guaranteed,
+            wit::Qos::Burstable => api::Qos::Burstable,
+            wit::Qos::BestEffort => api::Qos::BestEffort,
+        },
+        request: resources(t.request),
+        gpu: api::GpuRequest {
+            count: t.gpu.count,
+            milli_per_gpu: t.gpu.milli_per_gpu,
+            memory_bytes_per_gpu: t.gpu.memory_bytes_per_gpu,
+            models: t.gpu.models,
+        },
+        node_selector: t.node_selector,
+        tolerations: t
+            .tolerations
+            .into_iter()
+            .map(|t| api::Toleration {
+                key: t.key,
+                operator: match t.operator {
+                    wit::TolerationOperator::Equal => api::TolerationOperator::Equal,
+                    wit::TolerationOperator::Exists => api::TolerationOperator::Exists,
+                },
+                value: t.value,
+                effect: t.effect.map(taint_effect),
+            })
+            .collect(),
+    }
+}
+
+pub(super) fn rejection(r: api::Rejection) -> wit::Rejection {
+    wit::Rejection { reason: r.reason, unresolvable: r.unresolvable }
+}
+
+pub(super) fn stage(s: api::Stage) -> wit::Stage {
+    match s {
+        api::Stage::Filter => wit::Stage::Filter,
+        api::Stage::Score => wit::Stage::Score,
+        api::Stage::Preempt => wit::Stage::Preempt,
+        api::Stage::FairShare => wit::Stage::FairShare,
+        api::Stage::SelectDevices => wit::Stage::SelectDevices,
+    }
+}
+
+pub(super) fn candidate(c: preempt::Candidate) -> api::PreemptCandidate {
+    api::PreemptCandidate {
+        node: c.node,
+        victims: c
+            .victims
+            .into_iter()
+            .map(|v| api::Victim {
+                task: task(v.task),
+                running_seconds: v.running_seconds,
+                group_running: v.group_running,
+                group_min_member: v.group_min_member,
+                checkpointable: v.checkpointable,
+            })
+            .collect(),
+    }
+}
+
+pub(super) fn queue(q: fair_share::QueueState) -> api::QueueState {
+    api::QueueState {
+        name: q.name,
+        parent: q.parent,
+        weight: q.weight,
+        guarantee: resources(q.guarantee),
+        capability: q.capability.map(resources),
+        allocated: resources(q.allocated),
+        request: resources(q.request),
+        decayed_usage: q.decayed_usage,
+        reclaimable: q.reclaimable,
+    }
+}

@@ -1,0 +1,258 @@
+//! Component glue used by `export_plugin!` on Wasm targets. Not public API: the macro is its only
+//! user, and its shape may change with any release.
+
+use std::cell::RefCell;
+
+use wasmsched_api::batch::{filter_batch, score_batch};
+use wasmsched_api::{Node, Plugin, Stages, Task};
+
+mod convert;
+
+/// Bindings generated from `wit/policy.wit` (world `policy`).
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../wit",
+        world: "policy",
+        default_bindings_module: "wasmsched_sdk::__private::bindings",
+        pub_export_macro: true,
+        export_macro_name: "__export_policy",
+    });
+}
+
+pub use bindings::exports::wasmsched::policy::{fair_share, filter, mirror, plugin, preempt, score, select_devices};
+use bindings::wasmsched::policy::{host, types as wit};
+
+/// Everything the guest keeps between calls.
+struct State {
+    plugin: Option<Box<dyn Stages>>,
+    /// The node mirror, by host slot.
+    nodes: Vec<Option<Node>>,
+    generation: u64,
+}
+
+thread_local! {
+    static STATE: RefCell<State> = const { RefCell::new(State { plugin: None, nodes: Vec::new(), generation: 0 }) };
+}
+
+pub(crate) fn log(level: crate::LogLevel, message: &str) {
+    use host::LogLevel as L;
+    let level = match level {
+        crate::LogLevel::Trace => L::Trace,
+        crate::LogLevel::Debug => L::Debug,
+        crate::LogLevel::Info => L::Info,
+        crate::LogLevel::Warn => L::Warn,
+        crate::LogLevel::Error => L::Error,
+    };
+    host::log(level, message);
+}
+
+/// `plugin.init`: build the plugin from its configuration.
+pub fn init<P: Plugin + Stages>(config: String) -> Result<plugin::PluginInfo, String> {
+    // A panic aborts (traps) on wasm32; report its message first so the host can attribute it.
+    std::panic::set_hook(Box::new(|info| host::log(host::LogLevel::Error, &format!("panic: {info}"))));
+    let mut p = P::new(&config)?;
+    let stages = p.stages().into_iter().map(convert::stage).collect();
+    STATE.with_borrow_mut(|s| s.plugin = Some(Box::new(p)));
+    Ok(plugin::PluginInfo { name: P::NAME.to_string(), stages, sdk_version: crate::SDK_VERSION.to_string() })
+}
+
+/// `mirror.reset`.
+pub fn reset(generation: u64, slots: u32) {
+    STATE.with_borrow_mut(|s| {
+        s.nodes.clear();
+        s.nodes.resize_with(slots as usize, || None);
+        s.generation = generation;
+    });
+}
+
+/// `mirror.upsert`.
+pub fn upsert(generation: u64, nodes: Vec<(u32, wit::Node)>) {
+    STATE.with_borrow_mut(|s| {
+        for (slot, node) in nodes {
+            let slot = slot as usize;
+            if slot >= s.nodes.len() {
+                s.nodes.resize_with(slot + 1, || None);
+            }
+            s.nodes[slot] = Some(convert::node(node));
+        }
+        s.generation = generation;
+    });
+}
+
+/// `mirror.remove`.
+pub fn remove(generation: u64, slots: Vec<u32>) {
+    STATE.with_borrow_mut(|s| {
+        for slot in slots {
+            if let Some(entry) = s.nodes.get_mut(slot as usize) {
+                *entry = None;
+            }
+        }
+        s.generation = generation;
+    });
+}
+
+/// Resolve candidate slots, failing on any slot the mirror does not hold.
+fn resolve<'a>(nodes: &'a [Option<Node>], slots: &[u32], generation: u64) -> Result<Vec<&'a Node>, String> {
+    slots
+        .iter()
+        .map(|&slot| {
+            nodes
+                .get(slot as usize)
+                .and_then(Option::as_ref)
+                .ok_or_else(|| format!("node slot {slot} is not in the mirror (generation {generation})"))
+        })
+        .collect()
+}
+
+fn not_implemented(stage: &str) -> String {
+    format!("this plugin does not implement the {stage} stage")
+}
+
+fn with_plugin<R>(f: impl FnOnce(&mut dyn Stages, &[Option<Node>], u64) -> Result<R, String>) -> Result<R, String> {
+    STATE.with_borrow_mut(|s| {
+        let State { plugin, nodes, generation } = s;
+        let plugin = plugin.as_deref_mut().ok_or("plugin called before init")?;
+        f(plugin, nodes, *generation)
+    })
+}
+
+/// `filter.filter`.
+pub fn filter(task: wit::Task, candidates: Vec<u32>) -> Result<filter::FilterResult, String> {
+    let task: Task = convert::task(task);
+    with_plugin(|p, nodes, generation| {
+        let f = p.as_filter().ok_or_else(|| not_implemented("filter"))?;
+        let batch = filter_batch(f, &task, resolve(nodes, &candidates, generation)?);
+        Ok(filter::FilterResult {
+            codes: batch.codes,
+            reasons: batch.reasons.into_iter().map(convert::rejection).collect(),
+        })
+    })
+}
+
+/// `score.score`.
+pub fn score(task: wit::Task, candidates: Vec<u32>) -> Result<Vec<u32>, String> {
+    let task: Task = convert::task(task);
+    with_plugin(|p, nodes, generation| {
+        let s = p.as_score().ok_or_else(|| not_implemented("score"))?;
+        Ok(score_batch(s, &task, resolve(nodes, &candidates, generation)?))
+    })
+}
+
+/// `select-devices.select-devices`.
+pub fn select_devices(
+    task: wit::Task,
+    node: u32,
+) -> Result<Result<Vec<select_devices::DeviceShare>, wit::Rejection>, String> {
+    let task: Task = convert::task(task);
+    with_plugin(|p, nodes, generation| {
+        let d = p.as_select_devices().ok_or_else(|| not_implemented("select-devices"))?;
+        let node = resolve(nodes, &[node], generation)?[0];
+        Ok(match d.select_devices(&task, node) {
+            Ok(shares) => {
+                Ok(shares.into_iter().map(|s| select_devices::DeviceShare { gpu: s.gpu, milli: s.milli }).collect())
+            }
+            Err(r) => Err(convert::rejection(r)),
+        })
+    })
+}
+
+/// `preempt.select-victims`.
+pub fn select_victims(
+    preemptor: wit::Task,
+    candidates: Vec<preempt::Candidate>,
+) -> Result<Option<preempt::Preemption>, String> {
+    let preemptor = convert::task(preemptor);
+    let candidates: Vec<_> = candidates.into_iter().map(convert::candidate).collect();
+    with_plugin(|p, nodes, generation| {
+        let pr = p.as_preempt().ok_or_else(|| not_implemented("preempt"))?;
+        let slots: Vec<u32> = candidates.iter().map(|c| c.node).collect();
+        let nodes = resolve(nodes, &slots, generation)?;
+        Ok(pr
+            .select_victims(&preemptor, &candidates, &nodes)
+            .map(|x| preempt::Preemption { candidate: x.candidate, victims: x.victims }))
+    })
+}
+
+/// `fair-share.compute`.
+pub fn compute(
+    queues: Vec<fair_share::QueueState>,
+    cluster: wit::Resources,
+) -> Result<fair_share::ShareDecision, String> {
+    let queues: Vec<_> = queues.into_iter().map(convert::queue).collect();
+    let cluster = convert::resources(cluster);
+    with_plugin(|p, _, _| {
+        let fs = p.as_fair_share().ok_or_else(|| not_implemented("fair-share"))?;
+        let d = fs.compute(&queues, &cluster)?;
+        Ok(fair_share::ShareDecision {
+            deserved: d.deserved.into_iter().map(convert::resources_out).collect(),
+            order: d.order,
+        })
+    })
+}
+
+/// Implements the generated guest traits for the macro's local type by delegating to the functions
+/// above, then exports it.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_component {
+    ($ty:ty) => {
+        const _: () = {
+            use $crate::__private as __p;
+            struct __WasmschedComponent;
+            impl __p::plugin::Guest for __WasmschedComponent {
+                fn init(config: String) -> Result<__p::plugin::PluginInfo, String> {
+                    __p::init::<$ty>(config)
+                }
+            }
+            impl __p::mirror::Guest for __WasmschedComponent {
+                fn reset(generation: u64, slots: u32) {
+                    __p::reset(generation, slots)
+                }
+                fn upsert(generation: u64, nodes: Vec<(u32, __p::bindings::wasmsched::policy::types::Node)>) {
+                    __p::upsert(generation, nodes)
+                }
+                fn remove(generation: u64, slots: Vec<u32>) {
+                    __p::remove(generation, slots)
+                }
+            }
+            impl __p::filter::Guest for __WasmschedComponent {
+                fn filter(
+                    task: __p::bindings::wasmsched::policy::types::Task,
+                    candidates: Vec<u32>,
+                ) -> Result<__p::filter::FilterResult, String> {
+                    __p::filter(task, candidates)
+                }
+            }
+            impl __p::score::Guest for __WasmschedComponent {
+                fn score(task: __p::bindings::wasmsched::policy::types::Task, candidates: Vec<u32>) -> Result<Vec<u32>, String> {
+                    __p::score(task, candidates)
+                }
+            }
+            impl __p::select_devices::Guest for __WasmschedComponent {
+                fn select_devices(
+                    task: __p::bindings::wasmsched::policy::types::Task,
+                    node: u32,
+                ) -> Result<Result<Vec<__p::select_devices::DeviceShare>, __p::bindings::wasmsched::policy::types::Rejection>, String> {
+                    __p::select_devices(task, node)
+                }
+            }
+            impl __p::preempt::Guest for __WasmschedComponent {
+                fn select_victims(
+                    preemptor: __p::bindings::wasmsched::policy::types::Task,
+                    candidates: Vec<__p::preempt::Candidate>,
+                ) -> Result<Option<__p::preempt::Preemption>, String> {
+                    __p::select_victims(preemptor, candidates)
+                }
+            }
+            impl __p::fair_share::Guest for __WasmschedComponent {
+                fn compute(
+                    queues: Vec<__p::fair_share::QueueState>,
+                    cluster: __p::bindings::wasmsched::policy::types::Resources,
+                ) -> Result<__p::fair_share::ShareDecision, String> {
+                    __p::compute(queues, cluster)
+                }
+            }
+            $crate::__private::bindings::__export_policy!(__WasmschedComponent with_types_in $crate::__private::bindings);
+        };
+    };
+}

@@ -1,0 +1,125 @@
+//! The reference policies give identical verdicts, scores and placements natively and as
+//! components, on randomised clusters that change between calls (exercising the mirror deltas).
+
+use std::sync::Arc;
+
+use wasmsched_core::{CallContext, NativePlugin, NodeTable, PolicyPlugin, PolicySet, bind, place};
+use wasmsched_plugin_allocation_score::AllocationScore;
+use wasmsched_plugin_resource_fit::ResourceFit;
+use wasmsched_runtime::{PluginConfig, Runtime, RuntimeConfig};
+use wasmsched_sim::generate::{self, Rng};
+
+struct Pair {
+    native: Arc<dyn PolicyPlugin>,
+    wasm: Arc<dyn PolicyPlugin>,
+}
+
+fn pairs(rt: &Runtime) -> Vec<Pair> {
+    wasmsched_plugins::ALL
+        .iter()
+        .map(|b| {
+            let wasm: Arc<dyn PolicyPlugin> =
+                Arc::new(rt.load(b.wasm, PluginConfig::new(b.name).with_config(b.config)).unwrap());
+            let native: Arc<dyn PolicyPlugin> = if b.name == "resource-fit" {
+                Arc::new(NativePlugin::<ResourceFit>::new(b.config, 2).unwrap())
+            } else {
+                Arc::new(NativePlugin::<AllocationScore>::new(b.config, 2).unwrap().named(b.name))
+            };
+            Pair { native, wasm }
+        })
+        .collect()
+}
+
+/// Random edits: change allocations, cordon, remove and add nodes.
+fn churn(rng: &mut Rng, table: &mut NodeTable, round: usize) {
+    let slots: Vec<u32> = table.slots().collect();
+    for _ in 0..rng.below(20) {
+        let s = *rng.pick(&slots);
+        if table.get(s).is_none() {
+            continue;
+        }
+        match rng.below(4) {
+            0 => {
+                table.update(s, |n| n.allocated.cpu_milli = rng.below(n.allocatable.cpu_milli + 1));
+            }
+            1 => {
+                table.update(s, |n| n.unschedulable = !n.unschedulable);
+            }
+            2 => {
+                let name = table.get(s).unwrap().name.clone();
+                table.remove(&name);
+            }
+            _ => {
+                table.update(s, |n| {
+                    if let Some(g) = n.gpus.first_mut() {
+                        g.free_milli = 0;
+                    }
+                });
+            }
+        }
+    }
+    for i in 0..rng.below(5) {
+        table.upsert(generate::node(rng, format!("added-{round}-{i}")));
+    }
+}
+
+#[test]
+fn native_and_wasm_agree_on_random_clusters() {
+    let rt = Runtime::new(RuntimeConfig { workers: 2, ..Default::default() }).unwrap();
+    let pairs = pairs(&rt);
+    let mut compared = 0;
+    for seed in 0..6u64 {
+        let mut rng = Rng::new(seed);
+        let mut table = generate::cluster(&mut rng, 400);
+        for round in 0..25 {
+            let task = generate::task(&mut rng, format!("t-{seed}-{round}"));
+            let worker = round % 2;
+            let ctx = CallContext { worker, nodes: &table };
+            let slots: Vec<u32> = table.slots().collect();
+            for pair in &pairs {
+                if pair.native.stages().contains(&wasmsched_api::Stage::Filter) {
+                    let a = pair.native.filter(ctx, &task, &slots).unwrap();
+                    let b = pair.wasm.filter(ctx, &task, &slots).unwrap();
+                    assert_eq!(a, b, "{} filter differs (seed {seed}, round {round})", pair.wasm.name());
+                } else {
+                    let a = pair.native.score(ctx, &task, &slots).unwrap();
+                    let b = pair.wasm.score(ctx, &task, &slots).unwrap();
+                    assert_eq!(a, b, "{} score differs (seed {seed}, round {round})", pair.wasm.name());
+                }
+                compared += slots.len();
+            }
+            churn(&mut rng, &mut table, round);
+        }
+    }
+    assert!(compared > 20_000, "compared {compared} node verdicts");
+}
+
+#[test]
+fn native_and_wasm_place_the_same_tasks_on_the_same_nodes() {
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let pairs = pairs(&rt);
+    let set = |pick: fn(&Pair) -> Arc<dyn PolicyPlugin>| {
+        PolicySet::builder().filter(pick(&pairs[0])).score(pick(&pairs[1]), 1).score(pick(&pairs[2]), 2).build()
+    };
+    let (native, wasm) = (set(|p| p.native.clone()), set(|p| p.wasm.clone()));
+    let mut rng = Rng::new(42);
+    let mut table = generate::cluster(&mut rng, 300);
+    let (mut placed, mut refused) = (0, 0);
+    for i in 0..300 {
+        let task = generate::task(&mut rng, format!("t{i}"));
+        let a = place(&native, &table, &task, 0);
+        let b = place(&wasm, &table, &task, 0);
+        assert_eq!(a, b, "task {i}");
+        match a {
+            Ok(p) => {
+                table.update(p.node, |n| bind(n, &task, &p.devices)).unwrap().expect("placement must be bindable");
+                placed += 1;
+            }
+            Err(e) => {
+                assert!(e.diagnosis.candidates > 0 && !e.diagnosis.rejections.is_empty(), "{e}");
+                refused += 1;
+            }
+        }
+    }
+    assert!(placed > 100 && refused > 0, "placed {placed}, refused {refused}");
+}

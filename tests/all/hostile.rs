@@ -1,0 +1,187 @@
+//! Hostile plugins never crash or stall the host: each failure ends within the deadline plus a
+//! small slack, names the plugin and stage, replaces the instance, and is recorded.
+
+use std::time::{Duration, Instant};
+
+use wasmsched_api::{Node, Stage, Task};
+use wasmsched_core::{CallContext, FaultKind, NodeTable, PolicyPlugin};
+use wasmsched_runtime::{PluginConfig, RuntimeConfig};
+use wasmsched_tests::fixtures;
+
+use crate::{hostile, runtime_with_faults};
+
+fn nodes(n: usize) -> NodeTable {
+    let mut t = NodeTable::new();
+    for i in 0..n {
+        t.upsert(Node { name: format!("n{i}"), ..Default::default() });
+    }
+    t
+}
+
+fn task(id: &str) -> Task {
+    Task { id: id.into(), ..Default::default() }
+}
+
+/// Slack over the deadline: one epoch tick plus scheduling noise on a loaded 2-core machine.
+const SLACK: Duration = Duration::from_millis(50);
+
+/// Run the evil task through `stage`, assert the fault, then assert a benign call succeeds on a
+/// fresh instance.
+fn assert_contained(mode: &str, stage: Stage, kind: FaultKind, message_part: &str) {
+    assert_contained_within(mode, stage, kind, message_part, Duration::from_millis(10));
+}
+
+/// As [`assert_contained`] with another deadline: faults that are not about time get a generous
+/// one, so the budget under test (memory, stack, output checks) is what stops the call.
+fn assert_contained_within(mode: &str, stage: Stage, kind: FaultKind, message_part: &str, deadline: Duration) {
+    let (rt, seen) = runtime_with_faults(RuntimeConfig::default());
+    let plugin = rt
+        .load(
+            &fixtures::read(fixtures::HOSTILE),
+            PluginConfig::new(format!("hostile-{mode}")).with_config(mode).with_deadline(deadline),
+        )
+        .unwrap();
+    let table = nodes(4);
+    let ctx = CallContext { worker: 0, nodes: &table };
+    let slots: Vec<u32> = table.slots().collect();
+    let call = |t: &Task| match stage {
+        Stage::Filter => plugin.filter(ctx, t, &slots).map(|_| ()),
+        Stage::Score => plugin.score(ctx, t, &slots).map(|_| ()),
+        _ => unreachable!(),
+    };
+
+    let started = Instant::now();
+    let fault = call(&task("evil-1")).expect_err("hostile call must fault");
+    let elapsed = started.elapsed();
+    assert!(elapsed < plugin.config().deadline + SLACK, "{mode}: took {elapsed:?}");
+    assert_eq!(fault.kind, kind, "{mode}: {fault}");
+    assert_eq!(fault.plugin, format!("hostile-{mode}"));
+    assert_eq!(fault.stage, stage);
+    assert!(fault.message.contains(message_part), "{mode}: message {:?} lacks {message_part:?}", fault.message);
+    assert!(fault.to_string().contains(&format!("hostile-{mode}")) && fault.to_string().contains(stage.as_str()));
+
+    let m = plugin.metrics();
+    assert_eq!(m.faults(kind), 1);
+    assert_eq!(m.instances_discarded(), 1);
+    assert_eq!(seen.lock().unwrap().len(), 1, "observer saw the fault");
+
+    call(&task("benign")).expect("a fresh instance serves the next call");
+    assert_eq!(m.instances_created(), 2, "the failed instance was replaced");
+    assert_eq!(m.stage(stage).calls, 2);
+}
+
+#[test]
+fn infinite_loop_hits_the_deadline() {
+    assert_contained("loop", Stage::Filter, FaultKind::Deadline, "deadline exceeded");
+}
+
+#[test]
+fn memory_bomb_hits_the_cap() {
+    assert_contained_within("memory", Stage::Filter, FaultKind::Memory, "memory limit", Duration::from_secs(2));
+}
+
+#[test]
+fn deep_recursion_traps() {
+    // Rust keeps large frames on a shadow stack in linear memory: overflowing it is an
+    // out-of-bounds access; overflowing the native wasm stack is a stack-overflow trap.
+    assert_contained_within("recurse", Stage::Filter, FaultKind::Trap, "wasm trap", Duration::from_secs(2));
+}
+
+#[test]
+fn panic_traps_with_its_message() {
+    assert_contained("panic", Stage::Filter, FaultKind::Trap, "hostile plugin panics on evil-1");
+}
+
+#[test]
+fn huge_reason_is_bad_output() {
+    assert_contained_within(
+        "huge-reason",
+        Stage::Filter,
+        FaultKind::BadOutput,
+        "rejection reason of 8388608 bytes",
+        Duration::from_secs(2),
+    );
+}
+
+#[test]
+fn out_of_range_score_is_bad_output() {
+    assert_contained("score-out-of-range", Stage::Score, FaultKind::BadOutput, "out of range");
+}
+
+#[test]
+fn log_spam_is_bounded_and_harmless() {
+    let (rt, seen) = runtime_with_faults(RuntimeConfig::default());
+    let plugin = hostile(&rt, "log-spam");
+    let table = nodes(1);
+    let batch =
+        plugin.filter(CallContext { worker: 0, nodes: &table }, &task("evil"), &[0]).expect("logs are not faults");
+    assert_eq!(batch.codes, vec![0]);
+    assert!(seen.lock().unwrap().is_empty());
+}
+
+#[test]
+fn guest_error_is_a_fault_with_its_message() {
+    let (rt, _) = runtime_with_faults(RuntimeConfig::default());
+    let plugin = hostile(&rt, "guest-error");
+    let fault = plugin.fair_share(0, &[Default::default()], &Default::default()).unwrap_err();
+    assert_eq!((fault.kind, fault.stage), (FaultKind::GuestError, Stage::FairShare));
+    assert!(fault.message.contains("refuses"));
+}
+
+#[test]
+fn fuel_bounds_loops_deterministically() {
+    let (rt, _) = runtime_with_faults(RuntimeConfig { deterministic: true, ..Default::default() });
+    let plugin = rt
+        .load(
+            &fixtures::read(fixtures::HOSTILE),
+            PluginConfig::new("hostile-fuel")
+                .with_config("loop")
+                .with_fuel(5_000_000)
+                .with_deadline(Duration::from_secs(30)),
+        )
+        .unwrap();
+    let table = nodes(2);
+    let ctx = CallContext { worker: 0, nodes: &table };
+    let fault = plugin.filter(ctx, &task("evil"), &[0, 1]).unwrap_err();
+    assert_eq!(fault.kind, FaultKind::Fuel);
+    // The benign path is unaffected.
+    assert_eq!(plugin.filter(ctx, &task("ok"), &[0, 1]).unwrap().codes, vec![0, 0]);
+}
+
+#[test]
+fn memory_cap_is_per_plugin() {
+    let (rt, _) = runtime_with_faults(RuntimeConfig::default());
+    let small = rt
+        .load(
+            &fixtures::read(fixtures::HOSTILE),
+            PluginConfig::new("small").with_config("memory").with_memory_limit(8 << 20),
+        )
+        .unwrap();
+    let table = nodes(1);
+    let started = Instant::now();
+    let fault = small.filter(CallContext { worker: 0, nodes: &table }, &task("evil"), &[0]).unwrap_err();
+    assert_eq!(fault.kind, FaultKind::Memory);
+    assert!(started.elapsed() < small.config().deadline + SLACK);
+}
+
+#[test]
+fn instances_are_per_worker_and_failures_stay_local() {
+    let (rt, _) = runtime_with_faults(RuntimeConfig { workers: 2, ..Default::default() });
+    let plugin = hostile(&rt, "panic");
+    let table = nodes(3);
+    let slots: Vec<u32> = table.slots().collect();
+    std::thread::scope(|s| {
+        for worker in 0..2 {
+            let plugin = &plugin;
+            let table = &table;
+            let slots = &slots;
+            s.spawn(move || {
+                for i in 0..50 {
+                    let r = plugin.filter(CallContext { worker, nodes: table }, &task(&format!("t{i}")), slots);
+                    assert_eq!(r.unwrap().codes, vec![0, 0, 0]);
+                }
+            });
+        }
+    });
+    assert_eq!(plugin.metrics().instances_created(), 2, "one instance per worker, none replaced");
+}

@@ -1,0 +1,27 @@
+//! Cross-crate tests, one binary (one link step), one module per feature.
+
+mod contract;
+mod differential;
+mod hostile;
+mod runtime;
+
+use std::sync::{Arc, Mutex};
+
+use wasmsched_core::PluginFault;
+use wasmsched_runtime::{PluginConfig, Runtime, RuntimeConfig, WasmPlugin};
+use wasmsched_tests::fixtures;
+
+/// A runtime whose fault observer records into the returned list.
+pub fn runtime_with_faults(config: RuntimeConfig) -> (Runtime, Arc<Mutex<Vec<PluginFault>>>) {
+    let mut rt = Runtime::new(config).expect("runtime");
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    rt.set_fault_observer(Arc::new(move |f: &PluginFault| sink.lock().unwrap().push(f.clone())));
+    (rt, seen)
+}
+
+/// Load the hostile fixture in `mode`.
+pub fn hostile(rt: &Runtime, mode: &str) -> WasmPlugin {
+    rt.load(&fixtures::read(fixtures::HOSTILE), PluginConfig::new(format!("hostile-{mode}")).with_config(mode))
+        .unwrap_or_else(|e| panic!("load hostile {mode}: {e}"))
+}

@@ -1,0 +1,150 @@
+//! Runtime mechanics: garbage from raw bindings, failure policies, circuit breaker, artifact cache.
+
+use std::sync::Arc;
+
+use wasmsched_api::{GpuDevice, GpuRequest, Node, Resources, Stage, Task};
+use wasmsched_core::{CallContext, FailurePolicy, FaultKind, NodeTable, PolicyPlugin, PolicySet, place};
+use wasmsched_runtime::{BreakerConfig, PluginConfig, Runtime, RuntimeConfig};
+use wasmsched_tests::fixtures;
+
+fn gpu_nodes(n: usize) -> NodeTable {
+    let mut t = NodeTable::new();
+    for i in 0..n {
+        t.upsert(Node {
+            name: format!("n{i}"),
+            allocatable: Resources { cpu_milli: 8000, memory_bytes: 1 << 36, gpu_milli: 1000, extended: vec![] },
+            gpus: vec![GpuDevice { index: 0, free_milli: 1000, ..Default::default() }],
+            ..Default::default()
+        });
+    }
+    t
+}
+
+fn gpu_task(id: &str) -> Task {
+    Task {
+        id: id.into(),
+        gpu: GpuRequest { count: 1, milli_per_gpu: 1000, ..Default::default() },
+        ..Default::default()
+    }
+}
+
+#[test]
+fn garbage_from_raw_bindings_is_bad_output() {
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let table = gpu_nodes(4);
+    let ctx = CallContext { worker: 0, nodes: &table };
+    let slots: Vec<u32> = table.slots().collect();
+    for (mode, stage, needle) in [
+        ("short", Stage::Filter, "2 verdicts for 4 candidates"),
+        ("bad-code", Stage::Filter, "verdict code 7"),
+        ("any", Stage::Score, "7 scores for 4 candidates"),
+        ("any", Stage::SelectDevices, "GPU 99 does not exist"),
+    ] {
+        let p = rt.load(&fixtures::read(fixtures::RAW_GARBAGE), PluginConfig::new("raw").with_config(mode)).unwrap();
+        assert_eq!(p.sdk_version(), "raw-bindings");
+        let fault = match stage {
+            Stage::Filter => p.filter(ctx, &gpu_task("t"), &slots).map(|_| ()).unwrap_err(),
+            Stage::Score => p.score(ctx, &gpu_task("t"), &slots).map(|_| ()).unwrap_err(),
+            _ => p.select_devices(ctx, &gpu_task("t"), 0).map(|_| ()).unwrap_err(),
+        };
+        assert_eq!(fault.kind, FaultKind::BadOutput, "{mode}: {fault}");
+        assert!(fault.message.contains(needle), "{mode}: {}", fault.message);
+        assert_eq!(p.metrics().instances_discarded(), 1);
+    }
+}
+
+#[test]
+fn not_implemented_stage_is_a_fault_not_a_crash() {
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let fit = rt.load(wasmsched_plugins::RESOURCE_FIT.wasm, PluginConfig::new("resource-fit")).unwrap();
+    let table = gpu_nodes(1);
+    let f = fit.score(CallContext { worker: 0, nodes: &table }, &gpu_task("t"), &[0]).unwrap_err();
+    assert_eq!(f.kind, FaultKind::NotImplemented);
+}
+
+#[test]
+fn fail_closed_blocks_the_task_and_fail_open_skips_the_plugin() {
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let table = gpu_nodes(3);
+    let load = |failure| {
+        Arc::new(
+            rt.load(
+                &fixtures::read(fixtures::HOSTILE),
+                PluginConfig::new("hostile-panic").with_config("panic").with_failure_policy(failure),
+            )
+            .unwrap(),
+        )
+    };
+    let closed = PolicySet::builder().filter(load(FailurePolicy::FailClosed)).build();
+    let err = place(&closed, &table, &gpu_task("evil"), 0).unwrap_err();
+    assert_eq!(err.diagnosis.faults.len(), 1);
+    assert!(err.to_string().contains("hostile-panic"), "{err}");
+
+    let open = PolicySet::builder().filter(load(FailurePolicy::FailOpen)).build();
+    let placed = place(&open, &table, &gpu_task("evil"), 0).expect("fail-open skips the plugin");
+    assert_eq!(placed.skipped_faults.len(), 1);
+    assert_eq!(placed.node, 0, "ties go to the lowest slot");
+}
+
+#[test]
+fn circuit_breaker_opens_after_repeated_failures_and_recovers() {
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let p = rt
+        .load(
+            &fixtures::read(fixtures::HOSTILE),
+            PluginConfig::new("flaky")
+                .with_config("panic")
+                .with_breaker(BreakerConfig { threshold: 3, cooldown_calls: 4 }),
+        )
+        .unwrap();
+    let table = gpu_nodes(1);
+    let ctx = CallContext { worker: 0, nodes: &table };
+    for _ in 0..3 {
+        assert_eq!(p.filter(ctx, &gpu_task("evil"), &[0]).unwrap_err().kind, FaultKind::Trap);
+    }
+    for _ in 0..4 {
+        assert_eq!(p.filter(ctx, &gpu_task("fine"), &[0]).unwrap_err().kind, FaultKind::CircuitOpen);
+    }
+    assert!(p.filter(ctx, &gpu_task("fine"), &[0]).is_ok(), "half-open trial succeeds and closes");
+    assert_eq!(p.metrics().faults(FaultKind::CircuitOpen), 4);
+}
+
+#[test]
+fn compiled_artifacts_are_cached_on_disk_and_verified() {
+    let dir = std::env::temp_dir().join(format!("wasmsched-cache-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let cfg = RuntimeConfig { cache_dir: Some(dir.clone()), ..Default::default() };
+    let wasm = wasmsched_plugins::RESOURCE_FIT.wasm;
+    Runtime::new(cfg.clone()).unwrap().load(wasm, PluginConfig::new("fit")).unwrap();
+    let artifact = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "cwasm"))
+        .expect("artifact written");
+    // A second runtime loads from disk; a corrupted artifact is detected and rebuilt.
+    Runtime::new(cfg.clone()).unwrap().load(wasm, PluginConfig::new("fit")).unwrap();
+    let mut bytes = std::fs::read(&artifact).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&artifact, &bytes).unwrap();
+    let p = Runtime::new(cfg).unwrap().load(wasm, PluginConfig::new("fit")).expect("rebuilt after corruption");
+    let table = gpu_nodes(1);
+    assert_eq!(p.filter(CallContext { worker: 0, nodes: &table }, &gpu_task("t"), &[0]).unwrap().codes, vec![0]);
+    assert_ne!(std::fs::read(&artifact).unwrap(), bytes, "the corrupt artifact was replaced");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn zero_workers_is_a_configuration_error() {
+    let e = Runtime::new(RuntimeConfig { workers: 0, ..Default::default() }).err().expect("refused");
+    assert!(e.to_string().contains("workers"), "{e}");
+}
+
+#[test]
+fn plugins_see_no_environment_files_or_clock() {
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let p = rt.load(&fixtures::read(fixtures::HOSTILE), PluginConfig::new("probe").with_config("probe")).unwrap();
+    let table = gpu_nodes(1);
+    let batch = p.filter(CallContext { worker: 0, nodes: &table }, &gpu_task("evil"), &[0]).unwrap();
+    assert_eq!(batch.reasons[0].reason, "env=0 args=0 file=false dir=false clock=0s tcp=false");
+}

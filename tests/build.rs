@@ -1,0 +1,28 @@
+//! Compiles the guest fixtures (hostile ones included) and the tutorial plugin to components, and
+//! writes their paths into `fixtures.rs`.
+
+use std::fmt::Write;
+
+fn main() {
+    let mut consts = String::new();
+    for (package, wasm) in wasmsched_guest_build::build(&[
+        "wasmsched-fixture-hostile",
+        "wasmsched-fixture-raw-garbage",
+        "wasmsched-fixture-wrong-contract",
+        "wasmsched-example-gpu-model-affinity",
+    ]) {
+        let name = package
+            .trim_start_matches("wasmsched-fixture-")
+            .trim_start_matches("wasmsched-example-")
+            .replace('-', "_")
+            .to_uppercase();
+        writeln!(
+            consts,
+            "/// Component built from `{package}`.\npub const {name}: &str = {:?};",
+            wasm.display().to_string()
+        )
+        .unwrap();
+    }
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR").unwrap());
+    std::fs::write(out.join("fixtures.rs"), consts).unwrap();
+}

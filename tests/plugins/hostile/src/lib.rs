@@ -1,0 +1,115 @@
+//! A plugin that misbehaves on purpose. Its configuration names the misbehaviour; it only
+//! misbehaves for tasks whose id starts with `evil`, so tests can watch the host recover.
+//!
+//! Modes: `ok`, `probe` (reports what of the outside world it can see), `loop`, `memory`, `recurse`, `panic`, `huge-reason`, `score-out-of-range`,
+//! `guest-error`, `log-spam`, `init-panic`. Anything else is a rejected configuration.
+
+use wasmsched_sdk::prelude::*;
+
+/// The hostile plugin.
+pub struct Hostile {
+    mode: String,
+}
+
+impl Plugin for Hostile {
+    const NAME: &'static str = "hostile";
+
+    fn new(config: &str) -> Result<Self, String> {
+        let mode = config.trim().to_string();
+        match mode.as_str() {
+            "ok" | "probe" | "loop" | "memory" | "recurse" | "panic" | "huge-reason" | "score-out-of-range"
+            | "log-spam" | "guest-error" => Ok(Hostile { mode }),
+            "init-panic" => panic!("hostile plugin panics during init"),
+            other => Err(format!("unknown hostile mode {other:?}")),
+        }
+    }
+}
+
+#[inline(never)]
+#[allow(unconditional_recursion)]
+fn recurse(depth: u64) -> u64 {
+    // The frame array and the opaque call result keep LLVM from turning this into a loop.
+    let frame = std::hint::black_box([depth; 32]);
+    let below = std::hint::black_box(recurse(depth + 1));
+    below ^ frame[(depth % 32) as usize]
+}
+
+impl Hostile {
+    fn misbehave(&self, task: &Task) -> Option<Verdict> {
+        if !task.id.starts_with("evil") {
+            return None;
+        }
+        match self.mode.as_str() {
+            "loop" => {
+                let mut x: u64 = 1;
+                loop {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+            }
+            "memory" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1u8; 1 << 20]);
+                    std::hint::black_box(&hoard);
+                }
+            }
+            "recurse" => {
+                let r = recurse(0);
+                Some(Verdict::unfit(format!("{r}")))
+            }
+            "probe" => {
+                let clock = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                Some(Verdict::unfit(format!(
+                    "env={} args={} file={} dir={} clock={}s tcp={}",
+                    std::env::vars().count(),
+                    std::env::args().count(),
+                    std::fs::read("/etc/passwd").is_ok(),
+                    std::fs::read_dir("/").is_ok(),
+                    clock.as_secs(),
+                    std::net::TcpStream::connect("127.0.0.1:4222").is_ok(),
+                )))
+            }
+            "panic" => panic!("hostile plugin panics on {}", task.id),
+            "huge-reason" => Some(Verdict::unfit("x".repeat(8 << 20))),
+            "log-spam" => {
+                for i in 0..1_000 {
+                    wasmsched_sdk::log(wasmsched_sdk::LogLevel::Info, &format!("spam {i} {}", "y".repeat(4096)));
+                }
+                Some(Verdict::Fit)
+            }
+            _ => None,
+        }
+    }
+}
+
+impl Filter for Hostile {
+    fn filter(&mut self, task: &Task, _node: &Node) -> Verdict {
+        self.misbehave(task).unwrap_or(Verdict::Fit)
+    }
+}
+
+impl Score for Hostile {
+    fn score(&mut self, task: &Task, _node: &Node) -> u32 {
+        if task.id.starts_with("evil") && self.mode == "score-out-of-range" {
+            return 1000;
+        }
+        if let Some(Verdict::Unfit(_)) = self.misbehave(task) {
+            return 0;
+        }
+        50
+    }
+}
+
+impl FairShare for Hostile {
+    fn compute(&mut self, queues: &[QueueState], _cluster: &Resources) -> Result<ShareDecision, String> {
+        if self.mode == "guest-error" {
+            return Err("hostile plugin refuses to compute shares".into());
+        }
+        Ok(ShareDecision {
+            deserved: queues.iter().map(|q| q.guarantee.clone()).collect(),
+            order: (0..queues.len() as u32).collect(),
+        })
+    }
+}
+
+wasmsched_sdk::export_plugin!(Hostile: filter, score, fair_share);
