@@ -1,5 +1,8 @@
 //! The `wasmsched` command.
 
+// A CLI prints its results; libraries log through `tracing`.
+#![allow(clippy::print_stdout)]
+
 use std::process::ExitCode;
 use std::time::Instant;
 

@@ -32,7 +32,7 @@ impl HostState {
             .monotonic_clock(FrozenClock)
             .secure_random(Deterministic::new(vec![0x5a, 0x17, 0xc3, 0x9e]))
             .insecure_random(Deterministic::new(vec![0x3c, 0xa5, 0x0f, 0x71]))
-            .insecure_random_seed(0x7761_736d_7363_6865_64)
+            .insecure_random_seed(0x7761_736d_7363_6865_6400)
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)

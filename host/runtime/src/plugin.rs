@@ -295,6 +295,33 @@ impl WasmPlugin {
         &self.blueprint.config
     }
 
+    /// Create an instance for every worker that has none, so the first calls pay no
+    /// instantiation (done off the hot path before a policy set goes live).
+    pub fn prewarm(&self) -> Result<(), PluginFault> {
+        for slot in &self.pool {
+            let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+            if slot.is_none() {
+                let (live, _) = self.blueprint.instantiate().map_err(|e| {
+                    let message = match e {
+                        CallError::Wasm(e) => describe_wasm_error(&e, None),
+                        CallError::Guest(m) | CallError::Bad(m) => m,
+                    };
+                    self.fault(Stage::Filter, FaultKind::Instantiate, message)
+                })?;
+                self.metrics.instance_created();
+                *slot = Some(live);
+            }
+        }
+        Ok(())
+    }
+
+    /// Drop every instance (each worker gets a fresh one on its next call).
+    pub fn clear_instances(&self) {
+        for slot in &self.pool {
+            *slot.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
+    }
+
     fn fault(&self, stage: Stage, kind: FaultKind, message: impl Into<String>) -> PluginFault {
         let mut message = message.into();
         if message.len() > MAX_FAULT_MESSAGE {

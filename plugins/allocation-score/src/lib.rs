@@ -90,9 +90,13 @@ impl AllocationScore {
         if requested > capacity {
             return 0;
         }
-        let used = u128::from(requested) * u128::from(MAX_SCORE) / u128::from(capacity);
+        // u64 unless the product overflows (quantities above ~1.8e17): u128 division is a slow
+        // library call, natively and in Wasm alike.
+        let used = match requested.checked_mul(u64::from(MAX_SCORE)) {
+            Some(product) => product / capacity,
+            None => (u128::from(requested) * u128::from(MAX_SCORE) / u128::from(capacity)) as u64,
+        };
         // `used` <= MAX_SCORE because requested <= capacity.
-        let used = used as u64;
         match self.config.strategy {
             Strategy::Least => u64::from(MAX_SCORE) - used,
             Strategy::Most => used,
@@ -103,9 +107,13 @@ impl AllocationScore {
 impl Score for AllocationScore {
     fn score(&mut self, task: &Task, node: &Node) -> u32 {
         let w = self.config.weights;
-        let gpu_capacity: u64 =
-            node.gpus.iter().filter(|g| g.health != GpuHealth::Unhealthy).map(|_| u64::from(GPU_MILLI)).sum();
-        let gpu_allocated = gpu_capacity - node.free_gpu_milli().min(gpu_capacity);
+        // One pass over the devices: capacity and free share of the healthy ones.
+        let (gpu_capacity, gpu_free) = node
+            .gpus
+            .iter()
+            .filter(|g| g.health != GpuHealth::Unhealthy)
+            .fold((0u64, 0u64), |(cap, free), g| (cap + u64::from(GPU_MILLI), free + u64::from(g.free_milli)));
+        let gpu_allocated = gpu_capacity - gpu_free.min(gpu_capacity);
         let resources = [
             (w.cpu, node.allocated.cpu_milli.saturating_add(task.request.cpu_milli), node.allocatable.cpu_milli),
             (
@@ -123,7 +131,7 @@ impl Score for AllocationScore {
             sum += u64::from(weight) * self.resource_score(requested, capacity);
             weights += u64::from(weight);
         }
-        if weights == 0 { 0 } else { (sum / weights) as u32 }
+        sum.checked_div(weights).map_or(0, |s| s as u32)
     }
 }
 
@@ -159,6 +167,14 @@ mod tests {
         // least: cpu 10, gpu 100 -> 55; most: cpu 90, gpu 0 -> 45.
         assert_eq!(least.score(&t, &n), 55);
         assert_eq!(most.score(&t, &n), 45);
+    }
+
+    #[test]
+    fn huge_quantities_do_not_overflow() {
+        let s = AllocationScore::new(r#"{"strategy":"most"}"#).unwrap();
+        assert_eq!(s.resource_score(u64::MAX / 2, u64::MAX), 49);
+        assert_eq!(s.resource_score(u64::MAX, u64::MAX), 100);
+        assert_eq!(s.resource_score(u64::MAX, 1), 0);
     }
 
     #[test]

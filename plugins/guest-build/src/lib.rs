@@ -5,6 +5,9 @@
 //! cargo uses its own target directory (`<target>/guests`) so it never waits on the outer build's
 //! lock, and the `guest` profile from the workspace manifest (LTO, stripped).
 
+// Build scripts talk to cargo through stdout.
+#![allow(clippy::print_stdout)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
