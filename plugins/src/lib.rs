@@ -34,8 +34,30 @@ pub const MOST_ALLOCATED: BuiltIn = BuiltIn {
     config: r#"{"strategy":"most"}"#,
 };
 
+/// `proportion` fair share: hierarchical weighted water-filling, queues served by use of their
+/// deserved share.
+pub const PROPORTION: BuiltIn = BuiltIn {
+    name: "proportion",
+    wasm: include_bytes!(concat!(env!("OUT_DIR"), "/fair-share.wasm")),
+    config: r#"{"policy":"proportion"}"#,
+};
+
+/// `drf` fair share: hierarchical Dominant Resource Fairness order.
+pub const DRF: BuiltIn = BuiltIn {
+    name: "drf",
+    wasm: include_bytes!(concat!(env!("OUT_DIR"), "/fair-share.wasm")),
+    config: r#"{"policy":"drf"}"#,
+};
+
+/// `decayed-usage` fair share: order by past usage (decayed by the host) per weight.
+pub const DECAYED_USAGE: BuiltIn = BuiltIn {
+    name: "decayed-usage",
+    wasm: include_bytes!(concat!(env!("OUT_DIR"), "/fair-share.wasm")),
+    config: r#"{"policy":"decayed-usage"}"#,
+};
+
 /// Every built-in, by name.
-pub const ALL: [BuiltIn; 3] = [RESOURCE_FIT, LEAST_ALLOCATED, MOST_ALLOCATED];
+pub const ALL: [BuiltIn; 6] = [RESOURCE_FIT, LEAST_ALLOCATED, MOST_ALLOCATED, PROPORTION, DRF, DECAYED_USAGE];
 
 /// A built-in by name.
 pub fn by_name(name: &str) -> Option<BuiltIn> {

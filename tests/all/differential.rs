@@ -15,7 +15,7 @@ struct Pair {
 }
 
 fn pairs(rt: &Runtime) -> Vec<Pair> {
-    wasmsched_plugins::ALL
+    [wasmsched_plugins::RESOURCE_FIT, wasmsched_plugins::LEAST_ALLOCATED, wasmsched_plugins::MOST_ALLOCATED]
         .iter()
         .map(|b| {
             let wasm: Arc<dyn PolicyPlugin> =

@@ -2,6 +2,7 @@
 
 mod contract;
 mod differential;
+mod fair_share;
 mod hostile;
 mod runtime;
 

@@ -148,3 +148,26 @@ fn plugins_see_no_environment_files_or_clock() {
     let batch = p.filter(CallContext { worker: 0, nodes: &table }, &gpu_task("evil"), &[0]).unwrap();
     assert_eq!(batch.reasons[0].reason, "env=0 args=0 file=false dir=false clock=0s tcp=false");
 }
+
+#[test]
+fn prewarm_fills_every_worker_and_clear_empties_them() {
+    let rt = Runtime::new(RuntimeConfig { workers: 3, ..Default::default() }).unwrap();
+    let fit = rt.load(wasmsched_plugins::RESOURCE_FIT.wasm, PluginConfig::new("resource-fit")).unwrap();
+    assert_eq!(fit.metrics().instances_created(), 1, "load initialises one instance");
+    fit.prewarm().unwrap();
+    assert_eq!(fit.metrics().instances_created(), 3);
+    fit.prewarm().unwrap();
+    assert_eq!(fit.metrics().instances_created(), 3, "prewarm only fills empty slots");
+    fit.clear_instances();
+    let table = gpu_nodes(2);
+    for worker in 0..3 {
+        assert_eq!(
+            fit.filter(CallContext { worker, nodes: &table }, &gpu_task("t"), &[0, 1]).unwrap().codes,
+            vec![0, 0]
+        );
+    }
+    assert_eq!(fit.metrics().instances_created(), 6, "each worker re-created its instance and re-synced its mirror");
+    let snapshot = fit.metrics().stage(Stage::Filter);
+    assert_eq!((snapshot.calls, snapshot.latency.count), (3, 3));
+    assert!(snapshot.latency.p99 >= snapshot.latency.p50 && snapshot.latency.mean > std::time::Duration::ZERO);
+}

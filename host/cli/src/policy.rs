@@ -10,7 +10,7 @@ use wasmsched_runtime::{PluginConfig, Runtime};
 
 /// `resource-fit` then the named score, from `runtime` (Wasm) or native when `runtime` is `None`.
 pub fn reference_set(runtime: Option<&Runtime>, score: &str) -> anyhow::Result<PolicySet> {
-    let Some(score_builtin) = wasmsched_plugins::by_name(score).filter(|b| b.name != "resource-fit") else {
+    let Some(score_builtin) = wasmsched_plugins::by_name(score).filter(|b| b.name.ends_with("-allocated")) else {
         bail!("unknown score policy {score:?}: use least-allocated or most-allocated");
     };
     let fit = wasmsched_plugins::RESOURCE_FIT;

@@ -160,24 +160,27 @@ pub fn place(set: &PolicySet, nodes: &NodeTable, task: &Task, worker: usize) -> 
         }
         match filter.filter(ctx, task, &candidates) {
             Ok(batch) => {
+                // Count per reason code first: one diagnosis entry per distinct reason, not per node.
+                let mut per_code = vec![0usize; batch.reasons.len() + 1];
                 let mut kept = 0;
                 for i in 0..candidates.len() {
-                    match batch.codes[i] {
-                        0 => {
-                            candidates[kept] = candidates[i];
-                            kept += 1;
-                        }
-                        k => {
-                            let r = &batch.reasons[usize::from(k) - 1];
-                            let e = diagnosis
-                                .rejections
-                                .entry((filter.name().to_string(), r.reason.clone()))
-                                .or_insert((0, r.unresolvable));
-                            e.0 += 1;
-                        }
+                    let code = usize::from(batch.codes[i]);
+                    per_code[code] += 1;
+                    if code == 0 {
+                        candidates[kept] = candidates[i];
+                        kept += 1;
                     }
                 }
                 candidates.truncate(kept);
+                for (r, &n) in batch.reasons.iter().zip(&per_code[1..]) {
+                    if n > 0 {
+                        let e = diagnosis
+                            .rejections
+                            .entry((filter.name().to_string(), r.reason.clone()))
+                            .or_insert((0, r.unresolvable));
+                        e.0 += n;
+                    }
+                }
             }
             Err(fault) if filter.failure_policy() == FailurePolicy::FailOpen => skipped.push(fault),
             Err(fault) => return Err(fail(diagnosis, fault)),
@@ -201,10 +204,16 @@ pub fn place(set: &PolicySet, nodes: &NodeTable, task: &Task, worker: usize) -> 
         }
     }
 
-    let mut order: Vec<usize> = (0..candidates.len()).collect();
-    // Stable sort: equal totals keep ascending slot order.
-    order.sort_by(|&a, &b| totals[b].cmp(&totals[a]));
-    for i in order {
+    // The best node first (highest total, lowest slot on ties); the rest are ranked only if device
+    // selection refuses it, which is rare, so the common case is a linear scan.
+    let best = (0..candidates.len()).fold(0, |b, i| if totals[i] > totals[b] { i } else { b });
+    let rest = || {
+        let mut order: Vec<usize> = (0..candidates.len()).filter(|&i| i != best).collect();
+        // Stable sort: equal totals keep ascending slot order.
+        order.sort_by(|&a, &b| totals[b].cmp(&totals[a]));
+        order
+    };
+    for i in std::iter::once(best).chain(std::iter::once(()).flat_map(|()| rest())) {
         let slot = candidates[i];
         let Some(node) = nodes.get(slot) else { continue };
         let chosen = match &set.devices {

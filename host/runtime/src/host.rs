@@ -82,7 +82,8 @@ impl host::Host for HostState {
     }
 }
 
-fn truncate(mut s: String, max: usize) -> String {
+/// Cut `s` to at most `max` bytes (on a character boundary), marking the cut.
+pub(crate) fn truncate(mut s: String, max: usize) -> String {
     if s.len() > max {
         let mut cut = max;
         while !s.is_char_boundary(cut) {

@@ -18,7 +18,7 @@ use crate::breaker::{Breaker, BreakerConfig};
 use crate::cache::sha256_hex;
 use crate::engine::Runtime;
 use crate::error::LoadError;
-use crate::host::HostState;
+use crate::host::{HostState, truncate};
 use crate::metrics::{FaultObserver, PluginMetrics};
 
 /// Fuel per call when the runtime is deterministic and the plugin sets none: roughly a second of
@@ -128,6 +128,16 @@ enum CallError {
     Wasm(wasmtime::Error),
     Guest(String),
     Bad(String),
+}
+
+impl CallError {
+    /// The message of a failed instantiation.
+    fn into_message(self) -> String {
+        match self {
+            CallError::Wasm(e) => describe_wasm_error(&e, None),
+            CallError::Guest(m) | CallError::Bad(m) => m,
+        }
+    }
 }
 
 impl From<wasmtime::Error> for CallError {
@@ -301,13 +311,10 @@ impl WasmPlugin {
         for slot in &self.pool {
             let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
             if slot.is_none() {
-                let (live, _) = self.blueprint.instantiate().map_err(|e| {
-                    let message = match e {
-                        CallError::Wasm(e) => describe_wasm_error(&e, None),
-                        CallError::Guest(m) | CallError::Bad(m) => m,
-                    };
-                    self.fault(Stage::Filter, FaultKind::Instantiate, message)
-                })?;
+                let (live, _) = self
+                    .blueprint
+                    .instantiate()
+                    .map_err(|e| self.fault(self.stages[0], FaultKind::Instantiate, e.into_message()))?;
                 self.metrics.instance_created();
                 *slot = Some(live);
             }
@@ -323,15 +330,7 @@ impl WasmPlugin {
     }
 
     fn fault(&self, stage: Stage, kind: FaultKind, message: impl Into<String>) -> PluginFault {
-        let mut message = message.into();
-        if message.len() > MAX_FAULT_MESSAGE {
-            let mut cut = MAX_FAULT_MESSAGE;
-            while !message.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            message.truncate(cut);
-            message.push('…');
-        }
+        let message = truncate(message.into(), MAX_FAULT_MESSAGE);
         let fault = PluginFault::new(&self.blueprint.name, stage, kind, message);
         self.metrics.fault(&fault);
         if let Some(observer) = &self.observer {
@@ -367,12 +366,8 @@ impl WasmPlugin {
                 }
                 Err(e) => {
                     self.metrics.call(stage, None);
-                    let message = match e {
-                        CallError::Wasm(e) => describe_wasm_error(&e, None),
-                        CallError::Guest(m) | CallError::Bad(m) => m,
-                    };
                     self.breaker.lock().unwrap_or_else(|e| e.into_inner()).failure(&self.blueprint.config.breaker);
-                    return Err(self.fault(stage, FaultKind::Instantiate, message));
+                    return Err(self.fault(stage, FaultKind::Instantiate, e.into_message()));
                 }
             }
         }

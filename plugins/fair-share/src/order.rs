@@ -1,0 +1,144 @@
+//! The order in which leaf queues are served.
+
+use std::cmp::Ordering;
+
+use wasmsched_sdk::prelude::*;
+
+use crate::Policy;
+use crate::tree::Tree;
+use crate::water::{Dim, dims};
+
+/// Keys are compared at this resolution, so that 2/3 ÷ 2 ties with 1/3 despite rounding.
+const RESOLUTION: f64 = 1e9;
+
+fn ratio(a: u64, b: u64) -> f64 {
+    match (a, b) {
+        (0, _) => 0.0,
+        (_, 0) => f64::INFINITY,
+        (a, b) => a as f64 / b as f64,
+    }
+}
+
+/// `max` over dimensions of `a / b`.
+fn max_ratio(dims: &[Dim], a: &Resources, b: &Resources) -> f64 {
+    dims.iter().map(|d| ratio(d.get(a), d.get(b))).fold(0.0, f64::max)
+}
+
+/// Quantise, then compare exactly: a tolerance test (`|a - b| < ε`) is not transitive, and a sort
+/// given a comparison that is not a total order may panic — a trap, inside a guest.
+fn cmp_key(a: f64, b: f64) -> Ordering {
+    // `as` saturates: infinity maps to i128::MAX; NaN (never produced here) to 0.
+    let q = |x: f64| (x * RESOLUTION).round() as i128;
+    q(a).cmp(&q(b))
+}
+
+fn add(a: &mut Resources, b: &Resources) {
+    for d in [Dim::Cpu, Dim::Memory, Dim::Gpu] {
+        let v = d.get(a).saturating_add(d.get(b));
+        match d {
+            Dim::Cpu => a.cpu_milli = v,
+            Dim::Memory => a.memory_bytes = v,
+            _ => a.gpu_milli = v,
+        }
+    }
+    for (name, v) in &b.extended {
+        match a.extended.binary_search_by(|(n, _)| n.as_str().cmp(name)) {
+            Ok(i) => a.extended[i].1 = a.extended[i].1.saturating_add(*v),
+            Err(i) => a.extended.insert(i, (name.clone(), *v)),
+        }
+    }
+}
+
+fn pending(dims: &[Dim], q: &QueueState) -> bool {
+    dims.iter().any(|d| d.get(&q.request) > d.get(&q.allocated))
+}
+
+/// Serving order of the leaves that have pending work.
+pub(crate) fn order(
+    policy: Policy,
+    tree: &Tree,
+    queues: &[QueueState],
+    cluster: &Resources,
+    deserved: &[Resources],
+) -> Vec<u32> {
+    let dims = dims(cluster);
+    // Subtree allocation: a parent's own allocation plus its descendants'.
+    let mut subtree: Vec<Resources> = queues.iter().map(|q| q.allocated.clone()).collect();
+    fn accumulate(tree: &Tree, q: usize, subtree: &mut Vec<Resources>) -> Resources {
+        let mut total = subtree[q].clone();
+        for &c in &tree.children[q] {
+            let child = accumulate(tree, c, subtree);
+            add(&mut total, &child);
+        }
+        subtree[q] = total.clone();
+        total
+    }
+    for &r in &tree.roots {
+        accumulate(tree, r, &mut subtree);
+    }
+    let dominant: Vec<f64> = subtree.iter().map(|a| max_ratio(&dims, a, cluster)).collect();
+    // Tie-break shared by all policies: lower unweighted dominant share, then name.
+    let tie = |a: usize, b: usize| cmp_key(dominant[a], dominant[b]).then_with(|| queues[a].name.cmp(&queues[b].name));
+
+    let mut out = Vec::new();
+    match policy {
+        Policy::Drf => {
+            fn visit(
+                tree: &Tree,
+                level: &[usize],
+                key: &dyn Fn(usize) -> f64,
+                tie: &dyn Fn(usize, usize) -> Ordering,
+                leaf_ok: &dyn Fn(usize) -> bool,
+                out: &mut Vec<u32>,
+            ) {
+                let mut level = level.to_vec();
+                level.sort_by(|&a, &b| cmp_key(key(a), key(b)).then_with(|| tie(a, b)));
+                for q in level {
+                    if tree.children[q].is_empty() {
+                        if leaf_ok(q) {
+                            out.push(q as u32);
+                        }
+                    } else {
+                        visit(tree, &tree.children[q], key, tie, leaf_ok, out);
+                    }
+                }
+            }
+            let key = |q: usize| dominant[q] / f64::from(queues[q].weight);
+            let leaf_ok = |q: usize| pending(&dims, &queues[q]);
+            visit(tree, &tree.roots, &key, &tie, &leaf_ok, &mut out);
+        }
+        Policy::Proportion | Policy::DecayedUsage => {
+            let mut leaves = Vec::new();
+            for &r in &tree.roots {
+                tree.leaves(r, &mut leaves);
+            }
+            leaves.retain(|&q| pending(&dims, &queues[q]));
+            let key: Vec<f64> = match policy {
+                Policy::Proportion => {
+                    queues.iter().zip(deserved).map(|(q, d)| max_ratio(&dims, &q.allocated, d)).collect()
+                }
+                _ => {
+                    let share = normalized_shares(tree, queues);
+                    queues.iter().zip(&share).map(|(q, s)| q.decayed_usage.max(0.0) / s).collect()
+                }
+            };
+            leaves.sort_by(|&a, &b| cmp_key(key[a], key[b]).then_with(|| tie(a, b)));
+            out.extend(leaves.into_iter().map(|q| q as u32));
+        }
+    }
+    out
+}
+
+/// Each queue's share of the whole tree: its weight among its siblings times its parent's share.
+fn normalized_shares(tree: &Tree, queues: &[QueueState]) -> Vec<f64> {
+    let mut share = vec![0.0; queues.len()];
+    fn walk(tree: &Tree, queues: &[QueueState], level: &[usize], parent: f64, share: &mut [f64]) {
+        let total: f64 = level.iter().map(|&q| f64::from(queues[q].weight)).sum();
+        for &q in level {
+            share[q] = parent * f64::from(queues[q].weight) / total;
+            walk(tree, queues, &tree.children[q], share[q], share);
+        }
+    }
+    walk(tree, queues, &tree.roots, 1.0, &mut share);
+    share
+}

@@ -1,0 +1,72 @@
+//! The fair-share built-ins answer identically as components and natively, on random queue trees,
+//! and reject malformed trees through the fault channel.
+
+use wasmsched_api::{QueueState, Resources};
+use wasmsched_core::{FaultKind, NativePlugin, PolicyPlugin};
+use wasmsched_plugin_fair_share::FairSharePolicy;
+use wasmsched_runtime::{PluginConfig, Runtime, RuntimeConfig};
+use wasmsched_sim::generate::Rng;
+
+fn resources(rng: &mut Rng, scale: u64) -> Resources {
+    Resources {
+        cpu_milli: rng.below(scale * 1000),
+        memory_bytes: rng.below(scale << 30),
+        gpu_milli: rng.below(scale * 100),
+        extended: vec![("rdma/hca".into(), rng.below(scale))],
+    }
+}
+
+/// A random forest: each queue's parent, if any, comes earlier in the list.
+fn tree(rng: &mut Rng, n: usize) -> Vec<QueueState> {
+    (0..n)
+        .map(|i| QueueState {
+            name: format!("q{i:03}"),
+            parent: (i > 0 && rng.percent(60)).then(|| rng.below(i as u64) as u32),
+            weight: 1 + rng.below(8) as u32,
+            guarantee: resources(rng, 2),
+            capability: rng.percent(30).then(|| resources(rng, 50)),
+            allocated: resources(rng, 10),
+            request: resources(rng, 30),
+            decayed_usage: rng.below(1_000_000) as f64,
+            reclaimable: rng.percent(50),
+        })
+        .collect()
+}
+
+#[test]
+fn components_and_native_agree_on_random_queue_trees() {
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    for builtin in [wasmsched_plugins::PROPORTION, wasmsched_plugins::DRF, wasmsched_plugins::DECAYED_USAGE] {
+        let wasm = rt.load(builtin.wasm, PluginConfig::new(builtin.name).with_config(builtin.config)).unwrap();
+        let native = NativePlugin::<FairSharePolicy>::new(builtin.config, 1).unwrap();
+        let mut rng = Rng::new(11);
+        for round in 0..40 {
+            let n = 1 + rng.below(60) as usize;
+            let queues = tree(&mut rng, n);
+            let cluster = resources(&mut rng, 400);
+            let a = native.fair_share(0, &queues, &cluster).unwrap();
+            let b = wasm.fair_share(0, &queues, &cluster).unwrap();
+            assert_eq!(a, b, "{} differs in round {round}", builtin.name);
+            // Roots together never deserve more than the cluster has, in any dimension.
+            let roots: Vec<&Resources> =
+                queues.iter().zip(&a.deserved).filter(|(q, _)| q.parent.is_none()).map(|(_, d)| d).collect();
+            assert!(roots.iter().map(|d| d.gpu_milli).sum::<u64>() <= cluster.gpu_milli);
+            assert!(roots.iter().map(|d| d.cpu_milli).sum::<u64>() <= cluster.cpu_milli);
+            assert!(roots.iter().map(|d| d.extended("rdma/hca")).sum::<u64>() <= cluster.extended("rdma/hca"));
+        }
+    }
+}
+
+#[test]
+fn a_cyclic_tree_is_a_guest_error_naming_the_queue() {
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let drf = wasmsched_plugins::DRF;
+    let p = rt.load(drf.wasm, PluginConfig::new("drf").with_config(drf.config)).unwrap();
+    let cyclic = vec![
+        QueueState { name: "a".into(), parent: Some(1), weight: 1, ..Default::default() },
+        QueueState { name: "b".into(), parent: Some(0), weight: 1, ..Default::default() },
+    ];
+    let fault = p.fair_share(0, &cyclic, &Resources::default()).unwrap_err();
+    assert_eq!(fault.kind, FaultKind::GuestError);
+    assert!(fault.message.contains("queue a: its ancestry has a cycle"), "{}", fault.message);
+}
