@@ -12,6 +12,9 @@
 //! - [`PluginFault`]: a plugin failed (trap, deadline, memory, bad output) — attributed to the
 //!   plugin and stage, and kept apart from verdicts (a node that does not fit is not a fault).
 //! - [`PolicySet`] and [`place`]: run filter → score → device selection for one task.
+//! - [`place_group`]: a gang, all-or-nothing (at least min-member), optionally inside one topology
+//!   domain, rolled back on failure.
+//! - [`QueueTree`]: validated queue hierarchy (weights, guarantees, capabilities).
 //!
 //! # Example
 //! ```
@@ -40,16 +43,20 @@
 //! ```
 
 mod alloc;
+mod gang;
 mod native;
 mod node_table;
 mod placement;
 mod plugin;
+mod queue;
 
 pub use alloc::{AllocError, bind, default_select_devices, release};
+pub use gang::{GangError, GangPlacement, GroupSpec, TopologyConstraint, place_group};
 pub use native::NativePlugin;
 pub use node_table::{Changes, NodeTable, Slot};
-pub use placement::{Diagnosis, Placement, PolicySet, PolicySetBuilder, Unschedulable, place};
+pub use placement::{Diagnosis, Placement, PolicySet, PolicySetBuilder, Unschedulable, place, place_among};
 pub use plugin::{CallContext, FailurePolicy, FaultKind, PluginFault, PolicyPlugin, validate};
+pub use queue::{QueueError, QueueSpec, QueueTree};
 
 /// Compile-time check that the types shared across worker threads stay thread-safe.
 #[allow(dead_code)]

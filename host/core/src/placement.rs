@@ -145,8 +145,20 @@ pub struct Unschedulable {
 /// deterministic. Device selection then runs on the winner, falling back to the next best node if
 /// it refuses. A fail-closed plugin fault makes the task unschedulable; a fail-open one is skipped.
 pub fn place(set: &PolicySet, nodes: &NodeTable, task: &Task, worker: usize) -> Result<Placement, Unschedulable> {
+    let all: Vec<Slot> = nodes.slots().collect();
+    place_among(set, nodes, task, worker, &all)
+}
+
+/// [`place`] restricted to `candidates` (ascending slots; e.g. one topology domain).
+pub fn place_among(
+    set: &PolicySet,
+    nodes: &NodeTable,
+    task: &Task,
+    worker: usize,
+    candidates: &[Slot],
+) -> Result<Placement, Unschedulable> {
     let ctx = CallContext { worker, nodes };
-    let mut candidates: Vec<Slot> = nodes.slots().collect();
+    let mut candidates: Vec<Slot> = candidates.iter().copied().filter(|&s| nodes.get(s).is_some()).collect();
     let mut diagnosis = Diagnosis { candidates: candidates.len(), ..Default::default() };
     let mut skipped = Vec::new();
     let fail = |mut diagnosis: Diagnosis, fault: PluginFault| {

@@ -1,0 +1,317 @@
+//! Gang placement: a group's members are placed together or not at all.
+//!
+//! Members are placed one by one with the policy set and bound on the table as they go, so each
+//! member sees the capacity its predecessors took (no over-commit of a node by a group, unlike
+//! aggregate checks). If fewer than `min_member` fit, every member placed so far is released: the
+//! table ends exactly as it started (allocations; its generation moves on). With a topology
+//! constraint the group is first tried inside one domain (nodes sharing a label value), tightest
+//! fit first; strict groups never span domains.
+
+use std::collections::BTreeMap;
+
+use wasmsched_api::Task;
+
+use crate::alloc::{bind, release};
+use crate::node_table::{NodeTable, Slot};
+use crate::placement::{Diagnosis, Placement, PolicySet, place_among};
+
+/// Keep a group inside one topology domain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopologyConstraint {
+    /// Node label whose value names the domain (e.g. a rack or switch label).
+    pub label: String,
+    /// Never span domains; otherwise fall back to the whole cluster.
+    pub strict: bool,
+}
+
+/// A group to place.
+#[derive(Clone, Copy, Debug)]
+pub struct GroupSpec<'a> {
+    /// Name, for errors.
+    pub name: &'a str,
+    /// Members in placement order.
+    pub members: &'a [Task],
+    /// The fewest members that may run; below that, none does.
+    pub min_member: usize,
+    /// Optional domain constraint.
+    pub topology: Option<&'a TopologyConstraint>,
+}
+
+/// A placed group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GangPlacement {
+    /// `(member index, placement)` of every placed member, in placement order.
+    pub placed: Vec<(usize, Placement)>,
+    /// The domain used, when constrained and satisfied inside one.
+    pub domain: Option<String>,
+}
+
+/// A group that could not be placed. Nothing of it stays bound.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GangError {
+    /// Fewer than min-member members fit.
+    #[error("group {group}: only {placed} of the {min_member} required members fit: {diagnosis}")]
+    Unschedulable {
+        /// Group name.
+        group: String,
+        /// Most members that fit in any attempt.
+        placed: usize,
+        /// Required.
+        min_member: usize,
+        /// Why the first member that did not fit was refused.
+        diagnosis: Diagnosis,
+    },
+    /// The group itself is malformed.
+    #[error("group {group}: min-member {min_member} must be between 1 and its {members} members")]
+    Invalid {
+        /// Group name.
+        group: String,
+        /// Given min-member.
+        min_member: usize,
+        /// Members.
+        members: usize,
+    },
+}
+
+/// Place `group` on `nodes` with `set`; see the module docs.
+pub fn place_group(
+    set: &PolicySet,
+    nodes: &mut NodeTable,
+    group: &GroupSpec<'_>,
+    worker: usize,
+) -> Result<GangPlacement, GangError> {
+    let n = group.members.len();
+    if group.min_member == 0 || group.min_member > n {
+        return Err(GangError::Invalid { group: group.name.into(), min_member: group.min_member, members: n });
+    }
+    let mut best = (0, Diagnosis::default());
+    let mut attempt = |nodes: &mut NodeTable, candidates: &[Slot], domain: Option<String>| match attempt(
+        set, nodes, group, worker, candidates,
+    ) {
+        Ok(placed) => Some(GangPlacement { placed, domain }),
+        Err((count, diagnosis)) => {
+            if count >= best.0 {
+                best = (count, diagnosis);
+            }
+            None
+        }
+    };
+    if let Some(topo) = group.topology {
+        for (domain, slots) in domains(nodes, &topo.label) {
+            if let Some(p) = attempt(nodes, &slots, Some(domain)) {
+                return Ok(p);
+            }
+        }
+        if !topo.strict {
+            let all: Vec<Slot> = nodes.slots().collect();
+            if let Some(p) = attempt(nodes, &all, None) {
+                return Ok(p);
+            }
+        }
+    } else {
+        let all: Vec<Slot> = nodes.slots().collect();
+        if let Some(p) = attempt(nodes, &all, None) {
+            return Ok(p);
+        }
+    }
+    Err(GangError::Unschedulable {
+        group: group.name.into(),
+        placed: best.0,
+        min_member: group.min_member,
+        diagnosis: best.1,
+    })
+}
+
+/// Domains by label value, tightest first (least free GPU share, then least free CPU), ties by
+/// name. Nodes without the label belong to no domain.
+fn domains(nodes: &NodeTable, label: &str) -> Vec<(String, Vec<Slot>)> {
+    let mut by_value: BTreeMap<String, (u64, u64, Vec<Slot>)> = BTreeMap::new();
+    for slot in nodes.slots() {
+        let Some(node) = nodes.get(slot) else { continue };
+        if let Some(value) = node.label(label) {
+            let e = by_value.entry(value.to_string()).or_default();
+            e.0 += node.free_gpu_milli();
+            e.1 += node.free_cpu_milli();
+            e.2.push(slot);
+        }
+    }
+    let mut out: Vec<_> = by_value.into_iter().collect();
+    out.sort_by(|a, b| (a.1.0, a.1.1).cmp(&(b.1.0, b.1.1)).then_with(|| a.0.cmp(&b.0)));
+    out.into_iter().map(|(name, (_, _, slots))| (name, slots)).collect()
+}
+
+/// One attempt on `candidates`: place and bind members in order; roll back below min-member.
+fn attempt(
+    set: &PolicySet,
+    nodes: &mut NodeTable,
+    group: &GroupSpec<'_>,
+    worker: usize,
+    candidates: &[Slot],
+) -> Result<Vec<(usize, Placement)>, (usize, Diagnosis)> {
+    let mut placed: Vec<(usize, Placement)> = Vec::new();
+    let mut first_failure: Option<Diagnosis> = None;
+    for (i, task) in group.members.iter().enumerate() {
+        // Stop as soon as min-member is out of reach.
+        if placed.len() + (group.members.len() - i) < group.min_member {
+            break;
+        }
+        match place_among(set, nodes, task, worker, candidates) {
+            Ok(p) => match nodes.update(p.node, |node| bind(node, task, &p.devices)) {
+                Some(Ok(())) => placed.push((i, p)),
+                _ => {
+                    first_failure.get_or_insert_with(Diagnosis::default);
+                }
+            },
+            Err(e) => {
+                first_failure.get_or_insert(e.diagnosis);
+            }
+        }
+    }
+    if placed.len() >= group.min_member {
+        return Ok(placed);
+    }
+    let count = placed.len();
+    for (i, p) in placed.into_iter().rev() {
+        nodes.update(p.node, |node| release(node, &group.members[i], &p.devices));
+    }
+    Err((count, first_failure.unwrap_or_default()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use wasmsched_api::{GpuDevice, GpuRequest, Node, Resources};
+
+    use super::*;
+    use crate::native::NativePlugin;
+
+    fn set() -> PolicySet {
+        PolicySet::builder()
+            .filter(Arc::new(NativePlugin::<wasmsched_plugin_resource_fit::ResourceFit>::new("", 1).unwrap()))
+            .score(
+                Arc::new(
+                    NativePlugin::<wasmsched_plugin_allocation_score::AllocationScore>::new(
+                        r#"{"strategy":"most"}"#,
+                        1,
+                    )
+                    .unwrap(),
+                ),
+                1,
+            )
+            .build()
+    }
+
+    fn cluster(nodes: &[(&str, u32, &str)]) -> NodeTable {
+        let mut t = NodeTable::new();
+        for (name, gpus, rack) in nodes {
+            t.upsert(Node {
+                name: (*name).into(),
+                labels: vec![("rack".into(), (*rack).into())],
+                allocatable: Resources {
+                    cpu_milli: 96_000,
+                    memory_bytes: 1 << 40,
+                    gpu_milli: u64::from(*gpus) * 1000,
+                    extended: vec![],
+                },
+                gpus: (0..*gpus).map(|i| GpuDevice { index: i, free_milli: 1000, ..Default::default() }).collect(),
+                ..Default::default()
+            });
+        }
+        t
+    }
+
+    fn gang(n: usize, gpus: u32) -> Vec<Task> {
+        (0..n)
+            .map(|i| Task {
+                id: format!("m{i}"),
+                gpu: GpuRequest { count: gpus, milli_per_gpu: 1000, ..Default::default() },
+                ..Default::default()
+            })
+            .collect()
+    }
+
+    fn free(t: &NodeTable) -> u64 {
+        t.slots().map(|s| t.get(s).unwrap().free_gpu_milli()).sum()
+    }
+
+    fn spec<'a>(members: &'a [Task], min: usize, topo: Option<&'a TopologyConstraint>) -> GroupSpec<'a> {
+        GroupSpec { name: "g", members, min_member: min, topology: topo }
+    }
+
+    #[test]
+    fn g1_g2_all_or_nothing() {
+        let members = gang(4, 8);
+        let mut small = cluster(&[("a", 8, "x"), ("b", 8, "x"), ("c", 8, "x")]);
+        let e = place_group(&set(), &mut small, &spec(&members, 4, None), 0).unwrap_err();
+        assert!(matches!(e, GangError::Unschedulable { placed: 3, min_member: 4, .. }), "{e}");
+        assert_eq!(free(&small), 24_000, "rolled back: nothing stays bound");
+        let mut big = cluster(&[("a", 8, "x"), ("b", 8, "x"), ("c", 8, "x"), ("d", 8, "x")]);
+        let p = place_group(&set(), &mut big, &spec(&members, 4, None), 0).unwrap();
+        assert_eq!(p.placed.len(), 4);
+        assert_eq!(free(&big), 0);
+    }
+
+    #[test]
+    fn g3_fragmented_capacity_is_not_enough() {
+        let members = gang(4, 8);
+        let nodes: Vec<(String, u32, &str)> = (0..8).map(|i| (format!("n{i}"), 4, "x")).collect();
+        let refs: Vec<(&str, u32, &str)> = nodes.iter().map(|(n, g, r)| (n.as_str(), *g, *r)).collect();
+        let mut t = cluster(&refs);
+        let e = place_group(&set(), &mut t, &spec(&members, 4, None), 0).unwrap_err();
+        assert!(e.to_string().contains("insufficient free GPUs"), "{e}");
+        assert_eq!(free(&t), 32_000);
+    }
+
+    #[test]
+    fn g4_per_node_accounting() {
+        let mut t = cluster(&[("big", 16, "x")]);
+        let two = gang(2, 8);
+        assert_eq!(place_group(&set(), &mut t, &spec(&two, 2, None), 0).unwrap().placed.len(), 2);
+        let mut t = cluster(&[("big", 16, "x")]);
+        let three = gang(3, 8);
+        assert!(place_group(&set(), &mut t, &spec(&three, 3, None), 0).is_err());
+        assert_eq!(free(&t), 16_000);
+    }
+
+    #[test]
+    fn g6_topology_domains() {
+        let layout = [("x1", 8, "X"), ("x2", 8, "X"), ("y1", 8, "Y"), ("y2", 8, "Y")];
+        let strict = TopologyConstraint { label: "rack".into(), strict: true };
+        let loose = TopologyConstraint { label: "rack".into(), strict: false };
+        let two = gang(2, 8);
+        let mut t = cluster(&layout);
+        let p = place_group(&set(), &mut t, &spec(&two, 2, Some(&strict)), 0).unwrap();
+        assert_eq!(p.domain.as_deref(), Some("X"), "equal domains: by name");
+        let racks: Vec<&str> = p.placed.iter().map(|(_, pl)| t.get(pl.node).unwrap().label("rack").unwrap()).collect();
+        assert_eq!(racks, vec!["X", "X"]);
+        let three = gang(3, 8);
+        let mut t = cluster(&layout);
+        assert!(place_group(&set(), &mut t, &spec(&three, 3, Some(&strict)), 0).is_err());
+        assert_eq!(free(&t), 32_000);
+        let p = place_group(&set(), &mut t, &spec(&three, 3, Some(&loose)), 0).unwrap();
+        assert_eq!((p.placed.len(), p.domain), (3, None));
+    }
+
+    #[test]
+    fn tightest_domain_first() {
+        let mut t = cluster(&[("x1", 8, "X"), ("x2", 8, "X"), ("y1", 8, "Y")]);
+        let one = gang(1, 8);
+        let strict = TopologyConstraint { label: "rack".into(), strict: true };
+        let p = place_group(&set(), &mut t, &spec(&one, 1, Some(&strict)), 0).unwrap();
+        assert_eq!(p.domain.as_deref(), Some("Y"));
+    }
+
+    #[test]
+    fn g9_min_member_allows_partial() {
+        let members = gang(4, 8);
+        let mut t = cluster(&[("a", 8, "x"), ("b", 8, "x")]);
+        let p = place_group(&set(), &mut t, &spec(&members, 2, None), 0).unwrap();
+        assert_eq!(p.placed.len(), 2);
+        let mut t = cluster(&[("a", 8, "x")]);
+        assert!(place_group(&set(), &mut t, &spec(&members, 2, None), 0).is_err());
+        assert_eq!(free(&t), 8_000);
+        let e = place_group(&set(), &mut t, &spec(&members, 5, None), 0).unwrap_err();
+        assert!(matches!(e, GangError::Invalid { .. }));
+    }
+}
