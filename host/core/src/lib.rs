@@ -12,6 +12,8 @@
 //! - [`PluginFault`]: a plugin failed (trap, deadline, memory, bad output) — attributed to the
 //!   plugin and stage, and kept apart from verdicts (a node that does not fit is not a fault).
 //! - [`PolicySet`] and [`place`]: run filter → score → device selection for one task.
+//! - [`place_sampled`] and [`feasible_nodes_to_find`]: kube-scheduler's adaptive
+//!   `percentageOfNodesToScore`, with a rotating, deterministic start.
 //! - [`place_group`]: a gang, all-or-nothing (at least min-member), optionally inside one topology
 //!   domain, rolled back on failure.
 //! - [`QueueTree`]: validated queue hierarchy (weights, guarantees, capabilities).
@@ -54,7 +56,10 @@ pub use alloc::{AllocError, bind, default_select_devices, release};
 pub use gang::{GangError, GangPlacement, GroupSpec, TopologyConstraint, place_group};
 pub use native::NativePlugin;
 pub use node_table::{Changes, NodeTable, Slot};
-pub use placement::{Diagnosis, Placement, PolicySet, PolicySetBuilder, Unschedulable, place, place_among};
+pub use placement::{
+    Diagnosis, Placement, PolicySet, PolicySetBuilder, Sampled, Unschedulable, feasible_nodes_to_find, place,
+    place_among, place_sampled,
+};
 pub use plugin::{CallContext, FailurePolicy, FaultKind, PluginFault, PolicyPlugin, validate};
 pub use queue::{QueueError, QueueSpec, QueueTree};
 

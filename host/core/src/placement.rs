@@ -158,104 +158,283 @@ pub fn place_among(
     candidates: &[Slot],
 ) -> Result<Placement, Unschedulable> {
     let ctx = CallContext { worker, nodes };
-    let mut candidates: Vec<Slot> = candidates.iter().copied().filter(|&s| nodes.get(s).is_some()).collect();
-    let mut diagnosis = Diagnosis { candidates: candidates.len(), ..Default::default() };
-    let mut skipped = Vec::new();
-    let fail = |mut diagnosis: Diagnosis, fault: PluginFault| {
+    let candidates: Vec<Slot> = candidates.iter().copied().filter(|&s| nodes.get(s).is_some()).collect();
+    let mut run =
+        Run { diagnosis: Diagnosis { candidates: candidates.len(), ..Default::default() }, skipped: Vec::new() };
+    let feasible = run.filter_chain(set, ctx, task, candidates)?;
+    run.choose(set, ctx, task, feasible)
+}
+
+/// kube-scheduler's rule for how many feasible nodes to look for before scoring
+/// (`percentageOfNodesToScore`): every node below 100 nodes; otherwise `percentage` % of them
+/// (adaptive when `None`: 50 % minus 1 % per 125 nodes, at least 5 %), and never fewer than 100.
+pub fn feasible_nodes_to_find(total: usize, percentage: Option<u32>) -> usize {
+    const MIN_NODES: usize = 100;
+    if total < MIN_NODES || percentage.is_some_and(|p| p >= 100) {
+        return total;
+    }
+    let pct = match percentage {
+        Some(p) if p > 0 => p as usize,
+        _ => 50usize.saturating_sub(total / 125).max(5),
+    };
+    (total * pct / 100).max(MIN_NODES)
+}
+
+/// Outcome of [`place_sampled`]: the placement (or why not) and how many nodes were examined, so
+/// the caller can start the next search where this one stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sampled {
+    /// The placement.
+    pub result: Result<Placement, Unschedulable>,
+    /// Nodes filtered.
+    pub examined: usize,
+}
+
+/// [`place`] that stops filtering once `find` feasible nodes are known, scanning the occupied slots
+/// from position `start` (wrapping), in windows of the still-missing count (at least 32, so a
+/// mostly-infeasible cluster costs few calls). Deterministic for a given `start`; the caller
+/// rotates it by `examined` between decisions, as kube-scheduler does, so every node is considered
+/// in turn.
+pub fn place_sampled(
+    set: &PolicySet,
+    nodes: &NodeTable,
+    task: &Task,
+    worker: usize,
+    start: usize,
+    find: usize,
+) -> Sampled {
+    let ctx = CallContext { worker, nodes };
+    let all: Vec<Slot> = nodes.slots().collect();
+    let n = all.len();
+    let mut run = Run { diagnosis: Diagnosis::default(), skipped: Vec::new() };
+    let mut feasible = Vec::new();
+    let mut examined = 0;
+    while examined < n && feasible.len() < find.max(1) {
+        let window = (find.max(1) - feasible.len()).max(32).min(n - examined);
+        let chunk: Vec<Slot> = (examined..examined + window).map(|i| all[(start + i) % n]).collect();
+        examined += window;
+        run.diagnosis.candidates = examined;
+        match run.filter_chain(set, ctx, task, chunk) {
+            Ok(mut f) => feasible.append(&mut f),
+            Err(u) => return Sampled { result: Err(u), examined },
+        }
+    }
+    // Slot order keeps the lowest-slot tie-break independent of where the scan started.
+    feasible.sort_unstable();
+    Sampled { result: run.choose(set, ctx, task, feasible), examined }
+}
+
+/// State of one placement attempt.
+struct Run {
+    diagnosis: Diagnosis,
+    skipped: Vec<PluginFault>,
+}
+
+impl Run {
+    fn fail(&mut self, fault: PluginFault) -> Unschedulable {
+        let mut diagnosis = std::mem::take(&mut self.diagnosis);
         diagnosis.faults.push(fault);
         Unschedulable { diagnosis }
-    };
+    }
 
-    for filter in &set.filters {
+    fn unschedulable(&mut self) -> Unschedulable {
+        let mut diagnosis = std::mem::take(&mut self.diagnosis);
+        diagnosis.faults.append(&mut self.skipped);
+        Unschedulable { diagnosis }
+    }
+
+    /// Run the filters in order, each on the survivors of the previous; an empty result is not an
+    /// error here (the caller decides), a fail-closed fault is.
+    fn filter_chain(
+        &mut self,
+        set: &PolicySet,
+        ctx: CallContext<'_>,
+        task: &Task,
+        mut candidates: Vec<Slot>,
+    ) -> Result<Vec<Slot>, Unschedulable> {
+        for filter in &set.filters {
+            if candidates.is_empty() {
+                break;
+            }
+            match filter.filter(ctx, task, &candidates) {
+                Ok(batch) => {
+                    // Count per reason code first: one diagnosis entry per distinct reason, not per node.
+                    let mut per_code = vec![0usize; batch.reasons.len() + 1];
+                    let mut kept = 0;
+                    for i in 0..candidates.len() {
+                        let code = usize::from(batch.codes[i]);
+                        per_code[code] += 1;
+                        if code == 0 {
+                            candidates[kept] = candidates[i];
+                            kept += 1;
+                        }
+                    }
+                    candidates.truncate(kept);
+                    for (r, &n) in batch.reasons.iter().zip(&per_code[1..]) {
+                        if n > 0 {
+                            let e = self
+                                .diagnosis
+                                .rejections
+                                .entry((filter.name().to_string(), r.reason.clone()))
+                                .or_insert((0, r.unresolvable));
+                            e.0 += n;
+                        }
+                    }
+                }
+                Err(fault) if filter.failure_policy() == FailurePolicy::FailOpen => self.skipped.push(fault),
+                Err(fault) => return Err(self.fail(fault)),
+            }
+        }
+        Ok(candidates)
+    }
+
+    /// Score the feasible nodes and pick one that device selection accepts.
+    fn choose(
+        &mut self,
+        set: &PolicySet,
+        ctx: CallContext<'_>,
+        task: &Task,
+        candidates: Vec<Slot>,
+    ) -> Result<Placement, Unschedulable> {
+        let nodes = ctx.nodes;
         if candidates.is_empty() {
-            break;
+            return Err(self.unschedulable());
         }
-        match filter.filter(ctx, task, &candidates) {
-            Ok(batch) => {
-                // Count per reason code first: one diagnosis entry per distinct reason, not per node.
-                let mut per_code = vec![0usize; batch.reasons.len() + 1];
-                let mut kept = 0;
-                for i in 0..candidates.len() {
-                    let code = usize::from(batch.codes[i]);
-                    per_code[code] += 1;
-                    if code == 0 {
-                        candidates[kept] = candidates[i];
-                        kept += 1;
+        let mut totals = vec![0u64; candidates.len()];
+        for (score, weight) in &set.scores {
+            match score.score(ctx, task, &candidates) {
+                Ok(scores) => {
+                    for (t, s) in totals.iter_mut().zip(scores) {
+                        *t += u64::from(s) * u64::from(*weight);
                     }
                 }
-                candidates.truncate(kept);
-                for (r, &n) in batch.reasons.iter().zip(&per_code[1..]) {
-                    if n > 0 {
-                        let e = diagnosis
-                            .rejections
-                            .entry((filter.name().to_string(), r.reason.clone()))
-                            .or_insert((0, r.unresolvable));
-                        e.0 += n;
-                    }
-                }
+                Err(fault) if score.failure_policy() == FailurePolicy::FailOpen => self.skipped.push(fault),
+                Err(fault) => return Err(self.fail(fault)),
             }
-            Err(fault) if filter.failure_policy() == FailurePolicy::FailOpen => skipped.push(fault),
-            Err(fault) => return Err(fail(diagnosis, fault)),
         }
-    }
-    if candidates.is_empty() {
-        diagnosis.faults.extend(skipped);
-        return Err(Unschedulable { diagnosis });
-    }
 
-    let mut totals = vec![0u64; candidates.len()];
-    for (score, weight) in &set.scores {
-        match score.score(ctx, task, &candidates) {
-            Ok(scores) => {
-                for (t, s) in totals.iter_mut().zip(scores) {
-                    *t += u64::from(s) * u64::from(*weight);
-                }
-            }
-            Err(fault) if score.failure_policy() == FailurePolicy::FailOpen => skipped.push(fault),
-            Err(fault) => return Err(fail(diagnosis, fault)),
-        }
-    }
-
-    // The best node first (highest total, lowest slot on ties); the rest are ranked only if device
-    // selection refuses it, which is rare, so the common case is a linear scan.
-    let best = (0..candidates.len()).fold(0, |b, i| if totals[i] > totals[b] { i } else { b });
-    let rest = || {
-        let mut order: Vec<usize> = (0..candidates.len()).filter(|&i| i != best).collect();
-        // Stable sort: equal totals keep ascending slot order.
-        order.sort_by(|&a, &b| totals[b].cmp(&totals[a]));
-        order
-    };
-    for i in std::iter::once(best).chain(std::iter::once(()).flat_map(|()| rest())) {
-        let slot = candidates[i];
-        let Some(node) = nodes.get(slot) else { continue };
-        let chosen = match &set.devices {
-            None => default_select_devices(task, node),
-            Some(p) => match p.select_devices(ctx, task, slot) {
-                Ok(r) => r,
-                Err(fault) if p.failure_policy() == FailurePolicy::FailOpen => {
-                    skipped.push(fault);
-                    default_select_devices(task, node)
-                }
-                Err(fault) => return Err(fail(diagnosis, fault)),
-            },
+        // The best node first (highest total, lowest slot on ties); the rest are ranked only if device
+        // selection refuses it, which is rare, so the common case is a linear scan.
+        let best = (0..candidates.len()).fold(0, |b, i| if totals[i] > totals[b] { i } else { b });
+        let rest = || {
+            let mut order: Vec<usize> = (0..candidates.len()).filter(|&i| i != best).collect();
+            // Stable sort: equal totals keep ascending slot order.
+            order.sort_by(|&a, &b| totals[b].cmp(&totals[a]));
+            order
         };
-        match chosen {
-            Ok(devices) if validate::devices(&devices, task, node).is_ok() => {
-                return Ok(Placement {
-                    node: slot,
-                    devices,
-                    score: totals[i],
-                    feasible: candidates.len(),
-                    skipped_faults: skipped,
-                });
-            }
-            Ok(_) => {}
-            Err(r) => {
-                let e = diagnosis.rejections.entry(("select-devices".into(), r.reason)).or_insert((0, r.unresolvable));
-                e.0 += 1;
+        for i in std::iter::once(best).chain(std::iter::once(()).flat_map(|()| rest())) {
+            let slot = candidates[i];
+            let Some(node) = nodes.get(slot) else { continue };
+            let chosen = match &set.devices {
+                None => default_select_devices(task, node),
+                Some(p) => match p.select_devices(ctx, task, slot) {
+                    Ok(r) => r,
+                    Err(fault) if p.failure_policy() == FailurePolicy::FailOpen => {
+                        self.skipped.push(fault);
+                        default_select_devices(task, node)
+                    }
+                    Err(fault) => return Err(self.fail(fault)),
+                },
+            };
+            match chosen {
+                Ok(devices) if validate::devices(&devices, task, node).is_ok() => {
+                    return Ok(Placement {
+                        node: slot,
+                        devices,
+                        score: totals[i],
+                        feasible: candidates.len(),
+                        skipped_faults: std::mem::take(&mut self.skipped),
+                    });
+                }
+                Ok(_) => {}
+                Err(r) => {
+                    let e = self
+                        .diagnosis
+                        .rejections
+                        .entry(("select-devices".into(), r.reason))
+                        .or_insert((0, r.unresolvable));
+                    e.0 += 1;
+                }
             }
         }
+        Err(self.unschedulable())
     }
-    diagnosis.faults.extend(skipped);
-    Err(Unschedulable { diagnosis })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use wasmsched_api::{GpuDevice, GpuRequest, Node, Resources};
+
+    use super::*;
+    use crate::native::NativePlugin;
+
+    #[test]
+    fn feasible_nodes_to_find_follows_kube_scheduler() {
+        assert_eq!(feasible_nodes_to_find(50, None), 50);
+        assert_eq!(feasible_nodes_to_find(1000, None), 420);
+        assert_eq!(feasible_nodes_to_find(5000, None), 500);
+        assert_eq!(feasible_nodes_to_find(20_000, None), 1000, "floor of 5 %");
+        assert_eq!(feasible_nodes_to_find(1000, Some(1)), 100, "never fewer than 100");
+        assert_eq!(feasible_nodes_to_find(1000, Some(100)), 1000);
+        assert_eq!(feasible_nodes_to_find(1000, Some(0)), 420, "0 means adaptive");
+    }
+
+    fn table(n: usize, gpus_every: usize) -> NodeTable {
+        let mut t = NodeTable::new();
+        for i in 0..n {
+            let gpus = u32::from(i % gpus_every == 0);
+            t.upsert(Node {
+                name: format!("n{i:04}"),
+                allocatable: Resources {
+                    cpu_milli: 8000,
+                    memory_bytes: 1 << 36,
+                    gpu_milli: u64::from(gpus) * 1000,
+                    extended: vec![],
+                },
+                gpus: (0..gpus).map(|g| GpuDevice { index: g, free_milli: 1000, ..Default::default() }).collect(),
+                ..Default::default()
+            });
+        }
+        t
+    }
+
+    fn set() -> PolicySet {
+        PolicySet::builder()
+            .filter(Arc::new(NativePlugin::<wasmsched_plugin_resource_fit::ResourceFit>::new("", 1).unwrap()))
+            .build()
+    }
+
+    #[test]
+    fn sampling_stops_early_and_rotates() {
+        let t = table(1000, 1);
+        let task = Task::default();
+        let a = place_sampled(&set(), &t, &task, 0, 0, 100);
+        assert_eq!(a.examined, 100);
+        assert_eq!(a.result.as_ref().unwrap().node, 0);
+        let b = place_sampled(&set(), &t, &task, 0, 950, 100);
+        assert_eq!(b.examined, 100);
+        assert_eq!(b.result.unwrap().node, 0, "the window wraps: slots 950..999 and 0..49, lowest slot wins ties");
+        let c = place_sampled(&set(), &t, &task, 0, 300, 100);
+        assert_eq!(c.result.unwrap().node, 300);
+    }
+
+    #[test]
+    fn sampling_keeps_looking_when_few_nodes_fit_and_matches_place_when_exhaustive() {
+        let t = table(1000, 10);
+        let gpu =
+            Task { gpu: GpuRequest { count: 1, milli_per_gpu: 1000, ..Default::default() }, ..Default::default() };
+        let s = place_sampled(&set(), &t, &gpu, 0, 0, 50);
+        // Slots 0, 10, ..., 490 fit: the 50th feasible node is the 491st examined.
+        assert!(s.examined >= 491, "only every 10th node fits: {}", s.examined);
+        assert!(s.result.unwrap().feasible >= 50);
+        let big =
+            Task { gpu: GpuRequest { count: 2, milli_per_gpu: 1000, ..Default::default() }, ..Default::default() };
+        let s = place_sampled(&set(), &t, &big, 0, 123, 100);
+        assert_eq!(s.examined, 1000);
+        let e = s.result.unwrap_err();
+        assert_eq!(e, place(&set(), &t, &big, 0).unwrap_err());
+        assert_eq!(e.diagnosis.candidates, 1000);
+    }
 }
