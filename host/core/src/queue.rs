@@ -65,19 +65,7 @@ fn fits(small: &Resources, big: &Resources) -> bool {
 }
 
 fn sum(list: &[&Resources]) -> Option<Resources> {
-    let mut total = Resources::default();
-    for r in list {
-        total.cpu_milli = total.cpu_milli.checked_add(r.cpu_milli)?;
-        total.memory_bytes = total.memory_bytes.checked_add(r.memory_bytes)?;
-        total.gpu_milli = total.gpu_milli.checked_add(r.gpu_milli)?;
-        for (n, v) in &r.extended {
-            match total.extended.binary_search_by(|(m, _)| m.as_str().cmp(n)) {
-                Ok(i) => total.extended[i].1 = total.extended[i].1.checked_add(*v)?,
-                Err(i) => total.extended.insert(i, (n.clone(), *v)),
-            }
-        }
-    }
-    Some(total)
+    list.iter().try_fold(Resources::default(), |total, r| total.checked_add(r))
 }
 
 impl QueueTree {

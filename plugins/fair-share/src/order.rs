@@ -32,23 +32,6 @@ fn cmp_key(a: f64, b: f64) -> Ordering {
     q(a).cmp(&q(b))
 }
 
-fn add(a: &mut Resources, b: &Resources) {
-    for d in [Dim::Cpu, Dim::Memory, Dim::Gpu] {
-        let v = d.get(a).saturating_add(d.get(b));
-        match d {
-            Dim::Cpu => a.cpu_milli = v,
-            Dim::Memory => a.memory_bytes = v,
-            _ => a.gpu_milli = v,
-        }
-    }
-    for (name, v) in &b.extended {
-        match a.extended.binary_search_by(|(n, _)| n.as_str().cmp(name)) {
-            Ok(i) => a.extended[i].1 = a.extended[i].1.saturating_add(*v),
-            Err(i) => a.extended.insert(i, (name.clone(), *v)),
-        }
-    }
-}
-
 fn pending(dims: &[Dim], q: &QueueState) -> bool {
     dims.iter().any(|d| d.get(&q.request) > d.get(&q.allocated))
 }
@@ -68,7 +51,7 @@ pub(crate) fn order(
         let mut total = subtree[q].clone();
         for &c in &tree.children[q] {
             let child = accumulate(tree, c, subtree);
-            add(&mut total, &child);
+            total.saturating_add_assign(&child);
         }
         subtree[q] = total.clone();
         total

@@ -17,6 +17,34 @@ pub struct Resources {
 }
 
 impl Resources {
+    /// `self + other`, `None` if any quantity overflows.
+    pub fn checked_add(&self, other: &Resources) -> Option<Resources> {
+        let mut out = self.clone();
+        out.cpu_milli = out.cpu_milli.checked_add(other.cpu_milli)?;
+        out.memory_bytes = out.memory_bytes.checked_add(other.memory_bytes)?;
+        out.gpu_milli = out.gpu_milli.checked_add(other.gpu_milli)?;
+        for (name, v) in &other.extended {
+            match out.extended.binary_search_by(|(n, _)| n.as_str().cmp(name)) {
+                Ok(i) => out.extended[i].1 = out.extended[i].1.checked_add(*v)?,
+                Err(i) => out.extended.insert(i, (name.clone(), *v)),
+            }
+        }
+        Some(out)
+    }
+
+    /// `self += other`, each quantity saturating at `u64::MAX`.
+    pub fn saturating_add_assign(&mut self, other: &Resources) {
+        self.cpu_milli = self.cpu_milli.saturating_add(other.cpu_milli);
+        self.memory_bytes = self.memory_bytes.saturating_add(other.memory_bytes);
+        self.gpu_milli = self.gpu_milli.saturating_add(other.gpu_milli);
+        for (name, v) in &other.extended {
+            match self.extended.binary_search_by(|(n, _)| n.as_str().cmp(name)) {
+                Ok(i) => self.extended[i].1 = self.extended[i].1.saturating_add(*v),
+                Err(i) => self.extended.insert(i, (name.clone(), *v)),
+            }
+        }
+    }
+
     /// The quantity of an extended resource, 0 when absent.
     pub fn extended(&self, name: &str) -> u64 {
         self.extended.binary_search_by(|(n, _)| n.as_str().cmp(name)).map_or(0, |i| self.extended[i].1)
@@ -350,4 +378,22 @@ pub struct ShareDecision {
     pub deserved: Vec<Resources>,
     /// Queue indexes in serving order.
     pub order: Vec<u32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_addition_merges_extended_and_handles_overflow() {
+        let a = Resources { cpu_milli: 1, extended: vec![("b".into(), 2)], ..Default::default() };
+        let b = Resources { cpu_milli: 2, extended: vec![("a".into(), 1), ("b".into(), 3)], ..Default::default() };
+        let sum = a.checked_add(&b).unwrap();
+        assert_eq!((sum.cpu_milli, sum.extended("a"), sum.extended("b")), (3, 1, 5));
+        let max = Resources { gpu_milli: u64::MAX, ..Default::default() };
+        assert_eq!(max.checked_add(&max), None);
+        let mut s = max.clone();
+        s.saturating_add_assign(&b);
+        assert_eq!((s.gpu_milli, s.cpu_milli, s.extended("b")), (u64::MAX, 2, 3));
+    }
 }
