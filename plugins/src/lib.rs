@@ -15,46 +15,33 @@ pub struct BuiltIn {
     pub config: &'static str,
 }
 
+const RESOURCE_FIT_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/resource-fit.wasm"));
+const ALLOCATION_SCORE_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/allocation-score.wasm"));
+const FAIR_SHARE_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fair-share.wasm"));
+
 /// `resource-fit` filter: CPU, memory, extended resources, GPU count/share/memory/model, node
 /// selector, taints.
-pub const RESOURCE_FIT: BuiltIn =
-    BuiltIn { name: "resource-fit", wasm: include_bytes!(concat!(env!("OUT_DIR"), "/resource-fit.wasm")), config: "" };
+pub const RESOURCE_FIT: BuiltIn = BuiltIn { name: "resource-fit", wasm: RESOURCE_FIT_WASM, config: "" };
 
 /// `least-allocated` score (spread): `allocation-score` with `strategy: least`.
-pub const LEAST_ALLOCATED: BuiltIn = BuiltIn {
-    name: "least-allocated",
-    wasm: include_bytes!(concat!(env!("OUT_DIR"), "/allocation-score.wasm")),
-    config: r#"{"strategy":"least"}"#,
-};
+pub const LEAST_ALLOCATED: BuiltIn =
+    BuiltIn { name: "least-allocated", wasm: ALLOCATION_SCORE_WASM, config: r#"{"strategy":"least"}"# };
 
 /// `most-allocated` score (bin-packing): `allocation-score` with `strategy: most`.
-pub const MOST_ALLOCATED: BuiltIn = BuiltIn {
-    name: "most-allocated",
-    wasm: include_bytes!(concat!(env!("OUT_DIR"), "/allocation-score.wasm")),
-    config: r#"{"strategy":"most"}"#,
-};
+pub const MOST_ALLOCATED: BuiltIn =
+    BuiltIn { name: "most-allocated", wasm: ALLOCATION_SCORE_WASM, config: r#"{"strategy":"most"}"# };
 
 /// `proportion` fair share: hierarchical weighted water-filling, queues served by use of their
 /// deserved share.
-pub const PROPORTION: BuiltIn = BuiltIn {
-    name: "proportion",
-    wasm: include_bytes!(concat!(env!("OUT_DIR"), "/fair-share.wasm")),
-    config: r#"{"policy":"proportion"}"#,
-};
+pub const PROPORTION: BuiltIn =
+    BuiltIn { name: "proportion", wasm: FAIR_SHARE_WASM, config: r#"{"policy":"proportion"}"# };
 
 /// `drf` fair share: hierarchical Dominant Resource Fairness order.
-pub const DRF: BuiltIn = BuiltIn {
-    name: "drf",
-    wasm: include_bytes!(concat!(env!("OUT_DIR"), "/fair-share.wasm")),
-    config: r#"{"policy":"drf"}"#,
-};
+pub const DRF: BuiltIn = BuiltIn { name: "drf", wasm: FAIR_SHARE_WASM, config: r#"{"policy":"drf"}"# };
 
 /// `decayed-usage` fair share: order by past usage (decayed by the host) per weight.
-pub const DECAYED_USAGE: BuiltIn = BuiltIn {
-    name: "decayed-usage",
-    wasm: include_bytes!(concat!(env!("OUT_DIR"), "/fair-share.wasm")),
-    config: r#"{"policy":"decayed-usage"}"#,
-};
+pub const DECAYED_USAGE: BuiltIn =
+    BuiltIn { name: "decayed-usage", wasm: FAIR_SHARE_WASM, config: r#"{"policy":"decayed-usage"}"# };
 
 /// Every built-in, by name.
 pub const ALL: [BuiltIn; 6] = [RESOURCE_FIT, LEAST_ALLOCATED, MOST_ALLOCATED, PROPORTION, DRF, DECAYED_USAGE];

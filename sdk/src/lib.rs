@@ -41,6 +41,19 @@ pub use wasmsched_api::*;
 
 pub mod testing;
 
+/// Reading plugin configuration.
+#[cfg(feature = "json")]
+pub mod config {
+    /// Parse `text` as JSON into `T`; empty (or blank) text gives `T::default()`. Errors read
+    /// `invalid <plugin> configuration: <serde's message>`, which the host shows operators verbatim.
+    pub fn json<T: serde::de::DeserializeOwned + Default>(plugin: &str, text: &str) -> Result<T, String> {
+        if text.trim().is_empty() {
+            return Ok(T::default());
+        }
+        serde_json::from_str(text).map_err(|e| format!("invalid {plugin} configuration: {e}"))
+    }
+}
+
 #[cfg(target_family = "wasm")]
 #[doc(hidden)]
 pub mod __private;

@@ -64,11 +64,7 @@ impl Plugin for AllocationScore {
     const NAME: &'static str = "allocation-score";
 
     fn new(config: &str) -> Result<Self, String> {
-        let config: Config = if config.trim().is_empty() {
-            Config::default()
-        } else {
-            serde_json::from_str(config).map_err(|e| format!("invalid allocation-score configuration: {e}"))?
-        };
+        let config: Config = wasmsched_sdk::config::json(Self::NAME, config)?;
         let w = config.weights;
         if [w.cpu, w.memory, w.gpu].iter().any(|&x| x > 100) {
             return Err("invalid allocation-score configuration: weights must be at most 100".into());

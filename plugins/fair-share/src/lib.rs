@@ -55,11 +55,7 @@ impl Plugin for FairSharePolicy {
     const NAME: &'static str = "fair-share";
 
     fn new(config: &str) -> Result<Self, String> {
-        let config: Config = if config.trim().is_empty() {
-            Config::default()
-        } else {
-            serde_json::from_str(config).map_err(|e| format!("invalid fair-share configuration: {e}"))?
-        };
+        let config: Config = wasmsched_sdk::config::json(Self::NAME, config)?;
         Ok(FairSharePolicy { policy: config.policy })
     }
 }

@@ -29,12 +29,7 @@ impl Plugin for ResourceFit {
     const NAME: &'static str = "resource-fit";
 
     fn new(config: &str) -> Result<Self, String> {
-        let config = if config.trim().is_empty() {
-            Config::default()
-        } else {
-            serde_json::from_str(config).map_err(|e| format!("invalid resource-fit configuration: {e}"))?
-        };
-        Ok(ResourceFit { config })
+        Ok(ResourceFit { config: wasmsched_sdk::config::json(Self::NAME, config)? })
     }
 }
 
