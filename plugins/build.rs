@@ -1,7 +1,11 @@
 //! Compiles the built-in policies to components; `src/lib.rs` embeds them.
 
-const PLUGINS: [&str; 3] =
-    ["wasmsched-plugin-resource-fit", "wasmsched-plugin-allocation-score", "wasmsched-plugin-fair-share"];
+const PLUGINS: [&str; 4] = [
+    "wasmsched-plugin-resource-fit",
+    "wasmsched-plugin-allocation-score",
+    "wasmsched-plugin-fair-share",
+    "wasmsched-plugin-gpu-share-score",
+];
 
 fn main() {
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR").unwrap());

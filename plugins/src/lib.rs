@@ -18,6 +18,7 @@ pub struct BuiltIn {
 const RESOURCE_FIT_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/resource-fit.wasm"));
 const ALLOCATION_SCORE_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/allocation-score.wasm"));
 const FAIR_SHARE_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fair-share.wasm"));
+const GPU_SHARE_SCORE_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gpu-share-score.wasm"));
 
 /// `resource-fit` filter: CPU, memory, extended resources, GPU count/share/memory/model, node
 /// selector, taints.
@@ -43,8 +44,47 @@ pub const DRF: BuiltIn = BuiltIn { name: "drf", wasm: FAIR_SHARE_WASM, config: r
 pub const DECAYED_USAGE: BuiltIn =
     BuiltIn { name: "decayed-usage", wasm: FAIR_SHARE_WASM, config: r#"{"policy":"decayed-usage"}"# };
 
+/// The FGD paper's `random` score: one feasible node drawn uniformly; add `"seed"` to the config.
+pub const RANDOM: BuiltIn = BuiltIn { name: "random", wasm: GPU_SHARE_SCORE_WASM, config: r#"{"policy":"random"}"# };
+
+/// The FGD paper's `dot-prod` score: smallest (CPU, GPU) dot product of free and requested.
+pub const DOT_PROD: BuiltIn =
+    BuiltIn { name: "dot-prod", wasm: GPU_SHARE_SCORE_WASM, config: r#"{"policy":"dot-prod"}"# };
+
+/// The FGD paper's `gpu-clustering` score: co-locate pods of the same GPU shape.
+pub const GPU_CLUSTERING: BuiltIn =
+    BuiltIn { name: "gpu-clustering", wasm: GPU_SHARE_SCORE_WASM, config: r#"{"policy":"gpu-clustering"}"# };
+
+/// The FGD paper's `gpu-packing` score: partly used GPUs, then used nodes, then idle nodes.
+pub const GPU_PACKING: BuiltIn =
+    BuiltIn { name: "gpu-packing", wasm: GPU_SHARE_SCORE_WASM, config: r#"{"policy":"gpu-packing"}"# };
+
+/// The FGD paper's `best-fit` score: least CPU and GPU left after placement.
+pub const BEST_FIT: BuiltIn =
+    BuiltIn { name: "best-fit", wasm: GPU_SHARE_SCORE_WASM, config: r#"{"policy":"best-fit"}"# };
+
+/// Fragmentation Gradient Descent. Its configuration must add the target workload
+/// (`"typical": [...]`), which depends on the trace: the simulator derives it.
+pub const FGD: BuiltIn = BuiltIn { name: "fgd", wasm: GPU_SHARE_SCORE_WASM, config: r#"{"policy":"fgd"}"# };
+
+/// The six policies of the FGD paper, in the paper's order.
+pub const PAPER: [BuiltIn; 6] = [RANDOM, DOT_PROD, GPU_CLUSTERING, GPU_PACKING, BEST_FIT, FGD];
+
 /// Every built-in, by name.
-pub const ALL: [BuiltIn; 6] = [RESOURCE_FIT, LEAST_ALLOCATED, MOST_ALLOCATED, PROPORTION, DRF, DECAYED_USAGE];
+pub const ALL: [BuiltIn; 12] = [
+    RESOURCE_FIT,
+    LEAST_ALLOCATED,
+    MOST_ALLOCATED,
+    PROPORTION,
+    DRF,
+    DECAYED_USAGE,
+    RANDOM,
+    DOT_PROD,
+    GPU_CLUSTERING,
+    GPU_PACKING,
+    BEST_FIT,
+    FGD,
+];
 
 /// A built-in by name.
 pub fn by_name(name: &str) -> Option<BuiltIn> {

@@ -1,14 +1,16 @@
 //! The embedded simulator: replays GPU-cluster traces through the scheduling core, in virtual
 //! time, with no I/O beyond reading the trace, so a run is deterministic for a given seed.
 //!
-//! This first version runs the FGD paper's "submit until X % of GPU capacity has arrived"
-//! experiment (see `shared/design/openb-protocol.md`, §2 and §5) with any [`PolicySet`]; the paper's
-//! own policies, the time-driven replay and the reports build on it.
+//! It runs the FGD paper's "submit until X % of GPU capacity has arrived" experiment (see
+//! `shared/design/openb-protocol.md`, §2 and §5) with any [`PolicySet`], measuring allocation and
+//! fragmentation after every pod; the paper's six policies are the `gpu-share-score` plugin.
 //!
 //! # Core concepts
 //! - [`trace`]: openb CSV loaders (both column shapes), with file/line/column errors.
-//! - [`workload`]: the protocol's seeded shuffle, tune-to-target and node ranks.
-//! - [`replay`]: submit each pod once, place it with the policy set, record the allocation series.
+//! - [`workload`]: the protocol's seeded shuffle, tune-to-target and node ranks, and the trace's
+//!   target workload for fragmentation.
+//! - [`replay`]: submit each pod once, place it with the policy set, record the allocation and
+//!   fragmentation series and reduce them to the paper's columns.
 //! - [`generate`]: seeded random clusters and tasks, shared with tests and benchmarks.
 //!
 //! # Example
@@ -23,7 +25,7 @@
 //!     .filter(Arc::new(NativePlugin::<wasmsched_plugin_resource_fit::ResourceFit>::new("", 1).unwrap()))
 //!     .build();
 //! let order = workload::build(&pods, &nodes, 42, 1.3);
-//! let run = replay::run(&set, &order.nodes, &order.pods);
+//! let run = replay::run(&set, &order.nodes, &order.pods, &workload::target_workload(&pods));
 //! assert_eq!(run.placed + run.failed, order.pods.len());
 //! ```
 

@@ -1,17 +1,24 @@
 //! The submit-until-X % experiment: every pod is submitted once, in order; it is placed with the
 //! policy set or fails; nothing is deleted (`openb-protocol.md` §3 and §5).
 
+use wasmsched_api::Node;
 use wasmsched_core::{NodeTable, PolicySet, bind, place};
+use wasmsched_plugin_gpu_share_score::{TypicalPod, measure, record_affinity};
 
 use crate::trace::TracePod;
 
 /// After one submitted pod.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Point {
     /// Milli-GPUs requested by all pods submitted so far, failed ones included.
     pub arrived_milli: u64,
     /// Milli-GPUs allocated.
     pub used_milli: u64,
+    /// Fragmented milli-GPUs over the cluster for the target workload, rounded to 2 decimals as
+    /// the paper's log prints it.
+    pub frag_milli: f64,
+    /// Fragmented share of the idle GPU share (%), rounded to 2 decimals.
+    pub frag_ratio: f64,
 }
 
 /// The outcome of one experiment.
@@ -29,20 +36,80 @@ pub struct Run {
     pub faulted: usize,
 }
 
-/// Replay `pods` on a copy of `nodes` with `set` (worker 0).
-pub fn run(set: &PolicySet, nodes: &NodeTable, pods: &[TracePod]) -> Run {
+/// Per-node fragmentation for the target workload, kept current as pods land.
+struct FragTracker<'a> {
+    typical: &'a [TypicalPod],
+    /// Which typical pods accept each GPU model seen so far.
+    access: Vec<(String, Vec<bool>)>,
+    per_node: Vec<(f64, f64)>,
+}
+
+impl<'a> FragTracker<'a> {
+    fn new(typical: &'a [TypicalPod], table: &NodeTable) -> Self {
+        let mut t = FragTracker { typical, access: Vec::new(), per_node: Vec::new() };
+        for slot in table.slots() {
+            if let Some(n) = table.get(slot) {
+                t.update(slot as usize, n);
+            }
+        }
+        t
+    }
+
+    fn update(&mut self, at: usize, node: &Node) {
+        let model = node.gpus.first().map_or("", |g| g.model.as_str());
+        let i = match self.access.iter().position(|(m, _)| m == model) {
+            Some(i) => i,
+            None => {
+                self.access.push((model.into(), self.typical.iter().map(|t| t.accepts_model(model)).collect()));
+                self.access.len() - 1
+            }
+        };
+        let lefts: Vec<u32> = node.gpus.iter().map(|g| g.free_milli).collect();
+        let cpu_left = node.allocatable.cpu_milli.saturating_sub(node.allocated.cpu_milli);
+        let f = measure(self.typical, &self.access[i].1, cpu_left, &lefts);
+        if self.per_node.len() <= at {
+            self.per_node.resize(at + 1, (0.0, 0.0));
+        }
+        self.per_node[at] = (f.fragmented, f.idle);
+    }
+
+    /// (fragmented milli, fragmented % of idle), each rounded to 2 decimals like the paper's log.
+    fn report(&self) -> (f64, f64) {
+        let (frag, idle) = self.per_node.iter().fold((0.0, 0.0), |(f, i), (nf, ni)| (f + nf, i + ni));
+        let ratio = if idle > 0.0 { 100.0 * frag / idle } else { 0.0 };
+        (round2(frag), round2(ratio))
+    }
+}
+
+/// Round to 2 decimals the way `printf("%.2f")` followed by parsing does.
+fn round2(x: f64) -> f64 {
+    format!("{x:.2}").parse().unwrap_or(x)
+}
+
+/// Replay `pods` on a copy of `nodes` with `set` (worker 0), measuring fragmentation against the
+/// `typical` target workload. Each bound pod's GPU shape is recorded on its node
+/// ([`record_affinity`]), as shape-aware scorers expect of the cluster state.
+pub fn run(set: &PolicySet, nodes: &NodeTable, pods: &[TracePod], typical: &[TypicalPod]) -> Run {
     let mut table = nodes.clone();
     let capacity_milli: u64 = table.slots().filter_map(|s| table.get(s)).map(|n| n.allocatable.gpu_milli).sum();
     let (mut arrived, mut used) = (0u64, 0u64);
+    let mut frag = FragTracker::new(typical, &table);
     let mut out = Run { placed: 0, failed: 0, series: Vec::with_capacity(pods.len()), capacity_milli, faulted: 0 };
     for pod in pods {
         let task = pod.to_task();
         arrived += pod.gpu_total_milli();
         match place(set, &table, &task, 0) {
-            Ok(p) => match table.update(p.node, |n| bind(n, &task, &p.devices)) {
+            Ok(p) => match table.update(p.node, |n| {
+                bind(n, &task, &p.devices)?;
+                record_affinity(n, &task);
+                Ok::<_, wasmsched_core::AllocError>(())
+            }) {
                 Some(Ok(())) => {
                     used += pod.gpu_total_milli();
                     out.placed += 1;
+                    if let Some(n) = table.get(p.node) {
+                        frag.update(p.node as usize, n);
+                    }
                 }
                 _ => out.failed += 1,
             },
@@ -53,7 +120,8 @@ pub fn run(set: &PolicySet, nodes: &NodeTable, pods: &[TracePod]) -> Run {
                 }
             }
         }
-        out.series.push(Point { arrived_milli: arrived, used_milli: used });
+        let (frag_milli, frag_ratio) = frag.report();
+        out.series.push(Point { arrived_milli: arrived, used_milli: used, frag_milli, frag_ratio });
     }
     out
 }
@@ -83,19 +151,19 @@ fn pairwise_sum(a: &[f64]) -> f64 {
     pairwise_sum(&a[..n2]) + pairwise_sum(&a[n2..])
 }
 
-/// The paper's table row: GPU allocation ratio (percent of capacity) at arrived workload
-/// 0..=`max_column` percent, each the mean over the events whose rounded arrival equals the column
-/// (or within ±1 when none does); `None` where no event is near (`openb-protocol.md` §5.2).
-pub fn allocation_columns(run: &Run, max_column: usize) -> Vec<Option<f64>> {
+/// Group the events by rounded arrival percent (0..=`max_column`) and reduce each column with
+/// `reduce`; a column with no event uses the events within ±1, and stays `None` if there are none.
+fn columns(
+    run: &Run,
+    max_column: usize,
+    value: impl Fn(&Point) -> f64,
+    reduce: impl Fn(&[f64]) -> f64,
+) -> Vec<Option<f64>> {
     let gpus = run.capacity_milli as f64 / 1000.0;
     let rows: Vec<(i64, f64)> = run
         .series
         .iter()
-        .map(|p| {
-            let arrive = ((p.arrived_milli as f64 / gpus) / 10.0).round_ties_even() as i64;
-            let alloc: f64 = format!("{:.2}", (p.used_milli as f64 / gpus) / 10.0).parse().unwrap_or(0.0);
-            (arrive, alloc)
-        })
+        .map(|p| (((p.arrived_milli as f64 / gpus) / 10.0).round_ties_even() as i64, value(p)))
         .collect();
     (0..=max_column as i64)
         .map(|r| {
@@ -103,9 +171,37 @@ pub fn allocation_columns(run: &Run, max_column: usize) -> Vec<Option<f64>> {
             if vals.is_empty() {
                 vals = rows.iter().filter(|(a, _)| (r - 1..=r + 1).contains(a)).map(|(_, v)| *v).collect();
             }
-            (!vals.is_empty()).then(|| ((pairwise_sum(&vals) / vals.len() as f64) * 100.0).round_ties_even() / 100.0)
+            (!vals.is_empty()).then(|| reduce(&vals))
         })
         .collect()
+}
+
+fn mean(vals: &[f64]) -> f64 {
+    pairwise_sum(vals) / vals.len() as f64
+}
+
+/// numpy's `round(x, 2)`: scale, round half to even, unscale.
+fn np_round2(x: f64) -> f64 {
+    (x * 100.0).round_ties_even() / 100.0
+}
+
+/// The paper's table row: GPU allocation ratio (percent of capacity) at arrived workload
+/// 0..=`max_column` percent, each the mean over the events whose rounded arrival equals the column
+/// (or within ±1 when none does); `None` where no event is near (`openb-protocol.md` §5.2).
+pub fn allocation_columns(run: &Run, max_column: usize) -> Vec<Option<f64>> {
+    let gpus = run.capacity_milli as f64 / 1000.0;
+    columns(run, max_column, |p| round2((p.used_milli as f64 / gpus) / 10.0), |v| np_round2(mean(v)))
+}
+
+/// Fragmented GPU share as a percentage of GPU capacity, per arrival column (§5.3).
+pub fn fragmentation_columns(run: &Run, max_column: usize) -> Vec<Option<f64>> {
+    let gpus = run.capacity_milli as f64 / 1000.0;
+    columns(run, max_column, |p| p.frag_milli, |v| np_round2(100.0 * mean(v) / 1000.0 / gpus))
+}
+
+/// Fragmented share of the idle GPU share (%), per arrival column, not rounded (§5.3).
+pub fn fragmentation_ratio_columns(run: &Run, max_column: usize) -> Vec<Option<f64>> {
+    columns(run, max_column, |p| p.frag_ratio, mean)
 }
 
 #[cfg(test)]
@@ -128,10 +224,10 @@ mod tests {
             capacity_milli: 1000,
             faulted: 0,
             series: vec![
-                Point { arrived_milli: 500, used_milli: 500 },
-                Point { arrived_milli: 1000, used_milli: 1000 },
-                Point { arrived_milli: 1004, used_milli: 1000 },
-                Point { arrived_milli: 1300, used_milli: 1000 },
+                Point { arrived_milli: 500, used_milli: 500, ..Default::default() },
+                Point { arrived_milli: 1000, used_milli: 1000, ..Default::default() },
+                Point { arrived_milli: 1004, used_milli: 1000, ..Default::default() },
+                Point { arrived_milli: 1300, used_milli: 1000, ..Default::default() },
             ],
         };
         let c = allocation_columns(&run, 130);

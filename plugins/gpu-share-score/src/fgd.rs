@@ -1,0 +1,236 @@
+//! The FGD scorer with the two caches the protocol allows (§7.6): fragmentation memoised by node
+//! state, and each node's score and chosen GPU memoised per pod shape until the node changes.
+//! Neither changes a result; together they turn ~10⁷ fragmentation evaluations per replay into
+//! ~10⁵.
+
+use std::collections::HashMap;
+
+use ahash::RandomState;
+use wasmsched_sdk::prelude::*;
+
+use crate::frag::{TypicalPod, gradient_score, measure};
+use crate::view;
+
+/// Bounds on the caches, so that a cluster with endless distinct pod shapes or node states cannot
+/// grow the plugin past its memory limit: a full cache is cleared and refilled.
+const MAX_MEMO: usize = 1 << 18;
+const MAX_SHAPES: usize = 4096;
+const MAX_NODES: usize = 1 << 17;
+const NOT_SCORED: u64 = u64::MAX;
+const NO_GPU: u32 = u32::MAX;
+
+fn hasher() -> RandomState {
+    // Fixed seeds: the caches never change results, but fixed seeds keep even timing reproducible.
+    RandomState::with_seeds(0x5eed, 0xf9d, 0x0b, 0x1213)
+}
+
+/// A pod shape the FGD score depends on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Shape {
+    cpu_milli: u64,
+    milli: u32,
+    count: u32,
+}
+
+impl Shape {
+    fn of(task: &Task) -> Shape {
+        let count = if task.gpu.milli_per_gpu == 0 { 0 } else { task.gpu.count };
+        Shape { cpu_milli: task.request.cpu_milli, milli: task.gpu.milli_per_gpu, count }
+    }
+}
+
+#[derive(Hash, PartialEq, Eq)]
+struct StateKey {
+    cpu_left: u64,
+    model: u16,
+    sorted_lefts: Vec<u32>,
+}
+
+/// One node's last seen state, its fragmentation, and its results per shape id.
+struct NodeEntry {
+    cpu_left: u64,
+    model: u16,
+    lefts: Vec<u32>,
+    before: f64,
+    results: Vec<u64>,
+}
+
+/// Fragmentation of node states, per GPU model (which typical pods may use it).
+struct Measure {
+    typical: Vec<TypicalPod>,
+    models: Vec<(String, Vec<bool>)>,
+    memo: HashMap<StateKey, f64, RandomState>,
+}
+
+impl Measure {
+    fn model_id(&mut self, model: &str) -> u16 {
+        if let Some(i) = self.models.iter().position(|(m, _)| m == model) {
+            return i as u16;
+        }
+        if self.models.len() >= usize::from(u16::MAX) {
+            self.models.clear();
+            self.memo.clear();
+        }
+        let access = self.typical.iter().map(|t| t.accepts_model(model)).collect();
+        self.models.push((model.to_string(), access));
+        (self.models.len() - 1) as u16
+    }
+
+    fn fragmented(&mut self, cpu_left: u64, model: u16, lefts: &[u32]) -> f64 {
+        let mut sorted_lefts = lefts.to_vec();
+        sorted_lefts.sort_unstable();
+        let key = StateKey { cpu_left, model, sorted_lefts };
+        if let Some(&f) = self.memo.get(&key) {
+            return f;
+        }
+        let f = measure(&self.typical, &self.models[usize::from(model)].1, cpu_left, lefts).fragmented;
+        if self.memo.len() >= MAX_MEMO {
+            self.memo.clear();
+        }
+        self.memo.insert(key, f);
+        f
+    }
+}
+
+/// Fragmentation Gradient Descent: place the pod where it increases the expected fragmentation of
+/// the target workload least (or decreases it most).
+pub(crate) struct Fgd {
+    measure: Measure,
+    shapes: Vec<Shape>,
+    last_shape: usize,
+    nodes: HashMap<String, NodeEntry, RandomState>,
+    lefts: Vec<u32>,
+}
+
+impl Fgd {
+    pub(crate) fn new(typical: Vec<TypicalPod>) -> Result<Fgd, String> {
+        if typical.is_empty() {
+            return Err("fgd needs a target workload: `typical` lists the popular pod shapes and weights".into());
+        }
+        if let Some(t) = typical.iter().find(|t| !(t.weight.is_finite() && t.weight > 0.0 && t.weight <= 1.0)) {
+            return Err(format!("typical pod weight {} is not in (0, 1]", t.weight));
+        }
+        if let Some(t) = typical.iter().find(|t| t.milli > GPU_MILLI || (t.milli == 0) != (t.count == 0)) {
+            return Err(format!(
+                "typical pod with {} × {} milli-GPU: shares are 1..=1000 per GPU, and 0 only for CPU-only pods",
+                t.count, t.milli
+            ));
+        }
+        let sum: f64 = typical.iter().map(|t| t.weight).sum();
+        if (sum - 1.0).abs() > 1e-6 {
+            return Err(format!("typical pod weights sum to {sum}, not 1"));
+        }
+        Ok(Fgd {
+            measure: Measure { typical, models: Vec::new(), memo: HashMap::with_hasher(hasher()) },
+            shapes: Vec::new(),
+            last_shape: 0,
+            nodes: HashMap::with_hasher(hasher()),
+            lefts: Vec::new(),
+        })
+    }
+
+    fn shape_id(&mut self, task: &Task) -> usize {
+        let shape = Shape::of(task);
+        if self.shapes.get(self.last_shape) == Some(&shape) {
+            return self.last_shape;
+        }
+        self.last_shape = match self.shapes.iter().position(|s| *s == shape) {
+            Some(i) => i,
+            None => {
+                if self.shapes.len() >= MAX_SHAPES {
+                    self.shapes.clear();
+                    self.nodes.values_mut().for_each(|n| n.results.clear());
+                }
+                self.shapes.push(shape);
+                self.shapes.len() - 1
+            }
+        };
+        self.last_shape
+    }
+
+    /// The score of `node` for `task`, and for a GPU-sharing task the GPU it should take.
+    pub(crate) fn evaluate(&mut self, task: &Task, node: &Node) -> (u32, Option<u32>) {
+        let shape = self.shape_id(task);
+        let model = self.measure.model_id(view::model(node));
+        let cpu_left = view::cpu_left(node);
+        self.lefts.clear();
+        self.lefts.extend(view::lefts(node));
+        if !self.nodes.contains_key(node.name.as_str()) {
+            if self.nodes.len() >= MAX_NODES {
+                self.nodes.clear();
+            }
+            let fresh = NodeEntry { cpu_left: u64::MAX, model, lefts: Vec::new(), before: 0.0, results: Vec::new() };
+            self.nodes.insert(node.name.clone(), fresh);
+        }
+        let Some(entry) = self.nodes.get_mut(node.name.as_str()) else {
+            return (0, None);
+        };
+        if entry.cpu_left != cpu_left || entry.model != model || entry.lefts != self.lefts {
+            entry.cpu_left = cpu_left;
+            entry.model = model;
+            entry.lefts.clone_from(&self.lefts);
+            entry.before = self.measure.fragmented(cpu_left, model, &self.lefts);
+            entry.results.clear();
+        }
+        if let Some(&r) = entry.results.get(shape)
+            && r != NOT_SCORED
+        {
+            let gpu = r as u32;
+            return ((r >> 32) as u32, (gpu != NO_GPU).then_some(gpu));
+        }
+        let (score, gpu) = gradient(&mut self.measure, &self.shapes[shape], entry.before, cpu_left, model, &self.lefts);
+        if entry.results.len() <= shape {
+            entry.results.resize(shape + 1, NOT_SCORED);
+        }
+        entry.results[shape] = (u64::from(score) << 32) | u64::from(gpu.unwrap_or(NO_GPU));
+        (score, gpu)
+    }
+}
+
+/// Score one placement: the fragmentation change if `shape` lands on the node; for a sharing pod,
+/// on each GPU that fits, keeping the first best (truncated) score.
+fn gradient(
+    measure: &mut Measure,
+    shape: &Shape,
+    before: f64,
+    cpu_left: u64,
+    model: u16,
+    lefts: &[u32],
+) -> (u32, Option<u32>) {
+    let cpu_after = cpu_left.saturating_sub(shape.cpu_milli);
+    let mut after = lefts.to_vec();
+    if shape.count == 1 && shape.milli < GPU_MILLI {
+        let mut best: Option<(u32, u32)> = None;
+        for (g, &left) in lefts.iter().enumerate() {
+            if left < shape.milli {
+                continue;
+            }
+            after[g] = left - shape.milli;
+            let s = gradient_score(before, measure.fragmented(cpu_after, model, &after));
+            after[g] = left;
+            if best.is_none_or(|(b, _)| s > b) {
+                best = Some((s, g as u32));
+            }
+        }
+        return best.map_or((0, None), |(s, g)| (s, Some(g)));
+    }
+    if shape.count > 0 {
+        // Ascending free share, stable: for whole GPUs these are the lowest-index free ones.
+        let mut order: Vec<usize> = (0..lefts.len()).collect();
+        order.sort_by_key(|&g| lefts[g]);
+        let mut taken = 0;
+        for g in order {
+            if taken == shape.count {
+                break;
+            }
+            if lefts[g] >= shape.milli {
+                after[g] -= shape.milli;
+                taken += 1;
+            }
+        }
+        if taken < shape.count {
+            return (0, None);
+        }
+    }
+    (gradient_score(before, measure.fragmented(cpu_after, model, &after)), None)
+}
