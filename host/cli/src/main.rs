@@ -9,6 +9,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+mod experiment;
 mod plugin_cmd;
 mod policy;
 mod simulate;
@@ -25,6 +26,8 @@ struct Cli {
 enum Command {
     /// Replay a GPU-cluster trace in the embedded simulator (default: the openb trace).
     Simulate(simulate::Args),
+    /// Run the FGD paper's grid (traces × policies × seeds) and write its table and figures.
+    Experiment(experiment::Args),
     /// Inspect plugins.
     #[command(subcommand)]
     Plugin(plugin_cmd::Command),
@@ -39,6 +42,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Simulate(args) => simulate::run(args, started).context("simulate"),
+        Command::Experiment(args) => experiment::run(args).context("experiment"),
         Command::Plugin(cmd) => plugin_cmd::run(cmd),
     };
     match result {

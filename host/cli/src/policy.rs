@@ -5,31 +5,54 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use wasmsched_core::{NativePlugin, PolicyPlugin, PolicySet};
 use wasmsched_plugin_allocation_score::AllocationScore;
+use wasmsched_plugin_gpu_share_score::{GpuShareScore, TypicalPod};
 use wasmsched_plugin_resource_fit::ResourceFit;
+use wasmsched_plugins::BuiltIn;
 use wasmsched_runtime::{PluginConfig, Runtime};
 
-/// `resource-fit` then the named score, from `runtime` (Wasm) or native when `runtime` is `None`.
-pub fn reference_set(runtime: Option<&Runtime>, score: &str) -> anyhow::Result<PolicySet> {
-    let Some(score_builtin) = wasmsched_plugins::by_name(score).filter(|b| b.name.ends_with("-allocated")) else {
-        bail!("unknown score policy {score:?}: use least-allocated or most-allocated");
-    };
-    let fit = wasmsched_plugins::RESOURCE_FIT;
-    let (filter, score): (Arc<dyn PolicyPlugin>, Arc<dyn PolicyPlugin>) = match runtime {
-        Some(rt) => (
-            Arc::new(rt.load(fit.wasm, PluginConfig::new(fit.name)).context("loading resource-fit")?),
-            Arc::new(
-                rt.load(score_builtin.wasm, PluginConfig::new(score_builtin.name).with_config(score_builtin.config))
-                    .with_context(|| format!("loading {}", score_builtin.name))?,
-            ),
+/// Score policies `simulate` and `experiment` accept.
+pub const SCORE_POLICIES: [&str; 8] =
+    ["random", "dot-prod", "gpu-clustering", "gpu-packing", "best-fit", "fgd", "least-allocated", "most-allocated"];
+
+/// The FGD paper's six policies, in its order.
+pub const PAPER_POLICIES: [&str; 6] = ["random", "dot-prod", "gpu-clustering", "gpu-packing", "best-fit", "fgd"];
+
+fn load(runtime: Option<&Runtime>, builtin: BuiltIn, config: &str) -> anyhow::Result<Arc<dyn PolicyPlugin>> {
+    let name = builtin.name;
+    Ok(match runtime {
+        Some(rt) => Arc::new(
+            rt.load(builtin.wasm, PluginConfig::new(name).with_config(config))
+                .with_context(|| format!("loading {name}"))?,
         ),
-        None => (
-            Arc::new(NativePlugin::<ResourceFit>::new(fit.config, 1).map_err(anyhow::Error::msg)?),
-            Arc::new(
-                NativePlugin::<AllocationScore>::new(score_builtin.config, 1)
-                    .map_err(anyhow::Error::msg)?
-                    .named(score_builtin.name),
-            ),
-        ),
+        None if std::ptr::eq(builtin.wasm, wasmsched_plugins::RESOURCE_FIT.wasm) => {
+            Arc::new(NativePlugin::<ResourceFit>::new(config, 1).map_err(anyhow::Error::msg)?)
+        }
+        None if builtin.name.ends_with("-allocated") => {
+            Arc::new(NativePlugin::<AllocationScore>::new(config, 1).map_err(anyhow::Error::msg)?.named(name))
+        }
+        None => Arc::new(NativePlugin::<GpuShareScore>::new(config, 1).map_err(anyhow::Error::msg)?.named(name)),
+    })
+}
+
+/// `resource-fit` then the score policy `score`, from `runtime` (Wasm) or native when `runtime`
+/// is `None`. The paper's policies also choose the GPUs; `seed` seeds `random`, `typical` is
+/// `fgd`'s target workload.
+pub fn policy_set(
+    runtime: Option<&Runtime>,
+    score: &str,
+    seed: u64,
+    typical: &[TypicalPod],
+) -> anyhow::Result<PolicySet> {
+    let Some(builtin) = wasmsched_plugins::by_name(score).filter(|b| SCORE_POLICIES.contains(&b.name)) else {
+        bail!("unknown score policy {score:?}: use one of {}", SCORE_POLICIES.join(", "));
     };
-    Ok(PolicySet::builder().filter(filter).score(score, 1).version(1).build())
+    let config = match score {
+        "random" => serde_json::json!({ "policy": "random", "seed": seed }).to_string(),
+        "fgd" => serde_json::json!({ "policy": "fgd", "typical": typical }).to_string(),
+        _ => builtin.config.to_string(),
+    };
+    let fit = load(runtime, wasmsched_plugins::RESOURCE_FIT, "")?;
+    let scorer = load(runtime, builtin, &config)?;
+    let set = PolicySet::builder().filter(fit).score(scorer.clone(), 1).version(1);
+    Ok(if PAPER_POLICIES.contains(&score) { set.devices(scorer) } else { set }.build())
 }

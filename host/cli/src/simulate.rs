@@ -8,7 +8,7 @@ use serde::Serialize;
 use wasmsched_runtime::{Runtime, RuntimeConfig};
 use wasmsched_sim::{replay, trace, workload};
 
-use crate::policy::reference_set;
+use crate::policy::policy_set;
 
 const DEFAULT_NODES: &str = include_str!("../../../examples/traces/openb/openb_node_list_gpu_node.csv");
 const DEFAULT_PODS: &str = include_str!("../../../examples/traces/openb/openb_pod_list_default.csv");
@@ -28,9 +28,13 @@ pub struct Args {
     /// Submit pods until this multiple of GPU capacity has arrived.
     #[arg(long, default_value_t = 1.3)]
     tune: f64,
-    /// Score policy: most-allocated (bin-packing) or least-allocated (spread).
-    #[arg(long, default_value = "most-allocated")]
-    score: String,
+    /// Score policy: the FGD paper's random, dot-prod, gpu-clustering, gpu-packing, best-fit, fgd;
+    /// or kube-scheduler's least-allocated, most-allocated.
+    #[arg(long, default_value = "fgd")]
+    policy: String,
+    /// Skip malformed pod rows (reporting each) instead of failing.
+    #[arg(long)]
+    lenient: bool,
     /// Run the policies natively instead of as Wasm components.
     #[arg(long)]
     native: bool,
@@ -44,6 +48,8 @@ struct Report {
     nodes: usize,
     gpus: u64,
     pods_submitted: usize,
+    /// Malformed pod rows skipped (`--lenient`), each as `file:line:column: reason`.
+    skipped_rows: Vec<String>,
     placed: usize,
     failed: usize,
     failed_by_plugin_fault: usize,
@@ -56,6 +62,8 @@ struct Report {
     decisions_per_second: f64,
     /// GPU allocation ratio (%) at arrived workload 0..=130 % (null where no event is near).
     allocation_ratio_by_arrived_percent: Vec<Option<f64>>,
+    /// Fragmented GPU share (% of capacity) for the trace's target workload, same columns.
+    fragmentation_by_arrived_percent: Vec<Option<f64>>,
 }
 
 pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
@@ -64,39 +72,45 @@ pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
         Some(p) => trace::load_nodes(p)?,
         None => trace::parse_nodes("embedded openb_node_list_gpu_node.csv", DEFAULT_NODES)?,
     };
-    let pods = match &args.pods {
-        Some(p) => trace::load_pods(p)?,
-        None => trace::parse_pods("embedded openb_pod_list_default.csv", DEFAULT_PODS)?,
+    let (pods, skipped) = match &args.pods {
+        Some(p) => trace::load_pods_lenient(p, args.lenient)?,
+        None => trace::parse_pods_lenient("embedded openb_pod_list_default.csv", DEFAULT_PODS, args.lenient)?,
     };
+    for e in &skipped {
+        tracing::warn!("skipped malformed row: {e}");
+    }
     anyhow::ensure!(!nodes.is_empty(), "the node list is empty");
     let work = workload::build(&pods, &nodes, args.seed, args.tune);
+    let typical = workload::target_workload(&pods);
     // Fuel, not wall-clock time, bounds plugins here, so a run is reproducible on any machine.
     let runtime = (!args.native)
         .then(|| Runtime::new(RuntimeConfig { deterministic: true, ..Default::default() }))
         .transpose()
         .context("starting the Wasm runtime")?;
-    let set = reference_set(runtime.as_ref(), &args.score)?;
+    let set = policy_set(runtime.as_ref(), &args.policy, args.seed, &typical)?;
     let setup_seconds = started.elapsed().as_secs_f64();
 
     let t = Instant::now();
-    let run = replay::run(&set, &work.nodes, &work.pods);
+    let run = replay::run(&set, &work.nodes, &work.pods, &typical);
     let replay_seconds = t.elapsed().as_secs_f64();
     let columns = replay::allocation_columns(&run, 130);
     let report = Report {
         nodes: work.nodes.len(),
         gpus: work.capacity_milli / 1000,
         pods_submitted: work.pods.len(),
+        skipped_rows: skipped.iter().map(ToString::to_string).collect(),
         placed: run.placed,
         failed: run.failed,
         failed_by_plugin_fault: run.faulted,
         seed: args.seed,
         tune: args.tune,
-        policies: format!("resource-fit + {}", args.score),
+        policies: format!("resource-fit + {}", args.policy),
         runtime: if args.native { "native" } else { "wasm" },
         setup_seconds,
         replay_seconds,
         decisions_per_second: work.pods.len() as f64 / replay_seconds.max(1e-9),
         allocation_ratio_by_arrived_percent: columns,
+        fragmentation_by_arrived_percent: replay::fragmentation_columns(&run, 130),
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -115,10 +129,20 @@ pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
         report.decisions_per_second,
         report.setup_seconds
     );
-    println!("\narrived workload (% of GPU capacity) -> GPU allocation ratio (%)");
+    if !report.skipped_rows.is_empty() {
+        println!("skipped {} malformed pod rows (--lenient):", report.skipped_rows.len());
+        for e in &report.skipped_rows {
+            println!("  {e}");
+        }
+    }
+    println!("\narrived (% of GPU capacity)   GPU allocated (%)   GPU fragmented (%)");
+    let cell = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
     for pct in (10..=130).step_by(10) {
-        let cell = report.allocation_ratio_by_arrived_percent[pct].map_or("-".to_string(), |v| format!("{v:.2}"));
-        println!("  {pct:>4} %  {cell:>7}");
+        println!(
+            "  {pct:>4} %                     {:>7}             {:>7}",
+            cell(report.allocation_ratio_by_arrived_percent[pct]),
+            cell(report.fragmentation_by_arrived_percent[pct])
+        );
     }
     Ok(())
 }

@@ -11,6 +11,7 @@
 //!   target workload for fragmentation.
 //! - [`replay`]: submit each pod once, place it with the policy set, record the allocation and
 //!   fragmentation series and reduce them to the paper's columns.
+//! - [`experiment`]: the traces × policies × seeds grid in parallel, and the headline table.
 //! - [`generate`]: seeded random clusters and tasks, shared with tests and benchmarks.
 //!
 //! # Example
@@ -29,6 +30,7 @@
 //! assert_eq!(run.placed + run.failed, order.pods.len());
 //! ```
 
+pub mod experiment;
 pub mod generate;
 pub mod replay;
 pub mod trace;

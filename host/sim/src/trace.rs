@@ -90,7 +90,8 @@ impl TracePod {
 struct Csv<'a> {
     file: &'a str,
     header: Vec<&'a str>,
-    rows: Vec<(usize, Vec<&'a str>)>,
+    /// Line number and fields, or the column and reason the line has the wrong shape.
+    rows: Vec<(usize, Result<Vec<&'a str>, (usize, String)>)>,
 }
 
 impl<'a> Csv<'a> {
@@ -103,15 +104,15 @@ impl<'a> Csv<'a> {
         let mut rows = Vec::new();
         for (i, line) in lines {
             let fields: Vec<&str> = line.split(',').map(str::trim).collect();
-            if fields.len() != header.len() {
-                return Err(malformed(
-                    file,
-                    i + 1,
+            let row = if fields.len() == header.len() {
+                Ok(fields)
+            } else {
+                Err((
                     fields.len().min(header.len()) + 1,
                     format!("{} fields, header has {}", fields.len(), header.len()),
-                ));
-            }
-            rows.push((i + 1, fields));
+                ))
+            };
+            rows.push((i + 1, row));
         }
         Ok(Csv { file, header, rows })
     }
@@ -159,6 +160,7 @@ pub fn parse_nodes(file: &str, text: &str) -> Result<Vec<Node>, TraceError> {
     );
     let mut nodes = Vec::with_capacity(csv.rows.len());
     for (line, f) in &csv.rows {
+        let f = f.as_ref().map_err(|(col, why)| malformed(file, *line, *col, why.clone()))?;
         let gpus = csv.number(*line, f, gpu)?;
         if gpus > 64 {
             return Err(malformed(file, *line, gpu + 1, format!("{gpus} GPUs on one node is not plausible")));
@@ -194,8 +196,18 @@ pub fn parse_nodes(file: &str, text: &str) -> Result<Vec<Node>, TraceError> {
 }
 
 /// Parse an openb pod list, in either column shape (the `multigpuNN` files carry only the first
-/// five columns).
+/// five columns). Any malformed row is an error.
 pub fn parse_pods(file: &str, text: &str) -> Result<Vec<TracePod>, TraceError> {
+    parse_pods_lenient(file, text, false).map(|(pods, _)| pods)
+}
+
+/// Like [`parse_pods`], but with `lenient` a malformed row is skipped and returned with its error
+/// instead of failing the file (a malformed header still fails it).
+pub fn parse_pods_lenient(
+    file: &str,
+    text: &str,
+    lenient: bool,
+) -> Result<(Vec<TracePod>, Vec<TraceError>), TraceError> {
     let csv = Csv::parse(file, text)?;
     let (name, cpu, mem, num, milli) = (
         csv.column("name")?,
@@ -207,44 +219,55 @@ pub fn parse_pods(file: &str, text: &str) -> Result<Vec<TracePod>, TraceError> {
     let (spec, qos, created, deleted) =
         (csv.optional("gpu_spec"), csv.optional("qos"), csv.optional("creation_time"), csv.optional("deletion_time"));
     let mut pods = Vec::with_capacity(csv.rows.len());
+    let mut skipped = Vec::new();
     for (line, f) in &csv.rows {
-        let num_gpu = csv.number(*line, f, num)?;
-        let gpu_milli = csv.number(*line, f, milli)?;
-        if num_gpu > 64 {
-            return Err(malformed(file, *line, num + 1, format!("{num_gpu} GPUs for one pod is not plausible")));
-        }
-        if gpu_milli > u64::from(GPU_MILLI) || (num_gpu > 1 && gpu_milli != u64::from(GPU_MILLI)) {
-            return Err(malformed(
-                file,
-                *line,
-                milli + 1,
-                format!("gpu_milli {gpu_milli} with num_gpu {num_gpu}: shares are for single-GPU pods, at most 1000"),
-            ));
-        }
-        if num_gpu > 0 && gpu_milli == 0 {
-            return Err(malformed(file, *line, milli + 1, "GPU pod with gpu_milli 0"));
-        }
-        let time = |col: Option<usize>| -> Result<Option<u64>, TraceError> {
-            match col {
-                Some(c) if !f[c].is_empty() => csv.number(*line, f, c).map(Some),
-                _ => Ok(None),
+        let row = || -> Result<TracePod, TraceError> {
+            let f = f.as_ref().map_err(|(col, why)| malformed(file, *line, *col, why.clone()))?;
+            let num_gpu = csv.number(*line, f, num)?;
+            let gpu_milli = csv.number(*line, f, milli)?;
+            if num_gpu > 64 {
+                return Err(malformed(file, *line, num + 1, format!("{num_gpu} GPUs for one pod is not plausible")));
             }
+            if gpu_milli > u64::from(GPU_MILLI) || (num_gpu > 1 && gpu_milli != u64::from(GPU_MILLI)) {
+                return Err(malformed(
+                    file,
+                    *line,
+                    milli + 1,
+                    format!(
+                        "gpu_milli {gpu_milli} with num_gpu {num_gpu}: shares are for single-GPU pods, at most 1000"
+                    ),
+                ));
+            }
+            if num_gpu > 0 && gpu_milli == 0 {
+                return Err(malformed(file, *line, milli + 1, "GPU pod with gpu_milli 0"));
+            }
+            let time = |col: Option<usize>| -> Result<Option<u64>, TraceError> {
+                match col {
+                    Some(c) if !f[c].is_empty() => csv.number(*line, f, c).map(Some),
+                    _ => Ok(None),
+                }
+            };
+            Ok(TracePod {
+                name: f[name].to_string(),
+                cpu_milli: csv.number(*line, f, cpu)?,
+                memory_mib: csv.number(*line, f, mem)?,
+                num_gpu: num_gpu as u32,
+                gpu_milli: gpu_milli as u32,
+                gpu_spec: spec
+                    .map(|c| f[c].split('|').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect())
+                    .unwrap_or_default(),
+                qos: qos.map(|c| f[c].to_string()).unwrap_or_default(),
+                creation_time: time(created)?,
+                deletion_time: time(deleted)?,
+            })
         };
-        pods.push(TracePod {
-            name: f[name].to_string(),
-            cpu_milli: csv.number(*line, f, cpu)?,
-            memory_mib: csv.number(*line, f, mem)?,
-            num_gpu: num_gpu as u32,
-            gpu_milli: gpu_milli as u32,
-            gpu_spec: spec
-                .map(|c| f[c].split('|').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect())
-                .unwrap_or_default(),
-            qos: qos.map(|c| f[c].to_string()).unwrap_or_default(),
-            creation_time: time(created)?,
-            deletion_time: time(deleted)?,
-        });
+        match row() {
+            Ok(pod) => pods.push(pod),
+            Err(e) if lenient => skipped.push(e),
+            Err(e) => return Err(e),
+        }
     }
-    Ok(pods)
+    Ok((pods, skipped))
 }
 
 /// Read and parse a node list.
@@ -255,6 +278,11 @@ pub fn load_nodes(path: &Path) -> Result<Vec<Node>, TraceError> {
 /// Read and parse a pod list.
 pub fn load_pods(path: &Path) -> Result<Vec<TracePod>, TraceError> {
     parse_pods(&path.display().to_string(), &read(path)?)
+}
+
+/// Read and parse a pod list, skipping malformed rows when `lenient` (see [`parse_pods_lenient`]).
+pub fn load_pods_lenient(path: &Path, lenient: bool) -> Result<(Vec<TracePod>, Vec<TraceError>), TraceError> {
+    parse_pods_lenient(&path.display().to_string(), &read(path)?, lenient)
 }
 
 #[cfg(test)]
@@ -273,6 +301,18 @@ mod tests {
         let e = parse_nodes("n.csv", "sn,cpu_milli,gpu,model\nn,1,1,T4\n").unwrap_err();
         assert!(e.to_string().contains("missing column \"memory_mib\""), "{e}");
         assert!(parse_nodes("n.csv", "").is_err());
+    }
+
+    #[test]
+    fn lenient_parsing_skips_and_reports_bad_rows() {
+        let text = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1,1,1,500\nb,1,x,1,500\nc,1\nd,2,2,0,0\n";
+        assert!(parse_pods("p.csv", text).is_err());
+        let (pods, skipped) = parse_pods_lenient("p.csv", text, true).unwrap();
+        assert_eq!(pods.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["a", "d"]);
+        let why: Vec<String> = skipped.iter().map(ToString::to_string).collect();
+        assert_eq!(why.len(), 2);
+        assert!(why[0].starts_with("p.csv:3:3:") && why[1].starts_with("p.csv:4:3: 2 fields"), "{why:?}");
+        assert!(parse_pods_lenient("p.csv", "", true).is_err(), "a missing header is never skipped");
     }
 
     #[test]

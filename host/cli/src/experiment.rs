@@ -1,0 +1,375 @@
+//! `wasmsched experiment`: the FGD paper's grid (traces × policies × seeds) with the table and
+//! figures it reports.
+
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use plotters::prelude::*;
+use serde::Serialize;
+use wasmsched_runtime::{Runtime, RuntimeConfig};
+use wasmsched_sim::experiment::{self, Grid, MAX_COLUMN, Outcome, Progress, Row, Trace};
+use wasmsched_sim::trace;
+
+use crate::policy::{PAPER_POLICIES, policy_set};
+
+/// The 17 workloads of the paper's grid (`openb-protocol.md` §0).
+pub const PAPER_TRACES: [&str; 17] = [
+    "default",
+    "cpu050",
+    "cpu100",
+    "cpu200",
+    "cpu250",
+    "gpushare40",
+    "gpushare60",
+    "gpushare80",
+    "gpushare100",
+    "gpuspec10",
+    "gpuspec20",
+    "gpuspec25",
+    "gpuspec33",
+    "multigpu20",
+    "multigpu30",
+    "multigpu40",
+    "multigpu50",
+];
+
+/// Arguments of `experiment`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Folder with `openb_node_list_gpu_node.csv` and `openb_pod_list_<trace>.csv`.
+    #[arg(long, default_value = "examples/traces/openb")]
+    data: PathBuf,
+    /// Traces, comma-separated, or `paper` for the paper's 17.
+    #[arg(long, default_value = "paper", value_delimiter = ',')]
+    traces: Vec<String>,
+    /// Policies, comma-separated, or `paper` for the paper's six.
+    #[arg(long, default_value = "paper", value_delimiter = ',')]
+    policies: Vec<String>,
+    /// Seeds: a range `42-51` or a list `42,43`.
+    #[arg(long, default_value = "42-51")]
+    seeds: String,
+    /// Submit pods until this multiple of GPU capacity has arrived.
+    #[arg(long, default_value_t = 1.3)]
+    tune: f64,
+    /// Experiments run in parallel (default: one per core).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Where the CSVs, the summary and the figures go.
+    #[arg(long, default_value = "target/experiment")]
+    out: PathBuf,
+    /// Run the policies natively instead of as Wasm components.
+    #[arg(long)]
+    native: bool,
+    /// Skip malformed pod rows (reporting each) instead of failing.
+    #[arg(long)]
+    lenient: bool,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Summary {
+    experiments: usize,
+    traces: Vec<String>,
+    policies: Vec<String>,
+    seeds: Vec<u64>,
+    tune: f64,
+    runtime: &'static str,
+    jobs: usize,
+    total_seconds: f64,
+    replay_seconds_mean: f64,
+    skipped_rows: Vec<String>,
+    /// Traces on which FGD does not have the highest mean allocation at 130 % (empty = it always does).
+    fgd_not_best_at_130: Option<Vec<String>>,
+    table: Vec<TableRow>,
+}
+
+#[derive(Serialize)]
+struct TableRow {
+    workload: String,
+    policy: String,
+    seeds: usize,
+    alloc_100_mean: f64,
+    alloc_100_std: f64,
+    alloc_130_mean: f64,
+    alloc_130_std: f64,
+}
+
+fn parse_seeds(text: &str) -> anyhow::Result<Vec<u64>> {
+    let seeds: Vec<u64> = match text.split_once('-') {
+        Some((a, b)) => {
+            let (a, b): (u64, u64) = (a.trim().parse()?, b.trim().parse()?);
+            ensure!(a <= b, "seed range {a}-{b} is empty");
+            (a..=b).collect()
+        }
+        None => text.split(',').map(|s| s.trim().parse::<u64>()).collect::<Result<_, _>>()?,
+    };
+    ensure!(!seeds.is_empty() && seeds.len() <= 10_000, "give between 1 and 10000 seeds");
+    Ok(seeds)
+}
+
+fn expand(list: &[String], paper: &[&str]) -> Vec<String> {
+    if list.len() == 1 && list[0] == "paper" { paper.iter().map(|s| s.to_string()).collect() } else { list.to_vec() }
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let started = Instant::now();
+    ensure!(args.tune > 0.0 && args.tune.is_finite(), "--tune must be a positive number");
+    let seeds = parse_seeds(&args.seeds).with_context(|| format!("--seeds {:?}", args.seeds))?;
+    let policies = expand(&args.policies, &PAPER_POLICIES);
+    let names = expand(&args.traces, &PAPER_TRACES);
+    let nodes = trace::load_nodes(&args.data.join("openb_node_list_gpu_node.csv"))?;
+    ensure!(!nodes.is_empty(), "the node list is empty");
+    let mut traces = Vec::new();
+    let mut skipped_rows = Vec::new();
+    for name in &names {
+        let (pods, skipped) =
+            trace::load_pods_lenient(&args.data.join(format!("openb_pod_list_{name}.csv")), args.lenient)?;
+        skipped_rows.extend(skipped.iter().map(ToString::to_string));
+        traces.push(Trace { name: name.clone(), pods });
+    }
+    for e in &skipped_rows {
+        tracing::warn!("skipped malformed row: {e}");
+    }
+    let runtime = (!args.native)
+        .then(|| Runtime::new(RuntimeConfig { deterministic: true, ..Default::default() }))
+        .transpose()
+        .context("starting the Wasm runtime")?;
+    // Fail on a bad policy name before the grid starts.
+    for p in &policies {
+        policy_set(
+            runtime.as_ref(),
+            p,
+            0,
+            &[wasmsched_plugin_gpu_share_score::TypicalPod {
+                cpu_milli: 0,
+                milli: 0,
+                count: 0,
+                models: vec![],
+                weight: 1.0,
+            }],
+        )?;
+    }
+    let jobs = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
+    let grid = Grid { nodes, traces, policies: policies.clone(), seeds: seeds.clone(), tune: args.tune };
+    let bar = ProgressBar::new();
+    let outcomes = experiment::run(
+        &grid,
+        jobs,
+        |policy, seed, typical| policy_set(runtime.as_ref(), policy, seed, typical),
+        |p| bar.show(p),
+    )?;
+    bar.finish();
+    if let Some(o) = outcomes.iter().find(|o| o.faulted > 0) {
+        bail!("{} of {}'s pods failed by plugin faults on {} seed {}", o.faulted, o.policy, o.trace, o.seed);
+    }
+
+    std::fs::create_dir_all(args.out.join("figures")).with_context(|| format!("creating {}", args.out.display()))?;
+    write_series(&args.out.join("allocation.csv"), &outcomes, args.tune, |o| &o.allocation)?;
+    write_series(&args.out.join("fragmentation.csv"), &outcomes, args.tune, |o| &o.fragmentation)?;
+    write_series(&args.out.join("fragmentation_ratio.csv"), &outcomes, args.tune, |o| &o.fragmentation_ratio)?;
+    let rows = experiment::table(&outcomes);
+    write_table(&args.out.join("table.csv"), &rows)?;
+    for name in &names {
+        let curves = |column: fn(&Outcome) -> &[Option<f64>]| -> Vec<(String, Vec<Option<f64>>)> {
+            policies.iter().map(|p| (p.clone(), experiment::mean_curve(&outcomes, name, p, column))).collect()
+        };
+        let seeds_note = format!("{} seed{}", seeds.len(), if seeds.len() == 1 { "" } else { "s" });
+        plot(
+            &args.out.join(format!("figures/allocation_{name}.svg")),
+            &format!("GPU allocation ratio, openb {name} ({seeds_note}, tune {})", args.tune),
+            "GPU allocation ratio (%)",
+            &curves(|o| &o.allocation),
+        )?;
+        plot(
+            &args.out.join(format!("figures/fragmentation_{name}.svg")),
+            &format!("Fragmented GPU share, openb {name} ({seeds_note})"),
+            "fragmented GPU (% of capacity)",
+            &curves(|o| &o.fragmentation),
+        )?;
+    }
+    let summary = Summary {
+        experiments: outcomes.len(),
+        traces: names,
+        policies: policies.clone(),
+        seeds,
+        tune: args.tune,
+        runtime: if args.native { "native" } else { "wasm" },
+        jobs,
+        total_seconds: started.elapsed().as_secs_f64(),
+        replay_seconds_mean: outcomes.iter().map(|o| o.replay_time.as_secs_f64()).sum::<f64>()
+            / outcomes.len().max(1) as f64,
+        skipped_rows,
+        fgd_not_best_at_130: (policies.iter().any(|p| p == "fgd") && policies.len() > 1)
+            .then(|| experiment::not_best_at_130(&rows, "fgd").into_iter().map(String::from).collect()),
+        table: rows
+            .iter()
+            .map(|r| TableRow {
+                workload: r.trace.clone(),
+                policy: r.policy.clone(),
+                seeds: r.seeds,
+                alloc_100_mean: r.at_100.0,
+                alloc_100_std: r.at_100.1,
+                alloc_130_mean: r.at_130.0,
+                alloc_130_std: r.at_130.1,
+            })
+            .collect(),
+    };
+    let json = serde_json::to_string_pretty(&summary)?;
+    std::fs::write(args.out.join("summary.json"), &json)?;
+    if args.json {
+        println!("{json}");
+        return Ok(());
+    }
+    println!(
+        "{} experiments ({} traces × {} policies × {} seeds, {}) in {:.1} s on {} threads; mean replay {:.2} s",
+        summary.experiments,
+        summary.traces.len(),
+        summary.policies.len(),
+        summary.seeds.len(),
+        summary.runtime,
+        summary.total_seconds,
+        jobs,
+        summary.replay_seconds_mean
+    );
+    println!("\nGPU allocation ratio (%) at 130 % arrived, mean over seeds:");
+    print!("{:<13}", "workload");
+    for p in &policies {
+        print!("{p:>16}");
+    }
+    println!();
+    for name in &summary.traces {
+        print!("{name:<13}");
+        for p in &policies {
+            let v = rows.iter().find(|r| &r.trace == name && &r.policy == p).map(|r| r.at_130.0);
+            print!("{:>16}", v.map_or("-".into(), |v| format!("{v:.2}")));
+        }
+        println!();
+    }
+    if let Some(bad) = &summary.fgd_not_best_at_130 {
+        if bad.is_empty() {
+            println!("\nFGD has the highest allocation ratio at 130 % on every trace.");
+        } else {
+            println!("\nFGD is NOT the highest at 130 % on: {}", bad.join(", "));
+        }
+    }
+    println!(
+        "\nwrote {}/{{table,allocation,fragmentation,fragmentation_ratio}}.csv, summary.json, figures/",
+        args.out.display()
+    );
+    Ok(())
+}
+
+/// One row per experiment: `workload,sc_policy,tune,seed,total_gpus,0..130`, blank where empty.
+fn write_series(
+    path: &Path,
+    outcomes: &[Outcome],
+    tune: f64,
+    column: fn(&Outcome) -> &[Option<f64>],
+) -> anyhow::Result<()> {
+    let mut s = String::from("workload,sc_policy,tune,seed,total_gpus");
+    for c in 0..=MAX_COLUMN {
+        let _ = write!(s, ",{c}");
+    }
+    s.push('\n');
+    for o in outcomes {
+        let _ = write!(s, "{},{},{tune},{},{}", o.trace, o.policy, o.seed, o.total_gpus);
+        for v in column(o) {
+            s.push(',');
+            if let Some(v) = v {
+                let _ = write!(s, "{v}");
+            }
+        }
+        s.push('\n');
+    }
+    std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))
+}
+
+fn write_table(path: &Path, rows: &[Row]) -> anyhow::Result<()> {
+    let mut s = String::from("workload,policy,seeds,alloc_100_mean,alloc_100_std,alloc_130_mean,alloc_130_std\n");
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "{},{},{},{:.4},{:.4},{:.4},{:.4}",
+            r.trace, r.policy, r.seeds, r.at_100.0, r.at_100.1, r.at_130.0, r.at_130.1
+        );
+    }
+    std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))
+}
+
+/// A line chart, one curve per policy, against arrived workload (%), like the paper's Fig. 9(a).
+fn plot(path: &Path, title: &str, y_label: &str, curves: &[(String, Vec<Option<f64>>)]) -> anyhow::Result<()> {
+    let y_max = curves.iter().flat_map(|(_, ys)| ys.iter().flatten()).fold(0f64, |m, &y| m.max(y));
+    let y_top = ((y_max / 10.0).ceil() * 10.0).max(10.0);
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0f64..MAX_COLUMN as f64, 0f64..y_top)?;
+    chart.configure_mesh().x_desc("arrived workload (% of GPU capacity)").y_desc(y_label).draw()?;
+    for (i, (name, ys)) in curves.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let points: Vec<(f64, f64)> = ys.iter().enumerate().filter_map(|(x, y)| y.map(|y| (x as f64, y))).collect();
+        chart
+            .draw_series(LineSeries::new(points, color.stroke_width(2)))?
+            .label(name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+/// Progress on stderr: a bar redrawn in place on a terminal, a line per tenth otherwise.
+struct ProgressBar {
+    tty: bool,
+}
+
+impl ProgressBar {
+    fn new() -> Self {
+        ProgressBar { tty: std::io::stderr().is_terminal() }
+    }
+
+    fn show(&self, p: Progress) {
+        let eta = p.elapsed.mul_f64((p.total - p.done) as f64 / p.done.max(1) as f64);
+        let width = 30;
+        let filled = width * p.done / p.total.max(1);
+        let line = format!(
+            "[{}{}] {}/{} experiments, {} elapsed, ~{} left",
+            "#".repeat(filled),
+            "-".repeat(width - filled),
+            p.done,
+            p.total,
+            clock(p.elapsed),
+            clock(eta)
+        );
+        if self.tty {
+            eprint!("\r{line}");
+        } else if p.done == p.total || (p.done * 10 / p.total.max(1)) != ((p.done - 1) * 10 / p.total.max(1)) {
+            eprintln!("{line}");
+        }
+    }
+
+    fn finish(&self) {
+        if self.tty {
+            eprintln!();
+        }
+    }
+}
+
+fn clock(d: Duration) -> String {
+    let s = d.as_secs();
+    format!("{}:{:02}", s / 60, s % 60)
+}
