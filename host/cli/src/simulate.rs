@@ -38,6 +38,9 @@ pub struct Args {
     /// Run the policies natively instead of as Wasm components.
     #[arg(long)]
     native: bool,
+    /// Also replay natively afterwards, report both times and check the results are identical.
+    #[arg(long, conflicts_with = "native")]
+    compare_native: bool,
     /// Print machine-readable JSON instead of the table.
     #[arg(long)]
     json: bool,
@@ -60,6 +63,12 @@ struct Report {
     setup_seconds: f64,
     replay_seconds: f64,
     decisions_per_second: f64,
+    /// With `--compare-native`: the same replay with the policies native.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    native_replay_seconds: Option<f64>,
+    /// With `--compare-native`: Wasm replay time over native replay time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    wasm_over_native: Option<f64>,
     /// GPU allocation ratio (%) at arrived workload 0..=130 % (null where no event is near).
     allocation_ratio_by_arrived_percent: Vec<Option<f64>>,
     /// Fragmented GPU share (% of capacity) for the trace's target workload, same columns.
@@ -94,6 +103,16 @@ pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
     let run = replay::run(&set, &work.nodes, &work.pods, &typical);
     let replay_seconds = t.elapsed().as_secs_f64();
     let columns = replay::allocation_columns(&run, 130);
+    let native_replay_seconds = if args.compare_native {
+        let set = policy_set(None, &args.policy, args.seed, &typical)?;
+        let t = Instant::now();
+        let native = replay::run(&set, &work.nodes, &work.pods, &typical);
+        let seconds = t.elapsed().as_secs_f64();
+        anyhow::ensure!(native.series == run.series, "native and Wasm replays differ: the policy is not deterministic");
+        Some(seconds)
+    } else {
+        None
+    };
     let report = Report {
         nodes: work.nodes.len(),
         gpus: work.capacity_milli / 1000,
@@ -109,6 +128,8 @@ pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
         setup_seconds,
         replay_seconds,
         decisions_per_second: work.pods.len() as f64 / replay_seconds.max(1e-9),
+        native_replay_seconds,
+        wasm_over_native: native_replay_seconds.map(|n| replay_seconds / n.max(1e-9)),
         allocation_ratio_by_arrived_percent: columns,
         fragmentation_by_arrived_percent: replay::fragmentation_columns(&run, 130),
     };
@@ -129,6 +150,9 @@ pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
         report.decisions_per_second,
         report.setup_seconds
     );
+    if let (Some(n), Some(r)) = (report.native_replay_seconds, report.wasm_over_native) {
+        println!("native replay {n:.2} s, identical results; Wasm / native = {r:.2}");
+    }
     if !report.skipped_rows.is_empty() {
         println!("skipped {} malformed pod rows (--lenient):", report.skipped_rows.len());
         for e in &report.skipped_rows {

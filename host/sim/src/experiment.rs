@@ -211,7 +211,7 @@ pub fn not_best_at_130<'a>(rows: &'a [Row], policy: &str) -> Vec<&'a str> {
             let ours = rows.iter().find(|r| r.trace == t && r.policy == policy).map(|r| r.at_130.0);
             let others = rows.iter().filter(|r| r.trace == t && r.policy != policy).map(|r| r.at_130.0);
             match ours {
-                Some(v) => others.fold(false, |worse, o| worse || !(v > o)),
+                Some(v) => others.into_iter().any(|o| v.partial_cmp(&o) != Some(std::cmp::Ordering::Greater)),
                 None => true,
             }
         })

@@ -87,11 +87,14 @@ impl TracePod {
     }
 }
 
+/// Where and why a row has the wrong number of fields: (column, reason).
+type RowShape = (usize, String);
+
 struct Csv<'a> {
     file: &'a str,
     header: Vec<&'a str>,
     /// Line number and fields, or the column and reason the line has the wrong shape.
-    rows: Vec<(usize, Result<Vec<&'a str>, (usize, String)>)>,
+    rows: Vec<(usize, Result<Vec<&'a str>, RowShape>)>,
 }
 
 impl<'a> Csv<'a> {

@@ -49,10 +49,24 @@ struct StateKey {
 /// One node's last seen state, its fragmentation, and its results per shape id.
 struct NodeEntry {
     cpu_left: u64,
+    model_name: String,
     model: u16,
+    epoch: u64,
     lefts: Vec<u32>,
     before: f64,
     results: Vec<u64>,
+}
+
+impl NodeEntry {
+    /// Whether `node` is still in the state this entry describes: compared field by field, without
+    /// allocating, because this runs for every node of every decision.
+    fn describes(&self, node: &Node, epoch: u64) -> bool {
+        self.epoch == epoch
+            && self.cpu_left == view::cpu_left(node)
+            && self.lefts.len() == node.gpus.len()
+            && self.lefts.iter().copied().eq(view::lefts(node))
+            && self.model_name == view::model(node)
+    }
 }
 
 /// Fragmentation of node states, per GPU model (which typical pods may use it).
@@ -60,6 +74,8 @@ struct Measure {
     typical: Vec<TypicalPod>,
     models: Vec<(String, Vec<bool>)>,
     memo: HashMap<StateKey, f64, RandomState>,
+    /// Bumped when model ids are reassigned, which invalidates every node entry.
+    epoch: u64,
 }
 
 impl Measure {
@@ -70,6 +86,7 @@ impl Measure {
         if self.models.len() >= usize::from(u16::MAX) {
             self.models.clear();
             self.memo.clear();
+            self.epoch += 1;
         }
         let access = self.typical.iter().map(|t| t.accepts_model(model)).collect();
         self.models.push((model.to_string(), access));
@@ -98,8 +115,9 @@ pub(crate) struct Fgd {
     measure: Measure,
     shapes: Vec<Shape>,
     last_shape: usize,
-    nodes: HashMap<String, NodeEntry, RandomState>,
-    lefts: Vec<u32>,
+    /// Node name → index into `entries`, so that a lookup hashes the name once.
+    index: HashMap<String, usize, RandomState>,
+    entries: Vec<NodeEntry>,
 }
 
 impl Fgd {
@@ -121,11 +139,11 @@ impl Fgd {
             return Err(format!("typical pod weights sum to {sum}, not 1"));
         }
         Ok(Fgd {
-            measure: Measure { typical, models: Vec::new(), memo: HashMap::with_hasher(hasher()) },
+            measure: Measure { typical, models: Vec::new(), memo: HashMap::with_hasher(hasher()), epoch: 0 },
             shapes: Vec::new(),
             last_shape: 0,
-            nodes: HashMap::with_hasher(hasher()),
-            lefts: Vec::new(),
+            index: HashMap::with_hasher(hasher()),
+            entries: Vec::new(),
         })
     }
 
@@ -139,7 +157,7 @@ impl Fgd {
             None => {
                 if self.shapes.len() >= MAX_SHAPES {
                     self.shapes.clear();
-                    self.nodes.values_mut().for_each(|n| n.results.clear());
+                    self.entries.iter_mut().for_each(|n| n.results.clear());
                 }
                 self.shapes.push(shape);
                 self.shapes.len() - 1
@@ -151,25 +169,34 @@ impl Fgd {
     /// The score of `node` for `task`, and for a GPU-sharing task the GPU it should take.
     pub(crate) fn evaluate(&mut self, task: &Task, node: &Node) -> (u32, Option<u32>) {
         let shape = self.shape_id(task);
-        let model = self.measure.model_id(view::model(node));
-        let cpu_left = view::cpu_left(node);
-        self.lefts.clear();
-        self.lefts.extend(view::lefts(node));
-        if !self.nodes.contains_key(node.name.as_str()) {
-            if self.nodes.len() >= MAX_NODES {
-                self.nodes.clear();
+        let at = match self.index.get(node.name.as_str()) {
+            Some(&at) => at,
+            None => {
+                if self.entries.len() >= MAX_NODES {
+                    self.index.clear();
+                    self.entries.clear();
+                }
+                self.entries.push(NodeEntry {
+                    cpu_left: u64::MAX,
+                    model_name: String::new(),
+                    model: 0,
+                    epoch: u64::MAX,
+                    lefts: Vec::new(),
+                    before: 0.0,
+                    results: Vec::new(),
+                });
+                self.index.insert(node.name.clone(), self.entries.len() - 1);
+                self.entries.len() - 1
             }
-            let fresh = NodeEntry { cpu_left: u64::MAX, model, lefts: Vec::new(), before: 0.0, results: Vec::new() };
-            self.nodes.insert(node.name.clone(), fresh);
-        }
-        let Some(entry) = self.nodes.get_mut(node.name.as_str()) else {
-            return (0, None);
         };
-        if entry.cpu_left != cpu_left || entry.model != model || entry.lefts != self.lefts {
-            entry.cpu_left = cpu_left;
-            entry.model = model;
-            entry.lefts.clone_from(&self.lefts);
-            entry.before = self.measure.fragmented(cpu_left, model, &self.lefts);
+        let entry = &mut self.entries[at];
+        if !entry.describes(node, self.measure.epoch) {
+            entry.cpu_left = view::cpu_left(node);
+            entry.model_name = view::model(node).to_string();
+            entry.model = self.measure.model_id(&entry.model_name);
+            entry.epoch = self.measure.epoch;
+            entry.lefts = view::lefts(node).collect();
+            entry.before = self.measure.fragmented(entry.cpu_left, entry.model, &entry.lefts);
             entry.results.clear();
         }
         if let Some(&r) = entry.results.get(shape)
@@ -178,7 +205,8 @@ impl Fgd {
             let gpu = r as u32;
             return ((r >> 32) as u32, (gpu != NO_GPU).then_some(gpu));
         }
-        let (score, gpu) = gradient(&mut self.measure, &self.shapes[shape], entry.before, cpu_left, model, &self.lefts);
+        let (score, gpu) =
+            gradient(&mut self.measure, &self.shapes[shape], entry.before, entry.cpu_left, entry.model, &entry.lefts);
         if entry.results.len() <= shape {
             entry.results.resize(shape + 1, NOT_SCORED);
         }

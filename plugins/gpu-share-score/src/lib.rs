@@ -191,7 +191,7 @@ fn gpu_packing(task: &Task, node: &Node) -> u32 {
         return (50 - whole).max(33) as u32;
     }
     let r: u32 = taken.iter().map(|&l| l * 100 / GPU_MILLI).sum();
-    (100u32.saturating_sub(r / 10)).max(50).min(MAX_SCORE)
+    100u32.saturating_sub(r / 10).max(50)
 }
 
 fn best_fit(task: &Task, node: &Node) -> u32 {

@@ -1,0 +1,127 @@
+//! The reduced paper grid through the real command: the default openb trace × the six policies ×
+//! one seed, as Wasm components and natively. Asserts the paper's ordering at 130 % arrived and
+//! that results do not depend on the runtime or thread timing.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn wasmsched(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_wasmsched"))
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .args(args)
+        .output()
+        .expect("run wasmsched")
+}
+
+fn out_dir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn grid(out: &Path, extra: &[&str]) -> serde_json::Value {
+    let out_arg = out.to_str().unwrap();
+    let mut args =
+        vec!["experiment", "--traces", "default", "--seeds", "42", "--jobs", "2", "--json", "--out", out_arg];
+    args.extend_from_slice(extra);
+    let o = wasmsched(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).expect("summary JSON")
+}
+
+#[test]
+fn reduced_grid_orders_policies_like_the_paper_and_is_deterministic() {
+    let wasm_dir = out_dir("grid-wasm");
+    let summary = grid(&wasm_dir, &[]);
+    assert_eq!(summary["experiments"], 6);
+    assert_eq!(summary["runtime"], "wasm");
+    assert_eq!(summary["fgd_not_best_at_130"], serde_json::json!([]), "FGD must lead at 130 % arrived");
+    let at_130 = |policy: &str| {
+        summary["table"].as_array().unwrap().iter().find(|r| r["policy"] == policy).unwrap()["alloc_130_mean"]
+            .as_f64()
+            .unwrap()
+    };
+    // The paper's Fig. 9(a) shape: FGD > BestFit > the packing family > DotProd > Random.
+    assert!(at_130("fgd") > at_130("best-fit"));
+    for p in ["gpu-packing", "gpu-clustering", "dot-prod"] {
+        assert!(at_130("best-fit") > at_130(p), "best-fit vs {p}");
+        assert!(at_130(p) > at_130("random"), "{p} vs random");
+    }
+    assert!(at_130("fgd") > 94.0 && at_130("random") < 90.0, "fgd {} random {}", at_130("fgd"), at_130("random"));
+    for f in ["table.csv", "allocation.csv", "fragmentation.csv", "figures/allocation_default.svg"] {
+        assert!(wasm_dir.join(f).is_file(), "{f} written");
+    }
+    let svg = std::fs::read_to_string(wasm_dir.join("figures/allocation_default.svg")).unwrap();
+    assert!(svg.contains("fgd") && svg.matches("<polyline").count() >= 6, "one curve per policy with a legend");
+
+    // Same experiments natively: every column of every series identical.
+    let native_dir = out_dir("grid-native");
+    let native = grid(&native_dir, &["--native"]);
+    assert_eq!(native["runtime"], "native");
+    for f in ["allocation.csv", "fragmentation.csv", "fragmentation_ratio.csv"] {
+        let (a, b) = (std::fs::read(wasm_dir.join(f)).unwrap(), std::fs::read(native_dir.join(f)).unwrap());
+        assert!(a == b, "{f} differs between Wasm and native");
+    }
+}
+
+#[test]
+fn malformed_traces_fail_with_their_location_unless_lenient() {
+    let data = out_dir("bad-trace");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/traces/openb/openb_node_list_gpu_node.csv"),
+        data.join("openb_node_list_gpu_node.csv"),
+    )
+    .unwrap();
+    std::fs::write(
+        data.join("openb_pod_list_tiny.csv"),
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np1,1000,1024,1,500\np2,1000,lots,1,500\np3,2000,1024,2,1000\n",
+    )
+    .unwrap();
+    let d = data.to_str().unwrap();
+    let out = data.join("out");
+    let o = wasmsched(&[
+        "experiment",
+        "--data",
+        d,
+        "--traces",
+        "tiny",
+        "--policies",
+        "fgd",
+        "--seeds",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("openb_pod_list_tiny.csv:3:3: memory_mib"), "{err}");
+
+    let o = wasmsched(&[
+        "experiment",
+        "--data",
+        d,
+        "--traces",
+        "tiny",
+        "--policies",
+        "fgd,best-fit",
+        "--seeds",
+        "1",
+        "--native",
+        "--lenient",
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let skipped = summary["skipped_rows"].as_array().unwrap();
+    assert_eq!(skipped.len(), 1);
+    assert!(skipped[0].as_str().unwrap().contains(":3:3:"));
+
+    for bad in [["--policies", "fastest"], ["--seeds", "9-1"]] {
+        let o =
+            wasmsched(&["experiment", "--data", d, "--traces", "tiny", bad[0], bad[1], "--out", out.to_str().unwrap()]);
+        assert!(!o.status.success(), "{bad:?} accepted");
+    }
+}
