@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
-use plotters::prelude::*;
 use serde::Serialize;
 use wasmsched_runtime::{Runtime, RuntimeConfig};
 use wasmsched_sim::experiment::{self, Grid, MAX_COLUMN, Outcome, Progress, Row, Trace};
@@ -301,35 +300,13 @@ fn write_table(path: &Path, rows: &[Row]) -> anyhow::Result<()> {
     std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))
 }
 
-/// A line chart, one curve per policy, against arrived workload (%), like the paper's Fig. 9(a).
+/// One curve per policy against arrived workload (%), like the paper's Fig. 9(a).
 fn plot(path: &Path, title: &str, y_label: &str, curves: &[(String, Vec<Option<f64>>)]) -> anyhow::Result<()> {
-    let y_max = curves.iter().flat_map(|(_, ys)| ys.iter().flatten()).fold(0f64, |m, &y| m.max(y));
-    let y_top = ((y_max / 10.0).ceil() * 10.0).max(10.0);
-    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 20))
-        .margin(16)
-        .x_label_area_size(44)
-        .y_label_area_size(56)
-        .build_cartesian_2d(0f64..MAX_COLUMN as f64, 0f64..y_top)?;
-    chart.configure_mesh().x_desc("arrived workload (% of GPU capacity)").y_desc(y_label).draw()?;
-    for (i, (name, ys)) in curves.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
-        let points: Vec<(f64, f64)> = ys.iter().enumerate().filter_map(|(x, y)| y.map(|y| (x as f64, y))).collect();
-        chart
-            .draw_series(LineSeries::new(points, color.stroke_width(2)))?
-            .label(name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()?;
-    root.present()?;
-    Ok(())
+    let curves: Vec<(String, Vec<(f64, f64)>)> = curves
+        .iter()
+        .map(|(name, ys)| (name.clone(), ys.iter().enumerate().filter_map(|(x, y)| y.map(|y| (x as f64, y))).collect()))
+        .collect();
+    crate::chart::lines(path, title, "arrived workload (% of GPU capacity)", y_label, &curves)
 }
 
 /// Progress on stderr: a bar redrawn in place on a terminal, a line per tenth otherwise.

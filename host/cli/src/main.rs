@@ -9,9 +9,11 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+mod chart;
 mod experiment;
 mod plugin_cmd;
 mod policy;
+mod replay_cmd;
 mod simulate;
 
 /// wasmsched: a GPU cluster scheduler whose policies are sandboxed WebAssembly components.
@@ -26,6 +28,8 @@ struct Cli {
 enum Command {
     /// Replay a GPU-cluster trace in the embedded simulator (default: the openb trace).
     Simulate(simulate::Args),
+    /// Time-driven replay: arrivals, departures and queues, from a scenario or an openb trace.
+    Replay(replay_cmd::Args),
     /// Run the FGD paper's grid (traces × policies × seeds) and write its table and figures.
     Experiment(experiment::Args),
     /// Inspect plugins.
@@ -42,6 +46,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Simulate(args) => simulate::run(args, started).context("simulate"),
+        Command::Replay(args) => replay_cmd::run(args).context("replay"),
         Command::Experiment(args) => experiment::run(args).context("experiment"),
         Command::Plugin(cmd) => plugin_cmd::run(cmd),
     };

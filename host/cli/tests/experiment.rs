@@ -125,3 +125,27 @@ fn malformed_traces_fail_with_their_location_unless_lenient() {
         assert!(!o.status.success(), "{bad:?} accepted");
     }
 }
+
+#[test]
+fn replay_runs_the_example_scenario_and_rejects_a_broken_one() {
+    let o = wasmsched(&["replay", "--scenario", "examples/scenarios/two-queues.json", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["jobs"], 5);
+    assert_eq!(r["runtime"], "wasm");
+    // train-2 (4 A100s) waits for train-1 (all 8) to finish at 3600 s.
+    assert_eq!(r["queues"]["research"]["delay_p99"], 3480);
+    assert_eq!(r["queues"]["prod"]["started"], 2);
+
+    let dir = out_dir("bad-scenario");
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("s.json");
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/scenarios/two-queues.json"))
+            .unwrap()
+            .replace("\"queue\": \"prod\", \"arrival\": 60", "\"queue\": \"ops\", \"arrival\": 60");
+    std::fs::write(&bad, text).unwrap();
+    let o = wasmsched(&["replay", "--scenario", bad.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown queue \"ops\""));
+}

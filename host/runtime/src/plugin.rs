@@ -24,6 +24,10 @@ use crate::metrics::{FaultObserver, PluginMetrics};
 /// Fuel per call when the runtime is deterministic and the plugin sets none: roughly a second of
 /// guest work, far above any sane policy call.
 const DEFAULT_FUEL: u64 = 1_000_000_000;
+/// Wall-clock backstop per call when the runtime is deterministic. Fuel is the budget there; the
+/// configured deadline would make results depend on machine load, so only a hang outside guest
+/// code (which fuel cannot see) is cut, and late.
+const DETERMINISTIC_BACKSTOP: Duration = Duration::from_secs(30);
 /// Nodes per `mirror.upsert` call during a full sync; bounds the size of one call.
 const SYNC_CHUNK: usize = 512;
 /// Longest fault message kept.
@@ -49,7 +53,7 @@ pub struct PluginConfig {
 }
 
 impl PluginConfig {
-    /// Defaults: 10 ms deadline, 64 MiB memory, fail-closed, breaker after 5 failures.
+    /// Defaults: 10 ms deadline (ignored by deterministic runtimes, where fuel bounds calls), 64 MiB memory, fail-closed, breaker after 5 failures.
     pub fn new(name: impl Into<String>) -> Self {
         PluginConfig {
             name: name.into(),
@@ -230,7 +234,9 @@ impl WasmPlugin {
         };
         let tick = rt.config.epoch_tick.as_nanos().max(1);
         // Round up and add one tick: the current tick may be about to end.
-        let epoch_ticks = u64::try_from(config.deadline.as_nanos().div_ceil(tick)).unwrap_or(u64::MAX / 16) + 1;
+        let deadline =
+            if rt.config.deterministic { DETERMINISTIC_BACKSTOP.max(config.deadline) } else { config.deadline };
+        let epoch_ticks = u64::try_from(deadline.as_nanos().div_ceil(tick)).unwrap_or(u64::MAX / 16) + 1;
         let fuel = rt.config.deterministic.then(|| config.fuel.unwrap_or(DEFAULT_FUEL));
         let blueprint =
             Blueprint { name: name.clone(), config, engine: rt.engine.clone(), pre, indices, epoch_ticks, fuel };

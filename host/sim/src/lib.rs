@@ -12,6 +12,7 @@
 //! - [`replay`]: submit each pod once, place it with the policy set, record the allocation and
 //!   fragmentation series and reduce them to the paper's columns.
 //! - [`experiment`]: the traces × policies × seeds grid in parallel, and the headline table.
+//! - [`timed`]: time-driven replay with arrivals, departures and queues, and the scenario format.
 //! - [`generate`]: seeded random clusters and tasks, shared with tests and benchmarks.
 //!
 //! # Example
@@ -33,5 +34,6 @@
 pub mod experiment;
 pub mod generate;
 pub mod replay;
+pub mod timed;
 pub mod trace;
 pub mod workload;

@@ -1,0 +1,188 @@
+//! `wasmsched replay`: time-driven replay of a scenario or an openb trace (arrivals, departures,
+//! queues), with queueing delay, completion time, utilisation and fairness.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use serde::Serialize;
+use wasmsched_core::NodeTable;
+use wasmsched_runtime::{Runtime, RuntimeConfig};
+use wasmsched_sim::timed::{self, Job, QueueStats, Scenario};
+use wasmsched_sim::{trace, workload};
+
+use crate::policy::policy_set;
+
+const DEFAULT_NODES: &str = include_str!("../../../examples/traces/openb/openb_node_list_gpu_node.csv");
+const DEFAULT_PODS: &str = include_str!("../../../examples/traces/openb/openb_pod_list_default.csv");
+
+/// Arguments of `replay`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// A scenario (JSON: `nodes`, `queues`, `jobs`; see `docs/scenario.md`) instead of an openb trace.
+    #[arg(long, conflicts_with_all = ["nodes", "pods"])]
+    scenario: Option<PathBuf>,
+    /// openb node list; default: the embedded one.
+    #[arg(long)]
+    nodes: Option<PathBuf>,
+    /// openb pod list with creation/deletion times; default: the embedded default trace.
+    #[arg(long)]
+    pods: Option<PathBuf>,
+    /// Divide openb arrival times by this factor (durations unchanged) to raise the load.
+    #[arg(long, default_value_t = 1.0)]
+    compress: f64,
+    /// Keep every N-th openb node (2 = half the cluster).
+    #[arg(long, default_value_t = 1)]
+    node_stride: usize,
+    /// Score policy (see `simulate --help`).
+    #[arg(long, default_value = "fgd")]
+    policy: String,
+    /// Seed of the `random` policy.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Run the policies natively instead of as Wasm components.
+    #[arg(long)]
+    native: bool,
+    /// Write `jobs.csv`, `utilisation.csv` and `utilisation.svg` here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Print machine-readable JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    jobs: usize,
+    policy: &'a str,
+    runtime: &'static str,
+    replay_seconds: f64,
+    horizon_seconds: u64,
+    placement_attempts: usize,
+    utilisation_mean_percent: f64,
+    utilisation_peak_percent: f64,
+    jain_fairness: f64,
+    queues: &'a std::collections::BTreeMap<String, QueueStats>,
+    waiting_at_end_by_reason: &'a std::collections::BTreeMap<String, usize>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    anyhow::ensure!(args.compress > 0.0 && args.compress.is_finite(), "--compress must be a positive number");
+    anyhow::ensure!(args.node_stride >= 1, "--node-stride must be at least 1");
+    let (table, jobs, typical_source) = match &args.scenario {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let s = Scenario::parse(&path.display().to_string(), &text)?;
+            let pods: Vec<trace::TracePod> = s
+                .jobs
+                .iter()
+                .map(|j| trace::TracePod {
+                    name: j.name.clone(),
+                    cpu_milli: j.cpu_milli,
+                    memory_mib: j.memory_mib,
+                    num_gpu: j.gpus,
+                    gpu_milli: j.gpu_milli,
+                    gpu_spec: j.gpu_models.clone(),
+                    qos: String::new(),
+                    creation_time: None,
+                    deletion_time: None,
+                })
+                .collect();
+            (s.node_table(), s.jobs, pods)
+        }
+        None => {
+            let nodes = match &args.nodes {
+                Some(p) => trace::load_nodes(p)?,
+                None => trace::parse_nodes("embedded openb_node_list_gpu_node.csv", DEFAULT_NODES)?,
+            };
+            let pods = match &args.pods {
+                Some(p) => trace::load_pods(p)?,
+                None => trace::parse_pods("embedded openb_pod_list_default.csv", DEFAULT_PODS)?,
+            };
+            let mut table = NodeTable::new();
+            for n in nodes.into_iter().step_by(args.node_stride) {
+                table.upsert(n);
+            }
+            let jobs = pods.iter().map(|p| Job::from_trace(p, args.compress)).collect();
+            (table, jobs, pods)
+        }
+    };
+    let typical = workload::target_workload(&typical_source);
+    let runtime = (!args.native)
+        .then(|| Runtime::new(RuntimeConfig { deterministic: true, ..Default::default() }))
+        .transpose()
+        .context("starting the Wasm runtime")?;
+    let set = policy_set(runtime.as_ref(), &args.policy, args.seed, &typical)?;
+    let t = Instant::now();
+    let r = timed::run(&set, &table, &jobs);
+    let report = Report {
+        jobs: jobs.len(),
+        policy: &args.policy,
+        runtime: if args.native { "native" } else { "wasm" },
+        replay_seconds: t.elapsed().as_secs_f64(),
+        horizon_seconds: r.horizon,
+        placement_attempts: r.attempts,
+        utilisation_mean_percent: r.utilisation_mean,
+        utilisation_peak_percent: r.utilisation.iter().map(|u| u.1).fold(0.0, f64::max),
+        jain_fairness: r.jain_fairness,
+        queues: &r.queues,
+        waiting_at_end_by_reason: &r.waiting_by_reason,
+    };
+    if let Some(out) = &args.out {
+        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+        let mut csv = String::from("job,queue,arrival,start,end,waiting_reason\n");
+        for (j, o) in jobs.iter().zip(&r.jobs) {
+            let opt = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
+            let reason = o.waiting_reason.as_deref().unwrap_or("").replace(['"', ','], " ");
+            csv.push_str(&format!("{},{},{},{},{},{reason}\n", j.name, o.queue, o.arrival, opt(o.start), opt(o.end)));
+        }
+        std::fs::write(out.join("jobs.csv"), csv)?;
+        let mut util = String::from("time_s,gpu_allocated_percent\n");
+        for (t, u) in &r.utilisation {
+            util.push_str(&format!("{t},{u}\n"));
+        }
+        std::fs::write(out.join("utilisation.csv"), util)?;
+        let hours: Vec<(f64, f64)> = r.utilisation.iter().map(|&(t, u)| (t as f64 / 3600.0, u)).collect();
+        crate::chart::lines(
+            &out.join("utilisation.svg"),
+            &format!("GPU allocation over time ({})", args.policy),
+            "time (h)",
+            "GPU allocated (% of capacity)",
+            &[(args.policy.clone(), hours)],
+        )?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!(
+        "wasmsched replay: {} jobs, {} ({}), {:.2} s; horizon {} s; {} placement attempts",
+        report.jobs,
+        report.policy,
+        report.runtime,
+        report.replay_seconds,
+        report.horizon_seconds,
+        report.placement_attempts
+    );
+    println!(
+        "GPU allocation: mean {:.2} %, peak {:.2} %; Jain's fairness over queues {:.3}\n",
+        report.utilisation_mean_percent, report.utilisation_peak_percent, report.jain_fairness
+    );
+    println!(
+        "{:<12} {:>7} {:>8} {:>8} {:>12} {:>10} {:>10} {:>12} {:>8}",
+        "queue", "jobs", "started", "waiting", "delay mean", "delay p50", "delay p99", "JCT mean", "service"
+    );
+    for (name, q) in report.queues {
+        println!(
+            "{name:<12} {:>7} {:>8} {:>8} {:>11.1}s {:>9}s {:>9}s {:>11.0}s {:>8.3}",
+            q.jobs, q.started, q.waiting, q.delay_mean, q.delay_p50, q.delay_p99, q.jct_mean, q.service_ratio
+        );
+    }
+    if !report.waiting_at_end_by_reason.is_empty() {
+        println!("\nstill waiting at the end:");
+        for (why, n) in report.waiting_at_end_by_reason {
+            println!("  {n:>6}  {why}");
+        }
+    }
+    Ok(())
+}
