@@ -24,7 +24,7 @@ fn load(runtime: Option<&Runtime>, builtin: BuiltIn, config: &str) -> anyhow::Re
             rt.load(builtin.wasm, PluginConfig::new(name).with_config(config))
                 .with_context(|| format!("loading {name}"))?,
         ),
-        None if std::ptr::eq(builtin.wasm, wasmsched_plugins::RESOURCE_FIT.wasm) => {
+        None if name == wasmsched_plugins::RESOURCE_FIT.name => {
             Arc::new(NativePlugin::<ResourceFit>::new(config, 1).map_err(anyhow::Error::msg)?)
         }
         None if builtin.name.ends_with("-allocated") => {

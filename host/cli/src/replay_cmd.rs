@@ -9,7 +9,7 @@ use serde::Serialize;
 use wasmsched_core::NodeTable;
 use wasmsched_runtime::{Runtime, RuntimeConfig};
 use wasmsched_sim::timed::{self, Job, QueueStats, Scenario};
-use wasmsched_sim::{trace, workload};
+use wasmsched_sim::trace;
 
 use crate::policy::policy_set;
 
@@ -69,26 +69,11 @@ struct Report<'a> {
 pub fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(args.compress > 0.0 && args.compress.is_finite(), "--compress must be a positive number");
     anyhow::ensure!(args.node_stride >= 1, "--node-stride must be at least 1");
-    let (table, jobs, typical_source) = match &args.scenario {
+    let (table, jobs) = match &args.scenario {
         Some(path) => {
             let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
             let s = Scenario::parse(&path.display().to_string(), &text)?;
-            let pods: Vec<trace::TracePod> = s
-                .jobs
-                .iter()
-                .map(|j| trace::TracePod {
-                    name: j.name.clone(),
-                    cpu_milli: j.cpu_milli,
-                    memory_mib: j.memory_mib,
-                    num_gpu: j.gpus,
-                    gpu_milli: j.gpu_milli,
-                    gpu_spec: j.gpu_models.clone(),
-                    qos: String::new(),
-                    creation_time: None,
-                    deletion_time: None,
-                })
-                .collect();
-            (s.node_table(), s.jobs, pods)
+            (s.node_table(), s.jobs)
         }
         None => {
             let nodes = match &args.nodes {
@@ -103,11 +88,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             for n in nodes.into_iter().step_by(args.node_stride) {
                 table.upsert(n);
             }
-            let jobs = pods.iter().map(|p| Job::from_trace(p, args.compress)).collect();
-            (table, jobs, pods)
+            (table, pods.iter().map(|p| Job::from_trace(p, args.compress)).collect::<Vec<_>>())
         }
     };
-    let typical = workload::target_workload(&typical_source);
+    let typical = timed::target_workload(&jobs);
     let runtime = (!args.native)
         .then(|| Runtime::new(RuntimeConfig { deterministic: true, ..Default::default() }))
         .transpose()

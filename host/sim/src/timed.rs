@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use serde::{Deserialize, Serialize};
 use wasmsched_api::{DeviceShare, GpuRequest, Node, Resources, Task};
 use wasmsched_core::{NodeTable, PolicySet, Slot, bind, place, release};
+use wasmsched_plugin_gpu_share_score::{Spec, TypicalPod, typical_pods};
 
 use crate::trace::{TraceError, TracePod};
 
@@ -98,9 +99,25 @@ impl Job {
         }
     }
 
+    /// The job's shape, as FGD's target workload counts it.
+    fn spec(&self) -> Spec {
+        let gpu = self.gpus > 0;
+        Spec {
+            cpu_milli: self.cpu_milli,
+            milli: if gpu { self.gpu_milli } else { 0 },
+            count: self.gpus,
+            models: if gpu { self.gpu_models.join("|") } else { String::new() },
+        }
+    }
+
     fn gpu_milli_total(&self) -> u64 {
         u64::from(self.gpus) * u64::from(self.gpu_milli)
     }
+}
+
+/// FGD's target workload of a job list: its popular shapes covering 95 % of the jobs.
+pub fn target_workload(jobs: &[Job]) -> Vec<TypicalPod> {
+    typical_pods(jobs.iter().map(Job::spec), 95)
 }
 
 /// A node of a scenario.
