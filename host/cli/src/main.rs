@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 
 mod chart;
 mod experiment;
+mod inputs;
 mod plugin_cmd;
 mod policy;
 mod replay_cmd;

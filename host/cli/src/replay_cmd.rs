@@ -9,12 +9,9 @@ use serde::Serialize;
 use wasmsched_core::NodeTable;
 use wasmsched_runtime::{Runtime, RuntimeConfig};
 use wasmsched_sim::timed::{self, Job, QueueStats, Scenario};
-use wasmsched_sim::trace;
 
+use crate::inputs;
 use crate::policy::policy_set;
-
-const DEFAULT_NODES: &str = include_str!("../../../examples/traces/openb/openb_node_list_gpu_node.csv");
-const DEFAULT_PODS: &str = include_str!("../../../examples/traces/openb/openb_pod_list_default.csv");
 
 /// Arguments of `replay`.
 #[derive(clap::Args)]
@@ -76,14 +73,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             (s.node_table(), s.jobs)
         }
         None => {
-            let nodes = match &args.nodes {
-                Some(p) => trace::load_nodes(p)?,
-                None => trace::parse_nodes("embedded openb_node_list_gpu_node.csv", DEFAULT_NODES)?,
-            };
-            let pods = match &args.pods {
-                Some(p) => trace::load_pods(p)?,
-                None => trace::parse_pods("embedded openb_pod_list_default.csv", DEFAULT_PODS)?,
-            };
+            let nodes = inputs::nodes(args.nodes.as_deref())?;
+            let (pods, _) = inputs::pods(args.pods.as_deref(), false)?;
             let mut table = NodeTable::new();
             for n in nodes.into_iter().step_by(args.node_stride) {
                 table.upsert(n);

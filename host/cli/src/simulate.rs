@@ -6,12 +6,10 @@ use std::time::Instant;
 use anyhow::Context;
 use serde::Serialize;
 use wasmsched_runtime::{Runtime, RuntimeConfig};
-use wasmsched_sim::{replay, trace, workload};
+use wasmsched_sim::{replay, workload};
 
+use crate::inputs;
 use crate::policy::policy_set;
-
-const DEFAULT_NODES: &str = include_str!("../../../examples/traces/openb/openb_node_list_gpu_node.csv");
-const DEFAULT_PODS: &str = include_str!("../../../examples/traces/openb/openb_pod_list_default.csv");
 
 /// Arguments of `simulate`.
 #[derive(clap::Args)]
@@ -77,14 +75,8 @@ struct Report {
 
 pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
     anyhow::ensure!(args.tune > 0.0 && args.tune.is_finite(), "--tune must be a positive number");
-    let nodes = match &args.nodes {
-        Some(p) => trace::load_nodes(p)?,
-        None => trace::parse_nodes("embedded openb_node_list_gpu_node.csv", DEFAULT_NODES)?,
-    };
-    let (pods, skipped) = match &args.pods {
-        Some(p) => trace::load_pods_lenient(p, args.lenient)?,
-        None => trace::parse_pods_lenient("embedded openb_pod_list_default.csv", DEFAULT_PODS, args.lenient)?,
-    };
+    let nodes = inputs::nodes(args.nodes.as_deref())?;
+    let (pods, skipped) = inputs::pods(args.pods.as_deref(), args.lenient)?;
     for e in &skipped {
         tracing::warn!("skipped malformed row: {e}");
     }

@@ -4,9 +4,10 @@
 use wasmsched_api::{GPU_MILLI, Node};
 use wasmsched_core::NodeTable;
 
-use wasmsched_plugin_gpu_share_score::{Spec, TypicalPod, typical_pods};
+use wasmsched_plugin_gpu_share_score::TypicalPod;
 
 use crate::generate::Rng;
+use crate::timed::{self, Job};
 use crate::trace::TracePod;
 
 /// One experiment's input: nodes in rank order and pods in submission order.
@@ -78,18 +79,8 @@ pub fn build(pods: &[TracePod], nodes: &[Node], seed: u64, tune: f64) -> Workloa
 /// The FGD target workload of a trace (`openb-protocol.md` §4.6.1): the most popular pod shapes
 /// covering 95 % of the trace's pods, from the whole original trace (not the tuned list).
 pub fn target_workload(pods: &[TracePod]) -> Vec<TypicalPod> {
-    typical_pods(
-        pods.iter().map(|p| {
-            let gpu = p.num_gpu > 0;
-            Spec {
-                cpu_milli: p.cpu_milli,
-                milli: if gpu { p.gpu_milli } else { 0 },
-                count: p.num_gpu,
-                models: if gpu { p.gpu_spec.join("|") } else { String::new() },
-            }
-        }),
-        95,
-    )
+    let jobs: Vec<Job> = pods.iter().map(|p| Job::from_trace(p, 1.0)).collect();
+    timed::target_workload(&jobs)
 }
 
 #[cfg(test)]
