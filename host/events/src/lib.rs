@@ -1,0 +1,67 @@
+//! Scheduling events: every decision wasmsched makes, published so that operators can audit,
+//! alert, bill and replay, and other systems can react.
+//!
+//! - [`schema`]: the versioned CloudEvents-style envelope ([`Event`]) and its payloads; the JSON
+//!   Schema is generated from these types ([`json_schema`]).
+//! - [`EventSink`]: the scheduler's handle. [`EventSink::emit`] never blocks on I/O: events wait
+//!   in a bounded outbox (with optional disk spill) and a drainer thread delivers them, to a JSONL
+//!   file ([`EventSink::jsonl`], the embedded default) or to NATS JetStream ([`EventSink::nats`],
+//!   loss-free and ordered across server restarts, de-duplicated by event id).
+//! - [`tail`] and [`JsonlReader`] with a [`Filter`]: the consumer side of `wasmsched events tail`.
+//!
+//! What is kept and what is dropped is documented in `docs/events.md`.
+
+mod filter;
+mod jsonl;
+mod nats;
+mod outbox;
+pub mod schema;
+mod sink;
+mod time;
+
+pub use filter::{Dedup, Filter};
+pub use jsonl::{BadLine, JsonlReader};
+pub use nats::{NatsAuth, NatsConfig, Storage, StreamSettings, TailOptions, TlsSettings, tail};
+pub use outbox::OutboxConfig;
+pub use schema::{Event, Kind, Payload, json_schema};
+pub use sink::{EventSink, Origin, Stats};
+pub use time::Timestamp;
+
+/// Errors of sinks and readers.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A file or thread operation failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A JSONL line is not an event.
+    #[error(transparent)]
+    BadLine(#[from] BadLine),
+    /// The server refused the credentials.
+    #[error("NATS at {url} rejected the credentials: {message}")]
+    Auth {
+        /// Server URL(s).
+        url: String,
+        /// The server's or client's message.
+        message: String,
+    },
+    /// The server could not be reached.
+    #[error("cannot reach NATS at {url}: {message}")]
+    Connect {
+        /// Server URL(s).
+        url: String,
+        /// Why.
+        message: String,
+    },
+    /// A JetStream operation failed.
+    #[error("JetStream: {0}")]
+    JetStream(String),
+    /// The events configuration is invalid.
+    #[error("invalid events configuration: {0}")]
+    Config(String),
+}

@@ -1,0 +1,624 @@
+//! The NATS JetStream sink, and the consumer `wasmsched events tail` uses.
+//!
+//! # Delivery
+//! Events are published to `<prefix>.<cluster>.<kind>.<namespace>` with `Nats-Msg-Id` = event id,
+//! at most `max_in_flight` un-acked at a time (async-nats hangs if too many acks are held). An
+//! event leaves the outbox only when JetStream acks it.
+//!
+//! # Loss-free and ordered across server failures
+//! A connection is one *session*, run on its own single-threaded tokio runtime. The client is told
+//! never to reconnect by itself (its reconnect callback never resolves after the first connect):
+//! when a session fails (disconnect, ack timeout, server error) the runtime is dropped, which
+//! discards whatever the client still buffered, and a new session starts after a back-off and
+//! re-publishes from the oldest un-acked event. The server saw a prefix of the old session's
+//! bytes, so the retry yields duplicates (removed by JetStream's duplicate window) but never
+//! reorders: a message buffered in the old client cannot overtake a retry, which is what
+//! async-nats' own reconnect would do.
+
+use std::collections::VecDeque;
+use std::future::{Future, IntoFuture};
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer::pull, context::ContextBuilder, message::PublishMessage, stream};
+use async_nats::{ConnectErrorKind, ConnectOptions};
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+
+use crate::Error;
+use crate::filter::Filter;
+use crate::outbox::{Item, OutboxConfig};
+use crate::schema::Event;
+use crate::sink::{EventSink, Origin, Shared, encoder, subject_token};
+
+/// Where and how to publish.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NatsConfig {
+    /// Server URL(s), comma-separated, e.g. `nats://nats.wasmsched:4222`.
+    pub url: String,
+    /// Cluster name: the second subject token and part of the default stream name.
+    pub cluster: String,
+    /// First subject token.
+    pub subject_prefix: String,
+    /// The JetStream stream created or verified at start-up.
+    pub stream: StreamSettings,
+    /// Authentication.
+    pub auth: NatsAuth,
+    /// TLS; none uses what the URL scheme (`tls://`) and the server require.
+    pub tls: Option<TlsSettings>,
+    /// Publishes awaiting their ack at most.
+    pub max_in_flight: usize,
+    /// How long to wait for one ack before the session is considered broken.
+    pub ack_timeout_ms: u64,
+    /// TCP/TLS connect timeout.
+    pub connect_timeout_ms: u64,
+    /// Reconnect back-off: first delay, doubling up to the maximum.
+    pub backoff_min_ms: u64,
+    /// Reconnect back-off ceiling.
+    pub backoff_max_ms: u64,
+    /// How long [`EventSink::nats`] waits for the first connection before returning (events are
+    /// buffered either way; only rejected credentials make it fail).
+    pub startup_wait_ms: u64,
+    /// A server error for the same event this many times in a row gives the event up (counted as
+    /// `rejected`, logged): a poison event must not stall the stream.
+    pub max_rejections: u32,
+}
+
+impl Default for NatsConfig {
+    fn default() -> Self {
+        NatsConfig {
+            url: "nats://127.0.0.1:4222".into(),
+            cluster: "default".into(),
+            subject_prefix: "wasmsched".into(),
+            stream: StreamSettings::default(),
+            auth: NatsAuth::default(),
+            tls: None,
+            max_in_flight: 256,
+            ack_timeout_ms: 5_000,
+            connect_timeout_ms: 2_000,
+            backoff_min_ms: 100,
+            backoff_max_ms: 5_000,
+            startup_wait_ms: 3_000,
+            max_rejections: 3,
+        }
+    }
+}
+
+/// Retention of the events stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StreamSettings {
+    /// Stream name; default `WASMSCHED_<CLUSTER>`.
+    pub name: Option<String>,
+    /// Age after which events are removed (0 = forever).
+    pub max_age_secs: u64,
+    /// Total size bound (-1 = unlimited); the oldest events go first.
+    pub max_bytes: i64,
+    /// Event count bound (-1 = unlimited).
+    pub max_msgs: i64,
+    /// `file` or `memory`.
+    pub storage: Storage,
+    /// Replicas in a JetStream cluster.
+    pub replicas: usize,
+    /// How long JetStream remembers event ids to drop duplicates; outages longer than this may
+    /// produce duplicates in the stream (consumers de-duplicate by id).
+    pub duplicate_window_secs: u64,
+}
+
+impl Default for StreamSettings {
+    fn default() -> Self {
+        StreamSettings {
+            name: None,
+            max_age_secs: 7 * 24 * 3600,
+            max_bytes: -1,
+            max_msgs: -1,
+            storage: Storage::File,
+            replicas: 1,
+            duplicate_window_secs: 120,
+        }
+    }
+}
+
+/// JetStream storage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Storage {
+    /// Survives server restarts.
+    File,
+    /// Faster, lost on restart.
+    Memory,
+}
+
+/// Credentials; at most one method.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NatsAuth {
+    /// A `.creds` file (JWT and NKey seed), re-read at every connection so rotation works.
+    pub creds_file: Option<PathBuf>,
+    /// A file holding an NKey seed (`SU…`).
+    pub nkey_seed_file: Option<PathBuf>,
+    /// A token.
+    pub token: Option<String>,
+    /// User name (with `password`).
+    pub user: Option<String>,
+    /// Password.
+    pub password: Option<String>,
+}
+
+/// TLS files.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsSettings {
+    /// CA bundle to verify the server with (PEM).
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate for mutual TLS (PEM), with `key_file`.
+    pub cert_file: Option<PathBuf>,
+    /// Client key (PEM).
+    pub key_file: Option<PathBuf>,
+    /// Refuse to talk to a server without TLS.
+    pub required: bool,
+}
+
+impl NatsConfig {
+    /// Check the configuration before anything connects.
+    pub fn validate(&self) -> Result<(), Error> {
+        let bad = |m: String| Err(Error::Config(m));
+        if self.url.trim().is_empty() {
+            return bad("nats url is empty".into());
+        }
+        for (what, v) in [("cluster", &self.cluster), ("subject_prefix", &self.subject_prefix)] {
+            if v.is_empty() || subject_token(v) != *v {
+                return bad(format!("{what} `{v}` must be a non-empty NATS subject token (no `.`, `*`, `>` or spaces)"));
+            }
+        }
+        let methods = [self.auth.creds_file.is_some(), self.auth.nkey_seed_file.is_some(), self.auth.token.is_some(), self.auth.user.is_some()];
+        if methods.iter().filter(|m| **m).count() > 1 {
+            return bad("give at most one of creds_file, nkey_seed_file, token, user/password".into());
+        }
+        if self.auth.user.is_some() != self.auth.password.is_some() {
+            return bad("user and password go together".into());
+        }
+        if let Some(tls) = &self.tls
+            && tls.cert_file.is_some() != tls.key_file.is_some()
+        {
+            return bad("tls cert_file and key_file go together".into());
+        }
+        if self.max_in_flight == 0 || self.max_in_flight > 4096 {
+            return bad(format!("max_in_flight {} must be in 1..=4096", self.max_in_flight));
+        }
+        if self.ack_timeout_ms == 0 || self.backoff_min_ms == 0 || self.backoff_max_ms < self.backoff_min_ms {
+            return bad("ack_timeout_ms and backoff_min_ms must be positive, backoff_max_ms ≥ backoff_min_ms".into());
+        }
+        let name = self.stream_name();
+        if name.is_empty() || name.contains(['.', '*', '>', ' ', '\t']) {
+            return bad(format!("stream name `{name}` may not contain `.`, `*`, `>` or whitespace"));
+        }
+        Ok(())
+    }
+
+    /// The stream's name.
+    pub fn stream_name(&self) -> String {
+        self.stream.name.clone().unwrap_or_else(|| format!("WASMSCHED_{}", self.cluster.to_uppercase().replace('-', "_")))
+    }
+
+    /// `<prefix>.<cluster>`: every event subject starts with it.
+    pub fn subject_root(&self) -> String {
+        format!("{}.{}", self.subject_prefix, self.cluster)
+    }
+
+    async fn connect_options(&self) -> Result<ConnectOptions, Error> {
+        let a = &self.auth;
+        let mut o = if let Some(path) = &a.creds_file {
+            ConnectOptions::with_credentials_file(path.clone())
+                .await
+                .map_err(|e| Error::Config(format!("credentials file {}: {e}", path.display())))?
+        } else if let Some(path) = &a.nkey_seed_file {
+            let seed = std::fs::read_to_string(path)
+                .map_err(|e| Error::Config(format!("nkey seed file {}: {e}", path.display())))?;
+            ConnectOptions::with_nkey(seed.trim().to_owned())
+        } else if let Some(token) = &a.token {
+            ConnectOptions::with_token(token.clone())
+        } else if let (Some(u), Some(p)) = (&a.user, &a.password) {
+            ConnectOptions::with_user_and_password(u.clone(), p.clone())
+        } else {
+            ConnectOptions::new()
+        };
+        if let Some(tls) = &self.tls {
+            if let Some(ca) = &tls.ca_file {
+                o = o.add_root_certificates(ca.clone());
+            }
+            if let (Some(c), Some(k)) = (&tls.cert_file, &tls.key_file) {
+                o = o.add_client_certificate(c.clone(), k.clone());
+            }
+            o = o.require_tls(tls.required);
+        }
+        Ok(o.name("wasmsched-events").connection_timeout(Duration::from_millis(self.connect_timeout_ms)))
+    }
+
+    /// Connect once (for consumers): no outbox, async-nats' own reconnect.
+    async fn connect(&self) -> Result<async_nats::Client, Error> {
+        let urls: Vec<&str> = self.url.split(',').map(str::trim).collect();
+        self.connect_options().await?.connect(urls).await.map_err(|e| self.connect_error(e))
+    }
+
+    fn connect_error(&self, e: async_nats::ConnectError) -> Error {
+        match e.kind() {
+            ConnectErrorKind::AuthorizationViolation | ConnectErrorKind::Authentication => {
+                Error::Auth { url: self.url.clone(), message: e.to_string() }
+            }
+            ConnectErrorKind::ServerParse | ConnectErrorKind::Tls => Error::Config(format!("nats url {}: {e}", self.url)),
+            _ => Error::Connect { url: self.url.clone(), message: e.to_string() },
+        }
+    }
+
+    fn stream_config(&self) -> stream::Config {
+        stream::Config {
+            name: self.stream_name(),
+            subjects: vec![format!("{}.>", self.subject_root())],
+            max_age: Duration::from_secs(self.stream.max_age_secs),
+            max_bytes: self.stream.max_bytes,
+            max_messages: self.stream.max_msgs,
+            storage: match self.stream.storage {
+                Storage::File => stream::StorageType::File,
+                Storage::Memory => stream::StorageType::Memory,
+            },
+            num_replicas: self.stream.replicas,
+            duplicate_window: Duration::from_secs(self.stream.duplicate_window_secs),
+            retention: stream::RetentionPolicy::Limits,
+            discard: stream::DiscardPolicy::Old,
+            ..Default::default()
+        }
+    }
+
+    /// Create the stream, or check that the existing one captures our subjects and bring its
+    /// retention to the configured values.
+    async fn ensure_stream(&self, js: &jetstream::Context) -> Result<(), Error> {
+        let want = self.stream_config();
+        match js.get_stream(&want.name).await {
+            Ok(mut s) => {
+                let info = s.info().await.map_err(|e| Error::JetStream(format!("stream {} info: {e}", want.name)))?;
+                let have = info.config.clone();
+                let ours = &want.subjects[0];
+                if !have.subjects.iter().any(|s| s == ours || s == ">" || covers(s, ours)) {
+                    return Err(Error::Config(format!(
+                        "stream {} exists with subjects {:?}, which do not capture {ours}",
+                        want.name, have.subjects
+                    )));
+                }
+                if have.max_age != want.max_age
+                    || have.max_bytes != want.max_bytes
+                    || have.max_messages != want.max_messages
+                    || have.duplicate_window != want.duplicate_window
+                {
+                    let updated = stream::Config {
+                        max_age: want.max_age,
+                        max_bytes: want.max_bytes,
+                        max_messages: want.max_messages,
+                        duplicate_window: want.duplicate_window,
+                        ..have
+                    };
+                    js.update_stream(updated)
+                        .await
+                        .map_err(|e| Error::JetStream(format!("update stream {}: {e}", want.name)))?;
+                    tracing::info!(stream = %want.name, "updated the events stream's retention");
+                }
+                Ok(())
+            }
+            Err(e) if matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(j) if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND) => {
+                js.create_stream(want.clone())
+                    .await
+                    .map_err(|e| Error::JetStream(format!("create stream {}: {e}", want.name)))?;
+                tracing::info!(stream = %want.name, subjects = ?want.subjects, "created the events stream");
+                Ok(())
+            }
+            Err(e) => Err(Error::JetStream(format!("look up stream {}: {e}", want.name))),
+        }
+    }
+}
+
+/// Whether subject filter `pattern` (with `*` and `>`) captures every subject `ours` captures.
+fn covers(pattern: &str, ours: &str) -> bool {
+    let (p, o): (Vec<&str>, Vec<&str>) = (pattern.split('.').collect(), ours.split('.').collect());
+    for (i, pt) in p.iter().enumerate() {
+        match (*pt, o.get(i)) {
+            (">", _) => return true,
+            (_, None) => return false,
+            ("*", Some(&ot)) if ot != ">" => {}
+            (pt, Some(&ot)) if pt == ot => {}
+            _ => return false,
+        }
+    }
+    p.len() == o.len()
+}
+
+/// How the first session went, for the start-up handshake.
+type FirstOutcome = Result<(), Error>;
+
+impl EventSink {
+    /// Publish to NATS JetStream. Waits up to `startup_wait_ms` for the first connection: fails on
+    /// an invalid configuration or rejected credentials; an unreachable server is logged and the
+    /// events are held in the outbox until it is reachable.
+    pub fn nats(config: NatsConfig, origin: Origin, outbox: OutboxConfig) -> Result<EventSink, Error> {
+        config.validate()?;
+        let encode = encoder(config.subject_root());
+        let (tx, rx) = std::sync::mpsc::channel::<FirstOutcome>();
+        let wait = Duration::from_millis(config.startup_wait_ms);
+        let url = config.url.clone();
+        let sink = EventSink::start(origin, outbox, encode, "nats", move |shared| drain(shared, config, tx))
+            .map_err(|e| Error::Io { what: "start the event publisher".into(), source: e })?;
+        match rx.recv_timeout(wait) {
+            Ok(Ok(())) => Ok(sink),
+            Ok(Err(e @ (Error::Auth { .. } | Error::Config(_)))) => Err(e),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "NATS unreachable at start-up; holding events in the outbox");
+                Ok(sink)
+            }
+            Err(_) => {
+                tracing::warn!(url = %url, "no NATS connection yet; holding events in the outbox");
+                Ok(sink)
+            }
+        }
+    }
+}
+
+/// Why a session ended.
+enum End {
+    Closed,
+    Failed(Error),
+}
+
+fn drain(shared: Arc<Shared>, config: NatsConfig, first: std::sync::mpsc::Sender<FirstOutcome>) {
+    let encode = shared.encoder();
+    let mut first = Some(first);
+    let mut backoff = Duration::from_millis(config.backoff_min_ms);
+    let mut rejections: (String, u32) = (String::new(), 0);
+    loop {
+        let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(rt) => rt,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the NATS session runtime");
+                break;
+            }
+        };
+        let end = rt.block_on(session(&shared, &config, &*encode, &mut first, &mut rejections));
+        // Dropping the runtime drops the client's connection task and everything it buffered.
+        drop(rt);
+        shared.set_connected(false);
+        match end {
+            End::Closed => break,
+            End::Failed(e) => {
+                if shared.is_closed() {
+                    break;
+                }
+                if matches!(e, Error::Auth { .. } | Error::Config(_)) {
+                    tracing::error!(error = %e, "cannot publish events");
+                } else {
+                    tracing::warn!(error = %e, retry_in = ?backoff, "NATS session ended");
+                }
+                shared.set_error(Some(e.to_string()));
+                if let Some(tx) = first.take() {
+                    let _ = tx.send(Err(e));
+                }
+                // Sleep in short steps so that close is prompt.
+                let until = std::time::Instant::now() + backoff;
+                while !shared.is_closed() && std::time::Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                backoff = (backoff * 2).min(Duration::from_millis(config.backoff_max_ms));
+            }
+        }
+        if shared.session_succeeded() {
+            backoff = Duration::from_millis(config.backoff_min_ms);
+        }
+    }
+    shared.spill_remaining();
+}
+
+type AckFuture = Pin<Box<dyn Future<Output = Result<jetstream::publish::PublishAck, jetstream::context::PublishError>> + Send>>;
+
+async fn session(
+    shared: &Shared,
+    config: &NatsConfig,
+    encode: &crate::outbox::Encoder,
+    first: &mut Option<std::sync::mpsc::Sender<FirstOutcome>>,
+    rejections: &mut (String, u32),
+) -> End {
+    let connected_once = Arc::new(AtomicBool::new(false));
+    let disconnected = Arc::new(tokio::sync::Notify::new());
+    let options = match config.connect_options().await {
+        Ok(o) => o,
+        Err(e) => return End::Failed(e),
+    };
+    let gate = connected_once.clone();
+    let on_event = disconnected.clone();
+    let options = options
+        // Never reconnect inside a session (see the module docs); the first connect passes.
+        .reconnect_to_server_callback(move |_, _| {
+            let reconnecting = gate.load(Ordering::SeqCst);
+            async move {
+                if reconnecting {
+                    std::future::pending::<()>().await;
+                }
+                None
+            }
+        })
+        .event_callback(move |event| {
+            let on_event = on_event.clone();
+            async move {
+                if matches!(event, async_nats::Event::Disconnected) {
+                    on_event.notify_one();
+                }
+            }
+        });
+    let urls: Vec<&str> = config.url.split(',').map(str::trim).collect();
+    let client = match options.connect(urls).await {
+        Ok(c) => c,
+        Err(e) => return End::Failed(config.connect_error(e)),
+    };
+    connected_once.store(true, Ordering::SeqCst);
+    let js = ContextBuilder::new()
+        .ack_timeout(Duration::from_millis(config.ack_timeout_ms))
+        .max_ack_inflight(config.max_in_flight)
+        .backpressure_on_inflight(true)
+        .build(client.clone());
+    if let Err(e) = config.ensure_stream(&js).await {
+        return End::Failed(e);
+    }
+    shared.set_connected(true);
+    shared.set_error(None);
+    shared.mark_session_succeeded();
+    if let Some(tx) = first.take() {
+        let _ = tx.send(Ok(()));
+    }
+    tracing::info!(url = %config.url, stream = %config.stream_name(), "publishing events to NATS");
+
+    let mut inflight: VecDeque<(Item, AckFuture)> = VecDeque::with_capacity(config.max_in_flight);
+    // Put back, in order: `head` (older than everything in flight), the in-flight items, `tail`.
+    let fail = |head: Option<Item>, inflight: VecDeque<(Item, AckFuture)>, tail: Vec<Item>, e: Error| {
+        let mut items: Vec<Item> = head.into_iter().collect();
+        items.extend(inflight.into_iter().map(|(i, _)| i));
+        items.extend(tail);
+        shared.requeue(items);
+        End::Failed(e)
+    };
+    let disconnect = || Error::Connect { url: config.url.clone(), message: "disconnected".into() };
+    loop {
+        if shared.is_closed() {
+            let _ = fail(None, inflight, Vec::new(), disconnect());
+            return End::Closed;
+        }
+        if inflight.len() < config.max_in_flight {
+            let mut batch = shared.take(config.max_in_flight - inflight.len()).into_iter();
+            while let Some(mut item) = batch.next() {
+                let rec = item.encoded(encode).clone();
+                let msg = PublishMessage::build().payload(rec.json).message_id(&rec.id);
+                match js.send_publish(rec.subject, msg).await {
+                    Ok(ack) => inflight.push_back((item, ack.into_future())),
+                    Err(e) if e.kind() == jetstream::context::PublishErrorKind::MaxPayloadExceeded => {
+                        tracing::error!(id = %rec.id, error = %e, "event larger than the server accepts: given up");
+                        shared.reject(vec![item]);
+                    }
+                    Err(e) => {
+                        let mut rest = vec![item];
+                        rest.extend(batch);
+                        return fail(None, inflight, rest, Error::JetStream(format!("publish: {e}")));
+                    }
+                }
+            }
+        }
+        let room = inflight.len() < config.max_in_flight;
+        let Some((_, ack)) = inflight.front_mut() else {
+            tokio::select! {
+                _ = shared.notify.notified() => continue,
+                _ = disconnected.notified() => return End::Failed(disconnect()),
+                _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+            }
+        };
+        tokio::select! {
+            biased;
+            _ = disconnected.notified() => return fail(None, inflight, Vec::new(), disconnect()),
+            result = ack => {
+                let (mut item, _) = inflight.pop_front().expect("front exists");
+                match result {
+                    Ok(ack) => shared.ack(vec![item], u64::from(ack.duplicate)),
+                    Err(e) => {
+                        use jetstream::context::PublishErrorKind as K;
+                        let transport = matches!(e.kind(), K::TimedOut | K::BrokenPipe | K::StreamNotFound | K::MaxAckPending);
+                        let id = item.encoded(encode).id.clone();
+                        let error = Error::JetStream(format!("publish {id}: {e}"));
+                        if !transport {
+                            if rejections.0 == id {
+                                rejections.1 += 1;
+                            } else {
+                                *rejections = (id.clone(), 1);
+                            }
+                            if rejections.1 >= config.max_rejections {
+                                tracing::error!(id = %id, error = %e, "JetStream keeps rejecting an event: given up");
+                                shared.reject(vec![item]);
+                                return fail(None, inflight, Vec::new(), error);
+                            }
+                        }
+                        return fail(Some(item), inflight, Vec::new(), error);
+                    }
+                }
+            }
+            _ = shared.notify.notified(), if room => {}
+        }
+    }
+}
+
+/// Options of [`tail`].
+#[derive(Clone, Debug, Default)]
+pub struct TailOptions {
+    /// Start at the stream's first event rather than at new ones.
+    pub from_start: bool,
+    /// Keep waiting for new events; without it, stop once caught up.
+    pub follow: bool,
+}
+
+/// Read events from the stream that match `filter`, de-duplicated by id, in stream order, calling
+/// `on_event` for each until it returns false. Returns the number of events passed on.
+pub fn tail(config: &NatsConfig, filter: &Filter, options: &TailOptions, on_event: impl FnMut(Event) -> bool) -> Result<u64, Error> {
+    config.validate()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Io { what: "start a runtime".into(), source: e })?;
+    rt.block_on(tail_async(config, filter, options, on_event))
+}
+
+async fn tail_async(
+    config: &NatsConfig,
+    filter: &Filter,
+    options: &TailOptions,
+    mut on_event: impl FnMut(Event) -> bool,
+) -> Result<u64, Error> {
+    let client = config.connect().await?;
+    let js = jetstream::new(client);
+    let name = config.stream_name();
+    let stream = js.get_stream(&name).await.map_err(|e| Error::JetStream(format!("stream {name}: {e}")))?;
+    let subjects = filter.subjects(&config.subject_root());
+    let consumer = stream
+        .create_consumer(pull::OrderedConfig {
+            filter_subjects: subjects,
+            deliver_policy: if options.from_start {
+                jetstream::consumer::DeliverPolicy::All
+            } else {
+                jetstream::consumer::DeliverPolicy::New
+            },
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| Error::JetStream(format!("create consumer on {name}: {e}")))?;
+    let mut consumer = consumer;
+    let pending = consumer.info().await.map_err(|e| Error::JetStream(format!("consumer info: {e}")))?.num_pending;
+    if !options.follow && pending == 0 {
+        return Ok(0);
+    }
+    let mut messages = consumer.messages().await.map_err(|e| Error::JetStream(format!("consume {name}: {e}")))?;
+    let mut dedup = crate::filter::Dedup::new(1 << 20);
+    let mut passed = 0;
+    while let Some(msg) = messages.next().await {
+        let msg = msg.map_err(|e| Error::JetStream(format!("consume {name}: {e}")))?;
+        let left = msg.info().map(|i| i.pending).unwrap_or(1);
+        match serde_json::from_slice::<Event>(&msg.payload) {
+            Ok(event) => {
+                if dedup.first_time(&event.id) && filter.matches(&event) {
+                    passed += 1;
+                    if !on_event(event) {
+                        break;
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(subject = %msg.subject, error = %e, "skipping a message that is not an event"),
+        }
+        if !options.follow && left == 0 {
+            break;
+        }
+    }
+    Ok(passed)
+}

@@ -1,0 +1,624 @@
+//! The event schema: a CloudEvents 1.0 JSON envelope around one typed, versioned payload.
+//!
+//! The wire types live here, apart from the scheduler's internal model, so that the published
+//! contract changes only on purpose: a breaking change to a payload is a new `type` (`…v2`), and
+//! consumers match on `type`. `docs/events.schema.json` is generated from these types
+//! ([`json_schema`]) and a test keeps it current.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::time::Timestamp;
+
+/// The CloudEvents specification version of the envelope.
+pub const SPEC_VERSION: &str = "1.0";
+
+/// One published event.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Event {
+    /// Always `"1.0"`.
+    pub specversion: String,
+    /// Unique per event and stable across retries: JetStream de-duplicates on it (`Nats-Msg-Id`)
+    /// and consumers may too.
+    pub id: String,
+    /// Who decided: `wasmsched/<cluster>/<component>`, e.g. `wasmsched/prod-a/scheduler`.
+    pub source: String,
+    /// When it was decided (virtual time in the simulator).
+    pub time: Timestamp,
+    /// What the event is about: a task id, group, queue, policy set, plugin or node.
+    pub subject: String,
+    /// The Kubernetes namespace of the workload, absent for cluster-scoped events (a CloudEvents
+    /// extension attribute).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Always `"application/json"`.
+    pub datacontenttype: String,
+    /// `type` and `data`.
+    #[serde(flatten)]
+    pub payload: Payload,
+}
+
+/// The versioned event types. Serialised as CloudEvents `type` plus `data`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", content = "data")]
+pub enum Payload {
+    /// A task was bound to a node.
+    #[serde(rename = "io.wasmsched.task.scheduled.v1")]
+    TaskScheduled(TaskScheduled),
+    /// A scheduling attempt found no node; the task stays pending.
+    #[serde(rename = "io.wasmsched.task.unschedulable.v1")]
+    TaskUnschedulable(TaskUnschedulable),
+    /// A running task was evicted to make room.
+    #[serde(rename = "io.wasmsched.task.preempted.v1")]
+    TaskPreempted(TaskPreempted),
+    /// A gang did not reach min-member within its timeout.
+    #[serde(rename = "io.wasmsched.group.timed-out.v1")]
+    GroupTimedOut(GroupTimedOut),
+    /// A queue's deserved share changed.
+    #[serde(rename = "io.wasmsched.queue.share-changed.v1")]
+    QueueShareChanged(QueueShareChanged),
+    /// A policy set was compiled, instantiated and smoke-tested.
+    #[serde(rename = "io.wasmsched.policy.loaded.v1")]
+    PolicyLoaded(PolicyLoaded),
+    /// A shadow policy set decided differently from the live one.
+    #[serde(rename = "io.wasmsched.policy.shadow-diff.v1")]
+    PolicyShadowDiff(PolicyShadowDiff),
+    /// The live policy set was replaced.
+    #[serde(rename = "io.wasmsched.policy.swapped.v1")]
+    PolicySwapped(PolicySwapped),
+    /// A new policy set misbehaved and the previous one was restored.
+    #[serde(rename = "io.wasmsched.policy.rolled-back.v1")]
+    PolicyRolledBack(PolicyRolledBack),
+    /// A plugin trapped, ran over a budget or returned garbage.
+    #[serde(rename = "io.wasmsched.plugin.fault.v1")]
+    PluginFault(PluginFault),
+    /// A GPU's health changed (from the node agent).
+    #[serde(rename = "io.wasmsched.node.gpu-health-changed.v1")]
+    NodeGpuHealthChanged(NodeGpuHealthChanged),
+    /// The outbox was full and events were dropped; published as soon as there is room again.
+    #[serde(rename = "io.wasmsched.events.dropped.v1")]
+    EventsDropped(EventsDropped),
+}
+
+/// The kind of an event, without its data: filters, subjects and counters use it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// [`Payload::TaskScheduled`]
+    TaskScheduled,
+    /// [`Payload::TaskUnschedulable`]
+    TaskUnschedulable,
+    /// [`Payload::TaskPreempted`]
+    TaskPreempted,
+    /// [`Payload::GroupTimedOut`]
+    GroupTimedOut,
+    /// [`Payload::QueueShareChanged`]
+    QueueShareChanged,
+    /// [`Payload::PolicyLoaded`]
+    PolicyLoaded,
+    /// [`Payload::PolicyShadowDiff`]
+    PolicyShadowDiff,
+    /// [`Payload::PolicySwapped`]
+    PolicySwapped,
+    /// [`Payload::PolicyRolledBack`]
+    PolicyRolledBack,
+    /// [`Payload::PluginFault`]
+    PluginFault,
+    /// [`Payload::NodeGpuHealthChanged`]
+    NodeGpuHealthChanged,
+    /// [`Payload::EventsDropped`]
+    EventsDropped,
+}
+
+impl Kind {
+    /// Every kind, in declaration order.
+    pub const ALL: [Kind; 12] = [
+        Kind::TaskScheduled,
+        Kind::TaskUnschedulable,
+        Kind::TaskPreempted,
+        Kind::GroupTimedOut,
+        Kind::QueueShareChanged,
+        Kind::PolicyLoaded,
+        Kind::PolicyShadowDiff,
+        Kind::PolicySwapped,
+        Kind::PolicyRolledBack,
+        Kind::PluginFault,
+        Kind::NodeGpuHealthChanged,
+        Kind::EventsDropped,
+    ];
+
+    /// The short name used in subjects and CLI filters, e.g. `task-scheduled`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::TaskScheduled => "task-scheduled",
+            Kind::TaskUnschedulable => "task-unschedulable",
+            Kind::TaskPreempted => "task-preempted",
+            Kind::GroupTimedOut => "group-timed-out",
+            Kind::QueueShareChanged => "queue-share-changed",
+            Kind::PolicyLoaded => "policy-loaded",
+            Kind::PolicyShadowDiff => "policy-shadow-diff",
+            Kind::PolicySwapped => "policy-swapped",
+            Kind::PolicyRolledBack => "policy-rolled-back",
+            Kind::PluginFault => "plugin-fault",
+            Kind::NodeGpuHealthChanged => "node-gpu-health-changed",
+            Kind::EventsDropped => "events-dropped",
+        }
+    }
+}
+
+impl std::str::FromStr for Kind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Kind::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| {
+            let names: Vec<_> = Kind::ALL.iter().map(|k| k.name()).collect();
+            format!("unknown event kind `{s}` (expected one of: {})", names.join(", "))
+        })
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Payload {
+    /// This payload's kind.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Payload::TaskScheduled(_) => Kind::TaskScheduled,
+            Payload::TaskUnschedulable(_) => Kind::TaskUnschedulable,
+            Payload::TaskPreempted(_) => Kind::TaskPreempted,
+            Payload::GroupTimedOut(_) => Kind::GroupTimedOut,
+            Payload::QueueShareChanged(_) => Kind::QueueShareChanged,
+            Payload::PolicyLoaded(_) => Kind::PolicyLoaded,
+            Payload::PolicyShadowDiff(_) => Kind::PolicyShadowDiff,
+            Payload::PolicySwapped(_) => Kind::PolicySwapped,
+            Payload::PolicyRolledBack(_) => Kind::PolicyRolledBack,
+            Payload::PluginFault(_) => Kind::PluginFault,
+            Payload::NodeGpuHealthChanged(_) => Kind::NodeGpuHealthChanged,
+            Payload::EventsDropped(_) => Kind::EventsDropped,
+        }
+    }
+
+    /// The envelope's `subject` and `namespace` for this payload.
+    pub fn subject(&self) -> (String, Option<String>) {
+        let task = |t: &TaskRef| (t.id.clone(), Some(t.namespace.clone()));
+        match self {
+            Payload::TaskScheduled(e) => task(&e.task),
+            Payload::TaskUnschedulable(e) => task(&e.task),
+            Payload::TaskPreempted(e) => task(&e.victim),
+            Payload::GroupTimedOut(e) => (e.group.clone(), Some(e.namespace.clone())),
+            Payload::QueueShareChanged(e) => (e.queue.clone(), None),
+            Payload::PolicyLoaded(e) => (e.policy_set.name.clone(), None),
+            Payload::PolicyShadowDiff(e) => (e.shadow.name.clone(), None),
+            Payload::PolicySwapped(e) => (e.to.name.clone(), None),
+            Payload::PolicyRolledBack(e) => (e.to.name.clone(), None),
+            Payload::PluginFault(e) => (e.plugin.clone(), None),
+            Payload::NodeGpuHealthChanged(e) => (e.node.clone(), None),
+            Payload::EventsDropped(_) => ("outbox".into(), None),
+        }
+    }
+
+    /// The task this event concerns, if any (the victim for a preemption).
+    pub fn task(&self) -> Option<&TaskRef> {
+        match self {
+            Payload::TaskScheduled(e) => Some(&e.task),
+            Payload::TaskUnschedulable(e) => Some(&e.task),
+            Payload::TaskPreempted(e) => Some(&e.victim),
+            _ => None,
+        }
+    }
+}
+
+impl Event {
+    /// The event's kind.
+    pub fn kind(&self) -> Kind {
+        self.payload.kind()
+    }
+
+    /// A one-line human summary, for `wasmsched events tail --format text`.
+    pub fn summary(&self) -> String {
+        let body = match &self.payload {
+            Payload::TaskScheduled(e) => {
+                let gpus: Vec<String> = e.gpus.iter().map(|g| format!("{}:{}", g.gpu, g.milli)).collect();
+                format!("{} on {} gpus [{}] score {}", e.task, e.node, gpus.join(" "), e.score.total)
+            }
+            Payload::TaskUnschedulable(e) => {
+                let reasons: Vec<String> =
+                    e.reasons.iter().map(|r| format!("{} nodes: {} ({})", r.nodes, r.reason, r.stage)).collect();
+                format!("{} attempt {}: {}", e.task, e.attempt, reasons.join("; "))
+            }
+            Payload::TaskPreempted(e) => {
+                format!("{} on {} by {} ({:?}, checkpoint {:?})", e.victim, e.node, e.preemptor, e.reason, e.checkpoint)
+            }
+            Payload::GroupTimedOut(e) => {
+                format!("{}/{} placed {} of min {} after {} s", e.namespace, e.group, e.placed, e.min_member, e.waited_seconds)
+            }
+            Payload::QueueShareChanged(e) => format!("{} deserved {} (was {})", e.queue, e.deserved, e.previous),
+            Payload::PolicyLoaded(e) => format!("{} ({} plugins)", e.policy_set, e.plugins.len()),
+            Payload::PolicyShadowDiff(e) => {
+                format!("{} vs live {}: {} of {} decisions differ", e.shadow, e.live, e.differing, e.decisions)
+            }
+            Payload::PolicySwapped(e) => match &e.from {
+                Some(from) => format!("{from} -> {}", e.to),
+                None => format!("-> {}", e.to),
+            },
+            Payload::PolicyRolledBack(e) => format!("{} -> {}: {}", e.from, e.to, e.reason),
+            Payload::PluginFault(e) => format!("{} in {} ({:?}): {}", e.plugin, e.stage, e.fault, e.message),
+            Payload::NodeGpuHealthChanged(e) => {
+                format!("{} gpu {} {:?} -> {:?}: {}", e.node, e.gpu, e.from, e.to, e.reason)
+            }
+            Payload::EventsDropped(e) => format!("{} events dropped ({}) between {} and {}", e.count, e.reason, e.first, e.last),
+        };
+        format!("{} {:<24} {}", self.time, self.kind().name(), body)
+    }
+}
+
+/// A task, as events name it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TaskRef {
+    /// Task (pod) name, unique within its namespace.
+    pub id: String,
+    /// Kubernetes namespace (`default` in the simulator).
+    pub namespace: String,
+    /// Queue the task was submitted to.
+    pub queue: String,
+    /// Pod group, if the task is part of one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// Priority value.
+    #[serde(default)]
+    pub priority: i32,
+}
+
+impl std::fmt::Display for TaskRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.id)
+    }
+}
+
+/// A policy set and its version, as loaded.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PolicySetRef {
+    /// Name of the policy set.
+    pub name: String,
+    /// Monotonic version assigned at load.
+    pub version: u64,
+}
+
+impl std::fmt::Display for PolicySetRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}@{}", self.name, self.version)
+    }
+}
+
+/// A quantity of resources, in the policy contract's base units.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Quantity {
+    /// CPU in milli-cores.
+    pub cpu_milli: u64,
+    /// Memory in bytes.
+    pub memory_bytes: u64,
+    /// GPUs in milli-GPUs (1000 = one device).
+    pub gpu_milli: u64,
+}
+
+impl std::fmt::Display for Quantity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cpu {}m mem {} B gpu {}m", self.cpu_milli, self.memory_bytes, self.gpu_milli)
+    }
+}
+
+/// A share of one GPU device given to a task.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct GpuShare {
+    /// Device index on the node.
+    pub gpu: u32,
+    /// Milli-GPUs of that device.
+    pub milli: u32,
+}
+
+/// How the chosen node ranked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ScoreSummary {
+    /// Weighted total score of the chosen node.
+    pub total: u64,
+    /// Nodes that passed filtering.
+    pub feasible: u32,
+    /// Nodes evaluated (after sampling).
+    pub evaluated: u32,
+}
+
+/// Data of `io.wasmsched.task.scheduled.v1`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TaskScheduled {
+    /// The task.
+    pub task: TaskRef,
+    /// Node it was bound to.
+    pub node: String,
+    /// GPU shares it got (empty for a CPU-only task).
+    pub gpus: Vec<GpuShare>,
+    /// How the node ranked.
+    pub score: ScoreSummary,
+    /// The policy set that decided.
+    pub policy_set: PolicySetRef,
+    /// Scheduling attempts so far, this one included.
+    pub attempt: u32,
+}
+
+/// A scheduling stage, as events name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Stage {
+    /// Queue admission: quota, capability, fair share.
+    Queue,
+    /// Node filtering.
+    Filter,
+    /// Node scoring.
+    Score,
+    /// GPU device selection.
+    SelectDevices,
+    /// Victim selection.
+    Preempt,
+    /// Fair-share computation.
+    FairShare,
+    /// Gang placement (min-member, topology domain).
+    Gang,
+}
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = serde_json::to_value(self).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
+        f.write_str(&s)
+    }
+}
+
+/// One reason a task could not be placed, aggregated over nodes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct StageReason {
+    /// The stage that rejected.
+    pub stage: Stage,
+    /// The reason, e.g. `insufficient GPU share` or `taint gpu=reserved`.
+    pub reason: String,
+    /// Nodes that gave this reason (0 for reasons that are not about nodes, such as a queue limit).
+    pub nodes: u32,
+}
+
+/// Data of `io.wasmsched.task.unschedulable.v1`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TaskUnschedulable {
+    /// The task.
+    pub task: TaskRef,
+    /// Why, per stage and reason, most frequent first.
+    pub reasons: Vec<StageReason>,
+    /// The policy set that decided.
+    pub policy_set: PolicySetRef,
+    /// Scheduling attempts so far, this one included.
+    pub attempt: u32,
+}
+
+/// Why a task was preempted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum PreemptReason {
+    /// A higher-priority task in the same queue needed room.
+    Priority,
+    /// A queue below its deserved share reclaimed resources.
+    Reclaim,
+    /// An elastic job was shrunk toward its minimum.
+    ElasticShrink,
+}
+
+/// What happened to the victim's checkpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum CheckpointOutcome {
+    /// The victim cannot checkpoint; it was evicted at once.
+    NotCheckpointable,
+    /// The victim reported its checkpoint done within its grace period.
+    Done,
+    /// The grace period ran out first.
+    TimedOut,
+}
+
+/// Data of `io.wasmsched.task.preempted.v1`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TaskPreempted {
+    /// The evicted task.
+    pub victim: TaskRef,
+    /// Node it ran on.
+    pub node: String,
+    /// The task that needed the room.
+    pub preemptor: TaskRef,
+    /// Why.
+    pub reason: PreemptReason,
+    /// The checkpoint protocol's outcome.
+    pub checkpoint: CheckpointOutcome,
+    /// Grace period the victim was given, in seconds.
+    pub grace_seconds: u64,
+}
+
+/// Data of `io.wasmsched.group.timed-out.v1`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct GroupTimedOut {
+    /// Pod group name.
+    pub group: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its queue.
+    pub queue: String,
+    /// Members required.
+    pub min_member: u32,
+    /// Members that could be placed at the last attempt.
+    pub placed: u32,
+    /// Seconds the group waited.
+    pub waited_seconds: u64,
+}
+
+/// Data of `io.wasmsched.queue.share-changed.v1`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct QueueShareChanged {
+    /// Queue name.
+    pub queue: String,
+    /// New deserved share.
+    pub deserved: Quantity,
+    /// Deserved share before.
+    pub previous: Quantity,
+    /// Allocated now.
+    pub allocated: Quantity,
+}
+
+/// A plugin of a policy set.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PluginRef {
+    /// Plugin name.
+    pub name: String,
+    /// Stages it serves in the set, e.g. `["filter"]`.
+    pub stages: Vec<Stage>,
+    /// SHA-256 of the component, hex.
+    pub digest: String,
+}
+
+/// Data of `io.wasmsched.policy.loaded.v1`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PolicyLoaded {
+    /// The policy set.
+    pub policy_set: PolicySetRef,
+    /// Its plugins.
+    pub plugins: Vec<PluginRef>,
+    /// Milliseconds spent compiling, instantiating and smoke-testing.
+    pub prepare_ms: u64,
+}
+
+/// One decision on which a shadow set disagreed with the live one.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct DecisionDiff {
+    /// The task.
+    pub task: TaskRef,
+    /// Node chosen by the live set (none: unschedulable).
+    pub live: Option<String>,
+    /// Node chosen by the shadow set.
+    pub shadow: Option<String>,
+}
+
+/// Data of `io.wasmsched.policy.shadow-diff.v1`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PolicyShadowDiff {
+    /// The live set.
+    pub live: PolicySetRef,
+    /// The shadow set.
+    pub shadow: PolicySetRef,
+    /// Decisions compared in this report.
+    pub decisions: u64,
+    /// Decisions that differ.
+    pub differing: u64,
+    /// A bounded sample of differing decisions.
+    pub examples: Vec<DecisionDiff>,
+}
+
+/// Data of `io.wasmsched.policy.swapped.v1`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PolicySwapped {
+    /// The set that was live (none at start-up).
+    pub from: Option<PolicySetRef>,
+    /// The set that is live now.
+    pub to: PolicySetRef,
+}
+
+/// Data of `io.wasmsched.policy.rolled-back.v1`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PolicyRolledBack {
+    /// The set that misbehaved.
+    pub from: PolicySetRef,
+    /// The set restored.
+    pub to: PolicySetRef,
+    /// What tripped the rollback, e.g. `trap rate 12% > 1%`.
+    pub reason: String,
+}
+
+/// How a plugin call failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultKind {
+    /// The guest trapped (panic, unreachable, out-of-bounds).
+    Trap,
+    /// The call ran past its wall-clock deadline.
+    Deadline,
+    /// The call ran out of fuel.
+    Fuel,
+    /// The guest exceeded its memory limit.
+    Memory,
+    /// The result broke the contract (wrong length, out-of-range score, unknown index).
+    BadOutput,
+    /// The guest returned an error.
+    GuestError,
+    /// The circuit breaker is open; the plugin was not called.
+    CircuitOpen,
+}
+
+/// Data of `io.wasmsched.plugin.fault.v1`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PluginFault {
+    /// Plugin name.
+    pub plugin: String,
+    /// Stage being run.
+    pub stage: Stage,
+    /// What went wrong.
+    pub fault: FaultKind,
+    /// Detail, truncated by the host.
+    pub message: String,
+    /// The policy set the plugin belongs to.
+    pub policy_set: PolicySetRef,
+}
+
+/// GPU health, as the node agent reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum GpuHealth {
+    /// Usable.
+    Healthy,
+    /// Usable with reduced capability (e.g. NVLink down).
+    Degraded,
+    /// Not usable.
+    Unhealthy,
+}
+
+/// Data of `io.wasmsched.node.gpu-health-changed.v1`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct NodeGpuHealthChanged {
+    /// Node name.
+    pub node: String,
+    /// Device index.
+    pub gpu: u32,
+    /// Device UUID, if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// Health before.
+    pub from: GpuHealth,
+    /// Health now.
+    pub to: GpuHealth,
+    /// Why, e.g. `XID 79: GPU has fallen off the bus`.
+    pub reason: String,
+    /// The XID error code, if one caused the change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xid: Option<u32>,
+}
+
+/// Data of `io.wasmsched.events.dropped.v1`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct EventsDropped {
+    /// Events dropped since the previous report.
+    pub count: u64,
+    /// Time of the first dropped event.
+    pub first: Timestamp,
+    /// Time of the last dropped event.
+    pub last: Timestamp,
+    /// Why, e.g. `outbox full (100000 events in memory, spill disabled)`.
+    pub reason: String,
+}
+
+/// The JSON Schema (2020-12) of [`Event`], generated from the types.
+pub fn json_schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(Event)).unwrap_or_default()
+}

