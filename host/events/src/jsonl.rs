@@ -17,7 +17,8 @@ impl EventSink {
     pub fn jsonl(path: impl Into<PathBuf>, origin: Origin, outbox: OutboxConfig) -> Result<EventSink, Error> {
         let path = path.into();
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| Error::Io { what: format!("create {}", dir.display()), source: e })?;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Error::Io { what: format!("create {}", dir.display()), source: e })?;
         }
         let file = OpenOptions::new()
             .create(true)
@@ -125,7 +126,11 @@ impl JsonlReader {
                 continue;
             }
             return serde_json::from_str(&text).map(Some).map_err(|e| {
-                Error::BadLine(BadLine { path: self.path.display().to_string(), line: self.line, message: e.to_string() })
+                Error::BadLine(BadLine {
+                    path: self.path.display().to_string(),
+                    line: self.line,
+                    message: e.to_string(),
+                })
             });
         }
     }

@@ -172,10 +172,17 @@ impl NatsConfig {
         }
         for (what, v) in [("cluster", &self.cluster), ("subject_prefix", &self.subject_prefix)] {
             if v.is_empty() || subject_token(v) != *v {
-                return bad(format!("{what} `{v}` must be a non-empty NATS subject token (no `.`, `*`, `>` or spaces)"));
+                return bad(format!(
+                    "{what} `{v}` must be a non-empty NATS subject token (no `.`, `*`, `>` or spaces)"
+                ));
             }
         }
-        let methods = [self.auth.creds_file.is_some(), self.auth.nkey_seed_file.is_some(), self.auth.token.is_some(), self.auth.user.is_some()];
+        let methods = [
+            self.auth.creds_file.is_some(),
+            self.auth.nkey_seed_file.is_some(),
+            self.auth.token.is_some(),
+            self.auth.user.is_some(),
+        ];
         if methods.iter().filter(|m| **m).count() > 1 {
             return bad("give at most one of creds_file, nkey_seed_file, token, user/password".into());
         }
@@ -202,7 +209,10 @@ impl NatsConfig {
 
     /// The stream's name.
     pub fn stream_name(&self) -> String {
-        self.stream.name.clone().unwrap_or_else(|| format!("WASMSCHED_{}", self.cluster.to_uppercase().replace('-', "_")))
+        self.stream
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("WASMSCHED_{}", self.cluster.to_uppercase().replace('-', "_")))
     }
 
     /// `<prefix>.<cluster>`: every event subject starts with it.
@@ -250,7 +260,9 @@ impl NatsConfig {
             ConnectErrorKind::AuthorizationViolation | ConnectErrorKind::Authentication => {
                 Error::Auth { url: self.url.clone(), message: e.to_string() }
             }
-            ConnectErrorKind::ServerParse | ConnectErrorKind::Tls => Error::Config(format!("nats url {}: {e}", self.url)),
+            ConnectErrorKind::ServerParse | ConnectErrorKind::Tls => {
+                Error::Config(format!("nats url {}: {e}", self.url))
+            }
             _ => Error::Connect { url: self.url.clone(), message: e.to_string() },
         }
     }
@@ -308,7 +320,8 @@ impl NatsConfig {
                 }
                 Ok(())
             }
-            Err(e) if matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(j) if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND) => {
+            Err(e) if matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(j) if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND) =>
+            {
                 js.create_stream(want.clone())
                     .await
                     .map_err(|e| Error::JetStream(format!("create stream {}: {e}", want.name)))?;
@@ -418,7 +431,8 @@ fn drain(shared: Arc<Shared>, config: NatsConfig, first: std::sync::mpsc::Sender
     shared.spill_remaining();
 }
 
-type AckFuture = Pin<Box<dyn Future<Output = Result<jetstream::publish::PublishAck, jetstream::context::PublishError>> + Send>>;
+type AckFuture =
+    Pin<Box<dyn Future<Output = Result<jetstream::publish::PublishAck, jetstream::context::PublishError>> + Send>>;
 
 async fn session(
     shared: &Shared,
@@ -562,7 +576,12 @@ pub struct TailOptions {
 
 /// Read events from the stream that match `filter`, de-duplicated by id, in stream order, calling
 /// `on_event` for each until it returns false. Returns the number of events passed on.
-pub fn tail(config: &NatsConfig, filter: &Filter, options: &TailOptions, on_event: impl FnMut(Event) -> bool) -> Result<u64, Error> {
+pub fn tail(
+    config: &NatsConfig,
+    filter: &Filter,
+    options: &TailOptions,
+    on_event: impl FnMut(Event) -> bool,
+) -> Result<u64, Error> {
     config.validate()?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

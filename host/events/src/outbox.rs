@@ -119,8 +119,14 @@ impl Spill {
             .filter_map(|e| e.file_name().to_str()?.strip_suffix(".seg")?.parse().ok())
             .collect();
         ids.sort_unstable();
-        let mut spill =
-            Spill { dir: dir.into(), segments: VecDeque::new(), writer: None, reader: None, bytes: 0, next_id: FIRST_SEGMENT };
+        let mut spill = Spill {
+            dir: dir.into(),
+            segments: VecDeque::new(),
+            writer: None,
+            reader: None,
+            bytes: 0,
+            next_id: FIRST_SEGMENT,
+        };
         let mut recovered = 0;
         for id in ids {
             let path = spill.path(id);
@@ -212,7 +218,10 @@ impl Spill {
             let (_, r) = self.reader.as_mut().expect("opened above");
             let mut line = Vec::new();
             if r.read_until(b'\n', &mut line)? == 0 {
-                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("spill segment {id} is shorter than recorded")));
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("spill segment {id} is shorter than recorded"),
+                ));
             }
             let seg = self.segments.iter_mut().find(|s| s.id == id).expect("found above");
             seg.read += 1;

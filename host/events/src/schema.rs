@@ -233,7 +233,10 @@ impl Event {
                 format!("{} on {} by {} ({:?}, checkpoint {:?})", e.victim, e.node, e.preemptor, e.reason, e.checkpoint)
             }
             Payload::GroupTimedOut(e) => {
-                format!("{}/{} placed {} of min {} after {} s", e.namespace, e.group, e.placed, e.min_member, e.waited_seconds)
+                format!(
+                    "{}/{} placed {} of min {} after {} s",
+                    e.namespace, e.group, e.placed, e.min_member, e.waited_seconds
+                )
             }
             Payload::QueueShareChanged(e) => format!("{} deserved {} (was {})", e.queue, e.deserved, e.previous),
             Payload::PolicyLoaded(e) => format!("{} ({} plugins)", e.policy_set, e.plugins.len()),
@@ -249,7 +252,9 @@ impl Event {
             Payload::NodeGpuHealthChanged(e) => {
                 format!("{} gpu {} {:?} -> {:?}: {}", e.node, e.gpu, e.from, e.to, e.reason)
             }
-            Payload::EventsDropped(e) => format!("{} events dropped ({}) between {} and {}", e.count, e.reason, e.first, e.last),
+            Payload::EventsDropped(e) => {
+                format!("{} events dropped ({}) between {} and {}", e.count, e.reason, e.first, e.last)
+            }
         };
         format!("{} {:<24} {}", self.time, self.kind().name(), body)
     }

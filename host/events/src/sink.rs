@@ -26,7 +26,8 @@ pub struct Stats {
     pub spilled: u64,
     /// Events recovered from a spill directory at start-up.
     pub recovered: u64,
-    /// Events JetStream reported as duplicates (a retry of something it had stored).
+    /// Of `delivered`, events JetStream reported as duplicates: retries of events it had stored
+    /// but whose ack was lost (not stored twice).
     pub duplicates: u64,
     /// Events the server rejected repeatedly and that were given up (counted, logged).
     pub rejected: u64,
@@ -174,7 +175,8 @@ impl EventSink {
             drop_reason,
         });
         let for_thread = shared.clone();
-        let thread = std::thread::Builder::new().name(format!("wasmsched-events-{name}")).spawn(move || drain(for_thread))?;
+        let thread =
+            std::thread::Builder::new().name(format!("wasmsched-events-{name}")).spawn(move || drain(for_thread))?;
         Ok(EventSink { shared: shared.clone(), worker: Arc::new(Worker { shared, thread: Mutex::new(Some(thread)) }) })
     }
 
@@ -341,7 +343,7 @@ impl Shared {
         q.outbox.ack(items);
         let empty = q.outbox.held() == 0;
         drop(q);
-        self.counters.delivered.fetch_add(n - duplicates.min(n), Ordering::Relaxed);
+        self.counters.delivered.fetch_add(n, Ordering::Relaxed);
         self.counters.duplicates.fetch_add(duplicates, Ordering::Relaxed);
         if empty {
             self.drained.notify_all();
@@ -409,7 +411,9 @@ pub(crate) fn subject_token(s: &str) -> String {
     if s.is_empty() {
         return "_".into();
     }
-    s.chars().map(|c| if c == '.' || c == '*' || c == '>' || c.is_whitespace() || c.is_control() { '_' } else { c }).collect()
+    s.chars()
+        .map(|c| if c == '.' || c == '*' || c == '>' || c.is_whitespace() || c.is_control() { '_' } else { c })
+        .collect()
 }
 
 /// The wire form of an event with subject `<prefix>.<kind>.<namespace or _>`.

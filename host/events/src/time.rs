@@ -42,7 +42,12 @@ impl Timestamp {
         };
         let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
         let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
-        if !(1..=12).contains(&month) || day < 1 || day > days_in_month(year, month) || hour > 23 || minute > 59 || second > 60
+        if !(1..=12).contains(&month)
+            || day < 1
+            || day > days_in_month(year, month)
+            || hour > 23
+            || minute > 59
+            || second > 60
         {
             return Err(err());
         }
@@ -80,14 +85,7 @@ impl fmt::Display for Timestamp {
         let secs = (self.0 / 1000) as i64;
         let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
         let (y, m, d) = civil_from_days(days);
-        write!(
-            f,
-            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-            rem / 3600,
-            rem % 3600 / 60,
-            rem % 60,
-            self.0 % 1000
-        )
+        write!(f, "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z", rem / 3600, rem % 3600 / 60, rem % 60, self.0 % 1000)
     }
 }
 
@@ -181,7 +179,17 @@ mod tests {
 
     #[test]
     fn rejects_malformed_text() {
-        for bad in ["", "2024-02-30T00:00:00Z", "2023-02-29T00:00:00Z", "2024-13-01T00:00:00Z", "2024-01-01 00:00:00", "yesterday", "2024-01-01T00:00:00.Z", "1969-12-31T23:59:59Z", "2024-01-01T00:00:00+0200"] {
+        for bad in [
+            "",
+            "2024-02-30T00:00:00Z",
+            "2023-02-29T00:00:00Z",
+            "2024-13-01T00:00:00Z",
+            "2024-01-01 00:00:00",
+            "yesterday",
+            "2024-01-01T00:00:00.Z",
+            "1969-12-31T23:59:59Z",
+            "2024-01-01T00:00:00+0200",
+        ] {
             assert!(Timestamp::parse(bad).is_err(), "{bad}");
         }
     }

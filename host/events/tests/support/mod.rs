@@ -138,10 +138,19 @@ pub fn samples() -> Vec<Payload> {
             placed: 5,
             waited_seconds: 600,
         }),
-        Payload::QueueShareChanged(QueueShareChanged { queue: "team-a".into(), deserved: q, previous: Quantity::default(), allocated: q }),
+        Payload::QueueShareChanged(QueueShareChanged {
+            queue: "team-a".into(),
+            deserved: q,
+            previous: Quantity::default(),
+            allocated: q,
+        }),
         Payload::PolicyLoaded(PolicyLoaded {
             policy_set: set(4),
-            plugins: vec![PluginRef { name: "resource-fit".into(), stages: vec![Stage::Filter], digest: "ab".repeat(32) }],
+            plugins: vec![PluginRef {
+                name: "resource-fit".into(),
+                stages: vec![Stage::Filter],
+                digest: "ab".repeat(32),
+            }],
             prepare_ms: 250,
         }),
         Payload::PolicyShadowDiff(PolicyShadowDiff {
@@ -169,6 +178,11 @@ pub fn samples() -> Vec<Payload> {
             reason: "XID 79: GPU has fallen off the bus".into(),
             xid: Some(79),
         }),
-        Payload::EventsDropped(EventsDropped { count: 5, first: Timestamp(1000), last: Timestamp(2000), reason: "outbox full".into() }),
+        Payload::EventsDropped(EventsDropped {
+            count: 5,
+            first: Timestamp(1000),
+            last: Timestamp(2000),
+            reason: "outbox full".into(),
+        }),
     ]
 }
