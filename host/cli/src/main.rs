@@ -9,7 +9,10 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod chart;
+mod decisions;
+mod events_cmd;
 mod experiment;
 mod inputs;
 mod plugin_cmd;
@@ -33,6 +36,11 @@ enum Command {
     Replay(replay_cmd::Args),
     /// Run the FGD paper's grid (traces × policies × seeds) and write its table and figures.
     Experiment(experiment::Args),
+    /// Scheduling throughput on scheduler_perf's shape: native vs Wasm, events off vs on.
+    Bench(bench::Args),
+    /// Scheduling events: tail them, print their schema, measure publishing.
+    #[command(subcommand)]
+    Events(events_cmd::Command),
     /// Inspect plugins.
     #[command(subcommand)]
     Plugin(plugin_cmd::Command),
@@ -49,6 +57,8 @@ fn main() -> ExitCode {
         Command::Simulate(args) => simulate::run(args, started).context("simulate"),
         Command::Replay(args) => replay_cmd::run(args).context("replay"),
         Command::Experiment(args) => experiment::run(args).context("experiment"),
+        Command::Bench(args) => bench::run(args).context("bench"),
+        Command::Events(cmd) => events_cmd::run(cmd).context("events"),
         Command::Plugin(cmd) => plugin_cmd::run(cmd),
     };
     match result {

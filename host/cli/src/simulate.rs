@@ -8,8 +8,8 @@ use serde::Serialize;
 use wasmsched_runtime::{Runtime, RuntimeConfig};
 use wasmsched_sim::{replay, workload};
 
-use crate::inputs;
 use crate::policy::policy_set;
+use crate::{decisions, events_cmd, inputs};
 
 /// Arguments of `simulate`.
 #[derive(clap::Args)]
@@ -42,6 +42,8 @@ pub struct Args {
     /// Print machine-readable JSON instead of the table.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    sink: crate::events_cmd::Sink,
 }
 
 #[derive(Serialize)]
@@ -71,6 +73,9 @@ struct Report {
     allocation_ratio_by_arrived_percent: Vec<Option<f64>>,
     /// Fragmented GPU share (% of capacity) for the trace's target workload, same columns.
     fragmentation_by_arrived_percent: Vec<Option<f64>>,
+    /// With `--events` or `--nats`: what the event sink did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    events: Option<wasmsched_events::Stats>,
 }
 
 pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
@@ -91,9 +96,18 @@ pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
     let set = policy_set(runtime.as_ref(), &args.policy, args.seed, &typical)?;
     let setup_seconds = started.elapsed().as_secs_f64();
 
+    let events = args.sink.open("simulator")?;
+    let policy = wasmsched_events::schema::PolicySetRef { name: args.policy.clone(), version: 1 };
     let t = Instant::now();
-    let run = replay::run(&set, &work.nodes, &work.pods, &typical);
+    let run = replay::run_observed(&set, &work.nodes, &work.pods, &typical, |d| {
+        let Some(sink) = &events else { return };
+        match d.outcome {
+            Ok((p, node)) => sink.emit(decisions::scheduled(d.task, &node.name, p, work.nodes.len(), &policy)),
+            Err(u) => decisions::unschedulable(d.task, &u.diagnosis, &policy).into_iter().for_each(|e| sink.emit(e)),
+        }
+    });
     let replay_seconds = t.elapsed().as_secs_f64();
+    let event_stats = events_cmd::finish(events);
     let columns = replay::allocation_columns(&run, 130);
     let native_replay_seconds = if args.compare_native {
         let set = policy_set(None, &args.policy, args.seed, &typical)?;
@@ -124,6 +138,7 @@ pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
         wasm_over_native: native_replay_seconds.map(|n| replay_seconds / n.max(1e-9)),
         allocation_ratio_by_arrived_percent: columns,
         fragmentation_by_arrived_percent: replay::fragmentation_columns(&run, 130),
+        events: event_stats,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -144,6 +159,16 @@ pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
     );
     if let (Some(n), Some(r)) = (report.native_replay_seconds, report.wasm_over_native) {
         println!("native replay {n:.2} s, identical results; Wasm / native = {r:.2}");
+    }
+    if let Some(s) = &report.events {
+        println!(
+            "events: {} emitted, {} delivered, {} pending, {} dropped{}",
+            s.emitted,
+            s.delivered,
+            s.pending,
+            s.dropped,
+            s.last_error.as_deref().map(|e| format!(" (last error: {e})")).unwrap_or_default()
+        );
     }
     if !report.skipped_rows.is_empty() {
         println!("skipped {} malformed pod rows (--lenient):", report.skipped_rows.len());

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::Error;
 use crate::outbox::OutboxConfig;
 use crate::schema::Event;
-use crate::sink::{EventSink, Origin, Shared, encoder};
+use crate::sink::{EventSink, Origin, Shared};
 
 impl EventSink {
     /// Append events to the JSONL file at `path` (created if missing; parent directories too).
@@ -25,8 +25,7 @@ impl EventSink {
             .append(true)
             .open(&path)
             .map_err(|e| Error::Io { what: format!("open {}", path.display()), source: e })?;
-        let encode = encoder(String::new());
-        EventSink::start(origin, outbox, encode, "jsonl", move |shared| drain(shared, file, path))
+        EventSink::start(origin, outbox, String::new(), "jsonl", move |shared| drain(shared, file, path))
             .map_err(|e| Error::Io { what: "start the event writer".into(), source: e })
     }
 }
@@ -54,7 +53,12 @@ fn drain(shared: Arc<Shared>, file: File, path: PathBuf) {
         })();
         match written {
             Ok(()) => {
+                let short = items.len() < 4096;
                 shared.ack(items, 0);
+                if short && !shared.is_closed() {
+                    // Linger: let a few events gather instead of waking per event.
+                    std::thread::sleep(Duration::from_millis(2));
+                }
                 shared.set_error(None);
                 backoff = Duration::from_millis(100);
             }

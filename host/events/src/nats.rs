@@ -25,14 +25,14 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer::pull, context::ContextBuilder, message::PublishMessage, stream};
 use async_nats::{ConnectErrorKind, ConnectOptions};
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
 use crate::filter::Filter;
 use crate::outbox::{Item, OutboxConfig};
 use crate::schema::Event;
-use crate::sink::{EventSink, Origin, Shared, encoder, subject_token};
+use crate::sink::{EventSink, Origin, Shared, subject_token};
 
 /// Where and how to publish.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -357,12 +357,12 @@ impl EventSink {
     /// events are held in the outbox until it is reachable.
     pub fn nats(config: NatsConfig, origin: Origin, outbox: OutboxConfig) -> Result<EventSink, Error> {
         config.validate()?;
-        let encode = encoder(config.subject_root());
         let (tx, rx) = std::sync::mpsc::channel::<FirstOutcome>();
         let wait = Duration::from_millis(config.startup_wait_ms);
         let url = config.url.clone();
-        let sink = EventSink::start(origin, outbox, encode, "nats", move |shared| drain(shared, config, tx))
-            .map_err(|e| Error::Io { what: "start the event publisher".into(), source: e })?;
+        let sink =
+            EventSink::start(origin, outbox, config.subject_root(), "nats", move |shared| drain(shared, config, tx))
+                .map_err(|e| Error::Io { what: "start the event publisher".into(), source: e })?;
         match rx.recv_timeout(wait) {
             Ok(Ok(())) => Ok(sink),
             Ok(Err(e @ (Error::Auth { .. } | Error::Config(_)))) => Err(e),
@@ -524,10 +524,16 @@ async fn session(
                 }
             }
         }
-        let room = inflight.len() < config.max_in_flight;
         let Some((_, ack)) = inflight.front_mut() else {
+            if !shared.prepare_wait() {
+                continue;
+            }
             tokio::select! {
-                _ = shared.notify.notified() => continue,
+                _ = shared.notify.notified() => {
+                    // Linger: let a few events gather instead of publishing (and waking) per event.
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    continue;
+                }
                 _ = disconnected.notified() => return End::Failed(disconnect()),
                 _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
             }
@@ -538,7 +544,28 @@ async fn session(
             result = ack => {
                 let (mut item, _) = inflight.pop_front().expect("front exists");
                 match result {
-                    Ok(ack) => shared.ack(vec![item], u64::from(ack.duplicate)),
+                    Ok(ack) => {
+                        // Ack whatever else is already acknowledged in one go: one lock, not one per event.
+                        let mut done = vec![item];
+                        let mut duplicates = u64::from(ack.duplicate);
+                        while let Some((_, next)) = inflight.front_mut() {
+                            match next.now_or_never() {
+                                Some(Ok(ack)) => {
+                                    duplicates += u64::from(ack.duplicate);
+                                    done.push(inflight.pop_front().expect("front exists").0);
+                                }
+                                // An error is handled when it is awaited at the front.
+                                Some(Err(e)) => {
+                                    let (item, _) = inflight.pop_front().expect("front exists");
+                                    let failed: AckFuture = Box::pin(std::future::ready(Err(e)));
+                                    inflight.push_front((item, failed));
+                                    break;
+                                }
+                                None => break,
+                            }
+                        }
+                        shared.ack(done, duplicates);
+                    }
                     Err(e) => {
                         use jetstream::context::PublishErrorKind as K;
                         let transport = matches!(e.kind(), K::TimedOut | K::BrokenPipe | K::StreamNotFound | K::MaxAckPending);
@@ -560,7 +587,6 @@ async fn session(
                     }
                 }
             }
-            _ = shared.notify.notified(), if room => {}
         }
     }
 }

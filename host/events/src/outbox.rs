@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
-use crate::schema::Event;
+use crate::schema::Payload;
+use crate::time::Timestamp;
 
 /// Limits of the outbox.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
@@ -46,12 +47,21 @@ pub(crate) struct Encoded {
     pub json: Bytes,
 }
 
-/// Turns an event into its wire form (the subject depends on the sink's configuration).
-pub(crate) type Encoder = dyn Fn(&Event) -> Encoded + Send + Sync;
+/// An emitted event before its envelope is built: the scheduler's thread only numbers and stamps
+/// it; the drainer builds and serialises the envelope.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    pub seq: u64,
+    pub time: Timestamp,
+    pub payload: Payload,
+}
+
+/// Builds the envelope and its wire form (id, source and subject depend on the sink).
+pub(crate) type Encoder = dyn Fn(Pending) -> Encoded + Send + Sync;
 
 #[derive(Debug)]
 enum Body {
-    Event(Box<Event>),
+    Pending(Pending),
     Encoded(Encoded),
 }
 
@@ -66,12 +76,15 @@ pub(crate) struct Item {
 impl Item {
     /// The wire form, encoding on first use.
     pub fn encoded(&mut self, encode: &Encoder) -> &Encoded {
-        if let Body::Event(e) = &self.body {
-            self.body = Body::Encoded(encode(e));
+        if matches!(self.body, Body::Pending(_)) {
+            let placeholder = Body::Encoded(Encoded { subject: String::new(), id: String::new(), json: Bytes::new() });
+            if let Body::Pending(p) = std::mem::replace(&mut self.body, placeholder) {
+                self.body = Body::Encoded(encode(p));
+            }
         }
         match &self.body {
             Body::Encoded(e) => e,
-            Body::Event(_) => unreachable!("encoded above"),
+            Body::Pending(_) => unreachable!("encoded above"),
         }
     }
 }
@@ -308,6 +321,11 @@ impl Outbox {
         Ok((Outbox { config, mem: VecDeque::new(), taken: 0, spill, encode }, recovered))
     }
 
+    /// Items handed to the drainer and not yet acked.
+    pub fn taken(&self) -> usize {
+        self.taken
+    }
+
     /// Events held: in memory, taken by the drainer, or on disk.
     pub fn held(&self) -> u64 {
         (self.mem.len() + self.taken) as u64 + self.spill.as_ref().map_or(0, |s| s.backlog())
@@ -327,15 +345,14 @@ impl Outbox {
 
     /// Hold `event`: in memory if there is room and nothing is waiting on disk, else on disk, else
     /// nowhere (the caller counts the drop).
-    pub fn push(&mut self, event: Event) -> Pushed {
+    pub fn push(&mut self, event: Pending) -> Pushed {
         if !self.spilling() && self.mem.len() + self.taken < self.config.max_events {
-            self.mem.push_back(Item { body: Body::Event(Box::new(event)), segment: None });
+            self.mem.push_back(Item { body: Body::Pending(event), segment: None });
             return Pushed::Memory;
         }
         let (max_spill, seg_bytes) = (self.config.max_spill_bytes, self.config.segment_bytes);
-        let encoded = (self.encode)(&event);
         match self.spill.as_mut() {
-            Some(spill) if spill.bytes < max_spill => match spill.append(&encoded, seg_bytes) {
+            Some(spill) if spill.bytes < max_spill => match spill.append(&(self.encode)(event), seg_bytes) {
                 Ok(()) => Pushed::Spilled,
                 Err(e) => {
                     tracing::error!(error = %e, dir = %spill.dir.display(), "cannot write the event spill");

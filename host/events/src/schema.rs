@@ -5,6 +5,8 @@
 //! consumers match on `type`. `docs/events.schema.json` is generated from these types
 //! ([`json_schema`]) and a test keeps it current.
 
+use std::borrow::Cow;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -17,7 +19,7 @@ pub const SPEC_VERSION: &str = "1.0";
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Event {
     /// Always `"1.0"`.
-    pub specversion: String,
+    pub specversion: Cow<'static, str>,
     /// Unique per event and stable across retries: JetStream de-duplicates on it (`Nats-Msg-Id`)
     /// and consumers may too.
     pub id: String,
@@ -32,7 +34,7 @@ pub struct Event {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     /// Always `"application/json"`.
-    pub datacontenttype: String,
+    pub datacontenttype: Cow<'static, str>,
     /// `type` and `data`.
     #[serde(flatten)]
     pub payload: Payload,
@@ -558,8 +560,12 @@ pub enum FaultKind {
     BadOutput,
     /// The guest returned an error.
     GuestError,
+    /// The plugin does not implement the stage it was called for.
+    NotImplemented,
     /// The circuit breaker is open; the plugin was not called.
     CircuitOpen,
+    /// A fresh instance could not be created or initialised.
+    Instantiate,
 }
 
 /// Data of `io.wasmsched.plugin.fault.v1`.

@@ -1,7 +1,7 @@
 //! [`EventSink`]: the scheduler's handle for emitting events, whatever the destination.
 //!
-//! `emit` builds the envelope and pushes it into the [outbox](crate::outbox) under a short lock;
-//! it never waits on I/O. A drainer thread per sink (JSONL file or NATS JetStream) encodes and
+//! `emit` numbers and stamps the event and pushes it into the [outbox](crate::outbox) under a short
+//! lock; it never waits on I/O. A drainer thread per sink (JSONL file or NATS JetStream) encodes and
 //! delivers, so a slow or absent destination costs the scheduler nothing but outbox space.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -9,7 +9,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::outbox::{Encoded, Item, Outbox, OutboxConfig, Pushed};
+use crate::outbox::{Encoded, Item, Outbox, OutboxConfig, Pending, Pushed};
 use crate::schema::{Event, EventsDropped, Payload, SPEC_VERSION};
 use crate::time::Timestamp;
 
@@ -60,12 +60,13 @@ struct DropReport {
 struct Queue {
     outbox: Outbox,
     unreported: Option<DropReport>,
+    /// The drainer is waiting for events: the next `emit` wakes it. Otherwise `emit` does not
+    /// signal at all, so a busy drainer costs the scheduler no wake-up system calls.
+    sleeping: bool,
 }
 
 /// State shared between the handle and the drainer.
 pub(crate) struct Shared {
-    source: String,
-    id_prefix: String,
     next_seq: AtomicU64,
     queue: Mutex<Queue>,
     /// Signalled when events arrive or the sink closes (for a blocking drainer).
@@ -142,7 +143,7 @@ impl EventSink {
     pub(crate) fn start(
         origin: Origin,
         outbox: OutboxConfig,
-        encode: Arc<crate::outbox::Encoder>,
+        subject_root: String,
         name: &str,
         drain: impl FnOnce(Arc<Shared>) + Send + 'static,
     ) -> std::io::Result<EventSink> {
@@ -155,15 +156,13 @@ impl EventSink {
             ),
             None => format!("outbox full ({} events in memory, spill disabled)", outbox.max_events),
         };
-        let (outbox, recovered) = Outbox::new(outbox, encode)?;
+        let (outbox, recovered) = Outbox::new(outbox, encoder(subject_root, origin))?;
         if recovered > 0 {
             tracing::info!(events = recovered, "recovered spilled events from a previous run");
         }
         let shared = Arc::new(Shared {
-            source: origin.source,
-            id_prefix: origin.id_prefix,
             next_seq: AtomicU64::new(1),
-            queue: Mutex::new(Queue { outbox, unreported: None }),
+            queue: Mutex::new(Queue { outbox, unreported: None, sleeping: false }),
             ready: Condvar::new(),
             drained: Condvar::new(),
             notify: tokio::sync::Notify::new(),
@@ -191,21 +190,19 @@ impl EventSink {
     pub fn emit_at(&self, time: Timestamp, payload: Payload) {
         let shared = &self.shared;
         shared.counters.emitted.fetch_add(1, Ordering::Relaxed);
-        let event = shared.envelope(time, payload);
         let mut q = shared.lock();
         if q.unreported.is_some() && q.outbox.has_room(2) {
             let r = q.unreported.take().expect("checked above");
-            let report = shared.envelope(
-                time,
-                Payload::EventsDropped(EventsDropped {
-                    count: r.count,
-                    first: r.first,
-                    last: r.last,
-                    reason: shared.drop_reason.clone(),
-                }),
-            );
-            let _ = shared.count(q.outbox.push(report));
+            let report = Payload::EventsDropped(EventsDropped {
+                count: r.count,
+                first: r.first,
+                last: r.last,
+                reason: shared.drop_reason.clone(),
+            });
+            let _ = shared.count(q.outbox.push(shared.pending(time, report)));
         }
+        // Numbered under the lock, so ids follow the outbox order.
+        let event = shared.pending(time, payload);
         if shared.count(q.outbox.push(event)) == Pushed::Dropped {
             let r = q.unreported.get_or_insert(DropReport { count: 0, first: time, last: time });
             r.count += 1;
@@ -214,9 +211,12 @@ impl EventSink {
                 tracing::warn!(dropped = r.count, reason = %shared.drop_reason, "dropping events");
             }
         }
+        let wake = std::mem::take(&mut q.sleeping);
         drop(q);
-        shared.ready.notify_one();
-        shared.notify.notify_one();
+        if wake {
+            shared.ready.notify_one();
+            shared.notify.notify_one();
+        }
     }
 
     /// Counters and connection state.
@@ -267,19 +267,8 @@ impl EventSink {
 }
 
 impl Shared {
-    fn envelope(&self, time: Timestamp, payload: Payload) -> Event {
-        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
-        let (subject, namespace) = payload.subject();
-        Event {
-            specversion: SPEC_VERSION.into(),
-            id: format!("{}-{seq}", self.id_prefix),
-            source: self.source.clone(),
-            time,
-            subject,
-            namespace,
-            datacontenttype: "application/json".into(),
-            payload,
-        }
+    fn pending(&self, time: Timestamp, payload: Payload) -> Pending {
+        Pending { seq: self.next_seq.fetch_add(1, Ordering::Relaxed), time, payload }
     }
 
     fn count(&self, pushed: Pushed) -> Pushed {
@@ -330,11 +319,23 @@ impl Shared {
             if left.is_zero() {
                 return items;
             }
+            q.sleeping = true;
             q = match self.ready.wait_timeout(q, left) {
                 Ok((q, _)) => q,
                 Err(p) => p.into_inner().0,
             };
         }
+    }
+
+    /// Before an async drainer waits on `notify`: true if there is nothing to take, in which case
+    /// the next `emit` will notify.
+    pub(crate) fn prepare_wait(&self) -> bool {
+        let mut q = self.lock();
+        let idle = q.outbox.held() == q.outbox.taken() as u64;
+        if idle {
+            q.sleeping = true;
+        }
+        idle
     }
 
     pub(crate) fn ack(&self, items: Vec<Item>, duplicates: u64) {
@@ -416,11 +417,28 @@ pub(crate) fn subject_token(s: &str) -> String {
         .collect()
 }
 
-/// The wire form of an event with subject `<prefix>.<kind>.<namespace or _>`.
-pub(crate) fn encoder(prefix: String) -> Arc<crate::outbox::Encoder> {
-    Arc::new(move |e: &Event| Encoded {
-        subject: format!("{prefix}.{}.{}", e.kind().name(), subject_token(e.namespace.as_deref().unwrap_or(""))),
-        id: e.id.clone(),
-        json: serde_json::to_vec(e).map(bytes::Bytes::from).unwrap_or_default(),
+/// Builds envelopes with ids `<id_prefix>-<seq>` and subjects `<root>.<kind>.<namespace or _>`.
+pub(crate) fn encoder(root: String, origin: Origin) -> Arc<crate::outbox::Encoder> {
+    Arc::new(move |p: Pending| {
+        let (subject, namespace) = p.payload.subject();
+        let event = Event {
+            specversion: std::borrow::Cow::Borrowed(SPEC_VERSION),
+            id: format!("{}-{}", origin.id_prefix, p.seq),
+            source: origin.source.clone(),
+            time: p.time,
+            subject,
+            namespace,
+            datacontenttype: std::borrow::Cow::Borrowed("application/json"),
+            payload: p.payload,
+        };
+        Encoded {
+            subject: format!(
+                "{root}.{}.{}",
+                event.kind().name(),
+                subject_token(event.namespace.as_deref().unwrap_or(""))
+            ),
+            json: serde_json::to_vec(&event).map(bytes::Bytes::from).unwrap_or_default(),
+            id: event.id,
+        }
     })
 }

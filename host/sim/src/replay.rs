@@ -1,8 +1,8 @@
 //! The submit-until-X % experiment: every pod is submitted once, in order; it is placed with the
 //! policy set or fails; nothing is deleted (`openb-protocol.md` §3 and §5).
 
-use wasmsched_api::Node;
-use wasmsched_core::{NodeTable, PolicySet, bind, place};
+use wasmsched_api::{Node, Task};
+use wasmsched_core::{NodeTable, Placement, PolicySet, Unschedulable, bind, place};
 use wasmsched_plugin_gpu_share_score::{TypicalPod, measure, record_affinity};
 
 use crate::trace::TracePod;
@@ -90,6 +90,26 @@ fn round2(x: f64) -> f64 {
 /// `typical` target workload. Each bound pod's GPU shape is recorded on its node
 /// ([`record_affinity`]), as shape-aware scorers expect of the cluster state.
 pub fn run(set: &PolicySet, nodes: &NodeTable, pods: &[TracePod], typical: &[TypicalPod]) -> Run {
+    run_observed(set, nodes, pods, typical, |_| {})
+}
+
+/// One scheduling decision of a replay, for observers (events, logs).
+#[derive(Debug)]
+pub struct Decision<'a> {
+    /// The task.
+    pub task: &'a Task,
+    /// Where it went (the node after binding), or why it could not be placed.
+    pub outcome: Result<(&'a Placement, &'a Node), &'a Unschedulable>,
+}
+
+/// [`run`], calling `observe` after every decision.
+pub fn run_observed(
+    set: &PolicySet,
+    nodes: &NodeTable,
+    pods: &[TracePod],
+    typical: &[TypicalPod],
+    mut observe: impl FnMut(Decision<'_>),
+) -> Run {
     let mut table = nodes.clone();
     let capacity_milli: u64 = table.slots().filter_map(|s| table.get(s)).map(|n| n.allocatable.gpu_milli).sum();
     let (mut arrived, mut used) = (0u64, 0u64);
@@ -109,6 +129,7 @@ pub fn run(set: &PolicySet, nodes: &NodeTable, pods: &[TracePod], typical: &[Typ
                     out.placed += 1;
                     if let Some(n) = table.get(p.node) {
                         frag.update(p.node as usize, n);
+                        observe(Decision { task: &task, outcome: Ok((&p, n)) });
                     }
                 }
                 _ => out.failed += 1,
@@ -118,6 +139,7 @@ pub fn run(set: &PolicySet, nodes: &NodeTable, pods: &[TracePod], typical: &[Typ
                 if !e.diagnosis.faults.is_empty() {
                     out.faulted += 1;
                 }
+                observe(Decision { task: &task, outcome: Err(&e) });
             }
         }
         let (frag_milli, frag_ratio) = frag.report();

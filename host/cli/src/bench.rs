@@ -1,0 +1,343 @@
+//! `wasmsched bench`: scheduling throughput on kube-scheduler's scheduler_perf shape (5,000 nodes,
+//! 1,000 existing pods, 10,000 pods to schedule), with the policy set native and as Wasm, and with
+//! events off and on, all in one run so that the ratios compare like with like.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde::Serialize;
+use wasmsched_api::{GPU_MILLI, GpuDevice, GpuRequest, Node, Resources, Task};
+use wasmsched_core::{NodeTable, PolicySet, bind, feasible_nodes_to_find, place_sampled};
+use wasmsched_events::EventSink;
+use wasmsched_runtime::{Runtime, RuntimeConfig};
+use wasmsched_sim::generate::Rng;
+
+use crate::policy::policy_set;
+use crate::{decisions, events_cmd};
+
+/// Arguments of `bench`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Nodes in the cluster.
+    #[arg(long, default_value_t = 5000)]
+    nodes: usize,
+    /// Pods bound before the measurement.
+    #[arg(long, default_value_t = 1000)]
+    existing: usize,
+    /// Pods to schedule (measured).
+    #[arg(long, default_value_t = 10_000)]
+    pods: usize,
+    /// Score policy (with resource-fit as the filter).
+    #[arg(long, default_value = "least-allocated")]
+    score: String,
+    /// Percentage of nodes to score (kube-scheduler's percentageOfNodesToScore); default adaptive.
+    #[arg(long)]
+    percentage: Option<u32>,
+    /// Runs of each configuration, alternating; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+    /// Seed of the cluster and the pods.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Only the native policy set.
+    #[arg(long)]
+    native_only: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    /// Also run with events published here (`--events FILE` or `--nats URL`), to measure their cost.
+    #[command(flatten)]
+    sink: events_cmd::Sink,
+}
+
+#[derive(Clone, Debug, Serialize)]
+struct Measured {
+    runtime: &'static str,
+    events: bool,
+    pods_per_second: f64,
+    p50_us: f64,
+    p99_us: f64,
+    placed: usize,
+    unschedulable: usize,
+    /// Share of the run spent building and emitting events on the scheduling thread (%).
+    events_share_percent: f64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    nodes: usize,
+    existing: usize,
+    pods: usize,
+    nodes_to_find: usize,
+    policies: String,
+    repeat: usize,
+    events_destination: Option<String>,
+    /// Median run of each configuration.
+    runs: Vec<Measured>,
+    /// Wasm pods/s over native pods/s, events off.
+    wasm_over_native: Option<f64>,
+    /// Per runtime: the median over repetitions of pods/s with events over pods/s without, each
+    /// pair run back to back.
+    events_on_over_off: Vec<(&'static str, f64)>,
+}
+
+/// A GPU cluster like the ones scheduler_perf models: identical-ish nodes, two GPU generations.
+fn cluster(n: usize, rng: &mut Rng) -> NodeTable {
+    let mut t = NodeTable::new();
+    for i in 0..n {
+        let (model, gpus) = if i % 4 == 0 { ("V100M32", 4) } else { ("A100-SXM4-80GB", 8) };
+        t.upsert(Node {
+            name: format!("node-{i:05}"),
+            labels: vec![("gpu-model".into(), model.into()), ("zone".into(), format!("zone-{}", rng.below(3)))],
+            allocatable: Resources {
+                cpu_milli: 128_000,
+                memory_bytes: 1 << 40,
+                gpu_milli: u64::from(gpus * GPU_MILLI),
+                extended: vec![],
+            },
+            gpus: (0..gpus)
+                .map(|index| GpuDevice {
+                    index,
+                    model: model.into(),
+                    memory_bytes: 80 << 30,
+                    free_milli: GPU_MILLI,
+                    free_memory_bytes: 80 << 30,
+                    numa_node: Some(index / 4),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        });
+    }
+    t
+}
+
+/// A pod mix: CPU-only, GPU shares, and 1–8 whole GPUs.
+fn pod(rng: &mut Rng, i: usize) -> Task {
+    let gpu = match rng.below(10) {
+        0..=2 => GpuRequest::default(),
+        3..=5 => GpuRequest { count: 1, milli_per_gpu: *rng.pick(&[250u32, 500]), ..Default::default() },
+        _ => GpuRequest { count: *rng.pick(&[1u32, 1, 2, 4, 8]), milli_per_gpu: GPU_MILLI, ..Default::default() },
+    };
+    Task {
+        id: format!("pod-{i}"),
+        namespace: format!("team-{}", i % 8),
+        queue: "default".into(),
+        request: Resources {
+            cpu_milli: *rng.pick(&[1000u64, 4000, 8000]),
+            memory_bytes: *rng.pick(&[4u64 << 30, 16 << 30, 64 << 30]),
+            ..Default::default()
+        },
+        gpu,
+        ..Default::default()
+    }
+}
+
+struct Scenario {
+    base: NodeTable,
+    pods: Vec<Task>,
+    find: usize,
+}
+
+/// Schedule every pod once, serially, on a copy of the base cluster.
+fn run_once(set: &PolicySet, s: &Scenario, sink: Option<&EventSink>, runtime: &'static str) -> Measured {
+    let mut table = s.base.clone();
+    let total = table.len();
+    let policy = wasmsched_events::schema::PolicySetRef { name: "bench".into(), version: 1 };
+    let mut latencies = Vec::with_capacity(s.pods.len());
+    let (mut placed, mut unschedulable, mut start) = (0, 0, 0);
+    let mut in_events = Duration::ZERO;
+    let t = Instant::now();
+    for task in &s.pods {
+        let t0 = Instant::now();
+        let sampled = place_sampled(set, &table, task, 0, start, s.find);
+        start = (start + sampled.examined) % total.max(1);
+        match sampled.result {
+            Ok(p) => match table.update(p.node, |n| bind(n, task, &p.devices)) {
+                Some(Ok(())) => {
+                    placed += 1;
+                    if let (Some(sink), Some(node)) = (sink, table.get(p.node)) {
+                        let e0 = Instant::now();
+                        sink.emit(decisions::scheduled(task, &node.name, &p, sampled.examined, &policy));
+                        in_events += e0.elapsed();
+                    }
+                }
+                _ => unschedulable += 1,
+            },
+            Err(u) => {
+                unschedulable += 1;
+                if let Some(sink) = sink {
+                    let e0 = Instant::now();
+                    decisions::unschedulable(task, &u.diagnosis, &policy).into_iter().for_each(|e| sink.emit(e));
+                    in_events += e0.elapsed();
+                }
+            }
+        }
+        latencies.push(t0.elapsed());
+    }
+    let seconds = t.elapsed().as_secs_f64();
+    latencies.sort_unstable();
+    let pct = |p: f64| latencies.get(((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1)));
+    let us = |d: Option<&Duration>| d.map_or(0.0, |d| d.as_secs_f64() * 1e6);
+    Measured {
+        runtime,
+        events: sink.is_some(),
+        pods_per_second: s.pods.len() as f64 / seconds.max(1e-9),
+        p50_us: us(pct(0.50)),
+        p99_us: us(pct(0.99)),
+        placed,
+        unschedulable,
+        events_share_percent: 100.0 * in_events.as_secs_f64() / seconds.max(1e-9),
+    }
+}
+
+fn median(mut runs: Vec<Measured>) -> Measured {
+    runs.sort_by(|a, b| a.pods_per_second.total_cmp(&b.pods_per_second));
+    runs[runs.len() / 2].clone()
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.nodes > 0 && args.pods > 0 && args.repeat > 0,
+        "--nodes, --pods and --repeat must be positive"
+    );
+    let mut rng = Rng::new(args.seed);
+    let mut base = cluster(args.nodes, &mut rng);
+    let find = feasible_nodes_to_find(args.nodes, args.percentage);
+    let natives = policy_set(None, &args.score, args.seed, &[])?;
+    // The existing pods, bound before anything is measured.
+    let mut start = 0;
+    for i in 0..args.existing {
+        let task = pod(&mut rng, i);
+        let s = place_sampled(&natives, &base, &task, 0, start, find);
+        start = (start + s.examined) % args.nodes;
+        if let Ok(p) = s.result {
+            base.update(p.node, |n| bind(n, &task, &p.devices));
+        }
+    }
+    let pods: Vec<Task> = (0..args.pods).map(|i| pod(&mut rng, args.existing + i)).collect();
+    let scenario = Scenario { base, pods, find };
+
+    let runtime = (!args.native_only)
+        .then(|| Runtime::new(RuntimeConfig::default()))
+        .transpose()
+        .context("starting the Wasm runtime")?;
+    let wasm = runtime.as_ref().map(|rt| policy_set(Some(rt), &args.score, args.seed, &[])).transpose()?;
+    let sink = args.sink.open("bench")?;
+    let destination = args
+        .sink
+        .nats
+        .nats
+        .clone()
+        .map(|u| format!("nats {u}"))
+        .or_else(|| args.sink.events.as_ref().map(|p| format!("jsonl {}", p.display())));
+
+    let mut runtimes: Vec<(&'static str, &PolicySet)> = vec![("native", &natives)];
+    if let Some(w) = &wasm {
+        runtimes.push(("wasm", w));
+    }
+    // Warm-up (instances, caches).
+    let warm =
+        Scenario { base: scenario.base.clone(), pods: scenario.pods[..scenario.pods.len().min(500)].to_vec(), find };
+    for (name, set) in &runtimes {
+        run_once(set, &warm, None, name);
+    }
+    // Each repetition runs every runtime with events off and on back to back, alternating which
+    // goes first, so drift on a noisy machine hits both alike; the ratio is taken per pair.
+    let mut samples: Vec<Measured> = Vec::new();
+    let mut pair_ratios: Vec<Vec<f64>> = vec![Vec::new(); runtimes.len()];
+    for r in 0..args.repeat {
+        for (i, (name, set)) in runtimes.iter().enumerate() {
+            let off = |samples: &mut Vec<Measured>| {
+                let m = run_once(set, &scenario, None, name);
+                samples.push(m.clone());
+                m
+            };
+            let Some(sink) = sink.as_ref() else {
+                off(&mut samples);
+                continue;
+            };
+            let on = |samples: &mut Vec<Measured>| {
+                let m = run_once(set, &scenario, Some(sink), name);
+                samples.push(m.clone());
+                // Let the drainer catch up so that it does not run into the next measurement.
+                sink.flush(Duration::from_secs(120));
+                m
+            };
+            let (a, b) = if r % 2 == 0 {
+                let a = off(&mut samples);
+                (a, on(&mut samples))
+            } else {
+                let b = on(&mut samples);
+                (off(&mut samples), b)
+            };
+            pair_ratios[i].push(b.pods_per_second / a.pods_per_second);
+        }
+    }
+    let stats = events_cmd::finish(sink);
+    let mut runs = Vec::new();
+    for (name, _) in &runtimes {
+        for events in [false, true] {
+            let of: Vec<Measured> =
+                samples.iter().filter(|m| m.runtime == *name && m.events == events).cloned().collect();
+            if !of.is_empty() {
+                runs.push(median(of));
+            }
+        }
+    }
+    let get = |rt: &str| runs.iter().find(|m| m.runtime == rt && !m.events).map(|m| m.pods_per_second);
+    let wasm_over_native = get("wasm").zip(get("native")).map(|(w, n)| w / n);
+    let events_on_over_off = runtimes
+        .iter()
+        .zip(pair_ratios)
+        .filter(|(_, r)| !r.is_empty())
+        .map(|((name, _), mut r)| {
+            r.sort_by(f64::total_cmp);
+            (*name, r[r.len() / 2])
+        })
+        .collect();
+    let report = Report {
+        nodes: args.nodes,
+        existing: args.existing,
+        pods: args.pods,
+        nodes_to_find: find,
+        policies: format!("resource-fit + {}", args.score),
+        repeat: args.repeat,
+        events_destination: destination,
+        runs,
+        wasm_over_native,
+        events_on_over_off,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!(
+        "wasmsched bench: {} nodes, {} existing pods, {} pods to schedule; {}; {} nodes to find; median of {}",
+        report.nodes, report.existing, report.pods, report.policies, report.nodes_to_find, report.repeat
+    );
+    println!("  runtime  events   pods/s    p50 µs   p99 µs   placed  unschedulable  in emit");
+    for m in &report.runs {
+        println!(
+            "  {:<8} {:<6} {:>8.0} {:>9.1} {:>8.1} {:>8} {:>8}  {:>10}",
+            m.runtime,
+            if m.events { "on" } else { "off" },
+            m.pods_per_second,
+            m.p50_us,
+            m.p99_us,
+            m.placed,
+            m.unschedulable,
+            if m.events { format!("{:.2} %", m.events_share_percent) } else { "-".into() }
+        );
+    }
+    if let Some(r) = report.wasm_over_native {
+        println!("Wasm / native throughput: {r:.3}");
+    }
+    for (rt, r) in &report.events_on_over_off {
+        println!("{rt}: events on / off throughput: {r:.3} ({:+.1} %)", (r - 1.0) * 100.0);
+    }
+    if let (Some(d), Some(s)) = (&report.events_destination, stats) {
+        println!("events to {d}: {} emitted, {} delivered, {} dropped", s.emitted, s.delivered, s.dropped);
+    }
+    Ok(())
+}

@@ -1,0 +1,89 @@
+//! Scheduling decisions as events: the core's placements and diagnoses in the event schema.
+
+use wasmsched_api::{Stage as CoreStage, Task};
+use wasmsched_core::{Diagnosis, FaultKind as CoreFault, Placement};
+use wasmsched_events::schema::{
+    FaultKind, GpuShare, Payload, PluginFault, PolicySetRef, ScoreSummary, Stage, StageReason, TaskRef, TaskScheduled,
+    TaskUnschedulable,
+};
+
+pub fn task_ref(task: &Task) -> TaskRef {
+    TaskRef {
+        id: task.id.clone(),
+        namespace: task.namespace.clone(),
+        queue: task.queue.clone(),
+        group: task.group.clone(),
+        priority: task.priority,
+    }
+}
+
+pub fn scheduled(task: &Task, node: &str, p: &Placement, evaluated: usize, policy: &PolicySetRef) -> Payload {
+    Payload::TaskScheduled(TaskScheduled {
+        task: task_ref(task),
+        node: node.to_owned(),
+        gpus: p.devices.iter().map(|d| GpuShare { gpu: d.gpu, milli: d.milli }).collect(),
+        score: ScoreSummary { total: p.score, feasible: p.feasible as u32, evaluated: evaluated as u32 },
+        policy_set: policy.clone(),
+        attempt: 1,
+    })
+}
+
+fn stage(s: CoreStage) -> Stage {
+    match s {
+        CoreStage::Filter => Stage::Filter,
+        CoreStage::Score => Stage::Score,
+        CoreStage::Preempt => Stage::Preempt,
+        CoreStage::FairShare => Stage::FairShare,
+        CoreStage::SelectDevices => Stage::SelectDevices,
+    }
+}
+
+/// The unschedulable event (reasons aggregated over nodes, most frequent first) and one fault
+/// event per plugin fault seen.
+pub fn unschedulable(task: &Task, d: &Diagnosis, policy: &PolicySetRef) -> Vec<Payload> {
+    let mut reasons: Vec<StageReason> = d
+        .rejections
+        .iter()
+        .map(|((plugin, reason), (nodes, _))| StageReason {
+            stage: Stage::Filter,
+            reason: format!("{reason} ({plugin})"),
+            nodes: *nodes as u32,
+        })
+        .collect();
+    for f in &d.faults {
+        reasons.push(StageReason {
+            stage: stage(f.stage),
+            reason: format!("plugin {} failed: {}", f.plugin, f.kind.as_str()),
+            nodes: 0,
+        });
+    }
+    reasons.sort_by(|a, b| b.nodes.cmp(&a.nodes).then_with(|| a.reason.cmp(&b.reason)));
+    let mut out = vec![Payload::TaskUnschedulable(TaskUnschedulable {
+        task: task_ref(task),
+        reasons,
+        policy_set: policy.clone(),
+        attempt: 1,
+    })];
+    out.extend(d.faults.iter().map(|f| fault(f, policy)));
+    out
+}
+
+pub fn fault(f: &wasmsched_core::PluginFault, policy: &PolicySetRef) -> Payload {
+    Payload::PluginFault(PluginFault {
+        plugin: f.plugin.clone(),
+        stage: stage(f.stage),
+        fault: match f.kind {
+            CoreFault::Trap => FaultKind::Trap,
+            CoreFault::Deadline => FaultKind::Deadline,
+            CoreFault::Fuel => FaultKind::Fuel,
+            CoreFault::Memory => FaultKind::Memory,
+            CoreFault::BadOutput => FaultKind::BadOutput,
+            CoreFault::GuestError => FaultKind::GuestError,
+            CoreFault::NotImplemented => FaultKind::NotImplemented,
+            CoreFault::CircuitOpen => FaultKind::CircuitOpen,
+            CoreFault::Instantiate => FaultKind::Instantiate,
+        },
+        message: f.message.chars().take(1024).collect(),
+        policy_set: policy.clone(),
+    })
+}
