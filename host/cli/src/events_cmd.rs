@@ -103,7 +103,16 @@ impl Sink {
 /// Flush and close `sink` at the end of a command, reporting what was not delivered.
 pub fn finish(sink: Option<EventSink>) -> Option<Stats> {
     let sink = sink?;
-    let stats = sink.close(Duration::from_secs(30));
+    // Wait for delivery while the destination is reachable (up to 30 s); an unreachable one gets
+    // 2 s, then what is left is spilled (with --spill-dir) or counted as dropped.
+    let started = Instant::now();
+    while !sink.flush(Duration::from_millis(250)) {
+        let waited = started.elapsed();
+        if waited > Duration::from_secs(30) || (!sink.stats().connected && waited > Duration::from_secs(2)) {
+            break;
+        }
+    }
+    let stats = sink.close(Duration::ZERO);
     if stats.pending > 0 || stats.dropped > 0 {
         tracing::warn!(
             pending = stats.pending,

@@ -430,7 +430,19 @@ impl Outbox {
             Ok(bytes)
         };
         match write() {
-            Ok(_) => self.taken,
+            Ok(bytes) => {
+                // Known to this outbox too, so that `held` still counts what is on disk.
+                spill.bytes += bytes;
+                spill.segments.push_front(Segment {
+                    id,
+                    written: fresh_len as u64,
+                    read: 0,
+                    acked: 0,
+                    bytes,
+                    sealed: true,
+                });
+                self.taken
+            }
             Err(e) => {
                 tracing::error!(error = %e, "cannot spill the outbox at shutdown");
                 fresh_len + self.taken

@@ -1,0 +1,112 @@
+//! Events through the real command: `simulate` publishes every decision (to a JSONL file or a real
+//! `nats-server`), and `events tail` reads and filters them back.
+
+#[path = "../../events/tests/support/mod.rs"]
+mod support;
+
+use std::process::{Command, Output};
+
+use support::{NatsServer, free_port};
+
+fn wasmsched(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_wasmsched"))
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .args(args)
+        .output()
+        .expect("run wasmsched")
+}
+
+fn ok(o: Output) -> String {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// A native simulation of the default trace (20 % of capacity unless `--tune` is given); returns
+/// its JSON report.
+fn simulate(extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["simulate", "--native", "--json"];
+    if !extra.contains(&"--tune") {
+        args.extend(["--tune", "0.2"]);
+    }
+    args.extend_from_slice(extra);
+    serde_json::from_str(&ok(wasmsched(&args))).unwrap()
+}
+
+#[test]
+fn simulate_writes_every_decision_and_tail_filters_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("events.jsonl");
+    let f = file.to_str().unwrap();
+    let report = simulate(&["--events", f, "--tune", "1.3"]);
+    let (placed, failed) = (report["placed"].as_u64().unwrap(), report["failed"].as_u64().unwrap());
+    assert!(placed > 100 && failed > 0, "{report}");
+    assert_eq!(report["events"]["delivered"], placed + failed, "one event per decision: {report}");
+    assert_eq!(report["events"]["dropped"], 0);
+
+    let all = ok(wasmsched(&["events", "tail", "--file", f]));
+    assert_eq!(all.lines().count() as u64, placed + failed);
+    let unschedulable = ok(wasmsched(&["events", "tail", "--file", f, "--kind", "task-unschedulable"]));
+    assert_eq!(unschedulable.lines().count() as u64, failed);
+    for line in unschedulable.lines() {
+        let e: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(e["type"], "io.wasmsched.task.unschedulable.v1");
+        let reasons = e["data"]["reasons"].as_array().unwrap();
+        assert!(!reasons.is_empty() && reasons[0]["nodes"].as_u64().unwrap() > 0, "{line}");
+    }
+    let first: serde_json::Value = serde_json::from_str(all.lines().next().unwrap()).unwrap();
+    let task = first["subject"].as_str().unwrap();
+    let about = ok(wasmsched(&["events", "tail", "--file", f, "--task", task, "--format", "text"]));
+    assert_eq!(about.lines().count(), 1, "{about}");
+    assert!(about.contains(task) && about.contains("task-scheduled"), "{about}");
+    assert_eq!(ok(wasmsched(&["events", "tail", "--file", f, "--limit", "5"])).lines().count(), 5);
+    assert_eq!(ok(wasmsched(&["events", "tail", "--file", f, "--namespace", "elsewhere"])).lines().count(), 0);
+
+    let bad = wasmsched(&["events", "tail", "--file", f, "--kind", "task-sheduled"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown event kind `task-sheduled`"));
+}
+
+#[test]
+fn simulate_publishes_to_jetstream_and_tail_reads_the_stream() {
+    let server = NatsServer::start(&[]);
+    let url = server.url();
+    let report = simulate(&["--nats", &url, "--cluster", "cli"]);
+    let placed = report["placed"].as_u64().unwrap();
+    assert_eq!(report["events"]["delivered"], placed + report["failed"].as_u64().unwrap());
+
+    let scheduled =
+        ok(wasmsched(&["events", "tail", "--nats", &url, "--cluster", "cli", "--all", "--kind", "task-scheduled"]));
+    assert_eq!(scheduled.lines().count() as u64, placed);
+    let other_cluster = wasmsched(&["events", "tail", "--nats", &url, "--cluster", "other", "--all"]);
+    assert!(!other_cluster.status.success(), "no stream for that cluster");
+    assert!(String::from_utf8_lossy(&other_cluster.stderr).contains("WASMSCHED_OTHER"));
+}
+
+#[test]
+fn wrong_credentials_fail_fast_and_an_unreachable_server_does_not_stall_the_run() {
+    let server = NatsServer::start(&["--auth", "right"]);
+    let o = wasmsched(&["simulate", "--native", "--tune", "0.05", "--nats", &server.url(), "--nats-token", "wrong"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("rejected the credentials"), "{err}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let spill = dir.path().join("spill");
+    let started = std::time::Instant::now();
+    let url = format!("nats://127.0.0.1:{}", free_port());
+    let report = simulate(&["--nats", &url, "--spill-dir", spill.to_str().unwrap()]);
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+    let decisions = report["placed"].as_u64().unwrap() + report["failed"].as_u64().unwrap();
+    assert_eq!(report["events"]["delivered"], 0);
+    assert_eq!(report["events"]["dropped"], 0, "kept on disk for the next run: {report}");
+    assert_eq!(report["events"]["pending"], decisions);
+    assert!(std::fs::read_dir(&spill).unwrap().count() > 0);
+}
+
+#[test]
+fn events_schema_prints_the_documented_schema() {
+    let printed = ok(wasmsched(&["events", "schema"]));
+    let documented =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/events.schema.json")).unwrap();
+    assert_eq!(printed, documented);
+}
