@@ -50,6 +50,14 @@ pub enum Error {
         /// The server's or client's message.
         message: String,
     },
+    /// TLS failed: the server's certificate is not trusted, or the TLS files are unusable.
+    #[error("TLS with NATS at {url} failed: {message}")]
+    Tls {
+        /// Server URL(s).
+        url: String,
+        /// Why.
+        message: String,
+    },
     /// The server could not be reached.
     #[error("cannot reach NATS at {url}: {message}")]
     Connect {

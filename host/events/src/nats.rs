@@ -260,8 +260,11 @@ impl NatsConfig {
             ConnectErrorKind::AuthorizationViolation | ConnectErrorKind::Authentication => {
                 Error::Auth { url: self.url.clone(), message: e.to_string() }
             }
-            ConnectErrorKind::ServerParse | ConnectErrorKind::Tls => {
-                Error::Config(format!("nats url {}: {e}", self.url))
+            ConnectErrorKind::ServerParse => Error::Config(format!("nats url {}: {e}", self.url)),
+            // rustls reports an untrusted or mismatched server certificate as an I/O error.
+            ConnectErrorKind::Tls => Error::Tls { url: self.url.clone(), message: e.to_string() },
+            ConnectErrorKind::Io if e.to_string().contains("certificate") => {
+                Error::Tls { url: self.url.clone(), message: e.to_string() }
             }
             _ => Error::Connect { url: self.url.clone(), message: e.to_string() },
         }
@@ -353,7 +356,7 @@ type FirstOutcome = Result<(), Error>;
 
 impl EventSink {
     /// Publish to NATS JetStream. Waits up to `startup_wait_ms` for the first connection: fails on
-    /// an invalid configuration or rejected credentials; an unreachable server is logged and the
+    /// an invalid configuration, rejected credentials or an untrusted server certificate; an unreachable server is logged and the
     /// events are held in the outbox until it is reachable.
     pub fn nats(config: NatsConfig, origin: Origin, outbox: OutboxConfig) -> Result<EventSink, Error> {
         config.validate()?;
@@ -365,7 +368,7 @@ impl EventSink {
                 .map_err(|e| Error::Io { what: "start the event publisher".into(), source: e })?;
         match rx.recv_timeout(wait) {
             Ok(Ok(())) => Ok(sink),
-            Ok(Err(e @ (Error::Auth { .. } | Error::Config(_)))) => Err(e),
+            Ok(Err(e @ (Error::Auth { .. } | Error::Tls { .. } | Error::Config(_)))) => Err(e),
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "NATS unreachable at start-up; holding events in the outbox");
                 Ok(sink)
@@ -407,7 +410,7 @@ fn drain(shared: Arc<Shared>, config: NatsConfig, first: std::sync::mpsc::Sender
                 if shared.is_closed() {
                     break;
                 }
-                if matches!(e, Error::Auth { .. } | Error::Config(_)) {
+                if matches!(e, Error::Auth { .. } | Error::Tls { .. } | Error::Config(_)) {
                     tracing::error!(error = %e, "cannot publish events");
                 } else {
                     tracing::warn!(error = %e, retry_in = ?backoff, "NATS session ended");

@@ -310,18 +310,90 @@ fn invalid_configurations_are_refused_before_connecting() {
     }
 }
 
+/// A CA and a server certificate for 127.0.0.1, made with the `openssl` command.
+fn make_certs(dir: &std::path::Path) {
+    let run = |args: &[&str]| {
+        let o = std::process::Command::new("openssl").args(args).current_dir(dir).output().expect("run openssl");
+        assert!(o.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=wasmsched test CA",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "san.ext",
+    ]);
+}
+
 #[test]
-#[ignore]
-fn scratch_throughput() {
-    let server = NatsServer::start(&[]);
-    let sink =
-        EventSink::nats(server.config(), origin("b"), OutboxConfig { max_events: 1_000_000, ..Default::default() })
-            .unwrap();
-    let t = Instant::now();
-    for i in 0..100_000 {
-        sink.emit(scheduled(i, "ns"));
-    }
-    let emit = t.elapsed();
-    assert!(sink.flush(Duration::from_secs(120)));
-    eprintln!("emit {emit:?} total {:?} -> {:.0}/s", t.elapsed(), 100_000.0 / t.elapsed().as_secs_f64());
+fn tls_with_a_private_ca_works_and_an_unknown_ca_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    make_certs(dir.path());
+    let p = |f: &str| dir.path().join(f);
+    let server = NatsServer::start(&[
+        "--tls",
+        "--tlscert",
+        p("server.pem").to_str().unwrap(),
+        "--tlskey",
+        p("server.key").to_str().unwrap(),
+    ]);
+    let tls = wasmsched_events::TlsSettings { ca_file: Some(p("ca.pem")), required: true, ..Default::default() };
+    let config = NatsConfig { tls: Some(tls), ..server.config() };
+    let sink = EventSink::nats(config.clone(), origin("t"), OutboxConfig::default()).unwrap();
+    sink.emit(scheduled(1, "ns"));
+    assert!(sink.flush(Duration::from_secs(10)), "{:?}", sink.stats());
+    assert_eq!(read_all(&config).len(), 1);
+
+    // Without our CA the server's certificate is not trusted: a clear error, not a hang.
+    let untrusted = NatsConfig {
+        tls: Some(wasmsched_events::TlsSettings { required: true, ..Default::default() }),
+        startup_wait_ms: 3_000,
+        ..server.config()
+    };
+    let started = Instant::now();
+    let err = match EventSink::nats(untrusted, origin("t"), OutboxConfig::default()) {
+        Ok(s) => panic!("accepted: {:?}", s.stats()),
+        Err(e) => e,
+    };
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(matches!(err, Error::Tls { .. }), "{err:?}");
+    assert!(err.to_string().contains("invalid peer certificate"), "{err}");
 }
