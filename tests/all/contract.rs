@@ -67,7 +67,7 @@ fn loaded_plugins_report_their_stages_and_sdk() {
     use wasmsched_api::Stage;
     use wasmsched_core::PolicyPlugin;
     let rt = rt();
-    let fit = rt.load(wasmsched_plugins::RESOURCE_FIT.wasm, PluginConfig::new("resource-fit")).unwrap();
+    let fit = rt.load(wasmsched_plugins::RESOURCE_FIT.wasm, crate::unhurried("resource-fit")).unwrap();
     assert_eq!(fit.stages(), &[Stage::Filter]);
     assert!(fit.sdk_version().starts_with("wasmsched-sdk/"));
     assert_eq!(fit.digest().len(), 64);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use wasmsched_core::{CallContext, NativePlugin, NodeTable, PolicyPlugin, PolicySet, bind, place};
 use wasmsched_plugin_allocation_score::AllocationScore;
 use wasmsched_plugin_resource_fit::ResourceFit;
-use wasmsched_runtime::{PluginConfig, Runtime, RuntimeConfig};
+use wasmsched_runtime::{Runtime, RuntimeConfig};
 use wasmsched_sim::generate::{self, Rng};
 
 struct Pair {
@@ -19,7 +19,7 @@ fn pairs(rt: &Runtime) -> Vec<Pair> {
         .iter()
         .map(|b| {
             let wasm: Arc<dyn PolicyPlugin> =
-                Arc::new(rt.load(b.wasm, PluginConfig::new(b.name).with_config(b.config)).unwrap());
+                Arc::new(rt.load(b.wasm, crate::unhurried(b.name).with_config(b.config)).unwrap());
             let native: Arc<dyn PolicyPlugin> = if b.name == "resource-fit" {
                 Arc::new(NativePlugin::<ResourceFit>::new(b.config, 2).unwrap())
             } else {

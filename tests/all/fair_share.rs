@@ -4,7 +4,7 @@
 use wasmsched_api::{QueueState, Resources};
 use wasmsched_core::{FaultKind, NativePlugin, PolicyPlugin};
 use wasmsched_plugin_fair_share::FairSharePolicy;
-use wasmsched_runtime::{PluginConfig, Runtime, RuntimeConfig};
+use wasmsched_runtime::{Runtime, RuntimeConfig};
 use wasmsched_sim::generate::Rng;
 
 fn resources(rng: &mut Rng, scale: u64) -> Resources {
@@ -37,7 +37,7 @@ fn tree(rng: &mut Rng, n: usize) -> Vec<QueueState> {
 fn components_and_native_agree_on_random_queue_trees() {
     let rt = Runtime::new(RuntimeConfig::default()).unwrap();
     for builtin in [wasmsched_plugins::PROPORTION, wasmsched_plugins::DRF, wasmsched_plugins::DECAYED_USAGE] {
-        let wasm = rt.load(builtin.wasm, PluginConfig::new(builtin.name).with_config(builtin.config)).unwrap();
+        let wasm = rt.load(builtin.wasm, crate::unhurried(builtin.name).with_config(builtin.config)).unwrap();
         let native = NativePlugin::<FairSharePolicy>::new(builtin.config, 1).unwrap();
         let mut rng = Rng::new(11);
         for round in 0..40 {
@@ -61,7 +61,7 @@ fn components_and_native_agree_on_random_queue_trees() {
 fn a_cyclic_tree_is_a_guest_error_naming_the_queue() {
     let rt = Runtime::new(RuntimeConfig::default()).unwrap();
     let drf = wasmsched_plugins::DRF;
-    let p = rt.load(drf.wasm, PluginConfig::new("drf").with_config(drf.config)).unwrap();
+    let p = rt.load(drf.wasm, crate::unhurried("drf").with_config(drf.config)).unwrap();
     let cyclic = vec![
         QueueState { name: "a".into(), parent: Some(1), weight: 1, ..Default::default() },
         QueueState { name: "b".into(), parent: Some(0), weight: 1, ..Default::default() },

@@ -21,8 +21,14 @@ pub fn runtime_with_faults(config: RuntimeConfig) -> (Runtime, Arc<Mutex<Vec<Plu
     (rt, seen)
 }
 
-/// Load the hostile fixture in `mode`.
+/// A plugin configuration for tests whose subject is not timing: a generous deadline, so that a
+/// loaded CI machine cannot turn a slow call into a deadline fault. Deadline tests set their own.
+pub fn unhurried(name: impl Into<String>) -> PluginConfig {
+    PluginConfig::new(name).with_deadline(std::time::Duration::from_secs(5))
+}
+
+/// Load the hostile fixture in `mode` (with an unhurried deadline).
 pub fn hostile(rt: &Runtime, mode: &str) -> WasmPlugin {
-    rt.load(&fixtures::read(fixtures::HOSTILE), PluginConfig::new(format!("hostile-{mode}")).with_config(mode))
+    rt.load(&fixtures::read(fixtures::HOSTILE), unhurried(format!("hostile-{mode}")).with_config(mode))
         .unwrap_or_else(|e| panic!("load hostile {mode}: {e}"))
 }

@@ -56,7 +56,7 @@ fn garbage_from_raw_bindings_is_bad_output() {
 #[test]
 fn not_implemented_stage_is_a_fault_not_a_crash() {
     let rt = Runtime::new(RuntimeConfig::default()).unwrap();
-    let fit = rt.load(wasmsched_plugins::RESOURCE_FIT.wasm, PluginConfig::new("resource-fit")).unwrap();
+    let fit = rt.load(wasmsched_plugins::RESOURCE_FIT.wasm, crate::unhurried("resource-fit")).unwrap();
     let table = gpu_nodes(1);
     let f = fit.score(CallContext { worker: 0, nodes: &table }, &gpu_task("t"), &[0]).unwrap_err();
     assert_eq!(f.kind, FaultKind::NotImplemented);
@@ -152,7 +152,7 @@ fn plugins_see_no_environment_files_or_clock() {
 #[test]
 fn prewarm_fills_every_worker_and_clear_empties_them() {
     let rt = Runtime::new(RuntimeConfig { workers: 3, ..Default::default() }).unwrap();
-    let fit = rt.load(wasmsched_plugins::RESOURCE_FIT.wasm, PluginConfig::new("resource-fit")).unwrap();
+    let fit = rt.load(wasmsched_plugins::RESOURCE_FIT.wasm, crate::unhurried("resource-fit")).unwrap();
     assert_eq!(fit.metrics().instances_created(), 1, "load initialises one instance");
     fit.prewarm().unwrap();
     assert_eq!(fit.metrics().instances_created(), 3);

@@ -58,7 +58,7 @@ impl<P: Plugin + Stages + Send> NativePlugin<P> {
 fn nodes<'a>(ctx: &CallContext<'a>, candidates: &[Slot]) -> Result<Vec<&'a Node>, (FaultKind, String)> {
     candidates
         .iter()
-        .map(|&s| ctx.nodes.get(s).ok_or((FaultKind::GuestError, format!("node slot {s} is empty"))))
+        .map(|&s| ctx.nodes.get(s).ok_or_else(|| (FaultKind::GuestError, format!("node slot {s} is empty"))))
         .collect()
 }
 

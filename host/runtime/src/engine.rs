@@ -60,6 +60,10 @@ impl Runtime {
             .max_wasm_stack(512 * 1024)
             // We use no component-model async; skipping its per-store state makes calls cheaper.
             .concurrency_support(false);
+        // `WASMSCHED_PERFMAP=1` writes /tmp/perf-<pid>.map so `perf report` can name guest functions.
+        if std::env::var_os("WASMSCHED_PERFMAP").is_some() {
+            wc.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         let engine = Engine::new(&wc).map_err(|e| LoadError::Runtime(format!("{e:#}")))?;
 
         let mut linker = Linker::new(&engine);
