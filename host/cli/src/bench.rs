@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde::Serialize;
 use wasmsched_api::{GPU_MILLI, GpuDevice, GpuRequest, Node, Resources, Task};
-use wasmsched_core::{NodeTable, PolicySet, bind, feasible_nodes_to_find, place_sampled};
+use wasmsched_core::{GroupSpec, NodeTable, PolicySet, bind, feasible_nodes_to_find, place_group, place_sampled};
 use wasmsched_events::EventSink;
 use wasmsched_runtime::{Runtime, RuntimeConfig};
 use wasmsched_sim::generate::Rng;
@@ -39,6 +39,12 @@ pub struct Args {
     /// Seed of the cluster and the pods.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Gangs in the all-or-nothing scenario (0 skips it).
+    #[arg(long, default_value_t = 20)]
+    gangs: usize,
+    /// Members per gang (each asks for 2 whole GPUs; min-member = all of them).
+    #[arg(long, default_value_t = 500)]
+    gang_size: usize,
     /// Only the native policy set.
     #[arg(long)]
     native_only: bool,
@@ -63,6 +69,17 @@ struct Measured {
     events_share_percent: f64,
 }
 
+/// The gang scenario: every gang placed all-or-nothing, one after the other.
+#[derive(Clone, Debug, Serialize)]
+struct GangRun {
+    runtime: &'static str,
+    gangs: usize,
+    gang_size: usize,
+    placed_gangs: usize,
+    total_seconds: f64,
+    slowest_gang_ms: f64,
+}
+
 #[derive(Serialize)]
 struct Report {
     nodes: usize,
@@ -79,6 +96,52 @@ struct Report {
     /// Per runtime: the median over repetitions of pods/s with events over pods/s without, each
     /// pair run back to back.
     events_on_over_off: Vec<(&'static str, f64)>,
+    /// The gang scenario per runtime (median total time over repetitions).
+    gangs: Vec<GangRun>,
+}
+
+fn gang_member(gang: usize, i: usize) -> Task {
+    Task {
+        id: format!("gang-{gang}-{i}"),
+        namespace: "training".into(),
+        queue: "default".into(),
+        group: Some(format!("gang-{gang}")),
+        request: Resources { cpu_milli: 8000, memory_bytes: 64 << 30, ..Default::default() },
+        gpu: GpuRequest { count: 2, milli_per_gpu: GPU_MILLI, ..Default::default() },
+        ..Default::default()
+    }
+}
+
+/// Place `gangs` gangs of `size` members all-or-nothing with sampling, on a copy of `base`.
+fn run_gangs(
+    set: &PolicySet,
+    base: &NodeTable,
+    gangs: usize,
+    size: usize,
+    find: usize,
+    runtime: &'static str,
+) -> GangRun {
+    let mut table = base.clone();
+    let members: Vec<Vec<Task>> = (0..gangs).map(|g| (0..size).map(|i| gang_member(g, i)).collect()).collect();
+    let (mut placed, mut slowest) = (0, Duration::ZERO);
+    let t = Instant::now();
+    for (g, m) in members.iter().enumerate() {
+        let name = format!("gang-{g}");
+        let spec = GroupSpec { name: &name, members: m, min_member: size, topology: None, nodes_to_find: Some(find) };
+        let t0 = Instant::now();
+        if place_group(set, &mut table, &spec, 0).is_ok() {
+            placed += 1;
+        }
+        slowest = slowest.max(t0.elapsed());
+    }
+    GangRun {
+        runtime,
+        gangs,
+        gang_size: size,
+        placed_gangs: placed,
+        total_seconds: t.elapsed().as_secs_f64(),
+        slowest_gang_ms: slowest.as_secs_f64() * 1e3,
+    }
 }
 
 /// A GPU cluster like the ones scheduler_perf models: identical-ish nodes, two GPU generations.
@@ -275,6 +338,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     let stats = events_cmd::finish(sink);
+    let mut gangs = Vec::new();
+    if args.gangs > 0 && args.gang_size > 0 {
+        for (name, set) in &runtimes {
+            let mut of: Vec<GangRun> = (0..args.repeat)
+                .map(|_| run_gangs(set, &scenario.base, args.gangs, args.gang_size, find, name))
+                .collect();
+            of.sort_by(|a, b| a.total_seconds.total_cmp(&b.total_seconds));
+            gangs.push(of[of.len() / 2].clone());
+        }
+    }
     let mut runs = Vec::new();
     for (name, _) in &runtimes {
         for events in [false, true] {
@@ -307,6 +380,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         runs,
         wasm_over_native,
         events_on_over_off,
+        gangs,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -335,6 +409,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     for (rt, r) in &report.events_on_over_off {
         println!("{rt}: events on / off throughput: {r:.3} ({:+.1} %)", (r - 1.0) * 100.0);
+    }
+    for g in &report.gangs {
+        println!(
+            "{}: {} gangs × {} members all-or-nothing: {} placed in {:.3} s (slowest gang {:.1} ms)",
+            g.runtime, g.gangs, g.gang_size, g.placed_gangs, g.total_seconds, g.slowest_gang_ms
+        );
     }
     if let (Some(d), Some(s)) = (&report.events_destination, stats) {
         println!("events to {d}: {} emitted, {} delivered, {} dropped", s.emitted, s.delivered, s.dropped);

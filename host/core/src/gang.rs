@@ -13,7 +13,7 @@ use wasmsched_api::Task;
 
 use crate::alloc::{bind, release};
 use crate::node_table::{NodeTable, Slot};
-use crate::placement::{Diagnosis, Placement, PolicySet, place_among};
+use crate::placement::{Diagnosis, Placement, PolicySet, place_among, place_sampled_among};
 
 /// Keep a group inside one topology domain.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,6 +35,10 @@ pub struct GroupSpec<'a> {
     pub min_member: usize,
     /// Optional domain constraint.
     pub topology: Option<&'a TopologyConstraint>,
+    /// `None`: every candidate node is filtered and scored for every member (exact). `Some(k)`:
+    /// kube-scheduler-style sampling — each member stops filtering once `k` feasible nodes are
+    /// known, starting where the previous member stopped ([`crate::place_sampled_among`]).
+    pub nodes_to_find: Option<usize>,
 }
 
 /// A placed group.
@@ -150,12 +154,21 @@ fn attempt(
 ) -> Result<Vec<(usize, Placement)>, (usize, Diagnosis)> {
     let mut placed: Vec<(usize, Placement)> = Vec::new();
     let mut first_failure: Option<Diagnosis> = None;
+    let mut start = 0;
     for (i, task) in group.members.iter().enumerate() {
         // Stop as soon as min-member is out of reach.
         if placed.len() + (group.members.len() - i) < group.min_member {
             break;
         }
-        match place_among(set, nodes, task, worker, candidates) {
+        let result = match group.nodes_to_find {
+            None => place_among(set, nodes, task, worker, candidates),
+            Some(find) => {
+                let s = place_sampled_among(set, nodes, task, worker, candidates, start, find);
+                start = (start + s.examined) % candidates.len().max(1);
+                s.result
+            }
+        };
+        match result {
             Ok(p) => match nodes.update(p.node, |node| bind(node, task, &p.devices)) {
                 Some(Ok(())) => placed.push((i, p)),
                 _ => {
@@ -236,7 +249,7 @@ mod tests {
     }
 
     fn spec<'a>(members: &'a [Task], min: usize, topo: Option<&'a TopologyConstraint>) -> GroupSpec<'a> {
-        GroupSpec { name: "g", members, min_member: min, topology: topo }
+        GroupSpec { name: "g", members, min_member: min, topology: topo, nodes_to_find: None }
     }
 
     #[test]
@@ -313,5 +326,28 @@ mod tests {
         assert_eq!(free(&t), 8_000);
         let e = place_group(&set(), &mut t, &spec(&members, 5, None), 0).unwrap_err();
         assert!(matches!(e, GangError::Invalid { .. }));
+    }
+
+    #[test]
+    fn sampled_gangs_are_still_all_or_nothing() {
+        // 300 nodes of 8 GPUs; sampling looks at ~100 feasible nodes per member.
+        let names: Vec<String> = (0..300).map(|i| format!("n{i:03}")).collect();
+        let layout: Vec<(&str, u32, &str)> = names.iter().map(|n| (n.as_str(), 8, "x")).collect();
+        let members = gang(250, 8);
+        fn sampled(m: &[Task], min: usize) -> GroupSpec<'_> {
+            GroupSpec { nodes_to_find: Some(100), ..spec(m, min, None) }
+        }
+        let mut t = cluster(&layout);
+        let p = place_group(&set(), &mut t, &sampled(&members, 250), 0).unwrap();
+        assert_eq!(p.placed.len(), 250);
+        let mut used: Vec<u32> = p.placed.iter().map(|(_, pl)| pl.node).collect();
+        used.sort_unstable();
+        used.dedup();
+        assert_eq!(used.len(), 250, "one 8-GPU member per node");
+        // 60 more do not fit in the 50 nodes left: the whole group is rolled back.
+        let more = gang(60, 8);
+        let e = place_group(&set(), &mut t, &sampled(&more, 60), 0).unwrap_err();
+        assert!(matches!(e, GangError::Unschedulable { placed: 50, min_member: 60, .. }), "{e}");
+        assert_eq!(free(&t), 50 * 8_000);
     }
 }

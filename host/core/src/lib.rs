@@ -58,7 +58,7 @@ pub use native::NativePlugin;
 pub use node_table::{Changes, NodeTable, Slot};
 pub use placement::{
     Diagnosis, Placement, PolicySet, PolicySetBuilder, Sampled, Unschedulable, feasible_nodes_to_find, place,
-    place_among, place_sampled,
+    place_among, place_sampled, place_sampled_among,
 };
 pub use plugin::{CallContext, FailurePolicy, FaultKind, PluginFault, PolicyPlugin, validate};
 pub use queue::{QueueError, QueueSpec, QueueTree};

@@ -203,15 +203,29 @@ pub fn place_sampled(
     start: usize,
     find: usize,
 ) -> Sampled {
-    let ctx = CallContext { worker, nodes };
     let all: Vec<Slot> = nodes.slots().collect();
-    let n = all.len();
+    place_sampled_among(set, nodes, task, worker, &all, start, find)
+}
+
+/// [`place_sampled`] restricted to `candidates` (a gang's topology domain, for instance); `start`
+/// is a position in `candidates`.
+pub fn place_sampled_among(
+    set: &PolicySet,
+    nodes: &NodeTable,
+    task: &Task,
+    worker: usize,
+    candidates: &[Slot],
+    start: usize,
+    find: usize,
+) -> Sampled {
+    let ctx = CallContext { worker, nodes };
+    let n = candidates.len();
     let mut run = Run { diagnosis: Diagnosis::default(), skipped: Vec::new() };
     let mut feasible = Vec::new();
     let mut examined = 0;
     while examined < n && feasible.len() < find.max(1) {
         let window = (find.max(1) - feasible.len()).max(32).min(n - examined);
-        let chunk: Vec<Slot> = (examined..examined + window).map(|i| all[(start + i) % n]).collect();
+        let chunk: Vec<Slot> = (examined..examined + window).map(|i| candidates[(start + i) % n]).collect();
         examined += window;
         run.diagnosis.candidates = examined;
         match run.filter_chain(set, ctx, task, chunk) {
