@@ -78,11 +78,17 @@ impl ResourceFit {
         if !node.gpus.iter().any(|g| req.allows_model(&g.model)) {
             return Verdict::unresolvable("no GPU of an allowed model");
         }
-        let mut need = req.clone();
-        if self.config.ignore_gpu_memory {
-            need.memory_bytes_per_gpu = 0;
-        }
-        let usable = node.gpus.iter().filter(|g| need.fits_device(g)).count();
+        // Per node and device, so no clone of the request (a heap allocation per node in the guest).
+        let usable = if self.config.ignore_gpu_memory {
+            node.gpus
+                .iter()
+                .filter(|g| {
+                    g.health != GpuHealth::Unhealthy && g.free_milli >= req.milli_per_gpu && req.allows_model(&g.model)
+                })
+                .count()
+        } else {
+            node.gpus.iter().filter(|g| req.fits_device(g)).count()
+        };
         if usable >= req.count as usize {
             Verdict::Fit
         } else if req.milli_per_gpu < GPU_MILLI {
