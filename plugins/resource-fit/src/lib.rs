@@ -78,18 +78,21 @@ impl ResourceFit {
         if !node.gpus.iter().any(|g| req.allows_model(&g.model)) {
             return Verdict::unresolvable("no GPU of an allowed model");
         }
-        // Per node and device, so no clone of the request (a heap allocation per node in the guest).
+        // No clone of the request per node (a heap allocation in the guest), and stop counting
+        // once enough devices are found.
+        let need = req.count as usize;
         let usable = if self.config.ignore_gpu_memory {
             node.gpus
                 .iter()
                 .filter(|g| {
                     g.health != GpuHealth::Unhealthy && g.free_milli >= req.milli_per_gpu && req.allows_model(&g.model)
                 })
+                .take(need)
                 .count()
         } else {
-            node.gpus.iter().filter(|g| req.fits_device(g)).count()
+            node.gpus.iter().filter(|g| req.fits_device(g)).take(need).count()
         };
-        if usable >= req.count as usize {
+        if usable >= need {
             Verdict::Fit
         } else if req.milli_per_gpu < GPU_MILLI {
             Verdict::unfit("insufficient GPU share")

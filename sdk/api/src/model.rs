@@ -138,11 +138,13 @@ impl Node {
     }
 
     /// Unallocated CPU in milli-cores (0 when over-committed).
+    #[inline]
     pub fn free_cpu_milli(&self) -> u64 {
         self.allocatable.cpu_milli.saturating_sub(self.allocated.cpu_milli)
     }
 
     /// Unallocated memory in bytes (0 when over-committed).
+    #[inline]
     pub fn free_memory_bytes(&self) -> u64 {
         self.allocatable.memory_bytes.saturating_sub(self.allocated.memory_bytes)
     }
@@ -217,16 +219,19 @@ pub struct GpuRequest {
 
 impl GpuRequest {
     /// Total milli-GPUs requested.
+    #[inline]
     pub fn total_milli(&self) -> u64 {
         u64::from(self.count) * u64::from(self.milli_per_gpu)
     }
 
     /// Whether `model` is allowed.
+    #[inline]
     pub fn allows_model(&self, model: &str) -> bool {
         self.models.is_empty() || self.models.iter().any(|m| m == model)
     }
 
     /// Whether `gpu` could host one share of this request (model, health, share and memory).
+    #[inline]
     pub fn fits_device(&self, gpu: &GpuDevice) -> bool {
         gpu.health != GpuHealth::Unhealthy
             && gpu.free_milli >= self.milli_per_gpu
