@@ -181,17 +181,11 @@ impl Spill {
             self.segments.push_back(Segment { id, written: 0, read: 0, acked: 0, bytes: 0, sealed: false });
         }
         let w = self.writer.as_mut().expect("an open segment has a writer");
-        let len = rec.subject.len() + rec.id.len() + rec.json.len() + 3;
-        w.write_all(rec.subject.as_bytes())?;
-        w.write_all(b"\t")?;
-        w.write_all(rec.id.as_bytes())?;
-        w.write_all(b"\t")?;
-        w.write_all(&rec.json)?;
-        w.write_all(b"\n")?;
+        let len = write_record(w, rec)?;
         let seg = self.segments.back_mut().expect("pushed above");
         seg.written += 1;
-        seg.bytes += len as u64;
-        self.bytes += len as u64;
+        seg.bytes += len;
+        self.bytes += len;
         Ok(())
     }
 
@@ -286,6 +280,16 @@ impl Spill {
     }
 }
 
+/// One spill record: `subject TAB id TAB json LF` (none of the three contains a tab or newline).
+/// Returns the bytes written.
+fn write_record(w: &mut impl Write, rec: &Encoded) -> io::Result<u64> {
+    for part in [rec.subject.as_bytes(), b"\t", rec.id.as_bytes(), b"\t", &rec.json, b"\n"] {
+        w.write_all(part)?;
+    }
+    Ok((rec.subject.len() + rec.id.len() + rec.json.len() + 3) as u64)
+}
+
+/// The inverse of [`write_record`]; `None` for a corrupt line.
 fn parse_record(line: &[u8]) -> Option<Encoded> {
     let line = line.strip_suffix(b"\n")?;
     let mut parts = line.splitn(3, |&b| b == b'\t');
@@ -416,14 +420,7 @@ impl Outbox {
             let mut w = BufWriter::new(OpenOptions::new().create_new(true).write(true).open(spill.path(id))?);
             let mut bytes = 0;
             for mut item in fresh {
-                let rec = item.encoded(&*self.encode);
-                w.write_all(rec.subject.as_bytes())?;
-                w.write_all(b"\t")?;
-                w.write_all(rec.id.as_bytes())?;
-                w.write_all(b"\t")?;
-                w.write_all(&rec.json)?;
-                w.write_all(b"\n")?;
-                bytes += (rec.subject.len() + rec.id.len() + rec.json.len() + 3) as u64;
+                bytes += write_record(&mut w, item.encoded(&*self.encode))?;
             }
             w.flush()?;
             w.get_ref().sync_data()?;

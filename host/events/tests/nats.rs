@@ -31,6 +31,17 @@ fn tail_raw(config: &NatsConfig, filter: &Filter, opts: &TailOptions, out: &mut 
     .expect("tail");
 }
 
+/// A configuration for a port where no server listens (yet), with short waits.
+fn nobody_on(port: u16) -> NatsConfig {
+    NatsConfig {
+        url: format!("nats://127.0.0.1:{port}"),
+        cluster: "test".into(),
+        startup_wait_ms: 100,
+        backoff_max_ms: 200,
+        ..Default::default()
+    }
+}
+
 fn scheduled(i: usize, ns: &str) -> Payload {
     Payload::TaskScheduled(TaskScheduled {
         task: task(&format!("pod-{i}"), ns),
@@ -134,13 +145,7 @@ fn killing_the_server_mid_stream_loses_nothing_duplicates_nothing_and_keeps_orde
 #[test]
 fn an_unreachable_server_holds_events_without_stalling_then_delivers_them() {
     let port = free_port();
-    let config = NatsConfig {
-        url: format!("nats://127.0.0.1:{port}"),
-        cluster: "test".into(),
-        startup_wait_ms: 300,
-        backoff_max_ms: 200,
-        ..Default::default()
-    };
+    let config = NatsConfig { startup_wait_ms: 300, ..nobody_on(port) };
     let started = Instant::now();
     let sink = EventSink::nats(config.clone(), origin("u"), OutboxConfig::default()).unwrap();
     for i in 0..1000 {
@@ -213,13 +218,7 @@ fn nkey_authentication_works() {
 #[test]
 fn a_full_outbox_drops_the_newest_counts_them_and_reports_the_gap() {
     let port = free_port();
-    let config = NatsConfig {
-        url: format!("nats://127.0.0.1:{port}"),
-        cluster: "test".into(),
-        startup_wait_ms: 100,
-        backoff_max_ms: 200,
-        ..Default::default()
-    };
+    let config = NatsConfig { startup_wait_ms: 100, ..nobody_on(port) };
     let sink =
         EventSink::nats(config.clone(), origin("f"), OutboxConfig { max_events: 50, ..Default::default() }).unwrap();
     for i in 0..80 {
@@ -249,13 +248,7 @@ fn a_full_outbox_drops_the_newest_counts_them_and_reports_the_gap() {
 fn spilled_events_survive_a_scheduler_restart_in_order() {
     let port = free_port();
     let spill = tempfile::tempdir().unwrap();
-    let config = NatsConfig {
-        url: format!("nats://127.0.0.1:{port}"),
-        cluster: "test".into(),
-        startup_wait_ms: 100,
-        backoff_max_ms: 200,
-        ..Default::default()
-    };
+    let config = nobody_on(port);
     let outbox = OutboxConfig {
         max_events: 10,
         spill_dir: Some(spill.path().into()),
