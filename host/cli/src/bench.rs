@@ -221,7 +221,7 @@ fn run_once(set: &PolicySet, s: &Scenario, sink: Option<&EventSink>, runtime: &'
                     placed += 1;
                     if let (Some(sink), Some(node)) = (sink, table.get(p.node)) {
                         let e0 = Instant::now();
-                        sink.emit(decisions::scheduled(task, &node.name, &p, sampled.examined, &policy));
+                        sink.emit(decisions::scheduled(task, &node.name, &p, sampled.examined, &policy, 1));
                         in_events += e0.elapsed();
                     }
                 }
@@ -231,7 +231,7 @@ fn run_once(set: &PolicySet, s: &Scenario, sink: Option<&EventSink>, runtime: &'
                 unschedulable += 1;
                 if let Some(sink) = sink {
                     let e0 = Instant::now();
-                    decisions::unschedulable(task, &u.diagnosis, &policy).into_iter().for_each(|e| sink.emit(e));
+                    decisions::unschedulable(task, &u.diagnosis, &policy, 1).into_iter().for_each(|e| sink.emit(e));
                     in_events += e0.elapsed();
                 }
             }

@@ -17,14 +17,21 @@ pub fn task_ref(task: &Task) -> TaskRef {
     }
 }
 
-pub fn scheduled(task: &Task, node: &str, p: &Placement, evaluated: usize, policy: &PolicySetRef) -> Payload {
+pub fn scheduled(
+    task: &Task,
+    node: &str,
+    p: &Placement,
+    evaluated: usize,
+    policy: &PolicySetRef,
+    attempt: u32,
+) -> Payload {
     Payload::TaskScheduled(TaskScheduled {
         task: task_ref(task),
         node: node.to_owned(),
         gpus: p.devices.iter().map(|d| GpuShare { gpu: d.gpu, milli: d.milli }).collect(),
         score: ScoreSummary { total: p.score, feasible: p.feasible as u32, evaluated: evaluated as u32 },
         policy_set: policy.clone(),
-        attempt: 1,
+        attempt,
     })
 }
 
@@ -40,7 +47,7 @@ fn stage(s: CoreStage) -> Stage {
 
 /// The unschedulable event (reasons aggregated over nodes, most frequent first) and one fault
 /// event per plugin fault seen.
-pub fn unschedulable(task: &Task, d: &Diagnosis, policy: &PolicySetRef) -> Vec<Payload> {
+pub fn unschedulable(task: &Task, d: &Diagnosis, policy: &PolicySetRef, attempt: u32) -> Vec<Payload> {
     let mut reasons: Vec<StageReason> = d
         .rejections
         .iter()
@@ -62,7 +69,7 @@ pub fn unschedulable(task: &Task, d: &Diagnosis, policy: &PolicySetRef) -> Vec<P
         task: task_ref(task),
         reasons,
         policy_set: policy.clone(),
-        attempt: 1,
+        attempt,
     })];
     out.extend(d.faults.iter().map(|f| fault(f, policy)));
     out

@@ -10,8 +10,8 @@ use wasmsched_core::NodeTable;
 use wasmsched_runtime::{Runtime, RuntimeConfig};
 use wasmsched_sim::timed::{self, Job, QueueStats, Scenario};
 
-use crate::inputs;
 use crate::policy::policy_set;
+use crate::{decisions, inputs};
 
 /// Arguments of `replay`.
 #[derive(clap::Args)]
@@ -46,6 +46,10 @@ pub struct Args {
     /// Print machine-readable JSON.
     #[arg(long)]
     json: bool,
+    /// Publish every placement attempt, stamped with virtual time (seconds since the start of the
+    /// replay, written as an instant after the Unix epoch).
+    #[command(flatten)]
+    sink: crate::events_cmd::Sink,
 }
 
 #[derive(Serialize)]
@@ -61,6 +65,9 @@ struct Report<'a> {
     jain_fairness: f64,
     queues: &'a std::collections::BTreeMap<String, QueueStats>,
     waiting_at_end_by_reason: &'a std::collections::BTreeMap<String, usize>,
+    /// With `--events` or `--nats`: what the event sink did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    events: Option<wasmsched_events::Stats>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -88,8 +95,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .transpose()
         .context("starting the Wasm runtime")?;
     let set = policy_set(runtime.as_ref(), &args.policy, args.seed, &typical)?;
+    let events = args.sink.open("replay")?;
+    let policy = wasmsched_events::schema::PolicySetRef { name: args.policy.clone(), version: 1 };
     let t = Instant::now();
-    let r = timed::run(&set, &table, &jobs);
+    let r = timed::run_observed(&set, &table, &jobs, |d| {
+        let Some(sink) = &events else { return };
+        let at = wasmsched_events::Timestamp(d.at.saturating_mul(1000));
+        match d.outcome {
+            Ok((p, node)) => {
+                sink.emit_at(at, decisions::scheduled(d.task, &node.name, p, table.len(), &policy, d.attempt))
+            }
+            Err(u) => decisions::unschedulable(d.task, &u.diagnosis, &policy, d.attempt)
+                .into_iter()
+                .for_each(|e| sink.emit_at(at, e)),
+        }
+    });
+    let event_stats = crate::events_cmd::finish(events);
     let report = Report {
         jobs: jobs.len(),
         policy: &args.policy,
@@ -102,6 +123,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         jain_fairness: r.jain_fairness,
         queues: &r.queues,
         waiting_at_end_by_reason: &r.waiting_by_reason,
+        events: event_stats,
     };
     if let Some(out) = &args.out {
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;

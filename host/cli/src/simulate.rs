@@ -102,8 +102,8 @@ pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
     let run = replay::run_observed(&set, &work.nodes, &work.pods, &typical, |d| {
         let Some(sink) = &events else { return };
         match d.outcome {
-            Ok((p, node)) => sink.emit(decisions::scheduled(d.task, &node.name, p, work.nodes.len(), &policy)),
-            Err(u) => decisions::unschedulable(d.task, &u.diagnosis, &policy).into_iter().for_each(|e| sink.emit(e)),
+            Ok((p, node)) => sink.emit(decisions::scheduled(d.task, &node.name, p, work.nodes.len(), &policy, 1)),
+            Err(u) => decisions::unschedulable(d.task, &u.diagnosis, &policy, 1).into_iter().for_each(|e| sink.emit(e)),
         }
     });
     let replay_seconds = t.elapsed().as_secs_f64();

@@ -110,3 +110,38 @@ fn events_schema_prints_the_documented_schema() {
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/events.schema.json")).unwrap();
     assert_eq!(printed, documented);
 }
+
+#[test]
+fn replay_publishes_each_attempt_in_virtual_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("replay.jsonl");
+    let f = file.to_str().unwrap();
+    let report: serde_json::Value = serde_json::from_str(&ok(wasmsched(&[
+        "replay",
+        "--scenario",
+        "examples/scenarios/two-queues.json",
+        "--native",
+        "--json",
+        "--events",
+        f,
+    ])))
+    .unwrap();
+    let attempts = report["placement_attempts"].as_u64().unwrap();
+    assert_eq!(report["events"]["delivered"], attempts, "one event per attempt: {report}");
+
+    // train-2 waits for the first training job to leave: unschedulable attempts, then scheduled,
+    // numbered, in virtual time order.
+    let lines = ok(wasmsched(&["events", "tail", "--file", f, "--task", "train-2"]));
+    let events: Vec<serde_json::Value> = lines.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(events.len() >= 2, "{lines}");
+    let (last, waits) = events.split_last().unwrap();
+    assert_eq!(last["type"], "io.wasmsched.task.scheduled.v1");
+    for (i, e) in waits.iter().enumerate() {
+        assert_eq!(e["type"], "io.wasmsched.task.unschedulable.v1");
+        assert_eq!(e["data"]["attempt"], i + 1);
+    }
+    assert_eq!(last["data"]["attempt"], events.len());
+    let times: Vec<&str> = events.iter().map(|e| e["time"].as_str().unwrap()).collect();
+    assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
+    assert!(times[0].starts_with("1970-01-01T"), "virtual time: {}", times[0]);
+}

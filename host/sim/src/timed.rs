@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use serde::{Deserialize, Serialize};
 use wasmsched_api::{DeviceShare, GpuRequest, Node, Resources, Task};
-use wasmsched_core::{NodeTable, PolicySet, Slot, bind, place, release};
+use wasmsched_core::{NodeTable, Placement, PolicySet, Slot, Unschedulable, bind, place, release};
 use wasmsched_plugin_gpu_share_score::{Spec, TypicalPod, typical_pods};
 
 use crate::trace::{TraceError, TracePod};
@@ -284,6 +284,30 @@ fn main_reason(e: &wasmsched_core::Unschedulable) -> String {
 
 /// Replay `jobs` on a copy of `nodes` with `set` (worker 0).
 pub fn run(set: &PolicySet, nodes: &NodeTable, jobs: &[Job]) -> TimedRun {
+    run_observed(set, nodes, jobs, |_| {})
+}
+
+/// One placement attempt of a time-driven replay, for observers (events, logs).
+#[derive(Debug)]
+pub struct TimedDecision<'a> {
+    /// Virtual time of the attempt, in seconds since the start of the replay.
+    pub at: u64,
+    /// The job's task.
+    pub task: &'a Task,
+    /// Attempts for this job so far, this one included.
+    pub attempt: u32,
+    /// Where it went (the node after binding), or why it could not be placed.
+    pub outcome: Result<(&'a Placement, &'a Node), &'a Unschedulable>,
+}
+
+/// [`run`], calling `observe` after every placement attempt.
+pub fn run_observed(
+    set: &PolicySet,
+    nodes: &NodeTable,
+    jobs: &[Job],
+    mut observe: impl FnMut(TimedDecision<'_>),
+) -> TimedRun {
+    let mut per_job_attempts = vec![0u32; jobs.len()];
     let mut table = nodes.clone();
     let capacity: u64 = table.slots().filter_map(|s| table.get(s)).map(|n| n.allocatable.gpu_milli).sum();
     let tasks: Vec<Task> = jobs.iter().map(Job::task).collect();
@@ -349,9 +373,14 @@ pub fn run(set: &PolicySet, nodes: &NodeTable, jobs: &[Job]) -> TimedRun {
                 continue;
             }
             attempts += 1;
+            per_job_attempts[i] += 1;
+            let attempt = per_job_attempts[i];
             match place(set, &table, &tasks[i], 0) {
                 Ok(p) => {
                     if let Some(Ok(())) = table.update(p.node, |n| bind(n, &tasks[i], &p.devices)) {
+                        if let Some(node) = table.get(p.node) {
+                            observe(TimedDecision { at: now, task: &tasks[i], attempt, outcome: Ok((&p, node)) });
+                        }
                         pending.remove(&key);
                         running[i] = Some((p.node, p.devices));
                         used += jobs[i].gpu_milli_total();
@@ -363,6 +392,7 @@ pub fn run(set: &PolicySet, nodes: &NodeTable, jobs: &[Job]) -> TimedRun {
                     }
                 }
                 Err(e) => {
+                    observe(TimedDecision { at: now, task: &tasks[i], attempt, outcome: Err(&e) });
                     out[i].waiting_reason = Some(main_reason(&e));
                     failed_shapes.push(shape);
                 }
