@@ -215,26 +215,26 @@ fn run_once(set: &PolicySet, s: &Scenario, sink: Option<&EventSink>, runtime: &'
         let t0 = Instant::now();
         let sampled = place_sampled(set, &table, task, 0, start, s.find);
         start = (start + sampled.examined) % total.max(1);
-        match sampled.result {
-            Ok(p) => match table.update(p.node, |n| bind(n, task, &p.devices)) {
-                Some(Ok(())) => {
-                    placed += 1;
-                    if let (Some(sink), Some(node)) = (sink, table.get(p.node)) {
-                        let e0 = Instant::now();
-                        sink.emit(decisions::scheduled(task, &node.name, &p, sampled.examined, &policy, 1));
-                        in_events += e0.elapsed();
-                    }
-                }
-                _ => unschedulable += 1,
-            },
-            Err(u) => {
-                unschedulable += 1;
-                if let Some(sink) = sink {
-                    let e0 = Instant::now();
-                    decisions::unschedulable(task, &u.diagnosis, &policy, 1).into_iter().for_each(|e| sink.emit(e));
-                    in_events += e0.elapsed();
-                }
-            }
+        let bound = match &sampled.result {
+            Ok(p) => matches!(table.update(p.node, |n| bind(n, task, &p.devices)), Some(Ok(()))),
+            Err(_) => false,
+        };
+        if bound {
+            placed += 1
+        } else {
+            unschedulable += 1
+        }
+        // A placement whose bind failed (never expected: devices are validated) publishes nothing.
+        let outcome = match &sampled.result {
+            Ok(p) if bound => table.get(p.node).map(|n| Ok((p, n.name.as_str()))),
+            Ok(_) => None,
+            Err(u) => Some(Err(&u.diagnosis)),
+        };
+        if let (Some(_), Some(outcome)) = (sink, outcome) {
+            let e0 = Instant::now();
+            let decision = decisions::Decision { task, outcome, evaluated: sampled.examined, attempt: 1 };
+            decisions::publish(sink, None, decision, &policy);
+            in_events += e0.elapsed();
         }
         latencies.push(t0.elapsed());
     }

@@ -6,6 +6,33 @@ use wasmsched_events::schema::{
     FaultKind, GpuShare, Payload, PluginFault, PolicySetRef, ScoreSummary, Stage, StageReason, TaskRef, TaskScheduled,
     TaskUnschedulable,
 };
+use wasmsched_events::{EventSink, Timestamp};
+
+/// One placement decision.
+pub struct Decision<'a> {
+    pub task: &'a Task,
+    /// The placement and the chosen node's name, or why no node fit.
+    pub outcome: Result<(&'a Placement, &'a str), &'a Diagnosis>,
+    /// Nodes examined.
+    pub evaluated: usize,
+    /// Attempts for this task so far, this one included.
+    pub attempt: u32,
+}
+
+/// Publish `d` on `sink` (if any), stamped with `time` (now when none): a `task-scheduled` event,
+/// or `task-unschedulable` plus one `plugin-fault` per fault seen.
+pub fn publish(sink: Option<&EventSink>, time: Option<Timestamp>, d: Decision<'_>, policy: &PolicySetRef) {
+    let Some(sink) = sink else { return };
+    let time = time.unwrap_or_else(Timestamp::now);
+    match d.outcome {
+        Ok((p, node)) => sink.emit_at(time, scheduled(d.task, node, p, d.evaluated, policy, d.attempt)),
+        Err(diagnosis) => {
+            for e in unschedulable(d.task, diagnosis, policy, d.attempt) {
+                sink.emit_at(time, e);
+            }
+        }
+    }
+}
 
 pub fn task_ref(task: &Task) -> TaskRef {
     TaskRef {
@@ -47,7 +74,7 @@ fn stage(s: CoreStage) -> Stage {
 
 /// The unschedulable event (reasons aggregated over nodes, most frequent first) and one fault
 /// event per plugin fault seen.
-pub fn unschedulable(task: &Task, d: &Diagnosis, policy: &PolicySetRef, attempt: u32) -> Vec<Payload> {
+fn unschedulable(task: &Task, d: &Diagnosis, policy: &PolicySetRef, attempt: u32) -> Vec<Payload> {
     let mut reasons: Vec<StageReason> = d
         .rejections
         .iter()
@@ -75,7 +102,7 @@ pub fn unschedulable(task: &Task, d: &Diagnosis, policy: &PolicySetRef, attempt:
     out
 }
 
-pub fn fault(f: &wasmsched_core::PluginFault, policy: &PolicySetRef) -> Payload {
+fn fault(f: &wasmsched_core::PluginFault, policy: &PolicySetRef) -> Payload {
     Payload::PluginFault(PluginFault {
         plugin: f.plugin.clone(),
         stage: stage(f.stage),

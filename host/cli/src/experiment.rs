@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use serde::Serialize;
-use wasmsched_runtime::{Runtime, RuntimeConfig};
 use wasmsched_sim::experiment::{self, Grid, MAX_COLUMN, Outcome, Progress, Row, Trace};
 use wasmsched_sim::trace;
 
@@ -134,10 +133,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for e in &skipped_rows {
         tracing::warn!("skipped malformed row: {e}");
     }
-    let runtime = (!args.native)
-        .then(|| Runtime::new(RuntimeConfig { deterministic: true, ..Default::default() }))
-        .transpose()
-        .context("starting the Wasm runtime")?;
+    let runtime = crate::policy::replay_runtime(args.native)?;
     // Fail on a bad policy name before the grid starts.
     for p in &policies {
         policy_set(

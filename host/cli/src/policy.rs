@@ -8,7 +8,16 @@ use wasmsched_plugin_allocation_score::AllocationScore;
 use wasmsched_plugin_gpu_share_score::{GpuShareScore, TypicalPod};
 use wasmsched_plugin_resource_fit::ResourceFit;
 use wasmsched_plugins::BuiltIn;
-use wasmsched_runtime::{PluginConfig, Runtime};
+use wasmsched_runtime::{PluginConfig, Runtime, RuntimeConfig};
+
+/// The Wasm runtime for replays, or none with `--native`. Fuel, not wall-clock time, bounds
+/// plugins here, so a replay is reproducible on any machine.
+pub fn replay_runtime(native: bool) -> anyhow::Result<Option<Runtime>> {
+    (!native)
+        .then(|| Runtime::new(RuntimeConfig { deterministic: true, ..Default::default() }))
+        .transpose()
+        .context("starting the Wasm runtime")
+}
 
 /// Score policies `simulate` and `experiment` accept.
 pub const SCORE_POLICIES: [&str; 8] =

@@ -7,7 +7,6 @@ use std::time::Instant;
 use anyhow::Context;
 use serde::Serialize;
 use wasmsched_core::NodeTable;
-use wasmsched_runtime::{Runtime, RuntimeConfig};
 use wasmsched_sim::timed::{self, Job, QueueStats, Scenario};
 
 use crate::policy::policy_set;
@@ -90,25 +89,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     };
     let typical = timed::target_workload(&jobs);
-    let runtime = (!args.native)
-        .then(|| Runtime::new(RuntimeConfig { deterministic: true, ..Default::default() }))
-        .transpose()
-        .context("starting the Wasm runtime")?;
+    let runtime = crate::policy::replay_runtime(args.native)?;
     let set = policy_set(runtime.as_ref(), &args.policy, args.seed, &typical)?;
     let events = args.sink.open("replay")?;
     let policy = wasmsched_events::schema::PolicySetRef { name: args.policy.clone(), version: 1 };
     let t = Instant::now();
     let r = timed::run_observed(&set, &table, &jobs, |d| {
-        let Some(sink) = &events else { return };
         let at = wasmsched_events::Timestamp(d.at.saturating_mul(1000));
-        match d.outcome {
-            Ok((p, node)) => {
-                sink.emit_at(at, decisions::scheduled(d.task, &node.name, p, table.len(), &policy, d.attempt))
-            }
-            Err(u) => decisions::unschedulable(d.task, &u.diagnosis, &policy, d.attempt)
-                .into_iter()
-                .for_each(|e| sink.emit_at(at, e)),
-        }
+        let outcome = d.outcome.map(|(p, node)| (p, node.name.as_str())).map_err(|u| &u.diagnosis);
+        let decision = decisions::Decision { task: d.task, outcome, evaluated: table.len(), attempt: d.attempt };
+        decisions::publish(events.as_ref(), Some(at), decision, &policy);
     });
     let event_stats = crate::events_cmd::finish(events);
     let report = Report {

@@ -3,9 +3,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::Context;
 use serde::Serialize;
-use wasmsched_runtime::{Runtime, RuntimeConfig};
 use wasmsched_sim::{replay, workload};
 
 use crate::policy::policy_set;
@@ -88,11 +86,7 @@ pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
     anyhow::ensure!(!nodes.is_empty(), "the node list is empty");
     let work = workload::build(&pods, &nodes, args.seed, args.tune);
     let typical = workload::target_workload(&pods);
-    // Fuel, not wall-clock time, bounds plugins here, so a run is reproducible on any machine.
-    let runtime = (!args.native)
-        .then(|| Runtime::new(RuntimeConfig { deterministic: true, ..Default::default() }))
-        .transpose()
-        .context("starting the Wasm runtime")?;
+    let runtime = crate::policy::replay_runtime(args.native)?;
     let set = policy_set(runtime.as_ref(), &args.policy, args.seed, &typical)?;
     let setup_seconds = started.elapsed().as_secs_f64();
 
@@ -100,11 +94,9 @@ pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
     let policy = wasmsched_events::schema::PolicySetRef { name: args.policy.clone(), version: 1 };
     let t = Instant::now();
     let run = replay::run_observed(&set, &work.nodes, &work.pods, &typical, |d| {
-        let Some(sink) = &events else { return };
-        match d.outcome {
-            Ok((p, node)) => sink.emit(decisions::scheduled(d.task, &node.name, p, work.nodes.len(), &policy, 1)),
-            Err(u) => decisions::unschedulable(d.task, &u.diagnosis, &policy, 1).into_iter().for_each(|e| sink.emit(e)),
-        }
+        let outcome = d.outcome.map(|(p, node)| (p, node.name.as_str())).map_err(|u| &u.diagnosis);
+        let decision = decisions::Decision { task: d.task, outcome, evaluated: work.nodes.len(), attempt: 1 };
+        decisions::publish(events.as_ref(), None, decision, &policy);
     });
     let replay_seconds = t.elapsed().as_secs_f64();
     let event_stats = events_cmd::finish(events);
