@@ -1,0 +1,159 @@
+//! What the node agent writes on a Node object and the scheduler reads back: one JSON annotation
+//! with the complete topology (every GPU, every pair), and capability labels for node selectors.
+//!
+//! Keys live under `wasmsched.io/`: the `kubernetes.io` and `k8s.io` prefixes the article uses are
+//! reserved for Kubernetes itself.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Gpu, Link, Nic, NodeTopology};
+
+/// Annotation holding the JSON topology.
+pub const TOPOLOGY_ANNOTATION: &str = "wasmsched.io/gpu-topology";
+/// Label prefix of the capability labels.
+pub const LABEL_PREFIX: &str = "wasmsched.io/";
+/// Version of the annotation format.
+pub const FORMAT_VERSION: u32 = 1;
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Document {
+    version: u32,
+    gpus: Vec<Gpu>,
+    /// Every unordered pair `a < b`, once.
+    links: Vec<PairLink>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    nics: Vec<Nic>,
+    /// NUMA ids were inferred from CPU affinity, not reported.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    numa_inferred: bool,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PairLink {
+    a: u32,
+    b: u32,
+    /// The `nvidia-smi` code: `NV18`, `PIX`, `SYS`, …
+    link: String,
+    /// NVLink through an NVSwitch.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    nvswitch: bool,
+}
+
+/// The annotation value for a topology.
+pub fn to_annotation(topology: &NodeTopology) -> String {
+    let n = topology.len();
+    let mut links = Vec::with_capacity(n * n.saturating_sub(1) / 2);
+    for a in 0..n {
+        for b in a + 1..n {
+            if let Some(link) = topology.link(a, b) {
+                links.push(PairLink {
+                    a: a as u32,
+                    b: b as u32,
+                    link: link.code(),
+                    nvswitch: matches!(link, Link::NvLink { switched: true, .. }),
+                });
+            }
+        }
+    }
+    let doc = Document {
+        version: FORMAT_VERSION,
+        gpus: topology.gpus().to_vec(),
+        links,
+        nics: topology.nics().to_vec(),
+        numa_inferred: topology.numa_inferred(),
+    };
+    serde_json::to_string(&doc).expect("topology serialises")
+}
+
+/// Reads an annotation value back. Every pair must be given exactly once.
+pub fn from_annotation(json: &str) -> Result<NodeTopology, Error> {
+    let doc: Document =
+        serde_json::from_str(json).map_err(|e| Error::Invalid(format!("annotation {TOPOLOGY_ANNOTATION}: {e}")))?;
+    if doc.version != FORMAT_VERSION {
+        return Err(Error::Invalid(format!(
+            "annotation {TOPOLOGY_ANNOTATION} has format version {}, this build reads {FORMAT_VERSION}",
+            doc.version
+        )));
+    }
+    let n = doc.gpus.len();
+    if n > crate::MAX_GPUS {
+        return Err(Error::Invalid(format!("{n} GPUs on one node; at most {} are supported", crate::MAX_GPUS)));
+    }
+    let mut matrix: Vec<Option<Link>> = vec![None; n * n];
+    for pair in &doc.links {
+        let (a, b) = (pair.a as usize, pair.b as usize);
+        if a >= b || b >= n {
+            return Err(Error::Invalid(format!(
+                "annotation link {}–{} is not a pair a < b of the {n} GPUs",
+                pair.a, pair.b
+            )));
+        }
+        let link = match Link::from_code(&pair.link) {
+            Some(Link::NvLink { links, .. }) => Link::NvLink { links, switched: pair.nvswitch },
+            Some(other) if !pair.nvswitch => other,
+            _ => {
+                return Err(Error::Invalid(format!(
+                    "annotation link {a}–{b}: `{}`{} is not a link class",
+                    pair.link,
+                    if pair.nvswitch { " through NVSwitch" } else { "" }
+                )));
+            }
+        };
+        if matrix[a * n + b].replace(link).is_some() {
+            return Err(Error::Invalid(format!("annotation lists link {a}–{b} twice")));
+        }
+        matrix[b * n + a] = Some(link);
+    }
+    for a in 0..n {
+        for b in a + 1..n {
+            if matrix[a * n + b].is_none() {
+                return Err(Error::Invalid(format!("annotation lacks the link {a}–{b}")));
+            }
+        }
+    }
+    let mut topology = NodeTopology::new(doc.gpus, |a, b| matrix[a * n + b].unwrap_or(Link::Sys), doc.nics)?;
+    if doc.numa_inferred {
+        topology.set_numa_inferred();
+    }
+    Ok(topology)
+}
+
+/// Capability labels: interconnect, NUMA layout, and whether `k` GPUs fit in one NUMA node for
+/// `k` = 2, 4, 8, 16 up to the GPU count. They describe the hardware, not what is free (free
+/// capacity changes every second and lives in the scheduler's cluster state).
+pub fn labels(topology: &NodeTopology) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::new();
+    let mut put = |key: &str, value: String| {
+        labels.insert(format!("{LABEL_PREFIX}{key}"), value);
+    };
+    let n = topology.len();
+    put("gpu-count", n.to_string());
+    put("gpu-interconnect", topology.interconnect().to_string());
+    let max_bond = (0..n)
+        .flat_map(|a| (0..n).map(move |b| (a, b)))
+        .filter_map(|(a, b)| match topology.link(a, b) {
+            Some(Link::NvLink { links, .. }) => Some(links),
+            _ => None,
+        })
+        .max();
+    if let Some(bond) = max_bond {
+        put("nvlink-bond", bond.to_string());
+    }
+    let numa = topology.numa_nodes();
+    if !numa.is_empty() && topology.gpus().iter().all(|g| g.numa.is_some()) {
+        let per: Vec<usize> =
+            numa.iter().map(|id| topology.gpus().iter().filter(|g| g.numa == Some(*id)).count()).collect();
+        put("numa-nodes", numa.len().to_string());
+        // The smallest group: what a single-NUMA job can count on anywhere on this node.
+        put("gpus-per-numa", per.iter().min().copied().unwrap_or(0).to_string());
+        let largest = per.iter().max().copied().unwrap_or(0);
+        for k in [2usize, 4, 8, 16].into_iter().filter(|&k| k <= n) {
+            put(&format!("single-numa-{k}gpu"), (largest >= k).to_string());
+        }
+    }
+    labels
+}

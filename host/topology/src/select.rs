@@ -1,0 +1,485 @@
+//! Exact GPU-set selection on one node.
+//!
+//! For a request of `k` GPUs and the node's free GPUs, the chosen set is the minimum of this key,
+//! compared in order (`docs/topology.md` explains each):
+//!
+//! 1. the **bottleneck bandwidth** (the slowest link inside the set), highest first: collective
+//!    operations run at the speed of their slowest link;
+//! 2. the **total distance** (sum over pairs of latency normalised to one NVLink hop), lowest first;
+//! 3. the **NUMA span** (how many NUMA nodes the set touches), lowest first;
+//! 4. the **NUMA best fit**: free GPUs left behind in the NUMA nodes the set touches, fewest first,
+//!    so a small job fills a fragmented NUMA node rather than breaking up a whole one;
+//! 5. the **cut**: total bandwidth from the set to the free GPUs left behind, lowest first, so a
+//!    job does not take one GPU of a free NVLink pair when another GPU would do;
+//! 6. the **lowest GPU indexes** (lexicographic), which makes the choice deterministic.
+//!
+//! Keys 3 and 4 are skipped under [`NumaPolicy::None`]. The NUMA policies are filters with kubelet
+//! semantics. The search is a branch and bound over bandwidth levels that returns exactly what
+//! exhaustive enumeration returns ([`Prepared::ranked`] is that enumeration; tests compare both).
+
+use std::cmp::Ordering;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{LinkCosts, NodeTopology};
+
+/// NUMA alignment, with the Kubernetes Topology Manager's meaning.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NumaPolicy {
+    /// NUMA is not considered.
+    None,
+    /// Prefer the narrowest NUMA span, admit anyway.
+    #[default]
+    BestEffort,
+    /// Admit only sets whose NUMA span is the narrowest possible for `k` on this node (counting
+    /// all its GPUs, busy or not, as the kubelet does).
+    Restricted,
+    /// Admit only sets within one NUMA node.
+    SingleNumaNode,
+}
+
+impl NumaPolicy {
+    /// Parses the kubelet spelling (`single-numa-node`) and the article's (`single-numa`).
+    pub fn parse(text: &str) -> Option<NumaPolicy> {
+        Some(match text.trim() {
+            "none" => NumaPolicy::None,
+            "best-effort" => NumaPolicy::BestEffort,
+            "restricted" => NumaPolicy::Restricted,
+            "single-numa-node" | "single-numa" => NumaPolicy::SingleNumaNode,
+            _ => return None,
+        })
+    }
+
+    /// The kubelet spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NumaPolicy::None => "none",
+            NumaPolicy::BestEffort => "best-effort",
+            NumaPolicy::Restricted => "restricted",
+            NumaPolicy::SingleNumaNode => "single-numa-node",
+        }
+    }
+}
+
+/// Why no set was chosen.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Unsatisfiable {
+    /// Fewer free GPUs than requested.
+    #[error("{free} free GPUs, {requested} requested")]
+    NotEnoughFree {
+        /// Free GPUs on the node.
+        free: u32,
+        /// GPUs requested.
+        requested: u32,
+    },
+    /// The NUMA policy admits no set of the free GPUs.
+    #[error("no {requested} free GPUs satisfy NUMA policy {policy} (at most {span} NUMA nodes)")]
+    Numa {
+        /// The policy.
+        policy: &'static str,
+        /// GPUs requested.
+        requested: u32,
+        /// The widest span the policy admits.
+        span: u32,
+    },
+    /// The policy needs NUMA ids that discovery did not report.
+    #[error("NUMA policy {0} needs the NUMA node of every GPU, and some are unknown")]
+    NumaUnknown(&'static str),
+    /// Zero GPUs requested.
+    #[error("zero GPUs requested")]
+    Zero,
+}
+
+/// A chosen GPU set with the values of its key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Choice {
+    /// GPU indexes, ascending.
+    pub gpus: Vec<u32>,
+    /// Slowest link inside the set in MB/s; None for a single GPU.
+    pub bottleneck_mbps: Option<u32>,
+    /// Sum over pairs of normalised distance, in thousandths.
+    pub distance_milli: u64,
+    /// NUMA nodes touched (unknown NUMA counts as one more node).
+    pub numa_span: u32,
+    /// Free GPUs left in the touched NUMA nodes.
+    pub numa_leftover: u32,
+    /// Bandwidth from the set to the free GPUs left behind, MB/s.
+    pub cut_mbps: u64,
+    #[serde(skip)]
+    mask: u64,
+}
+
+impl Choice {
+    /// The set as a bit mask (bit `i` = GPU `i`).
+    pub fn mask(&self) -> u64 {
+        self.mask
+    }
+
+    /// Which key makes `self` better than `other` (`None` when they are the same set).
+    pub fn decided_by(&self, other: &Choice, policy: NumaPolicy) -> Option<&'static str> {
+        let keys: [(&'static str, Ordering); 6] = [
+            (
+                "bottleneck bandwidth",
+                other.bottleneck_mbps.unwrap_or(u32::MAX).cmp(&self.bottleneck_mbps.unwrap_or(u32::MAX)),
+            ),
+            ("total distance", self.distance_milli.cmp(&other.distance_milli)),
+            ("NUMA span", numa_cmp(policy, self.numa_span, other.numa_span)),
+            ("NUMA best fit", numa_cmp(policy, self.numa_leftover, other.numa_leftover)),
+            ("bandwidth cut from free GPUs", self.cut_mbps.cmp(&other.cut_mbps)),
+            ("lowest GPU indexes", lex(self.mask, other.mask)),
+        ];
+        keys.into_iter().find(|(_, o)| *o != Ordering::Equal).map(|(name, _)| name)
+    }
+}
+
+fn numa_cmp(policy: NumaPolicy, a: u32, b: u32) -> Ordering {
+    if policy == NumaPolicy::None { Ordering::Equal } else { a.cmp(&b) }
+}
+
+/// Lexicographic order of two equal-sized sets' ascending index lists: the set holding the lowest
+/// index where they differ comes first.
+fn lex(a: u64, b: u64) -> Ordering {
+    let diff = a ^ b;
+    if diff == 0 {
+        Ordering::Equal
+    } else if a & diff & diff.wrapping_neg() != 0 {
+        Ordering::Less
+    } else {
+        Ordering::Greater
+    }
+}
+
+impl fmt::Display for Choice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "GPUs {:?}", self.gpus)?;
+        if let Some(bw) = self.bottleneck_mbps {
+            write!(f, ", bottleneck {:.1} GB/s", f64::from(bw) / 1000.0)?;
+        }
+        write!(
+            f,
+            ", distance {:.1}, NUMA span {}, NUMA leftover {}, cut {:.1} GB/s",
+            self.distance_milli as f64 / 1000.0,
+            self.numa_span,
+            self.numa_leftover,
+            self.cut_mbps as f64 / 1000.0
+        )
+    }
+}
+
+/// A node's topology turned into integer matrices, built once per node and reused for every
+/// selection (what a scheduler keeps in its node table).
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    n: usize,
+    /// Bandwidth in MB/s, row-major `n × n`.
+    bandwidth: Vec<u32>,
+    /// Normalised distance in thousandths, row-major `n × n`.
+    distance: Vec<u32>,
+    /// NUMA group of each GPU (unknown NUMA is one extra group), and whether any is unknown.
+    numa: Vec<u32>,
+    numa_unknown: bool,
+    /// GPU mask of each NUMA group.
+    numa_masks: Vec<u64>,
+}
+
+impl Prepared {
+    /// Converts a topology with the given link costs.
+    pub fn new(topology: &NodeTopology, costs: &LinkCosts) -> Prepared {
+        let n = topology.len();
+        let mut bandwidth = vec![0; n * n];
+        let mut distance = vec![0; n * n];
+        for i in 0..n {
+            for j in 0..n {
+                if let Some(link) = topology.link(i, j) {
+                    let cost = costs.cost(link);
+                    bandwidth[i * n + j] = (cost.bandwidth_gbps * 1000.0).round().min(f64::from(u32::MAX)) as u32;
+                    distance[i * n + j] = (costs.distance(link) * 1000.0).round().min(f64::from(u32::MAX / 64)) as u32;
+                }
+            }
+        }
+        let mut ids: Vec<u32> = topology.numa_nodes();
+        let numa_unknown = topology.gpus().iter().any(|g| g.numa.is_none());
+        let numa: Vec<u32> = topology
+            .gpus()
+            .iter()
+            .map(|g| match g.numa {
+                Some(id) => ids.iter().position(|&x| x == id).unwrap_or(0) as u32,
+                None => ids.len() as u32,
+            })
+            .collect();
+        if numa_unknown {
+            ids.push(u32::MAX);
+        }
+        let mut numa_masks = vec![0u64; ids.len()];
+        for (i, &group) in numa.iter().enumerate() {
+            numa_masks[group as usize] |= 1 << i;
+        }
+        Prepared { n, bandwidth, distance, numa, numa_unknown, numa_masks }
+    }
+
+    /// Number of GPUs on the node.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    /// True for a node without GPUs.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// The mask of all GPUs.
+    pub fn all(&self) -> u64 {
+        if self.n == 64 { u64::MAX } else { (1u64 << self.n) - 1 }
+    }
+
+    /// Bandwidth between two GPUs in MB/s (0 for the same GPU).
+    pub fn bandwidth_mbps(&self, a: usize, b: usize) -> u32 {
+        self.bandwidth[a * self.n + b]
+    }
+
+    /// The narrowest NUMA span the node could give `k` GPUs if all were free (kubelet's
+    /// "preferred" width for `restricted`).
+    pub fn min_span(&self, k: u32) -> u32 {
+        let mut sizes: Vec<u32> = self.numa_masks.iter().map(|m| m.count_ones()).collect();
+        sizes.sort_unstable_by(|a, b| b.cmp(a));
+        let mut total = 0;
+        for (i, size) in sizes.iter().enumerate() {
+            total += size;
+            if total >= k {
+                return i as u32 + 1;
+            }
+        }
+        sizes.len() as u32
+    }
+
+    /// The best set of `k` GPUs among `free` (a mask), or why there is none.
+    pub fn select(&self, free: u64, k: u32, policy: NumaPolicy) -> Result<Choice, Unsatisfiable> {
+        let free = free & self.all();
+        let max_span = self.admissible(free, k, policy)?;
+        let mut search =
+            Search { p: self, free, k, policy, max_span, adjacency: vec![0; self.n], min_distance: 0, best: None };
+        if k == 1 {
+            let mut rest = free;
+            while rest != 0 {
+                let i = rest.trailing_zeros() as usize;
+                rest &= rest - 1;
+                search.leaf(1 << i);
+            }
+        } else {
+            for level in self.levels(free) {
+                search.level(level);
+                if search.best.is_some() {
+                    break;
+                }
+            }
+        }
+        let best = search.best.ok_or(Unsatisfiable::Numa { policy: policy.as_str(), requested: k, span: max_span })?;
+        Ok(self.choice(free, best.mask))
+    }
+
+    /// Every admissible set of `k` GPUs among `free`, best first: the exhaustive reference, for
+    /// explanations and tests. Refuses more than 24 free GPUs (the count explodes).
+    pub fn ranked(&self, free: u64, k: u32, policy: NumaPolicy) -> Result<Vec<Choice>, Unsatisfiable> {
+        let free = free & self.all();
+        let max_span = self.admissible(free, k, policy)?;
+        if free.count_ones() > 24 {
+            return Err(Unsatisfiable::NotEnoughFree { free: 24, requested: k });
+        }
+        let mut all = Vec::new();
+        let free_bits: Vec<u32> = (0..64).filter(|i| free >> i & 1 == 1).collect();
+        let m = free_bits.len();
+        // Gosper's hack over positions in `free_bits`.
+        let mut combo: u64 = (1u64 << k) - 1;
+        while combo < 1u64 << m {
+            let mask = free_bits
+                .iter()
+                .enumerate()
+                .filter(|(pos, _)| combo >> pos & 1 == 1)
+                .fold(0u64, |acc, (_, &bit)| acc | 1 << bit);
+            let choice = self.choice(free, mask);
+            if choice.numa_span <= max_span {
+                all.push(choice);
+            }
+            let c = combo & combo.wrapping_neg();
+            let r = combo + c;
+            combo = (((r ^ combo) >> 2) / c) | r;
+        }
+        all.sort_by(|a, b| self.compare(a, b, policy));
+        Ok(all)
+    }
+
+    fn compare(&self, a: &Choice, b: &Choice, policy: NumaPolicy) -> Ordering {
+        b.bottleneck_mbps
+            .unwrap_or(u32::MAX)
+            .cmp(&a.bottleneck_mbps.unwrap_or(u32::MAX))
+            .then(a.distance_milli.cmp(&b.distance_milli))
+            .then(numa_cmp(policy, a.numa_span, b.numa_span))
+            .then(numa_cmp(policy, a.numa_leftover, b.numa_leftover))
+            .then(a.cut_mbps.cmp(&b.cut_mbps))
+            .then(lex(a.mask, b.mask))
+    }
+
+    /// Checks the request against the free count and the policy; returns the widest span admitted.
+    fn admissible(&self, free: u64, k: u32, policy: NumaPolicy) -> Result<u32, Unsatisfiable> {
+        if k == 0 {
+            return Err(Unsatisfiable::Zero);
+        }
+        if free.count_ones() < k {
+            return Err(Unsatisfiable::NotEnoughFree { free: free.count_ones(), requested: k });
+        }
+        let needs_numa = matches!(policy, NumaPolicy::Restricted | NumaPolicy::SingleNumaNode);
+        if needs_numa && self.numa_unknown {
+            return Err(Unsatisfiable::NumaUnknown(policy.as_str()));
+        }
+        Ok(match policy {
+            NumaPolicy::None | NumaPolicy::BestEffort => u32::MAX,
+            NumaPolicy::Restricted => self.min_span(k),
+            NumaPolicy::SingleNumaNode => 1,
+        })
+    }
+
+    /// Distinct bandwidths of links among free GPUs, highest first.
+    fn levels(&self, free: u64) -> Vec<u32> {
+        let mut levels = Vec::new();
+        for i in bits(free) {
+            for j in bits(free & !((2u64 << i) - 1)) {
+                let bw = self.bandwidth[i * self.n + j];
+                if !levels.contains(&bw) {
+                    levels.push(bw);
+                }
+            }
+        }
+        levels.sort_unstable_by(|a, b| b.cmp(a));
+        levels
+    }
+
+    /// The full key of a set.
+    fn choice(&self, free: u64, mask: u64) -> Choice {
+        let n = self.n;
+        let mut bottleneck = u32::MAX;
+        let mut distance = 0u64;
+        let mut cut = 0u64;
+        let mut groups = 0u64;
+        for i in bits(mask) {
+            groups |= 1 << self.numa[i];
+            for j in bits(mask & !((2u64 << i) - 1)) {
+                bottleneck = bottleneck.min(self.bandwidth[i * n + j]);
+                distance += u64::from(self.distance[i * n + j]);
+            }
+            for j in bits(free & !mask) {
+                cut += u64::from(self.bandwidth[i * n + j]);
+            }
+        }
+        let leftover = bits(groups).map(|g| (self.numa_masks[g] & free & !mask).count_ones()).sum();
+        Choice {
+            gpus: bits(mask).map(|i| i as u32).collect(),
+            bottleneck_mbps: (mask.count_ones() > 1).then_some(bottleneck),
+            distance_milli: distance,
+            numa_span: groups.count_ones(),
+            numa_leftover: leftover,
+            cut_mbps: cut,
+            mask,
+        }
+    }
+}
+
+/// The set bits of a mask, ascending.
+fn bits(mask: u64) -> impl Iterator<Item = usize> {
+    let mut rest = mask;
+    std::iter::from_fn(move || {
+        (rest != 0).then(|| {
+            let i = rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            i
+        })
+    })
+}
+
+struct Best {
+    mask: u64,
+    distance: u64,
+    choice: Choice,
+}
+
+struct Search<'a> {
+    p: &'a Prepared,
+    free: u64,
+    k: u32,
+    policy: NumaPolicy,
+    max_span: u32,
+    /// Free GPUs linked at the current level or better, per GPU.
+    adjacency: Vec<u64>,
+    /// Smallest pair distance at the current level: the bound for pairs not yet chosen.
+    min_distance: u64,
+    best: Option<Best>,
+}
+
+impl Search<'_> {
+    /// Looks for the best `k`-clique among links of bandwidth ≥ `level`.
+    fn level(&mut self, level: u32) {
+        let n = self.p.n;
+        self.min_distance = u64::MAX;
+        for i in bits(self.free) {
+            let mut adj = 0u64;
+            for j in bits(self.free) {
+                if i != j && self.p.bandwidth[i * n + j] >= level {
+                    adj |= 1 << j;
+                    self.min_distance = self.min_distance.min(u64::from(self.p.distance[i * n + j]));
+                }
+            }
+            self.adjacency[i] = adj;
+        }
+        self.extend(0, self.free, 0, 0);
+    }
+
+    /// Depth-first over sets in index order: `chosen` so far, `candidates` adjacent to all of
+    /// them and above the last one, their pairwise `distance` and NUMA `groups`.
+    fn extend(&mut self, chosen: u64, candidates: u64, distance: u64, groups: u64) {
+        let depth = chosen.count_ones();
+        if depth == self.k {
+            self.leaf(chosen);
+            return;
+        }
+        let remaining = u64::from(self.k - depth);
+        if candidates.count_ones() < self.k - depth {
+            return;
+        }
+        if let Some(best) = &self.best {
+            let new_pairs = remaining * u64::from(depth) + remaining * (remaining - 1) / 2;
+            if distance + new_pairs * self.min_distance > best.distance {
+                return;
+            }
+        }
+        let n = self.p.n;
+        let mut rest = candidates;
+        while rest != 0 {
+            let i = rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            if rest.count_ones() + 1 < self.k - depth {
+                return;
+            }
+            let groups = groups | 1 << self.p.numa[i];
+            if groups.count_ones() > self.max_span {
+                continue;
+            }
+            let added: u64 = bits(chosen).map(|j| u64::from(self.p.distance[i * n + j])).sum();
+            self.extend(chosen | 1 << i, rest & self.adjacency[i], distance + added, groups);
+        }
+    }
+
+    fn leaf(&mut self, mask: u64) {
+        let choice = self.p.choice(self.free, mask);
+        if choice.numa_span > self.max_span {
+            return;
+        }
+        let better = match &self.best {
+            None => true,
+            Some(best) => self.p.compare(&choice, &best.choice, self.policy) == Ordering::Less,
+        };
+        if better {
+            self.best = Some(Best { mask, distance: choice.distance_milli, choice });
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! `nvidia-smi topo -m` parsing on real outputs (and format-faithful reconstructions, see
+//! `fixtures/README.md`), the annotation round trip, and bad input.
+
+use wasmsched_topology::annotation::{self, from_annotation, labels, to_annotation};
+use wasmsched_topology::{Link, LinkCosts, NodeTopology, smi};
+
+fn fixture(name: &str) -> String {
+    std::fs::read_to_string(format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+}
+
+fn parse(name: &str) -> NodeTopology {
+    smi::parse(&fixture(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+const NV: fn(u8) -> Link = |links| Link::NvLink { links, switched: false };
+
+#[test]
+fn h100_nvswitch_node_with_a_nic() {
+    let t = parse("h100-sxm-8gpu-nv18.txt");
+    // The header starts with a tab; it must not be counted as a GPU row (the article's bug B1).
+    assert_eq!(t.len(), 8);
+    assert_eq!(t.link(0, 7), Some(Link::NvLink { links: 18, switched: true }));
+    assert_eq!(t.interconnect(), "nvswitch");
+    assert_eq!(t.gpus()[3].numa, Some(0));
+    assert_eq!(t.gpus()[4].numa, Some(1));
+    assert_eq!(t.gpus()[4].cpus.to_string(), "104-207");
+    assert_eq!(t.nics().len(), 1);
+    assert_eq!(t.nics()[0].name, "mlx5_0", "the NIC legend names NIC0");
+    assert!(t.nics()[0].gpu_links.iter().all(|l| *l == Link::Sys));
+    assert!(!t.numa_inferred());
+}
+
+#[test]
+fn a100_pcie_with_nvlink_bridge_pairs() {
+    let t = parse("a100-pcie-4gpu-nvlink-bridge-pairs.txt");
+    assert_eq!(t.len(), 4);
+    assert_eq!(t.link(0, 1), Some(NV(12)));
+    assert_eq!(t.link(2, 3), Some(NV(12)));
+    assert_eq!(t.link(1, 2), Some(Link::Sys));
+    assert_eq!(t.interconnect(), "nvlink");
+    assert_eq!(t.numa_nodes(), vec![0, 1, 2, 3]);
+}
+
+#[test]
+fn pcie_classes_are_kept_apart() {
+    let t = parse("pcie-6gpu-pix-pairs.txt");
+    assert_eq!(t.link(0, 1), Some(Link::Pix));
+    // NODE is within one NUMA node across host bridges, not cross-node (the article's bug B2).
+    assert_eq!(t.link(0, 2), Some(Link::Node));
+    assert_eq!(t.link(0, 4), Some(Link::Sys));
+    assert_eq!(t.interconnect(), "pcie");
+    let t = parse("rtx5090-2gpu-phb.txt");
+    assert_eq!(t.link(0, 1), Some(Link::Phb));
+    let t = parse("pcie-8gpu-node-sys.txt");
+    assert_eq!(t.gpus()[7].cpus.to_string(), "64-127,192-255");
+}
+
+#[test]
+fn dgx1_hybrid_cube_mesh_with_mlx5_columns_and_no_numa_column() {
+    let t = parse("dgx1v-8gpu-nv1-nv2-cube-mesh.txt");
+    assert_eq!(t.len(), 8);
+    assert_eq!(t.link(0, 1), Some(NV(1)));
+    assert_eq!(t.link(0, 3), Some(NV(2)));
+    assert_eq!(t.link(0, 5), Some(Link::Sys));
+    assert_eq!(t.interconnect(), "nvlink", "a cube mesh is not a switch");
+    // No NUMA column: sockets are inferred from the CPU affinity.
+    assert!(t.numa_inferred());
+    assert_eq!(t.gpus()[0].numa, Some(0));
+    assert_eq!(t.gpus()[7].numa, Some(1));
+    let names: Vec<&str> = t.nics().iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["mlx5_0", "mlx5_2", "mlx5_1", "mlx5_3"]);
+    assert_eq!(t.nics()[0].gpu_links[0], Link::Pix);
+}
+
+#[test]
+fn dgx2_sixteen_gpus_and_old_soc_cells() {
+    let t = parse("dgx2-16gpu-nv6-mlx5.txt");
+    assert_eq!(t.len(), 16);
+    assert_eq!(t.interconnect(), "nvswitch");
+    assert_eq!(t.nics().len(), 10);
+    assert_eq!(t.gpus()[15].numa, Some(1));
+    let t = parse("k80-4gpu-soc-old.txt");
+    assert_eq!(t.link(0, 2), Some(Link::Sys), "SOC is the old name of SYS");
+    assert_eq!(t.link(0, 1), Some(Link::Pix));
+}
+
+#[test]
+fn space_separated_copies_parse_too() {
+    // Outputs pasted into tickets often lose their tabs.
+    let text = fixture("a100-pcie-4gpu-nvlink-bridge-pairs.txt").replace('\t', "    ");
+    let t = smi::parse(&text).unwrap();
+    assert_eq!(t.len(), 4);
+    assert_eq!(t.gpus()[3].numa, Some(3));
+}
+
+#[test]
+fn bad_outputs_are_refused_with_the_line() {
+    let good = fixture("pcie-6gpu-pix-pairs.txt");
+    let cases: Vec<(String, &str)> = vec![
+        ("".into(), "no header line"),
+        ("No devices were found\n".into(), "no header line"),
+        (good.replace("GPU3\tNODE\tNODE\tPIX", "GPU3\tNODE\tNODE\tFOO"), "unknown link `FOO`"),
+        (good.replace("GPU5\tSYS\tSYS\tSYS\tSYS\tPIX\t X ", "GPU5\tSYS\tSYS"), "row GPU5 has"),
+        (good.replace("GPU2\tNODE\tNODE\t X \tPIX", "GPU2\tNODE\tNODE\tPIX\tPIX"), "diagonal"),
+        (good.replace("GPU1\tPIX\t X \tNODE", "GPU1\tPIX\t X \tSYS"), "asymmetric"),
+        (good.replace("0-23,48-71\t0", "0-x\t0"), "bad CPU list"),
+        (good.lines().take(3).collect::<Vec<_>>().join("\n"), "no row for GPU2"),
+        (good.replace("GPU4\tSYS", "GPU9\tSYS"), "not a column"),
+        (good.replace("GPU1\tPIX\t X ", "GPU0\tPIX\t X "), "appears twice"),
+    ];
+    for (text, expected) in cases {
+        let err = smi::parse(&text).expect_err(expected).to_string();
+        assert!(err.contains(expected), "expected `{expected}`, got `{err}`");
+    }
+    let err = smi::parse(&good.replace("GPU3\tNODE\tNODE\tPIX", "GPU3\tNODE\tNODE\tFOO")).unwrap_err();
+    assert!(err.to_string().starts_with("line 5:"), "{err}");
+}
+
+#[test]
+fn annotation_round_trips_every_pair_and_refuses_gaps() {
+    for name in ["h100-sxm-8gpu-nv18.txt", "dgx1v-8gpu-nv1-nv2-cube-mesh.txt", "dgx2-16gpu-nv6-mlx5.txt"] {
+        let t = parse(name);
+        let json = to_annotation(&t);
+        let back = from_annotation(&json).unwrap();
+        assert_eq!(back, t, "{name}");
+        let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let n = t.len();
+        assert_eq!(doc["links"].as_array().unwrap().len(), n * (n - 1) / 2, "complete, not truncated");
+    }
+    let json = to_annotation(&parse("h100-sxm-8gpu-nv18.txt"));
+    let mut doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    doc["links"].as_array_mut().unwrap().pop();
+    let err = from_annotation(&doc.to_string()).unwrap_err().to_string();
+    assert!(err.contains("lacks the link 6–7"), "{err}");
+    assert!(from_annotation("{").unwrap_err().to_string().contains(annotation::TOPOLOGY_ANNOTATION));
+    let future = json.replace("\"version\":1", "\"version\":2");
+    assert!(from_annotation(&future).unwrap_err().to_string().contains("format version 2"));
+}
+
+#[test]
+fn labels_describe_the_hardware() {
+    // S16 on a DGX-like node (8 GPUs behind NVSwitch, 4 per NUMA node).
+    let l = labels(&parse("h100-sxm-8gpu-nv18.txt"));
+    let get = |k: &str| l.get(&format!("wasmsched.io/{k}")).map(String::as_str);
+    assert_eq!(get("gpu-interconnect"), Some("nvswitch"));
+    assert_eq!(get("numa-nodes"), Some("2"));
+    assert_eq!(get("gpus-per-numa"), Some("4"));
+    assert_eq!(get("single-numa-4gpu"), Some("true"));
+    assert_eq!(get("single-numa-8gpu"), Some("false"));
+    assert_eq!(get("nvlink-bond"), Some("18"));
+    assert_eq!(get("gpu-count"), Some("8"));
+    assert!(l.keys().all(|k| k.starts_with(annotation::LABEL_PREFIX)));
+}
+
+#[test]
+fn rendering_names_every_class_with_its_cost() {
+    let text = parse("dgx1v-8gpu-nv1-nv2-cube-mesh.txt").render(&LinkCosts::default());
+    assert!(text.contains("NV2") && text.contains("100.0 GB/s"), "{text}");
+    assert!(text.contains("inferred"), "{text}");
+}
