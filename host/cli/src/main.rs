@@ -19,6 +19,7 @@ mod plugin_cmd;
 mod policy;
 mod replay_cmd;
 mod simulate;
+mod topo_cmd;
 
 /// wasmsched: a GPU cluster scheduler whose policies are sandboxed WebAssembly components.
 #[derive(Parser)]
@@ -44,6 +45,9 @@ enum Command {
     /// Inspect plugins.
     #[command(subcommand)]
     Plugin(plugin_cmd::Command),
+    /// A node's GPU topology (from `nvidia-smi topo -m` or the agent's annotation), and which k
+    /// GPUs a task would get on it, and why.
+    Topo(topo_cmd::Args),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +64,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(args).context("bench"),
         Command::Events(cmd) => events_cmd::run(cmd).context("events"),
         Command::Plugin(cmd) => plugin_cmd::run(cmd),
+        Command::Topo(args) => topo_cmd::run(args).context("topo"),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -11,6 +11,8 @@
 //!
 //! What is kept and what is dropped is documented in `docs/events.md`.
 
+#[cfg(feature = "cli")]
+pub mod cli;
 mod filter;
 mod jsonl;
 mod nats;

@@ -77,6 +77,9 @@ pub enum Payload {
     /// A GPU's health changed (from the node agent).
     #[serde(rename = "io.wasmsched.node.gpu-health-changed.v1")]
     NodeGpuHealthChanged(NodeGpuHealthChanged),
+    /// A node's GPU inventory or topology changed (from the node agent; also sent at its start).
+    #[serde(rename = "io.wasmsched.node.inventory-changed.v1")]
+    NodeInventoryChanged(NodeInventoryChanged),
     /// The outbox was full and events were dropped; published as soon as there is room again.
     #[serde(rename = "io.wasmsched.events.dropped.v1")]
     EventsDropped(EventsDropped),
@@ -107,13 +110,15 @@ pub enum Kind {
     PluginFault,
     /// [`Payload::NodeGpuHealthChanged`]
     NodeGpuHealthChanged,
+    /// [`Payload::NodeInventoryChanged`]
+    NodeInventoryChanged,
     /// [`Payload::EventsDropped`]
     EventsDropped,
 }
 
 impl Kind {
     /// Every kind, in declaration order.
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 13] = [
         Kind::TaskScheduled,
         Kind::TaskUnschedulable,
         Kind::TaskPreempted,
@@ -125,6 +130,7 @@ impl Kind {
         Kind::PolicyRolledBack,
         Kind::PluginFault,
         Kind::NodeGpuHealthChanged,
+        Kind::NodeInventoryChanged,
         Kind::EventsDropped,
     ];
 
@@ -142,6 +148,7 @@ impl Kind {
             Kind::PolicyRolledBack => "policy-rolled-back",
             Kind::PluginFault => "plugin-fault",
             Kind::NodeGpuHealthChanged => "node-gpu-health-changed",
+            Kind::NodeInventoryChanged => "node-inventory-changed",
             Kind::EventsDropped => "events-dropped",
         }
     }
@@ -179,6 +186,7 @@ impl Payload {
             Payload::PolicyRolledBack(_) => Kind::PolicyRolledBack,
             Payload::PluginFault(_) => Kind::PluginFault,
             Payload::NodeGpuHealthChanged(_) => Kind::NodeGpuHealthChanged,
+            Payload::NodeInventoryChanged(_) => Kind::NodeInventoryChanged,
             Payload::EventsDropped(_) => Kind::EventsDropped,
         }
     }
@@ -198,6 +206,7 @@ impl Payload {
             Payload::PolicyRolledBack(e) => (e.to.name.clone(), None),
             Payload::PluginFault(e) => (e.plugin.clone(), None),
             Payload::NodeGpuHealthChanged(e) => (e.node.clone(), None),
+            Payload::NodeInventoryChanged(e) => (e.node.clone(), None),
             Payload::EventsDropped(_) => ("outbox".into(), None),
         }
     }
@@ -253,6 +262,14 @@ impl Event {
             Payload::PluginFault(e) => format!("{} in {} ({:?}): {}", e.plugin, e.stage, e.fault, e.message),
             Payload::NodeGpuHealthChanged(e) => {
                 format!("{} gpu {} {:?} -> {:?}: {}", e.node, e.gpu, e.from, e.to, e.reason)
+            }
+            Payload::NodeInventoryChanged(e) => {
+                let unhealthy = if e.unhealthy_gpus.is_empty() {
+                    String::new()
+                } else {
+                    format!(", unhealthy {:?}", e.unhealthy_gpus)
+                };
+                format!("{} {} GPUs, {}, driver {}{unhealthy}", e.node, e.gpus, e.interconnect, e.driver)
             }
             Payload::EventsDropped(e) => {
                 format!("{} events dropped ({}) between {} and {}", e.count, e.reason, e.first, e.last)
@@ -614,6 +631,28 @@ pub struct NodeGpuHealthChanged {
     /// The XID error code, if one caused the change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub xid: Option<u32>,
+}
+
+/// Data of `io.wasmsched.node.inventory-changed.v1`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct NodeInventoryChanged {
+    /// Node name.
+    pub node: String,
+    /// GPUs on the node.
+    pub gpus: u32,
+    /// `nvswitch`, `nvlink` or `pcie`.
+    pub interconnect: String,
+    /// Driver version, empty when the topology came from `nvidia-smi` text.
+    #[serde(default)]
+    pub driver: String,
+    /// The `wasmsched.io/gpu-topology` annotation value written on the node (JSON text; its format
+    /// is documented in `docs/topology.md`).
+    pub topology: String,
+    /// The capability labels written on the node.
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// Indexes of GPUs the agent marked unhealthy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unhealthy_gpus: Vec<u32>,
 }
 
 /// Data of `io.wasmsched.events.dropped.v1`.

@@ -178,6 +178,15 @@ pub fn samples() -> Vec<Payload> {
             reason: "XID 79: GPU has fallen off the bus".into(),
             xid: Some(79),
         }),
+        Payload::NodeInventoryChanged(NodeInventoryChanged {
+            node: "node-9".into(),
+            gpus: 8,
+            interconnect: "nvswitch".into(),
+            driver: "550.54.15".into(),
+            topology: r#"{"version":1,"gpus":[],"links":[]}"#.into(),
+            labels: [("wasmsched.io/gpu-count".to_string(), "8".to_string())].into_iter().collect(),
+            unhealthy_gpus: vec![3],
+        }),
         Payload::EventsDropped(EventsDropped {
             count: 5,
             first: Timestamp(1000),

@@ -1,0 +1,149 @@
+//! `wasmsched-agent`: runs on every GPU node.
+
+// A CLI prints its results; libraries log through `tracing`.
+#![allow(clippy::print_stdout)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::mpsc::{RecvTimeoutError, channel};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use wasmsched_agent::{Agent, Source};
+use wasmsched_events::cli::{Sink, finish};
+use wasmsched_nvml::XidWatcher;
+use wasmsched_topology::annotation;
+
+/// wasmsched node agent: discovers GPUs and their topology, writes them for the scheduler, and
+/// publishes inventory and health changes.
+#[derive(Parser)]
+#[command(name = "wasmsched-agent", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Discover once and print what would be written on the node.
+    Discover {
+        /// Read `nvidia-smi topo -m` output from this file instead of asking NVML.
+        #[arg(long, value_name = "FILE")]
+        smi: Option<PathBuf>,
+        /// Print the raw NVML inventory (NVML only).
+        #[arg(long, conflicts_with = "smi")]
+        inventory: bool,
+    },
+    /// Keep the node's report current.
+    Run(Box<RunArgs>),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// This node's name (Kubernetes: the downward API's `spec.nodeName`).
+    #[arg(long, env = "NODE_NAME")]
+    node: String,
+    /// Read `nvidia-smi topo -m` output from this file instead of asking NVML.
+    #[arg(long, value_name = "FILE")]
+    smi: Option<PathBuf>,
+    /// Seconds between discoveries.
+    #[arg(long, default_value_t = 60)]
+    interval: u64,
+    /// Write `annotations.json` and `labels.json` here whenever they change.
+    #[arg(long, value_name = "DIR")]
+    write: Option<PathBuf>,
+    /// Discover and publish once, then exit.
+    #[arg(long)]
+    once: bool,
+    #[command(flatten)]
+    sink: Sink,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("WASMSCHED_LOG").unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match Cli::parse().command {
+        Command::Discover { smi, inventory } => discover(smi, inventory),
+        Command::Run(args) => run(*args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn source(smi: Option<PathBuf>) -> Source {
+    smi.map_or(Source::Nvml, Source::Smi)
+}
+
+fn discover(smi: Option<PathBuf>, inventory: bool) -> anyhow::Result<()> {
+    let found = source(smi).discover().context("discovery")?;
+    if inventory {
+        let inventory = found.inventory.context("no NVML inventory")?;
+        println!("{}", serde_json::to_string_pretty(&inventory)?);
+        return Ok(());
+    }
+    let doc = serde_json::json!({
+        "driver": found.driver,
+        "annotations": {annotation::TOPOLOGY_ANNOTATION: serde_json::from_str::<serde_json::Value>(&annotation::to_annotation(&found.topology))?},
+        "labels": annotation::labels(&found.topology),
+    });
+    println!("{}", serde_json::to_string_pretty(&doc)?);
+    Ok(())
+}
+
+fn run(args: RunArgs) -> anyhow::Result<()> {
+    let uses_nvml = args.smi.is_none();
+    let source = source(args.smi.clone());
+    let sink = args.sink.open("agent")?;
+    let mut agent = Agent::new(&args.node, sink);
+    let (xid_tx, xid_rx) = channel();
+    // Health needs NVML; without it the agent still reports the topology.
+    let _watcher = if uses_nvml && !args.once {
+        XidWatcher::spawn(xid_tx).map_err(|e| tracing::warn!(error = %e, "no XID health watching")).ok()
+    } else {
+        None
+    };
+    let interval = Duration::from_secs(args.interval.max(1));
+    loop {
+        match source.discover() {
+            Ok(found) => {
+                if let Some(report) = agent.observe(found) {
+                    tracing::info!(node = %args.node, labels = report.labels.len(), "inventory changed");
+                    if let Some(dir) = &args.write {
+                        report.write(dir)?;
+                    }
+                }
+            }
+            // A failing discovery keeps the last good report: the node did not lose its GPUs
+            // because one NVML call failed.
+            Err(e) if !args.once => {
+                tracing::error!(error = %format!("{e:#}"), "discovery failed; keeping the last report")
+            }
+            Err(e) => return Err(e.context("discovery")),
+        }
+        if args.once {
+            break;
+        }
+        match xid_rx.recv_timeout(interval) {
+            Ok(event) => {
+                if let (Some(report), Some(dir)) = (agent.on_xid(&event), &args.write) {
+                    report.write(dir)?;
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            // No watcher (no NVML, or it stopped): just wait for the next discovery.
+            Err(RecvTimeoutError::Disconnected) => std::thread::sleep(interval),
+        }
+    }
+    if let Some(stats) = finish(agent.into_sink()) {
+        tracing::info!(delivered = stats.delivered, dropped = stats.dropped, "events closed");
+    }
+    Ok(())
+}

@@ -1,0 +1,161 @@
+//! The node agent end to end: the real binary against a real `nats-server` (inventory published to
+//! JetStream, report files written), and the health path fed with XID events (NVML's event source
+//! needs a GPU; everything after it is the real code).
+
+#[path = "../../events/tests/support/mod.rs"]
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use support::NatsServer;
+use wasmsched_agent::{Agent, DEGRADED_ANNOTATION, Discovery, UNHEALTHY_ANNOTATION};
+use wasmsched_events::schema::{GpuHealth, Payload};
+use wasmsched_events::{EventSink, Filter, JsonlReader, NatsConfig, Origin, OutboxConfig, TailOptions, tail};
+use wasmsched_nvml::{Health, XidEvent};
+use wasmsched_topology::annotation::{TOPOLOGY_ANNOTATION, from_annotation};
+use wasmsched_topology::{NodeTopology, smi};
+
+fn fixture_path(name: &str) -> String {
+    format!("{}/../topology/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn agent(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_wasmsched-agent")).args(args).output().expect("run wasmsched-agent")
+}
+
+#[test]
+fn run_once_publishes_the_inventory_to_jetstream_and_writes_the_report() {
+    let server = NatsServer::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("report");
+    let fixture = fixture_path("h100-sxm-8gpu-nv18.txt");
+    let url = server.url();
+    let o = agent(&[
+        "run",
+        "--node",
+        "gpu-7",
+        "--smi",
+        &fixture,
+        "--once",
+        "--write",
+        out.to_str().unwrap(),
+        "--nats",
+        &url,
+        "--cluster",
+        "agents",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    let config = NatsConfig { url, cluster: "agents".into(), ..NatsConfig::default() };
+    let mut events = Vec::new();
+    tail(&config, &Filter::default(), &TailOptions { from_start: true, follow: false }, |e| {
+        events.push(e);
+        true
+    })
+    .unwrap();
+    assert_eq!(events.len(), 1, "one inventory event");
+    let Payload::NodeInventoryChanged(inv) = &events[0].payload else { panic!("{:?}", events[0]) };
+    assert_eq!((inv.node.as_str(), inv.gpus, inv.interconnect.as_str()), ("gpu-7", 8, "nvswitch"));
+    assert_eq!(inv.labels["wasmsched.io/single-numa-4gpu"], "true");
+    let expected = smi::parse(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
+    assert_eq!(from_annotation(&inv.topology).unwrap(), expected, "the event carries the whole topology");
+
+    let annotations: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("annotations.json")).unwrap()).unwrap();
+    assert_eq!(from_annotation(annotations[TOPOLOGY_ANNOTATION].as_str().unwrap()).unwrap(), expected);
+    let labels: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("labels.json")).unwrap()).unwrap();
+    assert_eq!(labels["wasmsched.io/gpu-interconnect"], "nvswitch");
+}
+
+#[test]
+fn bad_sources_fail_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("topo.txt");
+    std::fs::write(&garbage, "GPU0\tX\tNV4\n").unwrap();
+    let o = agent(&["run", "--node", "n", "--smi", garbage.to_str().unwrap(), "--once"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("parsing") && err.contains("line 1"), "{err}");
+    let o = agent(&["discover", "--smi", "/nonexistent/topo.txt"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/topo.txt"));
+    // Without a driver, NVML discovery is an error with the reason, not a crash.
+    let o = agent(&["discover"]);
+    if !o.status.success() {
+        assert!(String::from_utf8_lossy(&o.stderr).contains("NVML is not available"));
+    }
+}
+
+fn with_uuids(name: &str) -> NodeTopology {
+    let t = smi::parse(&std::fs::read_to_string(fixture_path(name)).unwrap()).unwrap();
+    let mut gpus = t.gpus().to_vec();
+    for g in &mut gpus {
+        g.uuid = Some(format!("GPU-{}", g.index));
+    }
+    NodeTopology::new(gpus, |a, b| t.link(a, b).unwrap(), t.nics().to_vec()).unwrap()
+}
+
+#[test]
+fn xids_mark_gpus_and_publish_health_and_the_new_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("events.jsonl");
+    let origin = Origin { source: "wasmsched/test/agent".into(), id_prefix: "t".into() };
+    let sink = EventSink::jsonl(&file, origin, OutboxConfig::default()).unwrap();
+    let mut agent = Agent::new("gpu-3", Some(sink));
+    let discovery =
+        || Discovery { topology: with_uuids("h100-sxm-8gpu-nv18.txt"), driver: "550".into(), inventory: None };
+    assert!(agent.observe(discovery()).is_some(), "first discovery is a change");
+    assert!(agent.observe(discovery()).is_none(), "same inventory: nothing to publish");
+
+    let xid = |gpu: u32, xid: u64, health: Health| XidEvent {
+        uuid: format!("GPU-{gpu}"),
+        xid: Some(xid),
+        health,
+        description: "test".into(),
+    };
+    assert!(agent.on_xid(&xid(5, 13, Health::Healthy)).is_none(), "application XIDs change nothing");
+    let report = agent.on_xid(&xid(5, 74, Health::Degraded)).unwrap();
+    assert_eq!(report.annotations[DEGRADED_ANNOTATION], "5");
+    let report = agent.on_xid(&xid(5, 79, Health::Unhealthy)).unwrap();
+    assert_eq!(report.annotations[UNHEALTHY_ANNOTATION], "5");
+    assert!(!report.annotations.contains_key(DEGRADED_ANNOTATION));
+    assert!(agent.on_xid(&xid(5, 74, Health::Degraded)).is_none(), "never back from unhealthy");
+    assert!(
+        agent
+            .on_xid(&XidEvent {
+                uuid: "GPU-unknown".into(),
+                xid: Some(79),
+                health: Health::Unhealthy,
+                description: String::new()
+            })
+            .is_none()
+    );
+    assert_eq!(agent.unhealthy().into_iter().collect::<Vec<_>>(), vec![5]);
+    // A rediscovery keeps the health it learned.
+    assert!(agent.observe(discovery()).is_none());
+
+    let sink = agent.into_sink().unwrap();
+    assert!(sink.flush(Duration::from_secs(5)));
+    sink.close(Duration::from_secs(1));
+    let mut reader = JsonlReader::open(&file).unwrap();
+    let mut kinds = Vec::new();
+    while let Some(event) = reader.next_event().unwrap() {
+        match event.payload {
+            Payload::NodeGpuHealthChanged(h) => {
+                kinds.push(format!("health {} {:?}->{:?} {}", h.gpu, h.from, h.to, h.reason))
+            }
+            Payload::NodeInventoryChanged(i) => kinds.push(format!("inventory unhealthy {:?}", i.unhealthy_gpus)),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(
+        kinds,
+        [
+            "inventory unhealthy []".to_string(),
+            format!("health 5 {:?}->{:?} XID 74: test", GpuHealth::Healthy, GpuHealth::Degraded),
+            "inventory unhealthy []".to_string(),
+            format!("health 5 {:?}->{:?} XID 79: test", GpuHealth::Degraded, GpuHealth::Unhealthy),
+            "inventory unhealthy [5]".to_string(),
+        ]
+    );
+}

@@ -1,0 +1,74 @@
+//! `wasmsched topo` through the real command: show a parsed topology, choose GPUs with reasons.
+
+use std::process::{Command, Output};
+
+fn wasmsched(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_wasmsched")).args(args).output().expect("run wasmsched")
+}
+
+fn fixture(name: &str) -> String {
+    format!("{}/../topology/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn json(o: Output) -> serde_json::Value {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+#[test]
+fn shows_a_topology_and_its_labels() {
+    let doc = json(wasmsched(&["topo", &fixture("dgx1v-8gpu-nv1-nv2-cube-mesh.txt"), "--json"]));
+    assert_eq!(doc["topology"]["gpus"].as_array().unwrap().len(), 8);
+    assert_eq!(doc["topology"]["links"].as_array().unwrap().len(), 28);
+    assert_eq!(doc["labels"]["wasmsched.io/gpu-interconnect"], "nvlink");
+    let text = String::from_utf8(wasmsched(&["topo", &fixture("dgx1v-8gpu-nv1-nv2-cube-mesh.txt")]).stdout).unwrap();
+    assert!(text.contains("NV2") && text.contains("interconnect: nvlink"), "{text}");
+}
+
+#[test]
+fn chooses_gpus_and_says_why_the_others_lose() {
+    // The article's example: NVLink pairs, GPUs {0,4,5} free, 2 wanted → {4,5}, not {0,4} over SYS.
+    let doc = json(wasmsched(&["topo", &fixture("pcie-6gpu-pix-pairs.txt"), "-k", "2", "--free", "0,4,5", "--json"]));
+    assert_eq!(doc["choice"]["gpus"], serde_json::json!([4, 5]));
+    assert_eq!(doc["candidates"], 3);
+    let alternatives = doc["alternatives"].as_array().unwrap();
+    assert_eq!(alternatives.len(), 2);
+    assert!(alternatives.iter().all(|a| a["loses_on"] == "bottleneck bandwidth"), "{alternatives:?}");
+    // Reading back the agent's annotation format works the same.
+    let shown = json(wasmsched(&["topo", &fixture("pcie-6gpu-pix-pairs.txt"), "--json"]));
+    let dir = tempfile::tempdir().unwrap();
+    let annotation = dir.path().join("topology.json");
+    std::fs::write(&annotation, shown["topology"].to_string()).unwrap();
+    let again = json(wasmsched(&["topo", annotation.to_str().unwrap(), "-k", "2", "--free", "0,4,5", "--json"]));
+    assert_eq!(again["choice"], doc["choice"]);
+    // Unsatisfiable requests say why.
+    let none = json(wasmsched(&[
+        "topo",
+        &fixture("pcie-6gpu-pix-pairs.txt"),
+        "-k",
+        "3",
+        "--free",
+        "0,1,4,5",
+        "--policy",
+        "single-numa-node",
+        "--json",
+    ]));
+    assert!(none["choice"].is_null());
+    assert!(none["unsatisfiable"].as_str().unwrap().contains("single-numa-node"), "{none}");
+}
+
+#[test]
+fn bad_input_is_refused_clearly() {
+    let cases: [(&[&str], &str); 4] = [
+        (&["topo", "/nonexistent"], "reading /nonexistent"),
+        (&["topo", &fixture("README.md")], "no header line"),
+        (&["topo", &fixture("pcie-6gpu-pix-pairs.txt"), "-k", "2", "--policy", "numa-ish"], "unknown NUMA policy"),
+        (&["topo", &fixture("pcie-6gpu-pix-pairs.txt"), "-k", "2", "--free", "0,9"], "GPU 9"),
+    ];
+    for (args, expected) in cases {
+        let o = wasmsched(args);
+        assert!(!o.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(expected), "{args:?}: {err}");
+    }
+}

@@ -1,0 +1,124 @@
+//! The event options every command that publishes events shares (`wasmsched simulate`, `replay`,
+//! `bench`, the node agent), as clap arguments. Behind the `cli` feature.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use crate::{EventSink, NatsAuth, NatsConfig, Origin, OutboxConfig, Stats};
+
+/// Where a scheduling command publishes its decisions. Without `--events` or `--nats`, none.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct Sink {
+    /// Append every decision as a JSON line to this file (the embedded default: no server).
+    #[arg(long, value_name = "FILE", conflicts_with = "nats")]
+    pub events: Option<PathBuf>,
+    /// NATS settings (publish to JetStream when `--nats` or `--nats-config` is given).
+    #[command(flatten)]
+    pub nats: Nats,
+    /// Events held in memory while the destination is away; beyond it they spill or are dropped.
+    #[arg(long, default_value_t = 100_000)]
+    pub outbox_events: usize,
+    /// Spill the outbox to this directory when memory is full (and at exit), instead of dropping.
+    #[arg(long, value_name = "DIR")]
+    pub spill_dir: Option<PathBuf>,
+}
+
+/// How to reach NATS (for publishing and for `events tail`).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct Nats {
+    /// NATS server URL(s), comma-separated: publish to JetStream.
+    #[arg(long, value_name = "URL")]
+    pub nats: Option<String>,
+    /// NATS settings as JSON (see docs/events.md); the flags below override it.
+    #[arg(long, value_name = "FILE")]
+    pub nats_config: Option<PathBuf>,
+    /// Cluster name in subjects (`wasmsched.<cluster>.<kind>.<namespace>`) and the stream name.
+    #[arg(long)]
+    pub cluster: Option<String>,
+    /// Authenticate with a token.
+    #[arg(long, value_name = "TOKEN", env = "WASMSCHED_NATS_TOKEN", hide_env_values = true)]
+    pub nats_token: Option<String>,
+    /// Authenticate with a `.creds` file.
+    #[arg(long, value_name = "FILE")]
+    pub nats_creds: Option<PathBuf>,
+    /// Authenticate with an NKey seed file.
+    #[arg(long, value_name = "FILE")]
+    pub nats_nkey: Option<PathBuf>,
+}
+
+impl Nats {
+    /// The NATS configuration, if NATS was asked for.
+    pub fn config(&self) -> anyhow::Result<Option<NatsConfig>> {
+        let mut config = match &self.nats_config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+                serde_json::from_str::<NatsConfig>(&text)
+                    .with_context(|| format!("{}: invalid NATS settings", path.display()))?
+            }
+            None if self.nats.is_some() => NatsConfig::default(),
+            None => return Ok(None),
+        };
+        if let Some(url) = &self.nats {
+            config.url = url.clone();
+        }
+        if let Some(c) = &self.cluster {
+            config.cluster = c.clone();
+        }
+        let flags = [self.nats_token.is_some(), self.nats_creds.is_some(), self.nats_nkey.is_some()];
+        if flags.iter().any(|f| *f) {
+            config.auth = NatsAuth {
+                token: self.nats_token.clone(),
+                creds_file: self.nats_creds.clone(),
+                nkey_seed_file: self.nats_nkey.clone(),
+                ..Default::default()
+            };
+        }
+        config.validate()?;
+        Ok(Some(config))
+    }
+}
+
+impl Sink {
+    /// Open the configured sink; `component` names the emitter in `source`.
+    pub fn open(&self, component: &str) -> anyhow::Result<Option<EventSink>> {
+        let outbox =
+            OutboxConfig { max_events: self.outbox_events, spill_dir: self.spill_dir.clone(), ..Default::default() };
+        if let Some(config) = self.nats.config()? {
+            let origin = Origin {
+                source: format!("wasmsched/{}/{component}", config.cluster),
+                id_prefix: Origin::unique_prefix(),
+            };
+            return Ok(Some(EventSink::nats(config, origin, outbox).context("events")?));
+        }
+        let Some(path) = &self.events else { return Ok(None) };
+        let cluster = self.nats.cluster.clone().unwrap_or_else(|| "local".into());
+        let origin = Origin { source: format!("wasmsched/{cluster}/{component}"), id_prefix: Origin::unique_prefix() };
+        Ok(Some(EventSink::jsonl(path, origin, outbox).context("events")?))
+    }
+}
+
+/// Flush and close `sink` at the end of a command, reporting what was not delivered.
+pub fn finish(sink: Option<EventSink>) -> Option<Stats> {
+    let sink = sink?;
+    // Wait for delivery while the destination is reachable (up to 30 s); an unreachable one gets
+    // 2 s, then what is left is spilled (with --spill-dir) or counted as dropped.
+    let started = Instant::now();
+    while !sink.flush(Duration::from_millis(250)) {
+        let waited = started.elapsed();
+        if waited > Duration::from_secs(30) || (!sink.stats().connected && waited > Duration::from_secs(2)) {
+            break;
+        }
+    }
+    let stats = sink.close(Duration::ZERO);
+    if stats.pending > 0 || stats.dropped > 0 {
+        tracing::warn!(
+            pending = stats.pending,
+            dropped = stats.dropped,
+            error = stats.last_error.as_deref().unwrap_or(""),
+            "not every event was delivered"
+        );
+    }
+    Some(stats)
+}
