@@ -1,10 +1,11 @@
 //! Compiles the built-in policies to components; `src/lib.rs` embeds them.
 
-const PLUGINS: [&str; 4] = [
+const PLUGINS: [&str; 5] = [
     "wasmsched-plugin-resource-fit",
     "wasmsched-plugin-allocation-score",
     "wasmsched-plugin-fair-share",
     "wasmsched-plugin-gpu-share-score",
+    "wasmsched-plugin-gpu-topology",
 ];
 
 fn main() {

@@ -19,6 +19,7 @@ const RESOURCE_FIT_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/resou
 const ALLOCATION_SCORE_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/allocation-score.wasm"));
 const FAIR_SHARE_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fair-share.wasm"));
 const GPU_SHARE_SCORE_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gpu-share-score.wasm"));
+const GPU_TOPOLOGY_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gpu-topology.wasm"));
 
 /// `resource-fit` filter: CPU, memory, extended resources, GPU count/share/memory/model, node
 /// selector, taints.
@@ -67,11 +68,16 @@ pub const BEST_FIT: BuiltIn =
 /// (`"typical": [...]`), which depends on the trace: the simulator derives it.
 pub const FGD: BuiltIn = BuiltIn { name: "fgd", wasm: GPU_SHARE_SCORE_WASM, config: r#"{"policy":"fgd"}"# };
 
+/// `gpu-topology`: NUMA-policy filter, interconnect score and device selection of the best GPU set,
+/// from the host's topology answers (`docs/topology.md`).
+pub const GPU_TOPOLOGY: BuiltIn =
+    BuiltIn { name: "gpu-topology", wasm: GPU_TOPOLOGY_WASM, config: r#"{"numa_policy":"best-effort"}"# };
+
 /// The six policies of the FGD paper, in the paper's order.
 pub const PAPER: [BuiltIn; 6] = [RANDOM, DOT_PROD, GPU_CLUSTERING, GPU_PACKING, BEST_FIT, FGD];
 
 /// Every built-in, by name.
-pub const ALL: [BuiltIn; 12] = [
+pub const ALL: [BuiltIn; 13] = [
     RESOURCE_FIT,
     LEAST_ALLOCATED,
     MOST_ALLOCATED,
@@ -84,6 +90,7 @@ pub const ALL: [BuiltIn; 12] = [
     GPU_PACKING,
     BEST_FIT,
     FGD,
+    GPU_TOPOLOGY,
 ];
 
 /// A built-in by name.

@@ -40,6 +40,7 @@
 pub use wasmsched_api::*;
 
 pub mod testing;
+pub mod topology;
 
 /// Reading plugin configuration.
 #[cfg(feature = "json")]

@@ -5,6 +5,7 @@ mod differential;
 mod fair_share;
 mod hostile;
 mod runtime;
+mod topology;
 
 use std::sync::{Arc, Mutex};
 

@@ -17,6 +17,8 @@
 //! - [`place_group`]: a gang, all-or-nothing (at least min-member), optionally inside one topology
 //!   domain, rolled back on failure.
 //! - [`QueueTree`]: validated queue hierarchy (weights, guarantees, capabilities).
+//! - [`Topologies`]: GPU topologies by node, which plugins query through the `topology` import
+//!   (natively through the same view, installed around every call).
 //!
 //! # Example
 //! ```
@@ -51,6 +53,7 @@ mod node_table;
 mod placement;
 mod plugin;
 mod queue;
+mod topology;
 
 pub use alloc::{AllocError, bind, default_select_devices, release};
 pub use gang::{GangError, GangPlacement, GroupSpec, TopologyConstraint, place_group};
@@ -62,6 +65,7 @@ pub use placement::{
 };
 pub use plugin::{CallContext, FailurePolicy, FaultKind, PluginFault, PolicyPlugin, validate};
 pub use queue::{QueueError, QueueSpec, QueueTree};
+pub use topology::{DEFAULT_REFERENCE_MBPS, Topologies};
 
 /// Compile-time check that the types shared across worker threads stay thread-safe.
 #[allow(dead_code)]

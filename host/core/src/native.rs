@@ -80,20 +80,26 @@ impl<P: Plugin + Stages + Send> PolicyPlugin for NativePlugin<P> {
     }
 
     fn filter(&self, ctx: CallContext<'_>, task: &Task, candidates: &[Slot]) -> Result<FilterBatch, PluginFault> {
-        self.with(ctx.worker, Stage::Filter, |p| {
-            let f = p.as_filter().ok_or_else(|| missing(Stage::Filter))?;
-            let batch = filter_batch(f, task, nodes(&ctx, candidates)?);
-            validate::filter(&batch, candidates.len()).map_err(|m| (FaultKind::BadOutput, m))?;
-            Ok(batch)
+        let view = ctx.nodes.topology_view();
+        wasmsched_api::topology::with_view(view, || {
+            self.with(ctx.worker, Stage::Filter, |p| {
+                let f = p.as_filter().ok_or_else(|| missing(Stage::Filter))?;
+                let batch = filter_batch(f, task, nodes(&ctx, candidates)?);
+                validate::filter(&batch, candidates.len()).map_err(|m| (FaultKind::BadOutput, m))?;
+                Ok(batch)
+            })
         })
     }
 
     fn score(&self, ctx: CallContext<'_>, task: &Task, candidates: &[Slot]) -> Result<Vec<u32>, PluginFault> {
-        self.with(ctx.worker, Stage::Score, |p| {
-            let s = p.as_score().ok_or_else(|| missing(Stage::Score))?;
-            let scores = score_batch(s, task, nodes(&ctx, candidates)?);
-            validate::scores(&scores, candidates.len()).map_err(|m| (FaultKind::BadOutput, m))?;
-            Ok(scores)
+        let view = ctx.nodes.topology_view();
+        wasmsched_api::topology::with_view(view, || {
+            self.with(ctx.worker, Stage::Score, |p| {
+                let s = p.as_score().ok_or_else(|| missing(Stage::Score))?;
+                let scores = score_batch(s, task, nodes(&ctx, candidates)?);
+                validate::scores(&scores, candidates.len()).map_err(|m| (FaultKind::BadOutput, m))?;
+                Ok(scores)
+            })
         })
     }
 
@@ -103,14 +109,17 @@ impl<P: Plugin + Stages + Send> PolicyPlugin for NativePlugin<P> {
         task: &Task,
         node: Slot,
     ) -> Result<Result<Vec<DeviceShare>, Rejection>, PluginFault> {
-        self.with(ctx.worker, Stage::SelectDevices, |p| {
-            let d = p.as_select_devices().ok_or_else(|| missing(Stage::SelectDevices))?;
-            let n = nodes(&ctx, &[node])?[0];
-            let out = d.select_devices(task, n);
-            if let Ok(shares) = &out {
-                validate::devices(shares, task, n).map_err(|m| (FaultKind::BadOutput, m))?;
-            }
-            Ok(out)
+        let view = ctx.nodes.topology_view();
+        wasmsched_api::topology::with_view(view, || {
+            self.with(ctx.worker, Stage::SelectDevices, |p| {
+                let d = p.as_select_devices().ok_or_else(|| missing(Stage::SelectDevices))?;
+                let n = nodes(&ctx, &[node])?[0];
+                let out = d.select_devices(task, n);
+                if let Ok(shares) = &out {
+                    validate::devices(shares, task, n).map_err(|m| (FaultKind::BadOutput, m))?;
+                }
+                Ok(out)
+            })
         })
     }
 
@@ -120,14 +129,17 @@ impl<P: Plugin + Stages + Send> PolicyPlugin for NativePlugin<P> {
         preemptor: &Task,
         candidates: &[PreemptCandidate],
     ) -> Result<Option<Preemption>, PluginFault> {
-        self.with(ctx.worker, Stage::Preempt, |p| {
-            let pr = p.as_preempt().ok_or_else(|| missing(Stage::Preempt))?;
-            let slots: Vec<Slot> = candidates.iter().map(|c| c.node).collect();
-            let out = pr.select_victims(preemptor, candidates, &nodes(&ctx, &slots)?);
-            if let Some(plan) = &out {
-                validate::preemption(plan, candidates).map_err(|m| (FaultKind::BadOutput, m))?;
-            }
-            Ok(out)
+        let view = ctx.nodes.topology_view();
+        wasmsched_api::topology::with_view(view, || {
+            self.with(ctx.worker, Stage::Preempt, |p| {
+                let pr = p.as_preempt().ok_or_else(|| missing(Stage::Preempt))?;
+                let slots: Vec<Slot> = candidates.iter().map(|c| c.node).collect();
+                let out = pr.select_victims(preemptor, candidates, &nodes(&ctx, &slots)?);
+                if let Some(plan) = &out {
+                    validate::preemption(plan, candidates).map_err(|m| (FaultKind::BadOutput, m))?;
+                }
+                Ok(out)
+            })
         })
     }
 

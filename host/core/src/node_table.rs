@@ -3,8 +3,13 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use std::sync::Arc;
+
 use ahash::AHashMap;
 use wasmsched_api::Node;
+use wasmsched_api::topology::TopologyView;
+
+use crate::topology::Topologies;
 
 /// A dense node index. Slots are reused after a node is removed.
 pub type Slot = u32;
@@ -31,6 +36,8 @@ pub struct NodeTable {
     log: VecDeque<(u64, Slot)>,
     /// Changes at or before this generation are no longer in the log.
     log_floor: u64,
+    /// GPU topologies by node name (static hardware facts, not mirrored: plugins ask the host).
+    topologies: Arc<Topologies>,
 }
 
 /// What a mirror at some generation must apply to catch up.
@@ -65,6 +72,7 @@ impl Clone for NodeTable {
             generation: self.generation,
             log: VecDeque::new(),
             log_floor: self.generation,
+            topologies: Arc::clone(&self.topologies),
         }
     }
 }
@@ -80,7 +88,24 @@ impl NodeTable {
             generation: 0,
             log: VecDeque::new(),
             log_floor: 0,
+            topologies: Arc::default(),
         }
+    }
+
+    /// The GPU topologies known for nodes (by node name).
+    pub fn topologies(&self) -> &Topologies {
+        &self.topologies
+    }
+
+    /// Changes the known topologies (copy-on-write: calls in flight keep their snapshot).
+    pub fn topologies_mut(&mut self) -> &mut Topologies {
+        Arc::make_mut(&mut self.topologies)
+    }
+
+    /// What plugins' `topology` questions are answered from during a call; None when no
+    /// topology is known, so plugins see "unknown" for every node.
+    pub fn topology_view(&self) -> Option<Arc<dyn TopologyView>> {
+        if self.topologies.is_empty() { None } else { Some(Arc::clone(&self.topologies) as Arc<dyn TopologyView>) }
     }
 
     /// Unique identity of this table (and not of its clones).

@@ -8,7 +8,7 @@ use std::time::Duration;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Engine};
 
-use crate::bindings::wasmsched::policy::host;
+use crate::bindings::wasmsched::policy::{host, topology};
 use crate::cache::ArtifactCache;
 use crate::error::LoadError;
 use crate::host::HostState;
@@ -69,6 +69,8 @@ impl Runtime {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| LoadError::Runtime(format!("{e:#}")))?;
         host::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+            .map_err(|e| LoadError::Runtime(format!("{e:#}")))?;
+        topology::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(|e| LoadError::Runtime(format!("{e:#}")))?;
 
         let cache = ArtifactCache::new(&engine, config.cache_dir.clone())?;

@@ -7,7 +7,10 @@ use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{Deterministic, HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
 
+use wasmsched_api::topology::TopologyView;
+
 use crate::bindings::wasmsched::policy::host::{self, LogLevel};
+use crate::bindings::wasmsched::policy::topology::{self, GpuLink, GpuSet, NumaPolicy};
 
 /// Longest log message kept; longer ones are cut.
 const MAX_LOG_BYTES: usize = 1024;
@@ -22,6 +25,8 @@ pub(crate) struct HostState {
     logs_this_call: u32,
     /// The last error-level message (a panic message, usually), to explain a trap.
     pub(crate) last_error: Option<String>,
+    /// Answers `topology` imports during the current call (the node table's snapshot).
+    pub(crate) topology: Option<Arc<dyn TopologyView>>,
 }
 
 impl HostState {
@@ -44,6 +49,7 @@ impl HostState {
             limiter: MemoryLimiter { max_bytes: memory_limit, hit: false },
             logs_this_call: 0,
             last_error: None,
+            topology: None,
         }
     }
 
@@ -58,6 +64,44 @@ impl HostState {
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+/// Longest node name a plugin may ask about; longer ones are simply unknown.
+const MAX_NODE_NAME: usize = 253;
+
+impl topology::Host for HostState {
+    fn best_gpus(&mut self, node: String, count: u32, policy: NumaPolicy, free: u64) -> Option<Result<GpuSet, String>> {
+        if node.len() > MAX_NODE_NAME {
+            return None;
+        }
+        let policy = match policy {
+            NumaPolicy::None => wasmsched_api::topology::NumaPolicy::None,
+            NumaPolicy::BestEffort => wasmsched_api::topology::NumaPolicy::BestEffort,
+            NumaPolicy::Restricted => wasmsched_api::topology::NumaPolicy::Restricted,
+            NumaPolicy::SingleNumaNode => wasmsched_api::topology::NumaPolicy::SingleNumaNode,
+        };
+        let answer = self.topology.as_ref()?.best_gpus(&node, count, policy, free)?;
+        Some(answer.map(|s| GpuSet {
+            gpus: s.gpus,
+            bottleneck_mbps: s.bottleneck_mbps,
+            distance_milli: s.distance_milli,
+            numa_span: s.numa_span,
+            score: s.score,
+        }))
+    }
+
+    fn link(&mut self, node: String, a: u32, b: u32) -> Option<GpuLink> {
+        if node.len() > MAX_NODE_NAME {
+            return None;
+        }
+        let l = self.topology.as_ref()?.link(&node, a, b)?;
+        Some(GpuLink {
+            class: l.class,
+            nvswitch: l.nvswitch,
+            bandwidth_mbps: l.bandwidth_mbps,
+            distance_milli: l.distance_milli,
+        })
     }
 }
 

@@ -379,6 +379,7 @@ impl WasmPlugin {
         }
         let Some(live) = slot.as_mut() else { unreachable!("instance was just created") };
         live.store.data_mut().begin_call();
+        live.store.data_mut().topology = nodes.and_then(NodeTable::topology_view);
         let started = Instant::now();
         let result = match nodes {
             Some(nodes) => self.sync(live, nodes).and_then(|()| f(&self.blueprint, live)),

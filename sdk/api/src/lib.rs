@@ -40,6 +40,7 @@
 pub mod batch;
 mod model;
 mod stages;
+pub mod topology;
 
 pub use model::*;
 pub use stages::*;

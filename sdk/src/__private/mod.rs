@@ -20,7 +20,7 @@ pub mod bindings {
 }
 
 pub use bindings::exports::wasmsched::policy::{fair_share, filter, mirror, plugin, preempt, score, select_devices};
-use bindings::wasmsched::policy::{host, types as wit};
+use bindings::wasmsched::policy::{host, topology as wit_topology, types as wit};
 
 /// Everything the guest keeps between calls.
 struct State {
@@ -44,6 +44,40 @@ pub(crate) fn log(level: crate::LogLevel, message: &str) {
         crate::LogLevel::Error => L::Error,
     };
     host::log(level, message);
+}
+
+pub(crate) fn best_gpus(
+    node: &str,
+    count: u32,
+    policy: wasmsched_api::topology::NumaPolicy,
+    free: u64,
+) -> Option<Result<wasmsched_api::topology::GpuSet, String>> {
+    use wasmsched_api::topology::NumaPolicy as P;
+    use wit_topology::NumaPolicy as W;
+    let policy = match policy {
+        P::None => W::None,
+        P::BestEffort => W::BestEffort,
+        P::Restricted => W::Restricted,
+        P::SingleNumaNode => W::SingleNumaNode,
+    };
+    wit_topology::best_gpus(node, count, policy, free).map(|r| {
+        r.map(|s| wasmsched_api::topology::GpuSet {
+            gpus: s.gpus,
+            bottleneck_mbps: s.bottleneck_mbps,
+            distance_milli: s.distance_milli,
+            numa_span: s.numa_span,
+            score: s.score,
+        })
+    })
+}
+
+pub(crate) fn link(node: &str, a: u32, b: u32) -> Option<wasmsched_api::topology::GpuLink> {
+    wit_topology::link(node, a, b).map(|l| wasmsched_api::topology::GpuLink {
+        class: l.class,
+        nvswitch: l.nvswitch,
+        bandwidth_mbps: l.bandwidth_mbps,
+        distance_milli: l.distance_milli,
+    })
 }
 
 /// `plugin.init`: build the plugin from its configuration.

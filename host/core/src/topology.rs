@@ -1,0 +1,113 @@
+//! Node topologies the host answers plugins' `topology` questions from.
+
+use std::sync::Arc;
+
+use ahash::AHashMap;
+use wasmsched_api::topology::{GpuLink, GpuSet, NumaPolicy, TopologyView};
+use wasmsched_topology::{Link, LinkCosts, NodeTopology, Prepared};
+
+/// Bandwidth that scores 100 by default: NV18 (H100), 900 GB/s.
+pub const DEFAULT_REFERENCE_MBPS: u32 = 900_000;
+
+struct Known {
+    topology: NodeTopology,
+    prepared: Prepared,
+}
+
+/// Topologies by node name, with the link costs they were prepared with. Cheap to clone (shared
+/// entries), so a [`crate::NodeTable`] can hand an immutable snapshot to every call.
+#[derive(Clone)]
+pub struct Topologies {
+    by_name: AHashMap<String, Arc<Known>>,
+    costs: LinkCosts,
+    reference_mbps: u32,
+}
+
+impl Default for Topologies {
+    fn default() -> Self {
+        Topologies { by_name: AHashMap::new(), costs: LinkCosts::default(), reference_mbps: DEFAULT_REFERENCE_MBPS }
+    }
+}
+
+impl std::fmt::Debug for Topologies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Topologies").field("nodes", &self.by_name.len()).field("costs", &self.costs).finish()
+    }
+}
+
+impl Topologies {
+    /// Records (or replaces) a node's topology.
+    pub fn insert(&mut self, node: &str, topology: NodeTopology) {
+        let prepared = Prepared::new(&topology, &self.costs);
+        self.by_name.insert(node.to_string(), Arc::new(Known { topology, prepared }));
+    }
+
+    /// Forgets a node's topology.
+    pub fn remove(&mut self, node: &str) {
+        self.by_name.remove(node);
+    }
+
+    /// Sets the link costs (re-preparing every topology) and the bandwidth that scores 100.
+    pub fn configure(&mut self, costs: LinkCosts, reference_mbps: u32) {
+        self.costs = costs;
+        self.reference_mbps = reference_mbps.max(1);
+        for known in self.by_name.values_mut() {
+            let topology = known.topology.clone();
+            let prepared = Prepared::new(&topology, &self.costs);
+            *known = Arc::new(Known { topology, prepared });
+        }
+    }
+
+    /// Number of nodes with a topology.
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+
+    /// No topology known.
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+
+    /// The topology of `node`.
+    pub fn get(&self, node: &str) -> Option<&NodeTopology> {
+        self.by_name.get(node).map(|k| &k.topology)
+    }
+}
+
+fn policy(p: NumaPolicy) -> wasmsched_topology::NumaPolicy {
+    match p {
+        NumaPolicy::None => wasmsched_topology::NumaPolicy::None,
+        NumaPolicy::BestEffort => wasmsched_topology::NumaPolicy::BestEffort,
+        NumaPolicy::Restricted => wasmsched_topology::NumaPolicy::Restricted,
+        NumaPolicy::SingleNumaNode => wasmsched_topology::NumaPolicy::SingleNumaNode,
+    }
+}
+
+impl TopologyView for Topologies {
+    fn best_gpus(&self, node: &str, count: u32, numa: NumaPolicy, free: u64) -> Option<Result<GpuSet, String>> {
+        let known = self.by_name.get(node)?;
+        let numa = policy(numa);
+        Some(known.prepared.select(free, count, numa).map_err(|e| e.to_string()).map(|choice| {
+            let score = known.prepared.score_of(&choice, numa, self.reference_mbps);
+            GpuSet {
+                gpus: choice.gpus,
+                bottleneck_mbps: choice.bottleneck_mbps,
+                distance_milli: choice.distance_milli,
+                numa_span: choice.numa_span,
+                score,
+            }
+        }))
+    }
+
+    fn link(&self, node: &str, a: u32, b: u32) -> Option<GpuLink> {
+        let known = self.by_name.get(node)?;
+        let link = known.topology.link(a as usize, b as usize)?;
+        let cost = self.costs.cost(link);
+        Some(GpuLink {
+            class: link.code(),
+            nvswitch: matches!(link, Link::NvLink { switched: true, .. }),
+            bandwidth_mbps: (cost.bandwidth_gbps * 1000.0).round().min(f64::from(u32::MAX)) as u32,
+            distance_milli: (self.costs.distance(link) * 1000.0).round().min(f64::from(u32::MAX)) as u32,
+        })
+    }
+}

@@ -1,0 +1,165 @@
+//! Plugins ask the host about GPU topology (`topology` import): the built-in `gpu-topology`
+//! component and the same crate run natively must give the host's exact answers, and the answers
+//! must drive placement (filter, score, device selection).
+
+use std::sync::Arc;
+
+use wasmsched_api::{GpuDevice, GpuRequest, Node, Resources, Task};
+use wasmsched_core::{CallContext, NativePlugin, NodeTable, PolicyPlugin, PolicySet, Slot, place};
+use wasmsched_plugin_gpu_topology::GpuTopology;
+use wasmsched_runtime::{Runtime, RuntimeConfig};
+use wasmsched_topology::{NodeTopology, smi};
+
+use crate::unhurried;
+
+fn fixture(name: &str) -> NodeTopology {
+    let path = format!("{}/../host/topology/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    smi::parse(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The "PCIe-pair box" of the topology article: NVLink pairs, PIX inside a NUMA node, SYS across.
+fn pcie_pairs() -> NodeTopology {
+    let mut text = String::from("\tGPU0\tGPU1\tGPU2\tGPU3\tGPU4\tGPU5\tGPU6\tGPU7\tCPU Affinity\tNUMA Affinity\n");
+    for i in 0..8 {
+        text.push_str(&format!("GPU{i}"));
+        for j in 0..8 {
+            let cell = if i == j {
+                " X "
+            } else if i / 2 == j / 2 {
+                "NV12"
+            } else if i / 4 == j / 4 {
+                "PIX"
+            } else {
+                "SYS"
+            };
+            text.push_str(&format!("\t{cell}"));
+        }
+        text.push_str(&format!("\t{}\t{}\n", if i < 4 { "0-63" } else { "64-127" }, i / 4));
+    }
+    smi::parse(&text).unwrap()
+}
+
+fn node(name: &str, free: &[u32]) -> Node {
+    Node {
+        name: name.into(),
+        allocatable: Resources { cpu_milli: 128_000, memory_bytes: 1 << 40, gpu_milli: 8000, extended: vec![] },
+        gpus: (0..8)
+            .map(|i| GpuDevice {
+                index: i,
+                free_milli: if free.contains(&i) { 1000 } else { 0 },
+                numa_node: Some(i / 4),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// Nodes: an NVSwitch node, an NVLink-pair node, a PCIe node (all free), a pair node with only
+/// {0,4,5} free, and a node whose topology is unknown.
+fn cluster() -> (NodeTable, Vec<Slot>) {
+    let mut nodes = NodeTable::new();
+    let all: Vec<u32> = (0..8).collect();
+    let slots = vec![
+        nodes.upsert(node("nvswitch", &all)),
+        nodes.upsert(node("pairs", &all)),
+        nodes.upsert(node("pcie", &all)),
+        nodes.upsert(node("pairs-busy", &[0, 4, 5])),
+        nodes.upsert(node("unknown", &all)),
+    ];
+    let t = nodes.topologies_mut();
+    t.insert("nvswitch", fixture("h100-sxm-8gpu-nv18.txt"));
+    t.insert("pairs", pcie_pairs());
+    t.insert("pcie", fixture("pcie-8gpu-node-sys.txt"));
+    t.insert("pairs-busy", pcie_pairs());
+    (nodes, slots)
+}
+
+fn gpus(count: u32) -> Task {
+    Task {
+        id: "job".into(),
+        gpu: GpuRequest { count, milli_per_gpu: 1000, ..Default::default() },
+        ..Default::default()
+    }
+}
+
+fn both(config: &str) -> (Arc<dyn PolicyPlugin>, Arc<dyn PolicyPlugin>) {
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let wasm = rt.load(wasmsched_plugins::GPU_TOPOLOGY.wasm, unhurried("gpu-topology").with_config(config)).unwrap();
+    let native = NativePlugin::<GpuTopology>::new(config, 1).unwrap();
+    (Arc::new(wasm), Arc::new(native))
+}
+
+#[test]
+fn scores_follow_the_interconnect_natively_and_in_wasm() {
+    let (nodes, slots) = cluster();
+    let (wasm, native) = both("");
+    let ctx = CallContext { worker: 0, nodes: &nodes };
+    let w = wasm.score(ctx, &gpus(4), &slots).unwrap();
+    let n = native.score(CallContext { worker: 0, nodes: &nodes }, &gpus(4), &slots).unwrap();
+    assert_eq!(w, n, "the component and the native build agree");
+    let [nvswitch, pairs, pcie, busy, unknown] = w[..] else { panic!("{w:?}") };
+    assert!(nvswitch > pairs && pairs > pcie, "{w:?}");
+    assert_eq!(busy, 0, "3 free GPUs cannot take 4");
+    assert_eq!(unknown, 50, "unknown topology scores the configured neutral value");
+    // One GPU: topology does not matter.
+    assert!(wasm.score(CallContext { worker: 0, nodes: &nodes }, &gpus(1), &slots).unwrap().iter().all(|&s| s == 100));
+}
+
+#[test]
+fn device_selection_takes_the_exact_best_set() {
+    let (nodes, slots) = cluster();
+    let (wasm, native) = both("");
+    for plugin in [&wasm, &native] {
+        // The article's counter-example: {0,4,5} free, 2 wanted → the NVLink pair {4,5}.
+        let got = plugin.select_devices(CallContext { worker: 0, nodes: &nodes }, &gpus(2), slots[3]).unwrap().unwrap();
+        assert_eq!(got.iter().map(|d| d.gpu).collect::<Vec<_>>(), [4, 5], "{}", plugin.name());
+        // Unknown topology: the default lowest-index choice.
+        let got = plugin.select_devices(CallContext { worker: 0, nodes: &nodes }, &gpus(2), slots[4]).unwrap().unwrap();
+        assert_eq!(got.iter().map(|d| d.gpu).collect::<Vec<_>>(), [0, 1]);
+    }
+}
+
+#[test]
+fn single_numa_node_filters_with_the_hosts_reason() {
+    let (mut nodes, _) = cluster();
+    // NUMA0 has 3 free, NUMA1 has 3 free: 4 GPUs in one NUMA node are impossible.
+    let split = nodes.upsert(node("split", &[1, 2, 3, 5, 6, 7]));
+    nodes.topologies_mut().insert("split", pcie_pairs());
+    let (wasm, native) = both(r#"{"numa_policy":"single-numa-node"}"#);
+    let ctx = || CallContext { worker: 0, nodes: &nodes };
+    let w = wasm.filter(ctx(), &gpus(4), &[split]).unwrap();
+    let n = native.filter(ctx(), &gpus(4), &[split]).unwrap();
+    assert_eq!(w, n);
+    assert_eq!(w.codes, [1]);
+    assert!(w.reasons[0].reason.contains("single-numa-node"), "{:?}", w.reasons);
+    let (best_effort, _) = both(r#"{"numa_policy":"best-effort"}"#);
+    assert_eq!(best_effort.filter(ctx(), &gpus(4), &[split]).unwrap().codes, [0]);
+}
+
+#[test]
+fn placement_uses_topology_end_to_end() {
+    let (nodes, _) = cluster();
+    let (wasm, _) = both("");
+    let fit = wasmsched_plugins::RESOURCE_FIT;
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let fit = rt.load(fit.wasm, unhurried(fit.name).with_config(fit.config)).unwrap();
+    let set = PolicySet::builder().filter(Arc::new(fit)).score(wasm.clone(), 1).devices(wasm).build();
+    let placed = place(&set, &nodes, &gpus(4), 0).unwrap();
+    assert_eq!(nodes.get(placed.node).unwrap().name, "nvswitch");
+    assert_eq!(placed.devices.len(), 4);
+}
+
+#[test]
+fn bad_configuration_is_refused() {
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    for (config, expected) in [
+        (r#"{"numa_policy":"numa"}"#, "numa_policy `numa`"),
+        (r#"{"unknown_score":101}"#, "above 100"),
+        (r#"{"x":1}"#, "unknown field"),
+    ] {
+        let err =
+            rt.load(wasmsched_plugins::GPU_TOPOLOGY.wasm, unhurried("gpu-topology").with_config(config)).err().unwrap();
+        assert!(err.to_string().contains(expected), "{config}: {err}");
+    }
+}
