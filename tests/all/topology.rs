@@ -163,3 +163,28 @@ fn bad_configuration_is_refused() {
         assert!(err.to_string().contains(expected), "{config}: {err}");
     }
 }
+
+/// S15: GPU accounting with topology-chosen devices. Two 4-GPU binds on one 8-GPU NVSwitch node
+/// get disjoint sets, a third finds no set, and releasing the first makes its GPUs choosable again.
+#[test]
+fn s15_binds_are_disjoint_and_released_gpus_return() {
+    let mut nodes = NodeTable::new();
+    let slot = nodes.upsert(node("dgx", &(0..8).collect::<Vec<_>>()));
+    nodes.topologies_mut().insert("dgx", fixture("h100-sxm-8gpu-nv18.txt"));
+    let (wasm, _) = both("");
+    let task = |id: &str| Task { id: id.into(), ..gpus(4) };
+    let mut bound = Vec::new();
+    for id in ["first", "second"] {
+        let devices = wasm.select_devices(CallContext { worker: 0, nodes: &nodes }, &task(id), slot).unwrap().unwrap();
+        nodes.update(slot, |n| wasmsched_core::bind(n, &task(id), &devices)).unwrap().unwrap();
+        bound.push(devices.iter().map(|d| d.gpu).collect::<Vec<_>>());
+    }
+    assert_eq!(bound, [vec![0, 1, 2, 3], vec![4, 5, 6, 7]], "one NUMA node each, disjoint");
+    let third = wasm.select_devices(CallContext { worker: 0, nodes: &nodes }, &task("third"), slot).unwrap();
+    assert!(third.unwrap_err().reason.contains("0 free GPUs, 4 requested"));
+    let first: Vec<wasmsched_api::DeviceShare> =
+        bound[0].iter().map(|&gpu| wasmsched_api::DeviceShare { gpu, milli: 1000 }).collect();
+    nodes.update(slot, |n| wasmsched_core::release(n, &task("first"), &first)).unwrap();
+    let again = wasm.select_devices(CallContext { worker: 0, nodes: &nodes }, &task("third"), slot).unwrap().unwrap();
+    assert_eq!(again.iter().map(|d| d.gpu).collect::<Vec<_>>(), [0, 1, 2, 3]);
+}

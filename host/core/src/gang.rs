@@ -3,9 +3,14 @@
 //! Members are placed one by one with the policy set and bound on the table as they go, so each
 //! member sees the capacity its predecessors took (no over-commit of a node by a group, unlike
 //! aggregate checks). If fewer than `min_member` fit, every member placed so far is released: the
-//! table ends exactly as it started (allocations; its generation moves on). With a topology
-//! constraint the group is first tried inside one domain (nodes sharing a label value), tightest
-//! fit first; strict groups never span domains.
+//! table ends exactly as it started (allocations; its generation moves on).
+//!
+//! With a topology constraint (tiers of domains named by node labels, innermost first: rack, then
+//! spine, then zone) the group goes to the **innermost tier where some domain can hold it**, trying
+//! that tier's domains tightest fit first (best fit: the least free GPU share, so big domains stay
+//! whole for big gangs); when no domain of a tier can, it spills to the next tier out — the nearest
+//! larger domain. Strict groups never leave the outermost tier's domains; loose ones finally try the
+//! whole cluster.
 
 use std::collections::BTreeMap;
 
@@ -15,13 +20,22 @@ use crate::alloc::{bind, release};
 use crate::node_table::{NodeTable, Slot};
 use crate::placement::{Diagnosis, Placement, PolicySet, place_among, place_sampled_among};
 
-/// Keep a group inside one topology domain.
+/// Keep a group inside the smallest topology domain that can hold it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TopologyConstraint {
-    /// Node label whose value names the domain (e.g. a rack or switch label).
-    pub label: String,
-    /// Never span domains; otherwise fall back to the whole cluster.
+    /// Node labels naming the domains of each tier, innermost first (e.g. rack, spine, zone). A
+    /// domain of tier `t` is the nodes sharing the values of labels `t..`, so equal rack names in
+    /// two spines are different racks.
+    pub tiers: Vec<String>,
+    /// Never span the outermost tier's domains; otherwise fall back to the whole cluster.
     pub strict: bool,
+}
+
+impl TopologyConstraint {
+    /// One tier.
+    pub fn single(label: impl Into<String>, strict: bool) -> Self {
+        TopologyConstraint { tiers: vec![label.into()], strict }
+    }
 }
 
 /// A group to place.
@@ -46,7 +60,8 @@ pub struct GroupSpec<'a> {
 pub struct GangPlacement {
     /// `(member index, placement)` of every placed member, in placement order.
     pub placed: Vec<(usize, Placement)>,
-    /// The domain used, when constrained and satisfied inside one.
+    /// The domain used (its label values, innermost first, joined by `/`), when constrained and
+    /// satisfied inside one.
     pub domain: Option<String>,
 }
 
@@ -101,9 +116,11 @@ pub fn place_group(
         }
     };
     if let Some(topo) = group.topology {
-        for (domain, slots) in domains(nodes, &topo.label) {
-            if let Some(p) = attempt(nodes, &slots, Some(domain)) {
-                return Ok(p);
+        for tier in 0..topo.tiers.len() {
+            for (domain, slots) in domains(nodes, &topo.tiers[tier..]) {
+                if let Some(p) = attempt(nodes, &slots, Some(domain)) {
+                    return Ok(p);
+                }
             }
         }
         if !topo.strict {
@@ -126,14 +143,15 @@ pub fn place_group(
     })
 }
 
-/// Domains by label value, tightest first (least free GPU share, then least free CPU), ties by
-/// name. Nodes without the label belong to no domain.
-fn domains(nodes: &NodeTable, label: &str) -> Vec<(String, Vec<Slot>)> {
+/// Domains named by the values of `labels` (innermost first), tightest first (least free GPU
+/// share, then least free CPU), ties by name. Nodes missing any of the labels belong to no domain.
+fn domains(nodes: &NodeTable, labels: &[String]) -> Vec<(String, Vec<Slot>)> {
     let mut by_value: BTreeMap<String, (u64, u64, Vec<Slot>)> = BTreeMap::new();
     for slot in nodes.slots() {
         let Some(node) = nodes.get(slot) else { continue };
-        if let Some(value) = node.label(label) {
-            let e = by_value.entry(value.to_string()).or_default();
+        let values: Option<Vec<&str>> = labels.iter().map(|l| node.label(l)).collect();
+        if let Some(values) = values {
+            let e = by_value.entry(values.join("/")).or_default();
             e.0 += node.free_gpu_milli();
             e.1 += node.free_cpu_milli();
             e.2.push(slot);
@@ -290,8 +308,8 @@ mod tests {
     #[test]
     fn g6_topology_domains() {
         let layout = [("x1", 8, "X"), ("x2", 8, "X"), ("y1", 8, "Y"), ("y2", 8, "Y")];
-        let strict = TopologyConstraint { label: "rack".into(), strict: true };
-        let loose = TopologyConstraint { label: "rack".into(), strict: false };
+        let strict = TopologyConstraint::single("rack", true);
+        let loose = TopologyConstraint::single("rack", false);
         let two = gang(2, 8);
         let mut t = cluster(&layout);
         let p = place_group(&set(), &mut t, &spec(&two, 2, Some(&strict)), 0).unwrap();
@@ -307,10 +325,55 @@ mod tests {
     }
 
     #[test]
+    fn innermost_tier_that_fits_then_the_nearest_larger_domain() {
+        // Spine S1 holds racks A (2 nodes) and B (4); spine S2 holds rack C (3).
+        let mut t = NodeTable::new();
+        for (name, rack, spine) in [
+            ("a1", "A", "S1"),
+            ("a2", "A", "S1"),
+            ("b1", "B", "S1"),
+            ("b2", "B", "S1"),
+            ("b3", "B", "S1"),
+            ("b4", "B", "S1"),
+            ("c1", "C", "S2"),
+            ("c2", "C", "S2"),
+            ("c3", "C", "S2"),
+        ] {
+            t.upsert(Node {
+                name: name.into(),
+                labels: vec![("rack".into(), rack.into()), ("spine".into(), spine.into())],
+                allocatable: Resources { cpu_milli: 96_000, memory_bytes: 1 << 40, gpu_milli: 8000, extended: vec![] },
+                gpus: (0..8).map(|i| GpuDevice { index: i, free_milli: 1000, ..Default::default() }).collect(),
+                ..Default::default()
+            });
+        }
+        let tiers = TopologyConstraint { tiers: vec!["rack".into(), "spine".into()], strict: true };
+        let racks = |t: &NodeTable, p: &GangPlacement| -> Vec<String> {
+            p.placed.iter().map(|(_, pl)| t.get(pl.node).unwrap().label("rack").unwrap().to_string()).collect()
+        };
+        // Two nodes: the tightest rack that fits, A, not the big rack B.
+        let mut two_t = t.clone();
+        let p = place_group(&set(), &mut two_t, &spec(&gang(2, 8), 2, Some(&tiers)), 0).unwrap();
+        assert_eq!(p.domain.as_deref(), Some("A/S1"));
+        assert_eq!(racks(&two_t, &p), ["A", "A"]);
+        // Five nodes: no rack holds them; spine S1 does (A and B), rack C under S2 is not used.
+        let mut five_t = t.clone();
+        let p = place_group(&set(), &mut five_t, &spec(&gang(5, 8), 5, Some(&tiers)), 0).unwrap();
+        assert_eq!(p.domain.as_deref(), Some("S1"));
+        assert!(racks(&five_t, &p).iter().all(|r| r != "C"));
+        // Seven nodes: no spine holds them; strict refuses, loose takes the cluster.
+        let mut seven_t = t.clone();
+        assert!(place_group(&set(), &mut seven_t, &spec(&gang(7, 8), 7, Some(&tiers)), 0).is_err());
+        let loose = TopologyConstraint { strict: false, ..tiers.clone() };
+        let p = place_group(&set(), &mut seven_t, &spec(&gang(7, 8), 7, Some(&loose)), 0).unwrap();
+        assert_eq!((p.placed.len(), p.domain), (7, None));
+    }
+
+    #[test]
     fn tightest_domain_first() {
         let mut t = cluster(&[("x1", 8, "X"), ("x2", 8, "X"), ("y1", 8, "Y")]);
         let one = gang(1, 8);
-        let strict = TopologyConstraint { label: "rack".into(), strict: true };
+        let strict = TopologyConstraint::single("rack", true);
         let p = place_group(&set(), &mut t, &spec(&one, 1, Some(&strict)), 0).unwrap();
         assert_eq!(p.domain.as_deref(), Some("Y"));
     }

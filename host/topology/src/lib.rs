@@ -11,6 +11,7 @@
 //!
 //! Link costs are configurable ([`LinkCosts`]); defaults and their sources are in `docs/topology.md`.
 
+pub mod alerts;
 pub mod annotation;
 pub mod cluster;
 pub mod comm;

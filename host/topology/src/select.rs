@@ -187,6 +187,11 @@ pub struct Prepared {
     /// only takes a GPU once its lower twins are taken (exact symmetry reduction: on an NVSwitch node
     /// the 12,870 8-of-16 sets collapse to 9).
     twins_below: Vec<u64>,
+    /// Distinct pair bandwidths of the node, highest first, and each pair's index into them.
+    levels: Vec<u32>,
+    level_of: Vec<u8>,
+    /// GPUs per NUMA group, largest first (for [`Prepared::min_span`]).
+    numa_sizes: Vec<u32>,
 }
 
 impl Prepared {
@@ -234,7 +239,22 @@ impl Prepared {
                     .fold(0u64, |mask, j| mask | 1 << j)
             })
             .collect();
-        Prepared { n, bandwidth, distance, numa, numa_unknown, numa_masks, twins_below }
+        let mut levels: Vec<u32> = Vec::new();
+        for i in 0..n {
+            for j in i + 1..n {
+                if !levels.contains(&bandwidth[i * n + j]) {
+                    levels.push(bandwidth[i * n + j]);
+                }
+            }
+        }
+        levels.sort_unstable_by(|a, b| b.cmp(a));
+        // At most 64 distinct levels are tracked as bits; beyond that (never on real hardware) the
+        // slowest ones share the last bit, which only costs a redundant search.
+        let level_of =
+            bandwidth.iter().map(|bw| levels.iter().position(|l| l == bw).unwrap_or(0).min(63) as u8).collect();
+        let mut numa_sizes: Vec<u32> = numa_masks.iter().map(|m| m.count_ones()).collect();
+        numa_sizes.sort_unstable_by(|a, b| b.cmp(a));
+        Prepared { n, bandwidth, distance, numa, numa_unknown, numa_masks, twins_below, levels, level_of, numa_sizes }
     }
 
     /// Number of GPUs on the node.
@@ -260,16 +280,14 @@ impl Prepared {
     /// The narrowest NUMA span the node could give `k` GPUs if all were free (kubelet's
     /// "preferred" width for `restricted`).
     pub fn min_span(&self, k: u32) -> u32 {
-        let mut sizes: Vec<u32> = self.numa_masks.iter().map(|m| m.count_ones()).collect();
-        sizes.sort_unstable_by(|a, b| b.cmp(a));
         let mut total = 0;
-        for (i, size) in sizes.iter().enumerate() {
+        for (i, size) in self.numa_sizes.iter().enumerate() {
             total += size;
             if total >= k {
                 return i as u32 + 1;
             }
         }
-        sizes.len() as u32
+        self.numa_sizes.len() as u32
     }
 
     /// The best set of `k` GPUs among `free` (a mask), or why there is none.
@@ -283,11 +301,18 @@ impl Prepared {
                 search.leaf(1 << i, 0, search.row_free[i], groups);
             }
         } else {
-            for level in self.levels(free) {
-                search.level(level);
+            for index in bits(self.present_levels(free)) {
+                search.level(self.levels[index]);
                 if search.best.is_some() {
                     break;
                 }
+            }
+            // More than 64 distinct bandwidths share the last bit: search the slower ones in turn.
+            for &level in self.levels.iter().skip(64) {
+                if search.best.is_some() {
+                    break;
+                }
+                search.level(level);
             }
         }
         let best = search.best.ok_or(Unsatisfiable::Numa { policy: policy.as_str(), requested: k, span: max_span })?;
@@ -355,19 +380,16 @@ impl Prepared {
         })
     }
 
-    /// Distinct bandwidths of links among free GPUs, highest first.
-    fn levels(&self, free: u64) -> Vec<u32> {
-        let mut levels = Vec::new();
+    /// Distinct bandwidths of links among free GPUs, highest first, as bits of indexes into
+    /// `self.levels` (no allocation: this runs for every node of every cycle).
+    fn present_levels(&self, free: u64) -> u64 {
+        let mut present = 0u64;
         for i in bits(free) {
             for j in bits(free & !((2u64 << i) - 1)) {
-                let bw = self.bandwidth[i * self.n + j];
-                if !levels.contains(&bw) {
-                    levels.push(bw);
-                }
+                present |= 1 << self.level_of[i * self.n + j];
             }
         }
-        levels.sort_unstable_by(|a, b| b.cmp(a));
-        levels
+        present
     }
 
     /// The full key of a set.

@@ -350,3 +350,23 @@ fn numactl_hardware_is_parsed_with_distances() {
     assert!(pinning::parse_numactl("garbage").unwrap_err().contains("numactl --hardware"));
     assert!(pinning::parse_numactl("node 0 cpus: 0 x").is_err());
 }
+
+#[test]
+fn s19_alerts_for_numa_spans_and_slow_collectives() {
+    use wasmsched_topology::alerts::{Severity, Thresholds, placement_alerts};
+    let t = pcie_pair_box();
+    let costs = LinkCosts::default();
+    let thresholds = Thresholds::default();
+    // {0,1}: one NUMA node over NVLink: no alert.
+    assert!(placement_alerts(&t, &costs, &[0, 1], &thresholds).is_empty());
+    // {0,1,2,3}: one NUMA node, PCIe bottleneck 4.58 ms + latency: under 5 ms.
+    assert!(placement_alerts(&t, &costs, &[0, 1, 2, 3], &thresholds).is_empty());
+    // {0,1,4,5}: spans NUMA nodes (warning) and the SYS bottleneck puts all-reduce at 5.9 ms (critical).
+    let alerts = placement_alerts(&t, &costs, &[0, 1, 4, 5], &thresholds);
+    let kinds: Vec<(Severity, &str)> = alerts.iter().map(|a| (a.severity, a.kind.as_str())).collect();
+    assert_eq!(kinds, [(Severity::Warning, "topology-mismatch"), (Severity::Critical, "communication-bottleneck")]);
+    assert!(alerts[0].message.contains("span NUMA nodes 0, 1"), "{}", alerts[0].message);
+    // One GPU: nothing to judge. A GPU that is not there: a mismatch, not a panic.
+    assert!(placement_alerts(&t, &costs, &[3], &thresholds).is_empty());
+    assert!(placement_alerts(&t, &costs, &[3, 12], &thresholds)[0].message.contains("GPU 12 is not on this node"));
+}

@@ -81,6 +81,10 @@ impl Score for GpuTopology {
         if !multi_gpu(task) {
             return MAX_SCORE;
         }
+        // Too few free GPUs: no need to ask the host (the filter stage normally removed the node).
+        if topology::free_mask(node, &task.gpu).count_ones() < task.gpu.count {
+            return 0;
+        }
         match topology::best_gpus(node, &task.gpu, self.policy) {
             Some(Ok(set)) => set.score.min(MAX_SCORE),
             Some(Err(_)) => 0,
