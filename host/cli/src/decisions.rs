@@ -3,8 +3,8 @@
 use wasmsched_api::{Stage as CoreStage, Task};
 use wasmsched_core::{Diagnosis, FaultKind as CoreFault, Placement};
 use wasmsched_events::schema::{
-    FaultKind, GpuShare, Payload, PluginFault, PolicySetRef, ScoreSummary, Stage, StageReason, TaskRef, TaskScheduled,
-    TaskUnschedulable,
+    AlertSeverity, FaultKind, GpuShare, Payload, PluginFault, PolicySetRef, ScoreSummary, Stage, StageReason, TaskRef,
+    TaskScheduled, TaskTopologyAlert, TaskUnschedulable,
 };
 use wasmsched_events::{EventSink, Timestamp};
 
@@ -32,6 +32,32 @@ pub fn publish(sink: Option<&EventSink>, time: Option<Timestamp>, d: Decision<'_
             }
         }
     }
+}
+
+/// Publish a topology alert about a placement (S19 of the topology article).
+pub fn publish_alert(
+    sink: Option<&EventSink>,
+    time: Timestamp,
+    task: &Task,
+    node: &str,
+    placement: &Placement,
+    alert: wasmsched_topology::alerts::Alert,
+) {
+    let Some(sink) = sink else { return };
+    sink.emit_at(
+        time,
+        Payload::TaskTopologyAlert(TaskTopologyAlert {
+            task: task_ref(task),
+            node: node.to_owned(),
+            gpus: placement.devices.iter().map(|d| d.gpu).collect(),
+            severity: match alert.severity {
+                wasmsched_topology::alerts::Severity::Warning => AlertSeverity::Warning,
+                wasmsched_topology::alerts::Severity::Critical => AlertSeverity::Critical,
+            },
+            alert: alert.kind,
+            message: alert.message,
+        }),
+    );
 }
 
 pub fn task_ref(task: &Task) -> TaskRef {

@@ -6,6 +6,7 @@ use anyhow::{Context, bail};
 use wasmsched_core::{NativePlugin, PolicyPlugin, PolicySet};
 use wasmsched_plugin_allocation_score::AllocationScore;
 use wasmsched_plugin_gpu_share_score::{GpuShareScore, TypicalPod};
+use wasmsched_plugin_gpu_topology::GpuTopology;
 use wasmsched_plugin_resource_fit::ResourceFit;
 use wasmsched_plugins::BuiltIn;
 use wasmsched_runtime::{PluginConfig, Runtime, RuntimeConfig};
@@ -19,9 +20,22 @@ pub fn replay_runtime(native: bool) -> anyhow::Result<Option<Runtime>> {
         .context("starting the Wasm runtime")
 }
 
-/// Score policies `simulate` and `experiment` accept.
-pub const SCORE_POLICIES: [&str; 8] =
-    ["random", "dot-prod", "gpu-clustering", "gpu-packing", "best-fit", "fgd", "least-allocated", "most-allocated"];
+/// Score policies `simulate`, `replay` and `experiment` accept. `gpu-topology` needs nodes with a
+/// known topology (replay scenarios with `topology` files); elsewhere it scores every node alike.
+pub const SCORE_POLICIES: [&str; 9] = [
+    "random",
+    "dot-prod",
+    "gpu-clustering",
+    "gpu-packing",
+    "best-fit",
+    "fgd",
+    "least-allocated",
+    "most-allocated",
+    "gpu-topology",
+];
+
+/// Weight of `gpu-topology` against `most-allocated` in the `gpu-topology` policy set.
+const TOPOLOGY_WEIGHT: u32 = 2;
 
 /// The FGD paper's six policies, in its order.
 pub const PAPER_POLICIES: [&str; 6] = ["random", "dot-prod", "gpu-clustering", "gpu-packing", "best-fit", "fgd"];
@@ -35,6 +49,9 @@ fn load(runtime: Option<&Runtime>, builtin: BuiltIn, config: &str) -> anyhow::Re
         ),
         None if name == wasmsched_plugins::RESOURCE_FIT.name => {
             Arc::new(NativePlugin::<ResourceFit>::new(config, 1).map_err(anyhow::Error::msg)?)
+        }
+        None if name == wasmsched_plugins::GPU_TOPOLOGY.name => {
+            Arc::new(NativePlugin::<GpuTopology>::new(config, 1).map_err(anyhow::Error::msg)?)
         }
         None if builtin.name.ends_with("-allocated") => {
             Arc::new(NativePlugin::<AllocationScore>::new(config, 1).map_err(anyhow::Error::msg)?.named(name))
@@ -62,6 +79,20 @@ pub fn policy_set(
     };
     let fit = load(runtime, wasmsched_plugins::RESOURCE_FIT, "")?;
     let scorer = load(runtime, builtin, &config)?;
+    if score == wasmsched_plugins::GPU_TOPOLOGY.name {
+        // Filter (NUMA policy), score and device selection from one instance pool. Topology only
+        // ranks nodes for multi-GPU tasks; bin packing (most-allocated) breaks its ties and places
+        // single-GPU tasks, so they fill partly used nodes instead of breaking up whole ones.
+        let packing = load(runtime, wasmsched_plugins::MOST_ALLOCATED, wasmsched_plugins::MOST_ALLOCATED.config)?;
+        return Ok(PolicySet::builder()
+            .filter(fit)
+            .filter(scorer.clone())
+            .score(scorer.clone(), TOPOLOGY_WEIGHT)
+            .score(packing, 1)
+            .devices(scorer)
+            .version(1)
+            .build());
+    }
     let set = PolicySet::builder().filter(fit).score(scorer.clone(), 1).version(1);
     Ok(if PAPER_POLICIES.contains(&score) { set.devices(scorer) } else { set }.build())
 }

@@ -64,9 +64,55 @@ struct Report<'a> {
     jain_fairness: f64,
     queues: &'a std::collections::BTreeMap<String, QueueStats>,
     waiting_at_end_by_reason: &'a std::collections::BTreeMap<String, usize>,
+    /// Multi-GPU placements on nodes of known topology (scenarios with `topology` files).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    topology: Option<TopologyStats>,
     /// With `--events` or `--nats`: what the event sink did.
     #[serde(skip_serializing_if = "Option::is_none")]
     events: Option<wasmsched_events::Stats>,
+}
+
+/// How well multi-GPU placements used the interconnect.
+#[derive(Default, Serialize)]
+struct TopologyStats {
+    /// Placements of 2 or more whole GPUs on nodes with a known topology.
+    multi_gpu_placements: usize,
+    /// Of those, placements whose GPUs span NUMA nodes (`topology-mismatch` warnings).
+    spanning_numa: usize,
+    /// Of those, placements whose estimated 100 MB all-reduce is over 5 ms (`communication-bottleneck`).
+    bottlenecked: usize,
+    /// Mean bottleneck bandwidth inside the placed sets, GB/s.
+    mean_bottleneck_gbps: f64,
+}
+
+/// Topology statistics and alert events of one placement.
+fn observe_topology(
+    stats: &mut TopologyStats,
+    table: &NodeTable,
+    node: &str,
+    placement: &wasmsched_core::Placement,
+) -> Vec<wasmsched_topology::alerts::Alert> {
+    let Some(topology) = table.topologies().get(node) else { return Vec::new() };
+    let gpus: Vec<u32> = placement.devices.iter().filter(|d| d.milli >= 1000).map(|d| d.gpu).collect();
+    if gpus.len() < 2 {
+        return Vec::new();
+    }
+    let costs = wasmsched_topology::LinkCosts::default();
+    let mut bottleneck = f64::INFINITY;
+    for (i, &a) in gpus.iter().enumerate() {
+        for &b in &gpus[i + 1..] {
+            if let Some(link) = topology.link(a as usize, b as usize) {
+                bottleneck = bottleneck.min(costs.cost(link).bandwidth_gbps);
+            }
+        }
+    }
+    let alerts = wasmsched_topology::alerts::placement_alerts(topology, &costs, &gpus, &Default::default());
+    let n = stats.multi_gpu_placements as f64;
+    stats.mean_bottleneck_gbps = (stats.mean_bottleneck_gbps * n + bottleneck) / (n + 1.0);
+    stats.multi_gpu_placements += 1;
+    stats.spanning_numa += usize::from(alerts.iter().any(|a| a.kind == "topology-mismatch"));
+    stats.bottlenecked += usize::from(alerts.iter().any(|a| a.kind == "communication-bottleneck"));
+    alerts
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -74,9 +120,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(args.node_stride >= 1, "--node-stride must be at least 1");
     let (table, jobs) = match &args.scenario {
         Some(path) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-            let s = Scenario::parse(&path.display().to_string(), &text)?;
-            (s.node_table(), s.jobs)
+            let (s, topologies) = Scenario::load(path)?;
+            (s.node_table_with(&topologies), s.jobs)
         }
         None => {
             let nodes = inputs::nodes(args.nodes.as_deref())?;
@@ -94,11 +139,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let events = args.sink.open("replay")?;
     let policy = wasmsched_events::schema::PolicySetRef { name: args.policy.clone(), version: 1 };
     let t = Instant::now();
+    let mut topology = (!table.topologies().is_empty()).then(TopologyStats::default);
     let r = timed::run_observed(&set, &table, &jobs, |d| {
         let at = wasmsched_events::Timestamp(d.at.saturating_mul(1000));
         let outcome = d.outcome.map(|(p, node)| (p, node.name.as_str())).map_err(|u| &u.diagnosis);
         let decision = decisions::Decision { task: d.task, outcome, evaluated: table.len(), attempt: d.attempt };
         decisions::publish(events.as_ref(), Some(at), decision, &policy);
+        if let (Some(stats), Ok((placement, node))) = (topology.as_mut(), d.outcome) {
+            for alert in observe_topology(stats, &table, &node.name, placement) {
+                decisions::publish_alert(events.as_ref(), at, d.task, &node.name, placement, alert);
+            }
+        }
     });
     let event_stats = crate::events_cmd::finish(events);
     let report = Report {
@@ -113,6 +164,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         jain_fairness: r.jain_fairness,
         queues: &r.queues,
         waiting_at_end_by_reason: &r.waiting_by_reason,
+        topology,
         events: event_stats,
     };
     if let Some(out) = &args.out {
@@ -163,6 +215,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         println!(
             "{name:<12} {:>7} {:>8} {:>8} {:>11.1}s {:>9}s {:>9}s {:>11.0}s {:>8.3}",
             q.jobs, q.started, q.waiting, q.delay_mean, q.delay_p50, q.delay_p99, q.jct_mean, q.service_ratio
+        );
+    }
+    if let Some(t) = &report.topology {
+        println!(
+            "\nmulti-GPU placements on known topologies: {}; spanning NUMA nodes {}; all-reduce over 5 ms {}; mean bottleneck {:.1} GB/s",
+            t.multi_gpu_placements, t.spanning_numa, t.bottlenecked, t.mean_bottleneck_gbps
         );
     }
     if !report.waiting_at_end_by_reason.is_empty() {

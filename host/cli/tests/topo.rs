@@ -72,3 +72,56 @@ fn bad_input_is_refused_clearly() {
         assert!(err.contains(expected), "{args:?}: {err}");
     }
 }
+
+fn replay(args: &[&str]) -> serde_json::Value {
+    let mut all = vec![
+        "replay",
+        "--scenario",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/scenarios/topology.json"),
+        "--json",
+    ];
+    all.extend_from_slice(args);
+    json(wasmsched(&all))
+}
+
+#[test]
+fn topology_aware_replay_keeps_multi_gpu_jobs_on_fast_links() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events.jsonl");
+    let topo = replay(&["--policy", "gpu-topology", "--events", events.to_str().unwrap()]);
+    let spread = replay(&["--policy", "least-allocated", "--native"]);
+    let (t, s) = (&topo["topology"], &spread["topology"]);
+    assert_eq!(t["multi_gpu_placements"], s["multi_gpu_placements"], "same jobs placed: {t} {s}");
+    assert!(t["spanning_numa"].as_u64() < s["spanning_numa"].as_u64(), "{t} vs {s}");
+    assert!(t["mean_bottleneck_gbps"].as_f64() > s["mean_bottleneck_gbps"].as_f64(), "{t} vs {s}");
+    // The component and the native build decide identically.
+    let native = replay(&["--policy", "gpu-topology", "--native"]);
+    assert_eq!(native["topology"], topo["topology"]);
+    // Every alert is an event.
+    let alerts = wasmsched(&["events", "tail", "--file", events.to_str().unwrap(), "--kind", "task-topology-alert"]);
+    let lines = String::from_utf8(alerts.stdout).unwrap();
+    let expected = t["spanning_numa"].as_u64().unwrap() + t["bottlenecked"].as_u64().unwrap();
+    assert_eq!(lines.lines().count() as u64, expected);
+    assert!(lines.contains("\"severity\":\"warning\"") && lines.contains("span NUMA nodes"), "{lines}");
+}
+
+#[test]
+fn scenario_topologies_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let topo = fixture("pcie-6gpu-pix-pairs.txt");
+    let scenario = |gpus: u32, file: &str| {
+        serde_json::json!({
+            "nodes": [{"name": "n0", "cpu_milli": 1000, "memory_mib": 1024, "gpus": gpus, "model": "X", "topology": file}],
+            "queues": ["q"], "jobs": []
+        })
+        .to_string()
+    };
+    let path = dir.path().join("s.json");
+    for (gpus, file, expected) in [(8, topo.as_str(), "has 8 GPUs, its topology"), (6, "missing.txt", "missing.txt")] {
+        std::fs::write(&path, scenario(gpus, file)).unwrap();
+        let o = wasmsched(&["replay", "--scenario", path.to_str().unwrap(), "--native"]);
+        assert!(!o.status.success());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(expected) && err.contains("node \"n0\""), "{err}");
+    }
+}

@@ -50,6 +50,9 @@ pub enum Payload {
     /// A scheduling attempt found no node; the task stays pending.
     #[serde(rename = "io.wasmsched.task.unschedulable.v1")]
     TaskUnschedulable(TaskUnschedulable),
+    /// A placement's GPUs span NUMA nodes, or its estimated collective time is over the threshold.
+    #[serde(rename = "io.wasmsched.task.topology-alert.v1")]
+    TaskTopologyAlert(TaskTopologyAlert),
     /// A running task was evicted to make room.
     #[serde(rename = "io.wasmsched.task.preempted.v1")]
     TaskPreempted(TaskPreempted),
@@ -92,6 +95,8 @@ pub enum Kind {
     TaskScheduled,
     /// [`Payload::TaskUnschedulable`]
     TaskUnschedulable,
+    /// [`Payload::TaskTopologyAlert`]
+    TaskTopologyAlert,
     /// [`Payload::TaskPreempted`]
     TaskPreempted,
     /// [`Payload::GroupTimedOut`]
@@ -118,9 +123,10 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in declaration order.
-    pub const ALL: [Kind; 13] = [
+    pub const ALL: [Kind; 14] = [
         Kind::TaskScheduled,
         Kind::TaskUnschedulable,
+        Kind::TaskTopologyAlert,
         Kind::TaskPreempted,
         Kind::GroupTimedOut,
         Kind::QueueShareChanged,
@@ -139,6 +145,7 @@ impl Kind {
         match self {
             Kind::TaskScheduled => "task-scheduled",
             Kind::TaskUnschedulable => "task-unschedulable",
+            Kind::TaskTopologyAlert => "task-topology-alert",
             Kind::TaskPreempted => "task-preempted",
             Kind::GroupTimedOut => "group-timed-out",
             Kind::QueueShareChanged => "queue-share-changed",
@@ -177,6 +184,7 @@ impl Payload {
         match self {
             Payload::TaskScheduled(_) => Kind::TaskScheduled,
             Payload::TaskUnschedulable(_) => Kind::TaskUnschedulable,
+            Payload::TaskTopologyAlert(_) => Kind::TaskTopologyAlert,
             Payload::TaskPreempted(_) => Kind::TaskPreempted,
             Payload::GroupTimedOut(_) => Kind::GroupTimedOut,
             Payload::QueueShareChanged(_) => Kind::QueueShareChanged,
@@ -197,6 +205,7 @@ impl Payload {
         match self {
             Payload::TaskScheduled(e) => task(&e.task),
             Payload::TaskUnschedulable(e) => task(&e.task),
+            Payload::TaskTopologyAlert(e) => task(&e.task),
             Payload::TaskPreempted(e) => task(&e.victim),
             Payload::GroupTimedOut(e) => (e.group.clone(), Some(e.namespace.clone())),
             Payload::QueueShareChanged(e) => (e.queue.clone(), None),
@@ -216,6 +225,7 @@ impl Payload {
         match self {
             Payload::TaskScheduled(e) => Some(&e.task),
             Payload::TaskUnschedulable(e) => Some(&e.task),
+            Payload::TaskTopologyAlert(e) => Some(&e.task),
             Payload::TaskPreempted(e) => Some(&e.victim),
             _ => None,
         }
@@ -239,6 +249,9 @@ impl Event {
                 let reasons: Vec<String> =
                     e.reasons.iter().map(|r| format!("{} nodes: {} ({})", r.nodes, r.reason, r.stage)).collect();
                 format!("{} attempt {}: {}", e.task, e.attempt, reasons.join("; "))
+            }
+            Payload::TaskTopologyAlert(e) => {
+                format!("{} on {} gpus {:?}: {:?} {}: {}", e.task, e.node, e.gpus, e.severity, e.alert, e.message)
             }
             Payload::TaskPreempted(e) => {
                 format!("{} on {} by {} ({:?}, checkpoint {:?})", e.victim, e.node, e.preemptor, e.reason, e.checkpoint)
@@ -631,6 +644,33 @@ pub struct NodeGpuHealthChanged {
     /// The XID error code, if one caused the change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub xid: Option<u32>,
+}
+
+/// How bad a topology alert is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum AlertSeverity {
+    /// Worth a look (GPUs span NUMA nodes).
+    Warning,
+    /// Act (estimated collective time over the threshold).
+    Critical,
+}
+
+/// Data of `io.wasmsched.task.topology-alert.v1`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TaskTopologyAlert {
+    /// The task placed.
+    pub task: TaskRef,
+    /// Its node.
+    pub node: String,
+    /// Its GPUs.
+    pub gpus: Vec<u32>,
+    /// How bad.
+    pub severity: AlertSeverity,
+    /// `topology-mismatch` or `communication-bottleneck`.
+    pub alert: String,
+    /// For humans, e.g. `GPUs [0, 1, 4, 5] span NUMA nodes 0, 1`.
+    pub message: String,
 }
 
 /// Data of `io.wasmsched.node.inventory-changed.v1`.

@@ -15,6 +15,8 @@ use wasmsched_api::{DeviceShare, GpuRequest, Node, Resources, Task};
 use wasmsched_core::{NodeTable, Placement, PolicySet, Slot, Unschedulable, bind, place, release};
 use wasmsched_plugin_gpu_share_score::{Spec, TypicalPod, typical_pods};
 
+use wasmsched_topology::NodeTopology;
+
 use crate::trace::{TraceError, TracePod};
 
 /// A job of the time-driven replay (one pod).
@@ -136,6 +138,10 @@ pub struct ScenarioNode {
     /// GPU model.
     #[serde(default)]
     pub model: String,
+    /// `nvidia-smi topo -m` output of the node, a path relative to the scenario file; its GPU count
+    /// must equal `gpus`. Read by [`Scenario::load`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<String>,
 }
 
 /// The documented scenario format (JSON): nodes, the queues jobs may name, and jobs.
@@ -188,6 +194,53 @@ impl Scenario {
             }
         }
         Ok(s)
+    }
+
+    /// Reads and validates the scenario at `path`, and the topology files its nodes name
+    /// (relative to the scenario's directory).
+    pub fn load(path: &std::path::Path) -> Result<(Scenario, BTreeMap<String, NodeTopology>), TraceError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| TraceError::Io { file: file.clone(), source: e })?;
+        let scenario = Scenario::parse(&file, &text)?;
+        let dir = path.parent().unwrap_or(std::path::Path::new("."));
+        let mut topologies = BTreeMap::new();
+        for n in &scenario.nodes {
+            let Some(rel) = &n.topology else { continue };
+            let bad = |message: String| TraceError::Malformed { file: file.clone(), line: 0, column: 0, message };
+            let topo_path = dir.join(rel);
+            let text = std::fs::read_to_string(&topo_path)
+                .map_err(|e| bad(format!("node {:?}: topology {}: {e}", n.name, topo_path.display())))?;
+            let topology = wasmsched_topology::smi::parse(&text)
+                .map_err(|e| bad(format!("node {:?}: topology {}: {e}", n.name, topo_path.display())))?;
+            if topology.len() != n.gpus as usize {
+                return Err(bad(format!(
+                    "node {:?} has {} GPUs, its topology {} has {}",
+                    n.name,
+                    n.gpus,
+                    topo_path.display(),
+                    topology.len()
+                )));
+            }
+            topologies.insert(n.name.clone(), topology);
+        }
+        Ok((scenario, topologies))
+    }
+
+    /// The scenario's nodes as the core's nodes, with the given topologies attached (and their
+    /// NUMA nodes on the GPUs).
+    pub fn node_table_with(&self, topologies: &BTreeMap<String, NodeTopology>) -> NodeTable {
+        let mut t = self.node_table();
+        for (name, topology) in topologies {
+            if let Some(slot) = t.slot_of(name) {
+                t.update(slot, |node| {
+                    for gpu in &mut node.gpus {
+                        gpu.numa_node = topology.gpus().get(gpu.index as usize).and_then(|g| g.numa);
+                    }
+                });
+            }
+            t.topologies_mut().insert(name, topology.clone());
+        }
+        t
     }
 
     /// The scenario's nodes as the core's nodes.

@@ -178,6 +178,14 @@ pub fn samples() -> Vec<Payload> {
             reason: "XID 79: GPU has fallen off the bus".into(),
             xid: Some(79),
         }),
+        Payload::TaskTopologyAlert(TaskTopologyAlert {
+            task: task("pod-4", "team-a"),
+            node: "n2".into(),
+            gpus: vec![0, 1, 4, 5],
+            severity: AlertSeverity::Warning,
+            alert: "topology-mismatch".into(),
+            message: "GPUs [0, 1, 4, 5] span NUMA nodes 0, 1".into(),
+        }),
         Payload::NodeInventoryChanged(NodeInventoryChanged {
             node: "node-9".into(),
             gpus: 8,
