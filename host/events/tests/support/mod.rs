@@ -122,6 +122,14 @@ pub fn samples() -> Vec<Payload> {
             policy_set: set(3),
             attempt: 4,
         }),
+        Payload::TaskTopologyAlert(TaskTopologyAlert {
+            task: task("pod-4", "team-a"),
+            node: "n2".into(),
+            gpus: vec![0, 1, 4, 5],
+            severity: AlertSeverity::Warning,
+            alert: "topology-mismatch".into(),
+            message: "GPUs [0, 1, 4, 5] span NUMA nodes 0, 1".into(),
+        }),
         Payload::TaskPreempted(TaskPreempted {
             victim: task("low-1", "team-b"),
             node: "node-2".into(),
@@ -177,14 +185,6 @@ pub fn samples() -> Vec<Payload> {
             to: GpuHealth::Unhealthy,
             reason: "XID 79: GPU has fallen off the bus".into(),
             xid: Some(79),
-        }),
-        Payload::TaskTopologyAlert(TaskTopologyAlert {
-            task: task("pod-4", "team-a"),
-            node: "n2".into(),
-            gpus: vec![0, 1, 4, 5],
-            severity: AlertSeverity::Warning,
-            alert: "topology-mismatch".into(),
-            message: "GPUs [0, 1, 4, 5] span NUMA nodes 0, 1".into(),
         }),
         Payload::NodeInventoryChanged(NodeInventoryChanged {
             node: "node-9".into(),
