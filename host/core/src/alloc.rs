@@ -29,30 +29,11 @@ pub enum AllocError {
     },
 }
 
-/// Device selection used when the policy set has no device-selection plugin.
-///
-/// Whole GPUs: the lowest-index devices that can take them. A shared GPU: best fit, the device
-/// with the least free share that still fits (ties to the lowest index), which keeps whole
-/// devices free for whole-GPU tasks.
+/// Device selection used when the policy set has no device-selection plugin:
+/// [`wasmsched_api::default_devices`] (lowest-index whole GPUs; best fit for a share), the same
+/// rule plugins fall back to.
 pub fn default_select_devices(task: &Task, node: &Node) -> Result<Vec<DeviceShare>, Rejection> {
-    let req = &task.gpu;
-    if req.count == 0 {
-        return Ok(Vec::new());
-    }
-    let fits = node.gpus.iter().filter(|g| req.fits_device(g));
-    let chosen: Vec<DeviceShare> = if req.milli_per_gpu >= GPU_MILLI {
-        fits.take(req.count as usize).map(|g| DeviceShare { gpu: g.index, milli: req.milli_per_gpu }).collect()
-    } else {
-        fits.min_by_key(|g| (g.free_milli, g.index))
-            .map(|g| DeviceShare { gpu: g.index, milli: req.milli_per_gpu })
-            .into_iter()
-            .collect()
-    };
-    if chosen.len() == req.count as usize {
-        Ok(chosen)
-    } else {
-        Err(Rejection { reason: "no device set fits the GPU request".into(), unresolvable: false })
-    }
+    wasmsched_api::default_devices(&task.gpu, node)
 }
 
 fn insufficient(task: &Task, node: &Node, resource: &str) -> AllocError {

@@ -9,7 +9,7 @@ use wasmsched_api::{
     Stages, Task,
 };
 
-use crate::node_table::Slot;
+use crate::node_table::{NodeTable, Slot};
 use crate::plugin::{CallContext, FailurePolicy, FaultKind, PluginFault, PolicyPlugin, validate};
 
 /// A native plugin with one instance per worker.
@@ -43,15 +43,20 @@ impl<P: Plugin + Stages + Send> NativePlugin<P> {
         self
     }
 
+    /// Runs `f` on the worker's instance; with `nodes`, the plugin's topology questions are answered
+    /// from their topologies during the call (as the Wasm runtime's host import does).
     fn with<R>(
         &self,
+        nodes: Option<&NodeTable>,
         worker: usize,
         stage: Stage,
         f: impl FnOnce(&mut P) -> Result<R, (FaultKind, String)>,
     ) -> Result<R, PluginFault> {
         let slot = &self.instances[worker % self.instances.len()];
         let mut p = slot.lock().unwrap_or_else(|e| e.into_inner());
-        f(&mut p).map_err(|(kind, msg)| PluginFault::new(&self.name, stage, kind, msg))
+        let view = nodes.and_then(NodeTable::topology_view);
+        wasmsched_api::topology::with_view(view, || f(&mut p))
+            .map_err(|(kind, msg)| PluginFault::new(&self.name, stage, kind, msg))
     }
 }
 
@@ -80,26 +85,20 @@ impl<P: Plugin + Stages + Send> PolicyPlugin for NativePlugin<P> {
     }
 
     fn filter(&self, ctx: CallContext<'_>, task: &Task, candidates: &[Slot]) -> Result<FilterBatch, PluginFault> {
-        let view = ctx.nodes.topology_view();
-        wasmsched_api::topology::with_view(view, || {
-            self.with(ctx.worker, Stage::Filter, |p| {
-                let f = p.as_filter().ok_or_else(|| missing(Stage::Filter))?;
-                let batch = filter_batch(f, task, nodes(&ctx, candidates)?);
-                validate::filter(&batch, candidates.len()).map_err(|m| (FaultKind::BadOutput, m))?;
-                Ok(batch)
-            })
+        self.with(Some(ctx.nodes), ctx.worker, Stage::Filter, |p| {
+            let f = p.as_filter().ok_or_else(|| missing(Stage::Filter))?;
+            let batch = filter_batch(f, task, nodes(&ctx, candidates)?);
+            validate::filter(&batch, candidates.len()).map_err(|m| (FaultKind::BadOutput, m))?;
+            Ok(batch)
         })
     }
 
     fn score(&self, ctx: CallContext<'_>, task: &Task, candidates: &[Slot]) -> Result<Vec<u32>, PluginFault> {
-        let view = ctx.nodes.topology_view();
-        wasmsched_api::topology::with_view(view, || {
-            self.with(ctx.worker, Stage::Score, |p| {
-                let s = p.as_score().ok_or_else(|| missing(Stage::Score))?;
-                let scores = score_batch(s, task, nodes(&ctx, candidates)?);
-                validate::scores(&scores, candidates.len()).map_err(|m| (FaultKind::BadOutput, m))?;
-                Ok(scores)
-            })
+        self.with(Some(ctx.nodes), ctx.worker, Stage::Score, |p| {
+            let s = p.as_score().ok_or_else(|| missing(Stage::Score))?;
+            let scores = score_batch(s, task, nodes(&ctx, candidates)?);
+            validate::scores(&scores, candidates.len()).map_err(|m| (FaultKind::BadOutput, m))?;
+            Ok(scores)
         })
     }
 
@@ -109,17 +108,14 @@ impl<P: Plugin + Stages + Send> PolicyPlugin for NativePlugin<P> {
         task: &Task,
         node: Slot,
     ) -> Result<Result<Vec<DeviceShare>, Rejection>, PluginFault> {
-        let view = ctx.nodes.topology_view();
-        wasmsched_api::topology::with_view(view, || {
-            self.with(ctx.worker, Stage::SelectDevices, |p| {
-                let d = p.as_select_devices().ok_or_else(|| missing(Stage::SelectDevices))?;
-                let n = nodes(&ctx, &[node])?[0];
-                let out = d.select_devices(task, n);
-                if let Ok(shares) = &out {
-                    validate::devices(shares, task, n).map_err(|m| (FaultKind::BadOutput, m))?;
-                }
-                Ok(out)
-            })
+        self.with(Some(ctx.nodes), ctx.worker, Stage::SelectDevices, |p| {
+            let d = p.as_select_devices().ok_or_else(|| missing(Stage::SelectDevices))?;
+            let n = nodes(&ctx, &[node])?[0];
+            let out = d.select_devices(task, n);
+            if let Ok(shares) = &out {
+                validate::devices(shares, task, n).map_err(|m| (FaultKind::BadOutput, m))?;
+            }
+            Ok(out)
         })
     }
 
@@ -129,17 +125,14 @@ impl<P: Plugin + Stages + Send> PolicyPlugin for NativePlugin<P> {
         preemptor: &Task,
         candidates: &[PreemptCandidate],
     ) -> Result<Option<Preemption>, PluginFault> {
-        let view = ctx.nodes.topology_view();
-        wasmsched_api::topology::with_view(view, || {
-            self.with(ctx.worker, Stage::Preempt, |p| {
-                let pr = p.as_preempt().ok_or_else(|| missing(Stage::Preempt))?;
-                let slots: Vec<Slot> = candidates.iter().map(|c| c.node).collect();
-                let out = pr.select_victims(preemptor, candidates, &nodes(&ctx, &slots)?);
-                if let Some(plan) = &out {
-                    validate::preemption(plan, candidates).map_err(|m| (FaultKind::BadOutput, m))?;
-                }
-                Ok(out)
-            })
+        self.with(Some(ctx.nodes), ctx.worker, Stage::Preempt, |p| {
+            let pr = p.as_preempt().ok_or_else(|| missing(Stage::Preempt))?;
+            let slots: Vec<Slot> = candidates.iter().map(|c| c.node).collect();
+            let out = pr.select_victims(preemptor, candidates, &nodes(&ctx, &slots)?);
+            if let Some(plan) = &out {
+                validate::preemption(plan, candidates).map_err(|m| (FaultKind::BadOutput, m))?;
+            }
+            Ok(out)
         })
     }
 
@@ -149,7 +142,7 @@ impl<P: Plugin + Stages + Send> PolicyPlugin for NativePlugin<P> {
         queues: &[QueueState],
         cluster: &Resources,
     ) -> Result<ShareDecision, PluginFault> {
-        self.with(worker, Stage::FairShare, |p| {
+        self.with(None, worker, Stage::FairShare, |p| {
             let fs = p.as_fair_share().ok_or_else(|| missing(Stage::FairShare))?;
             let d = fs.compute(queues, cluster).map_err(|m| (FaultKind::GuestError, m))?;
             validate::share(&d, queues.len()).map_err(|m| (FaultKind::BadOutput, m))?;

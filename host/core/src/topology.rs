@@ -74,19 +74,9 @@ impl Topologies {
     }
 }
 
-fn policy(p: NumaPolicy) -> wasmsched_topology::NumaPolicy {
-    match p {
-        NumaPolicy::None => wasmsched_topology::NumaPolicy::None,
-        NumaPolicy::BestEffort => wasmsched_topology::NumaPolicy::BestEffort,
-        NumaPolicy::Restricted => wasmsched_topology::NumaPolicy::Restricted,
-        NumaPolicy::SingleNumaNode => wasmsched_topology::NumaPolicy::SingleNumaNode,
-    }
-}
-
 impl TopologyView for Topologies {
     fn best_gpus(&self, node: &str, count: u32, numa: NumaPolicy, free: u64) -> Option<Result<GpuSet, String>> {
         let known = self.by_name.get(node)?;
-        let numa = policy(numa);
         Some(known.prepared.select(free, count, numa).map_err(|e| e.to_string()).map(|choice| {
             let score = known.prepared.score_of(&choice, numa, self.reference_mbps);
             GpuSet {

@@ -20,48 +20,15 @@
 use std::cmp::Ordering;
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::{LinkCosts, NodeTopology};
 
-/// NUMA alignment, with the Kubernetes Topology Manager's meaning.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum NumaPolicy {
-    /// NUMA is not considered.
-    None,
-    /// Prefer the narrowest NUMA span, admit anyway.
-    #[default]
-    BestEffort,
-    /// Admit only sets whose NUMA span is the narrowest possible for `k` on this node (counting
-    /// all its GPUs, busy or not, as the kubelet does).
-    Restricted,
-    /// Admit only sets within one NUMA node.
-    SingleNumaNode,
-}
-
-impl NumaPolicy {
-    /// Parses the kubelet spelling (`single-numa-node`) and the article's (`single-numa`).
-    pub fn parse(text: &str) -> Option<NumaPolicy> {
-        Some(match text.trim() {
-            "none" => NumaPolicy::None,
-            "best-effort" => NumaPolicy::BestEffort,
-            "restricted" => NumaPolicy::Restricted,
-            "single-numa-node" | "single-numa" => NumaPolicy::SingleNumaNode,
-            _ => return None,
-        })
-    }
-
-    /// The kubelet spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NumaPolicy::None => "none",
-            NumaPolicy::BestEffort => "best-effort",
-            NumaPolicy::Restricted => "restricted",
-            NumaPolicy::SingleNumaNode => "single-numa-node",
-        }
-    }
-}
+/// NUMA alignment, with the Kubernetes Topology Manager's meaning: the API's type, shared with
+/// plugins (`none` ignores NUMA; `best-effort` prefers narrow spans and admits anyway;
+/// `restricted` admits only the narrowest span the node could give; `single-numa-node` only one
+/// NUMA node).
+pub use wasmsched_api::topology::NumaPolicy;
 
 /// Why no set was chosen.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -108,26 +108,7 @@ impl SelectDevices for GpuTopology {
                 None => {}
             }
         }
-        default_choice(req, node)
-    }
-}
-
-/// What the scheduler chooses without a device plugin: lowest-index whole GPUs, or the
-/// best-fitting device for a share.
-fn default_choice(req: &GpuRequest, node: &Node) -> Result<Vec<DeviceShare>, Rejection> {
-    let fits = node.gpus.iter().filter(|g| req.fits_device(g));
-    let chosen: Vec<DeviceShare> = if req.milli_per_gpu >= GPU_MILLI {
-        fits.take(req.count as usize).map(|g| DeviceShare { gpu: g.index, milli: req.milli_per_gpu }).collect()
-    } else {
-        fits.min_by_key(|g| (g.free_milli, g.index))
-            .map(|g| DeviceShare { gpu: g.index, milli: req.milli_per_gpu })
-            .into_iter()
-            .collect()
-    };
-    if chosen.len() == req.count as usize {
-        Ok(chosen)
-    } else {
-        Err(Rejection { reason: "no device set fits the GPU request".into(), unresolvable: false })
+        wasmsched_sdk::default_devices(req, node)
     }
 }
 

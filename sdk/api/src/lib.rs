@@ -45,6 +45,32 @@ pub mod topology;
 pub use model::*;
 pub use stages::*;
 
+/// The device choice when no policy says otherwise, shared by the host (a policy set without a
+/// device-selection plugin) and plugins that fall back to it.
+///
+/// Whole GPUs: the lowest-index devices that can take them. A shared GPU: best fit, the device
+/// with the least free share that still fits (ties to the lowest index), which keeps whole
+/// devices free for whole-GPU tasks.
+pub fn default_devices(req: &GpuRequest, node: &Node) -> Result<Vec<DeviceShare>, Rejection> {
+    if req.count == 0 {
+        return Ok(Vec::new());
+    }
+    let fits = node.gpus.iter().filter(|g| req.fits_device(g));
+    let chosen: Vec<DeviceShare> = if req.milli_per_gpu >= GPU_MILLI {
+        fits.take(req.count as usize).map(|g| DeviceShare { gpu: g.index, milli: req.milli_per_gpu }).collect()
+    } else {
+        fits.min_by_key(|g| (g.free_milli, g.index))
+            .map(|g| DeviceShare { gpu: g.index, milli: req.milli_per_gpu })
+            .into_iter()
+            .collect()
+    };
+    if chosen.len() == req.count as usize {
+        Ok(chosen)
+    } else {
+        Err(Rejection { reason: "no device set fits the GPU request".into(), unresolvable: false })
+    }
+}
+
 /// Version of the WIT package this API mirrors. The host refuses components built against an
 /// incompatible major (for 0.x: minor) version.
 pub const CONTRACT_VERSION: &str = "0.1.0";

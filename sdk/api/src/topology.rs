@@ -28,6 +28,16 @@ impl NumaPolicy {
             _ => return None,
         })
     }
+
+    /// The kubelet spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NumaPolicy::None => "none",
+            NumaPolicy::BestEffort => "best-effort",
+            NumaPolicy::Restricted => "restricted",
+            NumaPolicy::SingleNumaNode => "single-numa-node",
+        }
+    }
 }
 
 /// A chosen GPU set and the values it was chosen by.
