@@ -104,7 +104,12 @@ fn choose(topology: &NodeTopology, costs: &LinkCosts, k: u32, args: &Args) -> an
     let reference = (args.reference_gbps * 1000.0).round().clamp(1.0, f64::from(u32::MAX)) as u32;
     let choice = prepared.select(free, k, policy);
     // Runner-ups come from the exhaustive ranking, which also shows the two agree.
-    let ranked = prepared.ranked(free, k, policy).ok();
+    let ranked = prepared.ranked(free, k, policy);
+    let not_ranked = match &ranked {
+        Err(e @ wasmsched_topology::Unsatisfiable::TooManyToRank(_)) => Some(e.to_string()),
+        _ => None,
+    };
+    let ranked = ranked.ok();
     let alternatives: Vec<_> = ranked
         .iter()
         .flatten()
@@ -134,6 +139,9 @@ fn choose(topology: &NodeTopology, costs: &LinkCosts, k: u32, args: &Args) -> an
             println!("choose   {c}");
             if let Some(score) = score {
                 println!("score    {score}/100 (node ranking)");
+            }
+            if let Some(why) = &not_ranked {
+                println!("(runner-ups not shown: {why})");
             }
             if let Some(ranked) = &ranked {
                 println!("out of   {} admissible sets", ranked.len());

@@ -26,7 +26,7 @@ pub mod smi;
 pub use cpuset::CpuSet;
 pub use link::{Cost, Link, LinkCosts};
 pub use node::{Gpu, MAX_GPUS, Nic, NodeTopology};
-pub use select::{Choice, NumaPolicy, Prepared, Unsatisfiable};
+pub use select::{Choice, NumaPolicy, Prepared, SEARCH_BUDGET, Unsatisfiable};
 
 /// Errors building a topology.
 #[derive(Debug, thiserror::Error)]

@@ -57,7 +57,18 @@ pub enum Unsatisfiable {
     /// Zero GPUs requested.
     #[error("zero GPUs requested")]
     Zero,
+    /// The search visited [`SEARCH_BUDGET`] partial sets without finishing: only possible on large
+    /// asymmetric nodes (no real server has one); refused rather than answered inexactly.
+    #[error("GPU-set search exceeded its budget of {} partial sets", SEARCH_BUDGET)]
+    SearchBudget,
+    /// [`Prepared::ranked`] only: too many free GPUs to enumerate every set.
+    #[error("exhaustive ranking is limited to 24 free GPUs, {0} are free")]
+    TooManyToRank(u32),
 }
+
+/// Partial sets one selection may visit. Real nodes need far fewer (a 16-GPU node at most a few
+/// thousand); the bound keeps a host call answering a plugin short on a hostile or absurd topology.
+pub const SEARCH_BUDGET: u64 = 1_000_000;
 
 /// A chosen GPU set with the values of its key.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -282,6 +293,9 @@ impl Prepared {
                 search.level(level);
             }
         }
+        if search.budget == 0 {
+            return Err(Unsatisfiable::SearchBudget);
+        }
         let best = search.best.ok_or(Unsatisfiable::Numa { policy: policy.as_str(), requested: k, span: max_span })?;
         Ok(self.choice(free, best.mask))
     }
@@ -292,7 +306,7 @@ impl Prepared {
         let free = free & self.all();
         let max_span = self.admissible(free, k, policy)?;
         if free.count_ones() > 24 {
-            return Err(Unsatisfiable::NotEnoughFree { free: 24, requested: k });
+            return Err(Unsatisfiable::TooManyToRank(free.count_ones()));
         }
         let mut all = Vec::new();
         let free_bits: Vec<u32> = (0..64).filter(|i| free >> i & 1 == 1).collect();
@@ -443,6 +457,8 @@ struct Search<'a> {
     /// The current bandwidth level: every set found at it has exactly this bottleneck.
     level: u32,
     best: Option<Key>,
+    /// Partial sets left to visit before giving up ([`SEARCH_BUDGET`]).
+    budget: u64,
 }
 
 impl<'a> Search<'a> {
@@ -463,6 +479,7 @@ impl<'a> Search<'a> {
             min_distance: 0,
             level: u32::MAX,
             best: None,
+            budget: SEARCH_BUDGET,
         }
     }
 
@@ -488,6 +505,10 @@ impl<'a> Search<'a> {
     /// them and above the last one, their pairwise `distance`, the bandwidth inside the set
     /// (`inner`), the sum of their free rows (`rows`) and their NUMA `groups`.
     fn extend(&mut self, chosen: u64, candidates: u64, distance: u64, inner: u64, rows: u64, groups: u64) {
+        if self.budget == 0 {
+            return;
+        }
+        self.budget -= 1;
         let depth = chosen.count_ones();
         if depth == self.k {
             self.leaf(chosen, distance, rows - 2 * inner, groups);

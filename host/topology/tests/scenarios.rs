@@ -370,3 +370,27 @@ fn s19_alerts_for_numa_spans_and_slow_collectives() {
     assert!(placement_alerts(&t, &costs, &[3], &thresholds).is_empty());
     assert!(placement_alerts(&t, &costs, &[3, 12], &thresholds)[0].message.contains("GPU 12 is not on this node"));
 }
+
+#[test]
+fn an_absurd_node_exhausts_the_budget_instead_of_hanging() {
+    // 48 GPUs with pseudo-random links (no symmetry): C(48, 24) sets. The search gives up with an
+    // error after SEARCH_BUDGET partial sets rather than holding a host call for hours.
+    let classes = [Link::Pix, Link::Pxb, Link::Phb, Link::Node, Link::Sys, Link::NvLink { links: 2, switched: false }];
+    let n = 48;
+    let gpus = (0..n)
+        .map(|i| wasmsched_topology::Gpu { index: i as u32, numa: Some((i % 4) as u32), ..Default::default() })
+        .collect();
+    let class = |a: usize, b: usize| {
+        // splitmix64 of the unordered pair: no structure for the search to exploit.
+        let mut z = ((a.min(b) as u64) << 32 | a.max(b) as u64).wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        classes[((z ^ (z >> 31)) % classes.len() as u64) as usize]
+    };
+    let t = NodeTopology::new(gpus, class, Vec::new()).unwrap();
+    let p = Prepared::new(&t, &LinkCosts::default());
+    let started = std::time::Instant::now();
+    let result = p.select(p.all(), 24, NumaPolicy::BestEffort);
+    assert_eq!(result.unwrap_err(), Unsatisfiable::SearchBudget);
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
+}
