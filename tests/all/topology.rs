@@ -188,3 +188,50 @@ fn s15_binds_are_disjoint_and_released_gpus_return() {
     let again = wasm.select_devices(CallContext { worker: 0, nodes: &nodes }, &task("third"), slot).unwrap().unwrap();
     assert_eq!(again.iter().map(|d| d.gpu).collect::<Vec<_>>(), [0, 1, 2, 3]);
 }
+
+/// The agent marks a GPU unhealthy after an XID; the scheduler reads the node's annotations back and
+/// never places on that GPU again (what the Kubernetes source does with a Node's annotations).
+#[test]
+fn unhealthy_gpus_in_the_agents_report_are_not_used() {
+    use wasmsched_agent::{Agent, Discovery};
+    use wasmsched_nvml::{Health, XidEvent};
+    use wasmsched_topology::annotation::read_node;
+
+    let mut with_uuids = fixture("h100-sxm-8gpu-nv18.txt").gpus().to_vec();
+    for g in &mut with_uuids {
+        g.uuid = Some(format!("GPU-{}", g.index));
+    }
+    let h100 = fixture("h100-sxm-8gpu-nv18.txt");
+    let topology = NodeTopology::new(with_uuids, |a, b| h100.link(a, b).unwrap(), Vec::new()).unwrap();
+    let mut agent = Agent::new("dgx", None);
+    agent.observe(Discovery { topology, driver: String::new(), inventory: None });
+    let report = agent
+        .on_xid(&XidEvent {
+            uuid: "GPU-2".into(),
+            xid: Some(79),
+            health: Health::Unhealthy,
+            description: "fell off the bus".into(),
+        })
+        .unwrap();
+
+    let mut nodes = NodeTable::new();
+    nodes.upsert(node("dgx", &(0..8).collect::<Vec<_>>()));
+    let facts = read_node(report.annotations.iter().map(|(k, v)| (k.as_str(), v.as_str()))).unwrap();
+    assert_eq!(facts.unhealthy, [2]);
+    assert!(wasmsched_core::apply_node_facts(&mut nodes, "dgx", facts));
+
+    let (wasm, _) = both("");
+    let fit = wasmsched_plugins::RESOURCE_FIT;
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let fit = Arc::new(rt.load(fit.wasm, unhurried(fit.name).with_config(fit.config)).unwrap());
+    let set = PolicySet::builder().filter(fit).score(wasm.clone(), 1).devices(wasm).build();
+    // A 4-GPU job takes a NUMA node without GPU 2; 7 GPUs still fit; 8 no longer do.
+    let four = place(&set, &nodes, &gpus(4), 0).unwrap();
+    assert_eq!(four.devices.iter().map(|d| d.gpu).collect::<Vec<_>>(), [4, 5, 6, 7]);
+    let seven = place(&set, &nodes, &gpus(7), 0).unwrap();
+    assert!(seven.devices.iter().all(|d| d.gpu != 2));
+    assert!(place(&set, &nodes, &gpus(8), 0).is_err());
+    // A malformed health annotation is refused with its name; the node keeps its facts.
+    let err = read_node([("wasmsched.io/unhealthy-gpus", "2,x")]).unwrap_err().to_string();
+    assert!(err.contains("wasmsched.io/unhealthy-gpus") && err.contains("GPU"), "{err}");
+}

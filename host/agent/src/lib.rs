@@ -16,10 +16,7 @@ use wasmsched_nvml::{Health, Session, XidEvent};
 use wasmsched_topology::NodeTopology;
 use wasmsched_topology::annotation::{self, TOPOLOGY_ANNOTATION};
 
-/// Annotation listing unhealthy GPU indexes (comma-separated); the scheduler stops using them.
-pub const UNHEALTHY_ANNOTATION: &str = "wasmsched.io/unhealthy-gpus";
-/// Annotation listing degraded GPU indexes (usable, worth draining).
-pub const DEGRADED_ANNOTATION: &str = "wasmsched.io/degraded-gpus";
+pub use wasmsched_topology::annotation::{DEGRADED_ANNOTATION, UNHEALTHY_ANNOTATION};
 
 /// Where the node's GPUs come from.
 pub enum Source {

@@ -65,7 +65,7 @@ pub use placement::{
 };
 pub use plugin::{CallContext, FailurePolicy, FaultKind, PluginFault, PolicyPlugin, validate};
 pub use queue::{QueueError, QueueSpec, QueueTree};
-pub use topology::{DEFAULT_REFERENCE_MBPS, Topologies};
+pub use topology::{DEFAULT_REFERENCE_MBPS, Topologies, apply_node_facts};
 
 /// Compile-time check that the types shared across worker threads stay thread-safe.
 #[allow(dead_code)]

@@ -3,8 +3,40 @@
 use std::sync::Arc;
 
 use ahash::AHashMap;
+use wasmsched_api::GpuHealth;
 use wasmsched_api::topology::{GpuLink, GpuSet, NumaPolicy, TopologyView};
+use wasmsched_topology::annotation::NodeFacts;
 use wasmsched_topology::{Link, LinkCosts, NodeTopology, Prepared};
+
+use crate::NodeTable;
+
+/// Applies what a node's agent reported (read with `wasmsched_topology::annotation::read_node`) to
+/// the node named `node`: its topology (and the NUMA node of each GPU), and the health of every GPU
+/// (listed unhealthy or degraded, healthy otherwise), so placement stops using unhealthy GPUs.
+/// Returns false when no such node exists.
+pub fn apply_node_facts(nodes: &mut NodeTable, node: &str, facts: NodeFacts) -> bool {
+    let Some(slot) = nodes.slot_of(node) else { return false };
+    let topology = facts.topology;
+    nodes.update(slot, |n| {
+        for gpu in &mut n.gpus {
+            gpu.health = if facts.unhealthy.contains(&gpu.index) {
+                GpuHealth::Unhealthy
+            } else if facts.degraded.contains(&gpu.index) {
+                GpuHealth::Degraded
+            } else {
+                GpuHealth::Healthy
+            };
+            if let Some(t) = &topology {
+                gpu.numa_node = t.gpus().get(gpu.index as usize).and_then(|g| g.numa);
+            }
+        }
+    });
+    match topology {
+        Some(t) => nodes.topologies_mut().insert(node, t),
+        None => nodes.topologies_mut().remove(node),
+    }
+    true
+}
 
 /// Bandwidth that scores 100 by default: NV18 (H100), 900 GB/s.
 pub const DEFAULT_REFERENCE_MBPS: u32 = 900_000;

@@ -16,6 +16,42 @@ pub const TOPOLOGY_ANNOTATION: &str = "wasmsched.io/gpu-topology";
 pub const LABEL_PREFIX: &str = "wasmsched.io/";
 /// Version of the annotation format.
 pub const FORMAT_VERSION: u32 = 1;
+/// Annotation listing unhealthy GPU indexes (`3,5` or ranges `0-3`): the scheduler stops using them.
+pub const UNHEALTHY_ANNOTATION: &str = "wasmsched.io/unhealthy-gpus";
+/// Annotation listing degraded GPU indexes: usable, worth draining.
+pub const DEGRADED_ANNOTATION: &str = "wasmsched.io/degraded-gpus";
+
+/// What the scheduler reads back from a node's annotations (the agent's side of the contract is
+/// [`to_annotation`], [`labels`] and the two health annotations).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeFacts {
+    /// The topology, when the agent wrote one.
+    pub topology: Option<NodeTopology>,
+    /// GPUs not to use.
+    pub unhealthy: Vec<u32>,
+    /// GPUs usable but degraded.
+    pub degraded: Vec<u32>,
+}
+
+/// Reads a node's annotations (any others are ignored). A malformed value is an error naming the
+/// annotation; the caller keeps the node's previous facts.
+pub fn read_node<'a>(annotations: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<NodeFacts, Error> {
+    let mut facts = NodeFacts::default();
+    for (key, value) in annotations {
+        let gpus = |value: &str| {
+            crate::CpuSet::parse(value)
+                .map(|set| set.iter().collect::<Vec<u32>>())
+                .map_err(|e| Error::Invalid(format!("annotation {key}: {}", e.replace("CPU", "GPU"))))
+        };
+        match key {
+            TOPOLOGY_ANNOTATION => facts.topology = Some(from_annotation(value)?),
+            UNHEALTHY_ANNOTATION => facts.unhealthy = gpus(value)?,
+            DEGRADED_ANNOTATION => facts.degraded = gpus(value)?,
+            _ => {}
+        }
+    }
+    Ok(facts)
+}
 
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
