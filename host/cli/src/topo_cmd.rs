@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use serde_json::json;
 use wasmsched_topology::annotation::{self, from_annotation, to_annotation};
-use wasmsched_topology::{CpuSet, LinkCosts, NodeTopology, NumaPolicy, Prepared, smi};
+use wasmsched_topology::{CpuSet, LinkCosts, NodeTopology, NumaPolicy, Prepared, pinning, smi};
 
 /// Arguments of `wasmsched topo`.
 #[derive(clap::Args)]
@@ -32,6 +32,12 @@ pub struct Args {
     /// Bandwidth that scores 100, in GB/s.
     #[arg(long, default_value_t = 900.0)]
     reference_gbps: f64,
+    /// Also pin this many CPUs next to the chosen GPUs and print the `numactl` line.
+    #[arg(long, value_name = "N")]
+    cpus: Option<usize>,
+    /// The host's `numactl --hardware` output (default: NUMA nodes from the topology's CPU affinity).
+    #[arg(long, value_name = "FILE", requires = "cpus")]
+    numactl: Option<PathBuf>,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -121,6 +127,21 @@ fn choose(topology: &NodeTopology, costs: &LinkCosts, k: u32, args: &Args) -> an
         })
         .collect();
     let score = prepared.score(free, k, policy, reference);
+    let pinning = match (&choice, args.cpus) {
+        (Ok(c), Some(count)) => {
+            let numa = match &args.numactl {
+                Some(path) => {
+                    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+                    pinning::parse_numactl(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+                }
+                None => pinning::numa_from_topology(topology),
+            };
+            let plan = pinning::plan(topology, &numa, &c.gpus, count, &CpuSet::default())
+                .map_err(|e| anyhow::anyhow!("pinning {count} CPUs: {e}"))?;
+            Some(plan.numactl(&["<command>"]))
+        }
+        _ => None,
+    };
     if args.json {
         let doc = json!({
             "request": {"gpus": k, "policy": policy.as_str(), "free": bits(free)},
@@ -129,6 +150,7 @@ fn choose(topology: &NodeTopology, costs: &LinkCosts, k: u32, args: &Args) -> an
             "score": score,
             "candidates": ranked.as_ref().map(Vec::len),
             "alternatives": alternatives.iter().map(|(c, why)| json!({"choice": c, "loses_on": why})).collect::<Vec<_>>(),
+            "numactl": pinning,
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
@@ -139,6 +161,9 @@ fn choose(topology: &NodeTopology, costs: &LinkCosts, k: u32, args: &Args) -> an
             println!("choose   {c}");
             if let Some(score) = score {
                 println!("score    {score}/100 (node ranking)");
+            }
+            if let Some(line) = &pinning {
+                println!("pin      {}", line.join(" "));
             }
             if let Some(why) = &not_ranked {
                 println!("(runner-ups not shown: {why})");

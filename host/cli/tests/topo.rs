@@ -41,6 +41,22 @@ fn chooses_gpus_and_says_why_the_others_lose() {
     std::fs::write(&annotation, shown["topology"].to_string()).unwrap();
     let again = json(wasmsched(&["topo", annotation.to_str().unwrap(), "-k", "2", "--free", "0,4,5", "--json"]));
     assert_eq!(again["choice"], doc["choice"]);
+    // CPUs next to the chosen GPUs (NUMA 1 here: GPUs 4 and 5), as a numactl line.
+    let pinned = json(wasmsched(&[
+        "topo",
+        &fixture("pcie-6gpu-pix-pairs.txt"),
+        "-k",
+        "2",
+        "--free",
+        "0,4,5",
+        "--cpus",
+        "8",
+        "--json",
+    ]));
+    assert_eq!(
+        pinned["numactl"],
+        serde_json::json!(["numactl", "--physcpubind=24-31", "--membind=1", "--", "<command>"])
+    );
     // Unsatisfiable requests say why.
     let none = json(wasmsched(&[
         "topo",

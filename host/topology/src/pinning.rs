@@ -87,6 +87,22 @@ pub fn read_sysfs(root: &Path) -> std::io::Result<Vec<NumaNode>> {
     Ok(nodes)
 }
 
+/// The NUMA nodes as the topology itself describes them: each node's CPUs are the union of the CPU
+/// affinity of its GPUs (what `nvidia-smi topo -m` prints per GPU). Nodes without GPUs are not
+/// seen; use [`read_sysfs`] or [`parse_numactl`] on the host for the full list.
+pub fn numa_from_topology(topology: &NodeTopology) -> Vec<NumaNode> {
+    topology
+        .numa_nodes()
+        .into_iter()
+        .map(|id| NumaNode {
+            id,
+            cpus: topology.gpus().iter().filter(|g| g.numa == Some(id)).flat_map(|g| g.cpus.iter()).collect(),
+            memory_mb: None,
+            distances: Vec::new(),
+        })
+        .collect()
+}
+
 /// CPUs (and memory nodes) chosen for a process using some GPUs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CpuPlan {

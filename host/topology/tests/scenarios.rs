@@ -340,6 +340,22 @@ fn s7_s20_cpu_pinning_uses_the_gpus_numa_node() {
 }
 
 #[test]
+fn numa_nodes_come_from_the_topology_when_the_host_is_not_at_hand() {
+    let t = smi::parse(
+        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pcie-8gpu-node-sys.txt"))
+            .unwrap(),
+    )
+    .unwrap();
+    let numa = pinning::numa_from_topology(&t);
+    assert_eq!(
+        numa.iter().map(|n| (n.id, n.cpus.to_string())).collect::<Vec<_>>(),
+        [(0, "0-63,128-191".to_string()), (1, "64-127,192-255".to_string())]
+    );
+    let plan = pinning::plan(&t, &numa, &[5, 6], 8, &CpuSet::default()).unwrap();
+    assert_eq!(plan.numactl(&["x"]), ["numactl", "--physcpubind=64-71", "--membind=1", "--", "x"]);
+}
+
+#[test]
 fn numactl_hardware_is_parsed_with_distances() {
     let text = "available: 2 nodes (0-1)\nnode 0 cpus: 0 1 2 3\nnode 0 size: 515581 MB\nnode 0 free: 400000 MB\nnode 1 cpus: 4 5 6 7\nnode 1 size: 516078 MB\nnode 1 free: 410000 MB\nnode distances:\nnode   0   1 \n  0:  10  21 \n  1:  21  10 \n";
     let nodes = pinning::parse_numactl(text).unwrap();
