@@ -133,3 +133,31 @@ impl TopologyView for Topologies {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nv12_pair() -> NodeTopology {
+        let text = "\tGPU0\tGPU1\tNUMA Affinity\nGPU0\t X \tNV12\t0\nGPU1\tNV12\t X \t0\n";
+        wasmsched_topology::smi::parse(text).unwrap()
+    }
+
+    #[test]
+    fn answers_follow_the_configured_costs() {
+        let mut t = Topologies::default();
+        t.insert("n", nv12_pair());
+        assert_eq!(t.link("n", 0, 1).unwrap().bandwidth_mbps, 600_000);
+        let full = t.best_gpus("n", 2, NumaPolicy::BestEffort, 0b11).unwrap().unwrap();
+        // Half the per-link bandwidth, and a reference equal to it: the same pair now scores 100.
+        t.configure(LinkCosts { nvlink_per_link_gbps: 25.0, ..LinkCosts::default() }, 300_000);
+        assert_eq!(t.link("n", 0, 1).unwrap().bandwidth_mbps, 300_000);
+        let set = t.best_gpus("n", 2, NumaPolicy::BestEffort, 0b11).unwrap().unwrap();
+        assert_eq!((set.bottleneck_mbps, set.score), (Some(300_000), 100));
+        assert!(full.score < 100, "600 GB/s against the default 900 GB/s reference");
+        assert!(t.best_gpus("other", 2, NumaPolicy::BestEffort, 0b11).is_none(), "unknown node");
+        assert!(t.best_gpus("n", 3, NumaPolicy::BestEffort, 0b11).unwrap().is_err());
+        t.remove("n");
+        assert!(t.is_empty());
+    }
+}
