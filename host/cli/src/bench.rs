@@ -9,7 +9,7 @@ use serde::Serialize;
 use wasmsched_api::{GPU_MILLI, GpuDevice, GpuRequest, Node, Resources, Task};
 use wasmsched_core::{GroupSpec, NodeTable, PolicySet, bind, feasible_nodes_to_find, place_group, place_sampled};
 use wasmsched_events::EventSink;
-use wasmsched_runtime::{Runtime, RuntimeConfig};
+use wasmsched_runtime::Runtime;
 use wasmsched_sim::generate::Rng;
 
 use crate::policy::policy_set;
@@ -282,7 +282,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let scenario = Scenario { base, pods, find };
 
     let runtime = (!args.native_only)
-        .then(|| Runtime::new(RuntimeConfig::default()))
+        .then(|| Runtime::new(crate::policy::runtime_config()))
         .transpose()
         .context("starting the Wasm runtime")?;
     let wasm = runtime.as_ref().map(|rt| policy_set(Some(rt), &args.score, args.seed, &[])).transpose()?;

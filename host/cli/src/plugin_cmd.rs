@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use wasmsched_core::PolicyPlugin;
-use wasmsched_runtime::{PluginConfig, Runtime, RuntimeConfig};
+use wasmsched_runtime::{PluginConfig, Runtime};
 
 /// Plugin subcommands.
 #[derive(clap::Subcommand)]
@@ -36,7 +36,7 @@ pub fn run(cmd: Command) -> anyhow::Result<()> {
         Command::Check { file, config, name } => {
             let bytes = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
             let name = name.unwrap_or_else(|| file.file_stem().map_or("plugin".into(), |s| s.to_string_lossy().into()));
-            let rt = Runtime::new(RuntimeConfig::default())?;
+            let rt = Runtime::new(crate::policy::runtime_config())?;
             let t = Instant::now();
             let plugin = rt.load(&bytes, PluginConfig::new(&name).with_config(config))?;
             println!("plugin   {}", plugin.name());

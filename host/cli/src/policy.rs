@@ -15,9 +15,39 @@ use wasmsched_runtime::{PluginConfig, Runtime, RuntimeConfig};
 /// plugins here, so a replay is reproducible on any machine.
 pub fn replay_runtime(native: bool) -> anyhow::Result<Option<Runtime>> {
     (!native)
-        .then(|| Runtime::new(RuntimeConfig { deterministic: true, ..Default::default() }))
+        .then(|| Runtime::new(RuntimeConfig { deterministic: true, ..runtime_config() }))
         .transpose()
         .context("starting the Wasm runtime")
+}
+
+/// The runtime configuration of every command: compiled components are cached on disk (keyed by
+/// the component's sha256 and the engine, verified on load) so a command does not recompile the
+/// built-in policies every time it starts. `WASMSCHED_CACHE_DIR` chooses the directory (`off`
+/// disables the cache); the default is `$XDG_CACHE_HOME/wasmsched` or `~/.cache/wasmsched`.
+pub fn runtime_config() -> RuntimeConfig {
+    RuntimeConfig { cache_dir: cache_dir(), ..RuntimeConfig::default() }
+}
+
+/// The cache directory, if one is configured and can be created: a cache that cannot be used only
+/// costs compile time, it never stops a command.
+fn cache_dir() -> Option<std::path::PathBuf> {
+    use std::path::PathBuf;
+    let dir = match std::env::var_os("WASMSCHED_CACHE_DIR") {
+        Some(dir) if dir == "off" || dir.is_empty() => None,
+        Some(dir) => Some(PathBuf::from(dir)),
+        None => std::env::var_os("XDG_CACHE_HOME")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").filter(|d| !d.is_empty()).map(|h| PathBuf::from(h).join(".cache")))
+            .map(|base| base.join("wasmsched")),
+    }?;
+    match std::fs::create_dir_all(&dir) {
+        Ok(()) => Some(dir),
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "no compiled-component cache");
+            None
+        }
+    }
 }
 
 /// Score policies `simulate`, `replay` and `experiment` accept. `gpu-topology` needs nodes with a

@@ -105,7 +105,9 @@ fn load_verified(engine: &Engine, path: &Path) -> Option<Component> {
 
 /// Best effort: a cache that cannot be written only costs a recompile next time.
 fn store(path: &Path, artifact: &[u8]) {
-    let tmp = path.with_extension("tmp");
+    // A name per process: concurrent schedulers (or test runs) sharing a cache never write into
+    // each other's temporary file; the rename is atomic and the digest check covers the rest.
+    let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
     let result = std::fs::write(&tmp, artifact)
         .and_then(|()| std::fs::write(path.with_extension("sha256"), sha256_hex(artifact)))
         .and_then(|()| std::fs::rename(&tmp, path));
