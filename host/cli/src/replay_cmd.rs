@@ -98,14 +98,7 @@ fn observe_topology(
         return Vec::new();
     }
     let costs = wasmsched_topology::LinkCosts::default();
-    let mut bottleneck = f64::INFINITY;
-    for (i, &a) in gpus.iter().enumerate() {
-        for &b in &gpus[i + 1..] {
-            if let Some(link) = topology.link(a as usize, b as usize) {
-                bottleneck = bottleneck.min(costs.cost(link).bandwidth_gbps);
-            }
-        }
-    }
+    let bottleneck = wasmsched_topology::alerts::bottleneck(topology, &costs, &gpus).bandwidth_gbps;
     let alerts = wasmsched_topology::alerts::placement_alerts(topology, &costs, &gpus, &Default::default());
     let n = stats.multi_gpu_placements as f64;
     stats.mean_bottleneck_gbps = (stats.mean_bottleneck_gbps * n + bottleneck) / (n + 1.0);

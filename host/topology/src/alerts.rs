@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::comm::{Collective, ring_ms};
-use crate::{LinkCosts, NodeTopology};
+use crate::{Cost, LinkCosts, NodeTopology};
 
 /// How bad.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,6 +46,22 @@ impl Default for Thresholds {
     }
 }
 
+/// The slowest link inside a set of GPUs: its bandwidth (the minimum over pairs) and the worst latency
+/// (infinite bandwidth and zero latency for fewer than two GPUs; pairs not on the node are skipped).
+pub fn bottleneck(topology: &NodeTopology, costs: &LinkCosts, gpus: &[u32]) -> Cost {
+    let mut worst = Cost { bandwidth_gbps: f64::INFINITY, latency_us: 0.0 };
+    for (x, &a) in gpus.iter().enumerate() {
+        for &b in &gpus[x + 1..] {
+            if let Some(link) = topology.link(a as usize, b as usize) {
+                let cost = costs.cost(link);
+                worst.bandwidth_gbps = worst.bandwidth_gbps.min(cost.bandwidth_gbps);
+                worst.latency_us = worst.latency_us.max(cost.latency_us);
+            }
+        }
+    }
+    worst
+}
+
 /// The alerts a placement of `gpus` on `topology` raises. Single-GPU placements raise none; GPUs
 /// not on the node are reported as a topology mismatch (the placement cannot be judged).
 pub fn placement_alerts(
@@ -77,17 +93,7 @@ pub fn placement_alerts(
             message: format!("GPUs {gpus:?} span NUMA nodes {}", nodes.join(", ")),
         });
     }
-    let mut bottleneck = f64::INFINITY;
-    let mut latency: f64 = 0.0;
-    for (x, &a) in gpus.iter().enumerate() {
-        for &b in &gpus[x + 1..] {
-            if let Some(link) = topology.link(a as usize, b as usize) {
-                let cost = costs.cost(link);
-                bottleneck = bottleneck.min(cost.bandwidth_gbps);
-                latency = latency.max(cost.latency_us);
-            }
-        }
-    }
+    let Cost { bandwidth_gbps: bottleneck, latency_us: latency } = bottleneck(topology, costs, gpus);
     let estimate = ring_ms(Collective::AllReduce, gpus.len() as u32, thresholds.data_mb, bottleneck, latency);
     if estimate > thresholds.allreduce_ms {
         alerts.push(Alert {

@@ -97,18 +97,22 @@ impl Choice {
 
     /// Which key makes `self` better than `other` (`None` when they are the same set).
     pub fn decided_by(&self, other: &Choice, policy: NumaPolicy) -> Option<&'static str> {
-        let keys: [(&'static str, Ordering); 6] = [
-            (
-                "bottleneck bandwidth",
-                other.bottleneck_mbps.unwrap_or(u32::MAX).cmp(&self.bottleneck_mbps.unwrap_or(u32::MAX)),
-            ),
-            ("total distance", self.distance_milli.cmp(&other.distance_milli)),
-            ("NUMA span", numa_cmp(policy, self.numa_span, other.numa_span)),
-            ("NUMA best fit", numa_cmp(policy, self.numa_leftover, other.numa_leftover)),
-            ("bandwidth cut from free GPUs", self.cut_mbps.cmp(&other.cut_mbps)),
-            ("lowest GPU indexes", lex(self.mask, other.mask)),
-        ];
-        keys.into_iter().find(|(_, o)| *o != Ordering::Equal).map(|(name, _)| name)
+        self.key()
+            .orderings(&other.key(), policy)
+            .into_iter()
+            .find(|(_, o)| *o != Ordering::Equal)
+            .map(|(name, _)| name)
+    }
+
+    fn key(&self) -> Key {
+        Key {
+            bottleneck: self.bottleneck_mbps.unwrap_or(u32::MAX),
+            distance: self.distance_milli,
+            span: self.numa_span,
+            leftover: self.numa_leftover,
+            cut: self.cut_mbps,
+            mask: self.mask,
+        }
     }
 }
 
@@ -332,14 +336,7 @@ impl Prepared {
     }
 
     fn compare(&self, a: &Choice, b: &Choice, policy: NumaPolicy) -> Ordering {
-        b.bottleneck_mbps
-            .unwrap_or(u32::MAX)
-            .cmp(&a.bottleneck_mbps.unwrap_or(u32::MAX))
-            .then(a.distance_milli.cmp(&b.distance_milli))
-            .then(numa_cmp(policy, a.numa_span, b.numa_span))
-            .then(numa_cmp(policy, a.numa_leftover, b.numa_leftover))
-            .then(a.cut_mbps.cmp(&b.cut_mbps))
-            .then(lex(a.mask, b.mask))
+        a.key().cmp(&b.key(), policy)
     }
 
     /// Checks the request against the free count and the policy; returns the widest span admitted.
@@ -428,7 +425,8 @@ struct Key {
 }
 
 impl Key {
-    /// Smaller is better, in the order of the module docs.
+    /// Smaller is better, in the order of the module docs: the one definition of the key, used by
+    /// the search, the exhaustive ranking and the explanations.
     fn cmp(&self, other: &Key, policy: NumaPolicy) -> Ordering {
         other
             .bottleneck
@@ -438,6 +436,18 @@ impl Key {
             .then(numa_cmp(policy, self.leftover, other.leftover))
             .then(self.cut.cmp(&other.cut))
             .then(lex(self.mask, other.mask))
+    }
+
+    /// The same comparison key by key, named, for explanations.
+    fn orderings(&self, other: &Key, policy: NumaPolicy) -> [(&'static str, Ordering); 6] {
+        [
+            ("bottleneck bandwidth", other.bottleneck.cmp(&self.bottleneck)),
+            ("total distance", self.distance.cmp(&other.distance)),
+            ("NUMA span", numa_cmp(policy, self.span, other.span)),
+            ("NUMA best fit", numa_cmp(policy, self.leftover, other.leftover)),
+            ("bandwidth cut from free GPUs", self.cut.cmp(&other.cut)),
+            ("lowest GPU indexes", lex(self.mask, other.mask)),
+        ]
     }
 }
 
