@@ -4,6 +4,7 @@ mod contract;
 mod differential;
 mod fair_share;
 mod hostile;
+mod hot_reload;
 mod runtime;
 mod topology;
 

@@ -249,8 +249,9 @@ impl NatsConfig {
         Ok(o.name("wasmsched-events").connection_timeout(Duration::from_millis(self.connect_timeout_ms)))
     }
 
-    /// Connect once (for consumers): no outbox, async-nats' own reconnect.
-    async fn connect(&self) -> Result<async_nats::Client, Error> {
+    /// Connect once with the configured credentials and TLS (consumers, the policy registry): no
+    /// outbox, async-nats' own reconnect.
+    pub async fn connect(&self) -> Result<async_nats::Client, Error> {
         let urls: Vec<&str> = self.url.split(',').map(str::trim).collect();
         self.connect_options().await?.connect(urls).await.map_err(|e| self.connect_error(e))
     }

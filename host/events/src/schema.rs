@@ -74,6 +74,10 @@ pub enum Payload {
     /// A new policy set misbehaved and the previous one was restored.
     #[serde(rename = "io.wasmsched.policy.rolled-back.v1")]
     PolicyRolledBack(PolicyRolledBack),
+    /// A candidate policy set failed a gate (digest, load, smoke test, shadow run) and never went
+    /// live.
+    #[serde(rename = "io.wasmsched.policy.rejected.v1")]
+    PolicyRejected(PolicyRejected),
     /// A plugin trapped, ran over a budget or returned garbage.
     #[serde(rename = "io.wasmsched.plugin.fault.v1")]
     PluginFault(PluginFault),
@@ -111,6 +115,8 @@ pub enum Kind {
     PolicySwapped,
     /// [`Payload::PolicyRolledBack`]
     PolicyRolledBack,
+    /// [`Payload::PolicyRejected`]
+    PolicyRejected,
     /// [`Payload::PluginFault`]
     PluginFault,
     /// [`Payload::NodeGpuHealthChanged`]
@@ -123,7 +129,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in declaration order.
-    pub const ALL: [Kind; 14] = [
+    pub const ALL: [Kind; 15] = [
         Kind::TaskScheduled,
         Kind::TaskUnschedulable,
         Kind::TaskTopologyAlert,
@@ -134,6 +140,7 @@ impl Kind {
         Kind::PolicyShadowDiff,
         Kind::PolicySwapped,
         Kind::PolicyRolledBack,
+        Kind::PolicyRejected,
         Kind::PluginFault,
         Kind::NodeGpuHealthChanged,
         Kind::NodeInventoryChanged,
@@ -153,6 +160,7 @@ impl Kind {
             Kind::PolicyShadowDiff => "policy-shadow-diff",
             Kind::PolicySwapped => "policy-swapped",
             Kind::PolicyRolledBack => "policy-rolled-back",
+            Kind::PolicyRejected => "policy-rejected",
             Kind::PluginFault => "plugin-fault",
             Kind::NodeGpuHealthChanged => "node-gpu-health-changed",
             Kind::NodeInventoryChanged => "node-inventory-changed",
@@ -192,6 +200,7 @@ impl Payload {
             Payload::PolicyShadowDiff(_) => Kind::PolicyShadowDiff,
             Payload::PolicySwapped(_) => Kind::PolicySwapped,
             Payload::PolicyRolledBack(_) => Kind::PolicyRolledBack,
+            Payload::PolicyRejected(_) => Kind::PolicyRejected,
             Payload::PluginFault(_) => Kind::PluginFault,
             Payload::NodeGpuHealthChanged(_) => Kind::NodeGpuHealthChanged,
             Payload::NodeInventoryChanged(_) => Kind::NodeInventoryChanged,
@@ -213,6 +222,7 @@ impl Payload {
             Payload::PolicyShadowDiff(e) => (e.shadow.name.clone(), None),
             Payload::PolicySwapped(e) => (e.to.name.clone(), None),
             Payload::PolicyRolledBack(e) => (e.to.name.clone(), None),
+            Payload::PolicyRejected(e) => (e.policy_set.name.clone(), None),
             Payload::PluginFault(e) => (e.plugin.clone(), None),
             Payload::NodeGpuHealthChanged(e) => (e.node.clone(), None),
             Payload::NodeInventoryChanged(e) => (e.node.clone(), None),
@@ -272,6 +282,7 @@ impl Event {
                 None => format!("-> {}", e.to),
             },
             Payload::PolicyRolledBack(e) => format!("{} -> {}: {}", e.from, e.to, e.reason),
+            Payload::PolicyRejected(e) => format!("{} from {} failed {}: {}", e.policy_set, e.origin, e.gate, e.reason),
             Payload::PluginFault(e) => format!("{} in {} ({:?}): {}", e.plugin, e.stage, e.fault, e.message),
             Payload::NodeGpuHealthChanged(e) => {
                 format!("{} gpu {} {:?} -> {:?}: {}", e.node, e.gpu, e.from, e.to, e.reason)
@@ -537,6 +548,12 @@ pub struct DecisionDiff {
     pub live: Option<String>,
     /// Node chosen by the shadow set.
     pub shadow: Option<String>,
+    /// The live set's score of its node, 0..=100 (weighted mean over its score plugins).
+    #[serde(default)]
+    pub live_score: Option<u32>,
+    /// The shadow set's score of its node, 0..=100.
+    #[serde(default)]
+    pub shadow_score: Option<u32>,
 }
 
 /// Data of `io.wasmsched.policy.shadow-diff.v1`.
@@ -550,6 +567,13 @@ pub struct PolicyShadowDiff {
     pub decisions: u64,
     /// Decisions that differ.
     pub differing: u64,
+    /// Mean absolute difference of the two sets' scores (0..=100) of their chosen nodes, in
+    /// thousandths, over decisions both placed.
+    #[serde(default)]
+    pub mean_score_delta_milli: u64,
+    /// Decisions on which a shadow plugin faulted.
+    #[serde(default)]
+    pub shadow_faults: u64,
     /// A bounded sample of differing decisions.
     pub examples: Vec<DecisionDiff>,
 }
@@ -571,6 +595,19 @@ pub struct PolicyRolledBack {
     /// The set restored.
     pub to: PolicySetRef,
     /// What tripped the rollback, e.g. `trap rate 12% > 1%`.
+    pub reason: String,
+}
+
+/// Data of `io.wasmsched.policy.rejected.v1`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PolicyRejected {
+    /// The candidate set.
+    pub policy_set: PolicySetRef,
+    /// Where it came from, e.g. `file:/etc/wasmsched/policy/policy.yaml`.
+    pub origin: String,
+    /// The gate it failed: `digest`, `load`, `stage`, `smoke` or `shadow`.
+    pub gate: String,
+    /// Why.
     pub reason: String,
 }
 

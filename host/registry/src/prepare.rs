@@ -1,0 +1,237 @@
+//! Preparation, off the hot path: verify digests → compile (or load the cached artifact) →
+//! instantiate every worker's instance → smoke test on a sample of the live cluster.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wasmsched_api::{GPU_MILLI, GpuDevice, GpuRequest, Node, Resources, Stage, Task};
+use wasmsched_core::{NodeTable, PolicyPlugin, PolicySet, place};
+use wasmsched_runtime::{PluginConfig, Runtime};
+
+use crate::error::PrepareError;
+use crate::source::Fetched;
+use crate::spec::{ArtifactRef, PolicySetSpec, digest_of};
+
+/// One immutable, prepared version of a policy set: what a cycle takes at its start.
+pub struct PolicyVersion {
+    /// The set the core runs, stamped with [`PolicyVersion::version`].
+    pub set: PolicySet,
+    /// The specification it was built from.
+    pub spec: PolicySetSpec,
+    /// Monotonic version assigned by the registry.
+    pub version: u64,
+    /// Where it came from.
+    pub origin: String,
+    /// Content fingerprint (spec and artifacts).
+    pub fingerprint: String,
+    /// Its plugins: local name, stages served, digest.
+    pub plugins: Vec<PluginInfo>,
+    /// Time spent verifying, compiling, instantiating and smoke-testing.
+    pub prepare_time: Duration,
+}
+
+impl std::fmt::Debug for PolicyVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}@{}", self.spec.name, self.version)
+    }
+}
+
+impl PolicyVersion {
+    /// `name@version`.
+    pub fn label(&self) -> String {
+        format!("{}@{}", self.spec.name, self.version)
+    }
+}
+
+/// A plugin of a prepared version.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginInfo {
+    /// Local name in the spec.
+    pub name: String,
+    /// Stages it serves in the set.
+    pub stages: Vec<Stage>,
+    /// `sha256:<hex>` of the component.
+    pub digest: String,
+}
+
+/// A snapshot of the live cluster and recent tasks, for smoke tests.
+#[derive(Clone)]
+pub struct Sample {
+    /// The nodes (a clone of the live table: placements on it bind nothing real).
+    pub nodes: Arc<NodeTable>,
+    /// Recent tasks.
+    pub tasks: Vec<Task>,
+}
+
+impl Sample {
+    /// A small synthetic cluster (four 8-GPU nodes) and tasks of 0 to 8 GPUs, used before the
+    /// scheduler has offered a real sample.
+    pub fn synthetic() -> Sample {
+        let mut nodes = NodeTable::new();
+        for n in 0..4 {
+            nodes.upsert(Node {
+                name: format!("smoke-{n}"),
+                allocatable: Resources {
+                    cpu_milli: 96_000,
+                    memory_bytes: 1 << 40,
+                    gpu_milli: 8 * u64::from(GPU_MILLI),
+                    extended: vec![],
+                },
+                gpus: (0..8).map(|i| GpuDevice { index: i, free_milli: GPU_MILLI, ..Default::default() }).collect(),
+                ..Default::default()
+            });
+        }
+        let tasks = [0u32, 1, 2, 4, 8, 1, 0, 2]
+            .iter()
+            .enumerate()
+            .map(|(i, &gpus)| Task {
+                id: format!("smoke-{i}"),
+                queue: "default".into(),
+                request: Resources { cpu_milli: 4_000, memory_bytes: 16 << 30, ..Default::default() },
+                gpu: GpuRequest {
+                    count: gpus,
+                    milli_per_gpu: if gpus > 0 { GPU_MILLI } else { 0 },
+                    ..Default::default()
+                },
+                ..Default::default()
+            })
+            .collect();
+        Sample { nodes: Arc::new(nodes), tasks }
+    }
+}
+
+/// Turns fetched versions into [`PolicyVersion`]s with one runtime (and its compiled-artifact
+/// cache).
+#[derive(Clone)]
+pub struct Preparer {
+    runtime: Arc<Runtime>,
+}
+
+impl Preparer {
+    /// Prepare with `runtime`.
+    pub fn new(runtime: Arc<Runtime>) -> Preparer {
+        Preparer { runtime }
+    }
+
+    /// Every gate but the shadow run. The live set is never touched: on error everything built
+    /// so far is dropped.
+    pub fn prepare(&self, fetched: &Fetched, version: u64, sample: &Sample) -> Result<PolicyVersion, PrepareError> {
+        let started = Instant::now();
+        let spec = &fetched.spec;
+        let mut loaded: BTreeMap<&str, Arc<dyn PolicyPlugin>> = BTreeMap::new();
+        let mut plugins = Vec::new();
+        for (name, p) in &spec.plugins {
+            let load_err = |message: String| PrepareError::Load { plugin: name.clone(), message };
+            let bytes: &[u8] = match ArtifactRef::parse(&p.source).map_err(load_err)? {
+                ArtifactRef::BuiltIn(b) => wasmsched_plugins::by_name(&b).map(|b| b.wasm).unwrap_or_default(),
+                _ => fetched
+                    .artifacts
+                    .get(name)
+                    .map(|b| &b[..])
+                    .ok_or_else(|| load_err("artifact was not fetched".into()))?,
+            };
+            let actual = digest_of(bytes);
+            if let Some(pinned) = &p.digest
+                && *pinned != actual
+            {
+                return Err(PrepareError::Digest { plugin: name.clone(), pinned: pinned.clone(), actual });
+            }
+            let mut config = PluginConfig::new(name.as_str())
+                .with_config(spec.config_text(name).unwrap_or_default())
+                .with_failure_policy(p.failure.into());
+            if let Some(d) = p.deadline() {
+                config = config.with_deadline(d);
+            }
+            if let Some(mib) = p.memory_mib {
+                config = config.with_memory_limit((mib as usize) << 20);
+            }
+            if let Some(fuel) = p.fuel {
+                config = config.with_fuel(fuel);
+            }
+            let plugin = self.runtime.load(bytes, config).map_err(|e| load_err(e.to_string()))?;
+            plugin.prewarm().map_err(|e| load_err(e.to_string()))?;
+            let used = stages_of(spec, name);
+            for stage in &used {
+                if !plugin.stages().contains(stage) {
+                    let implemented: Vec<_> = plugin.stages().iter().map(|s| s.as_str()).collect();
+                    return Err(PrepareError::Stage {
+                        plugin: name.clone(),
+                        stage: stage.as_str().into(),
+                        implemented: implemented.join(", "),
+                    });
+                }
+            }
+            plugins.push(PluginInfo { name: name.clone(), stages: used, digest: actual });
+            loaded.insert(name, Arc::new(plugin));
+        }
+
+        let mut builder = PolicySet::builder().version(version);
+        for f in &spec.stages.filter {
+            builder = builder.filter(loaded[f.as_str()].clone());
+        }
+        for w in &spec.stages.score {
+            builder = builder.score(loaded[w.plugin.as_str()].clone(), w.weight);
+        }
+        if let Some(d) = &spec.stages.select_devices {
+            builder = builder.devices(loaded[d.as_str()].clone());
+        }
+        let set = builder.build();
+        smoke_test(&set, spec, sample)?;
+        Ok(PolicyVersion {
+            set,
+            spec: spec.clone(),
+            version,
+            origin: fetched.origin.clone(),
+            fingerprint: fetched.fingerprint.clone(),
+            plugins,
+            prepare_time: started.elapsed(),
+        })
+    }
+}
+
+/// The stages `plugin` serves in `spec`, in pipeline order.
+fn stages_of(spec: &PolicySetSpec, plugin: &str) -> Vec<Stage> {
+    let s = &spec.stages;
+    let mut stages = Vec::new();
+    if s.filter.iter().any(|f| f == plugin) {
+        stages.push(Stage::Filter);
+    }
+    if s.score.iter().any(|w| w.plugin == plugin) {
+        stages.push(Stage::Score);
+    }
+    if s.select_devices.as_deref() == Some(plugin) {
+        stages.push(Stage::SelectDevices);
+    }
+    stages
+}
+
+/// Place up to `spec.smoke.tasks` sample tasks: any plugin fault (even of a fail-open plugin) or
+/// a decision over the time limit fails the version. Unschedulable tasks are fine: the sample
+/// cluster may be full.
+fn smoke_test(set: &PolicySet, spec: &PolicySetSpec, sample: &Sample) -> Result<(), PrepareError> {
+    let limit = Duration::from_secs_f64(spec.smoke.max_decision_ms / 1e3);
+    let tasks = sample.tasks.iter().cycle().take(if sample.tasks.is_empty() { 0 } else { spec.smoke.tasks });
+    for (i, task) in tasks.enumerate() {
+        let started = Instant::now();
+        let outcome = place(set, &sample.nodes, task, 0);
+        let took = started.elapsed();
+        let faults = match &outcome {
+            Ok(p) => &p.skipped_faults,
+            Err(u) => &u.diagnosis.faults,
+        };
+        if let Some(fault) = faults.first() {
+            return Err(PrepareError::Smoke(format!("task {} (sample {i}): {fault}", task.id)));
+        }
+        // The first call of each instance syncs its node mirror; later ones show the steady cost.
+        if i > 0 && took > limit {
+            return Err(PrepareError::Smoke(format!(
+                "task {} took {:.1} ms, more than max_decision_ms {}",
+                task.id,
+                took.as_secs_f64() * 1e3,
+                spec.smoke.max_decision_ms
+            )));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,538 @@
+//! Hot reload under load: versions swapped while tasks are scheduled, bad candidates rejected with
+//! their reason, live versions rolled back when they misbehave — with real components, a real
+//! directory source and the events a JSONL sink wrote.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use wasmsched_api::batch::FilterBatch;
+use wasmsched_api::{
+    DeviceShare, PreemptCandidate, Preemption, QueueState, Rejection, Resources, ShareDecision, Stage, Task,
+};
+use wasmsched_core::{
+    CallContext, FailurePolicy, NodeTable, PluginFault, PolicyPlugin, PolicySet, Slot, bind, place, release,
+};
+use wasmsched_events::{EventSink, JsonlReader, Kind, Origin, OutboxConfig, Payload};
+use wasmsched_registry::{
+    Decision, DirSource, Fetched, Outcome, PolicyVersion, Preparer, Registry, SPEC_FILE, Source, digest_of, poll_once,
+};
+use wasmsched_runtime::{PluginConfig, Runtime, RuntimeConfig};
+use wasmsched_sim::generate::{self, Rng};
+use wasmsched_tests::fixtures;
+
+/// A cluster under continuous scheduling: tasks arrive, are decided once with the version live at
+/// the start of their cycle, run for a while and leave.
+struct Loop {
+    nodes: NodeTable,
+    running: VecDeque<(Slot, Task, Vec<DeviceShare>)>,
+    rng: Rng,
+    next_id: u64,
+    /// `(task id, version that decided it, placed)`.
+    decided: Vec<(String, u64, bool)>,
+}
+
+impl Loop {
+    fn new(nodes: usize, seed: u64) -> Loop {
+        let mut rng = Rng::new(seed);
+        let nodes = generate::cluster(&mut rng, nodes);
+        Loop { nodes, running: VecDeque::new(), rng, next_id: 0, decided: Vec::new() }
+    }
+
+    fn next_task(&mut self, prefix: &str) -> Task {
+        self.next_id += 1;
+        generate::task(&mut self.rng, format!("{prefix}-{}", self.next_id))
+    }
+
+    /// One cycle of one task. Returns the version that decided it.
+    fn decide(&mut self, registry: &Registry, task: Task) -> u64 {
+        let live = registry.current();
+        if registry.wants_sample() {
+            registry.offer_sample(&self.nodes);
+        }
+        let started = Instant::now();
+        let result = place(&live.set, &self.nodes, &task, 0);
+        let latency = started.elapsed();
+        registry.record(&live, Decision { task: &task, nodes: &self.nodes, result: &result, latency });
+        let placed = result.is_ok();
+        if let Ok(p) = result {
+            self.nodes
+                .update(p.node, |n| bind(n, &task, &p.devices))
+                .expect("the chosen node exists")
+                .unwrap_or_else(|e| panic!("{} placed where it does not fit (double placement?): {e}", task.id));
+            self.running.push_back((p.node, task.clone(), p.devices));
+        }
+        // Keep the cluster about half full: the oldest tasks finish.
+        while self.running.len() > self.nodes.len() * 2 {
+            let (slot, t, devices) = self.running.pop_front().unwrap();
+            self.nodes.update(slot, |n| release(n, &t, &devices));
+        }
+        self.decided.push((task.id, live.version, placed));
+        live.version
+    }
+
+    fn run(&mut self, registry: &Registry, decisions: usize, prefix: &str) {
+        for _ in 0..decisions {
+            let t = self.next_task(prefix);
+            self.decide(registry, t);
+        }
+    }
+}
+
+fn runtime() -> Arc<Runtime> {
+    Arc::new(Runtime::new(RuntimeConfig::default()).expect("runtime"))
+}
+
+const FIT_AND_PACK: &str = r#"
+name: packing
+plugins:
+  fit: { source: "builtin:resource-fit", deadline_ms: 2000 }
+  pack: { source: "builtin:most-allocated", deadline_ms: 2000 }
+stages:
+  filter: [fit]
+  score: [{ plugin: pack }]
+"#;
+
+fn fetched(spec: &str, artifacts: &[(&str, &[u8])]) -> Fetched {
+    let spec = wasmsched_registry::PolicySetSpec::parse("test", spec).expect("valid spec");
+    Fetched {
+        spec,
+        origin: "test".into(),
+        artifacts: artifacts.iter().map(|(n, b)| (n.to_string(), Arc::from(*b))).collect(),
+        fingerprint: String::new(),
+    }
+}
+
+/// A registry with the packing set live, events to a JSONL file (the sink is returned to flush).
+fn registry(events: &Path) -> (Arc<Registry>, Preparer, EventSink) {
+    let preparer = Preparer::new(runtime());
+    let sink =
+        EventSink::jsonl(events, Origin { source: "test".into(), id_prefix: "t".into() }, OutboxConfig::default())
+            .unwrap();
+    let first = preparer
+        .prepare(&fetched(FIT_AND_PACK, &[]), 1, &wasmsched_registry::Sample::synthetic())
+        .expect("the initial set prepares");
+    (Arc::new(Registry::new(first, Some(sink.clone()))), preparer, sink)
+}
+
+fn events(sink: &EventSink, path: &Path) -> Vec<Payload> {
+    assert!(sink.flush(Duration::from_secs(10)), "events flushed");
+    let mut r = JsonlReader::open(path).unwrap();
+    let mut all = Vec::new();
+    while let Some(e) = r.next_event().unwrap() {
+        all.push(e.payload);
+    }
+    all
+}
+
+/// A native plugin that logs the version of the set it belongs to on every call, so a decision
+/// can prove every stage it ran came from one version.
+struct Tracer {
+    version: u64,
+    log: Arc<Mutex<Vec<u64>>>,
+}
+
+impl PolicyPlugin for Tracer {
+    fn name(&self) -> &str {
+        "tracer"
+    }
+    fn stages(&self) -> &[Stage] {
+        &[Stage::Filter, Stage::Score]
+    }
+    fn failure_policy(&self) -> FailurePolicy {
+        FailurePolicy::FailClosed
+    }
+    fn filter(&self, _: CallContext<'_>, _: &Task, candidates: &[Slot]) -> Result<FilterBatch, PluginFault> {
+        self.log.lock().unwrap().push(self.version);
+        Ok(FilterBatch { codes: vec![0; candidates.len()], reasons: vec![] })
+    }
+    fn score(&self, _: CallContext<'_>, _: &Task, candidates: &[Slot]) -> Result<Vec<u32>, PluginFault> {
+        self.log.lock().unwrap().push(self.version);
+        Ok(vec![50; candidates.len()])
+    }
+    fn select_devices(
+        &self,
+        _: CallContext<'_>,
+        _: &Task,
+        _: Slot,
+    ) -> Result<Result<Vec<DeviceShare>, Rejection>, PluginFault> {
+        unreachable!("not a device plugin")
+    }
+    fn select_victims(
+        &self,
+        _: CallContext<'_>,
+        _: &Task,
+        _: &[PreemptCandidate],
+    ) -> Result<Option<Preemption>, PluginFault> {
+        unreachable!("not a preemption plugin")
+    }
+    fn fair_share(&self, _: usize, _: &[QueueState], _: &Resources) -> Result<ShareDecision, PluginFault> {
+        unreachable!("not a fair-share plugin")
+    }
+}
+
+/// Versions of one shape: resource-fit, the tracer, and packing or spreading by version parity.
+struct Versions {
+    fit: Arc<dyn PolicyPlugin>,
+    scores: Vec<Arc<dyn PolicyPlugin>>,
+    log: Arc<Mutex<Vec<u64>>>,
+    template: PolicyVersion,
+}
+
+impl Versions {
+    fn make(&self, v: u64) -> PolicyVersion {
+        let tracer = Arc::new(Tracer { version: v, log: self.log.clone() });
+        let set = PolicySet::builder()
+            .filter(self.fit.clone())
+            .filter(tracer.clone())
+            .score(self.scores[(v % 2) as usize].clone(), 1)
+            .score(tracer, 1)
+            .version(v)
+            .build();
+        PolicyVersion {
+            set,
+            spec: self.template.spec.clone(),
+            version: v,
+            origin: "swap-test".into(),
+            fingerprint: String::new(),
+            plugins: self.template.plugins.clone(),
+            prepare_time: Duration::ZERO,
+        }
+    }
+}
+
+#[test]
+fn swapping_every_10ms_for_100k_decisions_never_mixes_versions_drops_or_double_places() {
+    let dir = tempfile::tempdir().unwrap();
+    let (registry, preparer, _sink) = registry(&dir.path().join("events.jsonl"));
+    let rt = runtime();
+    let fit: Arc<dyn PolicyPlugin> =
+        Arc::new(rt.load(wasmsched_plugins::RESOURCE_FIT.wasm, PluginConfig::new("fit")).unwrap());
+    let scores: Vec<Arc<dyn PolicyPlugin>> = [wasmsched_plugins::MOST_ALLOCATED, wasmsched_plugins::LEAST_ALLOCATED]
+        .iter()
+        .map(|b| {
+            Arc::new(rt.load(b.wasm, PluginConfig::new(b.name).with_config(b.config)).unwrap()) as Arc<dyn PolicyPlugin>
+        })
+        .collect();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let template = preparer.prepare(&fetched(FIT_AND_PACK, &[]), 0, &wasmsched_registry::Sample::synthetic()).unwrap();
+    let factory = Arc::new(Versions { fit, scores, log: log.clone(), template });
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = {
+        let (registry, stop, factory) = (registry.clone(), stop.clone(), factory.clone());
+        std::thread::spawn(move || {
+            let mut swaps = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(10));
+                registry.install(factory.make(registry.next_version()));
+                swaps += 1;
+            }
+            swaps
+        })
+    };
+
+    let mut lp = Loop::new(64, 7);
+    let mut tasks = 0u64;
+    for _ in 0..100_000 {
+        let task = lp.next_task("t");
+        log.lock().unwrap().clear();
+        let used = lp.decide(&registry, task);
+        tasks += 1;
+        let calls = log.lock().unwrap().clone();
+        assert!(
+            calls.iter().all(|&v| v == used) || (used == 1 && calls.is_empty()),
+            "decision recorded as version {used} ran stages of versions {calls:?}"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    let swaps = swapper.join().unwrap();
+
+    // Every task decided exactly once; no bind failed (asserted in `decide`); what is bound
+    // is exactly what is still running.
+    assert_eq!(lp.decided.len() as u64, tasks);
+    let mut ids: Vec<&str> = lp.decided.iter().map(|(id, _, _)| id.as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len() as u64, tasks, "a task was decided twice");
+    let mut used_cpu: BTreeMap<Slot, u64> = BTreeMap::new();
+    for (slot, t, _) in &lp.running {
+        *used_cpu.entry(*slot).or_default() += t.request.cpu_milli;
+    }
+    let before = Loop::new(64, 7).nodes;
+    for slot in lp.nodes.slots() {
+        let free =
+            |n: &NodeTable| n.get(slot).unwrap().allocatable.cpu_milli - n.get(slot).unwrap().allocated.cpu_milli;
+        assert_eq!(
+            free(&before) - free(&lp.nodes),
+            used_cpu.get(&slot).copied().unwrap_or(0),
+            "node {slot} accounting"
+        );
+    }
+    let versions: std::collections::BTreeSet<u64> = lp.decided.iter().map(|(_, v, _)| *v).collect();
+    assert!(swaps >= 50 && versions.len() >= 50, "{swaps} swaps, {} versions decided", versions.len());
+    let placed = lp.decided.iter().filter(|(_, _, p)| *p).count();
+    assert!(placed > 50_000, "only {placed} of 100000 placed");
+}
+
+/// Write a directory source: `policy.yaml` and artifacts.
+fn write_source(dir: &Path, spec: &str, files: &[(&str, &[u8])]) {
+    for (name, bytes) in files {
+        std::fs::write(dir.join(name), bytes).unwrap();
+    }
+    std::fs::write(dir.join(SPEC_FILE), spec).unwrap();
+}
+
+fn pinned(file: &str, digest: &str) -> String {
+    FIT_AND_PACK.replace(
+        r#"pack: { source: "builtin:most-allocated", deadline_ms: 2000 }"#,
+        &format!(r#"pack: {{ source: "file:{file}", digest: "{digest}", config: '{{"strategy":"least"}}' }}"#),
+    )
+}
+
+#[test]
+fn candidates_that_fail_a_gate_never_go_live_and_say_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = tempfile::tempdir().unwrap();
+    let events_path = dir.path().join("events.jsonl");
+    let (registry, preparer, sink) = registry(&events_path);
+    let mut lp = Loop::new(32, 3);
+    lp.run(&registry, 200, "warm");
+    let mut source = DirSource::new(src.path());
+    let score = wasmsched_plugins::LEAST_ALLOCATED.wasm;
+
+    let truncated = &score[..score.len() / 2];
+    let garbage: Vec<u8> = (0..50_000u32).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8).collect();
+    let wrong_world = fixtures::read(fixtures::WRONG_CONTRACT);
+    let hostile = fixtures::read(fixtures::HOSTILE);
+    // (spec, files, gate, reason)
+    type Case<'a> = (String, Vec<(&'a str, &'a [u8])>, &'a str, &'a str);
+    let cases: Vec<Case> = vec![
+        (pinned("s.wasm", &digest_of(b"something else")), vec![("s.wasm", score)], "digest", "digest mismatch"),
+        (
+            pinned("s.wasm", &digest_of(truncated)),
+            vec![("s.wasm", truncated)],
+            "load",
+            "not a valid WebAssembly component",
+        ),
+        (
+            pinned("s.wasm", &digest_of(&garbage)),
+            vec![("s.wasm", &garbage)],
+            "load",
+            "not a valid WebAssembly component",
+        ),
+        (
+            pinned("s.wasm", &digest_of(&wrong_world)),
+            vec![("s.wasm", &wrong_world)],
+            "load",
+            "incompatible with wasmsched:policy",
+        ),
+        (
+            // Filters only: used as a score it fails the stage check.
+            pinned("s.wasm", &digest_of(wasmsched_plugins::RESOURCE_FIT.wasm))
+                .replace(r#"config: '{"strategy":"least"}'"#, "config: ''"),
+            vec![("s.wasm", wasmsched_plugins::RESOURCE_FIT.wasm)],
+            "stage",
+            "used for score but implements only filter",
+        ),
+        (
+            // Panics on `evil-*` tasks, which the smoke sample holds.
+            pinned("s.wasm", &digest_of(&hostile)).replace(r#"'{"strategy":"least"}'"#, "panic"),
+            vec![("s.wasm", &hostile)],
+            "smoke",
+            "hostile plugin panics on evil",
+        ),
+    ];
+    let live = registry.current().version;
+    for (i, (spec, files, gate, why)) in cases.iter().enumerate() {
+        if *gate == "smoke" {
+            lp.run(&registry, 200, "evil");
+        }
+        write_source(src.path(), spec, files);
+        poll_once(&registry, &preparer, &mut source);
+        let status = registry.status();
+        assert_eq!(registry.current().version, live, "case {i} ({gate}) went live");
+        let entry = &status.history[0];
+        assert_eq!(entry.outcome, Outcome::Rejected, "case {i}: {entry:?}");
+        assert!(entry.reason.contains(why), "case {i}: {why:?} not in {:?}", entry.reason);
+        // Scheduling goes on with the live version.
+        lp.run(&registry, 50, "after");
+        assert!(lp.decided.iter().rev().take(50).all(|(_, v, _)| *v == live));
+    }
+
+    // A malformed spec and a vanished source: errors in status and events, nothing else changes.
+    std::fs::write(src.path().join(SPEC_FILE), "name: [unclosed").unwrap();
+    poll_once(&registry, &preparer, &mut source);
+    let errors = registry.status().source_errors;
+    assert!(errors[0].1.contains("policy.yaml"), "{errors:?}");
+    std::fs::remove_dir_all(src.path()).unwrap();
+    poll_once(&registry, &preparer, &mut source);
+    let errors = registry.status().source_errors;
+    assert!(errors[0].1.contains("No such file"), "{errors:?}");
+    lp.run(&registry, 50, "after");
+    assert_eq!(registry.current().version, live);
+
+    let gates: Vec<String> = events(&sink, &events_path)
+        .into_iter()
+        .filter_map(|p| match p {
+            Payload::PolicyRejected(r) => Some(r.gate),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(gates, ["digest", "load", "load", "load", "stage", "smoke", "fetch", "fetch"]);
+}
+
+#[test]
+fn a_live_version_that_faults_is_rolled_back_and_a_good_one_passes_probation() {
+    let dir = tempfile::tempdir().unwrap();
+    let events_path = dir.path().join("events.jsonl");
+    let (registry, preparer, sink) = registry(&events_path);
+    let mut lp = Loop::new(32, 5);
+    lp.run(&registry, 600, "ok");
+    let hostile = fixtures::read(fixtures::HOSTILE);
+
+    // Faults only on `evil-*` tasks: it passes the smoke test (recent tasks are benign), then
+    // faults on up to 1 decision in 20 once live (evil tasks that reach scoring), over the 1 %
+    // threshold.
+    let spec = pinned("h.wasm", &digest_of(&hostile)).replace(r#"'{"strategy":"least"}'"#, "panic, failure: fail-open")
+        + "rollback: { window: 200, probation: 1000, max_p99_ratio: null }\n";
+    let bad = registry.offer(&fetched(&spec, &[("pack", &hostile)]), &preparer).expect("passes its gates");
+    assert_eq!(registry.current().version, bad);
+    for i in 0..400 {
+        let t = lp.next_task(if i % 20 == 0 { "evil" } else { "ok" });
+        lp.decide(&registry, t);
+    }
+    assert_eq!(registry.current().version, 1, "rolled back to the initial version");
+    let status = registry.status();
+    let entry = status.history.iter().find(|h| h.label == format!("packing@{bad}")).unwrap();
+    assert_eq!(entry.outcome, Outcome::RolledBack);
+    assert!(
+        entry.reason.starts_with("fault rate ") && entry.reason.contains("> 1.00% over 200 decisions"),
+        "{}",
+        entry.reason
+    );
+
+    // The same plugin without evil tasks (none left in the smoke sample either) passes probation
+    // and becomes the last good version.
+    lp.run(&registry, 600, "ok");
+    let good = registry.offer(&fetched(&spec, &[("pack", &hostile)]), &preparer).unwrap();
+    lp.run(&registry, 1000, "ok");
+    let status = registry.status();
+    assert_eq!(status.live, format!("packing@{good}"));
+    assert!(!status.on_probation);
+    assert_eq!(status.last_good.as_deref(), Some(status.live.as_str()));
+
+    // A latency threshold no decision can meet trips on the first window.
+    let slow = FIT_AND_PACK.to_string() + "rollback: { window: 100, probation: 500, max_p99_ms: 0.0001 }\n";
+    let v = registry.offer(&fetched(&slow, &[]), &preparer).unwrap();
+    lp.run(&registry, 100, "ok");
+    assert_eq!(registry.current().version, good, "version {v} rolled back");
+    assert!(
+        registry
+            .status()
+            .history
+            .iter()
+            .any(|h| h.outcome == Outcome::RolledBack && h.reason.starts_with("p99 latency"))
+    );
+
+    let rolled: Vec<(u64, u64)> = events(&sink, &events_path)
+        .into_iter()
+        .filter_map(|p| match p {
+            Payload::PolicyRolledBack(r) => Some((r.from.version, r.to.version)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(rolled, [(bad, 1), (v, good)]);
+}
+
+#[test]
+fn shadow_runs_publish_diffs_and_gate_promotion() {
+    let dir = tempfile::tempdir().unwrap();
+    let events_path = dir.path().join("events.jsonl");
+    let (registry, preparer, sink) = registry(&events_path);
+    let mut lp = Loop::new(32, 9);
+    lp.run(&registry, 100, "ok");
+
+    // Spreading instead of packing disagrees on most placements: below 90 % identical, rejected.
+    let spread =
+        FIT_AND_PACK.replace("most-allocated", "least-allocated") + "shadow: { decisions: 300, min_identical: 0.9 }\n";
+    let v = registry.offer(&fetched(&spread, &[]), &preparer).unwrap();
+    assert_eq!(registry.status().candidate, Some(format!("packing@{v}")));
+    lp.run(&registry, 300, "ok");
+    assert_eq!(registry.current().version, 1);
+    let rejected = &registry.status().history[0];
+    assert_eq!((rejected.outcome.clone(), rejected.label.clone()), (Outcome::Rejected, format!("packing@{v}")));
+    assert!(rejected.reason.contains("identical placements < min_identical 90.0%"), "{}", rejected.reason);
+
+    // The same policy as live agrees everywhere and waits for promotion when asked to.
+    let same = FIT_AND_PACK.to_string() + "shadow: { decisions: 200, min_identical: 0.99, auto_promote: false }\n";
+    let w = registry.offer(&fetched(&same, &[]), &preparer).unwrap();
+    lp.run(&registry, 250, "ok");
+    let status = registry.status();
+    assert_eq!(status.history[0].outcome, Outcome::Ready);
+    assert_eq!(registry.current().version, 1, "not live before promotion");
+    assert_eq!(registry.promote().unwrap(), format!("packing@{w}"));
+    assert_eq!(registry.current().version, w);
+    assert_eq!(registry.rollback().unwrap(), "packing@1");
+    assert_eq!(registry.current().version, 1);
+    assert!(registry.rollback().is_err(), "the last good version has nothing behind it");
+    assert!(registry.promote().is_err(), "no candidate left");
+
+    let all = events(&sink, &events_path);
+    let diffs: Vec<_> = all
+        .iter()
+        .filter_map(|p| match p {
+            Payload::PolicyShadowDiff(d) => Some(d.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(diffs.len(), 2);
+    assert_eq!(diffs[0].shadow.version, v);
+    assert!(diffs[0].differing > 30 && !diffs[0].examples.is_empty(), "{:?}", diffs[0]);
+    assert!(diffs[0].examples.iter().all(|e| e.live != e.shadow));
+    assert_eq!((diffs[1].shadow.version, diffs[1].differing, diffs[1].decisions), (w, 0, 200));
+    let kinds: Vec<Kind> = all.iter().map(Payload::kind).collect();
+    for k in [Kind::PolicyLoaded, Kind::PolicySwapped, Kind::PolicyRolledBack, Kind::PolicyRejected] {
+        assert!(kinds.contains(&k), "no {k:?} event");
+    }
+}
+
+#[test]
+fn a_watched_directory_goes_live_on_change_and_keeps_running_when_it_vanishes() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = tempfile::tempdir().unwrap();
+    let (registry, preparer, _sink) = registry(&dir.path().join("events.jsonl"));
+    let score = wasmsched_plugins::LEAST_ALLOCATED.wasm;
+    write_source(src.path(), &pinned("s.wasm", &digest_of(score)), &[("s.wasm", score)]);
+    let watcher = wasmsched_registry::Watcher::spawn(
+        registry.clone(),
+        preparer,
+        vec![Box::new(DirSource::new(src.path())) as Box<dyn Source>],
+        Duration::from_millis(20),
+    )
+    .unwrap();
+    let mut lp = Loop::new(16, 1);
+    let wait_for = |lp: &mut Loop, what: &str, f: &dyn Fn(&Registry) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !f(&registry) {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}: {:?}", registry.status());
+            lp.run(&registry, 10, "ok");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    wait_for(&mut lp, "the directory's version", &|r| r.current().origin.starts_with("file:"));
+    let first = registry.current().version;
+
+    std::fs::remove_dir_all(src.path()).unwrap();
+    wait_for(&mut lp, "the source error", &|r| !r.status().source_errors.is_empty());
+    assert_eq!(registry.current().version, first);
+
+    std::fs::create_dir_all(src.path()).unwrap();
+    let spec = pinned("s.wasm", &digest_of(score)).replace("name: packing", "name: spreading");
+    write_source(src.path(), &spec, &[("s.wasm", score)]);
+    wait_for(&mut lp, "the new version", &|r| r.current().spec.name == "spreading");
+    assert!(registry.status().source_errors.is_empty());
+    watcher.stop();
+}
