@@ -17,6 +17,7 @@ mod experiment;
 mod inputs;
 mod plugin_cmd;
 mod policy;
+mod policy_cmd;
 mod replay_cmd;
 mod simulate;
 mod topo_cmd;
@@ -45,6 +46,10 @@ enum Command {
     /// Inspect plugins.
     #[command(subcommand)]
     Plugin(plugin_cmd::Command),
+    /// Hot reload: pin, check and push policy sets; status, promote and rollback of a running
+    /// scheduler; measure swaps.
+    #[command(subcommand)]
+    Policy(policy_cmd::Command),
     /// A node's GPU topology (from `nvidia-smi topo -m` or the agent's annotation), and which k
     /// GPUs a task would get on it, and why.
     Topo(topo_cmd::Args),
@@ -64,6 +69,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(args).context("bench"),
         Command::Events(cmd) => events_cmd::run(cmd).context("events"),
         Command::Plugin(cmd) => plugin_cmd::run(cmd),
+        Command::Policy(cmd) => policy_cmd::run(cmd).context("policy"),
         Command::Topo(args) => topo_cmd::run(args).context("topo"),
     };
     match result {

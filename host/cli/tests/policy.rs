@@ -1,0 +1,45 @@
+//! `wasmsched policy digest` and `policy check`: the offline half of a rollout.
+
+use std::process::{Command, Output};
+
+fn wasmsched(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_wasmsched")).env("WASMSCHED_CACHE_DIR", "off").args(args).output().expect("run")
+}
+
+#[test]
+fn a_pinned_set_passes_check_and_a_tampered_one_names_the_gate() {
+    let dir = tempfile::tempdir().unwrap();
+    let wasm = dir.path().join("pack.wasm");
+    std::fs::write(&wasm, wasmsched_plugins::MOST_ALLOCATED.wasm).unwrap();
+    let out = wasmsched(&["policy", "digest", wasm.to_str().unwrap()]);
+    assert!(out.status.success());
+    let digest = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert!(digest.starts_with("sha256:") && digest.len() == 71, "{digest}");
+
+    let spec = format!(
+        "name: packing\nplugins:\n  fit: {{ source: \"builtin:resource-fit\" }}\n  pack: {{ source: \"file:pack.wasm\", digest: \"{digest}\", config: {{ strategy: most }} }}\nstages:\n  filter: [fit]\n  score: [{{ plugin: pack, weight: 2 }}]\n"
+    );
+    std::fs::write(dir.path().join("policy.yaml"), &spec).unwrap();
+    let out = wasmsched(&["policy", "check", dir.path().to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("passes every gate") && stdout.contains(&digest), "{stdout}");
+
+    // One byte less: the digest gate refuses it, by name.
+    let bytes = std::fs::read(&wasm).unwrap();
+    std::fs::write(&wasm, &bytes[..bytes.len() - 1]).unwrap();
+    let out = wasmsched(&["policy", "check", dir.path().to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("plugin pack: digest mismatch"), "{stderr}");
+
+    // A typo in the spec: the field is named.
+    std::fs::write(dir.path().join("policy.yaml"), spec.replace("weight: 2", "wieght: 2")).unwrap();
+    let out = wasmsched(&["policy", "check", dir.path().to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("unknown field `wieght`"), "{stderr}");
+
+    // Control without a scheduler: a clear error, not a hang.
+    let out = wasmsched(&["policy", "status", "--nats", "nats://127.0.0.1:1"]);
+    assert!(!out.status.success());
+}
