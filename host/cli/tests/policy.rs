@@ -43,3 +43,11 @@ fn a_pinned_set_passes_check_and_a_tampered_one_names_the_gate() {
     let out = wasmsched(&["policy", "status", "--nats", "nats://127.0.0.1:1"]);
     assert!(!out.status.success());
 }
+
+#[test]
+fn the_example_policy_set_passes_every_gate() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/policies/packing");
+    let out = wasmsched(&["policy", "check", example]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("policy set packing passes every gate"));
+}
