@@ -292,12 +292,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
     let mut nodes = generate::cluster(&mut rng, args.nodes);
     let mut running = std::collections::VecDeque::new();
     let mut next = 0u64;
-    let base = wasmsched_registry::Fetched {
-        spec: wasmsched_registry::PolicySetSpec::parse("bench", BASE_SPEC)?,
-        origin: "bench".into(),
-        artifacts: Default::default(),
-        fingerprint: String::new(),
-    };
+    let base = base_version()?;
     // Two versions prepared ahead and swapped in turn: the cost of the swap itself (and of the
     // mirror deltas each version catches up on). `fresh`: every swap prepares a new version on
     // another thread, as a real rollout does — first-use mirror sync and the preparation's CPU
@@ -374,13 +369,18 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn initial_registry(preparer: &Preparer) -> anyhow::Result<Registry> {
-    let base = wasmsched_registry::Fetched {
+/// The packing set the latency comparison swaps.
+fn base_version() -> anyhow::Result<wasmsched_registry::Fetched> {
+    Ok(wasmsched_registry::Fetched {
         spec: wasmsched_registry::PolicySetSpec::parse("bench", BASE_SPEC)?,
         origin: "bench".into(),
         artifacts: Default::default(),
         fingerprint: String::new(),
-    };
+    })
+}
+
+fn initial_registry(preparer: &Preparer) -> anyhow::Result<Registry> {
+    let base = base_version()?;
     Ok(Registry::new(preparer.prepare(&base, 1, &Sample::synthetic())?, None))
 }
 
