@@ -1,0 +1,150 @@
+//! The effects of a decision on the API server: the `pods/binding` subresource (with the GPUs in an
+//! annotation, which the API server copies onto the pod in the same write), the `PodScheduled`
+//! condition and a `FailedScheduling` event for a pod that cannot be placed, and evictions.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{EvictParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Api, Client};
+use wasmsched_api::DeviceShare;
+
+use crate::convert::{GPU_IDS_ANNOTATION, PodKey, gpu_ids};
+
+/// How a bind (or eviction) failed, which decides what happens to the pod.
+#[derive(Debug, thiserror::Error)]
+pub enum EffectError {
+    /// 409: the pod is already bound (another scheduler or a previous attempt won). Never retried:
+    /// the watch stream shows where it went.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// 404: the pod is gone.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// 429 (eviction refused by a PodDisruptionBudget, or throttled).
+    #[error("refused for now: {0}")]
+    TooManyRequests(String),
+    /// Other failures (5xx, transport): retried after back-off.
+    #[error("{0}")]
+    Retryable(String),
+    /// This replica is not the leader: nothing was written.
+    #[error("not the leader")]
+    NotLeader,
+}
+
+impl EffectError {
+    fn from_kube(e: kube::Error) -> EffectError {
+        match e {
+            kube::Error::Api(s) if s.code == 409 => EffectError::Conflict(s.message),
+            kube::Error::Api(s) if s.code == 404 => EffectError::NotFound(s.message),
+            kube::Error::Api(s) if s.code == 429 => EffectError::TooManyRequests(s.message),
+            kube::Error::Api(s) => EffectError::Retryable(format!("{} {}: {}", s.code, s.reason, s.message)),
+            other => EffectError::Retryable(other.to_string()),
+        }
+    }
+}
+
+/// Writes decisions to the API server.
+#[derive(Clone)]
+pub struct Effects {
+    client: Client,
+    recorder: Recorder,
+    scheduler_name: String,
+}
+
+impl Effects {
+    /// Effects written as `scheduler_name` (the events' reporting controller).
+    pub fn new(client: Client, scheduler_name: &str, instance: &str) -> Effects {
+        let reporter = Reporter { controller: scheduler_name.into(), instance: Some(instance.into()) };
+        Effects { recorder: Recorder::new(client.clone(), reporter), client, scheduler_name: scheduler_name.into() }
+    }
+
+    /// Binds the pod `key` (incarnation `uid`) to `node`, recording its GPUs. The UID precondition
+    /// makes a bind meant for a deleted pod fail instead of binding its same-named successor.
+    pub async fn bind(&self, key: &PodKey, uid: &str, node: &str, devices: &[DeviceShare]) -> Result<(), EffectError> {
+        let mut annotations = BTreeMap::new();
+        if !devices.is_empty() {
+            annotations.insert(GPU_IDS_ANNOTATION.to_string(), gpu_ids(devices));
+        }
+        let binding = Binding {
+            metadata: ObjectMeta {
+                name: Some(key.name.clone()),
+                namespace: Some(key.namespace.clone()),
+                uid: Some(uid.to_string()),
+                annotations: Some(annotations),
+                ..Default::default()
+            },
+            target: ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(node.to_string()),
+                ..Default::default()
+            },
+        };
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
+        pods.create_subresource::<_, serde_json::Value>("binding", &key.name, &PostParams::default(), &binding)
+            .await
+            .map(drop)
+            .map_err(EffectError::from_kube)
+    }
+
+    /// Marks a pod unschedulable (`PodScheduled=False`, reason `Unschedulable`, with the message
+    /// kube-scheduler users know: `0/N nodes are available: …`) and records a `FailedScheduling`
+    /// event.
+    pub async fn unschedulable(&self, key: &PodKey, uid: &str, message: &str) -> Result<(), EffectError> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let patch = serde_json::json!({
+            "status": { "conditions": [{
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": message,
+                "lastTransitionTime": now.to_string(),
+            }]}
+        });
+        pods.patch_status(&key.name, &PatchParams::default(), &Patch::Strategic(&patch))
+            .await
+            .map_err(EffectError::from_kube)?;
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(key.name.clone()),
+            namespace: Some(key.namespace.clone()),
+            uid: Some(uid.to_string()),
+            ..Default::default()
+        };
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "FailedScheduling".into(),
+            note: Some(truncate(message, 1024)),
+            action: "Scheduling".into(),
+            secondary: None,
+        };
+        // An event is best effort: the condition above is the record.
+        if let Err(e) = self.recorder.publish(&event, &reference).await {
+            tracing::debug!(pod = %key, error = %e, scheduler = %self.scheduler_name, "event not recorded");
+        }
+        Ok(())
+    }
+
+    /// Evicts a pod through the Eviction API, so PodDisruptionBudgets are respected: a refusal is
+    /// [`EffectError::TooManyRequests`] and the victim keeps running.
+    pub async fn evict(&self, key: &PodKey) -> Result<(), EffectError> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
+        pods.evict(&key.name, &EvictParams::default()).await.map(drop).map_err(EffectError::from_kube)
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}

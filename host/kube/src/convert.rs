@@ -1,0 +1,435 @@
+//! Kubernetes objects to the scheduling model: a `Node` to [`wasmsched_api::Node`], a `Pod` to a
+//! [`Task`], quantities to integers. Only what placement needs is kept, which is what keeps the
+//! cache small at 150,000 pods.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, Node as KubeNode, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use wasmsched_api::{
+    DeviceShare, GPU_MILLI, GpuDevice, GpuRequest, Node, Qos, Resources, Taint, TaintEffect, Task, Toleration,
+    TolerationOperator,
+};
+
+/// The whole-GPU extended resource of the NVIDIA device plugin.
+pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
+/// The number of pods a node takes, as an extended resource every task requests one of.
+pub const PODS_RESOURCE: &str = "pods";
+/// Pod annotation: a share of one GPU in milli-GPUs (1–999) instead of whole devices.
+pub const GPU_MILLI_ANNOTATION: &str = "wasmsched.io/gpu-milli";
+/// Pod annotation: allowed GPU models, comma-separated (e.g. `H100,A100`).
+pub const GPU_MODELS_ANNOTATION: &str = "wasmsched.io/gpu-models";
+/// Pod annotation: the queue (`default` when absent).
+pub const QUEUE_ANNOTATION: &str = "scheduling.wasmsched.io/queue";
+/// Volcano's queue annotation, honoured so Volcano jobs work unchanged.
+pub const VOLCANO_QUEUE_ANNOTATION: &str = "scheduling.volcano.sh/queue-name";
+/// Pod label naming its wasmsched [`crate::crd::PodGroup`].
+pub const GROUP_LABEL: &str = "scheduling.wasmsched.io/pod-group";
+/// The upstream coscheduling plugin's pod-group label.
+pub const COSCHEDULING_GROUP_LABEL: &str = "scheduling.x-k8s.io/pod-group";
+/// Volcano's pod-group annotation.
+pub const VOLCANO_GROUP_ANNOTATION: &str = "scheduling.k8s.io/group-name";
+/// Pod annotation written at bind: the GPUs the pod got, `index` or `index:milli`, comma-separated,
+/// for a device plugin (or the container runtime hook) to expose exactly those devices.
+pub const GPU_IDS_ANNOTATION: &str = "wasmsched.io/gpu-ids";
+/// Node label of GPU feature discovery with the GPU product name.
+pub const GPU_PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
+/// Node label of GPU feature discovery with each GPU's memory in MiB.
+pub const GPU_MEMORY_LABEL: &str = "nvidia.com/gpu.memory";
+
+/// Why an object could not be converted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConvertError {
+    /// A quantity that does not parse.
+    #[error("{field}: invalid quantity {value:?}")]
+    Quantity {
+        /// Where.
+        field: String,
+        /// What was found.
+        value: String,
+    },
+    /// A malformed annotation.
+    #[error("annotation {name}: {reason}")]
+    Annotation {
+        /// Annotation name.
+        name: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A field the object must have.
+    #[error("missing {0}")]
+    Missing(&'static str),
+}
+
+/// A quantity in thousandths of its unit, rounded up (as Kubernetes rounds requests): `"500m"` →
+/// 500, `"2"` → 2000, `"1Gi"` → 1073741824000. `None` when it does not parse or overflows.
+pub fn milli_units(q: &str) -> Option<u128> {
+    let q = q.trim();
+    let split = q.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-')).unwrap_or(q.len());
+    let (number, suffix) = q.split_at(split);
+    let number = number.strip_prefix('+').unwrap_or(number);
+    if number.starts_with('-') || number.is_empty() {
+        return None;
+    }
+    let (int, frac) = number.split_once('.').unwrap_or((number, ""));
+    if int.is_empty() && frac.is_empty() || !int.chars().chain(frac.chars()).all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let digits: u128 = format!("{int}{frac}").parse().ok()?;
+    // value = digits × 10^(exp10 − frac digits) × 2^exp2, times 1000 for milli.
+    let (mut exp10, exp2): (i32, u32) = match suffix {
+        "" => (0, 0),
+        "n" => (-9, 0),
+        "u" => (-6, 0),
+        "m" => (-3, 0),
+        "k" => (3, 0),
+        "M" => (6, 0),
+        "G" => (9, 0),
+        "T" => (12, 0),
+        "P" => (15, 0),
+        "E" => (18, 0),
+        "Ki" => (0, 10),
+        "Mi" => (0, 20),
+        "Gi" => (0, 30),
+        "Ti" => (0, 40),
+        "Pi" => (0, 50),
+        "Ei" => (0, 60),
+        s if s.starts_with(['e', 'E']) => (s[1..].parse().ok()?, 0),
+        _ => return None,
+    };
+    exp10 += 3 - frac.len() as i32;
+    let scaled = digits.checked_mul(1u128.checked_shl(exp2)?)?;
+    if exp10 >= 0 {
+        scaled.checked_mul(10u128.checked_pow(exp10 as u32)?)
+    } else {
+        let div = 10u128.checked_pow((-exp10) as u32)?;
+        Some(scaled.div_ceil(div))
+    }
+}
+
+fn whole(field: &str, q: &Quantity) -> Result<u64, ConvertError> {
+    milli_units(&q.0)
+        .map(|m| m.div_ceil(1000))
+        .and_then(|v| u64::try_from(v).ok())
+        .ok_or_else(|| ConvertError::Quantity { field: field.into(), value: q.0.clone() })
+}
+
+fn milli(field: &str, q: &Quantity) -> Result<u64, ConvertError> {
+    milli_units(&q.0)
+        .and_then(|v| u64::try_from(v).ok())
+        .ok_or_else(|| ConvertError::Quantity { field: field.into(), value: q.0.clone() })
+}
+
+/// Resources and whole GPUs of a resource list.
+fn resources(field: &str, list: &BTreeMap<String, Quantity>) -> Result<(Resources, u64), ConvertError> {
+    let mut r = Resources::default();
+    let mut gpus = 0;
+    for (name, q) in list {
+        match name.as_str() {
+            "cpu" => r.cpu_milli = milli(field, q)?,
+            "memory" => r.memory_bytes = whole(field, q)?,
+            GPU_RESOURCE => gpus = whole(field, q)?,
+            "ephemeral-storage" => {}
+            n if n.starts_with("hugepages-") => {}
+            n => r.extended.push((n.to_string(), whole(field, q)?)),
+        }
+    }
+    r.extended.sort();
+    Ok((r, gpus))
+}
+
+/// A node as placement sees it, with nothing allocated (the cache adds the pods bound to it).
+pub fn node(object: &KubeNode) -> Result<Node, ConvertError> {
+    let name = object.metadata.name.clone().ok_or(ConvertError::Missing("metadata.name"))?;
+    let mut labels: Vec<(String, String)> =
+        object.metadata.labels.iter().flatten().map(|(k, v)| (k.clone(), v.clone())).collect();
+    labels.sort();
+    let spec = object.spec.as_ref();
+    let taints = spec
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|t| {
+            let effect = match t.effect.as_str() {
+                "NoSchedule" => TaintEffect::NoSchedule,
+                "PreferNoSchedule" => TaintEffect::PreferNoSchedule,
+                "NoExecute" => TaintEffect::NoExecute,
+                _ => return None,
+            };
+            Some(Taint { key: t.key.clone(), value: t.value.clone().unwrap_or_default(), effect })
+        })
+        .collect();
+    let empty = BTreeMap::new();
+    let allocatable = object.status.as_ref().and_then(|s| s.allocatable.as_ref()).unwrap_or(&empty);
+    let (mut allocatable, gpus) = resources("status.allocatable", allocatable)?;
+    allocatable.gpu_milli = gpus * u64::from(GPU_MILLI);
+    let label = |k: &str| labels.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+    let model = label(GPU_PRODUCT_LABEL).unwrap_or_default().to_string();
+    let memory_bytes = label(GPU_MEMORY_LABEL).and_then(|m| m.parse::<u64>().ok()).unwrap_or(0) << 20;
+    let gpus = (0..gpus.min(u64::from(u16::MAX)) as u32)
+        .map(|index| GpuDevice {
+            index,
+            model: model.clone(),
+            memory_bytes,
+            free_milli: GPU_MILLI,
+            free_memory_bytes: memory_bytes,
+            ..Default::default()
+        })
+        .collect();
+    Ok(Node {
+        name,
+        labels,
+        taints,
+        allocatable,
+        allocated: Resources::default(),
+        gpus,
+        unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+    })
+}
+
+/// Pod identity, for the queue and for binding.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PodKey {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl std::fmt::Display for PodKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// The pod group a pod belongs to: our label, then the coscheduling label, then Volcano's
+/// annotation.
+pub fn group_of(pod: &Pod) -> Option<String> {
+    let labels = pod.metadata.labels.as_ref();
+    let annotations = pod.metadata.annotations.as_ref();
+    labels
+        .and_then(|l| l.get(GROUP_LABEL).or_else(|| l.get(COSCHEDULING_GROUP_LABEL)))
+        .or_else(|| annotations.and_then(|a| a.get(VOLCANO_GROUP_ANNOTATION)))
+        .filter(|g| !g.is_empty())
+        .cloned()
+}
+
+fn requests(c: &Container) -> Option<&BTreeMap<String, Quantity>> {
+    c.resources.as_ref().and_then(|r| r.requests.as_ref().or(r.limits.as_ref()))
+}
+
+/// What a pod requests, as Kubernetes computes it: the sum of its containers (and sidecars), or the
+/// largest init container if that is more, plus the pod overhead; and the whole GPUs asked for.
+fn pod_request(pod: &Pod) -> Result<(Resources, u64), ConvertError> {
+    let spec = pod.spec.as_ref().ok_or(ConvertError::Missing("spec"))?;
+    let mut sum = (Resources::default(), 0u64);
+    let add = |acc: &mut (Resources, u64), (r, g): (Resources, u64)| {
+        acc.0 = acc.0.checked_add(&r).unwrap_or_else(|| acc.0.clone());
+        acc.1 += g;
+    };
+    for c in &spec.containers {
+        add(&mut sum, resources("resources.requests", requests(c).unwrap_or(&BTreeMap::new()))?);
+    }
+    let mut init_max = (Resources::default(), 0u64);
+    for c in spec.init_containers.iter().flatten() {
+        let r = resources("resources.requests", requests(c).unwrap_or(&BTreeMap::new()))?;
+        if c.restart_policy.as_deref() == Some("Always") {
+            add(&mut sum, r); // a sidecar runs beside the containers
+        } else {
+            init_max.0.cpu_milli = init_max.0.cpu_milli.max(r.0.cpu_milli);
+            init_max.0.memory_bytes = init_max.0.memory_bytes.max(r.0.memory_bytes);
+            init_max.1 = init_max.1.max(r.1);
+            for (name, v) in r.0.extended {
+                match init_max.0.extended.iter_mut().find(|(n, _)| *n == name) {
+                    Some((_, max)) => *max = (*max).max(v),
+                    None => init_max.0.extended.push((name, v)),
+                }
+            }
+        }
+    }
+    let mut r = sum.0;
+    r.cpu_milli = r.cpu_milli.max(init_max.0.cpu_milli);
+    r.memory_bytes = r.memory_bytes.max(init_max.0.memory_bytes);
+    for (name, v) in init_max.0.extended {
+        match r.extended.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, total)) => *total = (*total).max(v),
+            None => r.extended.push((name, v)),
+        }
+    }
+    if let Some(overhead) = &spec.overhead {
+        let (o, _) = resources("spec.overhead", overhead)?;
+        r = r.checked_add(&o).unwrap_or(r);
+    }
+    r.extended.retain(|(n, _)| n != PODS_RESOURCE);
+    r.extended.push((PODS_RESOURCE.into(), 1));
+    r.extended.sort();
+    Ok((r, sum.1.max(init_max.1)))
+}
+
+fn qos(pod: &Pod) -> Qos {
+    let containers = pod.spec.iter().flat_map(|s| s.containers.iter());
+    let (mut any, mut guaranteed) = (false, true);
+    for c in containers {
+        let res = c.resources.as_ref();
+        let req = res.and_then(|r| r.requests.as_ref());
+        let lim = res.and_then(|r| r.limits.as_ref());
+        any |= req.is_some_and(|r| !r.is_empty()) || lim.is_some_and(|l| !l.is_empty());
+        let full = |l: Option<&BTreeMap<String, Quantity>>| {
+            l.is_some_and(|l| l.contains_key("cpu") && l.contains_key("memory"))
+        };
+        // Requests default to limits; Guaranteed needs limits for cpu and memory equal to requests.
+        guaranteed &= full(lim)
+            && req.is_none_or(|r| {
+                ["cpu", "memory"].iter().all(|k| r.get(*k).is_none_or(|v| lim.and_then(|l| l.get(*k)) == Some(v)))
+            });
+    }
+    match (any, guaranteed) {
+        (false, _) => Qos::BestEffort,
+        (true, true) => Qos::Guaranteed,
+        (true, false) => Qos::Burstable,
+    }
+}
+
+/// A pod as a task. `id` is `namespace/name`, unique among live pods.
+pub fn task(pod: &Pod) -> Result<Task, ConvertError> {
+    let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    let name = pod.metadata.name.as_deref().ok_or(ConvertError::Missing("metadata.name"))?;
+    let spec = pod.spec.as_ref().ok_or(ConvertError::Missing("spec"))?;
+    let annotations = pod.metadata.annotations.as_ref();
+    let annotation = |k: &str| annotations.and_then(|a| a.get(k)).map(String::as_str);
+    let (request, whole_gpus) = pod_request(pod)?;
+    let gpu = match annotation(GPU_MILLI_ANNOTATION) {
+        Some(m) => {
+            let milli: u32 = m.trim().parse().ok().filter(|m| (1..GPU_MILLI).contains(m)).ok_or_else(|| {
+                ConvertError::Annotation {
+                    name: GPU_MILLI_ANNOTATION,
+                    reason: format!("{m:?} is not 1–{}", GPU_MILLI - 1),
+                }
+            })?;
+            if whole_gpus > 0 {
+                return Err(ConvertError::Annotation {
+                    name: GPU_MILLI_ANNOTATION,
+                    reason: format!("a GPU share cannot be combined with {GPU_RESOURCE}: {whole_gpus}"),
+                });
+            }
+            GpuRequest { count: 1, milli_per_gpu: milli, ..Default::default() }
+        }
+        None => GpuRequest {
+            count: u32::try_from(whole_gpus)
+                .map_err(|_| ConvertError::Quantity { field: GPU_RESOURCE.into(), value: whole_gpus.to_string() })?,
+            milli_per_gpu: if whole_gpus > 0 { GPU_MILLI } else { 0 },
+            ..Default::default()
+        },
+    };
+    let gpu = GpuRequest {
+        models: annotation(GPU_MODELS_ANNOTATION)
+            .map(|m| m.split(',').map(str::trim).filter(|m| !m.is_empty()).map(String::from).collect())
+            .unwrap_or_default(),
+        ..gpu
+    };
+    let mut request = request;
+    request.gpu_milli = gpu.total_milli();
+    let mut node_selector: Vec<(String, String)> =
+        spec.node_selector.iter().flatten().map(|(k, v)| (k.clone(), v.clone())).collect();
+    node_selector.sort();
+    let tolerations = spec
+        .tolerations
+        .iter()
+        .flatten()
+        .map(|t| Toleration {
+            key: t.key.clone().unwrap_or_default(),
+            operator: match t.operator.as_deref() {
+                Some("Exists") => TolerationOperator::Exists,
+                _ => TolerationOperator::Equal,
+            },
+            value: t.value.clone().unwrap_or_default(),
+            effect: match t.effect.as_deref() {
+                Some("NoSchedule") => Some(TaintEffect::NoSchedule),
+                Some("PreferNoSchedule") => Some(TaintEffect::PreferNoSchedule),
+                Some("NoExecute") => Some(TaintEffect::NoExecute),
+                _ => None,
+            },
+        })
+        .collect();
+    Ok(Task {
+        id: format!("{namespace}/{name}"),
+        group: group_of(pod),
+        queue: annotation(QUEUE_ANNOTATION)
+            .or_else(|| annotation(VOLCANO_QUEUE_ANNOTATION))
+            .unwrap_or("default")
+            .to_string(),
+        priority: spec.priority.unwrap_or(0),
+        qos: qos(pod),
+        request,
+        gpu,
+        node_selector,
+        tolerations,
+        namespace,
+    })
+}
+
+/// The GPU ids annotation for `devices`: whole devices by index, shares as `index:milli`.
+pub fn gpu_ids(devices: &[DeviceShare]) -> String {
+    let parts: Vec<String> = devices
+        .iter()
+        .map(|d| if d.milli >= GPU_MILLI { d.gpu.to_string() } else { format!("{}:{}", d.gpu, d.milli) })
+        .collect();
+    parts.join(",")
+}
+
+/// Parses [`gpu_ids`] back (a bound pod's devices, when the cache is rebuilt after a restart).
+pub fn parse_gpu_ids(s: &str) -> Result<Vec<DeviceShare>, ConvertError> {
+    let bad = |reason: String| ConvertError::Annotation { name: GPU_IDS_ANNOTATION, reason };
+    s.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (gpu, milli) = p.split_once(':').unwrap_or((p, "1000"));
+            let gpu = gpu.parse().map_err(|_| bad(format!("bad GPU index in {p:?}")))?;
+            let milli = milli
+                .parse()
+                .ok()
+                .filter(|m| (1..=GPU_MILLI).contains(m))
+                .ok_or_else(|| bad(format!("bad share in {p:?}")))?;
+            Ok(DeviceShare { gpu, milli })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities_parse_like_kubernetes() {
+        let cases = [
+            ("500m", 500),
+            ("2", 2000),
+            ("0.5", 500),
+            ("1.5", 1500),
+            ("1Gi", 1_073_741_824_000),
+            ("128974848", 128_974_848_000),
+            ("129e6", 129_000_000_000),
+            ("123Mi", 128_974_848_000),
+            ("1k", 1_000_000),
+            ("100n", 1), // rounded up, as requests are
+            ("+3", 3000),
+        ];
+        for (q, want) in cases {
+            assert_eq!(milli_units(q), Some(want), "{q}");
+        }
+        for bad in ["", "-1", "1Qi", "abc", "1.2.3", "m", "1e", "99999999999999999999999999999999Ei"] {
+            assert_eq!(milli_units(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn gpu_ids_round_trip_and_reject_garbage() {
+        let d = vec![DeviceShare { gpu: 0, milli: 1000 }, DeviceShare { gpu: 3, milli: 250 }];
+        assert_eq!(gpu_ids(&d), "0,3:250");
+        assert_eq!(parse_gpu_ids("0,3:250").unwrap(), d);
+        assert!(parse_gpu_ids("x").is_err());
+        assert!(parse_gpu_ids("1:0").is_err());
+        assert!(parse_gpu_ids("1:1001").is_err());
+    }
+}

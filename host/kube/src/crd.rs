@@ -1,0 +1,242 @@
+//! The custom resources: `Queue`, `PodGroup` and `SchedulingPolicy` (group
+//! `scheduling.wasmsched.io`, version `v1alpha1`).
+//!
+//! The YAML the API server is given is generated from these types ([`crds_yaml`]) and checked in
+//! under `charts/wasmsched/crds/`; a test fails when the two drift. Validation the API server can do
+//! (minimums, enumerations, CEL rules) lives in the schema so a bad object is refused at `kubectl
+//! apply` with a message, not discovered by the scheduler later.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::core::crd::merge_crds;
+use kube::{CustomResource, CustomResourceExt, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// The API group of every wasmsched resource.
+pub const GROUP: &str = "scheduling.wasmsched.io";
+
+/// Amounts by resource name (`cpu`, `memory`, `nvidia.com/gpu`, …) as Kubernetes quantities.
+pub type ResourceList = BTreeMap<String, Quantity>;
+
+/// A queue: a share of the cluster that jobs are submitted to. Queues form a hierarchy (a queue
+/// names its parent); siblings share by weight, a queue always gets its guarantee, never more than
+/// its capability, and borrows idle capacity up to its borrowing limit. Cluster-scoped, like the
+/// queues of Volcano and Kueue's cluster queues.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "scheduling.wasmsched.io",
+    version = "v1alpha1",
+    kind = "Queue",
+    status = "QueueStatus",
+    shortname = "wq",
+    printcolumn = r#"{"name":"Parent","type":"string","jsonPath":".spec.parent"}"#,
+    printcolumn = r#"{"name":"Weight","type":"integer","jsonPath":".spec.weight"}"#,
+    printcolumn = r#"{"name":"Pending","type":"integer","jsonPath":".status.pending"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    validation = Rule::new("!has(self.spec.parent) || self.spec.parent != self.metadata.name").message("a queue cannot be its own parent"),
+)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueSpec {
+    /// The parent queue; a root queue has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.size() > 0").message("parent must not be empty"))]
+    pub parent: Option<String>,
+    /// Weight among siblings (≥ 1).
+    #[serde(default = "one")]
+    #[schemars(range(min = 1, max = 1000000))]
+    pub weight: u32,
+    /// Always obtainable, never reclaimed from this queue.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub guarantee: ResourceList,
+    /// Upper bound of what the queue holds; unbounded when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capability: Option<ResourceList>,
+    /// How much above its guarantee the queue may borrow from idle siblings; unbounded when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub borrowing_limit: Option<ResourceList>,
+    /// How much of its idle guarantee others may borrow; all of it when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lending_limit: Option<ResourceList>,
+    /// Whether what the queue borrows may be reclaimed (by preemption) when its owner needs it.
+    #[serde(default = "yes")]
+    pub reclaimable: bool,
+}
+
+/// What the scheduler reports about a queue.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueStatus {
+    /// `Ready` (accepted into the hierarchy) with the reason it is not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// What the queue's running pods request.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub allocated: ResourceList,
+    /// Pods waiting in the queue.
+    #[serde(default)]
+    pub pending: u32,
+    /// Pods of the queue running.
+    #[serde(default)]
+    pub running: u32,
+}
+
+/// A gang: pods that start together (at least `minMember` of them) or not at all. Pods join a group
+/// with the label `scheduling.wasmsched.io/pod-group`, the upstream coscheduling label
+/// `scheduling.x-k8s.io/pod-group` or Volcano's annotation `scheduling.k8s.io/group-name`.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "scheduling.wasmsched.io",
+    version = "v1alpha1",
+    kind = "PodGroup",
+    namespaced,
+    status = "PodGroupStatus",
+    shortname = "wpg",
+    printcolumn = r#"{"name":"MinMember","type":"integer","jsonPath":".spec.minMember"}"#,
+    printcolumn = r#"{"name":"Queue","type":"string","jsonPath":".spec.queue"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Running","type":"integer","jsonPath":".status.running"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PodGroupSpec {
+    /// Members that must be placed together before any is bound (≥ 1).
+    #[schemars(range(min = 1, max = 100000))]
+    pub min_member: u32,
+    /// The queue the group is submitted to (`default` when absent). Fixed once set: moving a running
+    /// job between queues would corrupt both queues' accounting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("queue is immutable"))]
+    pub queue: Option<String>,
+    /// Priority among the queue's jobs (higher first); the members' pod priority when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    /// How long the members may wait for the gang to be complete and placeable before the group is
+    /// marked timed out (and its members' reservations released).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 604800))]
+    pub schedule_timeout_seconds: Option<u32>,
+    /// Place all members inside one value of this node label (e.g. a rack or NVLink domain).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_key: Option<String>,
+}
+
+/// Lifecycle of a pod group, as Volcano and the coscheduling plugin name it.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+pub enum PodGroupPhase {
+    /// Waiting for members or capacity.
+    #[default]
+    Pending,
+    /// At least `minMember` members bound.
+    Running,
+    /// The timeout passed before the gang could be placed.
+    TimedOut,
+    /// Every member finished.
+    Finished,
+}
+
+/// What the scheduler reports about a pod group.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodGroupStatus {
+    /// Lifecycle phase.
+    #[serde(default)]
+    pub phase: PodGroupPhase,
+    /// `Scheduled` with the reason the gang cannot be placed yet.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Members bound and not finished.
+    #[serde(default)]
+    pub running: u32,
+    /// Members waiting.
+    #[serde(default)]
+    pub pending: u32,
+}
+
+/// The policy set the scheduler runs, as a Kubernetes object: the same document as a `policy.yaml`
+/// (plugins, stages, smoke test, shadow run, rollback), with components taken from ConfigMaps.
+/// Applying a new version goes through the same gates as a directory or NATS source: digest,
+/// compile, smoke test, optional shadow run, then the atomic swap. Cluster-scoped: one scheduler
+/// runs one policy set, named by `--policy-object`.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "scheduling.wasmsched.io",
+    version = "v1alpha1",
+    kind = "SchedulingPolicy",
+    status = "SchedulingPolicyStatus",
+    shortname = "wsp",
+    printcolumn = r#"{"name":"Live","type":"string","jsonPath":".status.live"}"#,
+    printcolumn = r#"{"name":"Accepted","type":"string","jsonPath":".status.conditions[?(@.type==\"Accepted\")].status"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulingPolicySpec {
+    /// The policy set document (see `docs/hot-reload.md`); the scheduler validates it fully and
+    /// reports a rejection in the status.
+    #[schemars(schema_with = "free_form_object")]
+    #[x_kube(validation = Rule::new("has(self.name) && has(self.plugins) && has(self.stages)").message("a policy set needs name, plugins and stages"))]
+    pub policy_set: serde_json::Value,
+    /// Components by the file name a `file:` source uses, each from a ConfigMap's `binaryData`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub artifacts: BTreeMap<String, ConfigMapKey>,
+}
+
+/// A key of a ConfigMap in the scheduler's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapKey {
+    /// ConfigMap name.
+    pub name: String,
+    /// Key in its `binaryData`.
+    pub key: String,
+}
+
+/// What the scheduler reports about a policy object.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulingPolicyStatus {
+    /// `Accepted` (passed the gates) and `Live`, with reasons.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The generation of the object the conditions describe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The live version's label (`name@version`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
+/// Every CRD, in a stable order.
+pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
+    // merge_crds validates that each single-version definition is well formed.
+    [Queue::crd(), PodGroup::crd(), SchedulingPolicy::crd()]
+        .into_iter()
+        .map(|crd| merge_crds(vec![crd], "v1alpha1").expect("one version per CRD"))
+        .collect()
+}
+
+/// The CRDs as the multi-document YAML checked in at `charts/wasmsched/crds/crds.yaml`.
+pub fn crds_yaml() -> String {
+    let mut out = String::from(
+        "# Generated by `wasmsched crds` from host/kube/src/crd.rs: do not edit (a test checks for drift).\n",
+    );
+    for crd in crds() {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml_ng::to_string(&crd).expect("a CRD serializes"));
+    }
+    out
+}

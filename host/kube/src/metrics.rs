@@ -1,0 +1,201 @@
+//! Prometheus metrics under kube-scheduler's names where the meaning is the same, so existing
+//! dashboards and alerts work, and the `/metrics`, `/healthz` and `/readyz` endpoints.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+
+/// The profile label: kube-scheduler labels attempts by scheduling profile; ours is the scheduler
+/// name.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AttemptLabels {
+    /// `scheduled`, `unschedulable` or `error`.
+    pub result: &'static str,
+    /// The scheduler name.
+    pub profile: String,
+}
+
+/// Which pending queue.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabels {
+    /// `active`, `backoff` or `gated` (waiting for gang members).
+    pub queue: &'static str,
+}
+
+/// A bind's outcome.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BindLabels {
+    /// `ok`, `conflict`, `not_found`, `retry` or `not_leader`.
+    pub result: &'static str,
+}
+
+/// Every metric the scheduler exports, and its health.
+pub struct Metrics {
+    registry: Registry,
+    profile: String,
+    /// `scheduler_schedule_attempts_total`.
+    pub attempts: Family<AttemptLabels, Counter>,
+    /// `scheduler_scheduling_attempt_duration_seconds`.
+    pub attempt_duration: Family<AttemptLabels, Histogram>,
+    /// `scheduler_pending_pods`.
+    pub pending: Family<QueueLabels, Gauge>,
+    /// `wasmsched_binds_total`.
+    pub binds: Family<BindLabels, Counter>,
+    /// `wasmsched_bind_duration_seconds`.
+    pub bind_duration: Histogram,
+    /// `wasmsched_leader`: 1 while this replica holds the lease.
+    pub leader: Gauge,
+    /// `wasmsched_cache_nodes` and `wasmsched_cache_pods`.
+    pub cache_nodes: Gauge,
+    /// Pods holding resources in the cache.
+    pub cache_pods: Gauge,
+    ready: AtomicBool,
+    heartbeat_ms: AtomicU64,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Metrics {
+    /// Registers every metric, labelled with `profile` (the scheduler name).
+    pub fn new(profile: &str) -> Arc<Metrics> {
+        let mut registry = Registry::default();
+        let attempts = Family::<AttemptLabels, Counter>::default();
+        let attempt_duration = Family::<AttemptLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.0001, 2.0, 18))
+        });
+        let pending = Family::<QueueLabels, Gauge>::default();
+        let binds = Family::<BindLabels, Counter>::default();
+        let bind_duration = Histogram::new(exponential_buckets(0.001, 2.0, 15));
+        let (leader, cache_nodes, cache_pods) = (Gauge::default(), Gauge::default(), Gauge::default());
+        registry.register(
+            "scheduler_schedule_attempts",
+            "Number of attempts to schedule pods, by the result.",
+            attempts.clone(),
+        );
+        registry.register(
+            "scheduler_scheduling_attempt_duration_seconds",
+            "Scheduling attempt latency in seconds (scheduling algorithm + binding).",
+            attempt_duration.clone(),
+        );
+        registry.register("scheduler_pending_pods", "Number of pending pods, by the queue type.", pending.clone());
+        registry.register("wasmsched_binds", "Binds issued, by outcome.", binds.clone());
+        registry.register("wasmsched_bind_duration_seconds", "Latency of the binding API call.", bind_duration.clone());
+        registry.register("wasmsched_leader", "1 while this replica holds the scheduler lease.", leader.clone());
+        registry.register("wasmsched_cache_nodes", "Nodes in the scheduler cache.", cache_nodes.clone());
+        registry.register("wasmsched_cache_pods", "Pods holding resources in the scheduler cache.", cache_pods.clone());
+        Arc::new(Metrics {
+            registry,
+            profile: profile.into(),
+            attempts,
+            attempt_duration,
+            pending,
+            binds,
+            bind_duration,
+            leader,
+            cache_nodes,
+            cache_pods,
+            ready: AtomicBool::new(false),
+            heartbeat_ms: AtomicU64::new(now_ms()),
+        })
+    }
+
+    /// Records one scheduling attempt.
+    pub fn attempt(&self, result: &'static str, took: Duration) {
+        let labels = AttemptLabels { result, profile: self.profile.clone() };
+        self.attempts.get_or_create(&labels).inc();
+        self.attempt_duration.get_or_create(&labels).observe(took.as_secs_f64());
+    }
+
+    /// The text exposition format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        out
+    }
+
+    /// Marks the scheduler ready (caches synced) or not.
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Relaxed);
+    }
+
+    /// Whether the caches are synced.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    /// Called by the scheduling loop on every turn; `/healthz` fails when it stops.
+    pub fn beat(&self) {
+        self.heartbeat_ms.store(now_ms(), Ordering::Relaxed);
+    }
+
+    /// Whether the loop beat within `max`.
+    pub fn is_alive(&self, max: Duration) -> bool {
+        now_ms().saturating_sub(self.heartbeat_ms.load(Ordering::Relaxed)) <= max.as_millis() as u64
+    }
+}
+
+/// How long the scheduling loop may go without a heartbeat before `/healthz` fails (it beats at
+/// least every second when idle).
+pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn respond(metrics: &Metrics, path: &str) -> Response<Full<Bytes>> {
+    let (status, body, content_type) = match path {
+        "/metrics" => (StatusCode::OK, metrics.render(), "application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        "/healthz" | "/livez" if metrics.is_alive(HEALTH_TIMEOUT) => (StatusCode::OK, "ok".into(), "text/plain"),
+        "/healthz" | "/livez" => (StatusCode::SERVICE_UNAVAILABLE, "scheduling loop stalled".into(), "text/plain"),
+        "/readyz" if metrics.is_ready() => (StatusCode::OK, "ok".into(), "text/plain"),
+        "/readyz" => (StatusCode::SERVICE_UNAVAILABLE, "caches not synced".into(), "text/plain"),
+        _ => (StatusCode::NOT_FOUND, "not found".into(), "text/plain"),
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static(content_type));
+    response
+}
+
+/// Serves `/metrics`, `/healthz` (alias `/livez`) and `/readyz` on `listener` until the task is
+/// dropped. Returns the bound address first through `bound` for tests that listen on port 0.
+pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "metrics listener accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let response = respond(&metrics, req.uri().path());
+                async move { Ok::<_, Infallible>(response) }
+            });
+            let io = hyper_util::rt::TokioIo::new(stream);
+            if let Err(e) = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await {
+                tracing::debug!(error = %e, "metrics connection ended");
+            }
+        });
+    }
+}
+
+/// Binds the metrics address.
+pub async fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}

@@ -1,0 +1,268 @@
+//! Kubernetes boundary tests: the scheduler against a fake API server over HTTP (kube-rs's
+//! mock-service pattern, see `support/fake_api.rs`). These are boundary tests, not a cluster: they
+//! check what the scheduler sends and how it reacts to what a real API server answers — conflicts,
+//! expired watches, throttling, a lost lease, a disruption budget.
+
+mod support;
+
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::fake_api::{FakeApi, Fault, Kind, gpu_node, pod};
+use tokio::sync::watch;
+use wasmsched_kube::bind::{EffectError, Effects};
+use wasmsched_kube::convert::{GPU_IDS_ANNOTATION, PodKey, parse_gpu_ids};
+use wasmsched_kube::leader::LeaseConfig;
+use wasmsched_kube::metrics::Metrics;
+use wasmsched_kube::{Scheduler, SchedulerConfig, policy};
+use wasmsched_registry::{Preparer, Registry};
+use wasmsched_runtime::{Runtime, RuntimeConfig};
+
+const NAME: &str = "wasmsched";
+
+/// One runtime for the whole test binary, so the built-in components compile once.
+fn preparer() -> &'static Preparer {
+    static P: OnceLock<Preparer> = OnceLock::new();
+    P.get_or_init(|| Preparer::new(Arc::new(Runtime::new(RuntimeConfig::default()).expect("runtime"))))
+}
+
+fn registry() -> Arc<Registry> {
+    policy::registry(preparer(), &policy::default_policy(), None).expect("default policy prepares")
+}
+
+struct Running {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    metrics: Arc<Metrics>,
+}
+
+impl Running {
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        tokio::time::timeout(Duration::from_secs(20), self.task).await.expect("stops in time").unwrap().unwrap();
+    }
+}
+
+fn start(api: &FakeApi, client: &str, lease: Option<LeaseConfig>) -> Running {
+    // Logs show in a failing test's output (RUST_LOG=debug for more).
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_test_writer()
+        .try_init();
+    let metrics = Metrics::new(NAME);
+    let mut config = SchedulerConfig::new(NAME);
+    config.lease = lease;
+    let scheduler = Scheduler::new(api.client(client), registry(), metrics.clone(), config);
+    let (stop, rx) = watch::channel(false);
+    Running { stop, task: tokio::spawn(scheduler.run(rx)), metrics }
+}
+
+async fn eventually(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !f() {
+        assert!(started.elapsed() < timeout, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn node_of(api: &FakeApi, id: &str) -> Option<String> {
+    api.get(Kind::Pod, id).and_then(|p| p["spec"]["nodeName"].as_str().map(String::from))
+}
+
+fn gpus_of(api: &FakeApi, id: &str) -> Vec<u32> {
+    let pod = api.get(Kind::Pod, id).unwrap();
+    let ids = pod["metadata"]["annotations"][GPU_IDS_ANNOTATION].as_str().unwrap_or_default().to_string();
+    parse_gpu_ids(&ids).unwrap().into_iter().map(|d| d.gpu).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpu_pods_are_bound_once_each_with_distinct_devices() {
+    let api = FakeApi::new();
+    for n in 0..3 {
+        api.put(Kind::Node, gpu_node(&format!("gpu-{n}"), 8, &[]));
+    }
+    // Another scheduler's pod already holds 4 GPUs of gpu-0, with its devices recorded.
+    let mut other = pod("infra", "resident", "default-scheduler", 4, "8", "64Gi");
+    other["spec"]["nodeName"] = json!("gpu-0");
+    other["metadata"]["annotations"] = json!({GPU_IDS_ANNOTATION: "0,1,2,3"});
+    other["status"]["phase"] = json!("Running");
+    api.put(Kind::Pod, other);
+    let names: Vec<String> = (0..10).map(|i| format!("train-{i}")).collect();
+    for name in &names {
+        api.put(Kind::Pod, pod("ml", name, NAME, 2, "4", "32Gi"));
+    }
+    let run = start(&api, "a", None);
+    eventually("all pods bound", Duration::from_secs(60), || {
+        names.iter().all(|n| node_of(&api, &format!("ml/{n}")).is_some())
+    })
+    .await;
+    let binds = api.binds();
+    assert_eq!(binds.len(), names.len(), "one bind per pod: {binds:?}");
+    assert!(binds.iter().all(|b| b.status == 201));
+    // 20 GPUs asked of the 20 free: each device used once, never one of the resident's.
+    let mut used: Vec<(String, u32)> =
+        vec![("gpu-0".into(), 0), ("gpu-0".into(), 1), ("gpu-0".into(), 2), ("gpu-0".into(), 3)];
+    for n in &names {
+        let id = format!("ml/{n}");
+        let gpus = gpus_of(&api, &id);
+        assert_eq!(gpus.len(), 2, "{id} got {gpus:?}");
+        used.extend(gpus.into_iter().map(|g| (node_of(&api, &id).unwrap(), g)));
+    }
+    let total = used.len();
+    used.sort();
+    used.dedup();
+    assert_eq!(used.len(), total, "a GPU was given twice: {used:?}");
+    // A pod that does not fit anywhere now gets the condition and an event, and no bind.
+    api.put(Kind::Pod, pod("ml", "too-big", NAME, 8, "4", "32Gi"));
+    eventually("PodScheduled=False", Duration::from_secs(20), || {
+        api.get(Kind::Pod, "ml/too-big").is_some_and(|p| {
+            p["status"]["conditions"].as_array().into_iter().flatten().any(|c| {
+                c["type"] == "PodScheduled"
+                    && c["status"] == "False"
+                    && c["reason"] == "Unschedulable"
+                    && c["message"].as_str().is_some_and(|m| m.starts_with("0/3 nodes available"))
+            })
+        })
+    })
+    .await;
+    eventually("FailedScheduling event", Duration::from_secs(10), || {
+        api.state().events.iter().any(|e| e["reason"] == "FailedScheduling" && e["regarding"]["name"] == "too-big")
+    })
+    .await;
+    assert!(api.binds().iter().all(|b| b.pod != "ml/too-big"));
+    let metrics = run.metrics.render();
+    assert!(
+        metrics.contains(r#"scheduler_schedule_attempts_total{result="scheduled",profile="wasmsched"} 10"#),
+        "{metrics}"
+    );
+    assert!(metrics.contains(r#"scheduler_schedule_attempts_total{result="unschedulable",profile="wasmsched"}"#));
+    assert!(metrics.contains("scheduler_pending_pods{queue=\"backoff\"} 1"), "{metrics}");
+    run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflict_on_bind_is_not_retried_and_throttling_backs_off() {
+    let api = FakeApi::new();
+    api.put(Kind::Node, gpu_node("gpu-0", 8, &[]));
+    api.put(Kind::Node, gpu_node("gpu-1", 8, &[]));
+    {
+        let mut s = api.state();
+        let conflict = Fault {
+            status: 409,
+            reason: "Conflict",
+            message: "pod raced is already assigned to node \"elsewhere\"".into(),
+            bound_elsewhere: Some("gpu-1".into()),
+        };
+        s.bind_faults.insert("ml/raced".into(), [conflict].into());
+        let throttled = |status, reason| Fault { status, reason, message: "slow down".into(), bound_elsewhere: None };
+        s.bind_faults
+            .insert("ml/throttled".into(), [throttled(429, "TooManyRequests"), throttled(500, "InternalError")].into());
+    }
+    api.put(Kind::Pod, pod("ml", "raced", NAME, 8, "4", "32Gi"));
+    api.put(Kind::Pod, pod("ml", "throttled", NAME, 1, "4", "32Gi"));
+    let run = start(&api, "a", None);
+    eventually("throttled pod bound", Duration::from_secs(30), || node_of(&api, "ml/throttled").is_some()).await;
+    // The raced pod was bound by "another scheduler" to gpu-1 during our bind: one attempt only.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let binds = api.binds();
+    let raced: Vec<_> = binds.iter().filter(|b| b.pod == "ml/raced").collect();
+    assert_eq!(raced.len(), 1, "a 409 must not be retried: {raced:?}");
+    assert_eq!(node_of(&api, "ml/raced").as_deref(), Some("gpu-1"));
+    let throttled: Vec<u16> = binds.iter().filter(|b| b.pod == "ml/throttled").map(|b| b.status).collect();
+    assert_eq!(throttled, [429, 500, 201]);
+    // The cache counts the raced pod on gpu-1 (where it really is): an 8-GPU pod fits only gpu-0
+    // (unless the throttled pod took a GPU there), never gpu-1.
+    api.put(Kind::Pod, pod("ml", "after", NAME, 7, "4", "32Gi"));
+    eventually("after bound", Duration::from_secs(20), || node_of(&api, "ml/after").is_some()).await;
+    assert_eq!(node_of(&api, "ml/after").as_deref(), Some("gpu-0"));
+    let metrics = run.metrics.render();
+    assert!(metrics.contains(r#"wasmsched_binds_total{result="conflict"} 1"#), "{metrics}");
+    assert!(metrics.contains(r#"wasmsched_binds_total{result="retry"} 2"#), "{metrics}");
+    run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_watch_forces_a_relist_that_sees_deleted_and_new_nodes() {
+    let api = FakeApi::new();
+    api.put(Kind::Node, gpu_node("old", 8, &[]));
+    let run = start(&api, "a", None);
+    eventually("ready", Duration::from_secs(30), || run.metrics.is_ready()).await;
+    let lists_before = api.state().lists.get(&Kind::Node).copied().unwrap_or(0);
+    // While the watch is down, "old" is deleted and "new" is added; history is compacted, so the
+    // re-watch gets 410 Gone and only a re-list can show the change.
+    api.compact_and_drop_watches();
+    api.remove(Kind::Node, "old");
+    api.put(Kind::Node, gpu_node("new", 8, &[]));
+    api.compact_and_drop_watches();
+    eventually("node re-listed", Duration::from_secs(30), || {
+        api.state().lists.get(&Kind::Node).copied().unwrap_or(0) > lists_before
+    })
+    .await;
+    api.put(Kind::Pod, pod("ml", "p", NAME, 8, "4", "32Gi"));
+    eventually("pod bound", Duration::from_secs(30), || node_of(&api, "ml/p").is_some()).await;
+    assert_eq!(node_of(&api, "ml/p").as_deref(), Some("new"), "the deleted node must be gone from the cache");
+    run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_loses_its_lease_stops_binding_at_once() {
+    let api = FakeApi::new();
+    api.put(Kind::Node, gpu_node("gpu-0", 8, &[]));
+    let lease = |id: &str| LeaseConfig {
+        lease_duration: Duration::from_secs(3),
+        renew_deadline: Duration::from_secs(2),
+        retry_period: Duration::from_millis(200),
+        ..LeaseConfig::new("wasmsched", "kube-system", id)
+    };
+    let a = start(&api, "a", Some(lease("a")));
+    eventually("a leads", Duration::from_secs(30), || a.metrics.leader.get() == 1).await;
+    let b = start(&api, "b", Some(lease("b")));
+    eventually("b ready", Duration::from_secs(30), || b.metrics.is_ready()).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(b.metrics.leader.get(), 0, "b must follow while a renews");
+    api.put(Kind::Pod, pod("ml", "first", NAME, 1, "1", "1Gi"));
+    eventually("first bound", Duration::from_secs(20), || node_of(&api, "ml/first").is_some()).await;
+    assert_eq!(api.binds()[0].client, "a");
+    // b takes the lease over (a was partitioned, say): a sees it on its next renewal and stops.
+    api.set_lease_holder("kube-system", "wasmsched", "b");
+    eventually("a steps down", Duration::from_secs(5), || a.metrics.leader.get() == 0).await;
+    eventually("b leads", Duration::from_secs(5), || b.metrics.leader.get() == 1).await;
+    for i in 0..4 {
+        api.put(Kind::Pod, pod("ml", &format!("later-{i}"), NAME, 1, "1", "1Gi"));
+    }
+    eventually("later pods bound", Duration::from_secs(20), || {
+        (0..4).all(|i| node_of(&api, &format!("ml/later-{i}")).is_some())
+    })
+    .await;
+    let binds = api.binds();
+    assert!(binds[1..].iter().all(|b| b.client == "b"), "only the new leader binds: {binds:?}");
+    // A lease write failing beyond the renew deadline makes the leader step down by itself.
+    api.state().lease_faults.insert("b".into(), 1_000);
+    eventually("b steps down", Duration::from_secs(10), || b.metrics.leader.get() == 0).await;
+    b.stop().await;
+    api.state().lease_faults.clear();
+    a.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eviction_respects_the_disruption_budget() {
+    let api = FakeApi::new();
+    let mut running = pod("ml", "guarded", "wasmsched", 1, "1", "1Gi");
+    running["spec"]["nodeName"] = json!("gpu-0");
+    api.put(Kind::Pod, running.clone());
+    running["metadata"]["name"] = json!("free");
+    api.put(Kind::Pod, running);
+    api.state().protected.push("ml/guarded".into());
+    let effects = Effects::new(api.client("a"), NAME, "a");
+    let key = |name: &str| PodKey { namespace: "ml".into(), name: name.into() };
+    let refused = effects.evict(&key("guarded")).await;
+    assert!(
+        matches!(refused, Err(EffectError::TooManyRequests(ref m)) if m.contains("disruption budget")),
+        "{refused:?}"
+    );
+    assert!(api.get(Kind::Pod, "ml/guarded").is_some(), "a refused eviction leaves the pod running");
+    effects.evict(&key("free")).await.expect("an unguarded pod is evicted");
+    assert!(api.get(Kind::Pod, "ml/free").is_none());
+    assert!(matches!(effects.evict(&key("free")).await, Err(EffectError::NotFound(_))));
+}

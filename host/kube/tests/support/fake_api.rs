@@ -1,0 +1,578 @@
+//! A fake Kubernetes API server at the HTTP boundary — a MOCK, named as such: no API server can run
+//! on these machines. kube-rs talks to it through `kube::Client::new(service, ns)` (kube-rs's
+//! mock-service pattern) with real request paths and real API response bodies: lists with
+//! resource versions and continue tokens, watch streams of newline-delimited events with `410 Gone`
+//! for expired versions, the `pods/binding` subresource with Kubernetes' conflict rules, status
+//! patches, events, evictions guarded by a disruption budget, and Leases with optimistic
+//! concurrency. Faults (status codes, latency) can be injected per route.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, VecDeque};
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+/// Resource kinds the fake serves, by their collection path segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Node,
+    Pod,
+    PodGroup,
+    Lease,
+}
+
+impl Kind {
+    fn list_kind(self) -> &'static str {
+        match self {
+            Kind::Node => "NodeList",
+            Kind::Pod => "PodList",
+            Kind::PodGroup => "PodGroupList",
+            Kind::Lease => "LeaseList",
+        }
+    }
+    fn api_version(self) -> &'static str {
+        match self {
+            Kind::Node | Kind::Pod => "v1",
+            Kind::PodGroup => "scheduling.wasmsched.io/v1alpha1",
+            Kind::Lease => "coordination.k8s.io/v1",
+        }
+    }
+}
+
+/// A bind the fake accepted or refused.
+#[derive(Clone, Debug)]
+pub struct BindCall {
+    pub pod: String,
+    pub node: String,
+    pub annotations: BTreeMap<String, String>,
+    pub status: u16,
+    /// The client that sent it (see [`FakeApi::client`]).
+    pub client: String,
+}
+
+/// What an injected fault does to the next matching request.
+#[derive(Clone, Debug)]
+pub struct Fault {
+    pub status: u16,
+    pub reason: &'static str,
+    pub message: String,
+    /// For a 409 on a bind: bind the pod to this node first, as if another scheduler won.
+    pub bound_elsewhere: Option<String>,
+}
+
+type Key = (Kind, String); // (kind, "namespace/name" or "name")
+
+struct Watcher {
+    kind: Kind,
+    tx: mpsc::UnboundedSender<Bytes>,
+}
+
+#[derive(Default)]
+pub struct State {
+    rv: u64,
+    objects: BTreeMap<Key, Value>,
+    /// Every change: (rv, kind, type, object).
+    history: Vec<(u64, Kind, &'static str, Value)>,
+    /// Watches from before this version get `410 Gone`.
+    compacted: u64,
+    watchers: Vec<Watcher>,
+    pub binds: Vec<BindCall>,
+    pub status_patches: Vec<(String, Value)>,
+    pub events: Vec<Value>,
+    pub evictions: Vec<(String, u16)>,
+    pub lease_writes: Vec<(String, String, u16)>,
+    /// Faults for the next binds of a pod (`namespace/name`), in order.
+    pub bind_faults: BTreeMap<String, VecDeque<Fault>>,
+    /// Faults for lease writes by a client.
+    pub lease_faults: BTreeMap<String, u32>,
+    /// Pods an eviction would take below their disruption budget.
+    pub protected: Vec<String>,
+    /// Latency added to every bind.
+    pub bind_latency: Duration,
+    pub lists: BTreeMap<Kind, u32>,
+    pub watches: BTreeMap<Kind, u32>,
+}
+
+/// The fake API server. Cheap to clone; every clone shares the state.
+#[derive(Clone, Default)]
+pub struct FakeApi {
+    state: Arc<Mutex<State>>,
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": if code < 300 { "Success" } else { "Failure" },
+           "message": message, "reason": reason, "code": code})
+}
+
+type Body = BoxBody<Bytes, Infallible>;
+
+fn respond(code: u16, body: &Value) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(serde_json::to_vec(body).unwrap())).boxed());
+    *r.status_mut() = StatusCode::from_u16(code).unwrap();
+    r.headers_mut().insert(http::header::CONTENT_TYPE, "application/json".parse().unwrap());
+    r
+}
+
+fn key_of(kind: Kind, obj: &Value) -> Key {
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+    match obj["metadata"]["namespace"].as_str() {
+        Some(ns) if kind != Kind::Node => (kind, format!("{ns}/{name}")),
+        _ => (kind, name.to_string()),
+    }
+}
+
+fn query(uri: &http::Uri) -> BTreeMap<String, String> {
+    uri.query()
+        .unwrap_or_default()
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), percent_decode(v)))
+        .collect()
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16)
+        {
+            out.push(b);
+            i += 3;
+            continue;
+        }
+        out.push(if bytes[i] == b'+' { b' ' } else { bytes[i] });
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Field selectors the scheduler uses: `status.phase!=X` terms.
+fn matches_fields(obj: &Value, selector: Option<&String>) -> bool {
+    let Some(selector) = selector else { return true };
+    selector.split(',').all(|term| match term.split_once("!=") {
+        Some(("status.phase", v)) => obj["status"]["phase"].as_str() != Some(v),
+        _ => true,
+    })
+}
+
+impl State {
+    fn bump(&mut self) -> u64 {
+        self.rv += 1;
+        self.rv
+    }
+
+    fn record(&mut self, kind: Kind, kind_type: &'static str, obj: Value) {
+        let rv: u64 = obj["metadata"]["resourceVersion"].as_str().and_then(|s| s.parse().ok()).unwrap_or(self.rv);
+        let line = {
+            let mut l = serde_json::to_vec(&json!({"type": kind_type, "object": obj})).unwrap();
+            l.push(b'\n');
+            Bytes::from(l)
+        };
+        self.watchers.retain(|w| w.kind != kind || w.tx.send(line.clone()).is_ok());
+        self.history.push((rv, kind, kind_type, obj));
+    }
+
+    fn upsert(&mut self, kind: Kind, mut obj: Value) -> Value {
+        let rv = self.bump();
+        obj["apiVersion"] = json!(kind.api_version());
+        obj["kind"] = json!(match kind {
+            Kind::Node => "Node",
+            Kind::Pod => "Pod",
+            Kind::PodGroup => "PodGroup",
+            Kind::Lease => "Lease",
+        });
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        if obj["metadata"]["uid"].is_null() {
+            obj["metadata"]["uid"] = json!(format!("uid-{rv}"));
+        }
+        let key = key_of(kind, &obj);
+        let kind_type = if self.objects.contains_key(&key) { "MODIFIED" } else { "ADDED" };
+        self.objects.insert(key, obj.clone());
+        self.record(kind, kind_type, obj.clone());
+        obj
+    }
+
+    fn delete(&mut self, kind: Kind, key: &str) -> Option<Value> {
+        let mut obj = self.objects.remove(&(kind, key.to_string()))?;
+        let rv = self.bump();
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        self.record(kind, "DELETED", obj.clone());
+        Some(obj)
+    }
+}
+
+impl FakeApi {
+    pub fn new() -> FakeApi {
+        FakeApi::default()
+    }
+
+    /// A `kube::Client` talking to this fake, whose requests are recorded as `name`'s.
+    pub fn client(&self, name: &str) -> kube::Client {
+        kube::Client::new(FakeService { api: self.clone(), client: name.to_string() }, "default")
+    }
+
+    pub fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap()
+    }
+
+    pub fn put(&self, kind: Kind, obj: Value) -> Value {
+        self.state().upsert(kind, obj)
+    }
+
+    pub fn remove(&self, kind: Kind, key: &str) -> Option<Value> {
+        self.state().delete(kind, key)
+    }
+
+    pub fn get(&self, kind: Kind, key: &str) -> Option<Value> {
+        self.state().objects.get(&(kind, key.to_string())).cloned()
+    }
+
+    pub fn objects(&self, kind: Kind) -> Vec<Value> {
+        self.state().objects.iter().filter(|((k, _), _)| *k == kind).map(|(_, v)| v.clone()).collect()
+    }
+
+    /// Ends every open watch and forgets history up to now: clients re-watching from their last
+    /// version get `410 Gone` and must re-list (what an etcd compaction does).
+    pub fn compact_and_drop_watches(&self) {
+        let mut s = self.state();
+        s.compacted = s.rv;
+        s.history.clear();
+        s.watchers.clear();
+    }
+
+    pub fn binds(&self) -> Vec<BindCall> {
+        self.state().binds.clone()
+    }
+
+    async fn handle(&self, req: Request<kube::client::Body>, client: String) -> Response<Body> {
+        let (parts, body) = req.into_parts();
+        let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+        let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let path: Vec<&str> = parts.uri.path().trim_matches('/').split('/').collect();
+        let q = query(&parts.uri);
+        let m = &parts.method;
+        match path.as_slice() {
+            ["api", "v1", "nodes"] => self.collection(Kind::Node, &q),
+            ["api", "v1", "pods"] => self.collection(Kind::Pod, &q),
+            ["apis", "scheduling.wasmsched.io", "v1alpha1", "podgroups"] => self.collection(Kind::PodGroup, &q),
+            ["api", "v1", "namespaces", ns, "pods", name, "binding"] if m == Method::POST => {
+                self.bind(ns, name, &body, client).await
+            }
+            ["api", "v1", "namespaces", ns, "pods", name, "status"] if m == Method::PATCH => {
+                self.patch_status(ns, name, body)
+            }
+            ["api", "v1", "namespaces", ns, "pods", name, "eviction"] if m == Method::POST => self.evict(ns, name),
+            ["apis", "events.k8s.io", "v1", "namespaces", _, "events"] if m == Method::POST => {
+                self.state().events.push(body.clone());
+                respond(201, &body)
+            }
+            ["apis", "events.k8s.io", "v1", "namespaces", _, "events", _] => respond(200, &body),
+            ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases", rest @ ..] => {
+                self.lease(m, ns, rest.first().copied(), body, client)
+            }
+            _ => respond(404, &status(404, "NotFound", &format!("fake api: no route for {m} {}", parts.uri))),
+        }
+    }
+
+    fn collection(&self, kind: Kind, q: &BTreeMap<String, String>) -> Response<Body> {
+        let fields = q.get("fieldSelector");
+        let mut s = self.state();
+        if q.get("watch").map(String::as_str) == Some("true") {
+            *s.watches.entry(kind).or_default() += 1;
+            let from: u64 = q.get("resourceVersion").and_then(|v| v.parse().ok()).unwrap_or(0);
+            let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
+            if from < s.compacted {
+                let gone = json!({"type": "ERROR", "object": status(410, "Expired",
+                    &format!("too old resource version: {from} ({})", s.compacted))});
+                let mut l = serde_json::to_vec(&gone).unwrap();
+                l.push(b'\n');
+                let _ = tx.send(Bytes::from(l));
+                drop(tx);
+            } else {
+                for (rv, k, t, obj) in &s.history {
+                    if *k == kind && *rv > from && matches_fields(obj, fields) {
+                        let mut l = serde_json::to_vec(&json!({"type": t, "object": obj})).unwrap();
+                        l.push(b'\n');
+                        let _ = tx.send(Bytes::from(l));
+                    }
+                }
+                s.watchers.push(Watcher { kind, tx });
+            }
+            let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+                rx.recv().await.map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
+            });
+            let mut r = Response::new(BodyExt::boxed(StreamBody::new(stream)));
+            r.headers_mut().insert(http::header::CONTENT_TYPE, "application/json".parse().unwrap());
+            return r;
+        }
+        *s.lists.entry(kind).or_default() += 1;
+        let items: Vec<Value> = s
+            .objects
+            .iter()
+            .filter(|((k, _), v)| *k == kind && matches_fields(v, fields))
+            .map(|(_, v)| v.clone())
+            .collect();
+        // resourceVersion=0 is served from the cache, where the API server ignores the limit.
+        let limit = match q.get("resourceVersion").map(String::as_str) {
+            Some("0") => usize::MAX,
+            _ => q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(usize::MAX),
+        };
+        let (list_rv, offset) = match q.get("continue").and_then(|c| c.split_once(':')) {
+            Some((rv, off)) => (rv.parse().unwrap_or(s.rv), off.parse::<usize>().unwrap_or(0)),
+            None => (s.rv, 0),
+        };
+        let end = offset.saturating_add(limit).min(items.len());
+        let mut metadata = json!({"resourceVersion": list_rv.to_string()});
+        if end < items.len() {
+            metadata["continue"] = json!(format!("{list_rv}:{end}"));
+        }
+        respond(
+            200,
+            &json!({"kind": kind.list_kind(), "apiVersion": kind.api_version(), "metadata": metadata,
+                    "items": items[offset.min(end)..end]}),
+        )
+    }
+
+    async fn bind(&self, ns: &str, name: &str, body: &Value, client: String) -> Response<Body> {
+        let latency = self.state().bind_latency;
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+        let mut s = self.state();
+        let id = format!("{ns}/{name}");
+        let node = body["target"]["name"].as_str().unwrap_or_default().to_string();
+        let annotations: BTreeMap<String, String> =
+            serde_json::from_value(body["metadata"]["annotations"].clone()).unwrap_or_default();
+        let mut call =
+            BindCall { pod: id.clone(), node: node.clone(), annotations: annotations.clone(), status: 201, client };
+        let fault = s.bind_faults.get_mut(&id).and_then(VecDeque::pop_front);
+        if let Some(f) = fault {
+            if let Some(other) = &f.bound_elsewhere
+                && let Some(mut pod) = s.objects.get(&(Kind::Pod, id.clone())).cloned()
+            {
+                pod["spec"]["nodeName"] = json!(other);
+                s.upsert(Kind::Pod, pod);
+            }
+            call.status = f.status;
+            s.binds.push(call);
+            return respond(f.status, &status(f.status, f.reason, &f.message));
+        }
+        let Some(mut pod) = s.objects.get(&(Kind::Pod, id.clone())).cloned() else {
+            call.status = 404;
+            s.binds.push(call);
+            return respond(404, &status(404, "NotFound", &format!("pods \"{name}\" not found")));
+        };
+        let uid = body["metadata"]["uid"].as_str();
+        if uid.is_some_and(|u| Some(u) != pod["metadata"]["uid"].as_str()) {
+            call.status = 409;
+            s.binds.push(call);
+            return respond(409, &status(409, "Conflict", "Precondition failed: UID in precondition does not match"));
+        }
+        if let Some(bound) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
+            call.status = 409;
+            s.binds.push(call);
+            let msg = format!(
+                "Operation cannot be fulfilled on pods/binding \"{name}\": pod {name} is already assigned to node \"{bound}\""
+            );
+            return respond(409, &status(409, "Conflict", &msg));
+        }
+        pod["spec"]["nodeName"] = json!(node);
+        for (k, v) in &annotations {
+            pod["metadata"]["annotations"][k] = json!(v);
+        }
+        let conditions = pod["status"]["conditions"].as_array().cloned().unwrap_or_default();
+        let mut conditions: Vec<Value> = conditions.into_iter().filter(|c| c["type"] != "PodScheduled").collect();
+        conditions.push(json!({"type": "PodScheduled", "status": "True"}));
+        pod["status"]["conditions"] = json!(conditions);
+        s.upsert(Kind::Pod, pod);
+        s.binds.push(call);
+        respond(201, &status(201, "", ""))
+    }
+
+    fn patch_status(&self, ns: &str, name: &str, patch: Value) -> Response<Body> {
+        let mut s = self.state();
+        let id = format!("{ns}/{name}");
+        s.status_patches.push((id.clone(), patch.clone()));
+        let Some(mut pod) = s.objects.get(&(Kind::Pod, id)).cloned() else {
+            return respond(404, &status(404, "NotFound", &format!("pods \"{name}\" not found")));
+        };
+        // Strategic merge of conditions by type, as the API server does for pods.
+        let mut conditions = pod["status"]["conditions"].as_array().cloned().unwrap_or_default();
+        for c in patch["status"]["conditions"].as_array().into_iter().flatten() {
+            conditions.retain(|old| old["type"] != c["type"]);
+            conditions.push(c.clone());
+        }
+        pod["status"]["conditions"] = json!(conditions);
+        let pod = s.upsert(Kind::Pod, pod);
+        respond(200, &pod)
+    }
+
+    fn evict(&self, ns: &str, name: &str) -> Response<Body> {
+        let mut s = self.state();
+        let id = format!("{ns}/{name}");
+        if s.protected.contains(&id) {
+            s.evictions.push((id, 429));
+            return respond(
+                429,
+                &status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget."),
+            );
+        }
+        match s.delete(Kind::Pod, &id) {
+            Some(_) => {
+                s.evictions.push((id, 201));
+                respond(201, &status(201, "", ""))
+            }
+            None => respond(404, &status(404, "NotFound", &format!("pods \"{name}\" not found"))),
+        }
+    }
+
+    fn lease(&self, m: &Method, ns: &str, name: Option<&str>, body: Value, client: String) -> Response<Body> {
+        let mut s = self.state();
+        let write = *m == Method::POST || *m == Method::PUT;
+        if write && let Some(n) = s.lease_faults.get_mut(&client).filter(|n| **n > 0) {
+            *n -= 1;
+            s.lease_writes.push((client, String::new(), 500));
+            return respond(500, &status(500, "InternalError", "etcdserver: request timed out"));
+        }
+        match (m.clone(), name) {
+            (Method::GET, Some(name)) => match s.objects.get(&(Kind::Lease, format!("{ns}/{name}"))) {
+                Some(l) => respond(200, &l.clone()),
+                None => {
+                    respond(404, &status(404, "NotFound", &format!("leases.coordination.k8s.io \"{name}\" not found")))
+                }
+            },
+            (Method::POST, _) => {
+                let mut lease = body;
+                lease["metadata"]["namespace"] = json!(ns);
+                let key = key_of(Kind::Lease, &lease);
+                let holder = lease["spec"]["holderIdentity"].as_str().unwrap_or_default().to_string();
+                if s.objects.contains_key(&key) {
+                    s.lease_writes.push((client, holder, 409));
+                    return respond(409, &status(409, "AlreadyExists", "leases already exists"));
+                }
+                s.lease_writes.push((client, holder, 201));
+                let l = s.upsert(Kind::Lease, lease);
+                respond(201, &l)
+            }
+            (Method::PUT, Some(name)) => {
+                let key = (Kind::Lease, format!("{ns}/{name}"));
+                let holder = body["spec"]["holderIdentity"].as_str().unwrap_or_default().to_string();
+                let current = s.objects.get(&key).map(|l| l["metadata"]["resourceVersion"].clone());
+                if current.is_none() || current.as_ref() != Some(&body["metadata"]["resourceVersion"]) {
+                    s.lease_writes.push((client, holder, 409));
+                    return respond(
+                        409,
+                        &status(
+                            409,
+                            "Conflict",
+                            "the object has been modified; please apply your changes to the latest version and try again",
+                        ),
+                    );
+                }
+                s.lease_writes.push((client, holder, 200));
+                let mut lease = body;
+                lease["metadata"]["namespace"] = json!(ns);
+                let l = s.upsert(Kind::Lease, lease);
+                respond(200, &l)
+            }
+            _ => respond(405, &status(405, "MethodNotAllowed", "fake api: unsupported lease operation")),
+        }
+    }
+
+    /// Rewrites the lease's holder directly (another replica took it over).
+    pub fn set_lease_holder(&self, ns: &str, name: &str, holder: &str) {
+        let mut s = self.state();
+        let key = (Kind::Lease, format!("{ns}/{name}"));
+        let mut lease = s.objects.get(&key).cloned().expect("lease exists");
+        lease["spec"]["holderIdentity"] = json!(holder);
+        lease["spec"]["renewTime"] = json!("2099-01-01T00:00:00.000000Z");
+        s.upsert(Kind::Lease, lease);
+    }
+}
+
+struct FakeService {
+    api: FakeApi,
+    client: String,
+}
+
+impl tower_service::Service<Request<kube::client::Body>> for FakeService {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<kube::client::Body>) -> Self::Future {
+        let (api, client) = (self.api.clone(), self.client.clone());
+        Box::pin(async move { Ok(api.handle(req, client).await) })
+    }
+}
+
+/// A GPU node as the API server returns it (fields as a real node carries them, trimmed of
+/// conditions and images).
+pub fn gpu_node(name: &str, gpus: u32, extra_labels: &[(&str, &str)]) -> Value {
+    let mut labels = json!({
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "node.kubernetes.io/instance-type": "p5.48xlarge",
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+        "nvidia.com/gpu.memory": "81559",
+    });
+    for (k, v) in extra_labels {
+        labels[*k] = json!(v);
+    }
+    json!({
+        "metadata": {"name": name, "labels": labels,
+                     "annotations": {"node.alpha.kubernetes.io/ttl": "0", "volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
+        "spec": {"podCIDR": "10.244.1.0/24", "providerID": format!("aws:///us-east-1a/i-{name}")},
+        "status": {
+            "capacity": {"cpu": "192", "memory": "2097152000Ki", "nvidia.com/gpu": gpus.to_string(), "pods": "110", "ephemeral-storage": "30428560Ki", "hugepages-1Gi": "0"},
+            "allocatable": {"cpu": "191450m", "memory": "2063187968Ki", "nvidia.com/gpu": gpus.to_string(), "pods": "110", "ephemeral-storage": "28042139190", "hugepages-1Gi": "0"},
+            "nodeInfo": {"kubeletVersion": "v1.33.1", "containerRuntimeVersion": "containerd://1.7.27", "architecture": "amd64", "operatingSystem": "linux"}
+        }
+    })
+}
+
+/// A pod as a user creates it (after admission: defaults filled in), pending for `scheduler`.
+pub fn pod(ns: &str, name: &str, scheduler: &str, gpus: u32, cpu: &str, memory: &str) -> Value {
+    let mut limits = json!({"cpu": cpu, "memory": memory});
+    if gpus > 0 {
+        limits["nvidia.com/gpu"] = json!(gpus.to_string());
+    }
+    json!({
+        "metadata": {"name": name, "namespace": ns, "labels": {"app": "train"}, "creationTimestamp": "2026-11-22T10:00:00Z"},
+        "spec": {
+            "schedulerName": scheduler,
+            "priority": 0,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 30,
+            "containers": [{
+                "name": "trainer", "image": "nvcr.io/nvidia/pytorch:25.01-py3",
+                "resources": {"limits": limits.clone(), "requests": limits},
+                "terminationMessagePolicy": "File", "imagePullPolicy": "IfNotPresent"
+            }],
+            "tolerations": [
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+            ]
+        },
+        "status": {"phase": "Pending", "qosClass": "Guaranteed"}
+    })
+}
