@@ -12,8 +12,9 @@ use wasmsched_events::EventSink;
 use wasmsched_runtime::Runtime;
 use wasmsched_sim::generate::Rng;
 
+use crate::events_cmd;
 use crate::policy::policy_set;
-use crate::{decisions, events_cmd};
+use wasmsched_events::decisions;
 
 /// Arguments of `bench`.
 #[derive(clap::Args)]

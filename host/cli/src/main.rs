@@ -11,7 +11,6 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod chart;
-mod decisions;
 mod events_cmd;
 mod experiment;
 mod inputs;
@@ -19,6 +18,7 @@ mod plugin_cmd;
 mod policy;
 mod policy_cmd;
 mod replay_cmd;
+mod run_cmd;
 mod simulate;
 mod topo_cmd;
 
@@ -50,6 +50,11 @@ enum Command {
     /// scheduler; measure swaps.
     #[command(subcommand)]
     Policy(policy_cmd::Command),
+    /// Schedule a Kubernetes cluster: pods whose `schedulerName` is ours are placed with the live
+    /// policy set (kubeconfig or in-cluster credentials).
+    Run(run_cmd::Args),
+    /// Print the CustomResourceDefinitions (Queue, PodGroup, SchedulingPolicy) as YAML.
+    Crds,
     /// A node's GPU topology (from `nvidia-smi topo -m` or the agent's annotation), and which k
     /// GPUs a task would get on it, and why.
     Topo(topo_cmd::Args),
@@ -71,6 +76,11 @@ fn main() -> ExitCode {
         Command::Plugin(cmd) => plugin_cmd::run(cmd),
         Command::Policy(cmd) => policy_cmd::run(cmd).context("policy"),
         Command::Topo(args) => topo_cmd::run(args).context("topo"),
+        Command::Run(args) => run_cmd::run(args).context("run"),
+        Command::Crds => {
+            print!("{}", wasmsched_kube::crd::crds_yaml());
+            Ok(())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -9,8 +9,9 @@ use serde::Serialize;
 use wasmsched_core::NodeTable;
 use wasmsched_sim::timed::{self, Job, QueueStats, Scenario};
 
+use crate::inputs;
 use crate::policy::policy_set;
-use crate::{decisions, inputs};
+use wasmsched_events::decisions;
 
 /// Arguments of `replay`.
 #[derive(clap::Args)]

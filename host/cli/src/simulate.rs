@@ -7,7 +7,8 @@ use serde::Serialize;
 use wasmsched_sim::{replay, workload};
 
 use crate::policy::policy_set;
-use crate::{decisions, events_cmd, inputs};
+use crate::{events_cmd, inputs};
+use wasmsched_events::decisions;
 
 /// Arguments of `simulate`.
 #[derive(clap::Args)]

@@ -13,6 +13,8 @@
 
 #[cfg(feature = "cli")]
 pub mod cli;
+#[cfg(feature = "decisions")]
+pub mod decisions;
 mod filter;
 mod jsonl;
 mod nats;

@@ -16,7 +16,10 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::{Semaphore, mpsc, watch};
 use wasmsched_api::{DeviceShare, Task};
-use wasmsched_core::{GroupSpec, TopologyConstraint, place, place_group};
+use wasmsched_core::{GroupSpec, Placement, TopologyConstraint, place, place_group};
+use wasmsched_events::EventSink;
+use wasmsched_events::decisions;
+use wasmsched_events::schema::{Payload, PolicySetRef};
 use wasmsched_registry::{Decision, Registry};
 
 use crate::bind::{EffectError, Effects};
@@ -93,6 +96,9 @@ pub struct Scheduler {
     done_rx: mpsc::UnboundedReceiver<BindDone>,
     /// Decisions made, for tests and the log.
     decided: u64,
+    events: Option<EventSink>,
+    /// `task-scheduled` events waiting for their bind to succeed.
+    unconfirmed: AHashMap<String, Payload>,
 }
 
 impl Scheduler {
@@ -119,7 +125,16 @@ impl Scheduler {
             done_tx,
             done_rx,
             decided: 0,
+            events: None,
+            unconfirmed: AHashMap::new(),
         }
+    }
+
+    /// Publishes every decision (`task-scheduled` once bound, `task-unschedulable` with reasons,
+    /// plugin faults) on `events`.
+    pub fn with_events(mut self, events: EventSink) -> Scheduler {
+        self.events = Some(events);
+        self
     }
 
     /// Runs until `stop` changes (or its sender is dropped): starts the election if configured,
@@ -303,9 +318,30 @@ impl Scheduler {
             Ok(p) => {
                 let node = self.cache.nodes().get(p.node).map(|n| n.name.clone()).unwrap_or_default();
                 self.cache.assume(p.node, &popped.task, &p.devices);
+                self.announce(&popped, &node, &p, &policy_ref(&live));
                 self.start_bind(&popped, node, p.devices, latency);
             }
-            Err(u) => self.unschedulable(&popped, &u.diagnosis.to_string(), latency),
+            Err(u) => {
+                if let Some(sink) = &self.events {
+                    let d = decisions::Decision {
+                        task: &popped.task,
+                        outcome: Err(&u.diagnosis),
+                        evaluated: self.cache.nodes().len(),
+                        attempt: popped.attempts + 1,
+                    };
+                    decisions::publish(Some(sink), None, d, &policy_ref(&live));
+                }
+                self.unschedulable(&popped, &u.diagnosis.to_string(), latency);
+            }
+        }
+    }
+
+    /// Prepares the `task-scheduled` event, published when the bind succeeds.
+    fn announce(&mut self, popped: &Popped, node: &str, p: &Placement, policy: &PolicySetRef) {
+        if self.events.is_some() {
+            let event =
+                decisions::scheduled(&popped.task, node, p, self.cache.nodes().len(), policy, popped.attempts + 1);
+            self.unconfirmed.insert(popped.task.id.clone(), event);
         }
     }
 
@@ -350,6 +386,7 @@ impl Scheduler {
                     placed.insert(*i);
                     let node = self.cache.nodes().get(p.node).map(|n| n.name.clone()).unwrap_or_default();
                     self.cache.assumed_by_placement(p.node, &m.task, &p.devices);
+                    self.announce(m, &node, p, &policy_ref(&live));
                     self.start_bind(m, node, p.devices.clone(), latency);
                 }
                 for (i, m) in members.iter().enumerate() {
@@ -435,8 +472,14 @@ impl Scheduler {
         };
         self.metrics.binds.get_or_create(&BindLabels { result: label }).inc();
         self.metrics.attempt(attempt, done.decided_in + done.took);
+        let event = self.unconfirmed.remove(&done.id);
         match done.result {
-            Ok(()) => self.queue.remove(&done.id),
+            Ok(()) => {
+                self.queue.remove(&done.id);
+                if let (Some(sink), Some(event)) = (&self.events, event) {
+                    sink.emit(event);
+                }
+            }
             Err(EffectError::Conflict(msg) | EffectError::NotFound(msg)) => {
                 // Bound elsewhere or gone: the watch stream says what is true; never retry.
                 tracing::info!(pod = %done.id, reason = %msg, "bind refused; not retrying");
@@ -455,6 +498,10 @@ impl Scheduler {
     pub fn decided(&self) -> u64 {
         self.decided
     }
+}
+
+fn policy_ref(live: &wasmsched_registry::PolicyVersion) -> PolicySetRef {
+    PolicySetRef { name: live.spec.name.clone(), version: live.version }
 }
 
 fn key_of(task: &Task) -> PodKey {

@@ -1,15 +1,17 @@
-//! Scheduling decisions as events: the core's placements and diagnoses in the event schema.
+//! Scheduling decisions as events: the core's placements and diagnoses in the event schema, the same
+//! for the simulator, the benchmarks and the Kubernetes scheduler (feature `decisions`).
 
-use wasmsched_api::{Stage as CoreStage, Task};
-use wasmsched_core::{Diagnosis, FaultKind as CoreFault, Placement};
-use wasmsched_events::schema::{
+use crate::schema::{
     AlertSeverity, FaultKind, GpuShare, Payload, PluginFault, PolicySetRef, ScoreSummary, Stage, StageReason, TaskRef,
     TaskScheduled, TaskTopologyAlert, TaskUnschedulable,
 };
-use wasmsched_events::{EventSink, Timestamp};
+use crate::{EventSink, Timestamp};
+use wasmsched_api::{Stage as CoreStage, Task};
+use wasmsched_core::{Diagnosis, FaultKind as CoreFault, Placement};
 
 /// One placement decision.
 pub struct Decision<'a> {
+    /// The task decided.
     pub task: &'a Task,
     /// The placement and the chosen node's name, or why no node fit.
     pub outcome: Result<(&'a Placement, &'a str), &'a Diagnosis>,
@@ -60,6 +62,7 @@ pub fn publish_alert(
     );
 }
 
+/// How events name a task.
 pub fn task_ref(task: &Task) -> TaskRef {
     TaskRef {
         id: task.id.clone(),
@@ -70,6 +73,7 @@ pub fn task_ref(task: &Task) -> TaskRef {
     }
 }
 
+/// The `task-scheduled` event of a placement on `node`.
 pub fn scheduled(
     task: &Task,
     node: &str,

@@ -1,0 +1,134 @@
+//! `wasmsched run`: schedule a Kubernetes cluster's pods that name this scheduler.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::sync::watch;
+use wasmsched_kube::leader::LeaseConfig;
+use wasmsched_kube::metrics::{self, Metrics};
+use wasmsched_kube::{Scheduler, SchedulerConfig, policy};
+use wasmsched_registry::{DirSource, Preparer, Source, Watcher};
+use wasmsched_runtime::Runtime;
+
+/// `wasmsched run` arguments.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Pods whose `spec.schedulerName` is this are scheduled.
+    #[arg(long, default_value = "wasmsched", env = "WASMSCHED_SCHEDULER_NAME")]
+    scheduler_name: String,
+    /// A policy set directory (`policy.yaml` and components; a mounted ConfigMap), watched for new
+    /// versions. Without it the built-in default set runs.
+    #[arg(long, env = "WASMSCHED_POLICY_DIR")]
+    policy: Option<PathBuf>,
+    /// How often the policy directory is checked.
+    #[arg(long, default_value_t = 2.0)]
+    policy_poll_seconds: f64,
+    /// Run for leader on a Lease so several replicas run with one active.
+    #[arg(long)]
+    leader_elect: bool,
+    /// The Lease's namespace (the pod's namespace in a cluster).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system")]
+    lease_namespace: String,
+    /// The Lease's name.
+    #[arg(long, default_value = "wasmsched")]
+    lease_name: String,
+    /// This replica's identity in the Lease (the pod name in a cluster).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served.
+    #[arg(long, default_value = "0.0.0.0:10259", env = "WASMSCHED_METRICS_ADDR")]
+    metrics_addr: SocketAddr,
+    /// Binds in flight at most.
+    #[arg(long, default_value_t = 16)]
+    bind_concurrency: usize,
+    #[command(flatten)]
+    sink: wasmsched_events::cli::Sink,
+}
+
+/// Runs until SIGTERM or Ctrl-C, then finishes binds in flight and gives the lease up.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("tokio runtime")?;
+    let events = args.sink.open("scheduler")?;
+    let preparer = Preparer::new(Arc::new(Runtime::new(crate::policy::runtime_config()).context("Wasm runtime")?));
+    let (initial, sources): (_, Vec<Box<dyn Source>>) = match &args.policy {
+        Some(dir) => {
+            let source = DirSource::new(dir);
+            let fetched = source.fetch().with_context(|| format!("policy set in {}", dir.display()))?;
+            (fetched, vec![Box::new(source)])
+        }
+        None => (policy::default_policy(), vec![]),
+    };
+    let registry = policy::registry(&preparer, &initial, events.clone()).context("preparing the first policy set")?;
+    tracing::info!(policy = %registry.current().label(), "policy set live");
+    let watcher = (!sources.is_empty())
+        .then(|| {
+            let every = Duration::from_secs_f64(args.policy_poll_seconds.max(0.1));
+            Watcher::spawn(registry.clone(), preparer, sources, every)
+        })
+        .transpose()
+        .context("policy watcher")?;
+    let control = match args.sink.nats.config()? {
+        Some(nats) => Some(wasmsched_registry::control::ControlServer::start(&nats, registry.clone())?),
+        None => None,
+    };
+    let result = runtime.block_on(async {
+        let client =
+            kube::Client::try_default().await.context("connecting to the Kubernetes API (kubeconfig or in-cluster)")?;
+        let metrics = Metrics::new(&args.scheduler_name);
+        let listener =
+            metrics::listen(args.metrics_addr).await.with_context(|| format!("listening on {}", args.metrics_addr))?;
+        tokio::spawn(metrics::serve(listener, metrics.clone()));
+        let mut config = SchedulerConfig::new(&args.scheduler_name);
+        config.bind_concurrency = args.bind_concurrency;
+        if args.leader_elect {
+            let identity = match &args.identity {
+                Some(id) => id.clone(),
+                None => hostname().context("give --identity (or POD_NAME) for leader election")?,
+            };
+            config.lease = Some(LeaseConfig::new(&args.lease_name, &args.lease_namespace, &identity));
+        }
+        let mut scheduler = Scheduler::new(client, registry.clone(), metrics, config);
+        if let Some(events) = events.clone() {
+            scheduler = scheduler.with_events(events);
+        }
+        let (stop, stopped) = watch::channel(false);
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            tracing::info!("shutting down");
+            let _ = stop.send(true);
+        });
+        scheduler.run(stopped).await
+    });
+    if let Some(w) = watcher {
+        w.stop();
+    }
+    drop(control);
+    drop(registry);
+    wasmsched_events::cli::finish(events);
+    result
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => return ctrl_c.await.unwrap_or(()),
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    ctrl_c.await.unwrap_or(());
+}
+
+fn hostname() -> anyhow::Result<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").context("reading the hostname")?;
+    Ok(name.trim().to_string())
+}
