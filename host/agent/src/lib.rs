@@ -2,9 +2,8 @@
 //! ([`NodeReport`]), and the state machine that publishes changes and health ([`Agent`]).
 //!
 //! The binary (`wasmsched-agent`) wires it to NVML or `nvidia-smi` text, a timer, the XID watcher
-//! and an event sink. Writing to the Kubernetes Node object comes with the Kubernetes integration;
-//! until then the report is written as JSON files (`--write DIR`) that a sidecar or the Helm chart's
-//! node-labeller can apply.
+//! and an event sink, and writes the report on the node's Kubernetes Node object
+//! ([`node_object`], `--patch-node`) or as JSON files (`--write DIR`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -204,5 +203,98 @@ fn wire(h: Health) -> GpuHealth {
         Health::Healthy => GpuHealth::Healthy,
         Health::Degraded => GpuHealth::Degraded,
         Health::Unhealthy => GpuHealth::Unhealthy,
+    }
+}
+
+/// Writes the report on the Kubernetes Node object, where the scheduler reads it.
+pub mod node_object {
+    use std::collections::BTreeMap;
+
+    use anyhow::Context;
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::{Api, Patch, PatchParams};
+    use serde_json::{Map, Value, json};
+    use wasmsched_topology::annotation::{
+        DEGRADED_ANNOTATION, LABEL_PREFIX, TOPOLOGY_ANNOTATION, UNHEALTHY_ANNOTATION,
+    };
+
+    use super::NodeReport;
+
+    /// The merge patch that makes `current` (the node's labels and annotations) carry `report`:
+    /// the report's keys set, and the keys the agent owns but no longer reports (a GPU healthy
+    /// again, a capability gone) removed. Keys the agent does not own are never touched. `None`
+    /// when the node already says it all.
+    pub fn patch(
+        report: &NodeReport,
+        labels: &BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+    ) -> Option<Value> {
+        fn diff(
+            want: &BTreeMap<String, String>,
+            have: &BTreeMap<String, String>,
+            owned: impl Fn(&str) -> bool,
+        ) -> Map<String, Value> {
+            let mut out = Map::new();
+            for (k, v) in want {
+                if have.get(k) != Some(v) {
+                    out.insert(k.clone(), json!(v));
+                }
+            }
+            for k in have.keys().filter(|k| owned(k) && !want.contains_key(*k)) {
+                out.insert(k.clone(), Value::Null);
+            }
+            out
+        }
+        let owned_annotation = |k: &str| [TOPOLOGY_ANNOTATION, UNHEALTHY_ANNOTATION, DEGRADED_ANNOTATION].contains(&k);
+        let labels = diff(&report.labels, labels, |k| k.starts_with(LABEL_PREFIX));
+        let annotations = diff(&report.annotations, annotations, owned_annotation);
+        if labels.is_empty() && annotations.is_empty() {
+            return None;
+        }
+        Some(json!({"metadata": {"labels": labels, "annotations": annotations}}))
+    }
+
+    /// Patches the node `name` with `report` (read, compare, merge-patch).
+    pub async fn write(client: &kube::Client, name: &str, report: &NodeReport) -> anyhow::Result<bool> {
+        let nodes: Api<Node> = Api::all(client.clone());
+        let node = nodes.get(name).await.with_context(|| format!("reading node {name}"))?;
+        let labels = node.metadata.labels.unwrap_or_default();
+        let annotations = node.metadata.annotations.unwrap_or_default();
+        let Some(p) = patch(report, &labels, &annotations) else { return Ok(false) };
+        nodes
+            .patch(name, &PatchParams::default(), &Patch::Merge(&p))
+            .await
+            .with_context(|| format!("patching node {name}"))?;
+        Ok(true)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        }
+
+        #[test]
+        fn sets_what_changed_and_removes_only_what_the_agent_owns() {
+            let report = NodeReport {
+                annotations: map(&[(TOPOLOGY_ANNOTATION, "{v2}")]),
+                labels: map(&[("wasmsched.io/nvlink", "nv18")]),
+            };
+            let labels = map(&[("wasmsched.io/nvlink", "nv18"), ("wasmsched.io/numa-nodes", "2"), ("team", "ml")]);
+            let annotations = map(&[(TOPOLOGY_ANNOTATION, "{v1}"), (UNHEALTHY_ANNOTATION, "3"), ("other", "x")]);
+            let p = patch(&report, &labels, &annotations).unwrap();
+            assert_eq!(
+                p,
+                json!({"metadata": {
+                    "labels": {"wasmsched.io/numa-nodes": null},
+                    "annotations": {TOPOLOGY_ANNOTATION: "{v2}", UNHEALTHY_ANNOTATION: null}
+                }})
+            );
+            let done_labels = map(&[("wasmsched.io/nvlink", "nv18"), ("team", "ml")]);
+            let done_annotations = map(&[(TOPOLOGY_ANNOTATION, "{v2}"), ("other", "x")]);
+            assert_eq!(patch(&report, &done_labels, &done_annotations), None);
+        }
     }
 }

@@ -53,6 +53,10 @@ struct RunArgs {
     /// Write `annotations.json` and `labels.json` here whenever they change.
     #[arg(long, value_name = "DIR")]
     write: Option<PathBuf>,
+    /// Write the report on this node's Kubernetes Node object (kubeconfig or in-cluster
+    /// credentials; needs `get` and `patch` on nodes).
+    #[arg(long)]
+    patch_node: bool,
     /// Discover and publish once, then exit.
     #[arg(long)]
     once: bool,
@@ -111,13 +115,22 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         None
     };
     let interval = Duration::from_secs(args.interval.max(1));
+    let mut node_object = if args.patch_node { Some(NodeObject::connect()?) } else { None };
     loop {
+        // A report the API server did not take yet is retried every round.
+        if let Some(o) = node_object.as_mut() {
+            o.flush(&args.node);
+        }
         match source.discover() {
             Ok(found) => {
                 if let Some(report) = agent.observe(found) {
                     tracing::info!(node = %args.node, labels = report.labels.len(), "inventory changed");
                     if let Some(dir) = &args.write {
                         report.write(dir)?;
+                    }
+                    if let Some(o) = node_object.as_mut() {
+                        o.pending = Some(report);
+                        o.flush(&args.node);
                     }
                 }
             }
@@ -133,8 +146,14 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         match xid_rx.recv_timeout(interval) {
             Ok(event) => {
-                if let (Some(report), Some(dir)) = (agent.on_xid(&event), &args.write) {
-                    report.write(dir)?;
+                if let Some(report) = agent.on_xid(&event) {
+                    if let Some(dir) = &args.write {
+                        report.write(dir)?;
+                    }
+                    if let Some(o) = node_object.as_mut() {
+                        o.pending = Some(report);
+                        o.flush(&args.node);
+                    }
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}
@@ -146,4 +165,32 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         tracing::info!(delivered = stats.delivered, dropped = stats.dropped, "events closed");
     }
     Ok(())
+}
+
+/// The Kubernetes Node object the agent writes its report on.
+struct NodeObject {
+    runtime: tokio::runtime::Runtime,
+    client: kube::Client,
+    pending: Option<wasmsched_agent::NodeReport>,
+}
+
+impl NodeObject {
+    fn connect() -> anyhow::Result<NodeObject> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let client = runtime
+            .block_on(kube::Client::try_default())
+            .context("connecting to the Kubernetes API (kubeconfig or in-cluster)")?;
+        Ok(NodeObject { runtime, client, pending: None })
+    }
+
+    fn flush(&mut self, node: &str) {
+        let Some(report) = &self.pending else { return };
+        match self.runtime.block_on(wasmsched_agent::node_object::write(&self.client, node, report)) {
+            Ok(changed) => {
+                tracing::info!(node, changed, "node object up to date");
+                self.pending = None;
+            }
+            Err(e) => tracing::warn!(node, error = %format!("{e:#}"), "could not write the node object; will retry"),
+        }
+    }
 }
