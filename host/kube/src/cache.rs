@@ -230,6 +230,14 @@ impl Cache {
         }
     }
 
+    /// Releases `id` only if it is still an assumption (its bind failed): if the watch meanwhile
+    /// showed it bound — elsewhere, by another scheduler — that record is the truth and stays.
+    pub fn forget_assumed(&mut self, id: &str) {
+        if self.holders.get(id).is_some_and(|h| h.assumed) {
+            self.forget(id);
+        }
+    }
+
     fn forget_unless_assumed(&mut self, id: &str) {
         if self.holders.get(id).is_some_and(|h| !h.assumed) {
             self.forget(id);

@@ -259,15 +259,13 @@ impl Scheduler {
         match self.cache.apply_pod(pod, &self.config.scheduler_name) {
             Ok(PodPhase::Pending(task)) => self.queue.upsert(*task, pod.uid().unwrap_or_default()),
             Ok(PodPhase::Bound | PodPhase::Other) => {
+                // Bound (or not ours) leaves the queue; an assumed pod still binding stays, its
+                // bind reports back by itself.
+                let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
                 if let Ok(id) = pod_id(pod)
-                    && !self.cache.holds(&id)
+                    && (bound || !self.cache.holds(&id))
                 {
                     self.queue.remove(&id);
-                } else if let Ok(id) = pod_id(pod) {
-                    // Bound (or assumed with its bind in flight, which reports back itself).
-                    if pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
-                        self.queue.remove(&id);
-                    }
                 }
             }
             Err(e) => {
@@ -483,12 +481,12 @@ impl Scheduler {
             Err(EffectError::Conflict(msg) | EffectError::NotFound(msg)) => {
                 // Bound elsewhere or gone: the watch stream says what is true; never retry.
                 tracing::info!(pod = %done.id, reason = %msg, "bind refused; not retrying");
-                self.cache.forget(&done.id);
+                self.cache.forget_assumed(&done.id);
                 self.queue.remove(&done.id);
             }
             Err(e) => {
                 tracing::warn!(pod = %done.id, error = %e, "bind failed; will retry after back-off");
-                self.cache.forget(&done.id);
+                self.cache.forget_assumed(&done.id);
                 self.queue.back_off(&done.id, Instant::now());
             }
         }

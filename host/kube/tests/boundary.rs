@@ -160,7 +160,7 @@ async fn a_conflict_on_bind_is_not_retried_and_throttling_backs_off() {
             .insert("ml/throttled".into(), [throttled(429, "TooManyRequests"), throttled(500, "InternalError")].into());
     }
     api.put(Kind::Pod, pod("ml", "raced", NAME, 8, "4", "32Gi"));
-    api.put(Kind::Pod, pod("ml", "throttled", NAME, 1, "4", "32Gi"));
+    api.put(Kind::Pod, pod("ml", "throttled", NAME, 0, "4", "32Gi"));
     let run = start(&api, "a", None);
     eventually("throttled pod bound", Duration::from_secs(30), || node_of(&api, "ml/throttled").is_some()).await;
     // The raced pod was bound by "another scheduler" to gpu-1 during our bind: one attempt only.
@@ -171,11 +171,18 @@ async fn a_conflict_on_bind_is_not_retried_and_throttling_backs_off() {
     assert_eq!(node_of(&api, "ml/raced").as_deref(), Some("gpu-1"));
     let throttled: Vec<u16> = binds.iter().filter(|b| b.pod == "ml/throttled").map(|b| b.status).collect();
     assert_eq!(throttled, [429, 500, 201]);
-    // The cache counts the raced pod on gpu-1 (where it really is): an 8-GPU pod fits only gpu-0
-    // (unless the throttled pod took a GPU there), never gpu-1.
-    api.put(Kind::Pod, pod("ml", "after", NAME, 7, "4", "32Gi"));
-    eventually("after bound", Duration::from_secs(20), || node_of(&api, "ml/after").is_some()).await;
-    assert_eq!(node_of(&api, "ml/after").as_deref(), Some("gpu-0"));
+    // The cache counts the raced pod on gpu-1, where it really is (and not where it was assumed):
+    // of two more 8-GPU pods one fits (gpu-0), the other must wait.
+    for name in ["after-a", "after-b"] {
+        api.put(Kind::Pod, pod("ml", name, NAME, 8, "4", "32Gi"));
+    }
+    eventually("one of them bound", Duration::from_secs(20), || {
+        node_of(&api, "ml/after-a").is_some() || node_of(&api, "ml/after-b").is_some()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let placed: Vec<String> = ["ml/after-a", "ml/after-b"].iter().filter_map(|id| node_of(&api, id)).collect();
+    assert_eq!(placed, ["gpu-0"], "gpu-1 is full with the raced pod");
     let metrics = run.metrics.render();
     assert!(metrics.contains(r#"wasmsched_binds_total{result="conflict"} 1"#), "{metrics}");
     assert!(metrics.contains(r#"wasmsched_binds_total{result="retry"} 2"#), "{metrics}");
