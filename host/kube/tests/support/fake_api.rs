@@ -11,10 +11,11 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
 use std::future::Future;
+use std::ops::Bound;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
@@ -102,6 +103,8 @@ pub struct State {
     /// Latency added to every bind.
     pub bind_latency: Duration,
     pub lists: BTreeMap<Kind, u32>,
+    /// Time spent building list responses: the API server's share of a cold start.
+    pub list_time: Duration,
     pub watches: BTreeMap<Kind, u32>,
 }
 
@@ -321,31 +324,36 @@ impl FakeApi {
             return r;
         }
         *s.lists.entry(kind).or_default() += 1;
-        let items: Vec<Value> = s
-            .objects
-            .iter()
-            .filter(|((k, _), v)| *k == kind && matches_fields(v, fields))
-            .map(|(_, v)| v.clone())
-            .collect();
+        let started = Instant::now();
         // resourceVersion=0 is served from the cache, where the API server ignores the limit.
         let limit = match q.get("resourceVersion").map(String::as_str) {
             Some("0") => usize::MAX,
             _ => q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(usize::MAX),
         };
-        let (list_rv, offset) = match q.get("continue").and_then(|c| c.split_once(':')) {
-            Some((rv, off)) => (rv.parse().unwrap_or(s.rv), off.parse::<usize>().unwrap_or(0)),
-            None => (s.rv, 0),
+        // Like etcd, a continue token names the last key served, so a page costs its own size.
+        let (list_rv, after) = match q.get("continue").and_then(|c| c.split_once(':')) {
+            Some((rv, last)) => (rv.parse().unwrap_or(s.rv), Bound::Excluded((kind, last.to_string()))),
+            None => (s.rv, Bound::Included((kind, String::new()))),
         };
-        let end = offset.saturating_add(limit).min(items.len());
+        let mut page = s
+            .objects
+            .range((after, Bound::Unbounded))
+            .take_while(|((k, _), _)| *k == kind)
+            .filter(|(_, v)| matches_fields(v, fields));
+        let items: Vec<(&String, &Value)> = page.by_ref().take(limit).map(|((_, key), v)| (key, v)).collect();
         let mut metadata = json!({"resourceVersion": list_rv.to_string()});
-        if end < items.len() {
-            metadata["continue"] = json!(format!("{list_rv}:{end}"));
+        if page.next().is_some()
+            && let Some((last, _)) = items.last()
+        {
+            metadata["continue"] = json!(format!("{list_rv}:{last}"));
         }
-        respond(
+        let items: Vec<&Value> = items.into_iter().map(|(_, v)| v).collect();
+        let response = respond(
             200,
-            &json!({"kind": kind.list_kind(), "apiVersion": kind.api_version(), "metadata": metadata,
-                    "items": items[offset.min(end)..end]}),
-        )
+            &json!({"kind": kind.list_kind(), "apiVersion": kind.api_version(), "metadata": metadata, "items": items}),
+        );
+        s.list_time += started.elapsed();
+        response
     }
 
     async fn bind(&self, ns: &str, name: &str, body: &Value, client: String) -> Response<Body> {
