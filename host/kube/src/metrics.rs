@@ -3,21 +3,23 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
+use wasmsched_api::Stage;
 
 /// The profile label: kube-scheduler labels attempts by scheduling profile; ours is the scheduler
 /// name.
@@ -63,8 +65,109 @@ pub struct Metrics {
     pub cache_nodes: Gauge,
     /// Pods holding resources in the cache.
     pub cache_pods: Gauge,
+    policies: Arc<OnceLock<Arc<wasmsched_registry::Registry>>>,
     ready: AtomicBool,
     heartbeat_ms: AtomicU64,
+}
+
+/// Exports the live policy version's per-plugin metrics at scrape time:
+/// `scheduler_plugin_execution_duration_seconds{plugin, extension_point}` (kube-scheduler's name;
+/// it also has a `status` label, which the runtime's histogram does not split by) and
+/// `wasmsched_plugin_faults_total{plugin, extension_point, kind}`. After a swap the new version's
+/// plugins start from zero, which Prometheus reads as a counter reset.
+struct PluginCollector(Arc<OnceLock<Arc<wasmsched_registry::Registry>>>);
+
+impl std::fmt::Debug for PluginCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PluginCollector")
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginLabels {
+    plugin: String,
+    extension_point: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FaultLabels {
+    plugin: String,
+    extension_point: &'static str,
+    kind: &'static str,
+}
+
+/// Exemplar labels: none.
+type NoLabels = Vec<(String, String)>;
+
+/// kube-scheduler's extension point names.
+fn extension_point(stage: Stage) -> &'static str {
+    match stage {
+        Stage::Filter => "Filter",
+        Stage::Score => "Score",
+        Stage::SelectDevices => "SelectDevices",
+        Stage::Preempt => "PostFilter",
+        Stage::FairShare => "FairShare",
+    }
+}
+
+/// The runtime's power-of-two nanosecond buckets as Prometheus buckets from 1 µs to ~17 s: the
+/// finer ones fold into the first, the coarser into `+Inf`.
+fn prometheus_buckets(raw: &[u64]) -> Vec<(f64, u64)> {
+    const FIRST: usize = 9; // [.., 2^10 ns ≈ 1 µs)
+    const LAST: usize = 33; // [2^33, 2^34 ns ≈ 17 s)
+    let mut out = Vec::with_capacity(LAST - FIRST + 2);
+    let below: u64 = raw.iter().take(FIRST + 1).sum();
+    out.push(((1u64 << (FIRST + 1)) as f64 / 1e9, below));
+    for (i, n) in raw.iter().enumerate().take(LAST + 1).skip(FIRST + 1) {
+        out.push(((1u64 << (i + 1)) as f64 / 1e9, *n));
+    }
+    out.push((f64::INFINITY, raw.iter().skip(LAST + 1).sum()));
+    out
+}
+
+impl Collector for PluginCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(policies) = self.0.get() else { return Ok(()) };
+        let live = policies.current();
+        let mut durations = encoder.encode_descriptor(
+            "scheduler_plugin_execution_duration_seconds",
+            "Duration of running a policy plugin at an extension point, in the live policy version.",
+            None,
+            prometheus_client::metrics::MetricType::Histogram,
+        )?;
+        for plugin in &live.plugins {
+            for &stage in &plugin.stages {
+                let latency = plugin.metrics.stage(stage).latency;
+                let labels = PluginLabels { plugin: plugin.name.clone(), extension_point: extension_point(stage) };
+                durations.encode_family(&labels)?.encode_histogram::<NoLabels>(
+                    latency.sum.as_secs_f64(),
+                    latency.count,
+                    &prometheus_buckets(&latency.buckets),
+                    None,
+                )?;
+            }
+        }
+        let faults = Family::<FaultLabels, Counter>::default();
+        for plugin in &live.plugins {
+            for &stage in &plugin.stages {
+                for (kind, n) in plugin.metrics.stage(stage).faults {
+                    let labels = FaultLabels {
+                        plugin: plugin.name.clone(),
+                        extension_point: extension_point(stage),
+                        kind: kind.as_str(),
+                    };
+                    faults.get_or_create(&labels).inc_by(n);
+                }
+            }
+        }
+        let faults_encoder = encoder.encode_descriptor(
+            "wasmsched_plugin_faults",
+            "Policy plugin faults (traps, deadlines, memory, bad output, ...) in the live policy version.",
+            None,
+            faults.metric_type(),
+        )?;
+        faults.encode(faults_encoder)
+    }
 }
 
 fn now_ms() -> u64 {
@@ -99,8 +202,11 @@ impl Metrics {
         registry.register("wasmsched_leader", "1 while this replica holds the scheduler lease.", leader.clone());
         registry.register("wasmsched_cache_nodes", "Nodes in the scheduler cache.", cache_nodes.clone());
         registry.register("wasmsched_cache_pods", "Pods holding resources in the scheduler cache.", cache_pods.clone());
+        let policies = Arc::new(OnceLock::new());
+        registry.register_collector(Box::new(PluginCollector(policies.clone())));
         Arc::new(Metrics {
             registry,
+            policies,
             profile: profile.into(),
             attempts,
             attempt_duration,
@@ -113,6 +219,11 @@ impl Metrics {
             ready: AtomicBool::new(false),
             heartbeat_ms: AtomicU64::new(now_ms()),
         })
+    }
+
+    /// Exports the plugin metrics of `policies`' live version from now on (the first call wins).
+    pub fn observe_policies(&self, policies: Arc<wasmsched_registry::Registry>) {
+        let _ = self.policies.set(policies);
     }
 
     /// Records one scheduling attempt.

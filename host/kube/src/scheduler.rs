@@ -108,6 +108,7 @@ impl Scheduler {
         let effects = Effects::new(client.clone(), &config.scheduler_name, &identity);
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let (always, leader) = watch::channel(config.lease.is_none());
+        metrics.observe_policies(registry.clone());
         Scheduler {
             binds: Arc::new(Semaphore::new(config.bind_concurrency.max(1))),
             config,

@@ -138,6 +138,21 @@ async fn gpu_pods_are_bound_once_each_with_distinct_devices() {
     );
     assert!(metrics.contains(r#"scheduler_schedule_attempts_total{result="unschedulable",profile="wasmsched"}"#));
     assert!(metrics.contains("scheduler_pending_pods{queue=\"backoff\"} 1"), "{metrics}");
+    // The live policy's plugins are timed per extension point under kube-scheduler's name: every
+    // attempt above ran the filter, and every call lands in some bucket.
+    let sample = |series: &str| -> f64 {
+        let line =
+            metrics.lines().find_map(|l| l.strip_prefix(series)).unwrap_or_else(|| panic!("no {series}: {metrics}"));
+        line.trim().parse().unwrap()
+    };
+    let filter = r#"plugin="fit",extension_point="Filter"}"#;
+    let calls = sample(&format!("scheduler_plugin_execution_duration_seconds_count{{{filter}"));
+    assert!(calls >= 11.0, "10 binds and an unschedulable pod, got {calls} filter calls");
+    assert_eq!(sample(&format!("scheduler_plugin_execution_duration_seconds_bucket{{le=\"+Inf\",{filter}")), calls);
+    assert!(sample(&format!("scheduler_plugin_execution_duration_seconds_sum{{{filter}")) > 0.0);
+    assert!(
+        metrics.contains(r#"scheduler_plugin_execution_duration_seconds_count{plugin="pack",extension_point="Score"}"#)
+    );
     run.stop().await;
 }
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use wasmsched_api::{GPU_MILLI, GpuDevice, GpuRequest, Node, Resources, Stage, Task};
 use wasmsched_core::{NodeTable, PolicyPlugin, PolicySet, place};
-use wasmsched_runtime::{PluginConfig, Runtime};
+use wasmsched_runtime::{PluginConfig, PluginMetrics, Runtime};
 
 use crate::error::PrepareError;
 use crate::source::Fetched;
@@ -45,7 +45,7 @@ impl PolicyVersion {
 }
 
 /// A plugin of a prepared version.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct PluginInfo {
     /// Local name in the spec.
     pub name: String,
@@ -53,6 +53,9 @@ pub struct PluginInfo {
     pub stages: Vec<Stage>,
     /// `sha256:<hex>` of the component.
     pub digest: String,
+    /// Its calls, faults and latencies since it was loaded, smoke test included (exporters read
+    /// these).
+    pub metrics: Arc<PluginMetrics>,
 }
 
 /// A snapshot of the live cluster and recent tasks, for smoke tests.
@@ -162,7 +165,12 @@ impl Preparer {
                     });
                 }
             }
-            plugins.push(PluginInfo { name: name.clone(), stages: used, digest: actual });
+            plugins.push(PluginInfo {
+                name: name.clone(),
+                stages: used,
+                digest: actual,
+                metrics: plugin.metrics().clone(),
+            });
             loaded.insert(name, Arc::new(plugin));
         }
 

@@ -69,6 +69,7 @@ impl Histogram {
         };
         LatencySnapshot {
             count,
+            sum: Duration::from_nanos(self.sum_ns.load(Relaxed)),
             mean: Duration::from_nanos(self.sum_ns.load(Relaxed).checked_div(count).unwrap_or(0)),
             p50: if count == 0 { Duration::ZERO } else { quantile(0.5) },
             p99: if count == 0 { Duration::ZERO } else { quantile(0.99) },
@@ -82,13 +83,16 @@ impl Histogram {
 pub struct LatencySnapshot {
     /// Calls recorded.
     pub count: u64,
+    /// Total latency.
+    pub sum: Duration,
     /// Mean latency.
     pub mean: Duration,
     /// Median (upper bound of its bucket).
     pub p50: Duration,
     /// 99th percentile (upper bound of its bucket).
     pub p99: Duration,
-    /// Raw power-of-two buckets, for exporters.
+    /// Raw power-of-two buckets, for exporters: `buckets[i]` counts calls that took
+    /// `[2^i, 2^(i+1))` ns (the last one: at least `2^i` ns).
     pub buckets: Vec<u64>,
 }
 
