@@ -9,6 +9,7 @@ use anyhow::Context;
 use tokio::sync::watch;
 use wasmsched_kube::leader::LeaseConfig;
 use wasmsched_kube::metrics::{self, Metrics};
+use wasmsched_kube::policy_source::PolicyObjectSource;
 use wasmsched_kube::{Scheduler, SchedulerConfig, policy};
 use wasmsched_registry::{DirSource, Preparer, Source, Watcher};
 use wasmsched_runtime::Runtime;
@@ -23,13 +24,18 @@ pub struct Args {
     /// versions. Without it the built-in default set runs.
     #[arg(long, env = "WASMSCHED_POLICY_DIR")]
     policy: Option<PathBuf>,
-    /// How often the policy directory is checked.
+    /// Follow this cluster-scoped `SchedulingPolicy` object too: a new version applied to it goes
+    /// through the same gates, and the outcome is written to its status. Its components come from
+    /// ConfigMaps in the scheduler's namespace (`--lease-namespace`).
+    #[arg(long, env = "WASMSCHED_POLICY_OBJECT")]
+    policy_object: Option<String>,
+    /// How often the policy directory and object are checked.
     #[arg(long, default_value_t = 2.0)]
     policy_poll_seconds: f64,
     /// Run for leader on a Lease so several replicas run with one active.
     #[arg(long)]
     leader_elect: bool,
-    /// The Lease's namespace (the pod's namespace in a cluster).
+    /// The scheduler's namespace (the pod's in a cluster): the Lease's and the policy ConfigMaps'.
     #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system")]
     lease_namespace: String,
     /// The Lease's name.
@@ -53,7 +59,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("tokio runtime")?;
     let events = args.sink.open("scheduler")?;
     let preparer = Preparer::new(Arc::new(Runtime::new(crate::policy::runtime_config()).context("Wasm runtime")?));
-    let (initial, sources): (_, Vec<Box<dyn Source>>) = match &args.policy {
+    let (initial, mut sources): (_, Vec<Box<dyn Source>>) = match &args.policy {
         Some(dir) => {
             let source = DirSource::new(dir);
             let fetched = source.fetch().with_context(|| format!("policy set in {}", dir.display()))?;
@@ -63,6 +69,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let registry = policy::registry(&preparer, &initial, events.clone()).context("preparing the first policy set")?;
     tracing::info!(policy = %registry.current().label(), "policy set live");
+    let client = runtime
+        .block_on(kube::Client::try_default())
+        .context("connecting to the Kubernetes API (kubeconfig or in-cluster)")?;
+    if let Some(name) = &args.policy_object {
+        let handle = runtime.handle().clone();
+        let source = PolicyObjectSource::new(client.clone(), name, &args.lease_namespace, handle, registry.clone());
+        sources.push(Box::new(source));
+    }
     let watcher = (!sources.is_empty())
         .then(|| {
             let every = Duration::from_secs_f64(args.policy_poll_seconds.max(0.1));
@@ -75,8 +89,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => None,
     };
     let result = runtime.block_on(async {
-        let client =
-            kube::Client::try_default().await.context("connecting to the Kubernetes API (kubeconfig or in-cluster)")?;
         let metrics = Metrics::new(&args.scheduler_name);
         let listener =
             metrics::listen(args.metrics_addr).await.with_context(|| format!("listening on {}", args.metrics_addr))?;

@@ -22,6 +22,7 @@ pub mod crd;
 pub mod leader;
 pub mod metrics;
 pub mod policy;
+pub mod policy_source;
 pub mod queue;
 pub mod scheduler;
 

@@ -32,6 +32,8 @@ pub enum Kind {
     Pod,
     PodGroup,
     Lease,
+    SchedulingPolicy,
+    ConfigMap,
 }
 
 impl Kind {
@@ -41,12 +43,14 @@ impl Kind {
             Kind::Pod => "PodList",
             Kind::PodGroup => "PodGroupList",
             Kind::Lease => "LeaseList",
+            Kind::SchedulingPolicy => "SchedulingPolicyList",
+            Kind::ConfigMap => "ConfigMapList",
         }
     }
     fn api_version(self) -> &'static str {
         match self {
-            Kind::Node | Kind::Pod => "v1",
-            Kind::PodGroup => "scheduling.wasmsched.io/v1alpha1",
+            Kind::Node | Kind::Pod | Kind::ConfigMap => "v1",
+            Kind::PodGroup | Kind::SchedulingPolicy => "scheduling.wasmsched.io/v1alpha1",
             Kind::Lease => "coordination.k8s.io/v1",
         }
     }
@@ -131,7 +135,7 @@ fn respond(code: u16, body: &Value) -> Response<Body> {
 fn key_of(kind: Kind, obj: &Value) -> Key {
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
     match obj["metadata"]["namespace"].as_str() {
-        Some(ns) if kind != Kind::Node => (kind, format!("{ns}/{name}")),
+        Some(ns) if !matches!(kind, Kind::Node | Kind::SchedulingPolicy) => (kind, format!("{ns}/{name}")),
         _ => (kind, name.to_string()),
     }
 }
@@ -198,6 +202,8 @@ impl State {
             Kind::Pod => "Pod",
             Kind::PodGroup => "PodGroup",
             Kind::Lease => "Lease",
+            Kind::SchedulingPolicy => "SchedulingPolicy",
+            Kind::ConfigMap => "ConfigMap",
         });
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
         if obj["metadata"]["uid"].is_null() {
@@ -285,6 +291,17 @@ impl FakeApi {
                 respond(201, &body)
             }
             ["apis", "events.k8s.io", "v1", "namespaces", _, "events", _] => respond(200, &body),
+            ["apis", "scheduling.wasmsched.io", "v1alpha1", "schedulingpolicies", name] if m == Method::GET => {
+                self.get_one(Kind::SchedulingPolicy, name)
+            }
+            ["apis", "scheduling.wasmsched.io", "v1alpha1", "schedulingpolicies", name, "status"]
+                if m == Method::PATCH =>
+            {
+                self.merge_status(Kind::SchedulingPolicy, name, body)
+            }
+            ["api", "v1", "namespaces", ns, "configmaps", name] if m == Method::GET => {
+                self.get_one(Kind::ConfigMap, &format!("{ns}/{name}"))
+            }
             ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases", rest @ ..] => {
                 self.lease(m, ns, rest.first().copied(), body, client)
             }
@@ -428,6 +445,25 @@ impl FakeApi {
         pod["status"]["conditions"] = json!(conditions);
         let pod = s.upsert(Kind::Pod, pod);
         respond(200, &pod)
+    }
+
+    fn get_one(&self, kind: Kind, key: &str) -> Response<Body> {
+        match self.get(kind, key) {
+            Some(obj) => respond(200, &obj),
+            None => respond(404, &status(404, "NotFound", &format!("{kind:?} \"{key}\" not found"))),
+        }
+    }
+
+    /// A merge patch of a custom resource's status subresource: only `status` changes.
+    fn merge_status(&self, kind: Kind, key: &str, patch: Value) -> Response<Body> {
+        let mut s = self.state();
+        s.status_patches.push((key.to_string(), patch.clone()));
+        let Some(mut obj) = s.objects.get(&(kind, key.to_string())).cloned() else {
+            return respond(404, &status(404, "NotFound", &format!("{kind:?} \"{key}\" not found")));
+        };
+        obj["status"] = patch["status"].clone();
+        let obj = s.upsert(kind, obj);
+        respond(200, &obj)
     }
 
     fn evict(&self, ns: &str, name: &str) -> Response<Body> {
