@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
-use wasmsched_registry::{ArtifactRef, Fetched, Outcome, PolicySetSpec, Registry, Source, SourceError, digest_of};
+use wasmsched_registry::{ArtifactRef, Fetched, Outcome, PolicySetSpec, Registry, Source, SourceError, fingerprint};
 
 use crate::crd::{SchedulingPolicy, SchedulingPolicyStatus};
 
@@ -110,12 +110,8 @@ impl PolicyObjectSource {
                 })?;
             artifacts.insert(plugin.clone(), Arc::from(bytes.0.as_slice()));
         }
-        let mut all = text.into_bytes();
-        for (name, bytes) in &artifacts {
-            all.extend_from_slice(name.as_bytes());
-            all.extend_from_slice(digest_of(bytes).as_bytes());
-        }
-        Ok(Fetched { spec, origin, artifacts, fingerprint: digest_of(&all) })
+        let fingerprint = fingerprint(&text, &artifacts);
+        Ok(Fetched { spec, origin, artifacts, fingerprint })
     }
 
     /// Writes what became of the last version delivered: `Accepted` (passed the gates) and `Live`.

@@ -31,7 +31,7 @@ pub use error::{PrepareError, SourceError, SpecError};
 pub use object_store::{MAX_OBJECT_BYTES, ObjectStoreSource, push};
 pub use prepare::{PluginInfo, PolicyVersion, Preparer, Sample};
 pub use registry::{ControlError, Decision, HistoryEntry, Outcome, Registry, ShadowStats, Status, WindowStats};
-pub use source::{DirSource, Fetched, SPEC_FILE, Source};
+pub use source::{DirSource, Fetched, SPEC_FILE, Source, fingerprint};
 pub use spec::{
     ArtifactRef, Failure, PluginSpec, PolicySetSpec, RollbackSpec, ShadowSpec, SmokeSpec, Stages, Weighted, digest_of,
 };

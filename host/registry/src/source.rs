@@ -33,8 +33,9 @@ pub trait Source: Send {
     fn poll(&mut self) -> Result<Option<Fetched>, SourceError>;
 }
 
-/// Fingerprint of a spec text and its artifacts.
-pub(crate) fn fingerprint(spec_text: &str, artifacts: &BTreeMap<String, Arc<[u8]>>) -> String {
+/// Fingerprint of a spec text and its artifacts (what [`Fetched::fingerprint`] holds), for
+/// sources outside this crate.
+pub fn fingerprint(spec_text: &str, artifacts: &BTreeMap<String, Arc<[u8]>>) -> String {
     let mut all = spec_text.as_bytes().to_vec();
     for (name, bytes) in artifacts {
         all.extend_from_slice(name.as_bytes());
