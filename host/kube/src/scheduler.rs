@@ -355,7 +355,7 @@ impl Scheduler {
             }
             return;
         };
-        let bound = members[0].task.group.as_ref().map(|_| self.cache_members_bound(&group)).unwrap_or(0);
+        let bound = self.cache_members_bound(&group);
         let still_needed = info.min_member.saturating_sub(bound).max(1);
         if members.len() < still_needed {
             let msg = format!("pod group {group}: {} of {} members present", members.len() + bound, info.min_member);
@@ -405,8 +405,7 @@ impl Scheduler {
 
     /// Members of `group` holding resources (bound or assumed).
     fn cache_members_bound(&self, group: &str) -> usize {
-        // Members are few; the cache is indexed by pod, so count through the queue's view of the
-        // group is not enough (bound members have left the queue). Scan only when asked.
+        // Bound members have left the queue, so the cache counts them.
         let (ns, name) = group.split_once('/').unwrap_or(("", group));
         self.cache.count_group(ns, name)
     }
