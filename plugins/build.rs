@@ -1,9 +1,10 @@
 //! Compiles the built-in policies to components; `src/lib.rs` embeds them.
 
-const PLUGINS: [&str; 5] = [
+const PLUGINS: [&str; 6] = [
     "wasmsched-plugin-resource-fit",
     "wasmsched-plugin-allocation-score",
     "wasmsched-plugin-fair-share",
+    "wasmsched-plugin-priority-preempt",
     "wasmsched-plugin-gpu-share-score",
     "wasmsched-plugin-gpu-topology",
 ];

@@ -18,6 +18,7 @@ pub struct BuiltIn {
 const RESOURCE_FIT_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/resource-fit.wasm"));
 const ALLOCATION_SCORE_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/allocation-score.wasm"));
 const FAIR_SHARE_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fair-share.wasm"));
+const PRIORITY_PREEMPT_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/priority-preempt.wasm"));
 const GPU_SHARE_SCORE_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gpu-share-score.wasm"));
 const GPU_TOPOLOGY_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gpu-topology.wasm"));
 
@@ -44,6 +45,11 @@ pub const DRF: BuiltIn = BuiltIn { name: "drf", wasm: FAIR_SHARE_WASM, config: r
 /// `decayed-usage` fair share: order by past usage (decayed by the host) per weight.
 pub const DECAYED_USAGE: BuiltIn =
     BuiltIn { name: "decayed-usage", wasm: FAIR_SHARE_WASM, config: r#"{"policy":"decayed-usage"}"# };
+
+/// `priority-preempt`: fewest victims, lowest priority, least GPU-time lost; minimum-runtime
+/// protection and a minimum priority difference (`min_priority_diff`, `min_runtime_seconds`,
+/// `max_victims`).
+pub const PRIORITY_PREEMPT: BuiltIn = BuiltIn { name: "priority-preempt", wasm: PRIORITY_PREEMPT_WASM, config: "" };
 
 /// The FGD paper's `random` score: one feasible node drawn uniformly; add `"seed"` to the config.
 pub const RANDOM: BuiltIn = BuiltIn { name: "random", wasm: GPU_SHARE_SCORE_WASM, config: r#"{"policy":"random"}"# };
@@ -77,13 +83,14 @@ pub const GPU_TOPOLOGY: BuiltIn =
 pub const PAPER: [BuiltIn; 6] = [RANDOM, DOT_PROD, GPU_CLUSTERING, GPU_PACKING, BEST_FIT, FGD];
 
 /// Every built-in, by name.
-pub const ALL: [BuiltIn; 13] = [
+pub const ALL: [BuiltIn; 14] = [
     RESOURCE_FIT,
     LEAST_ALLOCATED,
     MOST_ALLOCATED,
     PROPORTION,
     DRF,
     DECAYED_USAGE,
+    PRIORITY_PREEMPT,
     RANDOM,
     DOT_PROD,
     GPU_CLUSTERING,

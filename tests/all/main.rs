@@ -1,6 +1,7 @@
 //! Cross-crate tests, one binary (one link step), one module per feature.
 
 mod contract;
+mod cycle;
 mod differential;
 mod fair_share;
 mod hostile;

@@ -17,6 +17,8 @@
 //! - [`place_group`]: a gang, all-or-nothing (at least min-member), optionally inside one topology
 //!   domain, rolled back on failure.
 //! - [`QueueTree`]: validated queue hierarchy (weights, guarantees, capabilities).
+//! - [`SchedulerCore`]: the whole cycle — fair-share queue order, quotas, gangs, preemption with
+//!   checkpoints, elastic growth, back-off, and an [`Explanation`] for every pending workload.
 //! - [`Topologies`]: GPU topologies by node, which plugins query through the `topology` import
 //!   (natively through the same view, installed around every call).
 //!
@@ -47,6 +49,7 @@
 //! ```
 
 mod alloc;
+mod cycle;
 mod gang;
 mod native;
 mod node_table;
@@ -56,6 +59,10 @@ mod queue;
 mod topology;
 
 pub use alloc::{AllocError, bind, default_select_devices, release};
+pub use cycle::{
+    CoreConfig, CoreError, Decision, EvictReason, Explanation, Phase, PreemptionPolicy, QueueShare, SchedulerCore,
+    Workload, WorkloadError, WorkloadStatus,
+};
 pub use gang::{GangError, GangPlacement, GroupSpec, TopologyConstraint, place_group};
 pub use native::NativePlugin;
 pub use node_table::{Changes, NodeTable, Slot};

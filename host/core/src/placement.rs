@@ -20,6 +20,8 @@ pub struct PolicySet {
     filters: Vec<Arc<dyn PolicyPlugin>>,
     scores: Vec<(Arc<dyn PolicyPlugin>, u32)>,
     devices: Option<Arc<dyn PolicyPlugin>>,
+    preempt: Option<Arc<dyn PolicyPlugin>>,
+    fair_share: Option<Arc<dyn PolicyPlugin>>,
 }
 
 impl fmt::Debug for PolicySet {
@@ -29,6 +31,8 @@ impl fmt::Debug for PolicySet {
             .field("filters", &self.filters.iter().map(|p| p.name()).collect::<Vec<_>>())
             .field("scores", &self.scores.iter().map(|(p, w)| (p.name(), *w)).collect::<Vec<_>>())
             .field("devices", &self.devices.as_ref().map(|p| p.name()))
+            .field("preempt", &self.preempt.as_ref().map(|p| p.name()))
+            .field("fair_share", &self.fair_share.as_ref().map(|p| p.name()))
             .finish()
     }
 }
@@ -42,6 +46,21 @@ impl PolicySet {
     /// Version stamp, recorded with every decision.
     pub fn version(&self) -> u64 {
         self.version
+    }
+
+    /// The filters, in order.
+    pub(crate) fn filters(&self) -> &[Arc<dyn PolicyPlugin>] {
+        &self.filters
+    }
+
+    /// The preempt plugin, if preemption is enabled.
+    pub fn preempt(&self) -> Option<&Arc<dyn PolicyPlugin>> {
+        self.preempt.as_ref()
+    }
+
+    /// The fair-share plugin; without one, queues are served in tree order and nothing is reclaimed.
+    pub fn fair_share(&self) -> Option<&Arc<dyn PolicyPlugin>> {
+        self.fair_share.as_ref()
     }
 }
 
@@ -66,6 +85,18 @@ impl PolicySetBuilder {
     /// Use a device-selection plugin instead of [`default_select_devices`].
     pub fn devices(mut self, p: Arc<dyn PolicyPlugin>) -> Self {
         self.set.devices = Some(p);
+        self
+    }
+
+    /// Enable preemption with this plugin choosing the victims.
+    pub fn preempt(mut self, p: Arc<dyn PolicyPlugin>) -> Self {
+        self.set.preempt = Some(p);
+        self
+    }
+
+    /// Compute deserved shares and the queue order with this plugin.
+    pub fn fair_share(mut self, p: Arc<dyn PolicyPlugin>) -> Self {
+        self.set.fair_share = Some(p);
         self
     }
 

@@ -57,7 +57,8 @@ pub struct QueueTree {
     parent: Vec<Option<usize>>,
 }
 
-fn fits(small: &Resources, big: &Resources) -> bool {
+/// Whether `small` is within `big` in every resource.
+pub(crate) fn fits(small: &Resources, big: &Resources) -> bool {
     small.cpu_milli <= big.cpu_milli
         && small.memory_bytes <= big.memory_bytes
         && small.gpu_milli <= big.gpu_milli
@@ -146,6 +147,16 @@ impl QueueTree {
     /// A queue by index.
     pub fn get(&self, i: usize) -> Option<&QueueSpec> {
         self.queues.get(i)
+    }
+
+    /// The parent of queue `i`.
+    pub fn parent(&self, i: usize) -> Option<usize> {
+        self.parent.get(i).copied().flatten()
+    }
+
+    /// Queue `i` and its ancestors, innermost first.
+    pub fn chain(&self, i: usize) -> impl Iterator<Item = usize> + '_ {
+        std::iter::successors(Some(i), |&q| self.parent(q))
     }
 
     /// Whether the queue has no children (work is only submitted to leaves).

@@ -2,7 +2,9 @@
 //! misbehaves for tasks whose id starts with `evil`, so tests can watch the host recover.
 //!
 //! Modes: `ok`, `probe` (reports what of the outside world it can see), `loop`, `memory`, `recurse`, `panic`, `huge-reason`, `score-out-of-range`,
-//! `guest-error`, `log-spam`, `init-panic`. Anything else is a rejected configuration.
+//! `guest-error`, `log-spam`, `init-panic`, and for the preempt stage `bad-victims` (indexes out of
+//! range) and `useless-victims` (a plan that frees nothing). Anything else is a rejected
+//! configuration.
 
 use wasmsched_sdk::prelude::*;
 
@@ -18,7 +20,7 @@ impl Plugin for Hostile {
         let mode = config.trim().to_string();
         match mode.as_str() {
             "ok" | "probe" | "loop" | "memory" | "recurse" | "panic" | "huge-reason" | "score-out-of-range"
-            | "log-spam" | "guest-error" => Ok(Hostile { mode }),
+            | "log-spam" | "guest-error" | "bad-victims" | "useless-victims" => Ok(Hostile { mode }),
             "init-panic" => panic!("hostile plugin panics during init"),
             other => Err(format!("unknown hostile mode {other:?}")),
         }
@@ -112,4 +114,25 @@ impl FairShare for Hostile {
     }
 }
 
-wasmsched_sdk::export_plugin!(Hostile: filter, score, fair_share);
+impl Preempt for Hostile {
+    fn select_victims(
+        &mut self,
+        preemptor: &Task,
+        candidates: &[PreemptCandidate],
+        _nodes: &[&Node],
+    ) -> Option<Preemption> {
+        if !preemptor.id.starts_with("evil") {
+            return None;
+        }
+        match self.mode.as_str() {
+            "bad-victims" => Some(Preemption { candidate: candidates.len() as u32 + 7, victims: vec![0, 0] }),
+            "useless-victims" => Some(Preemption { candidate: 0, victims: Vec::new() }),
+            _ => {
+                self.misbehave(preemptor);
+                None
+            }
+        }
+    }
+}
+
+wasmsched_sdk::export_plugin!(Hostile: filter, score, preempt, fair_share);

@@ -1,0 +1,977 @@
+//! The scheduling cycle: queues, quotas and fair share decide *which* workload goes next; filter →
+//! score → device selection decide *where*; preemption makes room when nothing fits.
+//!
+//! [`SchedulerCore`] owns the cluster's accounting (a [`NodeTable`] and what every queue holds) and
+//! the workloads. It does no I/O and reads no clock: drivers (the simulator, the Kubernetes
+//! scheduler) feed it submissions, completions and node changes with their own notion of time, call
+//! [`SchedulerCore::schedule`], and carry out the [`Decision`]s it returns (bind, ask for a
+//! checkpoint, evict).
+//!
+//! # One cycle
+//! 1. **Time passes** ([`SchedulerCore::schedule`]'s `now`): usage decays (half-life), checkpoint
+//!    grace periods that ran out become evictions, gangs that waited past their timeout are given up.
+//! 2. **Nominated first**: workloads whose victims have all left are tried before anyone else, so
+//!    the room made for them is not taken by others.
+//! 3. **Fair share picks the queue**: the fair-share plugin computes deserved shares and the serving
+//!    order from every queue's allocation and pending requests; the head workload of the first
+//!    queue in that order with work is tried, and the plugin is asked again (the order changes as
+//!    allocations do). With one queue left it is served without asking. Within a queue: priority,
+//!    then submission order; a workload that fails never blocks the ones behind it.
+//! 4. **Quota, then place**: members that would push the queue (or an ancestor) past its
+//!    capability are not placed; the rest go through [`place_group`], all-or-nothing at min-member.
+//! 5. **Preempt** when it does not fit (module `preempt`), else it is **unschedulable**: its
+//!    [`Explanation`] is kept, it backs off (1 s doubling to 10 s by default) and is parked until the
+//!    cluster changes (capacity freed, node added) — never retried by polling.
+//! 6. **Grow**: elastic workloads take idle capacity for members beyond min-member.
+//!
+//! # Preemption rules (why it cannot loop)
+//! A workload may evict: lower-priority work of its own queue; elastic surplus (members beyond
+//! min-member) of equal or lower priority anywhere; and, when its queue stays within its deserved
+//! share after it is placed, work of *other* queues that hold more than their deserved share, are
+//! reclaimable, and stay at or above their guarantee. Priority within a queue is a strict order and
+//! reclaim only moves capacity from queues above their share to queues that remain within theirs,
+//! so with stable deserved shares two workloads cannot evict each other back and forth. Shares move
+//! with demand (submissions, completions), so the core also remembers who preempted whom and never
+//! lets a workload evict one that evicted it. Evicted work re-enters its queue with the initial
+//! back-off, never in the cycle that evicted it.
+//!
+//! Victims that can checkpoint are asked to ([`Decision::PreemptionRequested`]) and evicted when
+//! they report [`SchedulerCore::checkpoint_done`] or their grace period ends; the preemptor waits
+//! nominated meanwhile. A victim whose group would drop below min-member takes its whole group.
+
+mod explain;
+mod preempt;
+mod workload;
+
+use std::collections::BTreeMap;
+
+use ahash::AHashMap;
+use tracing::{debug, warn};
+use wasmsched_api::{DeviceShare, Node, Resources, ShareDecision};
+
+use crate::alloc::{bind, release};
+use crate::gang::{GangError, GroupSpec, place_group};
+use crate::node_table::{NodeTable, Slot};
+use crate::placement::{PolicySet, feasible_nodes_to_find, place};
+use crate::plugin::PluginFault;
+use crate::queue::{QueueTree, fits};
+
+pub use explain::Explanation;
+use workload::demand;
+pub use workload::{PreemptionPolicy, Workload, WorkloadError};
+
+/// Tunables of the cycle. The defaults follow kube-scheduler, Volcano and Slurm where they have one.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CoreConfig {
+    /// First back-off after a failed attempt (s); doubles per attempt.
+    pub backoff_initial_seconds: u64,
+    /// Longest back-off (s).
+    pub backoff_max_seconds: u64,
+    /// How long a gang may wait unplaced before it is given up (s); Volcano's default is 10 min.
+    pub gang_timeout_seconds: u64,
+    /// Grace period for a checkpointable victim to save its state (s).
+    pub checkpoint_grace_seconds: u64,
+    /// Half-life of the decayed usage that fair share over time reads (s); Slurm's default, 7 days.
+    pub usage_half_life_seconds: u64,
+    /// kube-scheduler's `percentageOfNodesToScore` for placement: `None` scores every feasible
+    /// node; `Some(0)` is kube-scheduler's adaptive rule; `Some(p)` looks for `p` % of the nodes
+    /// (see [`feasible_nodes_to_find`]).
+    pub percentage_of_nodes_to_score: Option<u32>,
+    /// Most nodes offered to the preempt plugin per task (lowest slots among the nodes where
+    /// preemption might help).
+    pub max_preemption_candidates: usize,
+}
+
+impl Default for CoreConfig {
+    fn default() -> Self {
+        CoreConfig {
+            backoff_initial_seconds: 1,
+            backoff_max_seconds: 10,
+            gang_timeout_seconds: 600,
+            checkpoint_grace_seconds: 30,
+            usage_half_life_seconds: 7 * 24 * 3600,
+            percentage_of_nodes_to_score: None,
+            max_preemption_candidates: 100,
+        }
+    }
+}
+
+/// Where a workload stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting to be placed.
+    Pending,
+    /// Victims are leaving to make room; it goes first once they are gone.
+    Preempting,
+    /// At least min-member members run.
+    Running,
+    /// A gang that waited past its timeout; no longer scheduled.
+    TimedOut,
+}
+
+/// Why a task was evicted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EvictReason {
+    /// To make room for `preemptor`; `checkpointed` when it reported a checkpoint first.
+    Preempted {
+        /// The workload it made room for.
+        preemptor: String,
+        /// It saved a checkpoint before leaving.
+        checkpointed: bool,
+    },
+    /// Another member of its group was evicted and the group fell below min-member.
+    GangBroken,
+    /// Its node was removed or no longer has room for it.
+    NodeLost,
+}
+
+/// What the driver must carry out, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Decision {
+    /// Bind `task` to `node` with `devices`.
+    Bound {
+        /// Its workload.
+        workload: String,
+        /// The task.
+        task: String,
+        /// The node.
+        node: String,
+        /// GPUs.
+        devices: Vec<DeviceShare>,
+    },
+    /// An attempt failed; the explanation says why.
+    Unschedulable {
+        /// The workload.
+        workload: String,
+        /// Why.
+        explanation: Explanation,
+    },
+    /// Ask `task` to checkpoint; it is evicted at `deadline` at the latest.
+    PreemptionRequested {
+        /// Its workload.
+        workload: String,
+        /// The task.
+        task: String,
+        /// Who needs the room.
+        preemptor: String,
+        /// Eviction time if it does not report a checkpoint first.
+        deadline: u64,
+    },
+    /// Stop `task`; its resources are already released here.
+    Evicted {
+        /// Its workload.
+        workload: String,
+        /// The task.
+        task: String,
+        /// The node it ran on.
+        node: String,
+        /// Why.
+        reason: EvictReason,
+    },
+    /// A gang was given up after waiting past its timeout.
+    TimedOut {
+        /// The workload.
+        workload: String,
+    },
+    /// A plugin failed; the cycle went on without it (fair share: tree order, no reclaim).
+    Fault(PluginFault),
+}
+
+/// Errors of driver calls that name something the core does not know.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CoreError {
+    /// No such workload.
+    #[error("unknown workload {0}")]
+    UnknownWorkload(String),
+    /// No such task, or it is not waiting to checkpoint.
+    #[error("task {0} is not waiting for a checkpoint")]
+    NotLeaving(String),
+}
+
+/// A workload's state, for status APIs and the CLI.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkloadStatus {
+    /// Phase.
+    pub phase: Phase,
+    /// Members placed (running or leaving), by node.
+    pub nodes: Vec<String>,
+    /// Members placed and not leaving.
+    pub running: usize,
+    /// Why it is not (fully) running, as of its last attempt.
+    pub explanation: Explanation,
+}
+
+/// What a queue holds and deserves.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueueShare {
+    /// Queue name.
+    pub name: String,
+    /// Allocated to its subtree now.
+    pub allocated: Resources,
+    /// Deserved share from the last fair-share computation.
+    pub deserved: Option<Resources>,
+    /// Decayed usage (GPU-milli-seconds).
+    pub decayed_usage: f64,
+}
+
+/// A placed member.
+#[derive(Clone, Debug)]
+struct Member {
+    slot: Slot,
+    node: String,
+    devices: Vec<DeviceShare>,
+    started: u64,
+    /// Asked to checkpoint: evicted at `.0` for workload `.1`.
+    leaving: Option<(u64, String)>,
+}
+
+/// Capacity reserved for a nominated preemptor.
+#[derive(Clone, Debug)]
+struct Hold {
+    node: String,
+    task: wasmsched_api::Task,
+    devices: Vec<DeviceShare>,
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    spec: Workload,
+    leaf: usize,
+    seq: u64,
+    /// Submitted, or re-queued after eviction: the gang timeout counts from here.
+    since: u64,
+    phase: Phase,
+    members: Vec<Option<Member>>,
+    /// For `Preempting`: the victims it waits for.
+    waiting_for: Vec<(String, usize)>,
+    /// For `Preempting`: what victims that already left freed, kept bound on the table for it so
+    /// nobody else takes the room meanwhile. Released just before it is tried.
+    holds: Vec<Hold>,
+    /// Workloads that preempted this one: it never preempts them in turn.
+    preempted_by: Vec<String>,
+    attempts: u32,
+    not_before: u64,
+    parked: bool,
+    explanation: Explanation,
+}
+
+impl Entry {
+    fn running(&self) -> usize {
+        self.members.iter().flatten().filter(|m| m.leaving.is_none()).count()
+    }
+
+    fn placed(&self) -> usize {
+        self.members.iter().flatten().count()
+    }
+
+    /// Demand of the first `n` members.
+    fn demand_of(&self, n: usize) -> Resources {
+        let mut total = Resources::default();
+        for m in &self.spec.members[..n.min(self.spec.members.len())] {
+            total.saturating_add_assign(&demand(m));
+        }
+        total
+    }
+}
+
+/// `a - b`, each quantity saturating at zero.
+fn minus(a: &Resources, b: &Resources) -> Resources {
+    let mut out = a.clone();
+    out.cpu_milli = out.cpu_milli.saturating_sub(b.cpu_milli);
+    out.memory_bytes = out.memory_bytes.saturating_sub(b.memory_bytes);
+    out.gpu_milli = out.gpu_milli.saturating_sub(b.gpu_milli);
+    for (name, v) in &mut out.extended {
+        *v = v.saturating_sub(b.extended(name));
+    }
+    out
+}
+
+/// The scheduling core; see the module docs.
+#[derive(Debug)]
+pub struct SchedulerCore {
+    config: CoreConfig,
+    queues: QueueTree,
+    nodes: NodeTable,
+    entries: BTreeMap<String, Entry>,
+    owner: AHashMap<String, String>,
+    seq: u64,
+    /// Per queue, its subtree's allocation (running and leaving members).
+    allocated: Vec<Resources>,
+    usage: Vec<f64>,
+    usage_at: u64,
+    deserved: Option<Vec<Resources>>,
+}
+
+impl SchedulerCore {
+    /// A core for `queues` with no nodes and no work.
+    pub fn new(queues: QueueTree, config: CoreConfig) -> Self {
+        let n = queues.len();
+        SchedulerCore {
+            config,
+            queues,
+            nodes: NodeTable::new(),
+            entries: BTreeMap::new(),
+            owner: AHashMap::new(),
+            seq: 0,
+            allocated: vec![Resources::default(); n],
+            usage: vec![0.0; n],
+            usage_at: 0,
+            deserved: None,
+        }
+    }
+
+    /// The nodes, with every placed member accounted.
+    pub fn nodes(&self) -> &NodeTable {
+        &self.nodes
+    }
+
+    /// The queue tree.
+    pub fn queues(&self) -> &QueueTree {
+        &self.queues
+    }
+
+    /// Add a node or replace one (labels, taints, capacity, health). Members placed on it are
+    /// accounted again; those that no longer fit are evicted. Capacity may have grown, so parked
+    /// work is re-activated.
+    pub fn upsert_node(&mut self, mut node: Node, now: u64) -> Vec<Decision> {
+        node.allocated = Resources { extended: Vec::new(), ..Default::default() };
+        for g in &mut node.gpus {
+            g.free_milli = wasmsched_api::GPU_MILLI;
+            g.free_memory_bytes = g.memory_bytes;
+        }
+        let name = node.name.clone();
+        let slot = self.nodes.upsert(node);
+        let mut out = Vec::new();
+        for (wl, idx) in self.members_on(&name) {
+            let (task, devices) = {
+                let e = &self.entries[&wl];
+                (e.spec.members[idx].clone(), e.members[idx].as_ref().map(|m| m.devices.clone()).unwrap_or_default())
+            };
+            let ok = self.nodes.update(slot, |n| bind(n, &task, &devices)).is_some_and(|r| r.is_ok());
+            if ok {
+                if let Some(m) = self.entries.get_mut(&wl).and_then(|e| e.members[idx].as_mut()) {
+                    m.slot = slot;
+                }
+            } else {
+                // Not bound on the new node: forget it without releasing.
+                if let Some(e) = self.entries.get_mut(&wl) {
+                    e.members[idx] = None;
+                }
+                self.account(self.entries[&wl].leaf, &demand(&task), false);
+                out.push(Decision::Evicted {
+                    workload: wl.clone(),
+                    task: task.id.clone(),
+                    node: name.clone(),
+                    reason: EvictReason::NodeLost,
+                });
+                self.after_eviction(&wl, now, &mut out);
+            }
+        }
+        let holds: Vec<(String, usize)> = self
+            .entries
+            .iter()
+            .flat_map(|(w, e)| {
+                e.holds.iter().enumerate().filter(|(_, h)| h.node == name).map(move |(i, _)| (w.clone(), i))
+            })
+            .collect();
+        for (w, i) in holds.into_iter().rev() {
+            let h = self.entries[&w].holds[i].clone();
+            if !matches!(self.nodes.update(slot, |n| bind(n, &h.task, &h.devices)), Some(Ok(()))) {
+                self.entries.get_mut(&w).expect("listed").holds.remove(i);
+            }
+        }
+        self.unpark_all();
+        out
+    }
+
+    /// Remove a node; everything on it is evicted (and gangs below min-member with it).
+    pub fn remove_node(&mut self, name: &str, now: u64) -> Vec<Decision> {
+        let mut out = Vec::new();
+        for (wl, idx) in self.members_on(name) {
+            self.evict(&wl, idx, EvictReason::NodeLost, now, &mut out);
+        }
+        for e in self.entries.values_mut() {
+            e.holds.retain(|h| h.node != name);
+        }
+        self.nodes.remove(name);
+        out
+    }
+
+    fn members_on(&self, node: &str) -> Vec<(String, usize)> {
+        let mut out = Vec::new();
+        for (name, e) in &self.entries {
+            for (i, m) in e.members.iter().enumerate() {
+                if m.as_ref().is_some_and(|m| m.node == node) {
+                    out.push((name.clone(), i));
+                }
+            }
+        }
+        out
+    }
+
+    /// Queue a workload. Refused (changing nothing) when malformed, in an unknown or non-leaf
+    /// queue, or clashing with a tracked workload or task.
+    pub fn submit(&mut self, workload: Workload, now: u64) -> Result<(), WorkloadError> {
+        let workload = workload.normalise(&self.queues)?;
+        if self.entries.contains_key(&workload.name) {
+            return Err(WorkloadError::Duplicate(workload.name));
+        }
+        for m in &workload.members {
+            if let Some(owner) = self.owner.get(&m.id) {
+                return Err(WorkloadError::TaskTaken {
+                    workload: workload.name.clone(),
+                    task: m.id.clone(),
+                    owner: owner.clone(),
+                });
+            }
+        }
+        for m in &workload.members {
+            self.owner.insert(m.id.clone(), workload.name.clone());
+        }
+        let leaf = self.queues.index_of(&workload.queue).expect("normalise checked the queue");
+        self.seq += 1;
+        let n = workload.members.len();
+        self.entries.insert(
+            workload.name.clone(),
+            Entry {
+                spec: workload,
+                leaf,
+                seq: self.seq,
+                since: now,
+                phase: Phase::Pending,
+                members: vec![None; n],
+                waiting_for: Vec::new(),
+                holds: Vec::new(),
+                preempted_by: Vec::new(),
+                attempts: 0,
+                not_before: now,
+                parked: false,
+                explanation: Explanation::default(),
+            },
+        );
+        Ok(())
+    }
+
+    /// A workload completed (or was deleted): its resources are released and it is forgotten.
+    pub fn finish(&mut self, workload: &str) -> Result<(), CoreError> {
+        let e = self.entries.remove(workload).ok_or_else(|| CoreError::UnknownWorkload(workload.into()))?;
+        for (i, m) in e.members.iter().enumerate() {
+            if let Some(m) = m {
+                let task = &e.spec.members[i];
+                self.nodes.update(m.slot, |n| release(n, task, &m.devices));
+                self.account(e.leaf, &demand(task), false);
+            }
+        }
+        self.release_holds(&e.holds);
+        for t in &e.spec.members {
+            self.owner.remove(&t.id);
+        }
+        self.unpark_all();
+        Ok(())
+    }
+
+    /// A victim asked to checkpoint reports it is done: it is evicted now.
+    pub fn checkpoint_done(&mut self, task: &str, now: u64) -> Result<Vec<Decision>, CoreError> {
+        let not_leaving = || CoreError::NotLeaving(task.into());
+        let wl = self.owner.get(task).cloned().ok_or_else(not_leaving)?;
+        let e = &self.entries[&wl];
+        let idx = e.spec.members.iter().position(|t| t.id == task).ok_or_else(not_leaving)?;
+        let Some((_, preemptor)) = e.members[idx].as_ref().and_then(|m| m.leaving.clone()) else {
+            return Err(not_leaving());
+        };
+        let mut out = Vec::new();
+        self.evict(&wl, idx, EvictReason::Preempted { preemptor, checkpointed: true }, now, &mut out);
+        Ok(out)
+    }
+
+    /// The state of a workload.
+    pub fn status(&self, workload: &str) -> Option<WorkloadStatus> {
+        let e = self.entries.get(workload)?;
+        Some(WorkloadStatus {
+            phase: e.phase,
+            nodes: e.members.iter().flatten().map(|m| m.node.clone()).collect(),
+            running: e.running(),
+            explanation: e.explanation.clone(),
+        })
+    }
+
+    /// Why a workload is pending, as of its last attempt.
+    pub fn explain(&self, workload: &str) -> Option<&Explanation> {
+        self.entries.get(workload).map(|e| &e.explanation)
+    }
+
+    /// Names of the workloads in a phase, in submission order.
+    pub fn workloads_in(&self, phase: Phase) -> Vec<&str> {
+        let mut v: Vec<&Entry> = self.entries.values().filter(|e| e.phase == phase).collect();
+        v.sort_by_key(|e| e.seq);
+        v.into_iter().map(|e| e.spec.name.as_str()).collect()
+    }
+
+    /// Every queue's allocation, deserved share and decayed usage.
+    pub fn queue_shares(&self) -> Vec<QueueShare> {
+        (0..self.queues.len())
+            .map(|i| QueueShare {
+                name: self.queues.get(i).map(|q| q.name.clone()).unwrap_or_default(),
+                allocated: self.allocated[i].clone(),
+                deserved: self.deserved.as_ref().and_then(|d| d.get(i).cloned()),
+                decayed_usage: self.usage[i],
+            })
+            .collect()
+    }
+
+    /// The earliest time something happens without outside input (a back-off ends, a grace
+    /// period runs out, a gang times out), so a driver can sleep until then instead of polling.
+    pub fn next_wakeup(&self) -> Option<u64> {
+        let mut next: Option<u64> = None;
+        let mut at = |t: u64| next = Some(next.map_or(t, |n: u64| n.min(t)));
+        for e in self.entries.values() {
+            match e.phase {
+                Phase::Pending if !e.parked => at(e.not_before),
+                _ => {}
+            }
+            if e.phase == Phase::Pending && e.spec.is_group() {
+                at(e.since.saturating_add(self.timeout_of(e)));
+            }
+            for m in e.members.iter().flatten() {
+                if let Some((deadline, _)) = &m.leaving {
+                    at(*deadline);
+                }
+            }
+        }
+        next
+    }
+
+    fn timeout_of(&self, e: &Entry) -> u64 {
+        e.spec.timeout_seconds.unwrap_or(self.config.gang_timeout_seconds)
+    }
+
+    /// Run one cycle at time `now` (seconds, never decreasing).
+    pub fn schedule(&mut self, set: &PolicySet, now: u64) -> Vec<Decision> {
+        let mut out = Vec::new();
+        self.advance(now, &mut out);
+
+        let mut nominated: Vec<&Entry> = self
+            .entries
+            .values()
+            .filter(|e| {
+                e.phase == Phase::Preempting
+                    && e.waiting_for.iter().all(|(w, i)| {
+                        self.entries.get(w).and_then(|v| v.members[*i].as_ref()).is_none_or(|m| m.leaving.is_none())
+                    })
+            })
+            .collect();
+        nominated.sort_by_key(|e| (std::cmp::Reverse(e.spec.priority), e.seq));
+        let nominated: Vec<String> = nominated.into_iter().map(|e| e.spec.name.clone()).collect();
+        for name in nominated {
+            let holds = std::mem::take(&mut self.entries.get_mut(&name).expect("listed").holds);
+            self.release_holds(&holds);
+            self.attempt(set, &name, now, &mut out);
+        }
+
+        // Eligible pending work by leaf queue, best first. Fair share sees the demand of *all*
+        // waiting work (parked and backing-off too), so deserved shares move only when real demand
+        // does, not with retry timing.
+        let mut pending = vec![Resources::default(); self.queues.len()];
+        let mut lists: BTreeMap<usize, Vec<&Entry>> = BTreeMap::new();
+        for e in self.entries.values() {
+            if matches!(e.phase, Phase::Pending | Phase::Preempting) {
+                let d = e.demand_of(e.spec.members.len());
+                for q in self.queues.chain(e.leaf) {
+                    pending[q].saturating_add_assign(&d);
+                }
+            }
+            if e.phase == Phase::Pending && !e.parked && e.not_before <= now {
+                lists.entry(e.leaf).or_default().push(e);
+            }
+        }
+        let mut lists: BTreeMap<usize, std::collections::VecDeque<String>> = lists
+            .into_iter()
+            .map(|(leaf, mut v)| {
+                v.sort_by_key(|e| (std::cmp::Reverse(e.spec.priority), e.seq));
+                (leaf, v.into_iter().map(|e| e.spec.name.clone()).collect())
+            })
+            .collect();
+        let cluster = self.cluster_capacity();
+        let mut asked = false;
+        while !lists.is_empty() {
+            let leaf = if lists.len() == 1 && asked {
+                *lists.keys().next().expect("not empty")
+            } else {
+                asked = true;
+                match self.fair_share(set, &pending, &cluster, &mut out) {
+                    Some(order) => match order.into_iter().find(|q| lists.contains_key(q)) {
+                        Some(q) => q,
+                        None => {
+                            self.not_served(&lists);
+                            break;
+                        }
+                    },
+                    None => *lists.keys().next().expect("not empty"),
+                }
+            };
+            let list = lists.get_mut(&leaf).expect("chosen from the lists");
+            let name = list.pop_front().expect("lists are never empty");
+            if list.is_empty() {
+                lists.remove(&leaf);
+            }
+            let from = out.len();
+            self.attempt(set, &name, now, &mut out);
+            self.move_demand(&mut pending, &out[from..]);
+        }
+
+        self.grow(set, now, &mut out);
+        out
+    }
+
+    /// Bound tasks' demand moves from pending to allocated, evicted ones' back.
+    fn move_demand(&self, pending: &mut [Resources], decisions: &[Decision]) {
+        for d in decisions {
+            let (workload, task, bound) = match d {
+                Decision::Bound { workload, task, .. } => (workload, task, true),
+                Decision::Evicted { workload, task, .. } => (workload, task, false),
+                _ => continue,
+            };
+            let Some(e) = self.entries.get(workload) else { continue };
+            let Some(t) = e.spec.members.iter().find(|t| &t.id == task) else { continue };
+            let d = demand(t);
+            for q in self.queues.chain(e.leaf) {
+                if bound {
+                    pending[q] = minus(&pending[q], &d);
+                } else {
+                    pending[q].saturating_add_assign(&d);
+                }
+            }
+        }
+    }
+
+    /// Queues the fair-share plugin left out of its order wait for the next cycle.
+    fn not_served(&mut self, lists: &BTreeMap<usize, std::collections::VecDeque<String>>) {
+        for (leaf, names) in lists {
+            let queue = self.queues.get(*leaf).map(|q| q.name.clone()).unwrap_or_default();
+            for name in names {
+                if let Some(e) = self.entries.get_mut(name) {
+                    e.explanation.queue = Some(format!("queue {queue} not served by fair share this cycle"));
+                }
+            }
+        }
+    }
+
+    fn cluster_capacity(&self) -> Resources {
+        let mut total = Resources::default();
+        for slot in self.nodes.slots() {
+            if let Some(n) = self.nodes.get(slot) {
+                total.saturating_add_assign(&n.allocatable);
+            }
+        }
+        total
+    }
+
+    /// Ask the fair-share plugin for deserved shares and the serving order (leaf queues). `None`
+    /// without a plugin or when it failed: tree order, nothing reclaimed.
+    fn fair_share(
+        &mut self,
+        set: &PolicySet,
+        pending: &[Resources],
+        cluster: &Resources,
+        out: &mut Vec<Decision>,
+    ) -> Option<Vec<usize>> {
+        let plugin = set.fair_share()?;
+        let request: Vec<Resources> =
+            self.allocated.iter().zip(pending).map(|(a, p)| a.checked_add(p).unwrap_or_else(|| a.clone())).collect();
+        let states = self.queues.states(&self.allocated, &request, &self.usage);
+        match plugin.fair_share(0, &states, cluster) {
+            Ok(ShareDecision { deserved, order }) => {
+                self.deserved = Some(deserved);
+                Some(order.into_iter().map(|q| q as usize).filter(|&q| self.queues.is_leaf(q)).collect())
+            }
+            Err(fault) => {
+                warn!(%fault, "fair share failed; serving queues in tree order without reclaim");
+                self.deserved = None;
+                out.push(Decision::Fault(fault));
+                None
+            }
+        }
+    }
+
+    /// How many of `e`'s members (in order) the capability of its queue and ancestors admits on
+    /// top of what they hold, and the first queue that limits it.
+    fn admitted_members(&self, e: &Entry) -> (usize, Option<String>) {
+        let mut admitted = e.spec.members.len();
+        let mut limiter = None;
+        for q in self.queues.chain(e.leaf) {
+            let Some(cap) = self.queues.get(q).and_then(|s| s.capability.as_ref()) else { continue };
+            let mut total = self.allocated[q].clone();
+            let mut n = 0;
+            for m in &e.spec.members {
+                match total.checked_add(&demand(m)) {
+                    Some(t) if fits(&t, cap) => {
+                        total = t;
+                        n += 1;
+                    }
+                    _ => break,
+                }
+            }
+            if n < admitted {
+                admitted = n;
+                limiter = self.queues.get(q).map(|s| s.name.clone());
+            }
+        }
+        (admitted, limiter)
+    }
+
+    /// Try to place one workload (its unplaced members), preempting if it may.
+    fn attempt(&mut self, set: &PolicySet, name: &str, now: u64, out: &mut Vec<Decision>) {
+        let e = &self.entries[name];
+        let min = e.spec.min_member;
+        let (admitted, limiter) = self.admitted_members(e);
+        let mut explanation = Explanation { attempts: e.attempts, ..Default::default() };
+        if admitted >= min {
+            let members = e.spec.members[..admitted].to_vec();
+            let nodes_to_find =
+                self.config.percentage_of_nodes_to_score.map(|p| feasible_nodes_to_find(self.nodes.len(), Some(p)));
+            let group = GroupSpec {
+                name,
+                members: &members,
+                min_member: min,
+                topology: e.spec.topology.as_ref(),
+                nodes_to_find,
+            };
+            match place_group(set, &mut self.nodes, &group, 0) {
+                Ok(placed) => {
+                    let placed: Vec<_> = placed.placed.into_iter().map(|(i, p)| (i, p.node, p.devices)).collect();
+                    self.commit(name, placed, now, out);
+                    return;
+                }
+                Err(GangError::Unschedulable { placed, diagnosis, .. }) => {
+                    if self.entries[name].spec.is_group() {
+                        explanation.gang = Some((placed, min));
+                    }
+                    explanation.nodes = Some(diagnosis);
+                }
+                Err(err @ GangError::Invalid { .. }) => {
+                    // normalise() rules this out; keep the workload pending with the reason.
+                    explanation.queue = Some(err.to_string());
+                }
+            }
+        } else {
+            let limiter = limiter.unwrap_or_default();
+            explanation.queue =
+                Some(format!("queue {limiter} at capability: {admitted} of the {min} required members fit its quota"));
+        }
+        match (self.entries[name].spec.preemption, set.preempt()) {
+            (PreemptionPolicy::Never, _) => {
+                explanation.preemption = Some("not allowed for this workload (preemption policy Never)".into());
+            }
+            (_, None) => {}
+            (PreemptionPolicy::LowerPriority, Some(_)) => match preempt::preempt(self, set, name, now, out) {
+                Ok(()) => return,
+                Err(reason) => explanation.preemption = Some(reason),
+            },
+        }
+        let e = self.entries.get_mut(name).expect("attempted workloads exist");
+        e.attempts += 1;
+        let exp = e.attempts.saturating_sub(1).min(30);
+        let backoff = self.config.backoff_initial_seconds.saturating_mul(1 << exp).min(self.config.backoff_max_seconds);
+        e.not_before = now.saturating_add(backoff);
+        e.parked = true;
+        e.phase = if e.placed() > 0 { e.phase } else { Phase::Pending };
+        explanation.attempts = e.attempts;
+        explanation.retry_at = Some(e.not_before);
+        e.explanation = explanation.clone();
+        debug!(workload = name, %explanation, "unschedulable");
+        out.push(Decision::Unschedulable { workload: name.into(), explanation });
+    }
+
+    /// Record members bound on the table as running.
+    fn commit(&mut self, name: &str, placed: Vec<(usize, Slot, Vec<DeviceShare>)>, now: u64, out: &mut Vec<Decision>) {
+        let leaf = self.entries[name].leaf;
+        for (i, slot, devices) in placed {
+            let node = self.nodes.get(slot).map(|n| n.name.clone()).unwrap_or_default();
+            let task = self.entries[name].spec.members[i].clone();
+            self.account(leaf, &demand(&task), true);
+            out.push(Decision::Bound {
+                workload: name.into(),
+                task: task.id.clone(),
+                node: node.clone(),
+                devices: devices.clone(),
+            });
+            let e = self.entries.get_mut(name).expect("committed workloads exist");
+            e.members[i] = Some(Member { slot, node, devices, started: now, leaving: None });
+        }
+        let e = self.entries.get_mut(name).expect("committed workloads exist");
+        e.phase = Phase::Running;
+        e.waiting_for.clear();
+        e.attempts = 0;
+        e.explanation = Explanation::default();
+    }
+
+    /// Elastic growth: members beyond min-member take idle capacity, within quota.
+    fn grow(&mut self, set: &PolicySet, now: u64, out: &mut Vec<Decision>) {
+        let mut growing: Vec<&Entry> =
+            self.entries.values().filter(|e| e.phase == Phase::Running && e.placed() < e.spec.members.len()).collect();
+        growing.sort_by_key(|e| (std::cmp::Reverse(e.spec.priority), e.seq));
+        let growing: Vec<String> = growing.into_iter().map(|e| e.spec.name.clone()).collect();
+        for name in growing {
+            let unplaced: Vec<usize> =
+                (0..self.entries[&name].members.len()).filter(|&i| self.entries[&name].members[i].is_none()).collect();
+            for i in unplaced {
+                let e = &self.entries[&name];
+                let task = e.spec.members[i].clone();
+                let fits_quota = self.queues.chain(e.leaf).all(|q| {
+                    let cap = self.queues.get(q).and_then(|s| s.capability.as_ref());
+                    cap.is_none_or(|c| self.allocated[q].checked_add(&demand(&task)).is_some_and(|t| fits(&t, c)))
+                });
+                if !fits_quota {
+                    break;
+                }
+                let Ok(p) = place(set, &self.nodes, &task, 0) else { break };
+                if !matches!(self.nodes.update(p.node, |n| bind(n, &task, &p.devices)), Some(Ok(()))) {
+                    break;
+                }
+                self.commit(&name, vec![(i, p.node, p.devices)], now, out);
+            }
+        }
+    }
+
+    /// Let time pass: usage decays and accrues, grace periods and gang timeouts expire.
+    fn advance(&mut self, now: u64, out: &mut Vec<Decision>) {
+        if now > self.usage_at {
+            let dt = (now - self.usage_at) as f64;
+            let decay = 0.5f64.powf(dt / self.config.usage_half_life_seconds.max(1) as f64);
+            for (u, a) in self.usage.iter_mut().zip(&self.allocated) {
+                *u = *u * decay + a.gpu_milli as f64 * dt;
+            }
+            self.usage_at = now;
+        }
+        let expired: Vec<(String, usize, String)> = self
+            .entries
+            .iter()
+            .flat_map(|(name, e)| {
+                e.members.iter().enumerate().filter_map(move |(i, m)| {
+                    let (deadline, preemptor) = m.as_ref()?.leaving.as_ref()?;
+                    (*deadline <= now).then(|| (name.clone(), i, preemptor.clone()))
+                })
+            })
+            .collect();
+        for (wl, i, preemptor) in expired {
+            self.evict(&wl, i, EvictReason::Preempted { preemptor, checkpointed: false }, now, out);
+        }
+        let timed_out: Vec<String> = self
+            .entries
+            .values()
+            .filter(|e| {
+                e.phase == Phase::Pending && e.spec.is_group() && now >= e.since.saturating_add(self.timeout_of(e))
+            })
+            .map(|e| e.spec.name.clone())
+            .collect();
+        for name in timed_out {
+            let e = self.entries.get_mut(&name).expect("listed above");
+            e.phase = Phase::TimedOut;
+            e.explanation.queue = Some(format!("gang timed out after {} s unplaced", now - e.since));
+            out.push(Decision::TimedOut { workload: name });
+        }
+    }
+
+    /// Add (or remove) `d` to a leaf queue and its ancestors.
+    fn account(&mut self, leaf: usize, d: &Resources, add: bool) {
+        let chain: Vec<usize> = self.queues.chain(leaf).collect();
+        for q in chain {
+            self.allocated[q] = if add {
+                self.allocated[q].checked_add(d).unwrap_or_else(|| self.allocated[q].clone())
+            } else {
+                minus(&self.allocated[q], d)
+            };
+        }
+    }
+
+    /// Release a placed member from its node and its queue, keeping it in the entry for rollback.
+    fn unbind(&mut self, wl: &str, idx: usize) -> Option<Member> {
+        let e = self.entries.get_mut(wl)?;
+        let m = e.members[idx].take()?;
+        let task = e.spec.members[idx].clone();
+        let leaf = e.leaf;
+        self.nodes.update(m.slot, |n| release(n, &task, &m.devices));
+        self.account(leaf, &demand(&task), false);
+        Some(m)
+    }
+
+    /// Undo [`Self::unbind`].
+    fn rebind(&mut self, wl: &str, idx: usize, m: Member) {
+        let Some(e) = self.entries.get(wl) else { return };
+        let task = e.spec.members[idx].clone();
+        let leaf = e.leaf;
+        if !matches!(self.nodes.update(m.slot, |n| bind(n, &task, &m.devices)), Some(Ok(()))) {
+            warn!(workload = wl, task = %task.id, node = %m.node, "could not restore a member after a rolled-back preemption");
+        }
+        self.account(leaf, &demand(&task), true);
+        if let Some(e) = self.entries.get_mut(wl) {
+            e.members[idx] = Some(m);
+        }
+    }
+
+    /// Evict a placed member for good.
+    fn evict(&mut self, wl: &str, idx: usize, reason: EvictReason, now: u64, out: &mut Vec<Decision>) {
+        let Some(m) = self.unbind(wl, idx) else { return };
+        if let EvictReason::Preempted { preemptor, .. } = &reason {
+            let task = self.entries[wl].spec.members[idx].clone();
+            self.hold(preemptor, &m, task);
+        }
+        let task = self.entries[wl].spec.members[idx].id.clone();
+        out.push(Decision::Evicted { workload: wl.into(), task, node: m.node, reason });
+        self.after_eviction(wl, now, out);
+        self.unpark_all();
+    }
+
+    /// A group below min-member stops entirely and goes back to its queue.
+    fn after_eviction(&mut self, wl: &str, now: u64, out: &mut Vec<Decision>) {
+        let Some(e) = self.entries.get(wl) else { return };
+        let (placed, min) = (e.placed(), e.spec.min_member);
+        if placed > 0 && placed < min {
+            let rest: Vec<usize> = (0..e.members.len()).filter(|&i| e.members[i].is_some()).collect();
+            for i in rest {
+                self.evict(wl, i, EvictReason::GangBroken, now, out);
+            }
+            return;
+        }
+        if placed == 0
+            && let Some(e) = self.entries.get_mut(wl)
+            && e.phase != Phase::TimedOut
+        {
+            // Back in its queue with the initial back-off, so it is not tried again in the cycle that
+            // evicted it.
+            e.phase = Phase::Pending;
+            e.since = now;
+            e.attempts = 0;
+            e.not_before = now.saturating_add(self.config.backoff_initial_seconds);
+            e.parked = false;
+        }
+    }
+
+    /// Keep what an evicted victim freed bound for its preemptor while that one still waits.
+    fn hold(&mut self, preemptor: &str, m: &Member, task: wasmsched_api::Task) {
+        if self.entries.get(preemptor).is_none_or(|p| p.phase != Phase::Preempting) {
+            return;
+        }
+        if matches!(self.nodes.update(m.slot, |n| bind(n, &task, &m.devices)), Some(Ok(()))) {
+            let hold = Hold { node: m.node.clone(), task, devices: m.devices.clone() };
+            self.entries.get_mut(preemptor).expect("checked").holds.push(hold);
+        }
+    }
+
+    fn release_holds(&mut self, holds: &[Hold]) {
+        for h in holds {
+            if let Some(slot) = self.nodes.slot_of(&h.node) {
+                self.nodes.update(slot, |n| release(n, &h.task, &h.devices));
+            }
+        }
+    }
+
+    fn unpark_all(&mut self) {
+        for e in self.entries.values_mut() {
+            e.parked = false;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,359 @@
+//! Preemption for one workload that does not fit: which running tasks the host *allows* as victims
+//! (the rules in the parent module's docs), which the preempt plugin *chooses*, and an exact check
+//! that the choice makes room before anything is evicted.
+//!
+//! Members are handled in order: each is placed plainly if the room freed so far suffices, else the
+//! plugin is asked for victims on the nodes where preemption might help (nodes no filter rejects
+//! as unresolvable). A victim whose group would drop below min-member brings its whole group, and a
+//! victim queue is never pushed below its guarantee. The plugin's plan is verified by releasing the
+//! victims and running the real filter → score → device chain on that node; a plan that does not
+//! verify is rolled back and that node dropped (up to three tries per member). Until min-member
+//! members have room nothing is evicted; if they never do, every change is rolled back.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use wasmsched_api::{DeviceShare, PreemptCandidate, Resources, Task, Victim};
+
+use super::{Decision, Entry, EvictReason, Member, Phase, SchedulerCore, demand, minus};
+use crate::alloc::{bind, release};
+use crate::node_table::Slot;
+use crate::placement::{PolicySet, place, place_among};
+use crate::plugin::{CallContext, PolicyPlugin};
+use crate::queue::fits;
+
+/// Tries per member before giving up on plans that do not verify.
+const PLAN_TRIES: usize = 3;
+
+/// What the preemptor is and may do.
+struct Preemptor<'a> {
+    name: &'a str,
+    leaf: usize,
+    priority: i32,
+    /// Its queue is at capability: only its own queue's work can make room.
+    quota_bound: bool,
+    /// Its queue stays within its deserved share once placed: it may reclaim.
+    may_reclaim: bool,
+}
+
+impl Preemptor<'_> {
+    /// Whether `v`'s running members may be evicted for it.
+    fn may_evict(&self, core: &SchedulerCore, v: &Entry) -> bool {
+        if v.spec.name == self.name || !v.spec.preemptible || v.phase != Phase::Running {
+            return false;
+        }
+        // The rules above cannot loop while deserved shares stand still; shares move with demand,
+        // so this is the backstop that makes "never back and forth" hold regardless.
+        if core.entries.get(self.name).is_some_and(|p| p.preempted_by.contains(&v.spec.name)) {
+            return false;
+        }
+        let surplus = v.running() > v.spec.min_member;
+        if v.leaf == self.leaf {
+            return v.spec.priority < self.priority || (surplus && v.spec.priority <= self.priority);
+        }
+        if self.quota_bound {
+            return false;
+        }
+        if surplus && v.spec.priority <= self.priority {
+            return true;
+        }
+        let reclaimable = core.queues.get(v.leaf).is_some_and(|q| q.reclaimable);
+        let over_share = core.deserved.as_ref().is_some_and(|d| !fits(&core.allocated[v.leaf], &d[v.leaf]));
+        self.may_reclaim && reclaimable && over_share
+    }
+}
+
+/// Make room for workload `name`; on success its members are bound (or it waits nominated for
+/// checkpointing victims). On failure nothing has changed and the reason is returned.
+pub(super) fn preempt(
+    core: &mut SchedulerCore,
+    set: &PolicySet,
+    name: &str,
+    now: u64,
+    out: &mut Vec<Decision>,
+) -> Result<(), String> {
+    let plugin = set.preempt().cloned().ok_or("no preempt plugin")?;
+    let e = &core.entries[name];
+    if e.spec.topology.as_ref().is_some_and(|t| t.strict) {
+        return Err("not attempted for gangs with a strict topology constraint".into());
+    }
+    let (admitted, _) = core.admitted_members(e);
+    let min = e.spec.min_member;
+    let need = e.demand_of(min);
+    let may_reclaim = core
+        .deserved
+        .as_ref()
+        .is_some_and(|d| core.allocated[e.leaf].checked_add(&need).is_some_and(|t| fits(&t, &d[e.leaf])));
+    let who = Preemptor { name, leaf: e.leaf, priority: e.spec.priority, quota_bound: admitted < min, may_reclaim };
+    let members = e.spec.members.clone();
+    let leaf = e.leaf;
+
+    let eligible: Vec<(String, usize)> = core
+        .entries
+        .values()
+        .filter(|v| who.may_evict(core, v))
+        .flat_map(|v| {
+            v.members
+                .iter()
+                .enumerate()
+                .filter(|(_, m)| m.as_ref().is_some_and(|m| m.leaving.is_none()))
+                .map(|(i, _)| (v.spec.name.clone(), i))
+        })
+        .collect();
+    if eligible.is_empty() {
+        return Err(if who.quota_bound {
+            "no lower-priority work in its own queue to make room within the quota".into()
+        } else {
+            "no running task may be evicted for it (lower priority in its queue, elastic surplus, or borrowed by a queue above its deserved share)".into()
+        });
+    }
+
+    let mut taken: Vec<(String, usize, Member)> = Vec::new();
+    let mut placed: Vec<(usize, Slot, Vec<DeviceShare>)> = Vec::new();
+    let mut reason = String::new();
+    for (i, task) in members.iter().enumerate() {
+        if placed.len() == min || placed.len() + (members.len() - i) < min {
+            break;
+        }
+        if let Ok(p) = place(set, &core.nodes, task, 0)
+            && matches!(core.nodes.update(p.node, |n| bind(n, task, &p.devices)), Some(Ok(())))
+        {
+            placed.push((i, p.node, p.devices));
+            continue;
+        }
+        match room_for(core, set, &plugin, &who, task, &eligible, &mut taken, now, out) {
+            Ok((slot, devices)) => placed.push((i, slot, devices)),
+            Err(r) => {
+                reason = r;
+                break;
+            }
+        }
+    }
+
+    let mut placed_demand = Resources::default();
+    for (i, _, _) in &placed {
+        placed_demand.saturating_add_assign(&demand(&members[*i]));
+    }
+    let within_quota = core.queues.chain(leaf).all(|q| {
+        let cap = core.queues.get(q).and_then(|s| s.capability.as_ref());
+        cap.is_none_or(|c| core.allocated[q].checked_add(&placed_demand).is_some_and(|t| fits(&t, c)))
+    });
+    if placed.len() < min || !within_quota {
+        if placed.len() >= min {
+            reason = "evicting what the plugin chose would still leave the queue over its capability".into();
+        }
+        unplace(core, &members, &placed);
+        for (w, i, m) in taken.into_iter().rev() {
+            core.rebind(&w, i, m);
+        }
+        return Err(reason);
+    }
+
+    // Commit: victims that can checkpoint are asked to and keep running until they report or
+    // their grace period ends; the rest leave now.
+    let grace = |core: &SchedulerCore, w: &str| {
+        let v = &core.entries[w];
+        if v.spec.checkpointable { v.spec.grace_seconds.unwrap_or(core.config.checkpoint_grace_seconds) } else { 0 }
+    };
+    let waits = taken.iter().any(|(w, _, _)| grace(core, w) > 0);
+    if waits {
+        unplace(core, &members, &placed);
+    }
+    if waits {
+        core.entries.get_mut(name).expect("preemptor exists").phase = Phase::Preempting;
+    }
+    let mut waiting_for = Vec::new();
+    let mut victim_workloads: Vec<String> = Vec::new();
+    for (w, i, mut m) in taken {
+        let v = core.entries.get_mut(&w).expect("victims exist");
+        if !v.preempted_by.iter().any(|p| p == name) {
+            v.preempted_by.push(name.to_string());
+        }
+        let g = grace(core, &w);
+        let task = core.entries[&w].spec.members[i].id.clone();
+        if g > 0 {
+            let deadline = now.saturating_add(g);
+            m.leaving = Some((deadline, name.to_string()));
+            core.rebind(&w, i, m);
+            out.push(Decision::PreemptionRequested { workload: w.clone(), task, preemptor: name.into(), deadline });
+            waiting_for.push((w, i));
+        } else {
+            if waits {
+                let victim = core.entries[&w].spec.members[i].clone();
+                core.hold(name, &m, victim);
+            }
+            out.push(Decision::Evicted {
+                workload: w.clone(),
+                task,
+                node: m.node,
+                reason: EvictReason::Preempted { preemptor: name.into(), checkpointed: false },
+            });
+            if !victim_workloads.contains(&w) {
+                victim_workloads.push(w);
+            }
+        }
+    }
+    for w in victim_workloads {
+        core.after_eviction(&w, now, out);
+    }
+    core.unpark_all();
+    if waits {
+        let e = core.entries.get_mut(name).expect("preemptor exists");
+        e.explanation.preemption = Some(format!("waiting for {} victims to checkpoint", waiting_for.len()));
+        e.waiting_for = waiting_for;
+    } else {
+        core.commit(name, placed, now, out);
+    }
+    Ok(())
+}
+
+/// Release the preemptor's tentatively bound members.
+fn unplace(core: &mut SchedulerCore, members: &[Task], placed: &[(usize, Slot, Vec<DeviceShare>)]) {
+    for (i, slot, devices) in placed {
+        core.nodes.update(*slot, |n| release(n, &members[*i], devices));
+    }
+}
+
+/// Find and verify victims that make room for `task`; on success the victims are released (in
+/// `taken`) and `task` is bound on the returned node.
+#[allow(clippy::too_many_arguments)]
+fn room_for(
+    core: &mut SchedulerCore,
+    set: &PolicySet,
+    plugin: &Arc<dyn PolicyPlugin>,
+    who: &Preemptor<'_>,
+    task: &Task,
+    eligible: &[(String, usize)],
+    taken: &mut Vec<(String, usize, Member)>,
+    now: u64,
+    out: &mut Vec<Decision>,
+) -> Result<(Slot, Vec<DeviceShare>), String> {
+    let mut by_slot: BTreeMap<Slot, Vec<(String, usize)>> = BTreeMap::new();
+    for (w, i) in eligible {
+        if let Some(m) = core.entries[w].members[*i].as_ref() {
+            by_slot.entry(m.slot).or_default().push((w.clone(), *i));
+        }
+    }
+    let mut slots = might_help(core, set, task, by_slot.keys().copied().collect());
+    slots.truncate(core.config.max_preemption_candidates);
+    for _ in 0..PLAN_TRIES {
+        if slots.is_empty() {
+            return Err("no node where evicting the allowed victims could make room".into());
+        }
+        let mut lists: Vec<Vec<(String, usize)>> = Vec::new();
+        let mut candidates: Vec<PreemptCandidate> = Vec::new();
+        for &slot in &slots {
+            let mut list = by_slot[&slot].clone();
+            list.sort_by_key(|(w, i)| (core.entries[w].spec.priority, w.clone(), *i));
+            candidates.push(PreemptCandidate {
+                node: slot,
+                victims: list.iter().map(|(w, i)| victim(core, w, *i, now)).collect(),
+            });
+            lists.push(list);
+        }
+        let plan = match plugin.select_victims(CallContext { worker: 0, nodes: &core.nodes }, task, &candidates) {
+            Ok(Some(plan)) => plan,
+            Ok(None) => return Err(format!("{} found no victims that make room", plugin.name())),
+            Err(fault) => {
+                let msg = format!("{fault}");
+                out.push(Decision::Fault(fault));
+                return Err(msg);
+            }
+        };
+        let c = plan.candidate as usize;
+        let slot = slots[c];
+        let mut chosen: Vec<(String, usize)> = plan.victims.iter().map(|&v| lists[c][v as usize].clone()).collect();
+        whole_groups(core, &mut chosen);
+        if !guarantees_hold(core, who.leaf, &chosen) {
+            slots.retain(|&s| s != slot);
+            continue;
+        }
+        let mut released = Vec::new();
+        for (w, i) in &chosen {
+            if let Some(m) = core.unbind(w, *i) {
+                released.push((w.clone(), *i, m));
+            }
+        }
+        if let Ok(p) = place_among(set, &core.nodes, task, 0, &[slot])
+            && matches!(core.nodes.update(slot, |n| bind(n, task, &p.devices)), Some(Ok(())))
+        {
+            taken.extend(released);
+            return Ok((slot, p.devices));
+        }
+        for (w, i, m) in released.into_iter().rev() {
+            core.rebind(&w, i, m);
+        }
+        slots.retain(|&s| s != slot);
+    }
+    Err(format!("{}'s choices did not make room when checked", plugin.name()))
+}
+
+fn victim(core: &SchedulerCore, w: &str, i: usize, now: u64) -> Victim {
+    let v = &core.entries[w];
+    let started = v.members[i].as_ref().map_or(now, |m| m.started);
+    Victim {
+        task: v.spec.members[i].clone(),
+        running_seconds: now.saturating_sub(started),
+        group_running: v.running() as u32,
+        group_min_member: v.spec.min_member as u32,
+        checkpointable: v.spec.checkpointable,
+    }
+}
+
+/// A victim whose group would fall below min-member brings every running member of the group.
+fn whole_groups(core: &SchedulerCore, chosen: &mut Vec<(String, usize)>) {
+    let mut groups: Vec<String> = chosen.iter().map(|(w, _)| w.clone()).collect();
+    groups.dedup();
+    for w in groups {
+        let v = &core.entries[&w];
+        let leaving = chosen.iter().filter(|(x, _)| *x == w).count();
+        if v.placed().saturating_sub(leaving) < v.spec.min_member {
+            for (i, m) in v.members.iter().enumerate() {
+                if m.as_ref().is_some_and(|m| m.leaving.is_none()) && !chosen.contains(&(w.clone(), i)) {
+                    chosen.push((w.clone(), i));
+                }
+            }
+        }
+    }
+}
+
+/// No victim queue other than the preemptor's may drop below its guarantee in a resource it loses.
+fn guarantees_hold(core: &SchedulerCore, leaf: usize, chosen: &[(String, usize)]) -> bool {
+    let mut removed: BTreeMap<usize, Resources> = BTreeMap::new();
+    for (w, i) in chosen {
+        let v = &core.entries[w];
+        if v.leaf != leaf {
+            removed.entry(v.leaf).or_default().saturating_add_assign(&demand(&v.spec.members[*i]));
+        }
+    }
+    removed.iter().all(|(&q, r)| {
+        let Some(g) = core.queues.get(q).map(|s| &s.guarantee) else { return true };
+        let after = minus(&core.allocated[q], r);
+        let dims_ok = (r.cpu_milli == 0 || after.cpu_milli >= g.cpu_milli)
+            && (r.memory_bytes == 0 || after.memory_bytes >= g.memory_bytes)
+            && (r.gpu_milli == 0 || after.gpu_milli >= g.gpu_milli);
+        dims_ok && r.extended.iter().all(|(n, v)| *v == 0 || after.extended(n) >= g.extended(n))
+    })
+}
+
+/// kube-scheduler's "nodes where preemption might help": drop nodes a filter rejects for a reason
+/// eviction cannot change (selector, taint, GPU model). A filter fault keeps the nodes (the exact
+/// check afterwards decides).
+fn might_help(core: &SchedulerCore, set: &PolicySet, task: &Task, mut slots: Vec<Slot>) -> Vec<Slot> {
+    let ctx = CallContext { worker: 0, nodes: &core.nodes };
+    for filter in set.filters() {
+        if slots.is_empty() {
+            break;
+        }
+        if let Ok(batch) = filter.filter(ctx, task, &slots) {
+            let keep: Vec<bool> = batch
+                .codes
+                .iter()
+                .map(|&c| c == 0 || batch.reasons.get(usize::from(c) - 1).is_some_and(|r| !r.unresolvable))
+                .collect();
+            let mut k = keep.iter();
+            slots.retain(|_| *k.next().unwrap_or(&true));
+        }
+    }
+    slots
+}

@@ -1,0 +1,571 @@
+//! The cycle on the digests' scenarios (queues Q6/D3, gangs G1/G2/G8/G9, quotas, preemption P5,
+//! reclaim, DRF D1), with the built-in policies linked natively. `tests/all/cycle.rs` runs the same
+//! rules with the Wasm components.
+
+use std::sync::Arc;
+
+use wasmsched_api::{GpuDevice, GpuRequest, Node, Resources, Task};
+use wasmsched_plugin_allocation_score::AllocationScore;
+use wasmsched_plugin_fair_share::FairSharePolicy;
+use wasmsched_plugin_priority_preempt::PriorityPreempt;
+use wasmsched_plugin_resource_fit::ResourceFit;
+
+use super::*;
+use crate::native::NativePlugin;
+use crate::queue::QueueSpec;
+use ahash::AHashSet;
+
+fn gpu_node(name: &str, gpus: u32) -> Node {
+    Node {
+        name: name.into(),
+        allocatable: Resources {
+            cpu_milli: 64_000,
+            memory_bytes: 512 << 30,
+            gpu_milli: u64::from(gpus) * 1000,
+            extended: vec![],
+        },
+        gpus: (0..gpus).map(|i| GpuDevice { index: i, free_milli: 1000, ..Default::default() }).collect(),
+        ..Default::default()
+    }
+}
+
+fn task(id: &str, gpus: u32) -> Task {
+    Task {
+        id: id.into(),
+        request: Resources { cpu_milli: 1000, memory_bytes: 1 << 30, ..Default::default() },
+        gpu: GpuRequest { count: gpus, milli_per_gpu: 1000, ..Default::default() },
+        ..Default::default()
+    }
+}
+
+fn job(name: &str, queue: &str, priority: i32, gpus: u32) -> Workload {
+    let mut w = Workload::single(task(name, gpus));
+    w.queue = queue.into();
+    w.priority = priority;
+    w
+}
+
+fn gang(name: &str, queue: &str, members: usize, min: usize, gpus: u32) -> Workload {
+    let tasks = (0..members).map(|i| task(&format!("{name}-{i}"), gpus)).collect();
+    Workload::gang(name, queue, 0, tasks, min)
+}
+
+fn unlimited() -> Resources {
+    Resources { cpu_milli: u64::MAX / 4, memory_bytes: u64::MAX / 4, gpu_milli: u64::MAX / 4, extended: vec![] }
+}
+
+fn queue(name: &str, weight: u32) -> QueueSpec {
+    QueueSpec { name: name.into(), parent: None, weight, reclaimable: true, ..Default::default() }
+}
+
+fn core(queues: Vec<QueueSpec>, nodes: &[(&str, u32)]) -> SchedulerCore {
+    let mut c = SchedulerCore::new(QueueTree::new(queues).unwrap(), CoreConfig::default());
+    for (name, gpus) in nodes {
+        c.upsert_node(gpu_node(name, *gpus), 0);
+    }
+    c
+}
+
+fn builder() -> crate::placement::PolicySetBuilder {
+    PolicySet::builder()
+        .filter(Arc::new(NativePlugin::<ResourceFit>::new("", 1).unwrap()))
+        .score(Arc::new(NativePlugin::<AllocationScore>::new(r#"{"strategy":"most"}"#, 1).unwrap()), 1)
+}
+
+/// Filter + bin-packing score, proportion fair share, priority preemption.
+fn full() -> PolicySet {
+    builder()
+        .fair_share(Arc::new(NativePlugin::<FairSharePolicy>::new("", 1).unwrap()))
+        .preempt(Arc::new(NativePlugin::<PriorityPreempt>::new("", 1).unwrap()))
+        .build()
+}
+
+fn bound(decisions: &[Decision]) -> Vec<String> {
+    decisions
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Bound { task, .. } => Some(task.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn evicted(decisions: &[Decision]) -> Vec<String> {
+    decisions
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Evicted { task, .. } => Some(task.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn q6_priority_then_fifo_within_a_queue() {
+    let mut c = core(vec![queue("q", 1)], &[("n", 8)]);
+    for (name, p) in [("j1", 5), ("j2", 10), ("j3", 5)] {
+        c.submit(job(name, "q", p, 8), 0).unwrap();
+    }
+    let mut order = Vec::new();
+    for t in 0..3 {
+        let d = c.schedule(&full(), t * 100);
+        let b = bound(&d);
+        assert_eq!(b.len(), 1, "one 8-GPU node runs one job at a time: {d:?}");
+        c.finish(&b[0]).unwrap();
+        order.extend(b);
+    }
+    assert_eq!(order, ["j2", "j1", "j3"]);
+}
+
+#[test]
+fn d3_no_head_of_line_blocking_and_a_task_larger_than_any_node_is_not_retried_by_polling() {
+    let mut c = core(vec![queue("a", 1), queue("b", 1)], &[("n0", 8), ("n1", 8)]);
+    c.submit(job("huge", "a", 10, 100), 0).unwrap();
+    c.submit(job("small-a", "a", 0, 1), 0).unwrap();
+    c.submit(job("small-b", "b", 0, 1), 0).unwrap();
+    let d = c.schedule(&full(), 0);
+    let mut b = bound(&d);
+    b.sort();
+    assert_eq!(b, ["small-a", "small-b"]);
+    let why = c.explain("huge").unwrap().to_string();
+    assert!(why.contains("0/2 nodes available; 2 nodes: insufficient free GPUs (resource-fit)"), "{why}");
+    assert_eq!(c.status("huge").unwrap().phase, Phase::Pending);
+    // Parked: later cycles without a cluster change do not try it again.
+    for t in 1..50 {
+        let d = c.schedule(&full(), t);
+        assert!(d.is_empty(), "no retry without a cluster change: {d:?}");
+    }
+    assert_eq!(c.explain("huge").unwrap().attempts, 1);
+    // A node added wakes it up; it is tried (and fails) again.
+    c.upsert_node(gpu_node("n2", 8), 60);
+    let d = c.schedule(&full(), 60);
+    assert!(matches!(&d[..], [Decision::Unschedulable { workload, .. }] if workload == "huge"), "{d:?}");
+    assert_eq!(c.explain("huge").unwrap().attempts, 2);
+}
+
+#[test]
+fn back_off_doubles_to_its_cap() {
+    let mut c = core(vec![queue("q", 1)], &[("n", 1)]);
+    c.submit(job("big", "q", 0, 2), 0).unwrap();
+    let mut waits = Vec::new();
+    let mut now = 0;
+    for _ in 0..6 {
+        c.schedule(&full(), now);
+        let retry = c.explain("big").unwrap().retry_at.unwrap();
+        waits.push(retry - now);
+        c.upsert_node(gpu_node("n", 1), retry); // a cluster change un-parks it
+        assert_eq!(c.next_wakeup(), Some(retry));
+        now = retry;
+    }
+    assert_eq!(waits, [1, 2, 4, 8, 10, 10]);
+}
+
+#[test]
+fn capability_caps_a_queue_and_frees_with_completions() {
+    let mut capped = queue("capped", 1);
+    capped.capability = Some(Resources { gpu_milli: 8000, ..unlimited() });
+    let mut c = core(vec![capped], &[("n0", 8), ("n1", 8)]);
+    c.submit(job("first", "capped", 0, 8), 0).unwrap();
+    c.submit(job("second", "capped", 0, 8), 0).unwrap();
+    let d = c.schedule(&full(), 0);
+    assert_eq!(bound(&d), ["first"]);
+    let why = c.explain("second").unwrap().to_string();
+    assert!(why.starts_with("queue capped at capability: 0 of the 1 required members fit its quota"), "{why}");
+    assert!(why.contains("no lower-priority work in its own queue"), "{why}");
+    c.finish("first").unwrap();
+    assert_eq!(bound(&c.schedule(&full(), 5)), ["second"]);
+    assert_eq!(c.queue_shares()[0].allocated.gpu_milli, 8000);
+}
+
+#[test]
+fn g1_g2_gang_all_or_nothing_then_timeout() {
+    let mut c = core(vec![queue("q", 1)], &[("n0", 8), ("n1", 8), ("n2", 8)]);
+    c.submit(gang("volcano", "q", 4, 4, 8), 0).unwrap();
+    let d = c.schedule(&full(), 0);
+    assert!(bound(&d).is_empty());
+    assert_eq!(c.nodes().get(0).unwrap().allocated.gpu_milli, 0, "nothing stays bound");
+    let why = c.explain("volcano").unwrap().to_string();
+    assert!(why.starts_with("gang: 3 of 4 required members fit"), "{why}");
+    // G2: one more node and all four go in one cycle.
+    c.upsert_node(gpu_node("n3", 8), 5);
+    let d = c.schedule(&full(), 5);
+    assert_eq!(bound(&d).len(), 4);
+    assert_eq!(c.status("volcano").unwrap().phase, Phase::Running);
+
+    // G1: with only 3 nodes, the gang times out after the default 10 minutes.
+    let mut c = core(vec![queue("q", 1)], &[("n0", 8), ("n1", 8), ("n2", 8)]);
+    c.submit(gang("g", "q", 4, 4, 8), 0).unwrap();
+    c.schedule(&full(), 0);
+    assert_eq!(c.next_wakeup(), Some(600), "parked: only a cluster change or the timeout wakes it");
+    assert!(c.schedule(&full(), 599).iter().all(|d| !matches!(d, Decision::TimedOut { .. })));
+    let d = c.schedule(&full(), 600);
+    assert!(d.contains(&Decision::TimedOut { workload: "g".into() }), "{d:?}");
+    assert_eq!(c.status("g").unwrap().phase, Phase::TimedOut);
+    assert!(c.schedule(&full(), 10_000).is_empty(), "a timed-out gang leaves the pending set");
+
+    // G8: an explicit timeout is honoured.
+    let mut short = gang("short", "q", 4, 4, 8);
+    short.timeout_seconds = Some(30);
+    c.submit(short, 700).unwrap();
+    c.schedule(&full(), 700);
+    assert!(c.schedule(&full(), 730).contains(&Decision::TimedOut { workload: "short".into() }));
+}
+
+#[test]
+fn g8_duplicates_and_bad_workloads_are_refused_and_change_nothing() {
+    let mut c =
+        core(vec![queue("root", 1), QueueSpec { parent: Some("root".into()), ..queue("leaf", 1) }], &[("n", 8)]);
+    c.submit(gang("g", "leaf", 2, 2, 1), 0).unwrap();
+    assert_eq!(c.submit(gang("g", "leaf", 2, 2, 1), 0), Err(WorkloadError::Duplicate("g".into())));
+    let err = c.submit(job("g-0", "leaf", 0, 1), 0).unwrap_err();
+    assert_eq!(err.to_string(), "workload g-0: task g-0 already belongs to workload g");
+    assert!(matches!(c.submit(job("x", "nope", 0, 1), 0), Err(WorkloadError::UnknownQueue { .. })));
+    assert!(c.submit(job("x", "root", 0, 1), 0).unwrap_err().to_string().contains("leaf queues"));
+    assert!(c.submit(gang("m", "leaf", 2, 3, 1), 0).unwrap_err().to_string().contains("min-member 3"));
+    let mut odd = job("odd", "leaf", 0, 2);
+    odd.members[0].gpu.milli_per_gpu = 500;
+    assert!(c.submit(odd, 0).unwrap_err().to_string().contains("one shared GPU"));
+    let mut overflow = gang("o", "leaf", 2, 2, 1);
+    for m in &mut overflow.members {
+        m.request.cpu_milli = u64::MAX / 2 + 1;
+    }
+    assert!(c.submit(overflow, 0).unwrap_err().to_string().contains("overflow"));
+    assert_eq!(c.workloads_in(Phase::Pending), ["g"], "refused workloads leave no trace");
+    assert_eq!(c.finish("nope"), Err(CoreError::UnknownWorkload("nope".into())));
+    assert_eq!(c.checkpoint_done("g-0", 0), Err(CoreError::NotLeaving("g-0".into())));
+}
+
+#[test]
+fn g9_elastic_admitted_at_min_grown_into_idle_capacity_and_shrunk_first() {
+    let mut c = core(vec![queue("a", 1), queue("b", 1)], &[("n0", 2), ("n1", 1)]);
+    // Only 1 GPU free at first: the elastic job (min 2) waits, then runs at 2 and grows to 3.
+    c.submit(job("blocker", "b", 0, 2), 0).unwrap();
+    assert_eq!(bound(&c.schedule(&full(), 0)), ["blocker"]);
+    c.submit(gang("elastic", "a", 4, 2, 1), 1).unwrap();
+    let d = c.schedule(&full(), 1);
+    assert!(bound(&d).is_empty(), "1 GPU free < min 2: {d:?}");
+    c.finish("blocker").unwrap();
+    let d = c.schedule(&full(), 2);
+    assert_eq!(bound(&d).len(), 3, "min 2 admitted, grown to 3 (no 4th GPU): {d:?}");
+    assert_eq!(c.status("elastic").unwrap().running, 3);
+    // A rigid job at equal priority in another queue needing 1 GPU: the surplus member yields.
+    c.submit(job("rigid", "b", 0, 1), 3).unwrap();
+    let d = c.schedule(&full(), 3);
+    assert_eq!(evicted(&d).len(), 1, "{d:?}");
+    assert_eq!(bound(&d), ["rigid"]);
+    assert_eq!(c.status("elastic").unwrap().running, 2, "shrunk to min, still running");
+    assert_eq!(c.status("elastic").unwrap().phase, Phase::Running);
+    // Capacity comes back: it grows again.
+    c.finish("rigid").unwrap();
+    assert_eq!(bound(&c.schedule(&full(), 4)).len(), 1);
+    assert_eq!(c.status("elastic").unwrap().running, 3);
+}
+
+#[test]
+fn within_a_queue_strictly_lower_priority_is_preempted_and_never_equal() {
+    let mut c = core(vec![queue("q", 1)], &[("n", 8)]);
+    c.submit(job("low", "q", 0, 8), 0).unwrap();
+    c.schedule(&full(), 0);
+    c.submit(job("peer", "q", 0, 8), 1).unwrap();
+    let d = c.schedule(&full(), 1);
+    assert!(evicted(&d).is_empty(), "equal priority never preempts: {d:?}");
+    let mut polite = job("polite", "q", 5, 8);
+    polite.preemption = PreemptionPolicy::Never;
+    c.submit(polite, 2).unwrap();
+    let d = c.schedule(&full(), 2);
+    assert!(evicted(&d).is_empty());
+    assert!(c.explain("polite").unwrap().to_string().contains("preemption policy Never"));
+    c.submit(job("high", "q", 10, 8), 3).unwrap();
+    let d = c.schedule(&full(), 3);
+    assert_eq!(evicted(&d), ["low"]);
+    assert_eq!(bound(&d), ["high"]);
+    assert!(d.iter().any(|x| matches!(x, Decision::Evicted { reason: EvictReason::Preempted { preemptor, checkpointed: false }, .. } if preemptor == "high")));
+    assert_eq!(c.status("low").unwrap().phase, Phase::Pending, "the victim goes back to its queue");
+}
+
+#[test]
+fn p5_checkpointing_victims_get_their_grace_period() {
+    let mut c = core(vec![queue("q", 1)], &[("n0", 8), ("n1", 8)]);
+    for name in ["saves", "silent"] {
+        let mut w = job(name, "q", 0, 8);
+        w.checkpointable = true;
+        c.submit(w, 0).unwrap();
+    }
+    c.schedule(&full(), 0);
+    let mut urgent = gang("urgent", "q", 2, 2, 8);
+    urgent.priority = 10;
+    c.submit(urgent, 100).unwrap();
+    let d = c.schedule(&full(), 100);
+    let asked: Vec<_> = d
+        .iter()
+        .filter_map(|x| match x {
+            Decision::PreemptionRequested { task, deadline, .. } => Some((task.clone(), *deadline)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(asked.len(), 2, "both victims asked in parallel: {d:?}");
+    assert!(asked.iter().all(|(_, dl)| *dl == 130), "default grace 30 s");
+    assert_eq!(c.status("urgent").unwrap().phase, Phase::Preempting);
+    assert!(bound(&d).is_empty(), "the preemptor waits for its victims");
+    assert_eq!(c.next_wakeup(), Some(130));
+    // One checkpoints at +5 s: evicted at once; the other is evicted at the deadline.
+    let d = c.checkpoint_done("saves", 105).unwrap();
+    assert!(matches!(&d[..], [Decision::Evicted { reason: EvictReason::Preempted { checkpointed: true, .. }, .. }]));
+    assert!(bound(&c.schedule(&full(), 105)).is_empty(), "still waiting for the silent one");
+    let d = c.schedule(&full(), 130);
+    assert_eq!(evicted(&d), ["silent"]);
+    assert_eq!(bound(&d).len(), 2, "nominated preemptor goes first once its victims left: {d:?}");
+}
+
+#[test]
+fn reclaim_returns_borrowed_capacity_and_never_ping_pongs() {
+    let mut c = core(vec![queue("a", 1), queue("b", 1)], &[("n0", 8), ("n1", 8)]);
+    c.submit(job("a1", "a", 0, 8), 0).unwrap();
+    c.submit(job("a2", "a", 0, 8), 0).unwrap();
+    assert_eq!(bound(&c.schedule(&full(), 0)).len(), 2, "a borrows the idle half");
+    c.submit(job("b1", "b", 0, 8), 10).unwrap();
+    let d = c.schedule(&full(), 10);
+    assert_eq!(evicted(&d).len(), 1, "{d:?}");
+    assert_eq!(bound(&d), ["b1"]);
+    let victim = evicted(&d)[0].clone();
+    // The victim is back in queue a, which now holds exactly its deserved share: it cannot
+    // reclaim back from b however often the cycle runs.
+    for t in 11..200 {
+        let d = c.schedule(&full(), t);
+        assert!(evicted(&d).is_empty(), "ping-pong at t={t}: {d:?}");
+        if t % 20 == 0 {
+            c.upsert_node(gpu_node("n0", 8), t); // cluster changes un-park the victim
+        }
+    }
+    assert_eq!(c.status(&victim).unwrap().phase, Phase::Pending);
+    let shares = c.queue_shares();
+    assert_eq!((shares[0].allocated.gpu_milli, shares[1].allocated.gpu_milli), (8000, 8000));
+    assert_eq!(shares[1].deserved.as_ref().unwrap().gpu_milli, 8000);
+}
+
+#[test]
+fn reclaim_respects_guarantees_and_non_reclaimable_queues() {
+    let mut guarded = queue("guarded", 1);
+    guarded.guarantee = Resources { gpu_milli: 16_000, ..Default::default() };
+    let mut c = core(vec![guarded, queue("b", 1)], &[("n0", 8), ("n1", 8)]);
+    c.submit(job("g1", "guarded", 0, 8), 0).unwrap();
+    c.submit(job("g2", "guarded", 0, 8), 0).unwrap();
+    c.schedule(&full(), 0);
+    c.submit(job("b1", "b", 0, 8), 1).unwrap();
+    let d = c.schedule(&full(), 1);
+    assert!(evicted(&d).is_empty(), "guarded holds its guarantee: {d:?}");
+
+    let mut fixed = queue("fixed", 1);
+    fixed.reclaimable = false;
+    let mut c = core(vec![fixed, queue("b", 1)], &[("n0", 8), ("n1", 8)]);
+    c.submit(job("f1", "fixed", 0, 8), 0).unwrap();
+    c.submit(job("f2", "fixed", 0, 8), 0).unwrap();
+    c.schedule(&full(), 0);
+    c.submit(job("b1", "b", 0, 8), 1).unwrap();
+    assert!(evicted(&c.schedule(&full(), 1)).is_empty(), "not reclaimable");
+}
+
+#[test]
+fn a_victim_gang_goes_whole_and_is_requeued() {
+    let mut c = core(vec![queue("q", 1)], &[("n0", 8), ("n1", 8)]);
+    c.submit(gang("pair", "q", 2, 2, 8), 0).unwrap();
+    assert_eq!(bound(&c.schedule(&full(), 0)).len(), 2);
+    c.submit(job("high", "q", 10, 8), 1).unwrap();
+    let d = c.schedule(&full(), 1);
+    let mut gone = evicted(&d);
+    gone.sort();
+    assert_eq!(gone, ["pair-0", "pair-1"], "below min-member the whole gang leaves: {d:?}");
+    assert_eq!(bound(&d), ["high"]);
+    assert_eq!(c.status("pair").unwrap().phase, Phase::Pending);
+    assert_eq!(c.nodes().get(0).unwrap().allocated.gpu_milli + c.nodes().get(1).unwrap().allocated.gpu_milli, 8000);
+}
+
+#[test]
+fn d1_drf_through_the_cycle() {
+    let cpu_mem = |id: &str, cpu: u64, gib: u64| Task {
+        id: id.into(),
+        request: Resources { cpu_milli: cpu * 1000, memory_bytes: gib << 30, ..Default::default() },
+        ..Default::default()
+    };
+    let node = Node {
+        name: "n".into(),
+        allocatable: Resources { cpu_milli: 9000, memory_bytes: 18 << 30, ..Default::default() },
+        ..Default::default()
+    };
+    let set =
+        builder().fair_share(Arc::new(NativePlugin::<FairSharePolicy>::new(r#"{"policy":"drf"}"#, 1).unwrap())).build();
+    let mut c = SchedulerCore::new(QueueTree::new([queue("a", 1), queue("b", 1)]).unwrap(), CoreConfig::default());
+    c.upsert_node(node, 0);
+    for i in 0..10 {
+        let mut a = Workload::single(cpu_mem(&format!("a{i}"), 1, 4));
+        a.queue = "a".into();
+        c.submit(a, 0).unwrap();
+        let mut b = Workload::single(cpu_mem(&format!("b{i}"), 3, 1));
+        b.queue = "b".into();
+        c.submit(b, 0).unwrap();
+    }
+    let d = c.schedule(&set, 0);
+    let placed = bound(&d);
+    let a = placed.iter().filter(|t| t.starts_with('a')).count();
+    let b = placed.iter().filter(|t| t.starts_with('b')).count();
+    assert_eq!((a, b), (3, 2), "{placed:?}");
+}
+
+#[test]
+fn a_failing_fair_share_plugin_degrades_to_tree_order() {
+    struct Broken;
+    impl wasmsched_api::Plugin for Broken {
+        const NAME: &'static str = "broken";
+        fn new(_: &str) -> Result<Self, String> {
+            Ok(Broken)
+        }
+    }
+    impl wasmsched_api::FairShare for Broken {
+        fn compute(&mut self, _: &[wasmsched_api::QueueState], _: &Resources) -> Result<ShareDecision, String> {
+            Err("boom".into())
+        }
+    }
+    impl wasmsched_api::Stages for Broken {
+        fn as_fair_share(&mut self) -> Option<&mut dyn wasmsched_api::FairShare> {
+            Some(self)
+        }
+    }
+    let set = builder().fair_share(Arc::new(NativePlugin::<Broken>::new("", 1).unwrap())).build();
+    let mut c = core(vec![queue("a", 1), queue("b", 1)], &[("n", 8)]);
+    c.submit(job("x", "b", 0, 1), 0).unwrap();
+    c.submit(job("y", "a", 0, 1), 0).unwrap();
+    let d = c.schedule(&set, 0);
+    assert!(d.iter().any(|x| matches!(x, Decision::Fault(f) if f.message.contains("boom"))), "{d:?}");
+    assert_eq!(bound(&d), ["y", "x"], "tree order: a before b");
+}
+
+/// Deterministic xorshift for the churn test (the core has no RNG dependency).
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+}
+
+/// Every node's allocation is exactly what placed members and holds take, and every queue's
+/// allocation is what its members take, within its capability.
+fn check_accounting(c: &SchedulerCore) {
+    let mut per_node: AHashMap<String, u64> = AHashMap::new();
+    let mut per_queue = vec![0u64; c.queues.len()];
+    for e in c.entries.values() {
+        for (i, m) in e.members.iter().enumerate() {
+            if let Some(m) = m {
+                let g = e.spec.members[i].gpu.total_milli();
+                *per_node.entry(m.node.clone()).or_default() += g;
+                for q in c.queues.chain(e.leaf) {
+                    per_queue[q] += g;
+                }
+            }
+        }
+        for h in &e.holds {
+            *per_node.entry(h.node.clone()).or_default() += h.task.gpu.total_milli();
+        }
+    }
+    for slot in c.nodes.slots() {
+        let n = c.nodes.get(slot).unwrap();
+        assert_eq!(n.allocated.gpu_milli, per_node.get(&n.name).copied().unwrap_or(0), "node {}", n.name);
+        let free: u64 = n.gpus.iter().map(|g| u64::from(g.free_milli)).sum();
+        assert_eq!(free + n.allocated.gpu_milli, n.allocatable.gpu_milli, "devices of {}", n.name);
+    }
+    for (q, held) in per_queue.iter().enumerate() {
+        assert_eq!(c.allocated[q].gpu_milli, *held, "queue {q}");
+        if let Some(cap) = &c.queues.get(q).unwrap().capability {
+            assert!(*held <= cap.gpu_milli, "queue {q} over capability");
+        }
+    }
+}
+
+#[test]
+fn churn_keeps_accounting_exact_loses_nothing_and_never_preempts_back_and_forth() {
+    for seed in 1..=6u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut capped = queue("capped", 1);
+        capped.capability = Some(Resources { gpu_milli: 12_000, ..unlimited() });
+        let mut guaranteed = queue("guaranteed", 2);
+        guaranteed.guarantee = Resources { gpu_milli: 8000, ..Default::default() };
+        let nodes: Vec<(String, u32)> = (0..6).map(|i| (format!("n{i}"), [4, 8][i % 2])).collect();
+        let refs: Vec<(&str, u32)> = nodes.iter().map(|(n, g)| (n.as_str(), *g)).collect();
+        let mut c = core(vec![capped, guaranteed, queue("free", 1)], &refs);
+        let set = full();
+        let mut submitted = 0usize;
+        let mut finished = 0usize;
+        let mut pairs: AHashSet<(String, String)> = AHashSet::new();
+        for t in 0..400u64 {
+            if rng.below(3) == 0 {
+                let q = ["capped", "guaranteed", "free"][rng.below(3) as usize];
+                let name = format!("w{submitted}");
+                let members = 1 + rng.below(3) as usize;
+                let mut w =
+                    gang(&name, q, members, 1 + rng.below(members as u64) as usize, [1, 2, 4][rng.below(3) as usize]);
+                w.priority = rng.below(4) as i32;
+                w.checkpointable = rng.below(2) == 0;
+                w.grace_seconds = Some(1 + rng.below(5));
+                c.submit(w, t).unwrap();
+                submitted += 1;
+            }
+            if rng.below(4) == 0 {
+                let running = c.workloads_in(Phase::Running);
+                if !running.is_empty() {
+                    let victim = running[rng.below(running.len() as u64) as usize].to_string();
+                    c.finish(&victim).unwrap();
+                    finished += 1;
+                }
+            }
+            for d in c.schedule(&set, t) {
+                if let Decision::Evicted { workload, reason: EvictReason::Preempted { preemptor, .. }, .. } = d {
+                    if std::env::var("CHURN_DEBUG").is_ok() {
+                        let (p, v) = (&c.entries[&preemptor], &c.entries[&workload]);
+                        eprintln!(
+                            "t={t} {preemptor}(q{} p{} min{} n{} run{}) evicts {workload}(q{} p{} min{} n{} run{}) alloc={:?} deserved={:?}",
+                            p.leaf,
+                            p.spec.priority,
+                            p.spec.min_member,
+                            p.spec.members.len(),
+                            p.running(),
+                            v.leaf,
+                            v.spec.priority,
+                            v.spec.min_member,
+                            v.spec.members.len(),
+                            v.running(),
+                            c.allocated.iter().map(|a| a.gpu_milli).collect::<Vec<_>>(),
+                            c.deserved.as_ref().map(|d| d.iter().map(|a| a.gpu_milli).collect::<Vec<_>>())
+                        );
+                    }
+                    assert!(
+                        !pairs.contains(&(workload.clone(), preemptor.clone())),
+                        "seed {seed}: {preemptor} evicted {workload}, which had evicted it before"
+                    );
+                    pairs.insert((preemptor, workload));
+                }
+            }
+            if rng.below(5) == 0 {
+                let leaving: Vec<String> = c
+                    .entries
+                    .values()
+                    .flat_map(|e| {
+                        e.members
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, m)| m.as_ref().is_some_and(|m| m.leaving.is_some()))
+                            .map(|(i, _)| e.spec.members[i].id.clone())
+                    })
+                    .collect();
+                if let Some(task) = leaving.first() {
+                    c.checkpoint_done(task, t).unwrap();
+                }
+            }
+            check_accounting(&c);
+            assert_eq!(c.entries.len() + finished, submitted, "seed {seed}: nothing is lost");
+        }
+        assert!(!pairs.is_empty(), "seed {seed}: the churn exercised preemption");
+    }
+}
