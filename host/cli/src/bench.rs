@@ -46,6 +46,15 @@ pub struct Args {
     /// Members per gang (each asks for 2 whole GPUs; min-member = all of them).
     #[arg(long, default_value_t = 500)]
     gang_size: usize,
+    /// Queues in the queue-churn scenario (whole cycle: fair share, reclaim, preemption); 0 skips it.
+    #[arg(long, default_value_t = 1000)]
+    queues: usize,
+    /// Nodes (8 GPUs each) in the queue-churn scenario.
+    #[arg(long, default_value_t = 500)]
+    queue_nodes: usize,
+    /// Rounds (cycles, one virtual second apart) of the queue-churn scenario.
+    #[arg(long, default_value_t = 100)]
+    queue_rounds: usize,
     /// Only the native policy set.
     #[arg(long)]
     native_only: bool,
@@ -99,6 +108,8 @@ struct Report {
     events_on_over_off: Vec<(&'static str, f64)>,
     /// The gang scenario per runtime (median total time over repetitions).
     gangs: Vec<GangRun>,
+    /// The queue-churn scenario per runtime (one run each).
+    queue_churn: Vec<crate::bench_queues::QueueRun>,
 }
 
 fn gang_member(gang: usize, i: usize) -> Task {
@@ -349,6 +360,28 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             gangs.push(of[of.len() / 2].clone());
         }
     }
+    let mut queue_churn = Vec::new();
+    if args.queues > 0 {
+        let natives = crate::policy::cycle_policy_set(None, wasmsched_plugins::PROPORTION)?;
+        let wasm = runtime
+            .as_ref()
+            .map(|rt| crate::policy::cycle_policy_set(Some(rt), wasmsched_plugins::PROPORTION))
+            .transpose()?;
+        let mut sets = vec![("native", &natives)];
+        if let Some(w) = &wasm {
+            sets.push(("wasm", w));
+        }
+        for (name, set) in sets {
+            queue_churn.push(crate::bench_queues::run(
+                set,
+                name,
+                args.queues,
+                args.queue_nodes,
+                args.queue_rounds,
+                args.seed,
+            ));
+        }
+    }
     let mut runs = Vec::new();
     for (name, _) in &runtimes {
         for events in [false, true] {
@@ -382,6 +415,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         wasm_over_native,
         events_on_over_off,
         gangs,
+        queue_churn,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -415,6 +449,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         println!(
             "{}: {} gangs × {} members all-or-nothing: {} placed in {:.3} s (slowest gang {:.1} ms)",
             g.runtime, g.gangs, g.gang_size, g.placed_gangs, g.total_seconds, g.slowest_gang_ms
+        );
+    }
+    for q in &report.queue_churn {
+        println!(
+            "{}: {} queues, {} nodes, {} cycles under churn: {:.0} decisions/s (mean cycle {:.1} ms, slowest {:.1} ms); {} submitted, {} bound, {} evicted; share error mean {:.4}, worst {:.4}",
+            q.runtime,
+            q.queues,
+            q.nodes,
+            q.rounds,
+            q.decisions_per_second,
+            q.mean_cycle_ms,
+            q.max_cycle_ms,
+            q.submitted,
+            q.bound,
+            q.evicted,
+            q.share_error_mean,
+            q.share_error_max
         );
     }
     if let (Some(d), Some(s)) = (&report.events_destination, stats) {

@@ -83,11 +83,40 @@ fn load(runtime: Option<&Runtime>, builtin: BuiltIn, config: &str) -> anyhow::Re
         None if name == wasmsched_plugins::GPU_TOPOLOGY.name => {
             Arc::new(NativePlugin::<GpuTopology>::new(config, 1).map_err(anyhow::Error::msg)?)
         }
+        None if [
+            wasmsched_plugins::PROPORTION.name,
+            wasmsched_plugins::DRF.name,
+            wasmsched_plugins::DECAYED_USAGE.name,
+        ]
+        .contains(&name) =>
+        {
+            Arc::new(
+                NativePlugin::<wasmsched_plugin_fair_share::FairSharePolicy>::new(config, 1)
+                    .map_err(anyhow::Error::msg)?
+                    .named(name),
+            )
+        }
+        None if name == wasmsched_plugins::PRIORITY_PREEMPT.name => Arc::new(
+            NativePlugin::<wasmsched_plugin_priority_preempt::PriorityPreempt>::new(config, 1)
+                .map_err(anyhow::Error::msg)?,
+        ),
         None if builtin.name.ends_with("-allocated") => {
             Arc::new(NativePlugin::<AllocationScore>::new(config, 1).map_err(anyhow::Error::msg)?.named(name))
         }
         None => Arc::new(NativePlugin::<GpuShareScore>::new(config, 1).map_err(anyhow::Error::msg)?.named(name)),
     })
+}
+
+/// The full cycle's policies: `resource-fit`, `most-allocated`, the `fair_share` built-in
+/// (`proportion`, `drf` or `decayed-usage`) and `priority-preempt`, from `runtime` or native.
+pub fn cycle_policy_set(runtime: Option<&Runtime>, fair_share: BuiltIn) -> anyhow::Result<PolicySet> {
+    Ok(PolicySet::builder()
+        .filter(load(runtime, wasmsched_plugins::RESOURCE_FIT, "")?)
+        .score(load(runtime, wasmsched_plugins::MOST_ALLOCATED, wasmsched_plugins::MOST_ALLOCATED.config)?, 1)
+        .fair_share(load(runtime, fair_share, fair_share.config)?)
+        .preempt(load(runtime, wasmsched_plugins::PRIORITY_PREEMPT, "")?)
+        .version(1)
+        .build())
 }
 
 /// `resource-fit` then the score policy `score`, from `runtime` (Wasm) or native when `runtime`

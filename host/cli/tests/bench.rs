@@ -1,0 +1,29 @@
+//! `wasmsched bench` at toy sizes: every scenario runs, the JSON report carries it, and the
+//! queue-churn scenario decides identically with native and Wasm policies.
+
+use std::process::Command;
+
+#[test]
+fn bench_reports_every_scenario_and_the_queue_churn_agrees_across_runtimes() {
+    let out = Command::new(env!("CARGO_BIN_EXE_wasmsched"))
+        .env("WASMSCHED_CACHE_DIR", "off")
+        .args(["bench", "--nodes", "40", "--existing", "10", "--pods", "50", "--repeat", "1", "--gangs", "2"])
+        .args(["--gang-size", "3", "--queues", "40", "--queue-nodes", "12", "--queue-rounds", "30", "--json"])
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    assert_eq!(report["runs"].as_array().unwrap().len(), 2, "native and wasm");
+    assert_eq!(report["gangs"].as_array().unwrap().len(), 2);
+    let churn = report["queue_churn"].as_array().unwrap();
+    assert_eq!(churn.len(), 2);
+    let (native, wasm) = (&churn[0], &churn[1]);
+    assert_eq!((native["runtime"].as_str(), wasm["runtime"].as_str()), (Some("native"), Some("wasm")));
+    assert_eq!(native["queues"], 40);
+    for key in ["submitted", "bound", "evicted", "unschedulable", "share_error_mean"] {
+        assert_eq!(native[key], wasm[key], "{key} differs between runtimes");
+    }
+    assert!(native["bound"].as_u64().unwrap() > 0 && native["decisions_per_second"].as_f64().unwrap() > 0.0);
+    let error = native["share_error_mean"].as_f64().unwrap();
+    assert!((0.0..=2.0).contains(&error), "share error is a fraction of the cluster: {error}");
+}
