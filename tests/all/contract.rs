@@ -72,5 +72,5 @@ fn loaded_plugins_report_their_stages_and_sdk() {
     assert!(fit.sdk_version().starts_with("wasmsched-sdk/"));
     assert_eq!(fit.digest().len(), 64);
     let hostile = rt.load(&fixtures::read(fixtures::HOSTILE), PluginConfig::new("h").with_config("ok")).unwrap();
-    assert_eq!(hostile.stages(), &[Stage::Filter, Stage::Score, Stage::FairShare]);
+    assert_eq!(hostile.stages(), &[Stage::Filter, Stage::Score, Stage::Preempt, Stage::FairShare]);
 }
