@@ -45,6 +45,18 @@ impl Resources {
         }
     }
 
+    /// `self - other`, each quantity saturating at zero.
+    pub fn saturating_sub(&self, other: &Resources) -> Resources {
+        let mut out = self.clone();
+        out.cpu_milli = out.cpu_milli.saturating_sub(other.cpu_milli);
+        out.memory_bytes = out.memory_bytes.saturating_sub(other.memory_bytes);
+        out.gpu_milli = out.gpu_milli.saturating_sub(other.gpu_milli);
+        for (name, v) in &mut out.extended {
+            *v = v.saturating_sub(other.extended(name));
+        }
+        out
+    }
+
     /// The quantity of an extended resource, 0 when absent.
     pub fn extended(&self, name: &str) -> u64 {
         self.extended.binary_search_by(|(n, _)| n.as_str().cmp(name)).map_or(0, |i| self.extended[i].1)
@@ -393,6 +405,11 @@ mod tests {
     fn resource_addition_merges_extended_and_handles_overflow() {
         let a = Resources { cpu_milli: 1, extended: vec![("b".into(), 2)], ..Default::default() };
         let b = Resources { cpu_milli: 2, extended: vec![("a".into(), 1), ("b".into(), 3)], ..Default::default() };
+        assert_eq!(
+            b.saturating_sub(&a),
+            Resources { cpu_milli: 1, extended: vec![("a".into(), 1), ("b".into(), 1)], ..Default::default() }
+        );
+        assert_eq!(a.saturating_sub(&b), Resources { extended: vec![("b".into(), 0)], ..Default::default() });
         let sum = a.checked_add(&b).unwrap();
         assert_eq!((sum.cpu_milli, sum.extended("a"), sum.extended("b")), (3, 1, 5));
         let max = Resources { gpu_milli: u64::MAX, ..Default::default() };

@@ -251,7 +251,8 @@ struct Entry {
     preempted_by: Vec<String>,
     attempts: u32,
     not_before: u64,
-    parked: bool,
+    /// Parked at this cluster epoch: not tried again until the epoch moves (the cluster changed).
+    parked_at: Option<u64>,
     explanation: Explanation,
 }
 
@@ -274,18 +275,6 @@ impl Entry {
     }
 }
 
-/// `a - b`, each quantity saturating at zero.
-fn minus(a: &Resources, b: &Resources) -> Resources {
-    let mut out = a.clone();
-    out.cpu_milli = out.cpu_milli.saturating_sub(b.cpu_milli);
-    out.memory_bytes = out.memory_bytes.saturating_sub(b.memory_bytes);
-    out.gpu_milli = out.gpu_milli.saturating_sub(b.gpu_milli);
-    for (name, v) in &mut out.extended {
-        *v = v.saturating_sub(b.extended(name));
-    }
-    out
-}
-
 /// The scheduling core; see the module docs.
 #[derive(Debug)]
 pub struct SchedulerCore {
@@ -300,6 +289,8 @@ pub struct SchedulerCore {
     usage: Vec<f64>,
     usage_at: u64,
     deserved: Option<Vec<Resources>>,
+    /// Bumped on every change that may let parked work fit (capacity freed, node added).
+    epoch: u64,
 }
 
 impl SchedulerCore {
@@ -317,6 +308,7 @@ impl SchedulerCore {
             usage: vec![0.0; n],
             usage_at: 0,
             deserved: None,
+            epoch: 0,
         }
     }
 
@@ -445,7 +437,7 @@ impl SchedulerCore {
                 preempted_by: Vec::new(),
                 attempts: 0,
                 not_before: now,
-                parked: false,
+                parked_at: None,
                 explanation: Explanation::default(),
             },
         );
@@ -526,7 +518,7 @@ impl SchedulerCore {
         let mut at = |t: u64| next = Some(next.map_or(t, |n: u64| n.min(t)));
         for e in self.entries.values() {
             match e.phase {
-                Phase::Pending if !e.parked => at(e.not_before),
+                Phase::Pending if !self.is_parked(e) => at(e.not_before),
                 _ => {}
             }
             if e.phase == Phase::Pending && e.spec.is_group() {
@@ -580,7 +572,7 @@ impl SchedulerCore {
                     pending[q].saturating_add_assign(&d);
                 }
             }
-            if e.phase == Phase::Pending && !e.parked && e.not_before <= now {
+            if e.phase == Phase::Pending && !self.is_parked(e) && e.not_before <= now {
                 lists.entry(e.leaf).or_default().push(e);
             }
         }
@@ -636,7 +628,7 @@ impl SchedulerCore {
             let d = demand(t);
             for q in self.queues.chain(e.leaf) {
                 if bound {
-                    pending[q] = minus(&pending[q], &d);
+                    pending[q] = pending[q].saturating_sub(&d);
                 } else {
                     pending[q].saturating_add_assign(&d);
                 }
@@ -773,7 +765,7 @@ impl SchedulerCore {
         let exp = e.attempts.saturating_sub(1).min(30);
         let backoff = self.config.backoff_initial_seconds.saturating_mul(1 << exp).min(self.config.backoff_max_seconds);
         e.not_before = now.saturating_add(backoff);
-        e.parked = true;
+        e.parked_at = Some(self.epoch);
         e.phase = if e.placed() > 0 { e.phase } else { Phase::Pending };
         explanation.attempts = e.attempts;
         explanation.retry_at = Some(e.not_before);
@@ -817,11 +809,7 @@ impl SchedulerCore {
             for i in unplaced {
                 let e = &self.entries[&name];
                 let task = e.spec.members[i].clone();
-                let fits_quota = self.queues.chain(e.leaf).all(|q| {
-                    let cap = self.queues.get(q).and_then(|s| s.capability.as_ref());
-                    cap.is_none_or(|c| self.allocated[q].checked_add(&demand(&task)).is_some_and(|t| fits(&t, c)))
-                });
-                if !fits_quota {
+                if !self.within_capability(e.leaf, &demand(&task)) {
                     break;
                 }
                 let Ok(p) = place(set, &self.nodes, &task, 0) else { break };
@@ -879,7 +867,7 @@ impl SchedulerCore {
             self.allocated[q] = if add {
                 self.allocated[q].checked_add(d).unwrap_or_else(|| self.allocated[q].clone())
             } else {
-                minus(&self.allocated[q], d)
+                self.allocated[q].saturating_sub(d)
             };
         }
     }
@@ -943,7 +931,7 @@ impl SchedulerCore {
             e.since = now;
             e.attempts = 0;
             e.not_before = now.saturating_add(self.config.backoff_initial_seconds);
-            e.parked = false;
+            e.parked_at = None;
         }
     }
 
@@ -966,10 +954,21 @@ impl SchedulerCore {
         }
     }
 
+    /// The cluster changed: everything parked may be tried again (after its back-off).
     fn unpark_all(&mut self) {
-        for e in self.entries.values_mut() {
-            e.parked = false;
-        }
+        self.epoch += 1;
+    }
+
+    fn is_parked(&self, e: &Entry) -> bool {
+        e.parked_at == Some(self.epoch)
+    }
+
+    /// Whether `extra` more fits the capability of `leaf` and every ancestor.
+    fn within_capability(&self, leaf: usize, extra: &Resources) -> bool {
+        self.queues.chain(leaf).all(|q| {
+            let cap = self.queues.get(q).and_then(|s| s.capability.as_ref());
+            cap.is_none_or(|c| self.allocated[q].checked_add(extra).is_some_and(|t| fits(&t, c)))
+        })
     }
 }
 

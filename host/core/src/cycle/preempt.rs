@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use wasmsched_api::{DeviceShare, PreemptCandidate, Resources, Task, Victim};
 
-use super::{Decision, Entry, EvictReason, Member, Phase, SchedulerCore, demand, minus};
+use super::{Decision, Entry, EvictReason, Member, Phase, SchedulerCore, demand};
 use crate::alloc::{bind, release};
 use crate::node_table::Slot;
 use crate::placement::{PolicySet, place, place_among};
@@ -134,10 +134,7 @@ pub(super) fn preempt(
     for (i, _, _) in &placed {
         placed_demand.saturating_add_assign(&demand(&members[*i]));
     }
-    let within_quota = core.queues.chain(leaf).all(|q| {
-        let cap = core.queues.get(q).and_then(|s| s.capability.as_ref());
-        cap.is_none_or(|c| core.allocated[q].checked_add(&placed_demand).is_some_and(|t| fits(&t, c)))
-    });
+    let within_quota = core.within_capability(leaf, &placed_demand);
     if placed.len() < min || !within_quota {
         if placed.len() >= min {
             reason = "evicting what the plugin chose would still leave the queue over its capability".into();
@@ -328,7 +325,7 @@ fn guarantees_hold(core: &SchedulerCore, leaf: usize, chosen: &[(String, usize)]
     }
     removed.iter().all(|(&q, r)| {
         let Some(g) = core.queues.get(q).map(|s| &s.guarantee) else { return true };
-        let after = minus(&core.allocated[q], r);
+        let after = core.allocated[q].saturating_sub(r);
         let dims_ok = (r.cpu_milli == 0 || after.cpu_milli >= g.cpu_milli)
             && (r.memory_bytes == 0 || after.memory_bytes >= g.memory_bytes)
             && (r.gpu_milli == 0 || after.gpu_milli >= g.gpu_milli);
