@@ -60,8 +60,8 @@ mod topology;
 
 pub use alloc::{AllocError, bind, default_select_devices, release};
 pub use cycle::{
-    CoreConfig, CoreError, Decision, EvictReason, Explanation, Phase, PreemptionPolicy, QueueShare, SchedulerCore,
-    Workload, WorkloadError, WorkloadStatus,
+    CoreConfig, CoreError, Decision, EvictReason, Explanation, Phase, PreemptKind, PreemptionPolicy, QueueShare,
+    SchedulerCore, Workload, WorkloadError, WorkloadStatus,
 };
 pub use gang::{GangError, GangPlacement, GroupSpec, TopologyConstraint, place_group};
 pub use native::NativePlugin;

@@ -40,6 +40,7 @@
 //! nominated meanwhile. A victim whose group would drop below min-member takes its whole group.
 
 mod explain;
+mod failures;
 mod preempt;
 mod workload;
 
@@ -52,11 +53,12 @@ use wasmsched_api::{DeviceShare, Node, Resources, ShareDecision};
 use crate::alloc::{bind, release};
 use crate::gang::{GangError, GroupSpec, place_group};
 use crate::node_table::{NodeTable, Slot};
-use crate::placement::{PolicySet, feasible_nodes_to_find, place};
+use crate::placement::{Placement, PolicySet, feasible_nodes_to_find, place};
 use crate::plugin::PluginFault;
 use crate::queue::{QueueTree, fits};
 
 pub use explain::Explanation;
+use failures::Failures;
 use workload::demand;
 pub use workload::{PreemptionPolicy, Workload, WorkloadError};
 
@@ -80,6 +82,11 @@ pub struct CoreConfig {
     /// Most nodes offered to the preempt plugin per task (lowest slots among the nodes where
     /// preemption might help).
     pub max_preemption_candidates: usize,
+    /// Within one cycle, a lone task identical to one that just failed (same requests, queue,
+    /// priority, selectors; only the name differs) fails the same way without being tried, until
+    /// something binds or leaves. Exact when filters and preempt plugins judge a task by what it
+    /// asks for, not by its name; turn it off for plugins that do.
+    pub reuse_failures: bool,
 }
 
 impl Default for CoreConfig {
@@ -92,6 +99,7 @@ impl Default for CoreConfig {
             usage_half_life_seconds: 7 * 24 * 3600,
             percentage_of_nodes_to_score: None,
             max_preemption_candidates: 100,
+            reuse_failures: true,
         }
     }
 }
@@ -116,6 +124,8 @@ pub enum EvictReason {
     Preempted {
         /// The workload it made room for.
         preemptor: String,
+        /// Which rule allowed it.
+        kind: PreemptKind,
         /// It saved a checkpoint before leaving.
         checkpointed: bool,
     },
@@ -123,6 +133,17 @@ pub enum EvictReason {
     GangBroken,
     /// Its node was removed or no longer has room for it.
     NodeLost,
+}
+
+/// Which preemption rule let a victim go (module docs, "Preemption rules").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PreemptKind {
+    /// Higher-priority work of its own queue needed the room.
+    Priority,
+    /// A queue within its deserved share took back what the victim's queue borrowed.
+    Reclaim,
+    /// The victim's job was elastic and keeps running at or above its minimum.
+    ElasticShrink,
 }
 
 /// What the driver must carry out, in order.
@@ -138,6 +159,10 @@ pub enum Decision {
         node: String,
         /// GPUs.
         devices: Vec<DeviceShare>,
+        /// The node's weighted total score.
+        score: u64,
+        /// Nodes that passed filtering for it.
+        feasible: usize,
     },
     /// An attempt failed; the explanation says why.
     Unschedulable {
@@ -221,8 +246,19 @@ struct Member {
     node: String,
     devices: Vec<DeviceShare>,
     started: u64,
-    /// Asked to checkpoint: evicted at `.0` for workload `.1`.
-    leaving: Option<(u64, String)>,
+    /// Asked to checkpoint and leave.
+    leaving: Option<Leaving>,
+}
+
+/// A member asked to checkpoint before it is evicted.
+#[derive(Clone, Debug)]
+struct Leaving {
+    /// Evicted then at the latest.
+    deadline: u64,
+    /// For this workload.
+    preemptor: String,
+    /// Under this rule.
+    kind: PreemptKind,
 }
 
 /// Capacity reserved for a nominated preemptor.
@@ -315,6 +351,11 @@ impl SchedulerCore {
     /// The nodes, with every placed member accounted.
     pub fn nodes(&self) -> &NodeTable {
         &self.nodes
+    }
+
+    /// The GPU topologies of the nodes, to change (static hardware facts: no member is affected).
+    pub fn topologies_mut(&mut self) -> &mut crate::topology::Topologies {
+        self.nodes.topologies_mut()
     }
 
     /// The queue tree.
@@ -468,11 +509,11 @@ impl SchedulerCore {
         let wl = self.owner.get(task).cloned().ok_or_else(not_leaving)?;
         let e = &self.entries[&wl];
         let idx = e.spec.members.iter().position(|t| t.id == task).ok_or_else(not_leaving)?;
-        let Some((_, preemptor)) = e.members[idx].as_ref().and_then(|m| m.leaving.clone()) else {
+        let Some(Leaving { preemptor, kind, .. }) = e.members[idx].as_ref().and_then(|m| m.leaving.clone()) else {
             return Err(not_leaving());
         };
         let mut out = Vec::new();
-        self.evict(&wl, idx, EvictReason::Preempted { preemptor, checkpointed: true }, now, &mut out);
+        self.evict(&wl, idx, EvictReason::Preempted { preemptor, kind, checkpointed: true }, now, &mut out);
         Ok(out)
     }
 
@@ -525,8 +566,8 @@ impl SchedulerCore {
                 at(e.since.saturating_add(self.timeout_of(e)));
             }
             for m in e.members.iter().flatten() {
-                if let Some((deadline, _)) = &m.leaving {
-                    at(*deadline);
+                if let Some(l) = &m.leaving {
+                    at(l.deadline);
                 }
             }
         }
@@ -584,14 +625,19 @@ impl SchedulerCore {
             })
             .collect();
         let cluster = self.cluster_capacity();
-        let mut asked = false;
+        // The plugin's answer depends only on allocations and pending demand, which change only
+        // when something binds or leaves: until then its last order stands.
+        let mut order: Option<Option<Vec<usize>>> = None;
+        let mut failures = Failures::default();
         while !lists.is_empty() {
-            let leaf = if lists.len() == 1 && asked {
+            let leaf = if lists.len() == 1 && order.is_some() {
                 *lists.keys().next().expect("not empty")
             } else {
-                asked = true;
-                match self.fair_share(set, &pending, &cluster, &mut out) {
-                    Some(order) => match order.into_iter().find(|q| lists.contains_key(q)) {
+                if order.is_none() {
+                    order = Some(self.fair_share(set, &pending, &cluster, &mut out));
+                }
+                match order.as_ref().expect("asked above") {
+                    Some(order) => match order.iter().copied().find(|q| lists.contains_key(q)) {
                         Some(q) => q,
                         None => {
                             self.not_served(&lists);
@@ -606,9 +652,25 @@ impl SchedulerCore {
             if list.is_empty() {
                 lists.remove(&leaf);
             }
+            let key = self.config.reuse_failures.then(|| failures.key(&self.entries[&name])).flatten();
+            if let Some(explanation) = key.as_ref().and_then(|k| failures.get(k)) {
+                self.unschedulable(&name, explanation.clone(), now, &mut out);
+                continue;
+            }
             let from = out.len();
             self.attempt(set, &name, now, &mut out);
-            self.move_demand(&mut pending, &out[from..]);
+            let changed = out[from..].iter().any(|d| !matches!(d, Decision::Unschedulable { .. } | Decision::Fault(_)));
+            if changed {
+                order = None;
+                failures.clear();
+                self.move_demand(&mut pending, &out[from..]);
+            } else if let Some(key) = key
+                && self.entries[&name].preempted_by.is_empty()
+            {
+                // A workload with a preemption memo may have had fewer victims than an identical
+                // one without; only memo-free failures speak for every identical workload.
+                failures.insert(key, self.entries[&name].explanation.clone());
+            }
         }
 
         self.grow(set, now, &mut out);
@@ -730,8 +792,7 @@ impl SchedulerCore {
             };
             match place_group(set, &mut self.nodes, &group, 0) {
                 Ok(placed) => {
-                    let placed: Vec<_> = placed.placed.into_iter().map(|(i, p)| (i, p.node, p.devices)).collect();
-                    self.commit(name, placed, now, out);
+                    self.commit(name, placed.placed, now, out);
                     return;
                 }
                 Err(GangError::Unschedulable { placed, diagnosis, .. }) => {
@@ -760,6 +821,11 @@ impl SchedulerCore {
                 Err(reason) => explanation.preemption = Some(reason),
             },
         }
+        self.unschedulable(name, explanation, now, out);
+    }
+
+    /// Record a failed attempt: back off, park until the cluster changes, explain.
+    fn unschedulable(&mut self, name: &str, mut explanation: Explanation, now: u64, out: &mut Vec<Decision>) {
         let e = self.entries.get_mut(name).expect("attempted workloads exist");
         e.attempts += 1;
         let exp = e.attempts.saturating_sub(1).min(30);
@@ -775,9 +841,9 @@ impl SchedulerCore {
     }
 
     /// Record members bound on the table as running.
-    fn commit(&mut self, name: &str, placed: Vec<(usize, Slot, Vec<DeviceShare>)>, now: u64, out: &mut Vec<Decision>) {
+    fn commit(&mut self, name: &str, placed: Vec<(usize, Placement)>, now: u64, out: &mut Vec<Decision>) {
         let leaf = self.entries[name].leaf;
-        for (i, slot, devices) in placed {
+        for (i, Placement { node: slot, devices, score, feasible, .. }) in placed {
             let node = self.nodes.get(slot).map(|n| n.name.clone()).unwrap_or_default();
             let task = self.entries[name].spec.members[i].clone();
             self.account(leaf, &demand(&task), true);
@@ -786,6 +852,8 @@ impl SchedulerCore {
                 task: task.id.clone(),
                 node: node.clone(),
                 devices: devices.clone(),
+                score,
+                feasible,
             });
             let e = self.entries.get_mut(name).expect("committed workloads exist");
             e.members[i] = Some(Member { slot, node, devices, started: now, leaving: None });
@@ -816,7 +884,7 @@ impl SchedulerCore {
                 if !matches!(self.nodes.update(p.node, |n| bind(n, &task, &p.devices)), Some(Ok(()))) {
                     break;
                 }
-                self.commit(&name, vec![(i, p.node, p.devices)], now, out);
+                self.commit(&name, vec![(i, p)], now, out);
             }
         }
     }
@@ -831,18 +899,18 @@ impl SchedulerCore {
             }
             self.usage_at = now;
         }
-        let expired: Vec<(String, usize, String)> = self
+        let expired: Vec<(String, usize, Leaving)> = self
             .entries
             .iter()
             .flat_map(|(name, e)| {
                 e.members.iter().enumerate().filter_map(move |(i, m)| {
-                    let (deadline, preemptor) = m.as_ref()?.leaving.as_ref()?;
-                    (*deadline <= now).then(|| (name.clone(), i, preemptor.clone()))
+                    let l = m.as_ref()?.leaving.as_ref()?;
+                    (l.deadline <= now).then(|| (name.clone(), i, l.clone()))
                 })
             })
             .collect();
-        for (wl, i, preemptor) in expired {
-            self.evict(&wl, i, EvictReason::Preempted { preemptor, checkpointed: false }, now, out);
+        for (wl, i, Leaving { preemptor, kind, .. }) in expired {
+            self.evict(&wl, i, EvictReason::Preempted { preemptor, kind, checkpointed: false }, now, out);
         }
         let timed_out: Vec<String> = self
             .entries

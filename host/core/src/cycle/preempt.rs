@@ -13,12 +13,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use wasmsched_api::{DeviceShare, PreemptCandidate, Resources, Task, Victim};
+use wasmsched_api::{PreemptCandidate, Resources, Task, Victim};
 
-use super::{Decision, Entry, EvictReason, Member, Phase, SchedulerCore, demand};
+use super::{Decision, Entry, EvictReason, Leaving, Member, Phase, PreemptKind, SchedulerCore, demand};
 use crate::alloc::{bind, release};
 use crate::node_table::Slot;
-use crate::placement::{PolicySet, place, place_among};
+use crate::placement::{Placement, PolicySet, place, place_among};
 use crate::plugin::{CallContext, PolicyPlugin};
 use crate::queue::fits;
 
@@ -109,7 +109,7 @@ pub(super) fn preempt(
     }
 
     let mut taken: Vec<(String, usize, Member)> = Vec::new();
-    let mut placed: Vec<(usize, Slot, Vec<DeviceShare>)> = Vec::new();
+    let mut placed: Vec<(usize, Placement)> = Vec::new();
     let mut reason = String::new();
     for (i, task) in members.iter().enumerate() {
         if placed.len() == min || placed.len() + (members.len() - i) < min {
@@ -118,11 +118,11 @@ pub(super) fn preempt(
         if let Ok(p) = place(set, &core.nodes, task, 0)
             && matches!(core.nodes.update(p.node, |n| bind(n, task, &p.devices)), Some(Ok(())))
         {
-            placed.push((i, p.node, p.devices));
+            placed.push((i, p));
             continue;
         }
         match room_for(core, set, &plugin, &who, task, &eligible, &mut taken, now, out) {
-            Ok((slot, devices)) => placed.push((i, slot, devices)),
+            Ok(p) => placed.push((i, p)),
             Err(r) => {
                 reason = r;
                 break;
@@ -131,7 +131,7 @@ pub(super) fn preempt(
     }
 
     let mut placed_demand = Resources::default();
-    for (i, _, _) in &placed {
+    for (i, _) in &placed {
         placed_demand.saturating_add_assign(&demand(&members[*i]));
     }
     let within_quota = core.within_capability(leaf, &placed_demand);
@@ -159,9 +159,22 @@ pub(super) fn preempt(
     if waits {
         core.entries.get_mut(name).expect("preemptor exists").phase = Phase::Preempting;
     }
+    // Which rule lets each victim go, on the whole plan: the victims are released at this point,
+    // so a job still at its minimum only lost elastic surplus; otherwise its queue decides.
+    let kind_of = |core: &SchedulerCore, w: &str| {
+        let v = &core.entries[w];
+        if v.placed() >= v.spec.min_member {
+            PreemptKind::ElasticShrink
+        } else if v.leaf == leaf {
+            PreemptKind::Priority
+        } else {
+            PreemptKind::Reclaim
+        }
+    };
+    let kinds: Vec<PreemptKind> = taken.iter().map(|(w, _, _)| kind_of(core, w)).collect();
     let mut waiting_for = Vec::new();
     let mut victim_workloads: Vec<String> = Vec::new();
-    for (w, i, mut m) in taken {
+    for ((w, i, mut m), kind) in taken.into_iter().zip(kinds) {
         let v = core.entries.get_mut(&w).expect("victims exist");
         if !v.preempted_by.iter().any(|p| p == name) {
             v.preempted_by.push(name.to_string());
@@ -170,7 +183,7 @@ pub(super) fn preempt(
         let task = core.entries[&w].spec.members[i].id.clone();
         if g > 0 {
             let deadline = now.saturating_add(g);
-            m.leaving = Some((deadline, name.to_string()));
+            m.leaving = Some(Leaving { deadline, preemptor: name.to_string(), kind });
             core.rebind(&w, i, m);
             out.push(Decision::PreemptionRequested { workload: w.clone(), task, preemptor: name.into(), deadline });
             waiting_for.push((w, i));
@@ -183,7 +196,7 @@ pub(super) fn preempt(
                 workload: w.clone(),
                 task,
                 node: m.node,
-                reason: EvictReason::Preempted { preemptor: name.into(), checkpointed: false },
+                reason: EvictReason::Preempted { preemptor: name.into(), kind, checkpointed: false },
             });
             if !victim_workloads.contains(&w) {
                 victim_workloads.push(w);
@@ -205,14 +218,14 @@ pub(super) fn preempt(
 }
 
 /// Release the preemptor's tentatively bound members.
-fn unplace(core: &mut SchedulerCore, members: &[Task], placed: &[(usize, Slot, Vec<DeviceShare>)]) {
-    for (i, slot, devices) in placed {
-        core.nodes.update(*slot, |n| release(n, &members[*i], devices));
+fn unplace(core: &mut SchedulerCore, members: &[Task], placed: &[(usize, Placement)]) {
+    for (i, p) in placed {
+        core.nodes.update(p.node, |n| release(n, &members[*i], &p.devices));
     }
 }
 
 /// Find and verify victims that make room for `task`; on success the victims are released (in
-/// `taken`) and `task` is bound on the returned node.
+/// `taken`) and `task` is bound where the returned placement says.
 #[allow(clippy::too_many_arguments)]
 fn room_for(
     core: &mut SchedulerCore,
@@ -224,7 +237,7 @@ fn room_for(
     taken: &mut Vec<(String, usize, Member)>,
     now: u64,
     out: &mut Vec<Decision>,
-) -> Result<(Slot, Vec<DeviceShare>), String> {
+) -> Result<Placement, String> {
     let mut by_slot: BTreeMap<Slot, Vec<(String, usize)>> = BTreeMap::new();
     for (w, i) in eligible {
         if let Some(m) = core.entries[w].members[*i].as_ref() {
@@ -275,7 +288,7 @@ fn room_for(
             && matches!(core.nodes.update(slot, |n| bind(n, task, &p.devices)), Some(Ok(())))
         {
             taken.extend(released);
-            return Ok((slot, p.devices));
+            return Ok(p);
         }
         for (w, i, m) in released.into_iter().rev() {
             core.rebind(&w, i, m);

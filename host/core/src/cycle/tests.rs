@@ -12,6 +12,7 @@ use wasmsched_plugin_resource_fit::ResourceFit;
 
 use super::*;
 use crate::native::NativePlugin;
+use crate::plugin::PolicyPlugin;
 use crate::queue::QueueSpec;
 use ahash::AHashSet;
 
@@ -279,7 +280,7 @@ fn within_a_queue_strictly_lower_priority_is_preempted_and_never_equal() {
     let d = c.schedule(&full(), 3);
     assert_eq!(evicted(&d), ["low"]);
     assert_eq!(bound(&d), ["high"]);
-    assert!(d.iter().any(|x| matches!(x, Decision::Evicted { reason: EvictReason::Preempted { preemptor, checkpointed: false }, .. } if preemptor == "high")));
+    assert!(d.iter().any(|x| matches!(x, Decision::Evicted { reason: EvictReason::Preempted { preemptor, kind: PreemptKind::Priority, checkpointed: false }, .. } if preemptor == "high")));
     assert_eq!(c.status("low").unwrap().phase, Phase::Pending, "the victim goes back to its queue");
 }
 
@@ -567,5 +568,133 @@ fn churn_keeps_accounting_exact_loses_nothing_and_never_preempts_back_and_forth(
             assert_eq!(c.entries.len() + finished, submitted, "seed {seed}: nothing is lost");
         }
         assert!(!pairs.is_empty(), "seed {seed}: the churn exercised preemption");
+    }
+}
+
+/// Counts the calls a plugin gets, to show what the cycle saves.
+struct Counting {
+    inner: Arc<dyn PolicyPlugin>,
+    filters: std::sync::atomic::AtomicUsize,
+    shares: std::sync::atomic::AtomicUsize,
+}
+
+impl Counting {
+    fn new(inner: Arc<dyn PolicyPlugin>) -> Arc<Self> {
+        Arc::new(Counting { inner, filters: Default::default(), shares: Default::default() })
+    }
+    fn counts(&self) -> (usize, usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.filters.load(Relaxed), self.shares.load(Relaxed))
+    }
+}
+
+impl PolicyPlugin for Counting {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn stages(&self) -> &[wasmsched_api::Stage] {
+        self.inner.stages()
+    }
+    fn failure_policy(&self) -> crate::plugin::FailurePolicy {
+        self.inner.failure_policy()
+    }
+    fn filter(
+        &self,
+        ctx: crate::plugin::CallContext<'_>,
+        task: &Task,
+        candidates: &[Slot],
+    ) -> Result<wasmsched_api::batch::FilterBatch, PluginFault> {
+        self.filters.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.filter(ctx, task, candidates)
+    }
+    fn score(&self, ctx: crate::plugin::CallContext<'_>, task: &Task, c: &[Slot]) -> Result<Vec<u32>, PluginFault> {
+        self.inner.score(ctx, task, c)
+    }
+    fn select_devices(
+        &self,
+        ctx: crate::plugin::CallContext<'_>,
+        task: &Task,
+        node: Slot,
+    ) -> Result<Result<Vec<DeviceShare>, wasmsched_api::Rejection>, PluginFault> {
+        self.inner.select_devices(ctx, task, node)
+    }
+    fn select_victims(
+        &self,
+        ctx: crate::plugin::CallContext<'_>,
+        preemptor: &Task,
+        candidates: &[wasmsched_api::PreemptCandidate],
+    ) -> Result<Option<wasmsched_api::Preemption>, PluginFault> {
+        self.inner.select_victims(ctx, preemptor, candidates)
+    }
+    fn fair_share(
+        &self,
+        worker: usize,
+        queues: &[wasmsched_api::QueueState],
+        cluster: &Resources,
+    ) -> Result<ShareDecision, PluginFault> {
+        self.shares.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.fair_share(worker, queues, cluster)
+    }
+}
+
+/// An overloaded cluster (more work arrives than leaves) with few request shapes; every decision
+/// as text, and the filter and fair-share calls made.
+fn overload(reuse_failures: bool, seed: u64, priorities: u64) -> (Vec<String>, (usize, usize)) {
+    let filter = Counting::new(Arc::new(NativePlugin::<ResourceFit>::new("", 1).unwrap()));
+    let fair = Counting::new(Arc::new(NativePlugin::<FairSharePolicy>::new("", 1).unwrap()));
+    let set = PolicySet::builder()
+        .filter(filter.clone())
+        .score(Arc::new(NativePlugin::<AllocationScore>::new(r#"{"strategy":"most"}"#, 1).unwrap()), 1)
+        .fair_share(fair.clone())
+        .preempt(Arc::new(NativePlugin::<PriorityPreempt>::new("", 1).unwrap()))
+        .build();
+    let config = CoreConfig { reuse_failures, ..CoreConfig::default() };
+    let mut c = SchedulerCore::new(QueueTree::new(vec![queue("a", 1), queue("b", 2)]).unwrap(), config);
+    for i in 0..4 {
+        c.upsert_node(gpu_node(&format!("n{i}"), 8), 0);
+    }
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut log = Vec::new();
+    for t in 0..150u64 {
+        for k in 0..3 {
+            let q = ["a", "b"][rng.below(2) as usize];
+            let mut w = job(&format!("j{t}-{k}"), q, rng.below(priorities) as i32, [1, 2, 4][rng.below(3) as usize]);
+            w.checkpointable = rng.below(4) == 0;
+            w.grace_seconds = Some(2);
+            c.submit(w, t).unwrap();
+        }
+        let running = c.workloads_in(Phase::Running);
+        if !running.is_empty() {
+            let done = running[rng.below(running.len() as u64) as usize].to_string();
+            c.finish(&done).unwrap();
+            log.push(format!("t={t} finished {done}"));
+        }
+        log.extend(c.schedule(&set, t).iter().map(|d| format!("t={t} {d:?}")));
+    }
+    (log, (filter.counts().0, fair.counts().1))
+}
+
+#[test]
+fn reusing_identical_failures_and_the_fair_share_order_changes_no_decision() {
+    // Three priorities: preemption clears the memo often; one: nothing frees room but completions.
+    for (seed, priorities, saving) in [(1, 3, 0.8), (2, 3, 0.8), (3, 1, 0.45)] {
+        let (memo, (memo_filters, memo_shares)) = overload(true, seed, priorities);
+        let (full, (full_filters, full_shares)) = overload(false, seed, priorities);
+        if let Some(i) = (0..memo.len().min(full.len())).find(|&i| memo[i] != full[i]) {
+            panic!("seed {seed}: decision {i} differs\nreused: {}\ntried:  {}", memo[i], full[i]);
+        }
+        assert_eq!(memo.len(), full.len(), "seed {seed}");
+        if priorities > 1 {
+            assert!(memo.iter().any(|l| l.contains("Evicted")), "seed {seed}: the overload exercises preemption");
+        }
+        let unschedulable = memo.iter().filter(|l| l.contains("Unschedulable")).count();
+        assert!(unschedulable > 1000, "seed {seed}: overloaded ({unschedulable} failures)");
+        // Twins of a failure are not filtered again; the order is not recomputed after a failure.
+        assert!(
+            (memo_filters as f64) < full_filters as f64 * saving,
+            "seed {seed}: filter calls {memo_filters} vs {full_filters}"
+        );
+        assert!(memo_shares <= full_shares, "seed {seed}");
+        assert!(memo_shares * 2 < unschedulable, "seed {seed}: fair share asked {memo_shares} times");
     }
 }

@@ -6,7 +6,7 @@ use crate::gang::TopologyConstraint;
 use crate::queue::QueueTree;
 
 /// Whether a workload may evict others to run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum PreemptionPolicy {
     /// Lower-priority work of its queue, borrowed capacity of other queues, elastic surplus.
     #[default]
