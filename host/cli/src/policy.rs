@@ -128,6 +128,39 @@ pub fn policy_set(
     seed: u64,
     typical: &[TypicalPod],
 ) -> anyhow::Result<PolicySet> {
+    Ok(placement_stages(runtime, score, seed, typical)?.build())
+}
+
+/// [`policy_set`] plus the cycle's stages: fair share `fair_share` (by name) and, when `preempt`,
+/// priority preemption — what the time-driven replay runs.
+pub fn replay_policy_set(
+    runtime: Option<&Runtime>,
+    score: &str,
+    seed: u64,
+    typical: &[TypicalPod],
+    fair_share: &str,
+    preempt: bool,
+) -> anyhow::Result<PolicySet> {
+    let Some(share) = [wasmsched_plugins::PROPORTION, wasmsched_plugins::DRF, wasmsched_plugins::DECAYED_USAGE]
+        .into_iter()
+        .find(|b| b.name == fair_share)
+    else {
+        bail!("unknown fair-share policy {fair_share:?}: use proportion, drf or decayed-usage");
+    };
+    let mut set = placement_stages(runtime, score, seed, typical)?.fair_share(load(runtime, share, share.config)?);
+    if preempt {
+        set = set.preempt(load(runtime, wasmsched_plugins::PRIORITY_PREEMPT, "")?);
+    }
+    Ok(set.build())
+}
+
+/// Filter, score and device stages of [`policy_set`].
+fn placement_stages(
+    runtime: Option<&Runtime>,
+    score: &str,
+    seed: u64,
+    typical: &[TypicalPod],
+) -> anyhow::Result<wasmsched_core::PolicySetBuilder> {
     let Some(builtin) = wasmsched_plugins::by_name(score).filter(|b| SCORE_POLICIES.contains(&b.name)) else {
         bail!("unknown score policy {score:?}: use one of {}", SCORE_POLICIES.join(", "));
     };
@@ -149,9 +182,8 @@ pub fn policy_set(
             .score(scorer.clone(), TOPOLOGY_WEIGHT)
             .score(packing, 1)
             .devices(scorer)
-            .version(1)
-            .build());
+            .version(1));
     }
     let set = PolicySet::builder().filter(fit).score(scorer.clone(), 1).version(1);
-    Ok(if PAPER_POLICIES.contains(&score) { set.devices(scorer) } else { set }.build())
+    Ok(if PAPER_POLICIES.contains(&score) { set.devices(scorer) } else { set })
 }

@@ -1,22 +1,25 @@
-//! `wasmsched replay`: time-driven replay of a scenario or an openb trace (arrivals, departures,
-//! queues), with queueing delay, completion time, utilisation and fairness.
+//! `wasmsched replay`: time-driven replay of a scenario or an openb trace through the scheduling
+//! core (arrivals, departures, queues with fair share, gangs, preemption), with queueing delay,
+//! completion time, evictions, utilisation and fairness.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
 use serde::Serialize;
-use wasmsched_core::NodeTable;
-use wasmsched_sim::timed::{self, Job, QueueStats, Scenario};
+use wasmsched_api::Task;
+use wasmsched_core::{CoreConfig, Decision, EvictReason, NodeTable, Placement};
+use wasmsched_sim::timed::{self, Job, QueueStats, Scenario, flat_queues, queue_tree};
 
 use crate::inputs;
-use crate::policy::policy_set;
+use crate::policy::replay_policy_set;
 use wasmsched_events::decisions;
 
 /// Arguments of `replay`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// A scenario (JSON: `nodes`, `queues`, `jobs`; see `docs/scenario.md`) instead of an openb trace.
+    /// A scenario (JSON or YAML: `nodes`, `queues`, `jobs`; see `docs/scenario.md`) instead of an
+    /// openb trace.
     #[arg(long, conflicts_with_all = ["nodes", "pods"])]
     scenario: Option<PathBuf>,
     /// openb node list; default: the embedded one.
@@ -37,6 +40,12 @@ pub struct Args {
     /// Seed of the `random` policy.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Fair-share policy between queues: proportion, drf or decayed-usage.
+    #[arg(long, default_value = "proportion")]
+    fair_share: String,
+    /// Never evict running work (no preempt stage).
+    #[arg(long)]
+    no_preemption: bool,
     /// Run the policies natively instead of as Wasm components.
     #[arg(long)]
     native: bool,
@@ -59,7 +68,12 @@ struct Report<'a> {
     runtime: &'static str,
     replay_seconds: f64,
     horizon_seconds: u64,
+    fair_share: &'a str,
+    preemption: bool,
     placement_attempts: usize,
+    evictions: usize,
+    gangs_timed_out: usize,
+    plugin_faults: usize,
     utilisation_mean_percent: f64,
     utilisation_peak_percent: f64,
     jain_fairness: f64,
@@ -112,10 +126,10 @@ fn observe_topology(
 pub fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(args.compress > 0.0 && args.compress.is_finite(), "--compress must be a positive number");
     anyhow::ensure!(args.node_stride >= 1, "--node-stride must be at least 1");
-    let (table, jobs) = match &args.scenario {
+    let (table, jobs, queues) = match &args.scenario {
         Some(path) => {
             let (s, topologies) = Scenario::load(path)?;
-            (s.node_table_with(&topologies), s.jobs)
+            (s.node_table_with(&topologies), s.jobs, s.queues)
         }
         None => {
             let nodes = inputs::nodes(args.nodes.as_deref())?;
@@ -124,27 +138,73 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             for n in nodes.into_iter().step_by(args.node_stride) {
                 table.upsert(n);
             }
-            (table, pods.iter().map(|p| Job::from_trace(p, args.compress)).collect::<Vec<_>>())
+            let jobs: Vec<Job> = pods.iter().map(|p| Job::from_trace(p, args.compress)).collect();
+            let queues = flat_queues(&jobs);
+            (table, jobs, queues)
         }
     };
+    let tree = queue_tree(&queues).map_err(anyhow::Error::msg)?;
     let typical = timed::target_workload(&jobs);
     let runtime = crate::policy::replay_runtime(args.native)?;
-    let set = policy_set(runtime.as_ref(), &args.policy, args.seed, &typical)?;
+    let set =
+        replay_policy_set(runtime.as_ref(), &args.policy, args.seed, &typical, &args.fair_share, !args.no_preemption)?;
     let events = args.sink.open("replay")?;
     let policy = wasmsched_events::schema::PolicySetRef { name: args.policy.clone(), version: 1 };
+    let config = CoreConfig::default();
+    let by_name: std::collections::HashMap<&str, &Job> = jobs.iter().map(|j| (j.name.as_str(), j)).collect();
+    // Per workload: failed attempts since it last ran, and the gang fit of the last one.
+    let mut tries: std::collections::HashMap<String, (u32, u32)> = std::collections::HashMap::new();
+    let no_task = Task::default();
     let t = Instant::now();
     let mut topology = (!table.topologies().is_empty()).then(TopologyStats::default);
-    let r = timed::run_observed(&set, &table, &jobs, |d| {
+    let r = timed::run_observed(&set, &table, &tree, &jobs, &config, |d| {
         let at = wasmsched_events::Timestamp(d.at.saturating_mul(1000));
-        let outcome = d.outcome.map(|(p, node)| (p, node.name.as_str())).map_err(|u| &u.diagnosis);
-        let decision = decisions::Decision { task: d.task, outcome, evaluated: table.len(), attempt: d.attempt };
-        decisions::publish(events.as_ref(), Some(at), decision, &policy);
-        if let (Some(stats), Ok((placement, node))) = (topology.as_mut(), d.outcome) {
-            for alert in observe_topology(stats, &table, &node.name, placement) {
-                decisions::publish_alert(events.as_ref(), at, d.task, &node.name, placement, alert);
+        let task = d.task.unwrap_or(&no_task);
+        if let (Some(stats), Decision::Bound { node, devices, .. }) = (topology.as_mut(), d.decision) {
+            let placement = Placement {
+                node: d.nodes.slot_of(node).unwrap_or_default(),
+                devices: devices.clone(),
+                score: 0,
+                feasible: 0,
+                skipped_faults: Vec::new(),
+            };
+            for alert in observe_topology(stats, d.nodes, node, &placement) {
+                decisions::publish_alert(events.as_ref(), at, task, node, &placement, alert);
             }
         }
-    });
+        let Some(sink) = events.as_ref() else { return };
+        let job = d.job;
+        let tried = job.map(|j| tries.entry(j.name.clone()).or_default());
+        let (attempt, placed) = match (d.decision, tried) {
+            (Decision::Unschedulable { explanation, .. }, Some(t)) => {
+                *t = (explanation.attempts, explanation.gang.map_or(0, |g| g.0 as u32));
+                (explanation.attempts, t.1)
+            }
+            (Decision::Bound { .. }, Some(t)) => (t.0 + 1, t.1),
+            (_, Some(t)) => (t.0, t.1),
+            (_, None) => (0, 0),
+        };
+        let preemptor = match d.decision {
+            Decision::Evicted { reason: EvictReason::Preempted { preemptor, .. }, .. } => {
+                by_name.get(preemptor.as_str()).map(|j| j.workload().members.swap_remove(0))
+            }
+            _ => None,
+        };
+        let facts = decisions::CycleFacts {
+            task,
+            preemptor: preemptor.as_ref(),
+            grace_seconds: job
+                .filter(|j| j.checkpoint_seconds.is_some())
+                .map(|j| j.grace_seconds.unwrap_or(config.checkpoint_grace_seconds)),
+            attempt,
+            min_member: job.map_or(1, |j| j.min_replicas.unwrap_or(j.replicas)),
+            placed,
+            waited_seconds: job.map_or(0, |j| d.at.saturating_sub(j.arrival)),
+        };
+        for event in decisions::cycle(d.decision, &facts, d.nodes, &policy) {
+            sink.emit_at(at, event);
+        }
+    })?;
     let event_stats = crate::events_cmd::finish(events);
     let report = Report {
         jobs: jobs.len(),
@@ -152,7 +212,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         runtime: if args.native { "native" } else { "wasm" },
         replay_seconds: t.elapsed().as_secs_f64(),
         horizon_seconds: r.horizon,
+        fair_share: &args.fair_share,
+        preemption: !args.no_preemption,
         placement_attempts: r.attempts,
+        evictions: r.evictions,
+        gangs_timed_out: r.timed_out,
+        plugin_faults: r.faults,
         utilisation_mean_percent: r.utilisation_mean,
         utilisation_peak_percent: r.utilisation.iter().map(|u| u.1).fold(0.0, f64::max),
         jain_fairness: r.jain_fairness,
@@ -163,11 +228,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     if let Some(out) = &args.out {
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-        let mut csv = String::from("job,queue,arrival,start,end,waiting_reason\n");
+        let mut csv = String::from("job,queue,arrival,start,end,evictions,waiting_reason\n");
         for (j, o) in jobs.iter().zip(&r.jobs) {
             let opt = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
             let reason = o.waiting_reason.as_deref().unwrap_or("").replace(['"', ','], " ");
-            csv.push_str(&format!("{},{},{},{},{},{reason}\n", j.name, o.queue, o.arrival, opt(o.start), opt(o.end)));
+            csv.push_str(&format!(
+                "{},{},{},{},{},{},{reason}\n",
+                j.name,
+                o.queue,
+                o.arrival,
+                opt(o.start),
+                opt(o.end),
+                o.evictions
+            ));
         }
         std::fs::write(out.join("jobs.csv"), csv)?;
         let mut util = String::from("time_s,gpu_allocated_percent\n");
@@ -198,17 +271,42 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         report.placement_attempts
     );
     println!(
+        "fair share {}, preemption {}: {} evictions, {} gangs timed out, {} plugin faults",
+        report.fair_share,
+        if report.preemption { "on" } else { "off" },
+        report.evictions,
+        report.gangs_timed_out,
+        report.plugin_faults
+    );
+    println!(
         "GPU allocation: mean {:.2} %, peak {:.2} %; Jain's fairness over queues {:.3}\n",
         report.utilisation_mean_percent, report.utilisation_peak_percent, report.jain_fairness
     );
     println!(
-        "{:<12} {:>7} {:>8} {:>8} {:>12} {:>10} {:>10} {:>12} {:>8}",
-        "queue", "jobs", "started", "waiting", "delay mean", "delay p50", "delay p99", "JCT mean", "service"
+        "{:<12} {:>7} {:>8} {:>8} {:>12} {:>10} {:>10} {:>12} {:>9} {:>8}",
+        "queue",
+        "jobs",
+        "started",
+        "waiting",
+        "delay mean",
+        "delay p50",
+        "delay p99",
+        "JCT mean",
+        "evictions",
+        "service"
     );
     for (name, q) in report.queues {
         println!(
-            "{name:<12} {:>7} {:>8} {:>8} {:>11.1}s {:>9}s {:>9}s {:>11.0}s {:>8.3}",
-            q.jobs, q.started, q.waiting, q.delay_mean, q.delay_p50, q.delay_p99, q.jct_mean, q.service_ratio
+            "{name:<12} {:>7} {:>8} {:>8} {:>11.1}s {:>9}s {:>9}s {:>11.0}s {:>9} {:>8.3}",
+            q.jobs,
+            q.started,
+            q.waiting,
+            q.delay_mean,
+            q.delay_p50,
+            q.delay_p99,
+            q.jct_mean,
+            q.evictions,
+            q.service_ratio
         );
     }
     if let Some(t) = &report.topology {

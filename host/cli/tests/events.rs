@@ -145,3 +145,53 @@ fn replay_publishes_each_attempt_in_virtual_time() {
     assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
     assert!(times[0].starts_with("1970-01-01T"), "virtual time: {}", times[0]);
 }
+
+#[test]
+fn replay_publishes_preemptions_with_their_rule_and_checkpoint_and_gang_timeouts() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("replay.jsonl");
+    let f = file.to_str().unwrap();
+    let report: serde_json::Value = serde_json::from_str(&ok(wasmsched(&[
+        "replay",
+        "--scenario",
+        "examples/scenarios/queues-gangs-preemption.yaml",
+        "--json",
+        "--events",
+        f,
+    ])))
+    .unwrap();
+    assert_eq!(report["runtime"], "wasm");
+    assert_eq!((report["evictions"].as_u64(), report["gangs_timed_out"].as_u64()), (Some(4), Some(1)), "{report}");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let events: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let preempted: Vec<(String, String, String, String)> = events
+        .iter()
+        .filter(|e| e["type"] == "io.wasmsched.task.preempted.v1")
+        .map(|e| {
+            let d = &e["data"];
+            let s = |v: &serde_json::Value| v.as_str().unwrap().to_string();
+            (s(&d["victim"]["id"]), s(&d["preemptor"]["id"]), s(&d["reason"]), s(&d["checkpoint"]))
+        })
+        .collect();
+    let victims: Vec<&str> = preempted.iter().map(|p| p.0.as_str()).collect();
+    assert_eq!(preempted.len(), 3, "one per preemption, none for the broken gang's other member: {preempted:?}");
+    assert!(victims[0].starts_with("batch-fill-") && victims[1].starts_with("prod-low-"), "{victims:?}");
+    assert_eq!(&preempted[0].1[..], "prod-train-0");
+    assert_eq!((&preempted[0].2[..], &preempted[0].3[..]), ("elastic-shrink", "not-checkpointable"));
+    assert_eq!((&preempted[1].1[..], &preempted[1].2[..], &preempted[1].3[..]), ("prod-high", "priority", "done"));
+    assert_eq!((&preempted[2].1[..], &preempted[2].2[..]), ("prod-c", "reclaim"));
+    let timed_out: Vec<&serde_json::Value> =
+        events.iter().filter(|e| e["type"] == "io.wasmsched.group.timed-out.v1").collect();
+    assert_eq!(timed_out.len(), 1);
+    assert_eq!(timed_out[0]["data"]["group"], "too-big");
+    assert_eq!(timed_out[0]["data"]["waited_seconds"], 60);
+    assert_eq!(timed_out[0]["time"], "1970-01-01T00:07:40.000Z");
+    // The quota that kept it out is in its unschedulable event, at the fair-share stage.
+    let why = events
+        .iter()
+        .find(|e| e["type"] == "io.wasmsched.task.unschedulable.v1" && e["data"]["task"]["id"] == "too-big-0")
+        .unwrap();
+    assert_eq!(why["data"]["task"]["group"], "too-big");
+    assert_eq!(why["data"]["reasons"][0]["stage"], "fair-share");
+    assert!(why["data"]["reasons"][0]["reason"].as_str().unwrap().contains("at capability"), "{why}");
+}

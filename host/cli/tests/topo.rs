@@ -95,6 +95,8 @@ fn replay(args: &[&str]) -> serde_json::Value {
         "--scenario",
         concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/scenarios/topology.json"),
         "--json",
+        // Every job placed exactly once under every policy (reclaim would re-place some).
+        "--no-preemption",
     ];
     all.extend_from_slice(args);
     json(wasmsched(&all))
@@ -109,7 +111,11 @@ fn topology_aware_replay_keeps_multi_gpu_jobs_on_fast_links() {
     let (t, s) = (&topo["topology"], &spread["topology"]);
     assert_eq!(t["multi_gpu_placements"], s["multi_gpu_placements"], "same jobs placed: {t} {s}");
     assert!(t["spanning_numa"].as_u64() < s["spanning_numa"].as_u64(), "{t} vs {s}");
-    assert!(t["mean_bottleneck_gbps"].as_f64() > s["mean_bottleneck_gbps"].as_f64(), "{t} vs {s}");
+    assert!(t["bottlenecked"].as_u64() < s["bottlenecked"].as_u64(), "{t} vs {s}");
+    // Not asserted: the mean bottleneck bandwidth. Spreading puts multi-GPU jobs on empty
+    // NVSwitch nodes when the queue order happens to leave them free (it did with strict priority
+    // order across queues, not with fair share interleaving them); the alerts above are what the
+    // topology policy promises.
     // The component and the native build decide identically.
     let native = replay(&["--policy", "gpu-topology", "--native"]);
     assert_eq!(native["topology"], topo["topology"]);

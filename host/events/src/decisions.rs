@@ -2,12 +2,16 @@
 //! for the simulator, the benchmarks and the Kubernetes scheduler (feature `decisions`).
 
 use crate::schema::{
-    AlertSeverity, FaultKind, GpuShare, Payload, PluginFault, PolicySetRef, ScoreSummary, Stage, StageReason, TaskRef,
-    TaskScheduled, TaskTopologyAlert, TaskUnschedulable,
+    AlertSeverity, CheckpointOutcome, FaultKind, GpuShare, GroupTimedOut, Payload, PluginFault, PolicySetRef,
+    PreemptReason, ScoreSummary, Stage, StageReason, TaskPreempted, TaskRef, TaskScheduled, TaskTopologyAlert,
+    TaskUnschedulable,
 };
 use crate::{EventSink, Timestamp};
 use wasmsched_api::{Stage as CoreStage, Task};
-use wasmsched_core::{Diagnosis, FaultKind as CoreFault, Placement};
+use wasmsched_core::{
+    Decision as CycleDecision, Diagnosis, EvictReason, Explanation, FaultKind as CoreFault, NodeTable, Placement,
+    PreemptKind,
+};
 
 /// One placement decision.
 pub struct Decision<'a> {
@@ -150,4 +154,106 @@ fn fault(f: &wasmsched_core::PluginFault, policy: &PolicySetRef) -> Payload {
         message: f.message.chars().take(1024).collect(),
         policy_set: policy.clone(),
     })
+}
+
+/// What an event about a decision of the scheduling cycle needs beyond the decision itself; the
+/// driver knows it from its workloads.
+#[derive(Clone, Copy, Debug)]
+pub struct CycleFacts<'a> {
+    /// The task the decision names; for workload-level decisions, the workload's first member.
+    pub task: &'a Task,
+    /// For a preemption: the preemptor's first member.
+    pub preemptor: Option<&'a Task>,
+    /// For a preemption: the grace period the victim had to checkpoint, if it could.
+    pub grace_seconds: Option<u64>,
+    /// Attempts for the workload so far, this one included.
+    pub attempt: u32,
+    /// For a gang's timeout: its min-member.
+    pub min_member: u32,
+    /// For a gang's timeout: members that fit at its last attempt.
+    pub placed: u32,
+    /// For a gang's timeout: how long it waited (s).
+    pub waited_seconds: u64,
+}
+
+/// The events of one decision of [`wasmsched_core::SchedulerCore::schedule`]: `task-scheduled`,
+/// `task-unschedulable` (with queue, gang and preemption reasons beside the node rejections),
+/// `task-preempted` (with the rule and the checkpoint's outcome), `group-timed-out`, `plugin-fault`.
+/// Checkpoint requests and evictions for other reasons (a broken gang, a lost node) have no event
+/// of their own: the preemption that caused them has one.
+pub fn cycle(d: &CycleDecision, facts: &CycleFacts<'_>, nodes: &NodeTable, policy: &PolicySetRef) -> Vec<Payload> {
+    match d {
+        CycleDecision::Bound { node, devices, score, feasible, .. } => {
+            let placement = Placement {
+                node: nodes.slot_of(node).unwrap_or_default(),
+                devices: devices.clone(),
+                score: *score,
+                feasible: *feasible,
+                skipped_faults: Vec::new(),
+            };
+            vec![scheduled(facts.task, node, &placement, nodes.len(), policy, facts.attempt)]
+        }
+        CycleDecision::Unschedulable { explanation, .. } => explained(facts.task, explanation, policy),
+        CycleDecision::Evicted { node, reason: EvictReason::Preempted { kind, checkpointed, .. }, .. } => {
+            vec![Payload::TaskPreempted(TaskPreempted {
+                victim: task_ref(facts.task),
+                node: node.clone(),
+                preemptor: facts.preemptor.map(task_ref).unwrap_or_default(),
+                reason: match kind {
+                    PreemptKind::Priority => PreemptReason::Priority,
+                    PreemptKind::Reclaim => PreemptReason::Reclaim,
+                    PreemptKind::ElasticShrink => PreemptReason::ElasticShrink,
+                },
+                checkpoint: match (facts.grace_seconds, checkpointed) {
+                    (None, _) => CheckpointOutcome::NotCheckpointable,
+                    (Some(_), true) => CheckpointOutcome::Done,
+                    (Some(_), false) => CheckpointOutcome::TimedOut,
+                },
+                grace_seconds: facts.grace_seconds.unwrap_or(0),
+            })]
+        }
+        CycleDecision::TimedOut { workload } => {
+            vec![Payload::GroupTimedOut(GroupTimedOut {
+                group: workload.clone(),
+                namespace: facts.task.namespace.clone(),
+                queue: facts.task.queue.clone(),
+                min_member: facts.min_member,
+                placed: facts.placed,
+                waited_seconds: facts.waited_seconds,
+            })]
+        }
+        CycleDecision::Fault(f) => vec![fault(f, policy)],
+        CycleDecision::Evicted { .. } | CycleDecision::PreemptionRequested { .. } => Vec::new(),
+    }
+}
+
+/// `task-unschedulable` from a cycle's explanation, and one `plugin-fault` per fault seen.
+fn explained(task: &Task, e: &Explanation, policy: &PolicySetRef) -> Vec<Payload> {
+    let mut out = match &e.nodes {
+        Some(d) => unschedulable(task, d, policy, e.attempts),
+        None => vec![Payload::TaskUnschedulable(TaskUnschedulable {
+            task: task_ref(task),
+            reasons: Vec::new(),
+            policy_set: policy.clone(),
+            attempt: e.attempts,
+        })],
+    };
+    if let Some(Payload::TaskUnschedulable(u)) = out.first_mut() {
+        let mut extra = Vec::new();
+        if let Some(q) = &e.queue {
+            extra.push(StageReason { stage: Stage::FairShare, reason: q.clone(), nodes: 0 });
+        }
+        if let Some((placed, min)) = e.gang {
+            extra.push(StageReason {
+                stage: Stage::Filter,
+                reason: format!("gang: {placed} of {min} required members fit"),
+                nodes: 0,
+            });
+        }
+        if let Some(p) = &e.preemption {
+            extra.push(StageReason { stage: Stage::Preempt, reason: p.clone(), nodes: 0 });
+        }
+        u.reasons.extend(extra);
+    }
+    out
 }

@@ -1,12 +1,16 @@
-//! Time-driven replay: waiting, re-activation on departures, priority, backfill, metrics, and the
-//! scenario format's errors; then the real openb default trace with its creation/deletion times.
+//! Time-driven replay through the scheduling core: waiting, re-activation on departures, priority,
+//! backfill, metrics; queues with fair share, elastic jobs, gangs and their timeout, preemption with
+//! checkpoints and reclaim (the YAML example scenario); the scenario format's errors; then the real
+//! openb default trace with its creation/deletion times.
 
 use std::sync::Arc;
 
 use wasmsched_core::{NativePlugin, PolicySet};
+use wasmsched_plugin_fair_share::FairSharePolicy;
 use wasmsched_plugin_gpu_share_score::GpuShareScore;
+use wasmsched_plugin_priority_preempt::PriorityPreempt;
 use wasmsched_plugin_resource_fit::ResourceFit;
-use wasmsched_sim::timed::{self, Job, Scenario};
+use wasmsched_sim::timed::{self, Job, Scenario, flat_queues, queue_tree};
 use wasmsched_sim::trace;
 
 fn set() -> PolicySet {
@@ -18,13 +22,25 @@ fn set() -> PolicySet {
         .build()
 }
 
+/// [`set`] with proportional fair share and priority preemption, as `wasmsched replay` runs.
+fn full_set() -> PolicySet {
+    let score = Arc::new(NativePlugin::<GpuShareScore>::new(r#"{"policy":"best-fit"}"#, 1).unwrap());
+    PolicySet::builder()
+        .filter(Arc::new(NativePlugin::<ResourceFit>::new("", 1).unwrap()))
+        .score(score.clone(), 1)
+        .devices(score)
+        .fair_share(Arc::new(NativePlugin::<FairSharePolicy>::new("", 1).unwrap()))
+        .preempt(Arc::new(NativePlugin::<PriorityPreempt>::new("", 1).unwrap()))
+        .build()
+}
+
 const SCENARIO: &str = r#"{
   "nodes": [{"name": "n1", "cpu_milli": 8000, "memory_mib": 65536, "gpus": 1, "model": "T4"}],
   "queues": ["a", "b"],
   "jobs": [
     {"name": "first",  "queue": "a", "arrival": 0, "duration": 10, "cpu_milli": 1000, "gpus": 1, "gpu_milli": 1000},
     {"name": "low",    "queue": "a", "arrival": 1, "duration": 5,  "cpu_milli": 1000, "gpus": 1, "gpu_milli": 1000},
-    {"name": "high",   "queue": "b", "arrival": 2, "duration": 5,  "cpu_milli": 1000, "gpus": 1, "gpu_milli": 1000, "priority": 10},
+    {"name": "high",   "queue": "a", "arrival": 2, "duration": 5,  "cpu_milli": 1000, "gpus": 1, "gpu_milli": 1000, "priority": 10},
     {"name": "huge",   "queue": "b", "arrival": 3, "duration": 5,  "cpu_milli": 1000, "gpus": 2, "gpu_milli": 1000, "priority": 20},
     {"name": "cpu",    "queue": "a", "arrival": 4, "duration": 1,  "cpu_milli": 1000}
   ]
@@ -33,7 +49,7 @@ const SCENARIO: &str = r#"{
 #[test]
 fn jobs_wait_and_start_when_capacity_frees_in_priority_order_with_backfill() {
     let s = Scenario::parse("s.json", SCENARIO).unwrap();
-    let r = timed::run(&set(), &s.node_table(), &s.jobs);
+    let r = timed::run(&set(), &s.node_table(), &queue_tree(&s.queues).unwrap(), &s.jobs).unwrap();
     let at = |name: &str| &r.jobs[s.jobs.iter().position(|j| j.name == name).unwrap()];
     assert_eq!((at("first").start, at("first").end), (Some(0), Some(10)));
     // At 10 the GPU frees: `high` (priority 10) goes before `low`, which waits for `high` to leave.
@@ -46,15 +62,17 @@ fn jobs_wait_and_start_when_capacity_frees_in_priority_order_with_backfill() {
     assert_eq!(r.waiting_by_reason.values().sum::<usize>(), 1);
 
     let a = &r.queues["a"];
-    assert_eq!((a.jobs, a.started, a.waiting), (3, 3, 0));
+    assert_eq!((a.jobs, a.started, a.waiting), (4, 4, 0));
     assert_eq!(a.delay_p99, 14, "low waited 1 → 15");
-    assert_eq!(r.queues["b"].delay_p50, 8);
+    assert_eq!(a.delay_p50, 0, "first and cpu started at once");
+    assert_eq!((r.queues["b"].started, r.queues["b"].waiting), (0, 1));
     assert_eq!(r.horizon, 20);
     // The GPU is busy from 0 to 20: 100 % all along.
     assert!((r.utilisation_mean - 100.0).abs() < 1e-9, "{}", r.utilisation_mean);
-    // Queue b got `high` but never `huge`: its service ratio is below a's, so fairness < 1.
-    assert!(r.queues["b"].service_ratio < r.queues["a"].service_ratio);
-    assert!(r.jain_fairness < 1.0 && r.jain_fairness > 0.5, "{}", r.jain_fairness);
+    // Queue b never got `huge`: its service ratio is 0, a's is 1, so fairness is 1/2.
+    assert_eq!(r.queues["b"].service_ratio, 0.0);
+    assert!((r.jain_fairness - 0.5).abs() < 1e-9, "{}", r.jain_fairness);
+    assert_eq!((r.evictions, r.timed_out, r.faults), (0, 0, 0), "no preempt plugin, no gangs");
 }
 
 #[test]
@@ -62,7 +80,7 @@ fn malformed_scenarios_are_rejected_with_a_reason() {
     let e = Scenario::parse("s.json", "{\"nodes\": [}").unwrap_err().to_string();
     assert!(e.starts_with("s.json:1:"), "{e}");
     for (bad, why) in [
-        (SCENARIO.replace("\"queue\": \"b\", \"arrival\": 2", "\"queue\": \"c\", \"arrival\": 2"), "unknown queue"),
+        (SCENARIO.replace("\"queue\": \"b\", \"arrival\": 3", "\"queue\": \"c\", \"arrival\": 3"), "unknown queue"),
         (SCENARIO.replace("\"name\": \"low\"", "\"name\": \"first\""), "appears twice"),
         (
             SCENARIO.replace("\"gpus\": 2, \"gpu_milli\": 1000", "\"gpus\": 2, \"gpu_milli\": 500"),
@@ -71,6 +89,101 @@ fn malformed_scenarios_are_rejected_with_a_reason() {
         (SCENARIO.replace("\"priority\": 10", "\"priority\": 10, \"colour\": 1"), "unknown field"),
     ] {
         let e = Scenario::parse("s.json", &bad).unwrap_err().to_string();
+        assert!(e.contains(why), "{why}: {e}");
+    }
+}
+
+const EXAMPLE: &str =
+    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/scenarios/queues-gangs-preemption.yaml"));
+
+#[test]
+fn queues_gangs_elastic_jobs_preemption_checkpoints_and_reclaim_replay_as_documented() {
+    let s = Scenario::parse("queues-gangs-preemption.yaml", EXAMPLE).unwrap();
+    let mut log = Vec::new();
+    let r = timed::run_observed(
+        &full_set(),
+        &s.node_table(),
+        &queue_tree(&s.queues).unwrap(),
+        &s.jobs,
+        &Default::default(),
+        |d| log.push(format!("t={} {:?}", d.at, d.decision)),
+    )
+    .unwrap();
+    let at = |name: &str| &r.jobs[s.jobs.iter().position(|j| j.name == name).unwrap()];
+    let span = |name: &str| (at(name).start, at(name).end, at(name).evictions);
+    // Act 1: the prod gang takes the elastic surplus; batch-fill keeps running at its minimum.
+    assert_eq!(span("batch-fill"), (Some(0), Some(100), 0), "{log:#?}");
+    assert_eq!(span("prod-train"), (Some(10), Some(60), 0));
+    assert!(log.iter().any(|l| l.starts_with("t=60 Bound") && l.contains("batch-fill")), "grows back at 60");
+    // Act 2: checkpointed at 225 (5 s after being asked), 25 s of progress kept: 75 s left from 255.
+    assert_eq!(span("prod-high"), (Some(225), Some(255), 0));
+    assert_eq!(span("prod-low"), (Some(200), Some(330), 1));
+    assert!(log.iter().any(|l| l.starts_with("t=220 PreemptionRequested") && l.contains("prod-low")));
+    assert!(log.iter().any(|l| l.starts_with("t=225 Evicted") && l.contains("checkpointed: true")));
+    // Act 3: given up at its timeout.
+    assert_eq!(span("too-big"), (None, None, 0));
+    assert!(at("too-big").waiting_reason.as_deref().unwrap().contains("timed out after 60 s"));
+    assert!(log.iter().any(|l| l == "t=460 TimedOut { workload: \"too-big\" }"), "{log:#?}");
+    // Act 4: prod reclaims its half; the evicted batch pod had no checkpoint and starts over.
+    assert_eq!(span("prod-c"), (Some(510), Some(530), 0));
+    let (a, b) = (span("batch-a"), span("batch-b"));
+    let (kept, restarted) = if a.2 == 0 { (a, b) } else { (b, a) };
+    assert_eq!(kept, (Some(500), Some(1500), 0));
+    assert_eq!(restarted, (Some(500), Some(1530), 1), "restarted from scratch at 530");
+    // Each eviction says which rule allowed it.
+    let kind = |t: u64| -> Vec<&str> {
+        let prefix = format!("t={t} Evicted");
+        log.iter()
+            .filter(|l| l.starts_with(&prefix))
+            .map(|l| {
+                ["ElasticShrink", "Priority", "Reclaim", "GangBroken"].into_iter().find(|k| l.contains(k)).unwrap()
+            })
+            .collect()
+    };
+    assert_eq!(kind(10), ["ElasticShrink"]);
+    assert_eq!(kind(225), ["Priority", "GangBroken"]);
+    assert_eq!(kind(510), ["Reclaim"]);
+    // 1 surplus member + 2 gang members + 1 reclaimed pod; nothing lost, nothing faulted.
+    assert_eq!((r.evictions, r.timed_out, r.faults), (4, 1, 0));
+    assert_eq!(r.horizon, 1530);
+    assert_eq!(r.queues["prod"].evictions, 1);
+    assert_eq!(r.queues["batch"].evictions, 1);
+    assert_eq!(r.waiting_by_reason.values().sum::<usize>(), 1);
+
+    // The same inputs give the same decisions, and the JSON form of the scenario means the same.
+    let mut again = Vec::new();
+    let json = serde_json::to_string(&s).unwrap();
+    let s2 = Scenario::parse("same.json", &json).unwrap();
+    assert_eq!(s2, s);
+    timed::run_observed(
+        &full_set(),
+        &s2.node_table(),
+        &queue_tree(&s2.queues).unwrap(),
+        &s2.jobs,
+        &Default::default(),
+        |d| again.push(format!("t={} {:?}", d.at, d.decision)),
+    )
+    .unwrap();
+    assert_eq!(log, again);
+}
+
+#[test]
+fn malformed_queues_and_jobs_in_yaml_are_rejected_with_a_reason() {
+    let e = Scenario::parse("s.yaml", "nodes: [\n  {name: x\n").unwrap_err().to_string();
+    assert!(e.starts_with("s.yaml:"), "{e}");
+    for (from, to, why) in [
+        ("{name: prod, parent: org, weight: 1}", "{name: prod, parent: nowhere}", "parent queue nowhere not found"),
+        ("capability: {gpus: 8}", "capability: {gpus: -1}", "gpus must be a non-negative number"),
+        ("capability: {gpus: 8}", "capability: {gpu: 8}", "unknown field `gpu`"),
+        ("{name: prod, parent: org, weight: 1}", "{name: prod, parent: org, weight: 0}", "weight must be positive"),
+        ("name: batch-a, queue: batch,", "name: batch-a, queue: org,", "has child queues"),
+        ("replicas: 2, min_replicas: 1}", "replicas: 2, min_replicas: 3}", "min_replicas 3 must be 1..=2"),
+        ("replicas: 3, timeout: 60}", "replicas: 0, timeout: 60}", "replicas must be"),
+        ("{name: batch-b, queue: batch,", "{name: batch-fill-0, queue: batch,", "is taken by another job"),
+        ("checkpoint_seconds: 5}", "checkpoint_seconds: -5}", "checkpoint_seconds: invalid type: integer `-5`"),
+    ] {
+        assert!(EXAMPLE.contains(from), "{from}");
+        let e = Scenario::parse("s.yaml", &EXAMPLE.replacen(from, to, 1)).unwrap_err().to_string();
         assert!(e.contains(why), "{why}: {e}");
     }
 }
@@ -89,7 +202,7 @@ fn the_openb_default_trace_replays_in_time() {
     }
     // Arrivals squeezed into ~13 s (durations as recorded): a burst twice the half-cluster.
     let jobs: Vec<Job> = pods.iter().map(|p| Job::from_trace(p, 1e6)).collect();
-    let r = timed::run(&set(), &table, &jobs);
+    let r = timed::run(&set(), &table, &queue_tree(&flat_queues(&jobs)).unwrap(), &jobs).unwrap();
     let started: usize = r.queues.values().map(|q| q.started).sum();
     let waiting: usize = r.queues.values().map(|q| q.waiting).sum();
     assert_eq!(started + waiting, pods.len());

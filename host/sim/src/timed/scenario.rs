@@ -1,0 +1,512 @@
+//! The documented scenario format (`docs/scenario.md`): nodes, a queue hierarchy with quotas, and
+//! jobs — lone pods, gangs and elastic jobs — with arrival, duration, priority and checkpointing.
+//! JSON or YAML (by file extension); unknown fields are errors, so a typo never silently changes an
+//! experiment.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use serde::{Deserialize, Deserializer, Serialize};
+use wasmsched_api::{GpuRequest, Node, Resources, Task};
+use wasmsched_core::{NodeTable, PreemptionPolicy, QueueError, QueueSpec, QueueTree, Workload};
+use wasmsched_plugin_gpu_share_score::Spec;
+use wasmsched_topology::NodeTopology;
+
+use crate::trace::{TraceError, TracePod};
+
+/// A job of the time-driven replay: one pod, a gang (`replicas` > 1) or an elastic job
+/// (`min_replicas` < `replicas`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Job {
+    /// Unique name.
+    pub name: String,
+    /// Leaf queue it waits in.
+    #[serde(default = "default_queue")]
+    pub queue: String,
+    /// Arrival time (s).
+    pub arrival: u64,
+    /// Run time once started (s); `None` runs until the end of the replay.
+    #[serde(default)]
+    pub duration: Option<u64>,
+    /// Higher runs first within its queue, and may preempt lower.
+    #[serde(default)]
+    pub priority: i32,
+    /// CPU request of each replica (milli-cores).
+    #[serde(default)]
+    pub cpu_milli: u64,
+    /// Memory request of each replica (MiB).
+    #[serde(default)]
+    pub memory_mib: u64,
+    /// GPUs of each replica (whole GPUs, or 1 shared).
+    #[serde(default)]
+    pub gpus: u32,
+    /// Share of each GPU (milli-GPU, 1..=1000).
+    #[serde(default)]
+    pub gpu_milli: u32,
+    /// Allowed GPU models (empty: any).
+    #[serde(default)]
+    pub gpu_models: Vec<String>,
+    /// Pods of the job; more than one makes it a gang.
+    #[serde(default = "one")]
+    pub replicas: u32,
+    /// Fewest replicas that may run (the job is elastic above it); default: all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_replicas: Option<u32>,
+    /// Others may evict it.
+    #[serde(default = "yes")]
+    pub preemptible: bool,
+    /// It may evict others (lower priority in its queue, elastic surplus, reclaim).
+    #[serde(default = "yes")]
+    pub preempts: bool,
+    /// It saves a checkpoint when preempted, taking this long (s); the progress made is kept. Without
+    /// it an evicted job starts over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_seconds: Option<u64>,
+    /// Grace period it is given to checkpoint (s); default the core's (30 s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_seconds: Option<u64>,
+    /// A gang not placed within this long is given up (s); default the core's (600 s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u64>,
+}
+
+fn default_queue() -> String {
+    "default".into()
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for Job {
+    fn default() -> Self {
+        Job {
+            name: String::new(),
+            queue: default_queue(),
+            arrival: 0,
+            duration: None,
+            priority: 0,
+            cpu_milli: 0,
+            memory_mib: 0,
+            gpus: 0,
+            gpu_milli: 0,
+            gpu_models: Vec::new(),
+            replicas: 1,
+            min_replicas: None,
+            preemptible: true,
+            preempts: true,
+            checkpoint_seconds: None,
+            grace_seconds: None,
+            timeout: None,
+        }
+    }
+}
+
+impl Job {
+    /// An openb pod as a job: queue = its QoS class, arrival = creation time, duration = deletion
+    /// minus creation. `compress` divides arrival times (> 1 raises the load; durations unchanged).
+    pub fn from_trace(pod: &TracePod, compress: f64) -> Job {
+        let arrival = pod.creation_time.unwrap_or(0);
+        Job {
+            name: pod.name.clone(),
+            queue: if pod.qos.is_empty() { default_queue() } else { pod.qos.clone() },
+            arrival: (arrival as f64 / compress) as u64,
+            duration: pod.deletion_time.map(|d| d.saturating_sub(arrival)),
+            cpu_milli: pod.cpu_milli,
+            memory_mib: pod.memory_mib,
+            gpus: pod.num_gpu,
+            gpu_milli: if pod.num_gpu == 0 { 0 } else { pod.gpu_milli },
+            gpu_models: pod.gpu_spec.clone(),
+            ..Job::default()
+        }
+    }
+
+    /// One replica's task.
+    pub(crate) fn task(&self, id: String) -> Task {
+        Task {
+            id,
+            namespace: "sim".into(),
+            queue: self.queue.clone(),
+            priority: self.priority,
+            request: Resources {
+                cpu_milli: self.cpu_milli,
+                memory_bytes: self.memory_mib.saturating_mul(1 << 20),
+                ..Default::default()
+            },
+            gpu: if self.gpus == 0 {
+                GpuRequest::default()
+            } else {
+                GpuRequest {
+                    count: self.gpus,
+                    milli_per_gpu: self.gpu_milli,
+                    models: self.gpu_models.clone(),
+                    ..Default::default()
+                }
+            },
+            ..Default::default()
+        }
+    }
+
+    /// Task ids of its replicas: the job's name for a lone pod, `name-i` for a gang's members.
+    pub fn task_ids(&self) -> Vec<String> {
+        if self.replicas <= 1 {
+            vec![self.name.clone()]
+        } else {
+            (0..self.replicas).map(|i| format!("{}-{i}", self.name)).collect()
+        }
+    }
+
+    /// The job as the core's workload.
+    pub fn workload(&self) -> Workload {
+        let group = (self.replicas > 1).then(|| self.name.clone());
+        let members: Vec<Task> =
+            self.task_ids().into_iter().map(|id| Task { group: group.clone(), ..self.task(id) }).collect();
+        let min = self.min_replicas.unwrap_or(self.replicas).max(1) as usize;
+        let mut w = Workload::gang(&self.name, &self.queue, self.priority, members, min);
+        w.timeout_seconds = self.timeout;
+        w.preemption = if self.preempts { PreemptionPolicy::LowerPriority } else { PreemptionPolicy::Never };
+        w.preemptible = self.preemptible;
+        w.checkpointable = self.checkpoint_seconds.is_some();
+        w.grace_seconds = self.grace_seconds;
+        w
+    }
+
+    /// The job's shape, as FGD's target workload counts it.
+    pub(crate) fn spec(&self) -> Spec {
+        let gpu = self.gpus > 0;
+        Spec {
+            cpu_milli: self.cpu_milli,
+            milli: if gpu { self.gpu_milli } else { 0 },
+            count: self.gpus,
+            models: if gpu { self.gpu_models.join("|") } else { String::new() },
+        }
+    }
+
+    /// GPU milli-units of one replica.
+    pub(crate) fn replica_gpu_milli(&self) -> u64 {
+        u64::from(self.gpus) * u64::from(self.gpu_milli)
+    }
+}
+
+/// An amount of resources in a queue's guarantee or capability, in the units users think in.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Amount {
+    /// Milli-cores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_milli: Option<u64>,
+    /// MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u64>,
+    /// GPUs (fractions allowed: 0.5 is 500 milli-GPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<f64>,
+}
+
+impl Amount {
+    /// As resources; dimensions left out are `unset` (0 for a guarantee, unbounded for a
+    /// capability).
+    fn resources(&self, unset: u64) -> Result<Resources, String> {
+        let gpu_milli = match self.gpus {
+            None => unset,
+            Some(g) if (0.0..=1e9).contains(&g) => (g * 1000.0).round() as u64,
+            Some(g) => return Err(format!("gpus must be a non-negative number, not {g}")),
+        };
+        Ok(Resources {
+            cpu_milli: self.cpu_milli.unwrap_or(unset),
+            memory_bytes: self.memory_mib.map_or(unset, |m| m.saturating_mul(1 << 20)),
+            gpu_milli,
+            extended: Vec::new(),
+        })
+    }
+}
+
+/// A queue of a scenario: written as just its name (weight 1, no guarantee or cap, reclaimable),
+/// or in full.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct QueueConfig {
+    /// Unique name.
+    pub name: String,
+    /// Parent queue (defined earlier in the list); `None` for a top-level queue.
+    pub parent: Option<String>,
+    /// Weight among its siblings.
+    pub weight: u32,
+    /// Always obtainable, never reclaimed.
+    pub guarantee: Amount,
+    /// Most it may hold; `None` for unbounded.
+    pub capability: Option<Amount>,
+    /// Others may reclaim what it borrows above its deserved share.
+    pub reclaimable: bool,
+}
+
+impl QueueConfig {
+    /// A queue with only a name.
+    pub fn named(name: &str) -> Self {
+        QueueConfig {
+            name: name.into(),
+            parent: None,
+            weight: 1,
+            guarantee: Amount::default(),
+            capability: None,
+            reclaimable: true,
+        }
+    }
+
+    fn spec(&self) -> Result<QueueSpec, String> {
+        let bad = |e: String| format!("queue {:?}: {e}", self.name);
+        Ok(QueueSpec {
+            name: self.name.clone(),
+            parent: self.parent.clone(),
+            weight: self.weight,
+            guarantee: self.guarantee.resources(0).map_err(bad)?,
+            capability: self.capability.as_ref().map(|c| c.resources(u64::MAX / 4)).transpose().map_err(bad)?,
+            reclaimable: self.reclaimable,
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for QueueConfig {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Full {
+            name: String,
+            #[serde(default)]
+            parent: Option<String>,
+            #[serde(default = "one")]
+            weight: u32,
+            #[serde(default)]
+            guarantee: Amount,
+            #[serde(default)]
+            capability: Option<Amount>,
+            #[serde(default = "yes")]
+            reclaimable: bool,
+        }
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = QueueConfig;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a queue name or a queue object {name, parent, weight, guarantee, capability, reclaimable}")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<QueueConfig, E> {
+                Ok(QueueConfig::named(v))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<QueueConfig, A::Error> {
+                let f = Full::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(QueueConfig {
+                    name: f.name,
+                    parent: f.parent,
+                    weight: f.weight,
+                    guarantee: f.guarantee,
+                    capability: f.capability,
+                    reclaimable: f.reclaimable,
+                })
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+/// The queue tree of `configs`; work goes to leaf queues.
+pub fn queue_tree(configs: &[QueueConfig]) -> Result<QueueTree, String> {
+    let specs = configs.iter().map(QueueConfig::spec).collect::<Result<Vec<_>, _>>()?;
+    QueueTree::new(specs).map_err(|e: QueueError| e.to_string())
+}
+
+/// One flat queue per distinct queue name of `jobs` (how openb traces replay: queue = QoS class).
+pub fn flat_queues(jobs: &[Job]) -> Vec<QueueConfig> {
+    let names: BTreeSet<&str> = jobs.iter().map(|j| j.queue.as_str()).collect();
+    names.into_iter().map(QueueConfig::named).collect()
+}
+
+/// A node of a scenario.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioNode {
+    /// Unique name.
+    pub name: String,
+    /// CPU (milli-cores).
+    pub cpu_milli: u64,
+    /// Memory (MiB).
+    pub memory_mib: u64,
+    /// GPUs.
+    #[serde(default)]
+    pub gpus: u32,
+    /// GPU model.
+    #[serde(default)]
+    pub model: String,
+    /// `nvidia-smi topo -m` output of the node, a path relative to the scenario file; its GPU count
+    /// must equal `gpus`. Read by [`Scenario::load`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<String>,
+}
+
+/// A scenario: the cluster, the queues jobs may name, and the jobs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// The cluster.
+    pub nodes: Vec<ScenarioNode>,
+    /// The queues, parents before children; jobs name leaf queues.
+    pub queues: Vec<QueueConfig>,
+    /// The jobs.
+    pub jobs: Vec<Job>,
+}
+
+/// Whether `path` names a YAML file (else JSON).
+fn is_yaml(file: &str) -> bool {
+    file.ends_with(".yaml") || file.ends_with(".yml")
+}
+
+impl Scenario {
+    /// Parse and validate a scenario (YAML when `file` ends in `.yaml`/`.yml`, else JSON); errors
+    /// name the file and the line and column, or the offending item.
+    pub fn parse(file: &str, text: &str) -> Result<Scenario, TraceError> {
+        let bad = |line: usize, column: usize, message: String| TraceError::Malformed {
+            file: file.into(),
+            line,
+            column,
+            message,
+        };
+        let s: Scenario = if is_yaml(file) {
+            serde_yaml_ng::from_str(text).map_err(|e| {
+                let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
+                bad(line, column, e.to_string())
+            })?
+        } else {
+            serde_json::from_str(text).map_err(|e| bad(e.line(), e.column(), e.to_string()))?
+        };
+        s.validate().map_err(|message| bad(0, 0, message))?;
+        Ok(s)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let mut names = BTreeSet::new();
+        for n in &self.nodes {
+            if !names.insert(n.name.as_str()) {
+                return Err(format!("node {:?} appears twice", n.name));
+            }
+            if n.gpus > 64 || (n.gpus > 0 && n.model.is_empty()) {
+                return Err(format!("node {:?}: {} GPUs of model {:?}", n.name, n.gpus, n.model));
+            }
+        }
+        let tree = queue_tree(&self.queues)?;
+        let mut jobs = BTreeSet::new();
+        let mut tasks = BTreeSet::new();
+        for j in &self.jobs {
+            if !jobs.insert(j.name.as_str()) {
+                return Err(format!("job {:?} appears twice", j.name));
+            }
+            match tree.index_of(&j.queue) {
+                None => return Err(format!("job {:?} names unknown queue {:?}", j.name, j.queue)),
+                Some(q) if !tree.is_leaf(q) => {
+                    return Err(format!(
+                        "job {:?}: queue {:?} has child queues; jobs go to leaf queues",
+                        j.name, j.queue
+                    ));
+                }
+                Some(_) => {}
+            }
+            let shared_ok = j.gpus == 1 && (1..=1000).contains(&j.gpu_milli);
+            let whole_ok = j.gpus > 1 && j.gpus <= 64 && j.gpu_milli == 1000;
+            if j.gpus > 0 && !(shared_ok || whole_ok) {
+                return Err(format!(
+                    "job {:?}: {} GPUs × {} milli is not a valid GPU request",
+                    j.name, j.gpus, j.gpu_milli
+                ));
+            }
+            if j.replicas == 0 || j.replicas > 10_000 {
+                return Err(format!("job {:?}: replicas must be 1..=10000, not {}", j.name, j.replicas));
+            }
+            if let Some(min) = j.min_replicas
+                && (min == 0 || min > j.replicas)
+            {
+                return Err(format!("job {:?}: min_replicas {min} must be 1..={}", j.name, j.replicas));
+            }
+            for id in j.task_ids() {
+                if !tasks.insert(id.clone()) {
+                    return Err(format!("job {:?}: pod name {id:?} is taken by another job", j.name));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads and validates the scenario at `path`, and the topology files its nodes name
+    /// (relative to the scenario's directory).
+    pub fn load(path: &Path) -> Result<(Scenario, BTreeMap<String, NodeTopology>), TraceError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| TraceError::Io { file: file.clone(), source: e })?;
+        let scenario = Scenario::parse(&file, &text)?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let mut topologies = BTreeMap::new();
+        for n in &scenario.nodes {
+            let Some(rel) = &n.topology else { continue };
+            let bad = |message: String| TraceError::Malformed { file: file.clone(), line: 0, column: 0, message };
+            let topo_path = dir.join(rel);
+            let text = std::fs::read_to_string(&topo_path)
+                .map_err(|e| bad(format!("node {:?}: topology {}: {e}", n.name, topo_path.display())))?;
+            let topology = wasmsched_topology::smi::parse(&text)
+                .map_err(|e| bad(format!("node {:?}: topology {}: {e}", n.name, topo_path.display())))?;
+            if topology.len() != n.gpus as usize {
+                return Err(bad(format!(
+                    "node {:?} has {} GPUs, its topology {} has {}",
+                    n.name,
+                    n.gpus,
+                    topo_path.display(),
+                    topology.len()
+                )));
+            }
+            topologies.insert(n.name.clone(), topology);
+        }
+        Ok((scenario, topologies))
+    }
+
+    /// The scenario's nodes as the core's nodes, with the given topologies attached (and their
+    /// NUMA nodes on the GPUs).
+    pub fn node_table_with(&self, topologies: &BTreeMap<String, NodeTopology>) -> NodeTable {
+        let mut t = self.node_table();
+        for (name, topology) in topologies {
+            if let Some(slot) = t.slot_of(name) {
+                t.update(slot, |node| {
+                    for gpu in &mut node.gpus {
+                        gpu.numa_node = topology.gpus().get(gpu.index as usize).and_then(|g| g.numa);
+                    }
+                });
+            }
+            t.topologies_mut().insert(name, topology.clone());
+        }
+        t
+    }
+
+    /// The scenario's nodes as the core's nodes.
+    pub fn node_table(&self) -> NodeTable {
+        let mut t = NodeTable::new();
+        for n in &self.nodes {
+            t.upsert(Node {
+                name: n.name.clone(),
+                allocatable: Resources {
+                    cpu_milli: n.cpu_milli,
+                    memory_bytes: n.memory_mib.saturating_mul(1 << 20),
+                    gpu_milli: u64::from(n.gpus) * 1000,
+                    extended: vec![],
+                },
+                gpus: (0..n.gpus)
+                    .map(|index| wasmsched_api::GpuDevice {
+                        index,
+                        model: n.model.clone(),
+                        free_milli: 1000,
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            });
+        }
+        t
+    }
+}
