@@ -12,7 +12,8 @@
 //! - [`replay`]: submit each pod once, place it with the policy set, record the allocation and
 //!   fragmentation series and reduce them to the paper's columns.
 //! - [`experiment`]: the traces × policies × seeds grid in parallel, and the headline table.
-//! - [`timed`]: time-driven replay with arrivals, departures and queues, and the scenario format.
+//! - [`timed`]: time-driven replay through the scheduling core (queues, gangs, preemption), and the
+//!   scenario format (JSON/YAML).
 //! - [`generate`]: seeded random clusters and tasks, shared with tests and benchmarks.
 //!
 //! # Example
