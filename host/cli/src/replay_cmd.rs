@@ -160,12 +160,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let r = timed::run_observed(&set, &table, &tree, &jobs, &config, |d| {
         let at = wasmsched_events::Timestamp(d.at.saturating_mul(1000));
         let task = d.task.unwrap_or(&no_task);
-        if let (Some(stats), Decision::Bound { node, devices, .. }) = (topology.as_mut(), d.decision) {
+        if let (Some(stats), Decision::Bound { node, devices, score, feasible, .. }) = (topology.as_mut(), d.decision) {
             let placement = Placement {
                 node: d.nodes.slot_of(node).unwrap_or_default(),
                 devices: devices.clone(),
-                score: 0,
-                feasible: 0,
+                score: *score,
+                feasible: *feasible,
                 skipped_faults: Vec::new(),
             };
             for alert in observe_topology(stats, d.nodes, node, &placement) {

@@ -111,21 +111,21 @@ fn events_schema_prints_the_documented_schema() {
     assert_eq!(printed, documented);
 }
 
+/// `replay --json --events FILE` of `scenario` with `extra` flags: the report and the events file
+/// (kept alive by the returned directory).
+fn replay_with_events(scenario: &str, extra: &[&str]) -> (serde_json::Value, tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("replay.jsonl").to_str().unwrap().to_string();
+    let mut args = vec!["replay", "--scenario", scenario, "--json", "--events", &file];
+    args.extend_from_slice(extra);
+    let report = serde_json::from_str(&ok(wasmsched(&args))).unwrap();
+    (report, dir, file)
+}
+
 #[test]
 fn replay_publishes_each_attempt_in_virtual_time() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("replay.jsonl");
-    let f = file.to_str().unwrap();
-    let report: serde_json::Value = serde_json::from_str(&ok(wasmsched(&[
-        "replay",
-        "--scenario",
-        "examples/scenarios/two-queues.json",
-        "--native",
-        "--json",
-        "--events",
-        f,
-    ])))
-    .unwrap();
+    let (report, _dir, f) = replay_with_events("examples/scenarios/two-queues.json", &["--native"]);
+    let f = f.as_str();
     let attempts = report["placement_attempts"].as_u64().unwrap();
     assert_eq!(report["events"]["delivered"], attempts, "one event per attempt: {report}");
 
@@ -148,18 +148,7 @@ fn replay_publishes_each_attempt_in_virtual_time() {
 
 #[test]
 fn replay_publishes_preemptions_with_their_rule_and_checkpoint_and_gang_timeouts() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("replay.jsonl");
-    let f = file.to_str().unwrap();
-    let report: serde_json::Value = serde_json::from_str(&ok(wasmsched(&[
-        "replay",
-        "--scenario",
-        "examples/scenarios/queues-gangs-preemption.yaml",
-        "--json",
-        "--events",
-        f,
-    ])))
-    .unwrap();
+    let (report, _dir, file) = replay_with_events("examples/scenarios/queues-gangs-preemption.yaml", &[]);
     assert_eq!(report["runtime"], "wasm");
     assert_eq!((report["evictions"].as_u64(), report["gangs_timed_out"].as_u64()), (Some(4), Some(1)), "{report}");
     let text = std::fs::read_to_string(&file).unwrap();

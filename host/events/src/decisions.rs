@@ -109,6 +109,18 @@ fn stage(s: CoreStage) -> Stage {
 /// The unschedulable event (reasons aggregated over nodes, most frequent first) and one fault
 /// event per plugin fault seen.
 fn unschedulable(task: &Task, d: &Diagnosis, policy: &PolicySetRef, attempt: u32) -> Vec<Payload> {
+    let mut out = vec![Payload::TaskUnschedulable(TaskUnschedulable {
+        task: task_ref(task),
+        reasons: node_reasons(d),
+        policy_set: policy.clone(),
+        attempt,
+    })];
+    out.extend(d.faults.iter().map(|f| fault(f, policy)));
+    out
+}
+
+/// A diagnosis' node rejections and faults as reasons, most frequent first.
+fn node_reasons(d: &Diagnosis) -> Vec<StageReason> {
     let mut reasons: Vec<StageReason> = d
         .rejections
         .iter()
@@ -126,14 +138,7 @@ fn unschedulable(task: &Task, d: &Diagnosis, policy: &PolicySetRef, attempt: u32
         });
     }
     reasons.sort_by(|a, b| b.nodes.cmp(&a.nodes).then_with(|| a.reason.cmp(&b.reason)));
-    let mut out = vec![Payload::TaskUnschedulable(TaskUnschedulable {
-        task: task_ref(task),
-        reasons,
-        policy_set: policy.clone(),
-        attempt,
-    })];
-    out.extend(d.faults.iter().map(|f| fault(f, policy)));
-    out
+    reasons
 }
 
 fn fault(f: &wasmsched_core::PluginFault, policy: &PolicySetRef) -> Payload {
@@ -227,33 +232,22 @@ pub fn cycle(d: &CycleDecision, facts: &CycleFacts<'_>, nodes: &NodeTable, polic
     }
 }
 
-/// `task-unschedulable` from a cycle's explanation, and one `plugin-fault` per fault seen.
+/// `task-unschedulable` from a cycle's explanation (node reasons, then the queue's, the gang's and
+/// preemption's), and one `plugin-fault` per fault seen.
 fn explained(task: &Task, e: &Explanation, policy: &PolicySetRef) -> Vec<Payload> {
-    let mut out = match &e.nodes {
-        Some(d) => unschedulable(task, d, policy, e.attempts),
-        None => vec![Payload::TaskUnschedulable(TaskUnschedulable {
-            task: task_ref(task),
-            reasons: Vec::new(),
-            policy_set: policy.clone(),
-            attempt: e.attempts,
-        })],
-    };
-    if let Some(Payload::TaskUnschedulable(u)) = out.first_mut() {
-        let mut extra = Vec::new();
-        if let Some(q) = &e.queue {
-            extra.push(StageReason { stage: Stage::FairShare, reason: q.clone(), nodes: 0 });
-        }
-        if let Some((placed, min)) = e.gang {
-            extra.push(StageReason {
-                stage: Stage::Filter,
-                reason: format!("gang: {placed} of {min} required members fit"),
-                nodes: 0,
-            });
-        }
-        if let Some(p) = &e.preemption {
-            extra.push(StageReason { stage: Stage::Preempt, reason: p.clone(), nodes: 0 });
-        }
-        u.reasons.extend(extra);
-    }
+    let mut reasons = e.nodes.as_ref().map(node_reasons).unwrap_or_default();
+    let other = |stage: Stage, reason: String| StageReason { stage, reason, nodes: 0 };
+    reasons.extend(e.queue.clone().map(|q| other(Stage::FairShare, q)));
+    reasons.extend(
+        e.gang.map(|(placed, min)| other(Stage::Filter, format!("gang: {placed} of {min} required members fit"))),
+    );
+    reasons.extend(e.preemption.clone().map(|p| other(Stage::Preempt, p)));
+    let mut out = vec![Payload::TaskUnschedulable(TaskUnschedulable {
+        task: task_ref(task),
+        reasons,
+        policy_set: policy.clone(),
+        attempt: e.attempts,
+    })];
+    out.extend(e.nodes.iter().flat_map(|d| &d.faults).map(|f| fault(f, policy)));
     out
 }

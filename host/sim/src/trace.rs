@@ -175,27 +175,28 @@ pub fn parse_nodes(file: &str, text: &str) -> Result<Vec<Node>, TraceError> {
         let memory_mib = csv.number(*line, f, mem)?;
         let memory_bytes =
             memory_mib.checked_mul(1 << 20).ok_or_else(|| malformed(file, *line, mem + 1, "memory overflows"))?;
-        nodes.push(Node {
-            name: f[sn].to_string(),
-            labels: vec![("gpu-model".into(), f[model].to_string())],
-            allocatable: Resources {
-                cpu_milli,
-                memory_bytes,
-                gpu_milli: gpus * u64::from(GPU_MILLI),
-                extended: vec![],
-            },
-            gpus: (0..gpus as u32)
-                .map(|index| GpuDevice {
-                    index,
-                    model: f[model].to_string(),
-                    free_milli: GPU_MILLI,
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        });
+        nodes.push(gpu_node(f[sn], cpu_milli, memory_bytes, gpus as u32, f[model]));
     }
     Ok(nodes)
+}
+
+/// An idle node with `gpus` whole GPUs of `model`, labelled `gpu-model` (as openb nodes and
+/// scenario nodes are).
+pub fn gpu_node(name: &str, cpu_milli: u64, memory_bytes: u64, gpus: u32, model: &str) -> Node {
+    Node {
+        name: name.to_string(),
+        labels: vec![("gpu-model".into(), model.to_string())],
+        allocatable: Resources {
+            cpu_milli,
+            memory_bytes,
+            gpu_milli: u64::from(gpus) * u64::from(GPU_MILLI),
+            extended: vec![],
+        },
+        gpus: (0..gpus)
+            .map(|index| GpuDevice { index, model: model.to_string(), free_milli: GPU_MILLI, ..Default::default() })
+            .collect(),
+        ..Default::default()
+    }
 }
 
 /// Parse an openb pod list, in either column shape (the `multigpuNN` files carry only the first

@@ -27,7 +27,7 @@ pub(super) struct Failures {
 impl Failures {
     /// The key of a workload whose failure may stand for its twins: lone tasks with no topology
     /// constraint (gangs are rare and their members' order matters; not worth the risk).
-    pub(super) fn key(&self, e: &Entry) -> Option<ShapeKey> {
+    pub(super) fn key(e: &Entry) -> Option<ShapeKey> {
         let [task] = e.spec.members.as_slice() else { return None };
         if e.spec.topology.is_some() || e.placed() > 0 {
             return None;

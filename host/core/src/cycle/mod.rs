@@ -652,7 +652,7 @@ impl SchedulerCore {
             if list.is_empty() {
                 lists.remove(&leaf);
             }
-            let key = self.config.reuse_failures.then(|| failures.key(&self.entries[&name])).flatten();
+            let key = self.config.reuse_failures.then(|| Failures::key(&self.entries[&name])).flatten();
             if let Some(explanation) = key.as_ref().and_then(|k| failures.get(k)) {
                 self.unschedulable(&name, explanation.clone(), now, &mut out);
                 continue;

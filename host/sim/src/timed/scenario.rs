@@ -7,12 +7,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use serde::{Deserialize, Deserializer, Serialize};
-use wasmsched_api::{GpuRequest, Node, Resources, Task};
+use wasmsched_api::{GpuRequest, Resources, Task};
 use wasmsched_core::{NodeTable, PreemptionPolicy, QueueError, QueueSpec, QueueTree, Workload};
 use wasmsched_plugin_gpu_share_score::Spec;
 use wasmsched_topology::NodeTopology;
 
-use crate::trace::{TraceError, TracePod};
+use crate::trace::{TraceError, TracePod, gpu_node};
 
 /// A job of the time-driven replay: one pod, a gang (`replicas` > 1) or an elastic job
 /// (`min_replicas` < `replicas`).
@@ -488,24 +488,7 @@ impl Scenario {
     pub fn node_table(&self) -> NodeTable {
         let mut t = NodeTable::new();
         for n in &self.nodes {
-            t.upsert(Node {
-                name: n.name.clone(),
-                allocatable: Resources {
-                    cpu_milli: n.cpu_milli,
-                    memory_bytes: n.memory_mib.saturating_mul(1 << 20),
-                    gpu_milli: u64::from(n.gpus) * 1000,
-                    extended: vec![],
-                },
-                gpus: (0..n.gpus)
-                    .map(|index| wasmsched_api::GpuDevice {
-                        index,
-                        model: n.model.clone(),
-                        free_milli: 1000,
-                        ..Default::default()
-                    })
-                    .collect(),
-                ..Default::default()
-            });
+            t.upsert(gpu_node(&n.name, n.cpu_milli, n.memory_mib.saturating_mul(1 << 20), n.gpus, &n.model));
         }
         t
     }
