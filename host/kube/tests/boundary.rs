@@ -212,11 +212,9 @@ async fn an_expired_watch_forces_a_relist_that_sees_deleted_and_new_nodes() {
     eventually("ready", Duration::from_secs(30), || run.metrics.is_ready()).await;
     let lists_before = api.state().lists.get(&Kind::Node).copied().unwrap_or(0);
     // While the watch is down, "old" is deleted and "new" is added; history is compacted, so the
-    // re-watch gets 410 Gone and only a re-list can show the change.
-    api.compact_and_drop_watches();
-    api.remove(Kind::Node, "old");
-    api.put(Kind::Node, gpu_node("new", 8, &[]));
-    api.compact_and_drop_watches();
+    // re-watch gets 410 Gone and only a re-list can show the change. (Done under one lock: with
+    // separate steps a watch re-opened in between saw the change live and never re-listed.)
+    api.replace_unseen(Kind::Node, "old", gpu_node("new", 8, &[]));
     eventually("node re-listed", Duration::from_secs(30), || {
         api.state().lists.get(&Kind::Node).copied().unwrap_or(0) > lists_before
     })

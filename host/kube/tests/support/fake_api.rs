@@ -255,13 +255,16 @@ impl FakeApi {
         self.state().objects.iter().filter(|((k, _), _)| *k == kind).map(|(_, v)| v.clone()).collect()
     }
 
-    /// Ends every open watch and forgets history up to now: clients re-watching from their last
-    /// version get `410 Gone` and must re-list (what an etcd compaction does).
-    pub fn compact_and_drop_watches(&self) {
+    /// Ends every open watch, deletes `gone` and adds `added` (of `kind`) and compacts, all under
+    /// one lock: no watch can see the change (a client re-watching gets `410 Gone`, as after an
+    /// etcd compaction), only a re-list.
+    pub fn replace_unseen(&self, kind: Kind, gone: &str, added: Value) {
         let mut s = self.state();
+        s.watchers.clear();
+        s.delete(kind, gone);
+        s.upsert(kind, added);
         s.compacted = s.rv;
         s.history.clear();
-        s.watchers.clear();
     }
 
     pub fn binds(&self) -> Vec<BindCall> {
