@@ -91,6 +91,27 @@ pub fn release(node: &mut Node, task: &Task, devices: &[DeviceShare]) {
     }
 }
 
+/// Account `task` on `node` as a fact, not a decision: a pod that already runs. If it over-commits
+/// the node (bound by another scheduler, or the node shrank) it still counts, saturating, so the
+/// node shows as full rather than the pod being lost. [`release`] undoes it.
+pub fn bind_fact(node: &mut Node, task: &Task, devices: &[DeviceShare]) {
+    if bind(node, task, devices).is_ok() {
+        return;
+    }
+    node.allocated.cpu_milli = node.allocated.cpu_milli.saturating_add(task.request.cpu_milli);
+    node.allocated.memory_bytes = node.allocated.memory_bytes.saturating_add(task.request.memory_bytes);
+    for (name, want) in &task.request.extended {
+        add_extended(&mut node.allocated.extended, name, *want as i128);
+    }
+    for d in devices {
+        if let Some(g) = node.gpus.iter_mut().find(|g| g.index == d.gpu) {
+            g.free_milli = g.free_milli.saturating_sub(d.milli);
+            g.free_memory_bytes = g.free_memory_bytes.saturating_sub(task.gpu.memory_bytes_per_gpu);
+        }
+        node.allocated.gpu_milli = node.allocated.gpu_milli.saturating_add(u64::from(d.milli));
+    }
+}
+
 fn add_extended(list: &mut Vec<(String, u64)>, name: &str, delta: i128) {
     match list.binary_search_by(|(n, _)| n.as_str().cmp(name)) {
         Ok(i) => list[i].1 = (list[i].1 as i128 + delta).clamp(0, u64::MAX as i128) as u64,

@@ -58,7 +58,7 @@ mod plugin;
 mod queue;
 mod topology;
 
-pub use alloc::{AllocError, bind, default_select_devices, release};
+pub use alloc::{AllocError, bind, bind_fact, default_select_devices, release};
 pub use cycle::{
     CoreConfig, CoreError, Decision, EvictReason, Explanation, Phase, PreemptKind, PreemptionPolicy, QueueShare,
     SchedulerCore, Workload, WorkloadError, WorkloadStatus,

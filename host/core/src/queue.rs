@@ -62,7 +62,8 @@ pub(crate) fn fits(small: &Resources, big: &Resources) -> bool {
     small.cpu_milli <= big.cpu_milli
         && small.memory_bytes <= big.memory_bytes
         && small.gpu_milli <= big.gpu_milli
-        && small.extended.iter().all(|(n, v)| *v <= big.extended(n))
+        // A bound limits the extended resources it names; the rest (a pod count) are unbounded.
+        && small.extended.iter().all(|(n, v)| big.extended.iter().find(|(b, _)| b == n).is_none_or(|(_, b)| v <= b))
 }
 
 fn sum(list: &[&Resources]) -> Option<Resources> {

@@ -7,11 +7,13 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{EvictParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+pub use kube::runtime::events::EventType;
+use kube::runtime::events::{Event, Recorder, Reporter};
 use kube::{Api, Client};
 use wasmsched_api::DeviceShare;
 
 use crate::convert::{GPU_IDS_ANNOTATION, PodKey, gpu_ids};
+use crate::workloads::PREEMPTION_REQUESTED_ANNOTATION;
 
 /// How a bind (or eviction) failed, which decides what happens to the pod.
 #[derive(Debug, thiserror::Error)]
@@ -108,26 +110,43 @@ impl Effects {
         pods.patch_status(&key.name, &PatchParams::default(), &Patch::Strategic(&patch))
             .await
             .map_err(EffectError::from_kube)?;
+        // An event is best effort: the condition above is the record.
+        self.event(key, Some(uid), EventType::Warning, "FailedScheduling", message).await;
+        Ok(())
+    }
+
+    /// Asks a victim that can checkpoint to do so: the annotation names who needs the room and
+    /// the deadline after which it is evicted anyway; a `Preempting` event says the same to people.
+    pub async fn request_checkpoint(&self, key: &PodKey, preemptor: &str, deadline: &str) -> Result<(), EffectError> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
+        let value = format!("preemptor={preemptor},deadline={deadline}");
+        let patch = serde_json::json!({"metadata": {"annotations": {PREEMPTION_REQUESTED_ANNOTATION: value}}});
+        pods.patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(EffectError::from_kube)?;
+        let note = format!("checkpoint and exit by {deadline}: {preemptor} needs the room");
+        self.event(key, None, EventType::Normal, "Preempting", &note).await;
+        Ok(())
+    }
+
+    /// Records a Kubernetes event about a pod, best effort (a lost event is logged, never retried).
+    pub async fn event(&self, key: &PodKey, uid: Option<&str>, type_: EventType, reason: &str, note: &str) {
         let reference = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Pod".into()),
             name: Some(key.name.clone()),
             namespace: Some(key.namespace.clone()),
-            uid: Some(uid.to_string()),
+            uid: uid.map(String::from),
             ..Default::default()
         };
         let event = Event {
-            type_: EventType::Warning,
-            reason: "FailedScheduling".into(),
-            note: Some(truncate(message, 1024)),
+            type_,
+            reason: reason.into(),
+            note: Some(truncate(note, 1024)),
             action: "Scheduling".into(),
             secondary: None,
         };
-        // An event is best effort: the condition above is the record.
         if let Err(e) = self.recorder.publish(&event, &reference).await {
             tracing::debug!(pod = %key, error = %e, scheduler = %self.scheduler_name, "event not recorded");
         }
-        Ok(())
     }
 
     /// Evicts a pod through the Eviction API, so PodDisruptionBudgets are respected: a refusal is

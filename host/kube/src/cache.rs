@@ -9,7 +9,7 @@
 use ahash::{AHashMap, AHashSet};
 use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
 use wasmsched_api::{DeviceShare, Node, Task};
-use wasmsched_core::{NodeTable, Slot, apply_node_facts};
+use wasmsched_core::{NodeTable, Slot, apply_node_facts, bind_fact as account};
 use wasmsched_topology::annotation::{self, DEGRADED_ANNOTATION, TOPOLOGY_ANNOTATION, UNHEALTHY_ANNOTATION};
 
 use crate::convert::{self, ConvertError, GPU_IDS_ANNOTATION};
@@ -71,11 +71,6 @@ impl Cache {
         &self.nodes
     }
 
-    /// The nodes, for a gang placement that binds members as it goes (see [`Cache::assumed_by_placement`]).
-    pub fn nodes_mut(&mut self) -> &mut NodeTable {
-        &mut self.nodes
-    }
-
     /// Pods holding resources (bound or assumed).
     pub fn holders(&self) -> usize {
         self.holders.len()
@@ -89,6 +84,19 @@ impl Cache {
     /// The node `id` is bound or assumed on.
     pub fn node_of(&self, id: &str) -> Option<&str> {
         self.holders.get(id).map(|h| h.node.as_str())
+    }
+
+    /// The node `id` holds resources on, and its devices.
+    pub fn holding(&self, id: &str) -> Option<(&str, &[DeviceShare])> {
+        self.holders.get(id).map(|h| (h.node.as_str(), h.devices.as_slice()))
+    }
+
+    /// The pods holding resources on `node`: id, task, devices.
+    pub fn holders_on<'a>(&'a self, node: &str) -> impl Iterator<Item = (&'a str, &'a Task, &'a [DeviceShare])> + 'a {
+        self.by_node.get(node).into_iter().flatten().filter_map(|id| {
+            let h = self.holders.get(id)?;
+            Some((id.as_str(), &h.task, h.devices.as_slice()))
+        })
     }
 
     /// Members of the group `namespace/name` holding resources (bound or assumed).
@@ -218,16 +226,6 @@ impl Cache {
         self.hold(task.id.clone(), node, task.clone(), devices.to_vec(), true);
     }
 
-    /// Records members a gang placement already accounted on the nodes (`place_group` binds as it
-    /// goes), so they are released like any other assumption.
-    pub fn assumed_by_placement(&mut self, slot: Slot, task: &Task, devices: &[DeviceShare]) {
-        let Some(node) = self.nodes.get(slot).map(|n| n.name.clone()) else { return };
-        self.insert_holder(
-            task.id.clone(),
-            Holder { node, task: task.clone(), devices: devices.to_vec(), assumed: true },
-        );
-    }
-
     /// Releases whatever `id` holds (bind failed, pod finished or deleted).
     pub fn forget(&mut self, id: &str) {
         let Some(h) = self.holders.remove(id) else { return };
@@ -292,32 +290,6 @@ impl Cache {
 pub fn pod_id(pod: &Pod) -> Result<String, ConvertError> {
     let name = pod.metadata.name.as_deref().ok_or(ConvertError::Missing("metadata.name"))?;
     Ok(format!("{}/{name}", pod.metadata.namespace.as_deref().unwrap_or("default")))
-}
-
-/// Counts `task` on `node`. Pods already bound are facts, not decisions: if they over-commit the
-/// node (bound by another scheduler, or the node shrank) they still count, saturating, so the node
-/// shows as full instead of the bind being refused.
-fn account(node: &mut Node, task: &Task, devices: &[DeviceShare]) {
-    if wasmsched_core::bind(node, task, devices).is_ok() {
-        return;
-    }
-    node.allocated.cpu_milli = node.allocated.cpu_milli.saturating_add(task.request.cpu_milli);
-    node.allocated.memory_bytes = node.allocated.memory_bytes.saturating_add(task.request.memory_bytes);
-    for (name, want) in &task.request.extended {
-        match node.allocated.extended.iter_mut().find(|(n, _)| n == name) {
-            Some((_, v)) => *v = v.saturating_add(*want),
-            None => {
-                node.allocated.extended.push((name.clone(), *want));
-                node.allocated.extended.sort();
-            }
-        }
-    }
-    for d in devices {
-        if let Some(g) = node.gpus.iter_mut().find(|g| g.index == d.gpu) {
-            g.free_milli = g.free_milli.saturating_sub(d.milli);
-        }
-        node.allocated.gpu_milli = node.allocated.gpu_milli.saturating_add(u64::from(d.milli));
-    }
 }
 
 #[cfg(test)]

@@ -121,7 +121,7 @@ fn milli(field: &str, q: &Quantity) -> Result<u64, ConvertError> {
 }
 
 /// Resources and whole GPUs of a resource list.
-fn resources(field: &str, list: &BTreeMap<String, Quantity>) -> Result<(Resources, u64), ConvertError> {
+pub(crate) fn resources(field: &str, list: &BTreeMap<String, Quantity>) -> Result<(Resources, u64), ConvertError> {
     let mut r = Resources::default();
     let mut gpus = 0;
     for (name, q) in list {

@@ -3,8 +3,10 @@
 //! The data flow, module by module:
 //! - [`convert`]: Nodes and Pods to the scheduling model (quantities, GPUs, groups, queues).
 //! - [`cache`]: the cluster from the watch streams, plus pods assumed while their bind is in flight.
-//! - [`queue`]: pending pods by priority, with back-off.
-//! - [`scheduler`]: the loop — watch, decide with the registry's live policy set, bind.
+//! - [`queues`]: `Queue` objects as the core's queue tree.
+//! - [`workloads`]: our pods (and their `PodGroup`s) as the core's workloads.
+//! - [`scheduler`]: the loop — watch, run the core's cycle with the registry's live policy set,
+//!   carry out its decisions.
 //! - [`bind`]: the API effects — `pods/binding` with the GPU ids, `PodScheduled` and events,
 //!   evictions through the Eviction API.
 //! - [`leader`]: one active replica, on a `coordination.k8s.io` Lease.
@@ -23,7 +25,8 @@ pub mod leader;
 pub mod metrics;
 pub mod policy;
 pub mod policy_source;
-pub mod queue;
+pub mod queues;
 pub mod scheduler;
+pub mod workloads;
 
 pub use scheduler::{Scheduler, SchedulerConfig};

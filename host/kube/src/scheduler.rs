@@ -1,10 +1,14 @@
-//! The scheduling loop against a cluster: watch streams feed the cache and the pending queue; the
-//! leader decides one pod (or one gang) at a time with the live policy set and binds
-//! asynchronously; non-leaders keep their cache warm so a fail-over is instant.
+//! The scheduling loop against a cluster. Watch streams feed two views: the [`Cache`] (every pod's
+//! usage on every node, plus binds in flight) and the [`SchedulerCore`] (this scheduler's pods as
+//! workloads in their queues; each node as what everyone else leaves free). The leader runs the
+//! core's cycle whenever something changed or one of its timers is due, and carries out its
+//! decisions: binds, `PodScheduled=False` with the explanation, checkpoint requests, evictions
+//! through the Eviction API. Non-leaders keep both views warm so a fail-over is instant.
 //!
-//! One task owns the cache and the queue (no locks on the hot path); binds run concurrently, at most
+//! One task owns the views (no locks on the hot path); API writes run concurrently, binds at most
 //! `bind_concurrency` at once, and report back on a channel.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,20 +19,23 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::{Semaphore, mpsc, watch};
-use wasmsched_api::{DeviceShare, Task};
-use wasmsched_core::{GroupSpec, Placement, TopologyConstraint, place, place_group};
+use wasmsched_api::{DeviceShare, Node, Task};
+use wasmsched_core::{
+    CoreConfig, Decision, EvictReason, Explanation, Placement, SchedulerCore, Unschedulable, release,
+};
 use wasmsched_events::EventSink;
-use wasmsched_events::decisions;
+use wasmsched_events::decisions::{self, CycleFacts};
 use wasmsched_events::schema::{Payload, PolicySetRef};
-use wasmsched_registry::{Decision, Registry};
+use wasmsched_registry::{Decision as Observed, PolicyVersion, Registry};
 
-use crate::bind::{EffectError, Effects};
+use crate::bind::{EffectError, Effects, EventType};
 use crate::cache::{Cache, PodPhase, pod_id};
 use crate::convert::PodKey;
-use crate::crd::PodGroup;
+use crate::crd::{PodGroup, Queue};
 use crate::leader::{Elector, LeaseConfig};
 use crate::metrics::{BindLabels, Metrics, QueueLabels};
-use crate::queue::{PendingQueue, Popped, group_key};
+use crate::queues::Queues;
+use crate::workloads::{self, GroupInfo, PodFacts, group_key};
 
 /// How the scheduler runs.
 #[derive(Clone, Debug)]
@@ -39,27 +46,38 @@ pub struct SchedulerConfig {
     pub bind_concurrency: usize,
     /// Leader election; `None` runs as the only replica.
     pub lease: Option<LeaseConfig>,
-    /// Longest a turn of the loop decides before it looks at the watch streams again.
-    pub turn: Duration,
+    /// The cycle's tunables (back-off, gang timeout, checkpoint grace, …).
+    pub core: CoreConfig,
+    /// How long pods that could not be submitted (unknown queue, a gang that timed out) wait before
+    /// they are tried again.
+    pub resubmit_after: Duration,
 }
 
 impl SchedulerConfig {
-    /// Defaults for `scheduler_name`: 16 binds in flight, no election, 20 ms turns.
+    /// Defaults for `scheduler_name`: 16 binds in flight, no election, the core's defaults.
     pub fn new(scheduler_name: &str) -> SchedulerConfig {
         SchedulerConfig {
             scheduler_name: scheduler_name.into(),
             bind_concurrency: 16,
             lease: None,
-            turn: Duration::from_millis(20),
+            core: CoreConfig::default(),
+            resubmit_after: Duration::from_secs(10),
         }
     }
 }
 
-struct BindDone {
-    id: String,
-    result: Result<(), EffectError>,
-    took: Duration,
-    decided_in: Duration,
+/// What API writes report back to the loop.
+enum Done {
+    Bind {
+        id: String,
+        result: Result<(), EffectError>,
+        took: Duration,
+        decided_in: Duration,
+    },
+    /// An eviction was refused until we gave up: the victim still runs and counts again.
+    EvictionAbandoned {
+        id: String,
+    },
 }
 
 /// A re-list in progress: what it has listed so far.
@@ -67,16 +85,17 @@ struct BindDone {
 struct Relist {
     nodes: Option<AHashSet<String>>,
     pods: Option<AHashSet<String>>,
+    queues: Option<AHashSet<String>>,
 }
 
-/// Group settings from `PodGroup` objects, by `namespace/name`.
-#[derive(Clone, Debug)]
-struct GroupInfo {
-    min_member: usize,
-    topology_key: Option<String>,
+#[derive(Default, Clone, Copy, PartialEq, Eq)]
+struct Synced {
+    nodes: bool,
+    pods: bool,
+    queues: bool,
 }
 
-/// The scheduler: cache, queue, policy registry and the API effects.
+/// The scheduler: the two views, the policy registry and the API effects.
 pub struct Scheduler {
     config: SchedulerConfig,
     client: Client,
@@ -84,22 +103,43 @@ pub struct Scheduler {
     metrics: Arc<Metrics>,
     effects: Effects,
     cache: Cache,
-    queue: PendingQueue,
+    core: SchedulerCore,
+    /// Our pods (pending and bound), by `namespace/name`.
+    ours: AHashMap<String, PodFacts>,
     groups: AHashMap<String, GroupInfo>,
+    queues: Queues,
     relist: Relist,
-    synced: (bool, bool),
+    synced: Synced,
+    /// Synced since then; bound pods of ours were taken over by the core at that moment.
+    adopted: Option<Instant>,
+    /// Nodes whose usage by others changed: the core sees them again before the next cycle.
+    stale_nodes: AHashSet<String>,
+    /// Victims being evicted: what they hold is the preemptor's already.
+    evicting: AHashSet<String>,
+    /// Pods or groups not to submit before this core time (refused, or a gang that timed out).
+    not_before: AHashMap<String, u64>,
+    /// Last reason written on each pending pod: the condition is patched only when it changes.
+    reported: AHashMap<String, String>,
+    /// Failed attempts per workload, for the `task-scheduled` event's attempt number.
+    attempts: AHashMap<String, u32>,
+    /// Something changed that may change a decision.
+    dirty: bool,
+    clock: Instant,
+    last_cycle: Instant,
     leader: watch::Receiver<bool>,
     /// Holds leadership at `true` when there is no election.
     _always_leader: Option<watch::Sender<bool>>,
     binds: Arc<Semaphore>,
-    done_tx: mpsc::UnboundedSender<BindDone>,
-    done_rx: mpsc::UnboundedReceiver<BindDone>,
-    /// Decisions made, for tests and the log.
+    done_tx: mpsc::UnboundedSender<Done>,
+    done_rx: mpsc::UnboundedReceiver<Done>,
     decided: u64,
     events: Option<EventSink>,
     /// `task-scheduled` events waiting for their bind to succeed.
-    unconfirmed: AHashMap<String, Payload>,
+    unconfirmed: AHashMap<String, Vec<Payload>>,
 }
+
+/// Adoption waits this long for the Queue list (a cluster without the CRD never sends one).
+const QUEUE_SYNC_GRACE: Duration = Duration::from_secs(5);
 
 impl Scheduler {
     /// A scheduler for `client`'s cluster, deciding with `registry`'s live policy set.
@@ -109,18 +149,31 @@ impl Scheduler {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let (always, leader) = watch::channel(config.lease.is_none());
         metrics.observe_policies(registry.clone());
+        let queues = Queues::default();
+        let tree = queues.tree().0.expect("the implicit default queue alone is a valid tree");
         Scheduler {
             binds: Arc::new(Semaphore::new(config.bind_concurrency.max(1))),
+            core: SchedulerCore::new(tree, config.core.clone()),
             config,
             client,
             registry,
             metrics,
             effects,
             cache: Cache::new(),
-            queue: PendingQueue::new(),
+            ours: AHashMap::new(),
             groups: AHashMap::new(),
+            queues,
             relist: Relist::default(),
-            synced: (false, false),
+            synced: Synced::default(),
+            adopted: None,
+            stale_nodes: AHashSet::new(),
+            evicting: AHashSet::new(),
+            not_before: AHashMap::new(),
+            reported: AHashMap::new(),
+            attempts: AHashMap::new(),
+            dirty: true,
+            clock: Instant::now(),
+            last_cycle: Instant::now(),
             leader,
             _always_leader: Some(always),
             done_tx,
@@ -131,8 +184,8 @@ impl Scheduler {
         }
     }
 
-    /// Publishes every decision (`task-scheduled` once bound, `task-unschedulable` with reasons,
-    /// plugin faults) on `events`.
+    /// Publishes every decision (`task-scheduled` once bound, `task-unschedulable` with the
+    /// reasons of every stage, `task-preempted`, `group-timed-out`, plugin faults) on `events`.
     pub fn with_events(mut self, events: EventSink) -> Scheduler {
         self.events = Some(events);
         self
@@ -155,34 +208,49 @@ impl Scheduler {
         let pod_config = watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed");
         let pods = watch_stream(Api::<Pod>::all(self.client.clone()), pod_config);
         let groups = watch_stream(Api::<PodGroup>::all(self.client.clone()), watcher::Config::default());
-        tokio::pin!(nodes, pods, groups);
+        let queues = watch_stream(Api::<Queue>::all(self.client.clone()), watcher::Config::default());
+        tokio::pin!(nodes, pods, groups, queues);
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             self.metrics.beat();
             let leading = *self.leader.borrow();
             self.metrics.leader.set(i64::from(leading));
-            let ready = self.synced == (true, true);
-            self.queue.promote(Instant::now());
-            let runnable = leading && ready && self.queue.active_len() > 0 && self.binds.available_permits() > 0;
-            let due = self.queue.next_due();
+            self.maybe_adopt();
+            let ready = self.adopted.is_some();
+            let resubmit = self.not_before.values().copied().min();
+            let wakeup = match (self.core.next_wakeup(), resubmit) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            // Core time moves in whole seconds: a timer never runs the cycle twice in one (work
+            // the fair-share plugin left unserved is due at once, every time).
+            let wakeup =
+                wakeup.map(|t| (self.clock + Duration::from_secs(t)).max(self.last_cycle + Duration::from_secs(1)));
+            let due = wakeup.is_some_and(|w| w <= Instant::now());
+            let runnable = leading && ready && (self.dirty || due);
             tokio::select! {
                 biased;
                 _ = stop.changed() => break,
-                Some(done) = self.done_rx.recv() => self.bind_done(done),
+                Some(done) = self.done_rx.recv() => self.done(done),
                 Some(event) = nodes.next() => self.node_event(event),
                 Some(event) = pods.next() => self.pod_event(event),
                 Some(event) = groups.next() => self.group_event(event),
-                Ok(()) = self.leader.changed() => {}
-                _ = std::future::ready(()), if runnable => self.turn(),
-                _ = sleep_until(due), if leading && ready && due.is_some() => {}
+                Some(event) = queues.next() => self.queue_event(event),
+                Ok(()) = self.leader.changed() => self.dirty = true,
+                _ = std::future::ready(()), if runnable => self.cycle(),
+                _ = sleep_until(wakeup), if leading && ready && wakeup.is_some() => {}
                 _ = tick.tick() => {}
             }
-            self.metrics.set_ready(self.synced == (true, true));
+            self.metrics.set_ready(self.synced.nodes && self.synced.pods);
             self.metrics.cache_nodes.set(self.cache.nodes().len() as i64);
             self.metrics.cache_pods.set(self.cache.holders() as i64);
-            self.metrics.pending.get_or_create(&QueueLabels { queue: "active" }).set(self.queue.active_len() as i64);
-            self.metrics.pending.get_or_create(&QueueLabels { queue: "backoff" }).set(self.queue.backoff_len() as i64);
+            let (active, backoff, parked) = self.core.pending_tasks(self.now());
+            let waiting = self.ours.iter().filter(|(id, f)| !f.bound && self.core.owner_of(id).is_none()).count();
+            for (queue, n) in [("active", active), ("backoff", backoff), ("unschedulable", parked), ("gated", waiting)]
+            {
+                self.metrics.pending.get_or_create(&QueueLabels { queue }).set(n as i64);
+            }
         }
         tracing::info!(decided = self.decided, "stopping: waiting for binds in flight");
         let _ = tokio::time::timeout(
@@ -197,6 +265,11 @@ impl Scheduler {
         Ok(())
     }
 
+    /// Core time: whole seconds since this scheduler started.
+    fn now(&self) -> u64 {
+        self.clock.elapsed().as_secs()
+    }
+
     fn node_event(&mut self, event: watcher::Result<Event<KubeNode>>) {
         match event {
             Ok(Event::Init) => self.relist.nodes = Some(AHashSet::new()),
@@ -208,12 +281,20 @@ impl Scheduler {
             }
             Ok(Event::InitDone) => {
                 let listed = self.relist.nodes.take();
+                if let Some(listed) = &listed {
+                    let gone: Vec<String> =
+                        self.cache.node_names().filter(|n| !listed.contains(*n)).map(String::from).collect();
+                    self.stale_nodes.extend(gone);
+                }
                 self.cache.retain_listed(listed.as_ref(), None);
-                self.synced.0 = true;
+                self.synced.nodes = true;
                 tracing::info!(nodes = self.cache.nodes().len(), "nodes listed");
             }
             Ok(Event::Apply(node)) => self.apply_node(&node),
-            Ok(Event::Delete(node)) => self.cache.delete_node(&node.name_any()),
+            Ok(Event::Delete(node)) => {
+                self.cache.delete_node(&node.name_any());
+                self.stale(node.name_any());
+            }
             Err(e) => tracing::warn!(error = %e, "node watch failed; retrying"),
         }
         if self.registry.wants_sample() {
@@ -222,9 +303,20 @@ impl Scheduler {
     }
 
     fn apply_node(&mut self, node: &KubeNode) {
+        let before = self.cache.nodes().slot_of(&node.name_any()).and_then(|s| self.cache.nodes().get(s)).cloned();
         if let Err(e) = self.cache.apply_node(node) {
             tracing::warn!(node = %node.name_any(), error = %e, "ignoring a node that does not convert");
+            return;
         }
+        let after = self.cache.nodes().slot_of(&node.name_any()).and_then(|s| self.cache.nodes().get(s));
+        if before.as_ref() != after {
+            self.stale(node.name_any());
+        }
+    }
+
+    fn stale(&mut self, node: String) {
+        self.stale_nodes.insert(node);
+        self.dirty = true;
     }
 
     fn pod_event(&mut self, event: watcher::Result<Event<Pod>>) {
@@ -237,41 +329,103 @@ impl Scheduler {
                 self.apply_pod(&pod);
             }
             Ok(Event::InitDone) => {
-                let listed = self.relist.pods.take();
-                self.cache.retain_listed(None, listed.as_ref());
-                if let Some(listed) = &listed {
-                    self.queue.retain(|id| listed.contains(id));
+                if let Some(listed) = self.relist.pods.take() {
+                    let gone: Vec<String> = self.ours.keys().filter(|id| !listed.contains(*id)).cloned().collect();
+                    for id in gone {
+                        self.pod_gone(&id);
+                    }
+                    let before: Vec<(String, String)> = self
+                        .cache
+                        .node_names()
+                        .flat_map(|n| self.cache.holders_on(n).map(move |(id, _, _)| (id.to_string(), n.to_string())))
+                        .filter(|(id, _)| !listed.contains(id))
+                        .collect();
+                    self.cache.retain_listed(None, Some(&listed));
+                    for (_, node) in before {
+                        self.stale(node);
+                    }
                 }
-                self.synced.1 = true;
-                tracing::info!(bound = self.cache.holders(), pending = self.queue.len(), "pods listed");
+                self.synced.pods = true;
+                tracing::info!(bound = self.cache.holders(), ours = self.ours.len(), "pods listed");
             }
             Ok(Event::Apply(pod)) => self.apply_pod(&pod),
             Ok(Event::Delete(pod)) => {
                 if let Ok(id) = pod_id(&pod) {
-                    self.queue.remove(&id);
+                    if let Some(node) = self.cache.node_of(&id).map(String::from) {
+                        self.stale(node);
+                    }
+                    self.cache.delete_pod(&pod);
+                    self.pod_gone(&id);
                 }
-                self.cache.delete_pod(&pod);
             }
             Err(e) => tracing::warn!(error = %e, "pod watch failed; retrying"),
         }
     }
 
+    /// One of our pods finished or was deleted: it leaves the core (its gang keeps running).
+    fn pod_gone(&mut self, id: &str) {
+        self.ours.remove(id);
+        self.reported.remove(id);
+        self.evicting.remove(id);
+        if self.core.remove_task(id).is_ok() {
+            self.dirty = true;
+        }
+    }
+
     fn apply_pod(&mut self, pod: &Pod) {
-        match self.cache.apply_pod(pod, &self.config.scheduler_name) {
-            Ok(PodPhase::Pending(task)) => self.queue.upsert(*task, pod.uid().unwrap_or_default()),
-            Ok(PodPhase::Bound | PodPhase::Other) => {
-                // Bound (or not ours) leaves the queue; an assumed pod still binding stays, its
-                // bind reports back by itself.
-                let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
-                if let Ok(id) = pod_id(pod)
-                    && (bound || !self.cache.holds(&id))
-                {
-                    self.queue.remove(&id);
-                }
-            }
+        let Ok(id) = pod_id(pod) else { return };
+        let before = self.cache.node_of(&id).map(String::from);
+        let phase = match self.cache.apply_pod(pod, &self.config.scheduler_name) {
+            Ok(phase) => phase,
             Err(e) => {
                 // A pod we cannot understand is left alone (and said so), never guessed at.
-                tracing::warn!(pod = %pod_id(pod).unwrap_or_default(), error = %e, "ignoring a pod that does not convert");
+                tracing::warn!(pod = %id, error = %e, "ignoring a pod that does not convert");
+                return;
+            }
+        };
+        let after = self.cache.node_of(&id).map(String::from);
+        let ours =
+            pod.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()) == Some(self.config.scheduler_name.as_str());
+        match phase {
+            PodPhase::Pending(task) => {
+                let facts = PodFacts::new(pod, *task);
+                let changed = self.ours.get(&id).is_none_or(|f| f.task != facts.task || f.uid != facts.uid);
+                self.ours.insert(id, facts);
+                self.dirty |= changed;
+            }
+            PodPhase::Bound => {
+                if ours && let Ok(task) = crate::convert::task(pod) {
+                    self.ours.insert(id.clone(), PodFacts::new(pod, task));
+                    self.reported.remove(&id);
+                }
+                match self.core.placement_of(&id) {
+                    Some(node) if Some(node) == after.as_deref() => {
+                        if self.ours.get(&id).is_some_and(|f| f.checkpointed) {
+                            let now = self.now();
+                            if let Ok(decisions) = self.core.checkpoint_done(&id, now) {
+                                let live = self.registry.current();
+                                self.carry_out(decisions, &live, Duration::ZERO);
+                            }
+                        }
+                    }
+                    placed => {
+                        // Bound where the core did not put it (another scheduler won a race), or a
+                        // pod the core never had: a fact the core sees as others' usage.
+                        if placed.is_some() || self.core.owner_of(&id).is_some() {
+                            let _ = self.core.remove_task(&id);
+                        }
+                        self.stale_nodes.extend(before.into_iter().chain(after));
+                        self.dirty = true;
+                    }
+                }
+            }
+            PodPhase::Other => {
+                if self.ours.contains_key(&id) && !self.cache.holds(&id) {
+                    self.pod_gone(&id);
+                }
+                if let Some(node) = before.filter(|_| !self.cache.holds(&id)) {
+                    self.stale(node);
+                }
             }
         }
     }
@@ -287,167 +441,407 @@ impl Scheduler {
         if matches!(event, Ok(Event::Delete(_))) {
             self.groups.remove(&key);
         } else {
-            let info =
-                GroupInfo { min_member: g.spec.min_member.max(1) as usize, topology_key: g.spec.topology_key.clone() };
-            self.groups.insert(key, info);
+            self.groups.insert(key, GroupInfo::new(g));
+        }
+        self.dirty = true;
+    }
+
+    fn queue_event(&mut self, event: watcher::Result<Event<Queue>>) {
+        match event {
+            Ok(Event::Init) => {
+                self.relist.queues = Some(AHashSet::new());
+                return;
+            }
+            Ok(Event::InitApply(q)) => {
+                if let Some(listed) = self.relist.queues.as_mut() {
+                    listed.insert(q.name_any());
+                }
+                self.queues.apply(q);
+                return;
+            }
+            Ok(Event::InitDone) => {
+                if let Some(listed) = self.relist.queues.take() {
+                    self.queues.retain(&listed);
+                }
+                self.synced.queues = true;
+            }
+            Ok(Event::Apply(q)) => self.queues.apply(q),
+            Ok(Event::Delete(q)) => self.queues.delete(&q.name_any()),
+            Err(e) => {
+                tracing::warn!(error = %e, "queue watch failed; retrying");
+                return;
+            }
+        }
+        self.rebuild_queues();
+    }
+
+    /// The core takes the queue tree the objects describe, unless that would orphan work.
+    fn rebuild_queues(&mut self) {
+        let (tree, errors) = self.queues.tree();
+        for (queue, error) in errors {
+            tracing::warn!(%queue, %error, "leaving out a queue that does not convert");
+        }
+        match tree.map_err(|e| e.to_string()).and_then(|t| self.core.set_queues(t).map_err(|e| e.to_string())) {
+            Ok(()) => {
+                self.not_before.clear();
+                self.dirty = true;
+            }
+            Err(error) => tracing::warn!(%error, "keeping the previous queue tree"),
         }
     }
 
-    /// Decides pods until the queue is empty, the bind limit is reached or the turn is over.
-    fn turn(&mut self) {
-        let started = Instant::now();
-        while started.elapsed() < self.config.turn && self.binds.available_permits() > 0 {
-            let Some(popped) = self.queue.pop(Instant::now()) else { break };
-            match group_key(&popped.task) {
-                Some(group) => self.decide_group(group, popped),
-                None => self.decide_one(popped),
+    /// Once nodes and pods are listed (and queues, or the grace for them passed): the core sees
+    /// every node and takes over the pods of ours that already run — placed before a restart.
+    fn maybe_adopt(&mut self) {
+        if self.adopted.is_some() || !(self.synced.nodes && self.synced.pods) {
+            return;
+        }
+        if !self.synced.queues && self.clock.elapsed() < QUEUE_SYNC_GRACE {
+            return;
+        }
+        let now = self.now();
+        let running: AHashSet<String> = self.ours.iter().filter(|(_, f)| f.bound).map(|(id, _)| id.clone()).collect();
+        let names: Vec<String> = self.cache.node_names().map(String::from).collect();
+        for name in names {
+            if let Some(node) = self.background(&name, &running) {
+                self.observe(node, now);
+            }
+        }
+        let mut singles = Vec::new();
+        let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for id in &running {
+            match group_key(&self.ours[id].task) {
+                Some(g) => groups.entry(g).or_default().push(id.clone()),
+                None => singles.push(id.clone()),
+            }
+        }
+        let mut refused = Vec::new();
+        for id in singles {
+            let w = workloads::single(&self.ours[&id]);
+            let placed: Vec<_> = self.placed(std::slice::from_ref(&id));
+            if let Err(e) = self.core.adopt(w, &placed, now) {
+                refused.push((id, e.to_string()));
+            }
+        }
+        for (key, bound) in groups {
+            // Its pending members join it; they are placed as capacity allows.
+            let pending: Vec<String> = self
+                .ours
+                .iter()
+                .filter(|(_, f)| !f.bound && group_key(&f.task).as_deref() == Some(key.as_str()))
+                .map(|(id, _)| id.clone())
+                .collect();
+            let info = self.groups.get(&key).cloned().unwrap_or(GroupInfo {
+                min_member: bound.len(),
+                topology_key: None,
+                queue: None,
+                priority: None,
+                timeout_seconds: None,
+            });
+            let members: Vec<&PodFacts> = bound.iter().chain(&pending).map(|id| &self.ours[id]).collect();
+            let w = workloads::gang(&key, &info, &members);
+            let placed = self.placed(&bound);
+            if let Err(e) = self.core.adopt(w, &placed, now) {
+                refused.extend(bound.into_iter().map(|id| (id, e.to_string())));
+            }
+        }
+        for (id, error) in refused {
+            // Not taken over: it still runs, and counts as others' usage.
+            tracing::warn!(pod = %id, %error, "a running pod of ours was not taken over");
+            if let Some(node) = self.cache.node_of(&id).map(String::from) {
+                self.stale_nodes.insert(node);
+            }
+        }
+        tracing::info!(adopted = running.len(), pending = self.ours.len() - running.len(), "taking over");
+        self.adopted = Some(Instant::now());
+        self.dirty = true;
+    }
+
+    fn placed(&self, ids: &[String]) -> Vec<(String, String, Vec<DeviceShare>)> {
+        ids.iter()
+            .filter_map(|id| {
+                let (node, devices) = self.cache.holding(id)?;
+                Some((id.clone(), node.to_string(), devices.to_vec()))
+            })
+            .collect()
+    }
+
+    /// Node `name` as the core sees it: what pods the core does not manage hold. Members of the
+    /// core (and `also`, pods about to be taken over) and victims being evicted are left out.
+    fn background(&self, name: &str, also: &AHashSet<String>) -> Option<Node> {
+        let slot = self.cache.nodes().slot_of(name)?;
+        let mut node = self.cache.nodes().get(slot)?.clone();
+        for (id, task, devices) in self.cache.holders_on(name) {
+            if self.core.owner_of(id).is_some() || self.evicting.contains(id) || also.contains(id) {
+                release(&mut node, task, devices);
+            }
+        }
+        Some(node)
+    }
+
+    fn observe(&mut self, node: Node, now: u64) -> Vec<Decision> {
+        let name = node.name.clone();
+        match self.cache.nodes().topologies().get(&name) {
+            Some(t) => self.core.topologies_mut().insert(&name, t.clone()),
+            None => self.core.topologies_mut().remove(&name),
+        }
+        self.core.observe_node(node, now)
+    }
+
+    /// The core sees again the nodes whose usage by others changed (or that left).
+    fn refresh_nodes(&mut self, now: u64) -> Vec<Decision> {
+        let mut out = Vec::new();
+        let none = AHashSet::new();
+        for name in std::mem::take(&mut self.stale_nodes) {
+            match self.background(&name, &none) {
+                Some(node) => out.extend(self.observe(node, now)),
+                None if self.core.nodes().slot_of(&name).is_some() => out.extend(self.core.remove_node(&name, now)),
+                None => {}
+            }
+        }
+        out
+    }
+
+    /// Our pending pods the core does not have yet become workloads: lone pods at once, groups
+    /// once their `PodGroup` is known and min-member of them exist (later members join).
+    fn submit_pending(&mut self, now: u64) {
+        self.not_before.retain(|_, t| *t > now);
+        let mut singles = Vec::new();
+        let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (id, f) in &self.ours {
+            if f.bound || self.core.owner_of(id).is_some() {
+                continue;
+            }
+            let key = group_key(&f.task);
+            let wait_key = key.as_deref().unwrap_or(id);
+            if self.not_before.get(wait_key).is_some_and(|t| *t > now) {
+                continue;
+            }
+            match key {
+                Some(g) => groups.entry(g).or_default().push(id.clone()),
+                None => singles.push(id.clone()),
+            }
+        }
+        let retry = now + self.config.resubmit_after.as_secs().max(1);
+        for id in singles {
+            if let Err(e) = self.core.submit(workloads::single(&self.ours[&id]), now) {
+                self.not_before.insert(id.clone(), retry);
+                self.report(&[id], &e.to_string());
+            }
+        }
+        for (key, mut ids) in groups {
+            ids.sort();
+            if self.core.status(&key).is_some() {
+                let tasks = ids.iter().map(|id| self.ours[id].task.clone()).collect();
+                if let Err(e) = self.core.add_members(&key, tasks) {
+                    self.not_before.insert(key, retry);
+                    self.report(&ids, &e.to_string());
+                }
+                continue;
+            }
+            let Some(info) = self.groups.get(&key).cloned() else {
+                self.report(&ids, &format!("waiting for PodGroup {key}"));
+                continue;
+            };
+            if ids.len() < info.min_member {
+                let msg = format!("pod group {key}: {} of {} members present", ids.len(), info.min_member);
+                self.report(&ids, &msg);
+                continue;
+            }
+            let members: Vec<&PodFacts> = ids.iter().map(|id| &self.ours[id]).collect();
+            if let Err(e) = self.core.submit(workloads::gang(&key, &info, &members), now) {
+                self.not_before.insert(key, retry);
+                self.report(&ids, &e.to_string());
             }
         }
     }
 
-    fn decide_one(&mut self, popped: Popped) {
-        let started = Instant::now();
+    /// One cycle: the core sees what changed, new pods are submitted, the core decides.
+    fn cycle(&mut self) {
+        self.dirty = false;
+        self.last_cycle = Instant::now();
+        let now = self.now();
         let live = self.registry.current();
-        let result = place(&live.set, self.cache.nodes(), &popped.task, 0);
-        let latency = started.elapsed();
-        self.registry
-            .record(&live, Decision { task: &popped.task, nodes: self.cache.nodes(), result: &result, latency });
-        self.decided += 1;
-        match result {
-            Ok(p) => {
-                let node = self.cache.nodes().get(p.node).map(|n| n.name.clone()).unwrap_or_default();
-                self.cache.assume(p.node, &popped.task, &p.devices);
-                self.announce(&popped, &node, &p, &policy_ref(&live));
-                self.start_bind(&popped, node, p.devices, latency);
-            }
-            Err(u) => {
-                if let Some(sink) = &self.events {
-                    let d = decisions::Decision {
-                        task: &popped.task,
-                        outcome: Err(&u.diagnosis),
-                        evaluated: self.cache.nodes().len(),
-                        attempt: popped.attempts + 1,
+        let refreshed = self.refresh_nodes(now);
+        self.carry_out(refreshed, &live, Duration::ZERO);
+        self.submit_pending(now);
+        let started = Instant::now();
+        let decisions = self.core.schedule(&live.set, now);
+        let each = started.elapsed() / decisions.len().max(1) as u32;
+        self.carry_out(decisions, &live, each);
+    }
+
+    /// Carries out the core's decisions, in order.
+    fn carry_out(&mut self, decisions: Vec<Decision>, live: &Arc<PolicyVersion>, each: Duration) {
+        let policy = policy_ref(live);
+        for d in decisions {
+            match &d {
+                Decision::Bound { workload, task, node, devices, score, feasible, faults } => {
+                    let Some(facts) = self.ours.get(task).cloned() else {
+                        tracing::warn!(pod = %task, "bound a pod that is gone; the bind will fail");
+                        continue;
                     };
-                    decisions::publish(Some(sink), None, d, &policy_ref(&live));
+                    let attempt = self.attempts.remove(workload).unwrap_or(0) + 1;
+                    if let Some(slot) = self.cache.nodes().slot_of(node) {
+                        let placement = Placement {
+                            node: slot,
+                            devices: devices.clone(),
+                            score: *score,
+                            feasible: *feasible,
+                            skipped_faults: faults.clone(),
+                        };
+                        let observed = Observed {
+                            task: &facts.task,
+                            nodes: self.cache.nodes(),
+                            result: &Ok(placement),
+                            latency: each,
+                        };
+                        self.registry.record(live, observed);
+                        self.cache.assume(slot, &facts.task, devices);
+                    }
+                    if self.events.is_some() {
+                        let cycle_facts = self.facts(&facts.task, attempt);
+                        let payloads = decisions::cycle(&d, &cycle_facts, self.cache.nodes(), &policy);
+                        self.unconfirmed.insert(task.clone(), payloads);
+                    }
+                    self.decided += 1;
+                    self.start_bind(&facts, node.clone(), devices.clone(), each);
                 }
-                self.unschedulable(&popped, &u.diagnosis.to_string(), latency);
-            }
-        }
-    }
-
-    /// Prepares the `task-scheduled` event, published when the bind succeeds.
-    fn announce(&mut self, popped: &Popped, node: &str, p: &Placement, policy: &PolicySetRef) {
-        if self.events.is_some() {
-            let event =
-                decisions::scheduled(&popped.task, node, p, self.cache.nodes().len(), policy, popped.attempts + 1);
-            self.unconfirmed.insert(popped.task.id.clone(), event);
-        }
-    }
-
-    fn decide_group(&mut self, group: String, first: Popped) {
-        let started = Instant::now();
-        let mut members = vec![first];
-        members.extend(self.queue.take_group(&group, &members[0].task.id));
-        let Some(info) = self.groups.get(&group).cloned() else {
-            let msg = format!("waiting for PodGroup {group}");
-            for m in &members {
-                self.unschedulable(m, &msg, started.elapsed());
-            }
-            return;
-        };
-        let bound = self.cache_members_bound(&group);
-        let still_needed = info.min_member.saturating_sub(bound).max(1);
-        if members.len() < still_needed {
-            let msg = format!("pod group {group}: {} of {} members present", members.len() + bound, info.min_member);
-            for m in &members {
-                self.unschedulable(m, &msg, started.elapsed());
-            }
-            return;
-        }
-        let tasks: Vec<Task> = members.iter().map(|m| m.task.clone()).collect();
-        let topology = info.topology_key.as_ref().map(|k| TopologyConstraint::single(k.clone(), true));
-        let live = self.registry.current();
-        let spec = GroupSpec {
-            name: &group,
-            members: &tasks,
-            min_member: still_needed,
-            topology: topology.as_ref(),
-            nodes_to_find: None,
-        };
-        let result = place_group(&live.set, self.cache.nodes_mut(), &spec, 0);
-        let latency = started.elapsed();
-        self.decided += 1;
-        match result {
-            Ok(gang) => {
-                let mut placed = AHashSet::new();
-                for (i, p) in &gang.placed {
-                    let m = &members[*i];
-                    placed.insert(*i);
-                    let node = self.cache.nodes().get(p.node).map(|n| n.name.clone()).unwrap_or_default();
-                    self.cache.assumed_by_placement(p.node, &m.task, &p.devices);
-                    self.announce(m, &node, p, &policy_ref(&live));
-                    self.start_bind(m, node, p.devices.clone(), latency);
+                Decision::Unschedulable { workload, explanation } => {
+                    let Some(waiting): Option<Vec<Task>> = self
+                        .core
+                        .members_of(workload)
+                        .map(|m| m.filter(|(_, placed)| !placed).map(|(t, _)| t.clone()).collect())
+                    else {
+                        continue;
+                    };
+                    self.attempts.insert(workload.clone(), explanation.attempts);
+                    for _ in &waiting {
+                        self.metrics.attempt("unschedulable", each);
+                    }
+                    if let (Some(first), Some(diagnosis)) = (waiting.first(), &explanation.nodes) {
+                        let result = Err(Unschedulable { diagnosis: diagnosis.clone() });
+                        let observed =
+                            Observed { task: first, nodes: self.cache.nodes(), result: &result, latency: each };
+                        self.registry.record(live, observed);
+                    }
+                    if let (Some(sink), Some(first)) = (&self.events, waiting.first()) {
+                        for p in
+                            decisions::cycle(&d, &self.facts(first, explanation.attempts), self.cache.nodes(), &policy)
+                        {
+                            sink.emit(p);
+                        }
+                    }
+                    let ids: Vec<String> = waiting.iter().map(|t| t.id.clone()).collect();
+                    self.report(&ids, &reason(explanation));
                 }
-                for (i, m) in members.iter().enumerate() {
-                    if !placed.contains(&i) {
-                        self.queue.back_off(&m.task.id, Instant::now());
+                Decision::PreemptionRequested { task, preemptor, deadline, .. } => {
+                    let wall =
+                        k8s_openapi::jiff::Timestamp::now() + Duration::from_secs(deadline.saturating_sub(self.now()));
+                    let (effects, key, preemptor) = (self.effects.clone(), key_of_id(task), preemptor.clone());
+                    if *self.leader.borrow() {
+                        tokio::spawn(async move {
+                            if let Err(e) = effects.request_checkpoint(&key, &preemptor, &wall.to_string()).await {
+                                tracing::warn!(pod = %key, error = %e, "could not ask for a checkpoint; evicted at the deadline");
+                            }
+                        });
+                    }
+                }
+                Decision::Evicted { workload, task, reason, .. } => {
+                    if let Some(sink) = &self.events
+                        && let Some(victim) = self.ours.get(task)
+                    {
+                        let preemptor = match reason {
+                            EvictReason::Preempted { preemptor, .. } => {
+                                self.core.members_of(preemptor).and_then(|mut m| m.next().map(|(t, _)| t.clone()))
+                            }
+                            _ => None,
+                        };
+                        let grace = victim.checkpoint.map(|g| g.unwrap_or(self.config.core.checkpoint_grace_seconds));
+                        let facts = CycleFacts {
+                            preemptor: preemptor.as_ref(),
+                            grace_seconds: grace,
+                            ..self.facts(&victim.task, 0)
+                        };
+                        for p in decisions::cycle(&d, &facts, self.cache.nodes(), &policy) {
+                            sink.emit(p);
+                        }
+                    }
+                    let _ = workload;
+                    // Evicted pods do not come back (their controller makes new ones): the core
+                    // forgets them now, and what they hold is the preemptor's already.
+                    let _ = self.core.remove_task(task);
+                    if !matches!(reason, EvictReason::NodeLost) {
+                        self.evicting.insert(task.clone());
+                        self.start_eviction(task, reason);
+                    }
+                }
+                Decision::TimedOut { workload } => {
+                    let members: Vec<Task> =
+                        self.core.members_of(workload).map(|m| m.map(|(t, _)| t.clone()).collect()).unwrap_or_default();
+                    if let (Some(sink), Some(first)) = (&self.events, members.first()) {
+                        let status = self.core.status(workload);
+                        let facts = CycleFacts {
+                            min_member: members.len() as u32,
+                            placed: status.map_or(0, |s| s.explanation.gang.map_or(0, |g| g.0 as u32)),
+                            ..self.facts(first, 0)
+                        };
+                        for p in decisions::cycle(&d, &facts, self.cache.nodes(), &policy) {
+                            sink.emit(p);
+                        }
+                    }
+                    // Given up for a while, not for good: pods in Kubernetes wait as long as they exist.
+                    let _ = self.core.finish(workload);
+                    let retry = self.now() + self.config.resubmit_after.as_secs().max(1);
+                    self.not_before.insert(workload.clone(), retry);
+                    let ids: Vec<String> = members.iter().map(|t| t.id.clone()).collect();
+                    self.report(&ids, &format!("pod group {workload} timed out waiting to be placed; retrying"));
+                }
+                Decision::Fault(f) => {
+                    tracing::warn!(fault = %f, "plugin fault");
+                    if let Some(sink) = &self.events {
+                        let any = Task::default();
+                        for p in decisions::cycle(&d, &self.facts(&any, 0), self.cache.nodes(), &policy) {
+                            sink.emit(p);
+                        }
                     }
                 }
             }
-            Err(e) => {
-                let msg = e.to_string();
-                for m in &members {
-                    self.unschedulable(m, &msg, latency);
+        }
+    }
+
+    fn facts<'a>(&self, task: &'a Task, attempt: u32) -> CycleFacts<'a> {
+        CycleFacts { task, preemptor: None, grace_seconds: None, attempt, min_member: 1, placed: 0, waited_seconds: 0 }
+    }
+
+    /// `PodScheduled=False` with `message` on each pod, when it says something new.
+    fn report(&mut self, ids: &[String], message: &str) {
+        let leading = *self.leader.borrow();
+        for id in ids {
+            if self.reported.get(id).is_some_and(|m| m == message) {
+                continue;
+            }
+            tracing::debug!(pod = %id, reason = message, "unschedulable");
+            let Some(uid) = self.ours.get(id).map(|f| f.uid.clone()) else { continue };
+            if !leading {
+                continue;
+            }
+            self.reported.insert(id.clone(), message.to_string());
+            let (effects, key, message) = (self.effects.clone(), key_of_id(id), message.to_string());
+            tokio::spawn(async move {
+                if let Err(e) = effects.unschedulable(&key, &uid, &message).await {
+                    tracing::debug!(pod = %key, error = %e, "could not record PodScheduled=False");
                 }
-            }
+            });
         }
     }
 
-    /// Members of `group` holding resources (bound or assumed).
-    fn cache_members_bound(&self, group: &str) -> usize {
-        // Bound members have left the queue, so the cache counts them.
-        let (ns, name) = group.split_once('/').unwrap_or(("", group));
-        self.cache.count_group(ns, name)
-    }
-
-    fn unschedulable(&mut self, popped: &Popped, message: &str, latency: Duration) {
-        self.metrics.attempt("unschedulable", latency);
-        self.queue.back_off(&popped.task.id, Instant::now());
-        tracing::debug!(pod = %popped.task.id, reason = message, "unschedulable");
-        if !*self.leader.borrow() {
-            return;
-        }
-        let effects = self.effects.clone();
-        let key = key_of(&popped.task);
-        let (uid, message) = (popped.uid.clone(), message.to_string());
-        tokio::spawn(async move {
-            if let Err(e) = effects.unschedulable(&key, &uid, &message).await {
-                tracing::debug!(pod = %key, error = %e, "could not record PodScheduled=False");
-            }
-        });
-    }
-
-    fn start_bind(&mut self, popped: &Popped, node: String, devices: Vec<DeviceShare>, decided_in: Duration) {
-        let Ok(permit) = self.binds.clone().try_acquire_owned() else {
-            // turn() only decides while permits remain; a gang may need more than one at once.
-            self.spawn_bind(popped, node, devices, decided_in, None);
-            return;
-        };
-        self.spawn_bind(popped, node, devices, decided_in, Some(permit));
-    }
-
-    fn spawn_bind(
-        &mut self,
-        popped: &Popped,
-        node: String,
-        devices: Vec<DeviceShare>,
-        decided_in: Duration,
-        permit: Option<tokio::sync::OwnedSemaphorePermit>,
-    ) {
+    fn start_bind(&mut self, pod: &PodFacts, node: String, devices: Vec<DeviceShare>, decided_in: Duration) {
         let (effects, leader, done) = (self.effects.clone(), self.leader.clone(), self.done_tx.clone());
-        let (key, uid, id) = (key_of(&popped.task), popped.uid.clone(), popped.task.id.clone());
+        let (key, uid, id) = (key_of(&pod.task), pod.uid.clone(), pod.task.id.clone());
+        let binds = self.binds.clone();
         tokio::spawn(async move {
-            let _permit = permit;
+            let _permit = binds.acquire_owned().await;
             let started = Instant::now();
             // Checked at the last moment: a replica that lost the lease writes nothing more.
             let result = if *leader.borrow() {
@@ -455,13 +849,61 @@ impl Scheduler {
             } else {
                 Err(EffectError::NotLeader)
             };
-            let _ = done.send(BindDone { id, result, took: started.elapsed(), decided_in });
+            let _ = done.send(Done::Bind { id, result, took: started.elapsed(), decided_in });
         });
     }
 
-    fn bind_done(&mut self, done: BindDone) {
-        self.metrics.bind_duration.observe(done.took.as_secs_f64());
-        let (label, attempt) = match &done.result {
+    /// Evicts a victim through the Eviction API, retrying refusals (a disruption budget) with
+    /// back-off for a while; if it never goes, it counts again as running.
+    fn start_eviction(&mut self, id: &str, reason: &EvictReason) {
+        let (effects, leader, done) = (self.effects.clone(), self.leader.clone(), self.done_tx.clone());
+        let (key, id) = (key_of_id(id), id.to_string());
+        let note = match reason {
+            EvictReason::Preempted { preemptor, .. } => format!("preempted by {preemptor}"),
+            EvictReason::GangBroken => "its pod group fell below min-member".to_string(),
+            EvictReason::NodeLost => "its node is gone".to_string(),
+        };
+        tokio::spawn(async move {
+            let mut wait = Duration::from_secs(1);
+            for attempt in 0..20 {
+                if !*leader.borrow() {
+                    break;
+                }
+                match effects.evict(&key).await {
+                    Ok(()) => {
+                        effects.event(&key, None, EventType::Normal, "Preempted", &note).await;
+                        return;
+                    }
+                    Err(EffectError::NotFound(_)) => return,
+                    Err(e) => {
+                        if attempt == 0 {
+                            tracing::warn!(pod = %key, error = %e, "eviction refused; retrying with back-off");
+                        }
+                    }
+                }
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(10));
+            }
+            let _ = done.send(Done::EvictionAbandoned { id });
+        });
+    }
+
+    fn done(&mut self, done: Done) {
+        match done {
+            Done::Bind { id, result, took, decided_in } => self.bind_done(id, result, took, decided_in),
+            Done::EvictionAbandoned { id } => {
+                tracing::warn!(pod = %id, "gave up evicting; it counts as running again");
+                self.evicting.remove(&id);
+                if let Some(node) = self.cache.node_of(&id).map(String::from) {
+                    self.stale(node);
+                }
+            }
+        }
+    }
+
+    fn bind_done(&mut self, id: String, result: Result<(), EffectError>, took: Duration, decided_in: Duration) {
+        self.metrics.bind_duration.observe(took.as_secs_f64());
+        let (label, attempt) = match &result {
             Ok(()) => ("ok", "scheduled"),
             Err(EffectError::Conflict(_)) => ("conflict", "error"),
             Err(EffectError::NotFound(_)) => ("not_found", "error"),
@@ -469,25 +911,31 @@ impl Scheduler {
             Err(EffectError::Retryable(_) | EffectError::TooManyRequests(_)) => ("retry", "error"),
         };
         self.metrics.binds.get_or_create(&BindLabels { result: label }).inc();
-        self.metrics.attempt(attempt, done.decided_in + done.took);
-        let event = self.unconfirmed.remove(&done.id);
-        match done.result {
+        self.metrics.attempt(attempt, decided_in + took);
+        let events = self.unconfirmed.remove(&id);
+        match result {
             Ok(()) => {
-                self.queue.remove(&done.id);
-                if let (Some(sink), Some(event)) = (&self.events, event) {
-                    sink.emit(event);
+                if let (Some(sink), Some(events)) = (&self.events, events) {
+                    for e in events {
+                        sink.emit(e);
+                    }
                 }
             }
-            Err(EffectError::Conflict(msg) | EffectError::NotFound(msg)) => {
-                // Bound elsewhere or gone: the watch stream says what is true; never retry.
-                tracing::info!(pod = %done.id, reason = %msg, "bind refused; not retrying");
-                self.cache.forget_assumed(&done.id);
-                self.queue.remove(&done.id);
-            }
             Err(e) => {
-                tracing::warn!(pod = %done.id, error = %e, "bind failed; will retry after back-off");
-                self.cache.forget_assumed(&done.id);
-                self.queue.back_off(&done.id, Instant::now());
+                // Bound elsewhere or gone (409/404): the watch stream says what is true, never
+                // retried. Otherwise the pod waits a back-off and is submitted again.
+                let retry = !matches!(e, EffectError::Conflict(_) | EffectError::NotFound(_));
+                tracing::info!(pod = %id, error = %e, retry, "bind failed");
+                self.cache.forget_assumed(&id);
+                if self.core.placement_of(&id).is_some() {
+                    let _ = self.core.remove_task(&id);
+                }
+                if retry {
+                    let at = self.now() + self.config.core.backoff_initial_seconds.max(1);
+                    let wait_key = self.ours.get(&id).and_then(|f| group_key(&f.task)).unwrap_or_else(|| id.clone());
+                    self.not_before.insert(wait_key, at);
+                }
+                self.dirty = true;
             }
         }
     }
@@ -496,6 +944,12 @@ impl Scheduler {
     pub fn decided(&self) -> u64 {
         self.decided
     }
+}
+
+/// The condition's message: the explanation without its attempt count, so it changes only when
+/// the reason does.
+fn reason(e: &Explanation) -> String {
+    Explanation { attempts: 0, retry_at: None, ..e.clone() }.to_string()
 }
 
 fn policy_ref(live: &wasmsched_registry::PolicyVersion) -> PolicySetRef {
@@ -512,6 +966,11 @@ async fn sleep_until(at: Option<Instant>) {
         Some(at) => tokio::time::sleep_until(at.into()).await,
         None => std::future::pending().await,
     }
+}
+
+fn key_of_id(id: &str) -> PodKey {
+    let (namespace, name) = id.split_once('/').unwrap_or(("default", id));
+    PodKey { namespace: namespace.into(), name: name.into() }
 }
 
 /// A watch stream that re-lists on `410 Gone` and backs off on errors (kube-runtime's watcher),

@@ -137,7 +137,8 @@ async fn gpu_pods_are_bound_once_each_with_distinct_devices() {
         "{metrics}"
     );
     assert!(metrics.contains(r#"scheduler_schedule_attempts_total{result="unschedulable",profile="wasmsched"}"#));
-    assert!(metrics.contains("scheduler_pending_pods{queue=\"backoff\"} 1"), "{metrics}");
+    // Parked until the cluster changes: kube-scheduler calls that queue `unschedulable`.
+    assert!(metrics.contains("scheduler_pending_pods{queue=\"unschedulable\"} 1"), "{metrics}");
     // The live policy's plugins are timed per extension point under kube-scheduler's name: every
     // attempt above ran the filter, and every call lands in some bucket.
     let sample = |series: &str| -> f64 {
@@ -285,4 +286,123 @@ async fn eviction_respects_the_disruption_budget() {
     effects.evict(&key("free")).await.expect("an unguarded pod is evicted");
     assert!(api.get(Kind::Pod, "ml/free").is_none());
     assert!(matches!(effects.evict(&key("free")).await, Err(EffectError::NotFound(_))));
+}
+
+fn condition_of(api: &FakeApi, id: &str) -> Option<String> {
+    let pod = api.get(Kind::Pod, id)?;
+    pod["status"]["conditions"].as_array().into_iter().flatten().find_map(|c| {
+        (c["type"] == "PodScheduled" && c["status"] == "False").then(|| c["message"].as_str().unwrap_or("").to_string())
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_waits_for_its_members_then_preempts_a_checkpointing_pod_through_the_api() {
+    let api = FakeApi::new();
+    api.put(Kind::Node, gpu_node("gpu-0", 8, &[]));
+    // A low-priority job that checkpoints when asked holds the whole node.
+    let mut low = pod("ml", "low", NAME, 8, "4", "32Gi");
+    low["metadata"]["annotations"] = json!({"scheduling.wasmsched.io/checkpoint": "600"});
+    api.put(Kind::Pod, low);
+    let run = start(&api, "a", None);
+    eventually("low bound", Duration::from_secs(30), || node_of(&api, "ml/low").is_some()).await;
+    // A gang of two at priority 10: its PodGroup first, then its members one at a time.
+    api.put(
+        Kind::PodGroup,
+        json!({"metadata": {"name": "train", "namespace": "ml"}, "spec": {"minMember": 2, "priority": 10}}),
+    );
+    let member = |name: &str| {
+        let mut p = pod("ml", name, NAME, 4, "4", "32Gi");
+        p["metadata"]["labels"]["scheduling.wasmsched.io/pod-group"] = json!("train");
+        p["spec"]["priority"] = json!(10);
+        p
+    };
+    api.put(Kind::Pod, member("train-0"));
+    eventually("waiting for members", Duration::from_secs(20), || {
+        condition_of(&api, "ml/train-0").is_some_and(|m| m.contains("1 of 2 members present"))
+    })
+    .await;
+    api.put(Kind::Pod, member("train-1"));
+    // The gang does not fit: the victim is asked to checkpoint (annotation and event), not evicted.
+    eventually("checkpoint requested", Duration::from_secs(20), || {
+        api.get(Kind::Pod, "ml/low").is_some_and(|p| {
+            p["metadata"]["annotations"]["scheduling.wasmsched.io/preemption-requested"]
+                .as_str()
+                .is_some_and(|v| v.starts_with("preemptor=ml/train,deadline="))
+        })
+    })
+    .await;
+    assert!(api.state().evictions.is_empty(), "a checkpointing victim gets its grace period");
+    assert!(api.binds().iter().all(|b| !b.pod.starts_with("ml/train")), "nothing bound before the room is free");
+    // It reports its checkpoint saved: evicted through the Eviction API at once, and the gang binds.
+    let mut done = api.get(Kind::Pod, "ml/low").unwrap();
+    done["metadata"]["annotations"]["scheduling.wasmsched.io/checkpointed"] = json!("true");
+    api.put(Kind::Pod, done);
+    eventually("gang bound", Duration::from_secs(30), || {
+        node_of(&api, "ml/train-0").is_some() && node_of(&api, "ml/train-1").is_some()
+    })
+    .await;
+    assert_eq!(api.state().evictions, [("ml/low".to_string(), 201)]);
+    let mut gpus = [gpus_of(&api, "ml/train-0"), gpus_of(&api, "ml/train-1")].concat();
+    gpus.sort();
+    assert_eq!(gpus, (0..8).collect::<Vec<u32>>(), "the two members share the node's GPUs without overlap");
+    eventually("Preempting event", Duration::from_secs(10), || {
+        api.state().events.iter().any(|e| e["reason"] == "Preempting" && e["regarding"]["name"] == "low")
+    })
+    .await;
+    run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_running_pods_count_in_their_queue_and_others_usage_on_their_node() {
+    let api = FakeApi::new();
+    for n in ["gpu-0", "gpu-1"] {
+        api.put(Kind::Node, gpu_node(n, 8, &[]));
+    }
+    // Queue "team" may hold 8 GPUs; one of its pods already runs with 6 (bound by a previous
+    // incarnation of this scheduler, GPUs recorded) and another scheduler's pod holds gpu-1 whole.
+    api.put(
+        Kind::Queue,
+        json!({"metadata": {"name": "team"}, "spec": {"weight": 1, "capability": {"nvidia.com/gpu": "8"}}}),
+    );
+    let mut running = pod("ml", "running", NAME, 6, "4", "32Gi");
+    running["metadata"]["annotations"] =
+        json!({"scheduling.wasmsched.io/queue": "team", GPU_IDS_ANNOTATION: "2,3,4,5,6,7"});
+    running["spec"]["nodeName"] = json!("gpu-0");
+    running["status"]["phase"] = json!("Running");
+    api.put(Kind::Pod, running);
+    let mut other = pod("infra", "resident", "default-scheduler", 8, "8", "64Gi");
+    other["spec"]["nodeName"] = json!("gpu-1");
+    other["status"]["phase"] = json!("Running");
+    api.put(Kind::Pod, other);
+    let mut next = pod("ml", "next", NAME, 4, "4", "32Gi");
+    next["metadata"]["annotations"] = json!({"scheduling.wasmsched.io/queue": "team"});
+    api.put(Kind::Pod, next);
+    let mut small = pod("ml", "small", NAME, 2, "4", "32Gi");
+    small["metadata"]["annotations"] = json!({"scheduling.wasmsched.io/queue": "team"});
+    api.put(Kind::Pod, small);
+    let run = start(&api, "a", None);
+    // 6 + 2 fits the capability and gpu-0's two free GPUs; 6 + 2 + 4 would not.
+    eventually("small bound", Duration::from_secs(30), || node_of(&api, "ml/small").is_some()).await;
+    assert_eq!(gpus_of(&api, "ml/small"), [0, 1], "the adopted pod's GPUs are not given again");
+    eventually("next refused by the quota", Duration::from_secs(20), || {
+        condition_of(&api, "ml/next").is_some_and(|m| m.contains("queue team at capability"))
+    })
+    .await;
+    assert!(api.binds().iter().all(|b| b.pod != "ml/running"), "a running pod is taken over, never bound again");
+    // The running pod finishes: its quota and GPUs are free, and the waiting one goes to gpu-0
+    // (gpu-1 is still the other scheduler's).
+    api.remove(Kind::Pod, "ml/running");
+    eventually("next bound", Duration::from_secs(30), || node_of(&api, "ml/next").is_some()).await;
+    assert_eq!(node_of(&api, "ml/next").as_deref(), Some("gpu-0"));
+    // A pod naming a queue that does not exist waits with the reason, and is placed once it does.
+    let mut lost = pod("ml", "lost", NAME, 1, "1", "1Gi");
+    lost["metadata"]["annotations"] = json!({"scheduling.wasmsched.io/queue": "later"});
+    api.put(Kind::Pod, lost);
+    eventually("unknown queue reported", Duration::from_secs(20), || {
+        condition_of(&api, "ml/lost").is_some_and(|m| m.contains("unknown queue later"))
+    })
+    .await;
+    api.put(Kind::Queue, json!({"metadata": {"name": "later"}, "spec": {"weight": 1}}));
+    eventually("lost bound", Duration::from_secs(30), || node_of(&api, "ml/lost").is_some()).await;
+    run.stop().await;
 }

@@ -184,6 +184,12 @@ impl Preparer {
         if let Some(d) = &spec.stages.select_devices {
             builder = builder.devices(loaded[d.as_str()].clone());
         }
+        if let Some(p) = &spec.stages.preempt {
+            builder = builder.preempt(loaded[p.as_str()].clone());
+        }
+        if let Some(f) = &spec.stages.fair_share {
+            builder = builder.fair_share(loaded[f.as_str()].clone());
+        }
         let set = builder.build();
         smoke_test(&set, spec, sample)?;
         Ok(PolicyVersion {
@@ -210,6 +216,12 @@ fn stages_of(spec: &PolicySetSpec, plugin: &str) -> Vec<Stage> {
     }
     if s.select_devices.as_deref() == Some(plugin) {
         stages.push(Stage::SelectDevices);
+    }
+    if s.preempt.as_deref() == Some(plugin) {
+        stages.push(Stage::Preempt);
+    }
+    if s.fair_share.as_deref() == Some(plugin) {
+        stages.push(Stage::FairShare);
     }
     stages
 }

@@ -103,6 +103,13 @@ pub struct Stages {
     /// Device-selection plugin; none uses the host's default.
     #[serde(default)]
     pub select_devices: Option<String>,
+    /// Victim-selection plugin; none: work that does not fit waits, nothing is preempted.
+    #[serde(default)]
+    pub preempt: Option<String>,
+    /// Fair-share plugin (deserved shares and the order queues are served in); none: queues are
+    /// served in tree order and nothing is reclaimed.
+    #[serde(default)]
+    pub fair_share: Option<String>,
 }
 
 /// A score plugin and its weight.
@@ -337,10 +344,18 @@ impl PolicySetSpec {
         if let Some(d) = &s.select_devices {
             known("select_devices", d)?;
         }
+        if let Some(p) = &s.preempt {
+            known("preempt", p)?;
+        }
+        if let Some(f) = &s.fair_share {
+            known("fair_share", f)?;
+        }
         for name in self.plugins.keys() {
             let used = s.filter.contains(name)
                 || s.score.iter().any(|w| &w.plugin == name)
-                || s.select_devices.as_ref() == Some(name);
+                || s.select_devices.as_ref() == Some(name)
+                || s.preempt.as_ref() == Some(name)
+                || s.fair_share.as_ref() == Some(name);
             if !used {
                 return Err(format!("plugins.{name}: declared but used by no stage"));
             }

@@ -41,6 +41,7 @@
 
 mod explain;
 mod failures;
+mod live;
 mod preempt;
 mod workload;
 
@@ -50,7 +51,7 @@ use ahash::AHashMap;
 use tracing::{debug, warn};
 use wasmsched_api::{DeviceShare, Node, Resources, ShareDecision};
 
-use crate::alloc::{bind, release};
+use crate::alloc::{bind, bind_fact, release};
 use crate::gang::{GangError, GroupSpec, place_group};
 use crate::node_table::{NodeTable, Slot};
 use crate::placement::{Placement, PolicySet, feasible_nodes_to_find, place};
@@ -163,6 +164,8 @@ pub enum Decision {
         score: u64,
         /// Nodes that passed filtering for it.
         feasible: usize,
+        /// Faults of fail-open plugins skipped while placing it.
+        faults: Vec<PluginFault>,
     },
     /// An attempt failed; the explanation says why.
     Unschedulable {
@@ -211,6 +214,26 @@ pub enum CoreError {
     /// No such task, or it is not waiting to checkpoint.
     #[error("task {0} is not waiting for a checkpoint")]
     NotLeaving(String),
+    /// No workload has this task.
+    #[error("unknown task {0}")]
+    UnknownTask(String),
+    /// A queue change would leave a workload without its leaf queue.
+    #[error("queue {queue} still holds workload {workload}")]
+    QueueInUse {
+        /// The queue missing (or no longer a leaf) in the new tree.
+        queue: String,
+        /// A workload in it.
+        workload: String,
+    },
+}
+
+/// What to do with a member that no longer fits its node when the node is replaced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Misfit {
+    /// Evict it: the node lost capacity (the simulator's model).
+    Evict,
+    /// Count it anyway: it runs, and running pods are facts (a live cluster).
+    Keep,
 }
 
 /// A workload's state, for status APIs and the CLI.
@@ -372,6 +395,10 @@ impl SchedulerCore {
             g.free_milli = wasmsched_api::GPU_MILLI;
             g.free_memory_bytes = g.memory_bytes;
         }
+        self.put_node(node, now, Misfit::Evict)
+    }
+
+    fn put_node(&mut self, node: Node, now: u64, misfit: Misfit) -> Vec<Decision> {
         let name = node.name.clone();
         let slot = self.nodes.upsert(node);
         let mut out = Vec::new();
@@ -380,7 +407,10 @@ impl SchedulerCore {
                 let e = &self.entries[&wl];
                 (e.spec.members[idx].clone(), e.members[idx].as_ref().map(|m| m.devices.clone()).unwrap_or_default())
             };
-            let ok = self.nodes.update(slot, |n| bind(n, &task, &devices)).is_some_and(|r| r.is_ok());
+            let ok = match misfit {
+                Misfit::Evict => self.nodes.update(slot, |n| bind(n, &task, &devices)).is_some_and(|r| r.is_ok()),
+                Misfit::Keep => self.nodes.update(slot, |n| bind_fact(n, &task, &devices)).is_some(),
+            };
             if ok {
                 if let Some(m) = self.entries.get_mut(&wl).and_then(|e| e.members[idx].as_mut()) {
                     m.slot = slot;
@@ -589,7 +619,10 @@ impl SchedulerCore {
             .filter(|e| {
                 e.phase == Phase::Preempting
                     && e.waiting_for.iter().all(|(w, i)| {
-                        self.entries.get(w).and_then(|v| v.members[*i].as_ref()).is_none_or(|m| m.leaving.is_none())
+                        self.entries
+                            .get(w)
+                            .and_then(|v| v.members.get(*i)?.as_ref())
+                            .is_none_or(|m| m.leaving.is_none())
                     })
             })
             .collect();
@@ -843,7 +876,7 @@ impl SchedulerCore {
     /// Record members bound on the table as running.
     fn commit(&mut self, name: &str, placed: Vec<(usize, Placement)>, now: u64, out: &mut Vec<Decision>) {
         let leaf = self.entries[name].leaf;
-        for (i, Placement { node: slot, devices, score, feasible, .. }) in placed {
+        for (i, Placement { node: slot, devices, score, feasible, skipped_faults }) in placed {
             let node = self.nodes.get(slot).map(|n| n.name.clone()).unwrap_or_default();
             let task = self.entries[name].spec.members[i].clone();
             self.account(leaf, &demand(&task), true);
@@ -854,6 +887,7 @@ impl SchedulerCore {
                 devices: devices.clone(),
                 score,
                 feasible,
+                faults: skipped_faults,
             });
             let e = self.entries.get_mut(name).expect("committed workloads exist");
             e.members[i] = Some(Member { slot, node, devices, started: now, leaving: None });

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use wasmsched_api::{GpuDevice, GpuRequest, Node, Resources, Task};
+use wasmsched_api::{DeviceShare, GpuDevice, GpuRequest, Node, Resources, Task};
 use wasmsched_plugin_allocation_score::AllocationScore;
 use wasmsched_plugin_fair_share::FairSharePolicy;
 use wasmsched_plugin_priority_preempt::PriorityPreempt;
@@ -697,4 +697,81 @@ fn reusing_identical_failures_and_the_fair_share_order_changes_no_decision() {
         assert!(memo_shares <= full_shares, "seed {seed}");
         assert!(memo_shares * 2 < unschedulable, "seed {seed}: fair share asked {memo_shares} times");
     }
+}
+
+#[test]
+fn a_live_cluster_other_schedulers_usage_restarts_and_members_that_come_and_go() {
+    let mut c = core(vec![queue("q", 1)], &[]);
+    // Another scheduler's pod holds 6 of n0's 8 GPUs: observed, it stays counted.
+    let mut n0 = gpu_node("n0", 8);
+    for g in &mut n0.gpus[..6] {
+        g.free_milli = 0;
+    }
+    n0.allocated.gpu_milli = 6000;
+    c.observe_node(n0.clone(), 0);
+    c.observe_node(gpu_node("n1", 8), 0);
+    // A restart: an 8-GPU gang of two ran on n1 before; it is adopted, not placed again.
+    let running: Vec<(String, String, Vec<DeviceShare>)> =
+        vec![("old-0".into(), "n1".into(), (0..4).map(|gpu| DeviceShare { gpu, milli: 1000 }).collect())];
+    assert!(c.adopt(gang("old", "q", 2, 2, 4), &[("ghost".into(), "n1".into(), vec![])], 0).is_err());
+    assert!(c.adopt(gang("old", "q", 2, 2, 4), &[("old-0".into(), "n9".into(), vec![])], 0).is_err());
+    c.adopt(gang("old", "q", 2, 2, 4), &running, 0).unwrap();
+    assert_eq!(c.status("old").unwrap().phase, Phase::Running);
+    assert_eq!(c.placement_of("old-0"), Some("n1"));
+    // Its other member is placed where there is room (n1's other half), as capacity allows.
+    let d = c.schedule(&full(), 1);
+    assert_eq!(bound(&d), ["old-1"]);
+    assert_eq!(c.placement_of("old-1"), Some("n1"));
+    // A 4-GPU job does not fit: n0 has 2 free, n1 none. Re-observing n1 (a label change) keeps the
+    // members even though nothing is free; re-observing n0 with the other pod gone frees its room.
+    c.submit(job("j", "q", 0, 4), 1).unwrap();
+    assert!(bound(&c.schedule(&full(), 2)).is_empty());
+    assert!(c.observe_node(gpu_node("n1", 8), 3).is_empty(), "running members are never evicted");
+    assert_eq!(c.status("old").unwrap().running, 2);
+    c.observe_node(gpu_node("n0", 8), 3);
+    assert_eq!(bound(&c.schedule(&full(), 4)), ["j"]);
+    check_accounting(&c);
+    // A gang whose members appear one by one: two submitted of min 2, a third joins later.
+    c.submit(gang("g", "q", 2, 2, 1), 5).unwrap();
+    c.add_members("g", vec![task("g-2", 1)]).unwrap();
+    assert!(matches!(c.add_members("g", vec![task("j", 1)]), Err(WorkloadError::TaskTaken { .. })));
+    assert!(c.add_members("nope", vec![task("x", 1)]).is_err());
+    let mut b = bound(&c.schedule(&full(), 6));
+    b.sort();
+    assert_eq!(b, ["g-0", "g-1", "g-2"]);
+    // Members finish one by one: the gang keeps running (completion is not eviction), releases as
+    // it goes, and is forgotten with its last member.
+    c.remove_task("g-0").unwrap();
+    assert_eq!(c.status("g").unwrap().running, 2);
+    c.remove_task("g-1").unwrap();
+    c.remove_task("g-2").unwrap();
+    assert!(c.status("g").is_none());
+    assert!(matches!(c.remove_task("g-2"), Err(CoreError::UnknownTask(_))));
+    check_accounting(&c);
+    // A pending gang losing a member below min-member is withdrawn, freeing its other task ids.
+    c.submit(gang("p", "q", 2, 2, 8), 7).unwrap();
+    c.remove_task("p-0").unwrap();
+    assert!(c.status("p").is_none());
+    assert_eq!(c.owner_of("p-1"), None);
+}
+
+#[test]
+fn queues_change_under_running_work_and_refuse_to_orphan_it() {
+    let mut c = core(vec![queue("a", 1), queue("b", 1)], &[("n", 8)]);
+    c.submit(job("x", "a", 0, 2), 0).unwrap();
+    assert_eq!(bound(&c.schedule(&full(), 0)), ["x"]);
+    // Dropping "a" while x runs in it is refused; adding a queue keeps x's allocation counted.
+    assert!(matches!(
+        c.set_queues(QueueTree::new(vec![queue("b", 1)]).unwrap()),
+        Err(CoreError::QueueInUse { ref queue, .. }) if queue == "a"
+    ));
+    c.set_queues(QueueTree::new(vec![queue("c", 2), queue("a", 1), queue("b", 1)]).unwrap()).unwrap();
+    let a = c.queue_shares().into_iter().find(|s| s.name == "a").unwrap();
+    assert_eq!(a.allocated.gpu_milli, 2000);
+    check_accounting(&c);
+    c.submit(job("y", "c", 0, 6), 1).unwrap();
+    assert_eq!(bound(&c.schedule(&full(), 1)), ["y"]);
+    c.remove_task("x").unwrap();
+    c.set_queues(QueueTree::new(vec![queue("c", 2)]).unwrap()).unwrap();
+    check_accounting(&c);
 }

@@ -34,6 +34,7 @@ pub enum Kind {
     Lease,
     SchedulingPolicy,
     ConfigMap,
+    Queue,
 }
 
 impl Kind {
@@ -45,12 +46,13 @@ impl Kind {
             Kind::Lease => "LeaseList",
             Kind::SchedulingPolicy => "SchedulingPolicyList",
             Kind::ConfigMap => "ConfigMapList",
+            Kind::Queue => "QueueList",
         }
     }
     fn api_version(self) -> &'static str {
         match self {
             Kind::Node | Kind::Pod | Kind::ConfigMap => "v1",
-            Kind::PodGroup | Kind::SchedulingPolicy => "scheduling.wasmsched.io/v1alpha1",
+            Kind::PodGroup | Kind::SchedulingPolicy | Kind::Queue => "scheduling.wasmsched.io/v1alpha1",
             Kind::Lease => "coordination.k8s.io/v1",
         }
     }
@@ -97,6 +99,8 @@ pub struct State {
     pub status_patches: Vec<(String, Value)>,
     pub events: Vec<Value>,
     pub evictions: Vec<(String, u16)>,
+    /// Pod metadata merge patches, by pod.
+    pub metadata_patches: Vec<(String, Value)>,
     pub lease_writes: Vec<(String, String, u16)>,
     /// Faults for the next binds of a pod (`namespace/name`), in order.
     pub bind_faults: BTreeMap<String, VecDeque<Fault>>,
@@ -135,7 +139,9 @@ fn respond(code: u16, body: &Value) -> Response<Body> {
 fn key_of(kind: Kind, obj: &Value) -> Key {
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
     match obj["metadata"]["namespace"].as_str() {
-        Some(ns) if !matches!(kind, Kind::Node | Kind::SchedulingPolicy) => (kind, format!("{ns}/{name}")),
+        Some(ns) if !matches!(kind, Kind::Node | Kind::SchedulingPolicy | Kind::Queue) => {
+            (kind, format!("{ns}/{name}"))
+        }
         _ => (kind, name.to_string()),
     }
 }
@@ -204,6 +210,7 @@ impl State {
             Kind::Lease => "Lease",
             Kind::SchedulingPolicy => "SchedulingPolicy",
             Kind::ConfigMap => "ConfigMap",
+            Kind::Queue => "Queue",
         });
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
         if obj["metadata"]["uid"].is_null() {
@@ -282,6 +289,8 @@ impl FakeApi {
             ["api", "v1", "nodes"] => self.collection(Kind::Node, &q),
             ["api", "v1", "pods"] => self.collection(Kind::Pod, &q),
             ["apis", "scheduling.wasmsched.io", "v1alpha1", "podgroups"] => self.collection(Kind::PodGroup, &q),
+            ["apis", "scheduling.wasmsched.io", "v1alpha1", "queues"] => self.collection(Kind::Queue, &q),
+            ["api", "v1", "namespaces", ns, "pods", name] if m == Method::PATCH => self.patch_metadata(ns, name, &body),
             ["api", "v1", "namespaces", ns, "pods", name, "binding"] if m == Method::POST => {
                 self.bind(ns, name, &body, client).await
             }
@@ -467,6 +476,21 @@ impl FakeApi {
         obj["status"] = patch["status"].clone();
         let obj = s.upsert(kind, obj);
         respond(200, &obj)
+    }
+
+    /// A merge patch of a pod's annotations (the checkpoint request), recorded and applied.
+    fn patch_metadata(&self, ns: &str, name: &str, patch: &Value) -> Response<Body> {
+        let mut s = self.state();
+        let id = format!("{ns}/{name}");
+        let Some(mut pod) = s.objects.get(&(Kind::Pod, id.clone())).cloned() else {
+            return respond(404, &status(404, "NotFound", &format!("pods \"{name}\" not found")));
+        };
+        s.metadata_patches.push((id, patch.clone()));
+        for (k, v) in patch["metadata"]["annotations"].as_object().into_iter().flatten() {
+            pod["metadata"]["annotations"][k] = v.clone();
+        }
+        let pod = s.upsert(Kind::Pod, pod);
+        respond(200, &pod)
     }
 
     fn evict(&self, ns: &str, name: &str) -> Response<Body> {

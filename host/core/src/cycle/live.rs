@@ -1,0 +1,199 @@
+//! Facts from a live cluster. A simulator tells the core everything; a Kubernetes driver does not:
+//! other schedulers' pods hold part of each node, pods this scheduler placed before a restart are
+//! already running, gang members are created one by one and finish one by one. These calls let a
+//! driver tell the core what *is*, without the core second-guessing it.
+
+use wasmsched_api::{DeviceShare, Node, Task};
+
+use super::{CoreError, Decision, Member, Misfit, Phase, SchedulerCore, Workload, WorkloadError, demand};
+use crate::alloc::bind_fact;
+use crate::queue::QueueTree;
+
+impl SchedulerCore {
+    /// Add or replace a node whose `allocated` and GPU free amounts already count what work the
+    /// core does not manage holds (other schedulers' pods). The core's members are counted on top;
+    /// running pods are facts, so one that no longer fits is kept (the node shows as full), never
+    /// evicted — that is the kubelet's call, not the scheduler's.
+    pub fn observe_node(&mut self, node: Node, now: u64) -> Vec<Decision> {
+        self.put_node(node, now, Misfit::Keep)
+    }
+
+    /// Take over a workload whose members in `running` (task id, node, devices) are already bound
+    /// — pods placed before a restart. It is `Running` when any member runs (the rest are placed as
+    /// capacity allows, like an elastic job's), else `Pending` like a submission. Refused, changing
+    /// nothing, when the workload is refused by [`Self::submit`] or a running member names a task
+    /// it lacks or a node the core does not know.
+    pub fn adopt(
+        &mut self,
+        workload: Workload,
+        running: &[(String, String, Vec<DeviceShare>)],
+        now: u64,
+    ) -> Result<(), WorkloadError> {
+        let name = workload.name.clone();
+        let invalid = |reason: String| WorkloadError::Invalid { workload: name.clone(), reason };
+        let mut slots = Vec::with_capacity(running.len());
+        for (task, node, _) in running {
+            let idx = workload.members.iter().position(|m| &m.id == task);
+            let idx = idx.ok_or_else(|| invalid(format!("running task {task} is not a member")))?;
+            let slot =
+                self.nodes.slot_of(node).ok_or_else(|| invalid(format!("task {task} runs on unknown node {node}")))?;
+            slots.push((idx, slot));
+        }
+        self.submit(workload, now)?;
+        for ((idx, slot), (_, node, devices)) in slots.into_iter().zip(running) {
+            let e = self.entries.get(&name).expect("just submitted");
+            let task = e.spec.members[idx].clone();
+            let leaf = e.leaf;
+            self.nodes.update(slot, |n| bind_fact(n, &task, devices));
+            self.account(leaf, &demand(&task), true);
+            let e = self.entries.get_mut(&name).expect("just submitted");
+            e.members[idx] =
+                Some(Member { slot, node: node.clone(), devices: devices.clone(), started: now, leaving: None });
+            e.phase = Phase::Running;
+        }
+        Ok(())
+    }
+
+    /// Members created after their workload was submitted (a gang's pods appear one by one). A
+    /// running workload places them as capacity allows; a pending one tries them with the rest.
+    /// Refused, changing nothing, like [`Self::submit`].
+    pub fn add_members(&mut self, workload: &str, tasks: Vec<Task>) -> Result<(), WorkloadError> {
+        let e = self
+            .entries
+            .get(workload)
+            .ok_or_else(|| WorkloadError::Invalid { workload: workload.into(), reason: "no such workload".into() })?;
+        for t in &tasks {
+            if let Some(owner) = self.owner.get(&t.id) {
+                return Err(WorkloadError::TaskTaken {
+                    workload: workload.into(),
+                    task: t.id.clone(),
+                    owner: owner.clone(),
+                });
+            }
+        }
+        let mut spec = e.spec.clone();
+        spec.members.extend(tasks);
+        let spec = spec.normalise(&self.queues)?;
+        let e = self.entries.get_mut(workload).expect("looked up above");
+        for t in &spec.members[e.members.len()..] {
+            self.owner.insert(t.id.clone(), workload.into());
+        }
+        e.members.resize(spec.members.len(), None);
+        e.spec = spec;
+        e.parked_at = None;
+        Ok(())
+    }
+
+    /// A task finished or was deleted: whatever it held is released and it leaves its workload,
+    /// without breaking its gang (completion is not eviction). A workload left with no members is
+    /// forgotten; a pending one left with fewer than min-member is withdrawn (the driver submits it
+    /// again when enough members exist); a running one keeps running with a min-member no larger
+    /// than what is left.
+    pub fn remove_task(&mut self, task: &str) -> Result<(), CoreError> {
+        let wl = self.owner.get(task).cloned().ok_or_else(|| CoreError::UnknownTask(task.into()))?;
+        let idx = self.entries[&wl].spec.members.iter().position(|t| t.id == task).expect("owner is a member");
+        self.unbind(&wl, idx);
+        self.owner.remove(task);
+        let e = self.entries.get_mut(&wl).expect("owner names a workload");
+        e.spec.members.remove(idx);
+        e.members.remove(idx);
+        let (left, placed) = (e.spec.members.len(), e.placed());
+        if placed > 0 {
+            e.spec.min_member = e.spec.min_member.min(left);
+        }
+        // Victims are named by index: shift those past the removed one, drop the removed one.
+        for other in self.entries.values_mut() {
+            other.waiting_for.retain(|(w, i)| !(w == &wl && *i == idx));
+            for (w, i) in &mut other.waiting_for {
+                if w == &wl && *i > idx {
+                    *i -= 1;
+                }
+            }
+        }
+        let e = &self.entries[&wl];
+        if left == 0 || (placed == 0 && left < e.spec.min_member) {
+            self.finish(&wl)?;
+        }
+        self.unpark_all();
+        Ok(())
+    }
+
+    /// Workloads the core tracks that own `task`.
+    pub fn owner_of(&self, task: &str) -> Option<&str> {
+        self.owner.get(task).map(String::as_str)
+    }
+
+    /// Pending tasks by how they wait at `now`: `(active, backoff, unschedulable)` — ready to be
+    /// tried, backing off after a failure, parked until the cluster changes (kube-scheduler's
+    /// queue names).
+    pub fn pending_tasks(&self, now: u64) -> (usize, usize, usize) {
+        let (mut active, mut backoff, mut parked) = (0, 0, 0);
+        for e in self.entries.values().filter(|e| e.phase == Phase::Pending) {
+            let n = e.spec.members.len();
+            match () {
+                _ if self.is_parked(e) => parked += n,
+                _ if e.not_before > now => backoff += n,
+                _ => active += n,
+            }
+        }
+        for e in self.entries.values().filter(|e| matches!(e.phase, Phase::Running | Phase::Preempting)) {
+            let unplaced = e.members.iter().filter(|m| m.is_none()).count();
+            if e.phase == Phase::Preempting {
+                active += unplaced;
+            } else {
+                parked += unplaced;
+            }
+        }
+        (active, backoff, parked)
+    }
+
+    /// The node `task` is placed on (running or leaving), if it is.
+    pub fn placement_of(&self, task: &str) -> Option<&str> {
+        let e = self.entries.get(self.owner.get(task)?)?;
+        let idx = e.spec.members.iter().position(|t| t.id == task)?;
+        e.members[idx].as_ref().map(|m| m.node.as_str())
+    }
+
+    /// A workload's members (as normalised at submission) and whether each is placed.
+    pub fn members_of(&self, workload: &str) -> Option<impl Iterator<Item = (&Task, bool)>> {
+        let e = self.entries.get(workload)?;
+        Some(e.spec.members.iter().zip(&e.members).map(|(t, m)| (t, m.is_some())))
+    }
+
+    /// Replace the queue tree (queues were added, removed or changed). Allocations are counted again
+    /// in the new tree; decayed usage follows queues by name; deserved shares are recomputed next
+    /// cycle. Refused, changing nothing, while a workload the core tracks sits in a queue the new
+    /// tree lacks or that is no longer a leaf — work is never silently moved between queues.
+    pub fn set_queues(&mut self, queues: QueueTree) -> Result<(), CoreError> {
+        let mut leaves = Vec::with_capacity(self.entries.len());
+        for (name, e) in &self.entries {
+            match queues.index_of(&e.spec.queue) {
+                Some(q) if queues.is_leaf(q) => leaves.push((name.clone(), q)),
+                _ => {
+                    return Err(CoreError::QueueInUse { queue: e.spec.queue.clone(), workload: name.clone() });
+                }
+            }
+        }
+        let usage: Vec<f64> = (0..queues.len())
+            .map(|q| {
+                let name = &queues.get(q).expect("in range").name;
+                self.queues.index_of(name).map_or(0.0, |old| self.usage[old])
+            })
+            .collect();
+        self.allocated = vec![Default::default(); queues.len()];
+        self.usage = usage;
+        self.queues = queues;
+        self.deserved = None;
+        for (name, leaf) in leaves {
+            let e = self.entries.get_mut(&name).expect("listed above");
+            e.leaf = leaf;
+            let held: Vec<_> =
+                e.spec.members.iter().zip(&e.members).filter(|(_, m)| m.is_some()).map(|(t, _)| demand(t)).collect();
+            for d in held {
+                self.account(leaf, &d, true);
+            }
+        }
+        self.unpark_all();
+        Ok(())
+    }
+}

@@ -1,0 +1,133 @@
+//! `Queue` objects as the core's queue tree. A queue that does not convert (a bad quantity) is left
+//! out with a warning; a tree the core refuses (a cycle, an unknown parent) keeps the previous one,
+//! so one bad object never takes every queue down. A `default` root queue exists unless an object
+//! of that name defines it: pods without a queue annotation go there.
+
+use std::collections::BTreeMap;
+
+use ahash::AHashMap;
+use wasmsched_api::{GPU_MILLI, Resources};
+use wasmsched_core::{QueueSpec, QueueTree};
+
+use crate::convert::{ConvertError, resources};
+use crate::crd::{Queue, ResourceList};
+
+/// The queue pods go to when they name none.
+pub const DEFAULT_QUEUE: &str = "default";
+
+/// A `Queue` object as the core's spec. Borrowing and lending limits are not enforced by the core
+/// yet; they are accepted and ignored (logged once per queue by the caller).
+pub fn spec(q: &Queue) -> Result<QueueSpec, ConvertError> {
+    let name = q.metadata.name.clone().ok_or(ConvertError::Missing("metadata.name"))?;
+    Ok(QueueSpec {
+        name,
+        parent: q.spec.parent.clone(),
+        weight: q.spec.weight.max(1),
+        guarantee: amounts("spec.guarantee", &q.spec.guarantee)?,
+        capability: q.spec.capability.as_ref().map(|c| limits("spec.capability", c)).transpose()?,
+        reclaimable: q.spec.reclaimable,
+    })
+}
+
+fn amounts(field: &str, list: &ResourceList) -> Result<Resources, ConvertError> {
+    let (mut r, gpus) = resources(field, list)?;
+    r.gpu_milli = gpus.saturating_mul(u64::from(GPU_MILLI));
+    Ok(r)
+}
+
+/// A bound: what it does not name is unbounded (a capability of 16 GPUs says nothing of CPU).
+fn limits(field: &str, list: &ResourceList) -> Result<Resources, ConvertError> {
+    const UNBOUNDED: u64 = u64::MAX / 4;
+    let mut r = amounts(field, list)?;
+    let named = |k: &str| list.contains_key(k);
+    if !named("cpu") {
+        r.cpu_milli = UNBOUNDED;
+    }
+    if !named("memory") {
+        r.memory_bytes = UNBOUNDED;
+    }
+    if !named(crate::convert::GPU_RESOURCE) {
+        r.gpu_milli = UNBOUNDED;
+    }
+    Ok(r)
+}
+
+/// The `Queue` objects seen, by name.
+#[derive(Default)]
+pub struct Queues {
+    objects: BTreeMap<String, Queue>,
+}
+
+impl Queues {
+    /// Records an added or changed queue.
+    pub fn apply(&mut self, q: Queue) {
+        if let Some(name) = q.metadata.name.clone() {
+            self.objects.insert(name, q);
+        }
+    }
+
+    /// Forgets a deleted queue.
+    pub fn delete(&mut self, name: &str) {
+        self.objects.remove(name);
+    }
+
+    /// Keeps only the listed queues (after a re-list).
+    pub fn retain(&mut self, listed: &ahash::AHashSet<String>) {
+        self.objects.retain(|n, _| listed.contains(n));
+    }
+
+    /// The tree of every queue that converts, plus the implicit `default` root; the errors of those
+    /// left out, by queue name.
+    pub fn tree(&self) -> (Result<QueueTree, wasmsched_core::QueueError>, AHashMap<String, String>) {
+        let mut errors = AHashMap::new();
+        let mut specs = Vec::with_capacity(self.objects.len() + 1);
+        for (name, q) in &self.objects {
+            match spec(q) {
+                Ok(s) => specs.push(s),
+                Err(e) => {
+                    errors.insert(name.clone(), e.to_string());
+                }
+            }
+        }
+        if !specs.iter().any(|s| s.name == DEFAULT_QUEUE) {
+            specs.push(QueueSpec { name: DEFAULT_QUEUE.into(), weight: 1, reclaimable: true, ..Default::default() });
+        }
+        (QueueTree::new(specs), errors)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn queue(value: serde_json::Value) -> Queue {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn queues_convert_with_an_implicit_default_and_bad_ones_are_left_out() {
+        let mut qs = Queues::default();
+        qs.apply(queue(json!({"apiVersion": "scheduling.wasmsched.io/v1alpha1", "kind": "Queue",
+            "metadata": {"name": "research"},
+            "spec": {"weight": 3, "guarantee": {"nvidia.com/gpu": "8", "cpu": "32"},
+                     "capability": {"nvidia.com/gpu": "16"}, "reclaimable": false}})));
+        qs.apply(queue(json!({"apiVersion": "scheduling.wasmsched.io/v1alpha1", "kind": "Queue",
+            "metadata": {"name": "broken"}, "spec": {"guarantee": {"cpu": "lots"}}})));
+        let (tree, errors) = qs.tree();
+        let tree = tree.unwrap();
+        assert_eq!(tree.len(), 2, "research and the implicit default");
+        let r = tree.get(tree.index_of("research").unwrap()).unwrap();
+        assert_eq!((r.weight, r.guarantee.gpu_milli, r.guarantee.cpu_milli), (3, 8000, 32_000));
+        let cap = r.capability.as_ref().unwrap();
+        assert_eq!(cap.gpu_milli, 16_000);
+        assert!(cap.cpu_milli > 1 << 60, "what a capability does not name is unbounded");
+        assert!(!r.reclaimable);
+        assert!(tree.is_leaf(tree.index_of(DEFAULT_QUEUE).unwrap()));
+        assert!(errors["broken"].contains("lots"), "{errors:?}");
+        // A child naming a parent that does not exist: the tree is refused as a whole.
+        qs.apply(queue(json!({"apiVersion": "scheduling.wasmsched.io/v1alpha1", "kind": "Queue",
+            "metadata": {"name": "orphan"}, "spec": {"parent": "nowhere"}})));
+        assert!(qs.tree().0.is_err());
+    }
+}

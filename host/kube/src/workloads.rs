@@ -1,0 +1,171 @@
+//! This scheduler's pods as the core's workloads. A pod alone is a workload of one; the pods of a
+//! pod group form one gang, submitted once min-member of them exist and joined by members created
+//! later. What a workload may do to others (preempt) and what others may do to it (checkpoint
+//! first) comes from the pod: `preemptionPolicy: Never`, and the checkpoint annotations below.
+
+use k8s_openapi::api::core::v1::Pod;
+use wasmsched_api::Task;
+use wasmsched_core::{PreemptionPolicy, TopologyConstraint, Workload};
+
+use crate::crd::PodGroup;
+
+/// Pod annotation: the pod saves a checkpoint when asked, given this many seconds (`true` for the
+/// scheduler's default grace period). Such a pod is asked before it is evicted.
+pub const CHECKPOINT_ANNOTATION: &str = "scheduling.wasmsched.io/checkpoint";
+/// Pod annotation the scheduler writes on a victim that may checkpoint: who needs the room and the
+/// deadline (RFC 3339) after which it is evicted anyway.
+pub const PREEMPTION_REQUESTED_ANNOTATION: &str = "scheduling.wasmsched.io/preemption-requested";
+/// Pod annotation the victim (or its operator) sets to `true` once its checkpoint is saved: it is
+/// evicted at once instead of at the deadline.
+pub const CHECKPOINTED_ANNOTATION: &str = "scheduling.wasmsched.io/checkpointed";
+
+/// What the scheduler keeps of one of its pods.
+#[derive(Clone, Debug)]
+pub struct PodFacts {
+    /// The pod as a task.
+    pub task: Task,
+    /// Its UID: binds and events name this incarnation only.
+    pub uid: String,
+    /// `preemptionPolicy: Never`.
+    pub never_preempts: bool,
+    /// `Some(grace)` when it checkpoints on request (`None` inside: the default grace period).
+    pub checkpoint: Option<Option<u64>>,
+    /// It reported its checkpoint saved.
+    pub checkpointed: bool,
+    /// Bound to a node (by us or before a restart).
+    pub bound: bool,
+}
+
+impl PodFacts {
+    /// The facts of `pod`, already converted to `task`.
+    pub fn new(pod: &Pod, task: Task) -> PodFacts {
+        let annotations = pod.metadata.annotations.as_ref();
+        let annotation = |k: &str| annotations.and_then(|a| a.get(k)).map(|v| v.trim().to_string());
+        let checkpoint = annotation(CHECKPOINT_ANNOTATION).and_then(|v| match v.as_str() {
+            "true" => Some(None),
+            v => v.parse::<u64>().ok().map(Some),
+        });
+        let spec = pod.spec.as_ref();
+        PodFacts {
+            task,
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            never_preempts: spec.and_then(|s| s.preemption_policy.as_deref()) == Some("Never"),
+            checkpoint,
+            checkpointed: annotation(CHECKPOINTED_ANNOTATION).as_deref() == Some("true"),
+            bound: spec.and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty()),
+        }
+    }
+}
+
+/// The key of a pod's group: `namespace/group`.
+pub fn group_key(task: &Task) -> Option<String> {
+    task.group.as_ref().map(|g| format!("{}/{g}", task.namespace))
+}
+
+/// Group settings from a `PodGroup` object.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupInfo {
+    /// Members that must be placed together.
+    pub min_member: usize,
+    /// Keep members inside one value of this node label.
+    pub topology_key: Option<String>,
+    /// Its queue, when set (else the first member's).
+    pub queue: Option<String>,
+    /// Its priority, when set (else the highest of its members').
+    pub priority: Option<i32>,
+    /// How long it may wait before it is given up for a while.
+    pub timeout_seconds: Option<u64>,
+}
+
+impl GroupInfo {
+    /// The settings of `group`.
+    pub fn new(group: &PodGroup) -> GroupInfo {
+        GroupInfo {
+            min_member: group.spec.min_member.max(1) as usize,
+            topology_key: group.spec.topology_key.clone(),
+            queue: group.spec.queue.clone(),
+            priority: group.spec.priority,
+            timeout_seconds: group.spec.schedule_timeout_seconds.map(u64::from),
+        }
+    }
+}
+
+fn options(w: &mut Workload, members: &[&PodFacts]) {
+    w.preemption = if members.iter().any(|m| m.never_preempts) {
+        PreemptionPolicy::Never
+    } else {
+        PreemptionPolicy::LowerPriority
+    };
+    // A group checkpoints only if every member does, with the longest grace any asks for.
+    w.checkpointable = !members.is_empty() && members.iter().all(|m| m.checkpoint.is_some());
+    w.grace_seconds = members.iter().filter_map(|m| m.checkpoint.flatten()).max();
+}
+
+/// A lone pod as a workload named by its `namespace/name`.
+pub fn single(pod: &PodFacts) -> Workload {
+    let mut w = Workload::single(pod.task.clone());
+    options(&mut w, &[pod]);
+    w
+}
+
+/// The pods of group `key` as one gang, members in name order (so placement is reproducible).
+pub fn gang(key: &str, info: &GroupInfo, members: &[&PodFacts]) -> Workload {
+    let mut sorted: Vec<&PodFacts> = members.to_vec();
+    sorted.sort_by(|a, b| a.task.id.cmp(&b.task.id));
+    let queue = info.queue.clone().or_else(|| sorted.first().map(|m| m.task.queue.clone())).unwrap_or_default();
+    let priority = info.priority.unwrap_or_else(|| sorted.iter().map(|m| m.task.priority).max().unwrap_or(0));
+    let tasks = sorted.iter().map(|m| m.task.clone()).collect();
+    let mut w = Workload::gang(key, &queue, priority, tasks, info.min_member.min(sorted.len()).max(1));
+    w.topology = info.topology_key.as_ref().map(|k| TopologyConstraint::single(k.clone(), true));
+    w.timeout_seconds = info.timeout_seconds;
+    options(&mut w, &sorted);
+    w
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn facts(name: &str, annotations: serde_json::Value, never: bool) -> PodFacts {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ml", "uid": format!("u-{name}"), "annotations": annotations,
+                         "labels": {crate::convert::GROUP_LABEL: "g"}},
+            "spec": {"schedulerName": "wasmsched", "priority": 5,
+                     "preemptionPolicy": if never { "Never" } else { "PreemptLowerPriority" },
+                     "containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "2"}}}]}
+        }))
+        .unwrap();
+        let task = crate::convert::task(&pod).unwrap();
+        PodFacts::new(&pod, task)
+    }
+
+    #[test]
+    fn pods_become_workloads_with_their_group_queue_priority_and_checkpoint_settings() {
+        let a = facts("b-1", json!({CHECKPOINT_ANNOTATION: "120"}), false);
+        let b = facts("a-0", json!({CHECKPOINT_ANNOTATION: "true", CHECKPOINTED_ANNOTATION: "true"}), false);
+        assert_eq!((a.checkpoint, b.checkpoint, b.checkpointed, a.bound), (Some(Some(120)), Some(None), true, false));
+        let info = GroupInfo {
+            min_member: 4,
+            topology_key: Some("rack".into()),
+            queue: Some("research".into()),
+            priority: None,
+            timeout_seconds: Some(60),
+        };
+        let w = gang("ml/g", &info, &[&a, &b]);
+        assert_eq!(w.members.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["ml/a-0", "ml/b-1"]);
+        assert_eq!((w.queue.as_str(), w.priority, w.min_member), ("research", 5, 2));
+        assert!(w.checkpointable);
+        assert_eq!(w.grace_seconds, Some(120));
+        assert_eq!(w.timeout_seconds, Some(60));
+        assert!(w.topology.is_some());
+        assert_eq!(w.preemption, PreemptionPolicy::LowerPriority);
+        // One member that never preempts, one that cannot checkpoint: so is the group.
+        let c = facts("c", json!({}), true);
+        let w = gang("ml/g", &info, &[&a, &c]);
+        assert_eq!(w.preemption, PreemptionPolicy::Never);
+        assert!(!w.checkpointable);
+        let s = single(&c);
+        assert_eq!((s.name.as_str(), s.queue.as_str()), ("ml/c", "default"));
+    }
+}
