@@ -451,6 +451,17 @@ stages:
         assert_eq!(spec.config_text("fit").unwrap(), "");
         assert_eq!(spec.plugins["pack"].failure, Failure::FailOpen);
         assert_eq!(spec.rollback, RollbackSpec::default());
+        assert_eq!((spec.stages.preempt.as_deref(), spec.stages.fair_share.as_deref()), (None, None));
+        let queued =
+            GOOD.replace("  filter: [fit]", "  filter: [fit]\n  preempt: victims\n  fair_share: share").replace(
+                "stages:",
+                "  victims: { source: \"builtin:priority-preempt\" }\n  share: { source: \"builtin:drf\" }\nstages:",
+            );
+        let spec = PolicySetSpec::parse("queued.yaml", &queued).unwrap();
+        assert_eq!(
+            (spec.stages.preempt.as_deref(), spec.stages.fair_share.as_deref()),
+            (Some("victims"), Some("share"))
+        );
     }
 
     #[test]
@@ -470,6 +481,14 @@ stages:
             ),
             (format!("{GOOD}rollback: {{ window: 10, probation: 5 }}\n"), "probation at least one window"),
             (format!("{GOOD}shadow: {{ min_identical: 1.5 }}\n"), "shadow.min_identical 1.5"),
+            (
+                GOOD.replace("  filter: [fit]", "  filter: [fit]\n  preempt: victims"),
+                "stages.preempt: no plugin \"victims\"",
+            ),
+            (
+                GOOD.replace("  filter: [fit]", "  filter: [fit]\n  fair_share: share"),
+                "stages.fair_share: no plugin \"share\"",
+            ),
             ("name: [".to_string(), "good.yaml"),
         ];
         for (text, want) in cases {
