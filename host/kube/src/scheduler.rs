@@ -60,7 +60,9 @@ impl SchedulerConfig {
             scheduler_name: scheduler_name.into(),
             bind_concurrency: 16,
             lease: None,
-            core: CoreConfig::default(),
+            // About 100–200 ms of Wasm placement on a 5,000-node cluster: binds start and the
+            // watch streams are read while a large backlog is worked through.
+            core: CoreConfig { max_attempts_per_cycle: Some(64), ..CoreConfig::default() },
             resubmit_after: Duration::from_secs(10),
         }
     }
@@ -126,6 +128,7 @@ pub struct Scheduler {
     dirty: bool,
     clock: Instant,
     last_cycle: Instant,
+    gauges_at: Instant,
     leader: watch::Receiver<bool>,
     /// Holds leadership at `true` when there is no election.
     _always_leader: Option<watch::Sender<bool>>,
@@ -174,6 +177,7 @@ impl Scheduler {
             dirty: true,
             clock: Instant::now(),
             last_cycle: Instant::now(),
+            gauges_at: Instant::now(),
             leader,
             _always_leader: Some(always),
             done_tx,
@@ -243,13 +247,8 @@ impl Scheduler {
                 _ = tick.tick() => {}
             }
             self.metrics.set_ready(self.synced.nodes && self.synced.pods);
-            self.metrics.cache_nodes.set(self.cache.nodes().len() as i64);
-            self.metrics.cache_pods.set(self.cache.holders() as i64);
-            let (active, backoff, parked) = self.core.pending_tasks(self.now());
-            let waiting = self.ours.iter().filter(|(id, f)| !f.bound && self.core.owner_of(id).is_none()).count();
-            for (queue, n) in [("active", active), ("backoff", backoff), ("unschedulable", parked), ("gated", waiting)]
-            {
-                self.metrics.pending.get_or_create(&QueueLabels { queue }).set(n as i64);
+            if self.gauges_at.elapsed() >= Duration::from_millis(500) {
+                self.update_gauges();
             }
         }
         tracing::info!(decided = self.decided, "stopping: waiting for binds in flight");
@@ -263,6 +262,18 @@ impl Scheduler {
             let _ = election.await;
         }
         Ok(())
+    }
+
+    /// Gauges that walk every pod: at most twice a second, never per event.
+    fn update_gauges(&mut self) {
+        self.gauges_at = Instant::now();
+        self.metrics.cache_nodes.set(self.cache.nodes().len() as i64);
+        self.metrics.cache_pods.set(self.cache.holders() as i64);
+        let (active, backoff, parked) = self.core.pending_tasks(self.now());
+        let waiting = self.ours.iter().filter(|(id, f)| !f.bound && self.core.owner_of(id).is_none()).count();
+        for (queue, n) in [("active", active), ("backoff", backoff), ("unschedulable", parked), ("gated", waiting)] {
+            self.metrics.pending.get_or_create(&QueueLabels { queue }).set(n as i64);
+        }
     }
 
     /// Core time: whole seconds since this scheduler started.
@@ -669,6 +680,7 @@ impl Scheduler {
         let decisions = self.core.schedule(&live.set, now);
         let each = started.elapsed() / decisions.len().max(1) as u32;
         self.carry_out(decisions, &live, each);
+        self.dirty |= self.core.more_ready();
     }
 
     /// Carries out the core's decisions, in order.

@@ -131,6 +131,11 @@ async fn gpu_pods_are_bound_once_each_with_distinct_devices() {
     })
     .await;
     assert!(api.binds().iter().all(|b| b.pod != "ml/too-big"));
+    // Gauges that walk every pod are refreshed twice a second, not per event.
+    eventually("pending gauge", Duration::from_secs(5), || {
+        run.metrics.render().contains("scheduler_pending_pods{queue=\"unschedulable\"} 1")
+    })
+    .await;
     let metrics = run.metrics.render();
     assert!(
         metrics.contains(r#"scheduler_schedule_attempts_total{result="scheduled",profile="wasmsched"} 10"#),

@@ -88,6 +88,10 @@ pub struct CoreConfig {
     /// something binds or leaves. Exact when filters and preempt plugins judge a task by what it
     /// asks for, not by its name; turn it off for plugins that do.
     pub reuse_failures: bool,
+    /// Most workloads one cycle attempts (`None`: all that are ready). A live driver bounds the
+    /// cycle so binds start and watch events are read while a large backlog is worked through;
+    /// [`SchedulerCore::more_ready`] says when the next cycle should follow at once.
+    pub max_attempts_per_cycle: Option<usize>,
 }
 
 impl Default for CoreConfig {
@@ -101,6 +105,7 @@ impl Default for CoreConfig {
             percentage_of_nodes_to_score: None,
             max_preemption_candidates: 100,
             reuse_failures: true,
+            max_attempts_per_cycle: None,
         }
     }
 }
@@ -350,6 +355,8 @@ pub struct SchedulerCore {
     deserved: Option<Vec<Resources>>,
     /// Bumped on every change that may let parked work fit (capacity freed, node added).
     epoch: u64,
+    /// The last cycle stopped at its attempt budget with work still ready.
+    truncated: bool,
 }
 
 impl SchedulerCore {
@@ -368,6 +375,7 @@ impl SchedulerCore {
             usage_at: 0,
             deserved: None,
             epoch: 0,
+            truncated: false,
         }
     }
 
@@ -582,6 +590,12 @@ impl SchedulerCore {
             .collect()
     }
 
+    /// Whether the last cycle stopped at [`CoreConfig::max_attempts_per_cycle`] with workloads
+    /// still ready to be tried: run the next one without waiting.
+    pub fn more_ready(&self) -> bool {
+        self.truncated
+    }
+
     /// The earliest time something happens without outside input (a back-off ends, a grace
     /// period runs out, a gang times out), so a driver can sleep until then instead of polling.
     pub fn next_wakeup(&self) -> Option<u64> {
@@ -662,7 +676,13 @@ impl SchedulerCore {
         // when something binds or leaves: until then its last order stands.
         let mut order: Option<Option<Vec<usize>>> = None;
         let mut failures = Failures::default();
+        let mut budget = self.config.max_attempts_per_cycle.unwrap_or(usize::MAX);
+        self.truncated = false;
         while !lists.is_empty() {
+            if budget == 0 {
+                self.truncated = true;
+                break;
+            }
             let leaf = if lists.len() == 1 && order.is_some() {
                 *lists.keys().next().expect("not empty")
             } else {
@@ -691,6 +711,7 @@ impl SchedulerCore {
                 continue;
             }
             let from = out.len();
+            budget -= 1;
             self.attempt(set, &name, now, &mut out);
             let changed = out[from..].iter().any(|d| !matches!(d, Decision::Unschedulable { .. } | Decision::Fault(_)));
             if changed {

@@ -775,3 +775,25 @@ fn queues_change_under_running_work_and_refuse_to_orphan_it() {
     c.set_queues(QueueTree::new(vec![queue("c", 2)]).unwrap()).unwrap();
     check_accounting(&c);
 }
+
+#[test]
+fn a_bounded_cycle_works_through_a_backlog_in_order_and_says_when_more_is_ready() {
+    let mut c = core(vec![queue("q", 1)], &[("n", 8)]);
+    c.config.max_attempts_per_cycle = Some(2);
+    for i in 0..5 {
+        c.submit(job(&format!("j{i}"), "q", 0, 1), 0).unwrap();
+    }
+    let mut order = Vec::new();
+    let mut cycles = 0;
+    loop {
+        let d = c.schedule(&full(), 0);
+        cycles += 1;
+        assert!(bound(&d).len() <= 2, "at most two attempts a cycle: {d:?}");
+        order.extend(bound(&d));
+        if !c.more_ready() {
+            break;
+        }
+    }
+    assert_eq!(order, ["j0", "j1", "j2", "j3", "j4"]);
+    assert_eq!(cycles, 3);
+}
