@@ -9,6 +9,7 @@
 //!   carry out its decisions.
 //! - [`bind`]: the API effects — `pods/binding` with the GPU ids, `PodScheduled` and events,
 //!   evictions through the Eviction API.
+//! - [`status`]: what the scheduler reports on `Queue` and `PodGroup` objects.
 //! - [`leader`]: one active replica, on a `coordination.k8s.io` Lease.
 //! - [`metrics`]: kube-scheduler's metric names, `/metrics`, `/healthz`, `/readyz`.
 //! - [`policy`]: the default policy set and the registry that swaps versions live.
@@ -27,6 +28,7 @@ pub mod policy;
 pub mod policy_source;
 pub mod queues;
 pub mod scheduler;
+pub mod status;
 pub mod workloads;
 
 pub use scheduler::{Scheduler, SchedulerConfig};

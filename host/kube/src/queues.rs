@@ -59,11 +59,17 @@ pub struct Queues {
 }
 
 impl Queues {
-    /// Records an added or changed queue.
-    pub fn apply(&mut self, q: Queue) {
-        if let Some(name) = q.metadata.name.clone() {
-            self.objects.insert(name, q);
-        }
+    /// Records an added or changed queue; whether its spec changed (status writes do not).
+    pub fn apply(&mut self, q: Queue) -> bool {
+        let Some(name) = q.metadata.name.clone() else { return false };
+        let changed = self.objects.get(&name).is_none_or(|old| old.spec != q.spec);
+        self.objects.insert(name, q);
+        changed
+    }
+
+    /// Names of the queue objects.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.objects.keys().map(String::as_str)
     }
 
     /// Forgets a deleted queue.

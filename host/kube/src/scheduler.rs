@@ -21,7 +21,7 @@ use kube::{Api, Client, ResourceExt};
 use tokio::sync::{Semaphore, mpsc, watch};
 use wasmsched_api::{DeviceShare, Node, Task};
 use wasmsched_core::{
-    CoreConfig, Decision, EvictReason, Explanation, Placement, SchedulerCore, Unschedulable, release,
+    CoreConfig, Decision, EvictReason, Explanation, Phase, Placement, SchedulerCore, Unschedulable, release,
 };
 use wasmsched_events::EventSink;
 use wasmsched_events::decisions::{self, CycleFacts};
@@ -31,10 +31,11 @@ use wasmsched_registry::{Decision as Observed, PolicyVersion, Registry};
 use crate::bind::{EffectError, Effects, EventType};
 use crate::cache::{Cache, PodPhase, pod_id};
 use crate::convert::PodKey;
-use crate::crd::{PodGroup, Queue};
+use crate::crd::{PodGroup, PodGroupPhase, Queue, QueueStatus};
 use crate::leader::{Elector, LeaseConfig};
 use crate::metrics::{BindLabels, Metrics, QueueLabels};
 use crate::queues::Queues;
+use crate::status::{self, StatusWriter};
 use crate::workloads::{self, GroupInfo, PodFacts, group_key};
 
 /// How the scheduler runs.
@@ -129,6 +130,10 @@ pub struct Scheduler {
     clock: Instant,
     last_cycle: Instant,
     gauges_at: Instant,
+    status: StatusWriter,
+    status_at: Instant,
+    /// Why the last queue change was refused.
+    queue_error: Option<String>,
     leader: watch::Receiver<bool>,
     /// Holds leadership at `true` when there is no election.
     _always_leader: Option<watch::Sender<bool>>,
@@ -141,6 +146,9 @@ pub struct Scheduler {
     unconfirmed: AHashMap<String, Vec<Payload>>,
 }
 
+/// How often the leader brings `Queue` and `PodGroup` status up to date.
+const STATUS_EVERY: Duration = Duration::from_secs(2);
+
 /// Adoption waits this long for the Queue list (a cluster without the CRD never sends one).
 const QUEUE_SYNC_GRACE: Duration = Duration::from_secs(5);
 
@@ -149,6 +157,7 @@ impl Scheduler {
     pub fn new(client: Client, registry: Arc<Registry>, metrics: Arc<Metrics>, config: SchedulerConfig) -> Scheduler {
         let identity = config.lease.as_ref().map_or_else(|| config.scheduler_name.clone(), |l| l.identity.clone());
         let effects = Effects::new(client.clone(), &config.scheduler_name, &identity);
+        let status_client = client.clone();
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let (always, leader) = watch::channel(config.lease.is_none());
         metrics.observe_policies(registry.clone());
@@ -178,6 +187,9 @@ impl Scheduler {
             clock: Instant::now(),
             last_cycle: Instant::now(),
             gauges_at: Instant::now(),
+            status: StatusWriter::new(status_client),
+            status_at: Instant::now(),
+            queue_error: None,
             leader,
             _always_leader: Some(always),
             done_tx,
@@ -250,6 +262,11 @@ impl Scheduler {
             if self.gauges_at.elapsed() >= Duration::from_millis(500) {
                 self.update_gauges();
             }
+            if leading && ready && self.status_at.elapsed() >= STATUS_EVERY {
+                self.write_statuses();
+            } else if !leading {
+                self.status.reset();
+            }
         }
         tracing::info!(decided = self.decided, "stopping: waiting for binds in flight");
         let _ = tokio::time::timeout(
@@ -262,6 +279,72 @@ impl Scheduler {
             let _ = election.await;
         }
         Ok(())
+    }
+
+    /// `Queue` and `PodGroup` status: allocation, counts, phase and the reason (leader only).
+    fn write_statuses(&mut self) {
+        self.status_at = Instant::now();
+        let shares = self.core.queue_shares();
+        let counts = self.core.queue_tasks();
+        let (_, errors) = self.queues.tree();
+        let names: Vec<String> = self.queues.names().map(String::from).collect();
+        for name in names {
+            let status = match shares.iter().position(|s| s.name == name) {
+                Some(i) => QueueStatus {
+                    conditions: vec![status::condition("Ready", true, "Accepted", "in the queue tree")],
+                    allocated: status::resource_list(&shares[i].allocated),
+                    pending: counts[i].0 as u32,
+                    running: counts[i].1 as u32,
+                },
+                None => {
+                    let message = errors
+                        .get(&name)
+                        .or(self.queue_error.as_ref())
+                        .map_or("not in the queue tree", String::as_str)
+                        .to_string();
+                    QueueStatus {
+                        conditions: vec![status::condition("Ready", false, "Rejected", &message)],
+                        ..QueueStatus::default()
+                    }
+                }
+            };
+            self.status.queue(&name, status);
+        }
+        // Pods of each group the core does not have yet: (waiting, bound).
+        let mut outside: AHashMap<String, (u32, u32)> = AHashMap::new();
+        for (id, f) in &self.ours {
+            if let Some(g) = group_key(&f.task)
+                && self.core.owner_of(id).is_none()
+            {
+                let c = outside.entry(g).or_default();
+                if f.bound { c.1 += 1 } else { c.0 += 1 }
+            }
+        }
+        let keys: Vec<(String, usize)> = self.groups.iter().map(|(k, i)| (k.clone(), i.min_member)).collect();
+        for (key, min) in keys {
+            let status = match self.core.status(&key) {
+                Some(s) => {
+                    let pending = self.core.members_of(&key).map_or(0, |m| m.filter(|(_, placed)| !placed).count());
+                    let phase = match s.phase {
+                        Phase::Running => PodGroupPhase::Running,
+                        Phase::TimedOut => PodGroupPhase::TimedOut,
+                        Phase::Pending | Phase::Preempting => PodGroupPhase::Pending,
+                    };
+                    let message = match phase {
+                        PodGroupPhase::Running => format!("{} members running (min {min})", s.running),
+                        _ => reason(&s.explanation),
+                    };
+                    status::group_status(phase, s.running as u32, pending as u32, &message)
+                }
+                None => {
+                    let (waiting, bound) = outside.get(&key).copied().unwrap_or_default();
+                    let message = format!("{} of {min} members present", waiting + bound);
+                    let phase = if bound as usize >= min { PodGroupPhase::Running } else { PodGroupPhase::Pending };
+                    status::group_status(phase, bound, waiting, &message)
+                }
+            };
+            self.status.group(&key, status);
+        }
     }
 
     /// Gauges that walk every pod: at most twice a second, never per event.
@@ -449,12 +532,13 @@ impl Scheduler {
             return;
         };
         let key = format!("{}/{}", g.namespace().unwrap_or_default(), g.name_any());
-        if matches!(event, Ok(Event::Delete(_))) {
-            self.groups.remove(&key);
+        let changed = if matches!(event, Ok(Event::Delete(_))) {
+            self.groups.remove(&key).is_some()
         } else {
-            self.groups.insert(key, GroupInfo::new(g));
-        }
-        self.dirty = true;
+            let info = GroupInfo::new(g);
+            self.groups.insert(key, info.clone()) != Some(info) // a status write changes nothing
+        };
+        self.dirty |= changed;
     }
 
     fn queue_event(&mut self, event: watcher::Result<Event<Queue>>) {
@@ -476,7 +560,11 @@ impl Scheduler {
                 }
                 self.synced.queues = true;
             }
-            Ok(Event::Apply(q)) => self.queues.apply(q),
+            Ok(Event::Apply(q)) => {
+                if !self.queues.apply(q) {
+                    return; // a status write
+                }
+            }
             Ok(Event::Delete(q)) => self.queues.delete(&q.name_any()),
             Err(e) => {
                 tracing::warn!(error = %e, "queue watch failed; retrying");
@@ -494,10 +582,14 @@ impl Scheduler {
         }
         match tree.map_err(|e| e.to_string()).and_then(|t| self.core.set_queues(t).map_err(|e| e.to_string())) {
             Ok(()) => {
+                self.queue_error = None;
                 self.not_before.clear();
                 self.dirty = true;
             }
-            Err(error) => tracing::warn!(%error, "keeping the previous queue tree"),
+            Err(error) => {
+                tracing::warn!(%error, "keeping the previous queue tree");
+                self.queue_error = Some(error);
+            }
         }
     }
 

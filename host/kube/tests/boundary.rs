@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use support::fake_api::{FakeApi, Fault, Kind, gpu_node, pod};
 use tokio::sync::watch;
+use wasmsched_events::{EventSink, Origin, OutboxConfig};
 use wasmsched_kube::bind::{EffectError, Effects};
 use wasmsched_kube::convert::{GPU_IDS_ANNOTATION, PodKey, parse_gpu_ids};
 use wasmsched_kube::leader::LeaseConfig;
@@ -45,6 +46,10 @@ impl Running {
 }
 
 fn start(api: &FakeApi, client: &str, lease: Option<LeaseConfig>) -> Running {
+    start_with_events(api, client, lease, None)
+}
+
+fn start_with_events(api: &FakeApi, client: &str, lease: Option<LeaseConfig>, events: Option<EventSink>) -> Running {
     // Logs show in a failing test's output (RUST_LOG=debug for more).
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
@@ -53,7 +58,10 @@ fn start(api: &FakeApi, client: &str, lease: Option<LeaseConfig>) -> Running {
     let metrics = Metrics::new(NAME);
     let mut config = SchedulerConfig::new(NAME);
     config.lease = lease;
-    let scheduler = Scheduler::new(api.client(client), registry(), metrics.clone(), config);
+    let mut scheduler = Scheduler::new(api.client(client), registry(), metrics.clone(), config);
+    if let Some(sink) = events {
+        scheduler = scheduler.with_events(sink);
+    }
     let (stop, rx) = watch::channel(false);
     Running { stop, task: tokio::spawn(scheduler.run(rx)), metrics }
 }
@@ -269,6 +277,7 @@ async fn a_replica_that_loses_its_lease_stops_binding_at_once() {
     b.stop().await;
     api.state().lease_faults.clear();
     a.stop().await;
+    assert_chart_rbac_allows(&api);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -293,6 +302,68 @@ async fn eviction_respects_the_disruption_budget() {
     assert!(matches!(effects.evict(&key("free")).await, Err(EffectError::NotFound(_))));
 }
 
+/// The scheduler's grants in the Helm chart (`templates/rbac.yaml`, its template expressions
+/// replaced by a placeholder): (API group, resource, verb), the agent's role left out.
+fn chart_grants() -> Vec<(String, String, String)> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../charts/wasmsched/templates/rbac.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut plain = String::new();
+    for line in text.lines() {
+        let t = line.trim_start();
+        if t.starts_with("{{") && t.ends_with("}}") {
+            continue; // control flow and includes on a line of their own
+        }
+        let mut out = String::new();
+        let mut rest = line;
+        while let Some(start) = rest.find("{{") {
+            let end = rest[start..].find("}}").map(|e| start + e + 2).unwrap();
+            out.push_str(&rest[..start]);
+            out.push_str("released");
+            rest = &rest[end..];
+        }
+        out.push_str(rest);
+        plain.push_str(&out);
+        plain.push('\n');
+    }
+    let mut grants = Vec::new();
+    for doc in plain.split("\n---\n") {
+        let v: serde_yaml_ng::Value = serde_yaml_ng::from_str(doc).unwrap();
+        let kind = v["kind"].as_str().unwrap_or_default();
+        let name = v["metadata"]["name"].as_str().unwrap_or_default();
+        if !matches!(kind, "ClusterRole" | "Role") || name.ends_with("-agent") {
+            continue;
+        }
+        for rule in v["rules"].as_sequence().into_iter().flatten() {
+            let list = |k: &str| -> Vec<String> {
+                rule[k].as_sequence().into_iter().flatten().filter_map(|x| x.as_str().map(String::from)).collect()
+            };
+            for g in list("apiGroups") {
+                for r in list("resources") {
+                    for verb in list("verbs") {
+                        grants.push((g.clone(), r.clone(), verb));
+                    }
+                }
+            }
+        }
+    }
+    grants
+}
+
+/// Every request the scheduler sent is one the chart's RBAC allows.
+fn assert_chart_rbac_allows(api: &FakeApi) {
+    let grants = chart_grants();
+    assert!(grants.len() > 10, "the chart's rules parse: {grants:?}");
+    let mut calls = api.state().requests.clone();
+    calls.sort();
+    calls.dedup();
+    for (verb, group, resource) in &calls {
+        assert!(
+            grants.iter().any(|(g, r, v)| g == group && r == resource && v == verb),
+            "the chart's RBAC does not allow {verb} {resource} (group {group:?}); every call: {calls:?}"
+        );
+    }
+}
+
 fn condition_of(api: &FakeApi, id: &str) -> Option<String> {
     let pod = api.get(Kind::Pod, id)?;
     pod["status"]["conditions"].as_array().into_iter().flatten().find_map(|c| {
@@ -308,7 +379,11 @@ async fn a_gang_waits_for_its_members_then_preempts_a_checkpointing_pod_through_
     let mut low = pod("ml", "low", NAME, 8, "4", "32Gi");
     low["metadata"]["annotations"] = json!({"scheduling.wasmsched.io/checkpoint": "600"});
     api.put(Kind::Pod, low);
-    let run = start(&api, "a", None);
+    let file = std::env::temp_dir().join(format!("wasmsched-kube-events-{}.jsonl", std::process::id()));
+    let _ = std::fs::remove_file(&file);
+    let origin = Origin { source: "wasmsched/test/scheduler".into(), id_prefix: "t".into() };
+    let sink = EventSink::jsonl(&file, origin, OutboxConfig::default()).unwrap();
+    let run = start_with_events(&api, "a", None, Some(sink.clone()));
     eventually("low bound", Duration::from_secs(30), || node_of(&api, "ml/low").is_some()).await;
     // A gang of two at priority 10: its PodGroup first, then its members one at a time.
     api.put(
@@ -347,6 +422,15 @@ async fn a_gang_waits_for_its_members_then_preempts_a_checkpointing_pod_through_
     })
     .await;
     assert_eq!(api.state().evictions, [("ml/low".to_string(), 201)]);
+    eventually("PodGroup status Running", Duration::from_secs(10), || {
+        api.get(Kind::PodGroup, "ml/train").is_some_and(|g| {
+            g["status"]["phase"] == "Running"
+                && g["status"]["running"] == 2
+                && g["status"]["conditions"][0]["type"] == "Scheduled"
+                && g["status"]["conditions"][0]["status"] == "True"
+        })
+    })
+    .await;
     let mut gpus = [gpus_of(&api, "ml/train-0"), gpus_of(&api, "ml/train-1")].concat();
     gpus.sort();
     assert_eq!(gpus, (0..8).collect::<Vec<u32>>(), "the two members share the node's GPUs without overlap");
@@ -355,6 +439,27 @@ async fn a_gang_waits_for_its_members_then_preempts_a_checkpointing_pod_through_
     })
     .await;
     run.stop().await;
+    assert_chart_rbac_allows(&api);
+    // The cycle's decisions went out as events too: each bind once it succeeded, the gang's wait
+    // with its reasons, and the preemption with its rule and the checkpoint's outcome.
+    assert!(sink.flush(Duration::from_secs(10)));
+    let text = std::fs::read_to_string(&file).unwrap();
+    let _ = std::fs::remove_file(&file);
+    let events: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let of = |t: &str| events.iter().filter(|e| e["type"] == t).collect::<Vec<_>>();
+    let mut scheduled: Vec<&str> =
+        of("io.wasmsched.task.scheduled.v1").iter().map(|e| e["data"]["task"]["id"].as_str().unwrap()).collect();
+    scheduled.sort();
+    assert_eq!(scheduled, ["ml/low", "ml/train-0", "ml/train-1"]);
+    let preempted = of("io.wasmsched.task.preempted.v1");
+    assert_eq!(preempted.len(), 1, "{preempted:?}");
+    let d = &preempted[0]["data"];
+    assert_eq!((&d["victim"]["id"], &d["preemptor"]["id"]), (&json!("ml/low"), &json!("ml/train-0")));
+    assert_eq!(
+        (&d["reason"], &d["checkpoint"], &d["grace_seconds"]),
+        (&json!("priority"), &json!("done"), &json!(600))
+    );
+    assert!(of("io.wasmsched.plugin.fault.v1").is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -394,6 +499,18 @@ async fn after_a_restart_running_pods_count_in_their_queue_and_others_usage_on_t
     })
     .await;
     assert!(api.binds().iter().all(|b| b.pod != "ml/running"), "a running pod is taken over, never bound again");
+    // The queue reports what it holds and what waits in it.
+    eventually("Queue status", Duration::from_secs(10), || {
+        api.get(Kind::Queue, "team").is_some_and(|q| {
+            let s = &q["status"];
+            s["allocated"]["nvidia.com/gpu"] == "8"
+                && s["running"] == 2
+                && s["pending"] == 1
+                && s["conditions"][0]["type"] == "Ready"
+                && s["conditions"][0]["status"] == "True"
+        })
+    })
+    .await;
     // The running pod finishes: its quota and GPUs are free, and the waiting one goes to gpu-0
     // (gpu-1 is still the other scheduler's).
     api.remove(Kind::Pod, "ml/running");
@@ -410,4 +527,5 @@ async fn after_a_restart_running_pods_count_in_their_queue_and_others_usage_on_t
     api.put(Kind::Queue, json!({"metadata": {"name": "later"}, "spec": {"weight": 1}}));
     eventually("lost bound", Duration::from_secs(30), || node_of(&api, "ml/lost").is_some()).await;
     run.stop().await;
+    assert_chart_rbac_allows(&api);
 }

@@ -196,4 +196,19 @@ impl SchedulerCore {
         self.unpark_all();
         Ok(())
     }
+
+    /// Per queue (in [`Self::queue_shares`] order, each counting its subtree): tasks waiting and
+    /// tasks placed.
+    pub fn queue_tasks(&self) -> Vec<(usize, usize)> {
+        let mut counts = vec![(0, 0); self.queues.len()];
+        for e in self.entries.values() {
+            let placed = e.placed();
+            let waiting = if matches!(e.phase, Phase::TimedOut) { 0 } else { e.spec.members.len() - placed };
+            for q in self.queues.chain(e.leaf) {
+                counts[q].0 += waiting;
+                counts[q].1 += placed;
+            }
+        }
+        counts
+    }
 }

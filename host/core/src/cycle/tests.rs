@@ -797,3 +797,21 @@ fn a_bounded_cycle_works_through_a_backlog_in_order_and_says_when_more_is_ready(
     assert_eq!(order, ["j0", "j1", "j2", "j3", "j4"]);
     assert_eq!(cycles, 3);
 }
+
+#[test]
+fn queue_task_counts_roll_up_the_tree() {
+    let parent = queue("org", 1);
+    let mut a = queue("a", 1);
+    a.parent = Some("org".into());
+    let mut c = core(vec![parent, a, queue("b", 1)], &[("n", 8)]);
+    c.submit(job("x", "a", 0, 8), 0).unwrap();
+    c.submit(job("y", "a", 0, 8), 0).unwrap();
+    c.submit(gang("g", "b", 2, 2, 8), 0).unwrap();
+    c.schedule(&full(), 0);
+    let names: Vec<String> = c.queue_shares().into_iter().map(|s| s.name).collect();
+    let counts: std::collections::BTreeMap<String, (usize, usize)> = names.into_iter().zip(c.queue_tasks()).collect();
+    // One of x and y runs, the other waits; the gang g (16 GPUs) never fits the 8-GPU node.
+    assert_eq!(counts["a"], (1, 1));
+    assert_eq!(counts["org"], (1, 1), "a parent counts its subtree");
+    assert_eq!(counts["b"], (2, 0));
+}

@@ -114,6 +114,8 @@ pub struct State {
     /// Time spent building list responses: the API server's share of a cold start.
     pub list_time: Duration,
     pub watches: BTreeMap<Kind, u32>,
+    /// Every request as RBAC sees it: (verb, API group, resource[/subresource]).
+    pub requests: Vec<(String, String, String)>,
 }
 
 /// The fake API server. Cheap to clone; every clone shares the state.
@@ -144,6 +146,36 @@ fn key_of(kind: Kind, obj: &Value) -> Key {
         }
         _ => (kind, name.to_string()),
     }
+}
+
+/// A request as RBAC authorises it: the verb, API group and resource (with its subresource).
+fn authorization(m: &Method, path: &[&str], q: &BTreeMap<String, String>) -> (String, String, String) {
+    let (group, rest) = match path {
+        ["api", _version, rest @ ..] => ("", rest),
+        ["apis", group, _version, rest @ ..] => (*group, rest),
+        _ => ("?", path),
+    };
+    let rest = match rest {
+        ["namespaces", _ns, rest @ ..] if !rest.is_empty() => rest,
+        rest => rest,
+    };
+    let (resource, named) = match rest {
+        [resource] => (resource.to_string(), false),
+        [resource, _name] => (resource.to_string(), true),
+        [resource, _name, sub, ..] => (format!("{resource}/{sub}"), true),
+        _ => ("?".to_string(), false),
+    };
+    let verb = match *m {
+        Method::GET if !named && q.get("watch").map(String::as_str) == Some("true") => "watch",
+        Method::GET if !named => "list",
+        Method::GET => "get",
+        Method::POST => "create",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE => "delete",
+        _ => "?",
+    };
+    (verb.to_string(), group.to_string(), resource)
 }
 
 fn query(uri: &http::Uri) -> BTreeMap<String, String> {
@@ -285,11 +317,21 @@ impl FakeApi {
         let path: Vec<&str> = parts.uri.path().trim_matches('/').split('/').collect();
         let q = query(&parts.uri);
         let m = &parts.method;
+        let call = authorization(m, &path, &q);
+        self.state().requests.push(call);
         match path.as_slice() {
             ["api", "v1", "nodes"] => self.collection(Kind::Node, &q),
             ["api", "v1", "pods"] => self.collection(Kind::Pod, &q),
             ["apis", "scheduling.wasmsched.io", "v1alpha1", "podgroups"] => self.collection(Kind::PodGroup, &q),
             ["apis", "scheduling.wasmsched.io", "v1alpha1", "queues"] => self.collection(Kind::Queue, &q),
+            ["apis", "scheduling.wasmsched.io", "v1alpha1", "queues", name, "status"] if m == Method::PATCH => {
+                self.merge_status(Kind::Queue, name, body)
+            }
+            ["apis", "scheduling.wasmsched.io", "v1alpha1", "namespaces", ns, "podgroups", name, "status"]
+                if m == Method::PATCH =>
+            {
+                self.merge_status(Kind::PodGroup, &format!("{ns}/{name}"), body)
+            }
             ["api", "v1", "namespaces", ns, "pods", name] if m == Method::PATCH => self.patch_metadata(ns, name, &body),
             ["api", "v1", "namespaces", ns, "pods", name, "binding"] if m == Method::POST => {
                 self.bind(ns, name, &body, client).await
