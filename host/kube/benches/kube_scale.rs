@@ -2,7 +2,7 @@
 //! `tests/support/fake_api.rs`): cache memory and cold start at 5,000 nodes / 150,000 pods, and the
 //! binds per second the scheduler issues with a realistic API latency.
 //!
-//! `cargo bench -p wasmsched-kube --bench kube_scale [-- NODES PODS PENDING BIND_LATENCY_MS]`
+//! `cargo bench -p wasmsched-kube --bench kube_scale [-- NODES PODS PENDING BIND_LATENCY_MS OURS_PERCENT]`
 
 #![allow(clippy::print_stdout)]
 
@@ -31,11 +31,12 @@ fn rss_bytes() -> u64 {
 
 /// Bound pod `i`: 30 per node, a quarter of them with 1–2 GPUs (recorded devices), like a busy
 /// training cluster.
-fn bound_pod(i: usize, nodes: usize) -> Value {
+fn bound_pod(i: usize, nodes: usize, ours_percent: usize) -> Value {
     let node = i % nodes;
     let slot = i / nodes;
     let gpus = if slot < 4 { 1 + (slot % 2) as u32 } else { 0 };
-    let mut p = pod(&format!("team-{}", i % 97), &format!("worker-{i}"), "default-scheduler", gpus, "2", "8Gi");
+    let scheduler = if i % 100 < ours_percent { "wasmsched" } else { "default-scheduler" };
+    let mut p = pod(&format!("team-{}", i % 97), &format!("worker-{i}"), scheduler, gpus, "2", "8Gi");
     p["spec"]["nodeName"] = json!(format!("node-{node}"));
     p["status"]["phase"] = json!("Running");
     if gpus > 0 {
@@ -53,12 +54,15 @@ fn main() {
     let pods = args.get(1).copied().unwrap_or(150_000);
     let pending = args.get(2).copied().unwrap_or(2_000);
     let latency_ms = args.get(3).copied().unwrap_or(5) as u64;
+    // Bound pods placed by this scheduler before a restart (taken over at start), in percent.
+    let ours_percent = args.get(4).copied().unwrap_or(0).min(100);
 
     // 1. The cache alone: objects converted and dropped one at a time, so the RSS growth is what
     //    the scheduler keeps.
     let node_objects: Vec<Node> =
         (0..nodes).map(|n| serde_json::from_value(gpu_node(&format!("node-{n}"), 8, &[])).unwrap()).collect();
-    let pod_objects: Vec<Pod> = (0..pods).map(|i| serde_json::from_value(bound_pod(i, nodes)).unwrap()).collect();
+    let pod_objects: Vec<Pod> =
+        (0..pods).map(|i| serde_json::from_value(bound_pod(i, nodes, ours_percent)).unwrap()).collect();
     let before = rss_bytes();
     let started = Instant::now();
     let mut cache = Cache::new();
@@ -91,7 +95,7 @@ fn main() {
             api.put(Kind::Node, gpu_node(&format!("node-{n}"), 8, &[]));
         }
         for i in 0..pods {
-            api.put(Kind::Pod, bound_pod(i, nodes));
+            api.put(Kind::Pod, bound_pod(i, nodes, ours_percent));
         }
         for i in 0..pending {
             api.put(Kind::Pod, pod("bench", &format!("new-{i}"), "wasmsched", (i % 2) as u32, "1", "4Gi"));

@@ -130,6 +130,9 @@ pub struct Scheduler {
     clock: Instant,
     last_cycle: Instant,
     gauges_at: Instant,
+    /// [`SchedulerCore::next_wakeup`] as of `wakeup_at`.
+    core_wakeup: Option<u64>,
+    wakeup_at: Instant,
     status: StatusWriter,
     status_at: Instant,
     /// Why the last queue change was refused.
@@ -187,6 +190,8 @@ impl Scheduler {
             clock: Instant::now(),
             last_cycle: Instant::now(),
             gauges_at: Instant::now(),
+            core_wakeup: None,
+            wakeup_at: Instant::now(),
             status: StatusWriter::new(status_client),
             status_at: Instant::now(),
             queue_error: None,
@@ -234,8 +239,14 @@ impl Scheduler {
             self.metrics.leader.set(i64::from(leading));
             self.maybe_adopt();
             let ready = self.adopted.is_some();
+            // The core's next timer walks every workload: asked at most every 200 ms (its
+            // clock has whole seconds) and after each cycle, not on every watch event.
+            if self.wakeup_at.elapsed() >= Duration::from_millis(200) || self.wakeup_at < self.last_cycle {
+                self.core_wakeup = self.core.next_wakeup();
+                self.wakeup_at = Instant::now();
+            }
             let resubmit = self.not_before.values().copied().min();
-            let wakeup = match (self.core.next_wakeup(), resubmit) {
+            let wakeup = match (self.core_wakeup, resubmit) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
@@ -502,6 +513,8 @@ impl Scheduler {
                             }
                         }
                     }
+                    // Before the take-over every node is shown to the core afresh anyway.
+                    _ if self.adopted.is_none() => {}
                     placed => {
                         // Bound where the core did not put it (another scheduler won a race), or a
                         // pod the core never had: a fact the core sees as others' usage.
@@ -604,6 +617,7 @@ impl Scheduler {
         }
         let now = self.now();
         let running: AHashSet<String> = self.ours.iter().filter(|(_, f)| f.bound).map(|(id, _)| id.clone()).collect();
+        self.stale_nodes.clear();
         let names: Vec<String> = self.cache.node_names().map(String::from).collect();
         for name in names {
             if let Some(node) = self.background(&name, &running) {

@@ -50,6 +50,7 @@ impl SchedulerCore {
             e.members[idx] =
                 Some(Member { slot, node: node.clone(), devices: devices.clone(), started: now, leaving: None });
             e.phase = Phase::Running;
+            self.index_add(node, &name);
         }
         Ok(())
     }

@@ -357,6 +357,8 @@ pub struct SchedulerCore {
     epoch: u64,
     /// The last cycle stopped at its attempt budget with work still ready.
     truncated: bool,
+    /// Per node, the workloads with members on it and how many.
+    on_node: AHashMap<String, AHashMap<String, u32>>,
 }
 
 impl SchedulerCore {
@@ -376,6 +378,7 @@ impl SchedulerCore {
             deserved: None,
             epoch: 0,
             truncated: false,
+            on_node: AHashMap::new(),
         }
     }
 
@@ -428,6 +431,7 @@ impl SchedulerCore {
                 if let Some(e) = self.entries.get_mut(&wl) {
                     e.members[idx] = None;
                 }
+                self.index_remove(&name, &wl);
                 self.account(self.entries[&wl].leaf, &demand(&task), false);
                 out.push(Decision::Evicted {
                     workload: wl.clone(),
@@ -470,7 +474,12 @@ impl SchedulerCore {
 
     fn members_on(&self, node: &str) -> Vec<(String, usize)> {
         let mut out = Vec::new();
-        for (name, e) in &self.entries {
+        let Some(here) = self.on_node.get(node) else { return out };
+        // In name order, as a walk of every workload would find them.
+        let mut names: Vec<&String> = here.keys().collect();
+        names.sort();
+        for name in names {
+            let Some(e) = self.entries.get(name) else { continue };
             for (i, m) in e.members.iter().enumerate() {
                 if m.as_ref().is_some_and(|m| m.node == node) {
                     out.push((name.clone(), i));
@@ -528,6 +537,7 @@ impl SchedulerCore {
         let e = self.entries.remove(workload).ok_or_else(|| CoreError::UnknownWorkload(workload.into()))?;
         for (i, m) in e.members.iter().enumerate() {
             if let Some(m) = m {
+                self.index_remove(&m.node, workload);
                 let task = &e.spec.members[i];
                 self.nodes.update(m.slot, |n| release(n, task, &m.devices));
                 self.account(e.leaf, &demand(task), false);
@@ -911,7 +921,8 @@ impl SchedulerCore {
                 faults: skipped_faults,
             });
             let e = self.entries.get_mut(name).expect("committed workloads exist");
-            e.members[i] = Some(Member { slot, node, devices, started: now, leaving: None });
+            e.members[i] = Some(Member { slot, node: node.clone(), devices, started: now, leaving: None });
+            self.index_add(&node, name);
         }
         let e = self.entries.get_mut(name).expect("committed workloads exist");
         e.phase = Phase::Running;
@@ -1001,6 +1012,7 @@ impl SchedulerCore {
         let m = e.members[idx].take()?;
         let task = e.spec.members[idx].clone();
         let leaf = e.leaf;
+        self.index_remove(&m.node, wl);
         self.nodes.update(m.slot, |n| release(n, &task, &m.devices));
         self.account(leaf, &demand(&task), false);
         Some(m)
@@ -1015,8 +1027,29 @@ impl SchedulerCore {
             warn!(workload = wl, task = %task.id, node = %m.node, "could not restore a member after a rolled-back preemption");
         }
         self.account(leaf, &demand(&task), true);
+        self.index_add(&m.node, wl);
         if let Some(e) = self.entries.get_mut(wl) {
             e.members[idx] = Some(m);
+        }
+    }
+
+    /// Record that a member of `wl` is placed on `node` (the index [`Self::members_on`] reads, so a
+    /// node change costs its own members, not a walk of every workload).
+    fn index_add(&mut self, node: &str, wl: &str) {
+        *self.on_node.entry(node.to_string()).or_default().entry(wl.to_string()).or_default() += 1;
+    }
+
+    /// Undo [`Self::index_add`] for one member.
+    fn index_remove(&mut self, node: &str, wl: &str) {
+        let Some(here) = self.on_node.get_mut(node) else { return };
+        if let Some(n) = here.get_mut(wl) {
+            *n -= 1;
+            if *n == 0 {
+                here.remove(wl);
+            }
+        }
+        if here.is_empty() {
+            self.on_node.remove(node);
         }
     }
 

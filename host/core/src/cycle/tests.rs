@@ -471,6 +471,14 @@ fn check_accounting(c: &SchedulerCore) {
             *per_node.entry(h.node.clone()).or_default() += h.task.gpu.total_milli();
         }
     }
+    // The node index matches the members.
+    let mut index: AHashMap<String, AHashMap<String, u32>> = AHashMap::new();
+    for (name, e) in &c.entries {
+        for m in e.members.iter().flatten() {
+            *index.entry(m.node.clone()).or_default().entry(name.clone()).or_default() += 1;
+        }
+    }
+    assert_eq!(index, c.on_node, "node index");
     for slot in c.nodes.slots() {
         let n = c.nodes.get(slot).unwrap();
         assert_eq!(n.allocated.gpu_milli, per_node.get(&n.name).copied().unwrap_or(0), "node {}", n.name);
