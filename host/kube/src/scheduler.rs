@@ -231,12 +231,17 @@ impl Scheduler {
         let groups = watch_stream(Api::<PodGroup>::all(self.client.clone()), watcher::Config::default());
         let queues = watch_stream(Api::<Queue>::all(self.client.clone()), watcher::Config::default());
         tokio::pin!(nodes, pods, groups, queues);
+        let mut was_leading = false;
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             self.metrics.beat();
             let leading = *self.leader.borrow();
             self.metrics.leader.set(i64::from(leading));
+            if leading && !was_leading && self.adopted.is_some() {
+                self.take_over_again();
+            }
+            was_leading = leading;
             self.maybe_adopt();
             let ready = self.adopted.is_some();
             // The core's next timer walks every workload: asked at most every 200 ms (its
@@ -674,6 +679,24 @@ impl Scheduler {
         self.dirty = true;
     }
 
+    /// A follower that becomes the leader starts its core afresh: the pods the previous leader
+    /// bound meanwhile are taken over like after a restart, so they count in their queues.
+    fn take_over_again(&mut self) {
+        tracing::info!("leading: taking over the pods bound meanwhile");
+        let tree = match self.queues.tree().0 {
+            Ok(tree) => tree,
+            Err(_) => Queues::default().tree().0.expect("the implicit default queue alone is a valid tree"),
+        };
+        self.core = SchedulerCore::new(tree, self.config.core.clone());
+        self.adopted = None;
+        self.not_before.clear();
+        self.reported.clear();
+        self.attempts.clear();
+        self.evicting.clear();
+        self.stale_nodes.clear();
+        self.dirty = true;
+    }
+
     fn placed(&self, ids: &[String]) -> Vec<(String, String, Vec<DeviceShare>)> {
         ids.iter()
             .filter_map(|id| {
@@ -739,6 +762,12 @@ impl Scheduler {
                 None => singles.push(id.clone()),
             }
         }
+        // Oldest first (then by name): the core serves a queue's equal priorities in submission
+        // order, so that order must be the pods', not a hash map's.
+        let age = |id: &String| (self.ours[id].created, id.clone());
+        singles.sort_by_key(age);
+        let mut groups: Vec<(String, Vec<String>)> = groups.into_iter().collect();
+        groups.sort_by_key(|(_, ids)| ids.iter().map(age).min());
         let retry = now + self.config.resubmit_after.as_secs().max(1);
         for id in singles {
             if let Err(e) = self.core.submit(workloads::single(&self.ours[&id]), now) {

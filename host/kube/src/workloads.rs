@@ -34,6 +34,8 @@ pub struct PodFacts {
     pub checkpointed: bool,
     /// Bound to a node (by us or before a restart).
     pub bound: bool,
+    /// When the pod was created: pods are submitted in this order (FIFO within a priority).
+    pub created: Option<k8s_openapi::jiff::Timestamp>,
 }
 
 impl PodFacts {
@@ -53,6 +55,7 @@ impl PodFacts {
             checkpoint,
             checkpointed: annotation(CHECKPOINTED_ANNOTATION).as_deref() == Some("true"),
             bound: spec.and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty()),
+            created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
         }
     }
 }

@@ -255,7 +255,14 @@ async fn a_replica_that_loses_its_lease_stops_binding_at_once() {
     eventually("b ready", Duration::from_secs(30), || b.metrics.is_ready()).await;
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(b.metrics.leader.get(), 0, "b must follow while a renews");
-    api.put(Kind::Pod, pod("ml", "first", NAME, 1, "1", "1Gi"));
+    // Queue "team" may hold 4 GPUs.
+    api.put(Kind::Queue, json!({"metadata": {"name": "team"}, "spec": {"capability": {"nvidia.com/gpu": "4"}}}));
+    let in_team = |name: &str| {
+        let mut p = pod("ml", name, NAME, 1, "1", "1Gi");
+        p["metadata"]["annotations"] = json!({"scheduling.wasmsched.io/queue": "team"});
+        p
+    };
+    api.put(Kind::Pod, in_team("first"));
     eventually("first bound", Duration::from_secs(20), || node_of(&api, "ml/first").is_some()).await;
     assert_eq!(api.binds()[0].client, "a");
     // b takes the lease over (a was partitioned, say): a sees it on its next renewal and stops.
@@ -263,12 +270,19 @@ async fn a_replica_that_loses_its_lease_stops_binding_at_once() {
     eventually("a steps down", Duration::from_secs(5), || a.metrics.leader.get() == 0).await;
     eventually("b leads", Duration::from_secs(5), || b.metrics.leader.get() == 1).await;
     for i in 0..4 {
-        api.put(Kind::Pod, pod("ml", &format!("later-{i}"), NAME, 1, "1", "1Gi"));
+        api.put(Kind::Pod, in_team(&format!("later-{i}")));
     }
     eventually("later pods bound", Duration::from_secs(20), || {
-        (0..4).all(|i| node_of(&api, &format!("ml/later-{i}")).is_some())
+        (0..3).all(|i| node_of(&api, &format!("ml/later-{i}")).is_some())
     })
     .await;
+    // The new leader took over what a bound while it followed: "first" counts in the queue, so
+    // the fourth later pod is over its capability.
+    eventually("the fourth refused by the quota", Duration::from_secs(20), || {
+        condition_of(&api, "ml/later-3").is_some_and(|m| m.contains("queue team at capability"))
+    })
+    .await;
+    assert!(node_of(&api, "ml/later-3").is_none());
     let binds = api.binds();
     assert!(binds[1..].iter().all(|b| b.client == "b"), "only the new leader binds: {binds:?}");
     // A lease write failing beyond the renew deadline makes the leader step down by itself.
