@@ -523,11 +523,15 @@ impl Scheduler {
                     placed => {
                         // Bound where the core did not put it (another scheduler won a race), or a
                         // pod the core never had: a fact the core sees as others' usage.
-                        if placed.is_some() || self.core.owner_of(&id).is_some() {
+                        // A running pod's status updates change nothing the core sees.
+                        let owned = placed.is_some() || self.core.owner_of(&id).is_some();
+                        if owned {
                             let _ = self.core.remove_task(&id);
                         }
-                        self.stale_nodes.extend(before.into_iter().chain(after));
-                        self.dirty = true;
+                        if owned || before != after {
+                            self.stale_nodes.extend(before.into_iter().chain(after));
+                            self.dirty = true;
+                        }
                     }
                 }
             }
