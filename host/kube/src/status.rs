@@ -73,13 +73,7 @@ impl StatusWriter {
         if !self.changed(&format!("queue/{name}"), &status) {
             return;
         }
-        let (api, name) = (self.queues.clone(), name.to_string());
-        tokio::spawn(async move {
-            let patch = Patch::Merge(json!({ "status": status }));
-            if let Err(e) = api.patch_status(&name, &PatchParams::default(), &patch).await {
-                tracing::debug!(queue = %name, error = %e, "queue status not written");
-            }
-        });
+        spawn_patch(self.queues.clone(), name.to_string(), json!({ "status": status }));
     }
 
     /// Writes `status` on pod group `key` (`namespace/name`) unless it already says this.
@@ -89,13 +83,7 @@ impl StatusWriter {
         }
         let Some((namespace, name)) = key.split_once('/') else { return };
         let api: Api<PodGroup> = Api::namespaced(self.client.clone(), namespace);
-        let name = name.to_string();
-        tokio::spawn(async move {
-            let patch = Patch::Merge(json!({ "status": status }));
-            if let Err(e) = api.patch_status(&name, &PatchParams::default(), &patch).await {
-                tracing::debug!(group = %name, error = %e, "pod group status not written");
-            }
-        });
+        spawn_patch(api, name.to_string(), json!({ "status": status }));
     }
 
     /// Forgets what was written (a new leader writes everything once).
@@ -111,6 +99,19 @@ impl StatusWriter {
         self.written.insert(key.to_string(), print);
         true
     }
+}
+
+/// Merge-patches the status of `name` in the background; a failure is logged, the next change
+/// writes again.
+fn spawn_patch<K>(api: Api<K>, name: String, patch: serde_json::Value)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    tokio::spawn(async move {
+        if let Err(e) = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            tracing::debug!(object = %name, error = %e, "status not written");
+        }
+    });
 }
 
 /// A pod group's status from what the core knows of it: `(phase, running, pending, message)`.
