@@ -16,6 +16,12 @@ pub struct QueueSpec {
     pub guarantee: Resources,
     /// Upper bound of the allocation, `None` for unbounded.
     pub capability: Option<Resources>,
+    /// How far above its guarantee the allocation may go (Kueue's `borrowingLimit`), `None` for
+    /// unbounded. Together with the capability it makes the queue's [`QueueTree::limit`].
+    pub borrowing_limit: Option<Resources>,
+    /// How much of its *unused* guarantee queues outside its subtree may use (Kueue's
+    /// `lendingLimit`), `None` for all of it. The rest stays free for the queue's own work.
+    pub lending_limit: Option<Resources>,
     /// Others may reclaim what it borrows.
     pub reclaimable: bool,
 }
@@ -55,6 +61,10 @@ pub struct QueueTree {
     queues: Vec<QueueSpec>,
     index: AHashMap<String, usize>,
     parent: Vec<Option<usize>>,
+    /// Capability and borrowing limit folded into one bound, per queue.
+    limit: Vec<Option<Resources>>,
+    /// What the queue keeps for itself of its guarantee (guarantee minus lending limit).
+    reserve: Vec<Option<Resources>>,
 }
 
 /// Whether `small` is within `big` in every resource.
@@ -64,6 +74,58 @@ pub(crate) fn fits(small: &Resources, big: &Resources) -> bool {
         && small.gpu_milli <= big.gpu_milli
         // A bound limits the extended resources it names; the rest (a pod count) are unbounded.
         && small.extended.iter().all(|(n, v)| big.extended.iter().find(|(b, _)| b == n).is_none_or(|(_, b)| v <= b))
+}
+
+/// The tighter of two bounds in every resource; an extended resource one of them does not name is
+/// bounded by the other alone.
+fn tighter(a: &Resources, b: &Resources) -> Resources {
+    let mut extended = a.extended.clone();
+    for (name, v) in &b.extended {
+        match extended.iter_mut().find(|(n, _)| n == name) {
+            Some((_, x)) => *x = (*x).min(*v),
+            None => extended.push((name.clone(), *v)),
+        }
+    }
+    Resources {
+        cpu_milli: a.cpu_milli.min(b.cpu_milli),
+        memory_bytes: a.memory_bytes.min(b.memory_bytes),
+        gpu_milli: a.gpu_milli.min(b.gpu_milli),
+        extended: sorted(extended),
+    }
+}
+
+/// `a + b` saturating, where an extended resource `b` does not name stays unbounded: a borrowing
+/// limit that names only GPUs says nothing of a pod count.
+fn plus_bound(a: &Resources, b: &Resources) -> Resources {
+    Resources {
+        cpu_milli: a.cpu_milli.saturating_add(b.cpu_milli),
+        memory_bytes: a.memory_bytes.saturating_add(b.memory_bytes),
+        gpu_milli: a.gpu_milli.saturating_add(b.gpu_milli),
+        extended: b.extended.iter().map(|(n, v)| (n.clone(), a.extended(n).saturating_add(*v))).collect(),
+    }
+}
+
+/// The larger of two amounts in every resource.
+fn larger(a: &Resources, b: &Resources) -> Resources {
+    let mut extended = a.extended.clone();
+    for (name, v) in &b.extended {
+        match extended.iter_mut().find(|(n, _)| n == name) {
+            Some((_, x)) => *x = (*x).max(*v),
+            None => extended.push((name.clone(), *v)),
+        }
+    }
+    Resources {
+        cpu_milli: a.cpu_milli.max(b.cpu_milli),
+        memory_bytes: a.memory_bytes.max(b.memory_bytes),
+        gpu_milli: a.gpu_milli.max(b.gpu_milli),
+        extended: sorted(extended),
+    }
+}
+
+/// Extended resources are kept sorted by name (lookups binary-search them).
+fn sorted(mut extended: Vec<(String, u64)>) -> Vec<(String, u64)> {
+    extended.sort_by(|a, b| a.0.cmp(&b.0));
+    extended
 }
 
 fn sum(list: &[&Resources]) -> Option<Resources> {
@@ -103,8 +165,25 @@ impl QueueTree {
                     .ok_or_else(|| QueueError::UnknownParent { queue: spec.name.clone(), parent: p.clone() })?,
             ),
         };
+        let limit = match (&spec.capability, &spec.borrowing_limit) {
+            (None, None) => None,
+            (Some(c), None) => Some(c.clone()),
+            (None, Some(b)) => Some(plus_bound(&spec.guarantee, b)),
+            (Some(c), Some(b)) => Some(tighter(c, &plus_bound(&spec.guarantee, b))),
+        };
+        let reserve = spec.lending_limit.as_ref().map(|l| Resources {
+            // An extended resource the lending limit does not name is lent in full.
+            extended: l
+                .extended
+                .iter()
+                .map(|(n, v)| (n.clone(), spec.guarantee.extended(n).saturating_sub(*v)))
+                .collect(),
+            ..spec.guarantee.saturating_sub(l)
+        });
         self.index.insert(spec.name.clone(), self.queues.len());
         self.parent.push(parent);
+        self.limit.push(limit);
+        self.reserve.push(reserve.filter(|r| *r != Resources::default()));
         self.queues.push(spec);
         Ok(())
     }
@@ -160,6 +239,48 @@ impl QueueTree {
         std::iter::successors(Some(i), |&q| self.parent(q))
     }
 
+    /// The most queue `i` may hold: its capability, and its guarantee plus its borrowing limit,
+    /// whichever is tighter; `None` for unbounded.
+    pub fn limit(&self, i: usize) -> Option<&Resources> {
+        self.limit.get(i)?.as_ref()
+    }
+
+    /// Whether any queue keeps part of its guarantee from others (a lending limit below it).
+    pub fn has_reserves(&self) -> bool {
+        self.reserve.iter().any(Option::is_some)
+    }
+
+    /// What queues outside the subtrees on `leaf`'s path keep unused for themselves: capacity work
+    /// of `leaf` must leave free. A queue's reserve covers its subtree, so a subtree keeps the
+    /// larger of its own unused reserve and the sum of its children's, per resource.
+    pub fn reserved_against(&self, leaf: usize, allocated: &[Resources]) -> Resources {
+        let n = self.queues.len();
+        let mut unused = vec![Resources::default(); n];
+        let mut children = vec![Resources::default(); n];
+        let mut roots = Resources::default();
+        // Children follow their parents, so a reverse walk sees every child before its parent.
+        for q in (0..n).rev() {
+            let own = match &self.reserve[q] {
+                Some(r) => r.saturating_sub(allocated.get(q).unwrap_or(&Resources::default())),
+                None => Resources::default(),
+            };
+            unused[q] = larger(&own, &children[q]);
+            match self.parent[q] {
+                Some(p) => children[p].saturating_add_assign(&unused[q]),
+                None => roots.saturating_add_assign(&unused[q]),
+            }
+        }
+        let mut total = Resources::default();
+        for c in self.chain(leaf) {
+            let siblings = match self.parent(c) {
+                Some(p) => &children[p],
+                None => &roots,
+            };
+            total.saturating_add_assign(&siblings.saturating_sub(&unused[c]));
+        }
+        total
+    }
+
     /// Whether the queue has no children (work is only submitted to leaves).
     pub fn is_leaf(&self, i: usize) -> bool {
         !self.parent.contains(&Some(i))
@@ -176,7 +297,8 @@ impl QueueTree {
                 parent: self.parent[i].map(|p| p as u32),
                 weight: q.weight,
                 guarantee: q.guarantee.clone(),
-                capability: q.capability.clone(),
+                // Fair share water-fills up to what the queue may actually hold.
+                capability: self.limit[i].clone(),
                 allocated: allocated.get(i).cloned().unwrap_or_default(),
                 request: request.get(i).cloned().unwrap_or_default(),
                 decayed_usage: decayed_usage.get(i).copied().unwrap_or(0.0),
@@ -232,6 +354,35 @@ mod tests {
         parent.capability = None;
         assert_eq!(QueueTree::new([parent, c1, c2]).unwrap_err(), QueueError::ChildGuaranteesTooLarge("p".into()));
         assert_eq!(QueueTree::new([q("", None, 1)]).unwrap_err(), QueueError::EmptyName);
+    }
+
+    #[test]
+    fn limits_fold_capability_and_borrowing_and_reserves_nest() {
+        let mut p = q("p", None, 1);
+        p.guarantee = gpus(10_000);
+        p.lending_limit = Some(gpus(6_000));
+        p.borrowing_limit = Some(gpus(2_000));
+        let mut c = q("c", Some("p"), 1);
+        c.guarantee = gpus(8_000);
+        c.lending_limit = Some(gpus(2_000));
+        c.capability = Some(gpus(9_000));
+        c.borrowing_limit = Some(gpus(4_000));
+        let t = QueueTree::new([p, c, q("d", Some("p"), 1), q("x", None, 1)]).unwrap();
+        assert_eq!(t.limit(0).unwrap().gpu_milli, 12_000, "guarantee + borrowing limit");
+        assert_eq!(t.limit(1).unwrap().gpu_milli, 9_000, "the capability is tighter");
+        assert!(t.limit(2).is_none());
+        assert!(t.has_reserves());
+        let idle = vec![Resources::default(); 4];
+        // p keeps 4, its child c keeps 6: outside p, the larger covers both.
+        assert_eq!(t.reserved_against(3, &idle).gpu_milli, 6_000);
+        // d is inside p: only its sibling c's reserve is kept from it.
+        assert_eq!(t.reserved_against(2, &idle).gpu_milli, 6_000);
+        assert_eq!(t.reserved_against(1, &idle).gpu_milli, 0);
+        // c uses 3 (so does p, its parent): c keeps 3 more, p 1 more.
+        let used = vec![gpus(3_000), gpus(3_000), Resources::default(), Resources::default()];
+        assert_eq!(t.reserved_against(3, &used).gpu_milli, 3_000);
+        assert_eq!(t.reserved_against(2, &used).gpu_milli, 3_000);
+        assert_eq!(t.states(&used, &used, &[0.0; 4])[0].capability.as_ref().unwrap().gpu_milli, 12_000);
     }
 
     #[test]

@@ -15,8 +15,8 @@ use crate::crd::{Queue, ResourceList};
 /// The queue pods go to when they name none.
 pub const DEFAULT_QUEUE: &str = "default";
 
-/// A `Queue` object as the core's spec. Borrowing and lending limits are not enforced by the core
-/// yet; they are accepted and ignored (logged once per queue by the caller).
+/// A `Queue` object as the core's spec. Like the capability, borrowing and lending limits bound
+/// only what they name.
 pub fn spec(q: &Queue) -> Result<QueueSpec, ConvertError> {
     let name = q.metadata.name.clone().ok_or(ConvertError::Missing("metadata.name"))?;
     Ok(QueueSpec {
@@ -25,6 +25,8 @@ pub fn spec(q: &Queue) -> Result<QueueSpec, ConvertError> {
         weight: q.spec.weight.max(1),
         guarantee: amounts("spec.guarantee", &q.spec.guarantee)?,
         capability: q.spec.capability.as_ref().map(|c| limits("spec.capability", c)).transpose()?,
+        borrowing_limit: q.spec.borrowing_limit.as_ref().map(|c| limits("spec.borrowingLimit", c)).transpose()?,
+        lending_limit: q.spec.lending_limit.as_ref().map(|c| limits("spec.lendingLimit", c)).transpose()?,
         reclaimable: q.spec.reclaimable,
     })
 }
@@ -117,7 +119,8 @@ mod tests {
         qs.apply(queue(json!({"apiVersion": "scheduling.wasmsched.io/v1alpha1", "kind": "Queue",
             "metadata": {"name": "research"},
             "spec": {"weight": 3, "guarantee": {"nvidia.com/gpu": "8", "cpu": "32"},
-                     "capability": {"nvidia.com/gpu": "16"}, "reclaimable": false}})));
+                     "capability": {"nvidia.com/gpu": "16"}, "borrowingLimit": {"nvidia.com/gpu": "4"},
+                     "lendingLimit": {"nvidia.com/gpu": "2"}, "reclaimable": false}})));
         qs.apply(queue(json!({"apiVersion": "scheduling.wasmsched.io/v1alpha1", "kind": "Queue",
             "metadata": {"name": "broken"}, "spec": {"guarantee": {"cpu": "lots"}}})));
         let (tree, errors) = qs.tree();
@@ -128,6 +131,12 @@ mod tests {
         let cap = r.capability.as_ref().unwrap();
         assert_eq!(cap.gpu_milli, 16_000);
         assert!(cap.cpu_milli > 1 << 60, "what a capability does not name is unbounded");
+        let i = tree.index_of("research").unwrap();
+        assert_eq!(tree.limit(i).unwrap().gpu_milli, 12_000, "guarantee 8 + borrowing 4 is tighter than 16");
+        assert!(tree.limit(i).unwrap().cpu_milli > 1 << 60, "the borrowing limit names no CPU");
+        // 6 of the 8 guaranteed GPUs stay with research; its CPU guarantee is lent in full.
+        let reserved = tree.reserved_against(tree.index_of(DEFAULT_QUEUE).unwrap(), &vec![Resources::default(); 2]);
+        assert_eq!((reserved.gpu_milli, reserved.cpu_milli), (6000, 0));
         assert!(!r.reclaimable);
         assert!(tree.is_leaf(tree.index_of(DEFAULT_QUEUE).unwrap()));
         assert!(errors["broken"].contains("lots"), "{errors:?}");

@@ -216,3 +216,35 @@ fn the_openb_default_trace_replays_in_time() {
     assert!(r.attempts < pods.len() * 200, "retries are bounded by shape: {} attempts", r.attempts);
     assert!((0.0..=1.0).contains(&r.jain_fairness));
 }
+
+#[test]
+fn a_lending_limit_keeps_part_of_a_queue_s_guarantee_free_in_a_replay() {
+    // `research` is guaranteed both GPUs and lends one: `batch` runs one job at a time until
+    // research's job takes the reserved GPU at 5; without the limit batch takes both at once.
+    let scenario = |lending: &str| {
+        format!(
+            r#"
+nodes:
+  - {{name: n1, cpu_milli: 8000, memory_mib: 65536, gpus: 1, model: T4}}
+  - {{name: n2, cpu_milli: 8000, memory_mib: 65536, gpus: 1, model: T4}}
+queues:
+  - {{name: research, guarantee: {{gpus: 2}}{lending}}}
+  - {{name: batch, borrowing_limit: {{gpus: 2}}}}
+jobs:
+  - {{name: b1, queue: batch, arrival: 0, duration: 10, cpu_milli: 1000, gpus: 1, gpu_milli: 1000}}
+  - {{name: b2, queue: batch, arrival: 0, duration: 10, cpu_milli: 1000, gpus: 1, gpu_milli: 1000}}
+  - {{name: r1, queue: research, arrival: 5, duration: 10, cpu_milli: 1000, gpus: 1, gpu_milli: 1000}}
+"#
+        )
+    };
+    let starts = |yaml: String| {
+        let s = Scenario::parse("lend.yaml", &yaml).unwrap();
+        let r = timed::run(&full_set(), &s.node_table(), &queue_tree(&s.queues).unwrap(), &s.jobs).unwrap();
+        r.jobs.iter().map(|j| j.start).collect::<Vec<_>>()
+    };
+    assert_eq!(starts(scenario(", lending_limit: {gpus: 1}")), [Some(0), Some(10), Some(5)]);
+    // Without it batch borrows both GPUs, and research reclaims one (its guarantee) at 5.
+    let free = starts(scenario(""));
+    assert_eq!((free[0], free[2]), (Some(0), Some(5)), "{free:?}");
+    assert_eq!(free[1], Some(0), "{free:?}");
+}

@@ -359,6 +359,9 @@ pub struct SchedulerCore {
     truncated: bool,
     /// Per node, the workloads with members on it and how many.
     on_node: AHashMap<String, AHashMap<String, u32>>,
+    /// The nodes' allocatable total, taken at the start of each cycle: what lending queues'
+    /// reserves are kept free of.
+    capacity: Resources,
 }
 
 impl SchedulerCore {
@@ -379,6 +382,7 @@ impl SchedulerCore {
             epoch: 0,
             truncated: false,
             on_node: AHashMap::new(),
+            capacity: Resources::default(),
         }
     }
 
@@ -636,6 +640,7 @@ impl SchedulerCore {
     pub fn schedule(&mut self, set: &PolicySet, now: u64) -> Vec<Decision> {
         let mut out = Vec::new();
         self.advance(now, &mut out);
+        self.capacity = self.cluster_capacity();
 
         let mut nominated: Vec<&Entry> = self
             .entries
@@ -681,7 +686,7 @@ impl SchedulerCore {
                 (leaf, v.into_iter().map(|e| e.spec.name.clone()).collect())
             })
             .collect();
-        let cluster = self.cluster_capacity();
+        let cluster = self.capacity.clone();
         // The plugin's answer depends only on allocations and pending demand, which change only
         // when something binds or leaves: until then its last order stands.
         let mut order: Option<Option<Vec<usize>>> = None;
@@ -811,13 +816,14 @@ impl SchedulerCore {
         }
     }
 
-    /// How many of `e`'s members (in order) the capability of its queue and ancestors admits on
-    /// top of what they hold, and the first queue that limits it.
+    /// How many of `e`'s members (in order) the limits of its queue and ancestors admit on top of
+    /// what they hold, and why no more: the first queue at its limit, or the lenders whose
+    /// reserves the rest would take.
     fn admitted_members(&self, e: &Entry) -> (usize, Option<String>) {
         let mut admitted = e.spec.members.len();
         let mut limiter = None;
         for q in self.queues.chain(e.leaf) {
-            let Some(cap) = self.queues.get(q).and_then(|s| s.capability.as_ref()) else { continue };
+            let Some(cap) = self.queues.limit(q) else { continue };
             let mut total = self.allocated[q].clone();
             let mut n = 0;
             for m in &e.spec.members {
@@ -831,7 +837,28 @@ impl SchedulerCore {
             }
             if n < admitted {
                 admitted = n;
-                limiter = self.queues.get(q).map(|s| s.name.clone());
+                limiter = self.queues.get(q).map(|s| {
+                    let what = if s.capability.as_ref() == Some(cap) { "capability" } else { "borrowing limit" };
+                    format!("queue {} at {what}", s.name)
+                });
+            }
+        }
+        if self.queues.has_reserves() {
+            let mut extra = Resources::default();
+            let mut n = 0;
+            for m in &e.spec.members[..admitted] {
+                let Some(t) = extra.checked_add(&demand(m)) else { break };
+                if !self.leaves_reserves(e.leaf, &t) {
+                    break;
+                }
+                extra = t;
+                n += 1;
+            }
+            if n < admitted {
+                admitted = n;
+                limiter = Some(
+                    "the rest is reserved by queues that lend only part of their guarantee (lending limit)".into(),
+                );
             }
         }
         (admitted, limiter)
@@ -872,8 +899,7 @@ impl SchedulerCore {
             }
         } else {
             let limiter = limiter.unwrap_or_default();
-            explanation.queue =
-                Some(format!("queue {limiter} at capability: {admitted} of the {min} required members fit its quota"));
+            explanation.queue = Some(format!("{limiter}: {admitted} of the {min} required members fit its quota"));
         }
         match (self.entries[name].spec.preemption, set.preempt()) {
             (PreemptionPolicy::Never, _) => {
@@ -1119,12 +1145,32 @@ impl SchedulerCore {
         e.parked_at == Some(self.epoch)
     }
 
-    /// Whether `extra` more fits the capability of `leaf` and every ancestor.
+    /// Whether `extra` more fits the limits of `leaf` and every ancestor, and leaves free what
+    /// lending queues keep for themselves.
     fn within_capability(&self, leaf: usize, extra: &Resources) -> bool {
         self.queues.chain(leaf).all(|q| {
-            let cap = self.queues.get(q).and_then(|s| s.capability.as_ref());
-            cap.is_none_or(|c| self.allocated[q].checked_add(extra).is_some_and(|t| fits(&t, c)))
-        })
+            self.queues.limit(q).is_none_or(|c| self.allocated[q].checked_add(extra).is_some_and(|t| fits(&t, c)))
+        }) && self.leaves_reserves(leaf, extra)
+    }
+
+    /// Whether `extra` more for `leaf` keeps the unused reserves of queues outside its path free:
+    /// in every resource some queue reserves, all allocations plus `extra` plus those reserves
+    /// stay within the cluster's capacity. Quota-level, like Kueue's cohorts: which nodes the
+    /// reserve sits on is left to placement.
+    fn leaves_reserves(&self, leaf: usize, extra: &Resources) -> bool {
+        if !self.queues.has_reserves() {
+            return true;
+        }
+        let reserved = self.queues.reserved_against(leaf, &self.allocated);
+        let mut used = extra.clone();
+        for q in (0..self.queues.len()).filter(|&q| self.queues.parent(q).is_none()) {
+            used.saturating_add_assign(&self.allocated[q]);
+        }
+        let fits_one = |r: u64, u: u64, cap: u64| r == 0 || u.saturating_add(r) <= cap;
+        fits_one(reserved.cpu_milli, used.cpu_milli, self.capacity.cpu_milli)
+            && fits_one(reserved.memory_bytes, used.memory_bytes, self.capacity.memory_bytes)
+            && fits_one(reserved.gpu_milli, used.gpu_milli, self.capacity.gpu_milli)
+            && reserved.extended.iter().all(|(n, r)| fits_one(*r, used.extended(n), self.capacity.extended(n)))
     }
 }
 

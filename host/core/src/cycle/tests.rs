@@ -318,6 +318,82 @@ fn p5_checkpointing_victims_get_their_grace_period() {
     assert_eq!(bound(&d).len(), 2, "nominated preemptor goes first once its victims left: {d:?}");
 }
 
+fn gpus(n: u64) -> Resources {
+    Resources { gpu_milli: n * 1000, ..unlimited() }
+}
+
+#[test]
+fn borrowing_limit_bounds_what_a_queue_takes_above_its_guarantee() {
+    // a is guaranteed 8 GPUs and may borrow 8 more: 16 of the idle 32, not all of them.
+    let mut a = queue("a", 1);
+    a.guarantee = Resources { gpu_milli: 8000, ..Default::default() };
+    a.borrowing_limit = Some(gpus(8));
+    let nodes = [("n0", 8), ("n1", 8), ("n2", 8), ("n3", 8)];
+    let mut c = core(vec![a.clone(), queue("b", 1)], &nodes);
+    for i in 0..4 {
+        c.submit(job(&format!("a{i}"), "a", 0, 8), 0).unwrap();
+    }
+    assert_eq!(bound(&c.schedule(&full(), 0)).len(), 2);
+    let why = c.explain("a2").unwrap().to_string();
+    assert!(why.starts_with("queue a at borrowing limit: 0 of the 1 required members fit its quota"), "{why}");
+    // A capability tighter than guarantee + borrowing limit is the one that binds.
+    a.capability = Some(gpus(8));
+    let mut c = core(vec![a, queue("b", 1)], &nodes);
+    for i in 0..4 {
+        c.submit(job(&format!("a{i}"), "a", 0, 8), 0).unwrap();
+    }
+    assert_eq!(bound(&c.schedule(&full(), 0)).len(), 1);
+    assert!(c.explain("a1").unwrap().to_string().starts_with("queue a at capability"));
+}
+
+#[test]
+fn lending_limit_keeps_part_of_an_idle_guarantee_for_its_owner() {
+    // The lender is guaranteed 16 of 32 GPUs and lends at most 8 of them: 8 stay free for it.
+    let lender = |lending: Option<Resources>| {
+        let mut q = queue("lender", 1);
+        q.guarantee = Resources { gpu_milli: 16_000, ..Default::default() };
+        q.lending_limit = lending;
+        q
+    };
+    let nodes = [("n0", 8), ("n1", 8), ("n2", 8), ("n3", 8)];
+    let run = |lending: Option<Resources>| {
+        let mut c = core(vec![lender(lending), queue("borrower", 1)], &nodes);
+        for i in 0..4 {
+            c.submit(job(&format!("b{i}"), "borrower", 0, 8), 0).unwrap();
+        }
+        let n = bound(&c.schedule(&full(), 0)).len();
+        (c, n)
+    };
+    assert_eq!(run(None).1, 4, "without a lending limit the whole idle guarantee is lent");
+    let (mut c, n) = run(Some(gpus(8)));
+    assert_eq!(n, 3);
+    let why = c.explain("b3").unwrap().to_string();
+    assert!(why.contains("lending limit"), "{why}");
+    // The owner gets its reserve at once, without preempting anyone.
+    c.submit(job("l0", "lender", 0, 8), 1).unwrap();
+    let d = c.schedule(&full(), 1);
+    assert_eq!((bound(&d), evicted(&d).len()), (vec!["l0".to_string()], 0), "{d:?}");
+    // Once the owner uses its reserve, nothing is kept back any more: a finished borrower job
+    // frees room the waiting one may take.
+    c.finish("b0").unwrap();
+    assert_eq!(bound(&c.schedule(&full(), 2)), ["b3"]);
+}
+
+#[test]
+fn a_reserve_covers_its_subtree() {
+    // org keeps 8 GPUs of its guarantee; its child team may use them, the outside queue may not.
+    let mut org = queue("org", 1);
+    org.guarantee = Resources { gpu_milli: 8000, ..Default::default() };
+    org.lending_limit = Some(Resources { gpu_milli: 0, ..unlimited() });
+    let team = QueueSpec { parent: Some("org".into()), ..queue("team", 1) };
+    let mut c = core(vec![org, team, queue("outside", 1)], &[("n0", 8), ("n1", 8)]);
+    c.submit(job("o0", "outside", 0, 8), 0).unwrap();
+    c.submit(job("o1", "outside", 0, 8), 0).unwrap();
+    assert_eq!(bound(&c.schedule(&full(), 0)), ["o0"]);
+    c.submit(job("t0", "team", 0, 8), 1).unwrap();
+    assert_eq!(bound(&c.schedule(&full(), 1)), ["t0"]);
+}
+
 #[test]
 fn reclaim_returns_borrowed_capacity_and_never_ping_pongs() {
     let mut c = core(vec![queue("a", 1), queue("b", 1)], &[("n0", 8), ("n1", 8)]);

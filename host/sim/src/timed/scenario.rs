@@ -240,6 +240,10 @@ pub struct QueueConfig {
     pub guarantee: Amount,
     /// Most it may hold; `None` for unbounded.
     pub capability: Option<Amount>,
+    /// How far above its guarantee it may borrow; `None` for unbounded.
+    pub borrowing_limit: Option<Amount>,
+    /// How much of its unused guarantee others may use; `None` for all of it.
+    pub lending_limit: Option<Amount>,
     /// Others may reclaim what it borrows above its deserved share.
     pub reclaimable: bool,
 }
@@ -253,6 +257,8 @@ impl QueueConfig {
             weight: 1,
             guarantee: Amount::default(),
             capability: None,
+            borrowing_limit: None,
+            lending_limit: None,
             reclaimable: true,
         }
     }
@@ -265,6 +271,13 @@ impl QueueConfig {
             weight: self.weight,
             guarantee: self.guarantee.resources(0).map_err(bad)?,
             capability: self.capability.as_ref().map(|c| c.resources(u64::MAX / 4)).transpose().map_err(bad)?,
+            borrowing_limit: self
+                .borrowing_limit
+                .as_ref()
+                .map(|c| c.resources(u64::MAX / 4))
+                .transpose()
+                .map_err(bad)?,
+            lending_limit: self.lending_limit.as_ref().map(|c| c.resources(u64::MAX / 4)).transpose().map_err(bad)?,
             reclaimable: self.reclaimable,
         })
     }
@@ -284,6 +297,10 @@ impl<'de> Deserialize<'de> for QueueConfig {
             guarantee: Amount,
             #[serde(default)]
             capability: Option<Amount>,
+            #[serde(default)]
+            borrowing_limit: Option<Amount>,
+            #[serde(default)]
+            lending_limit: Option<Amount>,
             #[serde(default = "yes")]
             reclaimable: bool,
         }
@@ -291,7 +308,7 @@ impl<'de> Deserialize<'de> for QueueConfig {
         impl<'de> serde::de::Visitor<'de> for Visitor {
             type Value = QueueConfig;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a queue name or a queue object {name, parent, weight, guarantee, capability, reclaimable}")
+                f.write_str("a queue name or a queue object {name, parent, weight, guarantee, capability, borrowing_limit, lending_limit, reclaimable}")
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<QueueConfig, E> {
                 Ok(QueueConfig::named(v))
@@ -304,6 +321,8 @@ impl<'de> Deserialize<'de> for QueueConfig {
                     weight: f.weight,
                     guarantee: f.guarantee,
                     capability: f.capability,
+                    borrowing_limit: f.borrowing_limit,
+                    lending_limit: f.lending_limit,
                     reclaimable: f.reclaimable,
                 })
             }
