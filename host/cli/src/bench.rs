@@ -49,6 +49,10 @@ pub struct Args {
     /// Queues in the queue-churn scenario (whole cycle: fair share, reclaim, preemption); 0 skips it.
     #[arg(long, default_value_t = 1000)]
     queues: usize,
+    /// Give the churn's leaf queues borrowing limits (32 GPUs) and the guaranteed ones lending
+    /// limits (half their guarantee).
+    #[arg(long)]
+    queue_limits: bool,
     /// Nodes (8 GPUs each) in the queue-churn scenario.
     #[arg(long, default_value_t = 500)]
     queue_nodes: usize,
@@ -376,6 +380,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 set,
                 name,
                 args.queues,
+                args.queue_limits,
                 args.queue_nodes,
                 args.queue_rounds,
                 args.seed,
@@ -453,9 +458,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     for q in &report.queue_churn {
         println!(
-            "{}: {} queues, {} nodes, {} cycles under churn: {:.0} decisions/s (mean cycle {:.1} ms, slowest {:.1} ms); {} submitted, {} bound, {} evicted; share error mean {:.4}, worst {:.4}",
+            "{}: {} queues{}, {} nodes, {} cycles under churn: {:.0} decisions/s (mean cycle {:.1} ms, slowest {:.1} ms); {} submitted, {} bound, {} evicted; share error mean {:.4}, worst {:.4}",
             q.runtime,
             q.queues,
+            if q.limits { " with borrowing/lending limits" } else { "" },
             q.nodes,
             q.rounds,
             q.decisions_per_second,

@@ -16,6 +16,8 @@ pub struct QueueRun {
     pub queues: usize,
     pub nodes: usize,
     pub rounds: usize,
+    /// Leaves had borrowing and lending limits.
+    pub limits: bool,
     pub submitted: usize,
     pub bound: usize,
     pub evicted: usize,
@@ -33,7 +35,9 @@ pub struct QueueRun {
 }
 
 /// Ten parents, the rest leaves spread over them; weights 1–4; every tenth leaf guaranteed 8 GPUs.
-fn tree(queues: usize, rng: &mut Rng) -> QueueTree {
+/// With `limits`, a guaranteed leaf lends at most half its guarantee and every leaf borrows at
+/// most 32 GPUs above its guarantee.
+fn tree(queues: usize, limits: bool, rng: &mut Rng) -> QueueTree {
     let parents = 10.min(queues.max(1));
     let mut specs: Vec<QueueSpec> = (0..parents)
         .map(|p| QueueSpec { name: format!("org{p}"), weight: 1 + rng.below(3) as u32, ..Default::default() })
@@ -44,6 +48,8 @@ fn tree(queues: usize, rng: &mut Rng) -> QueueTree {
             parent: Some(format!("org{}", i % parents)),
             weight: 1 + rng.below(4) as u32,
             guarantee: Resources { gpu_milli: if i % 10 == 0 { 8 * 1000 } else { 0 }, ..Default::default() },
+            borrowing_limit: limits.then(|| Resources { gpu_milli: 32 * 1000, ..unbounded() }),
+            lending_limit: (limits && i % 10 == 0).then(|| Resources { gpu_milli: 4 * 1000, ..unbounded() }),
             reclaimable: true,
             ..Default::default()
         });
@@ -51,10 +57,23 @@ fn tree(queues: usize, rng: &mut Rng) -> QueueTree {
     QueueTree::new(specs).expect("the generated tree is valid")
 }
 
+/// A limit on GPUs only.
+fn unbounded() -> Resources {
+    Resources { cpu_milli: u64::MAX / 4, memory_bytes: u64::MAX / 4, gpu_milli: u64::MAX / 4, extended: vec![] }
+}
+
 /// Run the churn once with `set`.
-pub fn run(set: &PolicySet, runtime: &'static str, queues: usize, nodes: usize, rounds: usize, seed: u64) -> QueueRun {
+pub fn run(
+    set: &PolicySet,
+    runtime: &'static str,
+    queues: usize,
+    limits: bool,
+    nodes: usize,
+    rounds: usize,
+    seed: u64,
+) -> QueueRun {
     let mut rng = Rng::new(seed);
-    let tree = tree(queues, &mut rng);
+    let tree = tree(queues, limits, &mut rng);
     let leaves: Vec<String> =
         (0..tree.len()).filter(|&q| tree.is_leaf(q)).filter_map(|q| tree.get(q).map(|s| s.name.clone())).collect();
     // kube-scheduler's adaptive percentage of nodes to score.
@@ -145,6 +164,7 @@ pub fn run(set: &PolicySet, runtime: &'static str, queues: usize, nodes: usize, 
         queues: core.queues().len(),
         nodes,
         rounds,
+        limits,
         submitted,
         bound,
         evicted,

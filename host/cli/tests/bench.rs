@@ -27,3 +27,34 @@ fn bench_reports_every_scenario_and_the_queue_churn_agrees_across_runtimes() {
     let error = native["share_error_mean"].as_f64().unwrap();
     assert!((0.0..=2.0).contains(&error), "share error is a fraction of the cluster: {error}");
 }
+
+#[test]
+fn the_queue_churn_with_borrowing_and_lending_limits_agrees_across_runtimes() {
+    let churn = |limits: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_wasmsched"));
+        cmd.env("WASMSCHED_CACHE_DIR", "off")
+            .args(["bench", "--nodes", "10", "--existing", "0", "--pods", "10", "--repeat", "1", "--gangs", "0"])
+            .args(["--queues", "40", "--queue-nodes", "12", "--queue-rounds", "30", "--json"]);
+        if limits {
+            cmd.arg("--queue-limits");
+        }
+        let out = cmd.output().expect("run");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+        report["queue_churn"].as_array().unwrap().clone()
+    };
+    let limited = churn(true);
+    let (native, wasm) = (&limited[0], &limited[1]);
+    assert_eq!((native["limits"].as_bool(), wasm["limits"].as_bool()), (Some(true), Some(true)));
+    for key in ["submitted", "bound", "evicted", "unschedulable"] {
+        assert_eq!(native[key], wasm[key], "{key} differs between runtimes");
+    }
+    // The same arrivals: the limits change what is admitted.
+    let free = churn(false);
+    assert_eq!(free[0]["submitted"], native["submitted"]);
+    assert_ne!(
+        (&free[0]["bound"], &free[0]["evicted"], &free[0]["unschedulable"]),
+        (&native["bound"], &native["evicted"], &native["unschedulable"]),
+        "limits that change nothing at 12 nodes × 8 GPUs"
+    );
+}

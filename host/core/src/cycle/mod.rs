@@ -843,12 +843,12 @@ impl SchedulerCore {
                 });
             }
         }
-        if self.queues.has_reserves() {
+        if let Some(reserves) = self.reserves_against(e.leaf) {
             let mut extra = Resources::default();
             let mut n = 0;
             for m in &e.spec.members[..admitted] {
                 let Some(t) = extra.checked_add(&demand(m)) else { break };
-                if !self.leaves_reserves(e.leaf, &t) {
+                if !reserves.admit(&t, &self.capacity) {
                     break;
                 }
                 extra = t;
@@ -1153,24 +1153,44 @@ impl SchedulerCore {
         }) && self.leaves_reserves(leaf, extra)
     }
 
-    /// Whether `extra` more for `leaf` keeps the unused reserves of queues outside its path free:
-    /// in every resource some queue reserves, all allocations plus `extra` plus those reserves
-    /// stay within the cluster's capacity. Quota-level, like Kueue's cohorts: which nodes the
-    /// reserve sits on is left to placement.
+    /// Whether `extra` more for `leaf` keeps the unused reserves of queues outside its path free.
     fn leaves_reserves(&self, leaf: usize, extra: &Resources) -> bool {
+        self.reserves_against(leaf).is_none_or(|r| r.admit(extra, &self.capacity))
+    }
+
+    /// What lending queues keep from `leaf`'s work, and what is allocated already; `None` when no
+    /// queue keeps anything. Constant while only `leaf`'s own subtree path allocates more.
+    fn reserves_against(&self, leaf: usize) -> Option<Reserves> {
         if !self.queues.has_reserves() {
-            return true;
+            return None;
         }
-        let reserved = self.queues.reserved_against(leaf, &self.allocated);
-        let mut used = extra.clone();
+        let mut used = Resources::default();
         for q in (0..self.queues.len()).filter(|&q| self.queues.parent(q).is_none()) {
             used.saturating_add_assign(&self.allocated[q]);
         }
-        let fits_one = |r: u64, u: u64, cap: u64| r == 0 || u.saturating_add(r) <= cap;
-        fits_one(reserved.cpu_milli, used.cpu_milli, self.capacity.cpu_milli)
-            && fits_one(reserved.memory_bytes, used.memory_bytes, self.capacity.memory_bytes)
-            && fits_one(reserved.gpu_milli, used.gpu_milli, self.capacity.gpu_milli)
-            && reserved.extended.iter().all(|(n, r)| fits_one(*r, used.extended(n), self.capacity.extended(n)))
+        Some(Reserves { reserved: self.queues.reserved_against(leaf, &self.allocated), used })
+    }
+}
+
+/// The unused reserves of lending queues off one leaf's path, and all allocations.
+struct Reserves {
+    reserved: Resources,
+    used: Resources,
+}
+
+impl Reserves {
+    /// In every resource some queue reserves, all allocations plus `extra` plus the reserves stay
+    /// within `capacity`. Quota-level, like Kueue's cohorts: which nodes the reserve sits on is
+    /// left to placement.
+    fn admit(&self, extra: &Resources, capacity: &Resources) -> bool {
+        let (r, u) = (&self.reserved, &self.used);
+        let ok = |reserved: u64, used: u64, extra: u64, cap: u64| {
+            reserved == 0 || used.saturating_add(extra).saturating_add(reserved) <= cap
+        };
+        ok(r.cpu_milli, u.cpu_milli, extra.cpu_milli, capacity.cpu_milli)
+            && ok(r.memory_bytes, u.memory_bytes, extra.memory_bytes, capacity.memory_bytes)
+            && ok(r.gpu_milli, u.gpu_milli, extra.gpu_milli, capacity.gpu_milli)
+            && r.extended.iter().all(|(n, v)| ok(*v, u.extended(n), extra.extended(n), capacity.extended(n)))
     }
 }
 
