@@ -108,9 +108,14 @@ pub struct PodGroupSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self == oldSelf").message("queue is immutable"))]
     pub queue: Option<String>,
-    /// Priority among the queue's jobs (higher first); the members' pod priority when absent.
+    /// Priority among the queue's jobs (higher first). When absent: the value of
+    /// `priorityClassName`, else the highest of the members' pod priorities.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<i32>,
+    /// A `PriorityClass` whose value is the group's priority (Volcano's field); a class that does
+    /// not exist leaves the members' priority in force.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
     /// How long the members may wait for the gang to be complete and placeable before the group is
     /// marked timed out (and its members' reservations released).
     #[serde(default, skip_serializing_if = "Option::is_none")]

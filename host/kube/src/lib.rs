@@ -4,6 +4,7 @@
 //! - [`convert`]: Nodes and Pods to the scheduling model (quantities, GPUs, groups, queues).
 //! - [`cache`]: the cluster from the watch streams, plus pods assumed while their bind is in flight.
 //! - [`queues`]: `Queue` objects as the core's queue tree.
+//! - [`priorities`]: `PriorityClass` objects, for pod groups that name one.
 //! - [`workloads`]: our pods (and their `PodGroup`s) as the core's workloads.
 //! - [`scheduler`]: the loop — watch, run the core's cycle with the registry's live policy set,
 //!   carry out its decisions.
@@ -26,6 +27,7 @@ pub mod leader;
 pub mod metrics;
 pub mod policy;
 pub mod policy_source;
+pub mod priorities;
 pub mod queues;
 pub mod scheduler;
 pub mod status;

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use ahash::{AHashMap, AHashSet};
 use futures_util::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
@@ -34,6 +35,7 @@ use crate::convert::PodKey;
 use crate::crd::{PodGroup, PodGroupPhase, Queue, QueueStatus};
 use crate::leader::{Elector, LeaseConfig};
 use crate::metrics::{BindLabels, Metrics, QueueLabels};
+use crate::priorities::PriorityClasses;
 use crate::queues::Queues;
 use crate::status::{self, StatusWriter};
 use crate::workloads::{self, GroupInfo, PodFacts, group_key};
@@ -89,6 +91,7 @@ struct Relist {
     nodes: Option<AHashSet<String>>,
     pods: Option<AHashSet<String>>,
     queues: Option<AHashSet<String>>,
+    priority_classes: Option<AHashSet<String>>,
 }
 
 #[derive(Default, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +99,7 @@ struct Synced {
     nodes: bool,
     pods: bool,
     queues: bool,
+    priority_classes: bool,
 }
 
 /// The scheduler: the two views, the policy registry and the API effects.
@@ -111,6 +115,7 @@ pub struct Scheduler {
     ours: AHashMap<String, PodFacts>,
     groups: AHashMap<String, GroupInfo>,
     queues: Queues,
+    priority_classes: PriorityClasses,
     relist: Relist,
     synced: Synced,
     /// Synced since then; bound pods of ours were taken over by the core at that moment.
@@ -152,7 +157,8 @@ pub struct Scheduler {
 /// How often the leader brings `Queue` and `PodGroup` status up to date.
 const STATUS_EVERY: Duration = Duration::from_secs(2);
 
-/// Adoption waits this long for the Queue list (a cluster without the CRD never sends one).
+/// Adoption waits this long for the Queue and PriorityClass lists (a cluster without the CRD never
+/// sends the first; one that denies the second to our RBAC never sends it either).
 const QUEUE_SYNC_GRACE: Duration = Duration::from_secs(5);
 
 impl Scheduler {
@@ -178,6 +184,7 @@ impl Scheduler {
             ours: AHashMap::new(),
             groups: AHashMap::new(),
             queues,
+            priority_classes: PriorityClasses::default(),
             relist: Relist::default(),
             synced: Synced::default(),
             adopted: None,
@@ -230,7 +237,8 @@ impl Scheduler {
         let pods = watch_stream(Api::<Pod>::all(self.client.clone()), pod_config);
         let groups = watch_stream(Api::<PodGroup>::all(self.client.clone()), watcher::Config::default());
         let queues = watch_stream(Api::<Queue>::all(self.client.clone()), watcher::Config::default());
-        tokio::pin!(nodes, pods, groups, queues);
+        let classes = watch_stream(Api::<PriorityClass>::all(self.client.clone()), watcher::Config::default());
+        tokio::pin!(nodes, pods, groups, queues, classes);
         let mut was_leading = false;
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -269,6 +277,7 @@ impl Scheduler {
                 Some(event) = pods.next() => self.pod_event(event),
                 Some(event) = groups.next() => self.group_event(event),
                 Some(event) = queues.next() => self.queue_event(event),
+                Some(event) = classes.next() => self.priority_class_event(event),
                 Ok(()) = self.leader.changed() => self.dirty = true,
                 _ = std::future::ready(()), if runnable => self.cycle(),
                 _ = sleep_until(wakeup), if leading && ready && wakeup.is_some() => {}
@@ -596,6 +605,31 @@ impl Scheduler {
         self.rebuild_queues();
     }
 
+    /// Classes only give workloads submitted from now on their priority (a class's value is
+    /// immutable): nothing already submitted changes.
+    fn priority_class_event(&mut self, event: watcher::Result<Event<PriorityClass>>) {
+        match event {
+            Ok(Event::Init) => self.relist.priority_classes = Some(AHashSet::new()),
+            Ok(Event::InitApply(pc)) => {
+                if let Some(listed) = self.relist.priority_classes.as_mut() {
+                    listed.insert(pc.name_any());
+                }
+                self.priority_classes.apply(&pc);
+            }
+            Ok(Event::InitDone) => {
+                if let Some(listed) = self.relist.priority_classes.take() {
+                    self.priority_classes.retain(&listed);
+                }
+                self.synced.priority_classes = true;
+            }
+            Ok(Event::Apply(pc)) => {
+                self.priority_classes.apply(&pc);
+            }
+            Ok(Event::Delete(pc)) => self.priority_classes.delete(&pc.name_any()),
+            Err(e) => tracing::warn!(error = %e, "priority class watch failed; retrying"),
+        }
+    }
+
     /// The core takes the queue tree the objects describe, unless that would orphan work.
     fn rebuild_queues(&mut self) {
         let (tree, errors) = self.queues.tree();
@@ -621,7 +655,7 @@ impl Scheduler {
         if self.adopted.is_some() || !(self.synced.nodes && self.synced.pods) {
             return;
         }
-        if !self.synced.queues && self.clock.elapsed() < QUEUE_SYNC_GRACE {
+        if !(self.synced.queues && self.synced.priority_classes) && self.clock.elapsed() < QUEUE_SYNC_GRACE {
             return;
         }
         let now = self.now();
@@ -643,7 +677,7 @@ impl Scheduler {
         }
         let mut refused = Vec::new();
         for id in singles {
-            let w = workloads::single(&self.ours[&id]);
+            let w = workloads::single(&self.ours[&id], &self.priority_classes);
             let placed: Vec<_> = self.placed(std::slice::from_ref(&id));
             if let Err(e) = self.core.adopt(w, &placed, now) {
                 refused.push((id, e.to_string()));
@@ -662,10 +696,11 @@ impl Scheduler {
                 topology_key: None,
                 queue: None,
                 priority: None,
+                priority_class: None,
                 timeout_seconds: None,
             });
             let members: Vec<&PodFacts> = bound.iter().chain(&pending).map(|id| &self.ours[id]).collect();
-            let w = workloads::gang(&key, &info, &members);
+            let w = workloads::gang(&key, &info, &members, &self.priority_classes);
             let placed = self.placed(&bound);
             if let Err(e) = self.core.adopt(w, &placed, now) {
                 refused.extend(bound.into_iter().map(|id| (id, e.to_string())));
@@ -774,7 +809,7 @@ impl Scheduler {
         groups.sort_by_key(|(_, ids)| ids.iter().map(age).min());
         let retry = now + self.config.resubmit_after.as_secs().max(1);
         for id in singles {
-            if let Err(e) = self.core.submit(workloads::single(&self.ours[&id]), now) {
+            if let Err(e) = self.core.submit(workloads::single(&self.ours[&id], &self.priority_classes), now) {
                 self.not_before.insert(id.clone(), retry);
                 self.report(&[id], &e.to_string());
             }
@@ -782,7 +817,7 @@ impl Scheduler {
         for (key, mut ids) in groups {
             ids.sort();
             if self.core.status(&key).is_some() {
-                let tasks = ids.iter().map(|id| self.ours[id].task.clone()).collect();
+                let tasks = ids.iter().map(|id| self.ours[id].task_with_priority(&self.priority_classes)).collect();
                 if let Err(e) = self.core.add_members(&key, tasks) {
                     self.not_before.insert(key, retry);
                     self.report(&ids, &e.to_string());
@@ -799,7 +834,7 @@ impl Scheduler {
                 continue;
             }
             let members: Vec<&PodFacts> = ids.iter().map(|id| &self.ours[id]).collect();
-            if let Err(e) = self.core.submit(workloads::gang(&key, &info, &members), now) {
+            if let Err(e) = self.core.submit(workloads::gang(&key, &info, &members, &self.priority_classes), now) {
                 self.not_before.insert(key, retry);
                 self.report(&ids, &e.to_string());
             }

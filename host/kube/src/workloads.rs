@@ -8,6 +8,7 @@ use wasmsched_api::Task;
 use wasmsched_core::{PreemptionPolicy, TopologyConstraint, Workload};
 
 use crate::crd::PodGroup;
+use crate::priorities::PriorityClasses;
 
 /// Pod annotation: the pod saves a checkpoint when asked, given this many seconds (`true` for the
 /// scheduler's default grace period). Such a pod is asked before it is evicted.
@@ -28,6 +29,10 @@ pub struct PodFacts {
     pub uid: String,
     /// `preemptionPolicy: Never`.
     pub never_preempts: bool,
+    /// The API server resolved `spec.priority` (its Priority admission plugin is on).
+    pub priority_resolved: bool,
+    /// `spec.priorityClassName`: resolved here only when the API server did not.
+    pub priority_class: Option<String>,
     /// `Some(grace)` when it checkpoints on request (`None` inside: the default grace period).
     pub checkpoint: Option<Option<u64>>,
     /// It reported its checkpoint saved.
@@ -52,11 +57,32 @@ impl PodFacts {
             task,
             uid: pod.metadata.uid.clone().unwrap_or_default(),
             never_preempts: spec.and_then(|s| s.preemption_policy.as_deref()) == Some("Never"),
+            priority_resolved: spec.is_some_and(|s| s.priority.is_some()),
+            priority_class: spec.and_then(|s| s.priority_class_name.clone()).filter(|n| !n.is_empty()),
             checkpoint,
             checkpointed: annotation(CHECKPOINTED_ANNOTATION).as_deref() == Some("true"),
             bound: spec.and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty()),
             created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
         }
+    }
+
+    /// Its task with the priority the API server would have given it: `spec.priority` when set,
+    /// else its class's value, else the global default's.
+    pub fn task_with_priority(&self, classes: &PriorityClasses) -> Task {
+        let mut task = self.task.clone();
+        if !self.priority_resolved {
+            task.priority = match &self.priority_class {
+                Some(name) => classes.value(name).unwrap_or_else(|| classes.default_value()),
+                None => classes.default_value(),
+            };
+        }
+        task
+    }
+
+    /// Whether it never preempts: its own policy, or (unresolved) its class's.
+    fn never_preempts(&self, classes: &PriorityClasses) -> bool {
+        self.never_preempts
+            || (!self.priority_resolved && self.priority_class.as_deref().is_some_and(|c| classes.never_preempts(c)))
     }
 }
 
@@ -74,8 +100,10 @@ pub struct GroupInfo {
     pub topology_key: Option<String>,
     /// Its queue, when set (else the first member's).
     pub queue: Option<String>,
-    /// Its priority, when set (else the highest of its members').
+    /// Its priority, when set (else its class's, else the highest of its members').
     pub priority: Option<i32>,
+    /// `priorityClassName`.
+    pub priority_class: Option<String>,
     /// How long it may wait before it is given up for a while.
     pub timeout_seconds: Option<u64>,
 }
@@ -88,13 +116,14 @@ impl GroupInfo {
             topology_key: group.spec.topology_key.clone(),
             queue: group.spec.queue.clone(),
             priority: group.spec.priority,
+            priority_class: group.spec.priority_class_name.clone().filter(|n| !n.is_empty()),
             timeout_seconds: group.spec.schedule_timeout_seconds.map(u64::from),
         }
     }
 }
 
-fn options(w: &mut Workload, members: &[&PodFacts]) {
-    w.preemption = if members.iter().any(|m| m.never_preempts) {
+fn options(w: &mut Workload, members: &[&PodFacts], classes: &PriorityClasses) {
+    w.preemption = if members.iter().any(|m| m.never_preempts(classes)) {
         PreemptionPolicy::Never
     } else {
         PreemptionPolicy::LowerPriority
@@ -105,23 +134,30 @@ fn options(w: &mut Workload, members: &[&PodFacts]) {
 }
 
 /// A lone pod as a workload named by its `namespace/name`.
-pub fn single(pod: &PodFacts) -> Workload {
-    let mut w = Workload::single(pod.task.clone());
-    options(&mut w, &[pod]);
+pub fn single(pod: &PodFacts, classes: &PriorityClasses) -> Workload {
+    let mut w = Workload::single(pod.task_with_priority(classes));
+    options(&mut w, &[pod], classes);
     w
 }
 
 /// The pods of group `key` as one gang, members in name order (so placement is reproducible).
-pub fn gang(key: &str, info: &GroupInfo, members: &[&PodFacts]) -> Workload {
+pub fn gang(key: &str, info: &GroupInfo, members: &[&PodFacts], classes: &PriorityClasses) -> Workload {
     let mut sorted: Vec<&PodFacts> = members.to_vec();
     sorted.sort_by(|a, b| a.task.id.cmp(&b.task.id));
     let queue = info.queue.clone().or_else(|| sorted.first().map(|m| m.task.queue.clone())).unwrap_or_default();
-    let priority = info.priority.unwrap_or_else(|| sorted.iter().map(|m| m.task.priority).max().unwrap_or(0));
-    let tasks = sorted.iter().map(|m| m.task.clone()).collect();
+    let tasks: Vec<Task> = sorted.iter().map(|m| m.task_with_priority(classes)).collect();
+    let class = info.priority_class.as_deref().and_then(|name| {
+        let value = classes.value(name);
+        if value.is_none() {
+            tracing::warn!(group = key, class = name, "priority class not found; using the members' priority");
+        }
+        value
+    });
+    let priority = info.priority.or(class).unwrap_or_else(|| tasks.iter().map(|t| t.priority).max().unwrap_or(0));
     let mut w = Workload::gang(key, &queue, priority, tasks, info.min_member.min(sorted.len()).max(1));
     w.topology = info.topology_key.as_ref().map(|k| TopologyConstraint::single(k.clone(), true));
     w.timeout_seconds = info.timeout_seconds;
-    options(&mut w, &sorted);
+    options(&mut w, &sorted, classes);
     w
 }
 
@@ -153,9 +189,11 @@ mod tests {
             topology_key: Some("rack".into()),
             queue: Some("research".into()),
             priority: None,
+            priority_class: None,
             timeout_seconds: Some(60),
         };
-        let w = gang("ml/g", &info, &[&a, &b]);
+        let none = PriorityClasses::default();
+        let w = gang("ml/g", &info, &[&a, &b], &none);
         assert_eq!(w.members.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["ml/a-0", "ml/b-1"]);
         assert_eq!((w.queue.as_str(), w.priority, w.min_member), ("research", 5, 2));
         assert!(w.checkpointable);
@@ -165,10 +203,56 @@ mod tests {
         assert_eq!(w.preemption, PreemptionPolicy::LowerPriority);
         // One member that never preempts, one that cannot checkpoint: so is the group.
         let c = facts("c", json!({}), true);
-        let w = gang("ml/g", &info, &[&a, &c]);
+        let w = gang("ml/g", &info, &[&a, &c], &none);
         assert_eq!(w.preemption, PreemptionPolicy::Never);
         assert!(!w.checkpointable);
-        let s = single(&c);
+        let s = single(&c, &none);
         assert_eq!((s.name.as_str(), s.queue.as_str()), ("ml/c", "default"));
+    }
+
+    #[test]
+    fn priority_classes_give_groups_and_unresolved_pods_their_priority() {
+        let mut classes = PriorityClasses::default();
+        for (name, value, extra) in [
+            ("train-high", 1000, json!({})),
+            ("background", -5, json!({"globalDefault": true, "preemptionPolicy": "Never"})),
+        ] {
+            let mut v = json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                "metadata": {"name": name}, "value": value});
+            v.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            classes.apply(&serde_json::from_value(v).unwrap());
+        }
+        let resolved = facts("r", json!({}), false); // spec.priority 5, set by the API server
+        let mut info = GroupInfo {
+            min_member: 1,
+            topology_key: None,
+            queue: None,
+            priority: None,
+            priority_class: Some("train-high".into()),
+            timeout_seconds: None,
+        };
+        assert_eq!(gang("ml/g", &info, &[&resolved], &classes).priority, 1000, "the group's class");
+        info.priority = Some(7);
+        assert_eq!(gang("ml/g", &info, &[&resolved], &classes).priority, 7, "an explicit priority wins");
+        info.priority = None;
+        info.priority_class = Some("no-such-class".into());
+        assert_eq!(gang("ml/g", &info, &[&resolved], &classes).priority, 5, "the members' priority");
+
+        // A pod the API server did not resolve (admission off): its class, else the global default.
+        let unresolved = |class: Option<&str>| {
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": "u", "namespace": "ml"},
+                "spec": {"schedulerName": "wasmsched", "priorityClassName": class,
+                         "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}
+            }))
+            .unwrap();
+            PodFacts::new(&pod, crate::convert::task(&pod).unwrap())
+        };
+        assert_eq!(single(&unresolved(Some("train-high")), &classes).priority, 1000);
+        let w = single(&unresolved(None), &classes);
+        assert_eq!((w.priority, w.preemption), (-5, PreemptionPolicy::LowerPriority));
+        let w = single(&unresolved(Some("background")), &classes);
+        assert_eq!((w.priority, w.preemption), (-5, PreemptionPolicy::Never), "the class's preemption policy");
+        assert_eq!(single(&resolved, &classes).priority, 5, "the API server's value stands");
     }
 }

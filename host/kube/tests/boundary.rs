@@ -386,7 +386,7 @@ fn condition_of(api: &FakeApi, id: &str) -> Option<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_gang_waits_for_its_members_then_preempts_a_checkpointing_pod_through_the_api() {
+async fn a_gang_of_a_priority_class_waits_for_its_members_then_preempts_a_checkpointing_pod() {
     let api = FakeApi::new();
     api.put(Kind::Node, gpu_node("gpu-0", 8, &[]));
     // A low-priority job that checkpoints when asked holds the whole node.
@@ -399,15 +399,18 @@ async fn a_gang_waits_for_its_members_then_preempts_a_checkpointing_pod_through_
     let sink = EventSink::jsonl(&file, origin, OutboxConfig::default()).unwrap();
     let run = start_with_events(&api, "a", None, Some(sink.clone()));
     eventually("low bound", Duration::from_secs(30), || node_of(&api, "ml/low").is_some()).await;
-    // A gang of two at priority 10: its PodGroup first, then its members one at a time.
+    // A gang of two at priority 10, the value of the class its PodGroup names (its pods' own
+    // priority is 0, like the victim's): the PodGroup first, then its members one at a time.
+    api.put(Kind::PriorityClass, json!({"metadata": {"name": "urgent"}, "value": 10}));
     api.put(
         Kind::PodGroup,
-        json!({"metadata": {"name": "train", "namespace": "ml"}, "spec": {"minMember": 2, "priority": 10}}),
+        json!({"metadata": {"name": "train", "namespace": "ml"},
+               "spec": {"minMember": 2, "priorityClassName": "urgent"}}),
     );
     let member = |name: &str| {
         let mut p = pod("ml", name, NAME, 4, "4", "32Gi");
         p["metadata"]["labels"]["scheduling.wasmsched.io/pod-group"] = json!("train");
-        p["spec"]["priority"] = json!(10);
+        p["spec"]["priority"] = json!(0);
         p
     };
     api.put(Kind::Pod, member("train-0"));

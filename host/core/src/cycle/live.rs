@@ -119,6 +119,21 @@ impl SchedulerCore {
         Ok(())
     }
 
+    /// Whether `workload` may be chosen as a victim from now on. The driver withdraws it while
+    /// something outside the core would refuse its eviction (an exhausted disruption budget), so
+    /// preemption looks elsewhere instead of planning what cannot happen. Making it preemptible
+    /// again lets parked work try once more.
+    pub fn set_preemptible(&mut self, workload: &str, preemptible: bool) -> Result<(), CoreError> {
+        let e = self.entries.get_mut(workload).ok_or_else(|| CoreError::UnknownWorkload(workload.into()))?;
+        if e.spec.preemptible != preemptible {
+            e.spec.preemptible = preemptible;
+            if preemptible {
+                self.unpark_all();
+            }
+        }
+        Ok(())
+    }
+
     /// Workloads the core tracks that own `task`.
     pub fn owner_of(&self, task: &str) -> Option<&str> {
         self.owner.get(task).map(String::as_str)

@@ -1158,8 +1158,9 @@ impl SchedulerCore {
         self.reserves_against(leaf).is_none_or(|r| r.admit(extra, &self.capacity))
     }
 
-    /// What lending queues keep from `leaf`'s work, and what is allocated already; `None` when no
-    /// queue keeps anything. Constant while only `leaf`'s own subtree path allocates more.
+    /// What lending queues keep from `leaf`'s work, what is allocated already, and how much more
+    /// the leaf may take without borrowing; `None` when no queue keeps anything. Constant while
+    /// only `leaf`'s own path allocates more.
     fn reserves_against(&self, leaf: usize) -> Option<Reserves> {
         if !self.queues.has_reserves() {
             return None;
@@ -1168,29 +1169,42 @@ impl SchedulerCore {
         for q in (0..self.queues.len()).filter(|&q| self.queues.parent(q).is_none()) {
             used.saturating_add_assign(&self.allocated[q]);
         }
-        Some(Reserves { reserved: self.queues.reserved_against(leaf, &self.allocated), used })
+        // Work within the guarantee of its queue or of any ancestor borrows nothing.
+        let mut headroom = Resources::default();
+        for q in self.queues.chain(leaf) {
+            if let Some(spec) = self.queues.get(q) {
+                let room = spec.guarantee.saturating_sub(&self.allocated[q]);
+                headroom.cpu_milli = headroom.cpu_milli.max(room.cpu_milli);
+                headroom.memory_bytes = headroom.memory_bytes.max(room.memory_bytes);
+                headroom.gpu_milli = headroom.gpu_milli.max(room.gpu_milli);
+            }
+        }
+        Some(Reserves { reserved: self.queues.reserved_against(leaf, &self.allocated), used, headroom })
     }
 }
 
-/// The unused reserves of lending queues off one leaf's path, and all allocations.
+/// The unused reserves of lending queues off one leaf's path, all allocations, and what the leaf
+/// may add within a guarantee on its path.
 struct Reserves {
     reserved: Resources,
     used: Resources,
+    headroom: Resources,
 }
 
 impl Reserves {
-    /// In every resource some queue reserves, all allocations plus `extra` plus the reserves stay
-    /// within `capacity`. Quota-level, like Kueue's cohorts: which nodes the reserve sits on is
-    /// left to placement.
+    /// A lending limit bounds what others *borrow* (Kueue's semantics): in every resource some
+    /// queue reserves and `extra` goes beyond the guarantees on the leaf's path, all allocations
+    /// plus `extra` plus the reserves stay within `capacity`. Quota-level, like Kueue's cohorts:
+    /// which nodes the reserve sits on is left to placement.
     fn admit(&self, extra: &Resources, capacity: &Resources) -> bool {
-        let (r, u) = (&self.reserved, &self.used);
-        let ok = |reserved: u64, used: u64, extra: u64, cap: u64| {
-            reserved == 0 || used.saturating_add(extra).saturating_add(reserved) <= cap
+        let (r, u, h) = (&self.reserved, &self.used, &self.headroom);
+        let ok = |reserved: u64, used: u64, headroom: u64, extra: u64, cap: u64| {
+            reserved == 0 || extra <= headroom || used.saturating_add(extra).saturating_add(reserved) <= cap
         };
-        ok(r.cpu_milli, u.cpu_milli, extra.cpu_milli, capacity.cpu_milli)
-            && ok(r.memory_bytes, u.memory_bytes, extra.memory_bytes, capacity.memory_bytes)
-            && ok(r.gpu_milli, u.gpu_milli, extra.gpu_milli, capacity.gpu_milli)
-            && r.extended.iter().all(|(n, v)| ok(*v, u.extended(n), extra.extended(n), capacity.extended(n)))
+        ok(r.cpu_milli, u.cpu_milli, h.cpu_milli, extra.cpu_milli, capacity.cpu_milli)
+            && ok(r.memory_bytes, u.memory_bytes, h.memory_bytes, extra.memory_bytes, capacity.memory_bytes)
+            && ok(r.gpu_milli, u.gpu_milli, h.gpu_milli, extra.gpu_milli, capacity.gpu_milli)
+            && r.extended.iter().all(|(n, v)| ok(*v, u.extended(n), 0, extra.extended(n), capacity.extended(n)))
     }
 }
 

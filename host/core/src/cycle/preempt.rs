@@ -109,6 +109,16 @@ pub(super) fn preempt(
     }
 
     let mut taken: Vec<(String, usize, Member)> = Vec::new();
+    if who.quota_bound {
+        // The queue's limit (or a lender's reserve) keeps it out however much room the nodes
+        // have: first free quota within the queue, then find room on nodes as usual.
+        if let Err(reason) = free_quota(core, name, &eligible, now, &mut taken) {
+            for (w, i, m) in taken.into_iter().rev() {
+                core.rebind(&w, i, m);
+            }
+            return Err(reason);
+        }
+    }
     let mut placed: Vec<(usize, Placement)> = Vec::new();
     let mut reason = String::new();
     for (i, task) in members.iter().enumerate() {
@@ -215,6 +225,54 @@ pub(super) fn preempt(
         core.commit(name, placed, now, out);
     }
     Ok(())
+}
+
+/// Release lower-priority tasks of the preemptor's own queue until its quota admits min-member
+/// members (Kueue's `withinClusterQueue: LowerPriority`). Chosen in the built-in plugin's order —
+/// elastic surplus first, then lowest priority, then least GPU-time lost (none for checkpointable
+/// work) — whole groups when a group would fall below min-member. The plugin's node-level choice
+/// follows for whatever room the nodes still lack.
+fn free_quota(
+    core: &mut SchedulerCore,
+    name: &str,
+    eligible: &[(String, usize)],
+    now: u64,
+    taken: &mut Vec<(String, usize, Member)>,
+) -> Result<(), String> {
+    let min = core.entries[name].spec.min_member;
+    let cost = |core: &SchedulerCore, (w, i): &(String, usize)| {
+        let v = &core.entries[w];
+        let surplus = v.running() > v.spec.min_member;
+        let lost = if v.spec.checkpointable {
+            0
+        } else {
+            let started = v.members[*i].as_ref().map_or(now, |m| m.started);
+            now.saturating_sub(started).saturating_mul(u64::from(v.spec.members[*i].gpu.count.max(1)))
+        };
+        (!surplus, v.spec.priority, lost, w.clone(), *i)
+    };
+    let mut order: Vec<(String, usize)> = eligible.to_vec();
+    order.sort_by_cached_key(|v| cost(core, v));
+    for victim in order {
+        if core.admitted_members(&core.entries[name]).0 >= min {
+            return Ok(());
+        }
+        if core.entries[&victim.0].members[victim.1].is_none() {
+            continue; // already taken with its group
+        }
+        let mut chosen = vec![victim];
+        whole_groups(core, &mut chosen);
+        for (w, i) in chosen {
+            if let Some(m) = core.unbind(&w, i) {
+                taken.push((w, i, m));
+            }
+        }
+    }
+    if core.admitted_members(&core.entries[name]).0 >= min {
+        Ok(())
+    } else {
+        Err("evicting every lower-priority task of its queue would not bring it within its quota".into())
+    }
 }
 
 /// Release the preemptor's tentatively bound members.

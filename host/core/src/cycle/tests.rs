@@ -285,6 +285,25 @@ fn within_a_queue_strictly_lower_priority_is_preempted_and_never_equal() {
 }
 
 #[test]
+fn a_workload_withdrawn_as_victim_is_not_preempted_until_it_is_offered_again() {
+    let mut c = core(vec![queue("q", 1)], &[("n0", 8), ("n1", 8)]);
+    c.submit(job("guarded", "q", 0, 8), 0).unwrap();
+    c.submit(job("plain", "q", 1, 8), 0).unwrap();
+    c.schedule(&full(), 0);
+    c.set_preemptible("guarded", false).unwrap();
+    c.set_preemptible("plain", false).unwrap();
+    c.submit(job("high", "q", 10, 8), 1).unwrap();
+    let d = c.schedule(&full(), 1);
+    assert!(evicted(&d).is_empty(), "{d:?}");
+    assert!(c.explain("high").unwrap().to_string().contains("no running task may be evicted"));
+    // Offered again: the lower-priority one goes (high was parked; offering un-parks it).
+    c.set_preemptible("guarded", true).unwrap();
+    let d = c.schedule(&full(), 20);
+    assert_eq!((evicted(&d), bound(&d)), (vec!["guarded".to_string()], vec!["high".to_string()]));
+    assert!(matches!(c.set_preemptible("nobody", true), Err(CoreError::UnknownWorkload(_))));
+}
+
+#[test]
 fn p5_checkpointing_victims_get_their_grace_period() {
     let mut c = core(vec![queue("q", 1)], &[("n0", 8), ("n1", 8)]);
     for name in ["saves", "silent"] {
@@ -377,6 +396,49 @@ fn lending_limit_keeps_part_of_an_idle_guarantee_for_its_owner() {
     // frees room the waiting one may take.
     c.finish("b0").unwrap();
     assert_eq!(bound(&c.schedule(&full(), 2)), ["b3"]);
+}
+
+#[test]
+fn a_reserve_bounds_borrowing_never_another_queue_s_guarantee() {
+    // lender keeps all 16 of its guarantee; owner is guaranteed 8; borrower has no guarantee.
+    let mut lender = queue("lender", 1);
+    lender.guarantee = Resources { gpu_milli: 16_000, ..Default::default() };
+    lender.lending_limit = Some(Resources { gpu_milli: 0, ..unlimited() });
+    let mut owner = queue("owner", 1);
+    owner.guarantee = Resources { gpu_milli: 8000, ..Default::default() };
+    let nodes = [("n0", 8), ("n1", 8), ("n2", 8), ("n3", 8)];
+    let mut c = core(vec![lender, owner, queue("borrower", 1)], &nodes);
+    for i in 0..3 {
+        c.submit(job(&format!("b{i}"), "borrower", 0, 8), 0).unwrap();
+    }
+    assert_eq!(bound(&c.schedule(&full(), 0)).len(), 2, "32 GPUs minus the 16 kept back");
+    // owner's job is within its own guarantee: it borrows nothing, the reserve does not apply.
+    c.submit(job("o0", "owner", 0, 8), 1).unwrap();
+    assert_eq!(bound(&c.schedule(&full(), 1)), ["o0"]);
+    // Beyond its guarantee owner borrows, and then the reserve does apply.
+    c.submit(job("o1", "owner", 0, 8), 2).unwrap();
+    assert!(bound(&c.schedule(&full(), 2)).is_empty());
+    assert!(c.explain("o1").unwrap().to_string().contains("lending limit"));
+}
+
+#[test]
+fn a_queue_at_its_limit_preempts_its_own_lower_priority_work_though_nodes_have_room() {
+    // Half the cluster is idle, but capped holds its 8 GPUs: only its own work can make room.
+    let mut capped = queue("capped", 1);
+    capped.capability = Some(gpus(8));
+    let mut c = core(vec![capped], &[("n0", 8), ("n1", 8)]);
+    c.submit(job("low", "capped", 0, 4), 0).unwrap();
+    c.submit(job("mid", "capped", 5, 4), 0).unwrap();
+    assert_eq!(bound(&c.schedule(&full(), 0)).len(), 2);
+    c.submit(job("high", "capped", 10, 4), 10).unwrap();
+    let d = c.schedule(&full(), 10);
+    assert_eq!((evicted(&d), bound(&d)), (vec!["low".to_string()], vec!["high".to_string()]), "{d:?}");
+    assert_eq!(c.queue_shares()[0].allocated.gpu_milli, 8000);
+    // Equal priority never preempts, at the limit or not (mid runs at 5, high at 10).
+    c.submit(job("peer", "capped", 5, 4), 11).unwrap();
+    let d = c.schedule(&full(), 11);
+    assert!(evicted(&d).is_empty(), "{d:?}");
+    assert!(c.explain("peer").unwrap().to_string().contains("at capability"));
 }
 
 #[test]

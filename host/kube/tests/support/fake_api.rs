@@ -35,6 +35,7 @@ pub enum Kind {
     SchedulingPolicy,
     ConfigMap,
     Queue,
+    PriorityClass,
 }
 
 impl Kind {
@@ -47,6 +48,7 @@ impl Kind {
             Kind::SchedulingPolicy => "SchedulingPolicyList",
             Kind::ConfigMap => "ConfigMapList",
             Kind::Queue => "QueueList",
+            Kind::PriorityClass => "PriorityClassList",
         }
     }
     fn api_version(self) -> &'static str {
@@ -54,6 +56,7 @@ impl Kind {
             Kind::Node | Kind::Pod | Kind::ConfigMap => "v1",
             Kind::PodGroup | Kind::SchedulingPolicy | Kind::Queue => "scheduling.wasmsched.io/v1alpha1",
             Kind::Lease => "coordination.k8s.io/v1",
+            Kind::PriorityClass => "scheduling.k8s.io/v1",
         }
     }
 }
@@ -141,7 +144,7 @@ fn respond(code: u16, body: &Value) -> Response<Body> {
 fn key_of(kind: Kind, obj: &Value) -> Key {
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
     match obj["metadata"]["namespace"].as_str() {
-        Some(ns) if !matches!(kind, Kind::Node | Kind::SchedulingPolicy | Kind::Queue) => {
+        Some(ns) if !matches!(kind, Kind::Node | Kind::SchedulingPolicy | Kind::Queue | Kind::PriorityClass) => {
             (kind, format!("{ns}/{name}"))
         }
         _ => (kind, name.to_string()),
@@ -243,6 +246,7 @@ impl State {
             Kind::SchedulingPolicy => "SchedulingPolicy",
             Kind::ConfigMap => "ConfigMap",
             Kind::Queue => "Queue",
+            Kind::PriorityClass => "PriorityClass",
         });
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
         if obj["metadata"]["uid"].is_null() {
@@ -324,6 +328,7 @@ impl FakeApi {
             ["api", "v1", "pods"] => self.collection(Kind::Pod, &q),
             ["apis", "scheduling.wasmsched.io", "v1alpha1", "podgroups"] => self.collection(Kind::PodGroup, &q),
             ["apis", "scheduling.wasmsched.io", "v1alpha1", "queues"] => self.collection(Kind::Queue, &q),
+            ["apis", "scheduling.k8s.io", "v1", "priorityclasses"] => self.collection(Kind::PriorityClass, &q),
             ["apis", "scheduling.wasmsched.io", "v1alpha1", "queues", name, "status"] if m == Method::PATCH => {
                 self.merge_status(Kind::Queue, name, body)
             }
