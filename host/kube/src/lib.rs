@@ -6,6 +6,7 @@
 //! - [`queues`]: `Queue` objects as the core's queue tree.
 //! - [`priorities`]: `PriorityClass` objects, for pod groups that name one.
 //! - [`workloads`]: our pods (and their `PodGroup`s) as the core's workloads.
+//! - [`disruption`]: `PodDisruptionBudget`s, which withdraw the pods they protect as victims.
 //! - [`scheduler`]: the loop — watch, run the core's cycle with the registry's live policy set,
 //!   carry out its decisions.
 //! - [`bind`]: the API effects — `pods/binding` with the GPU ids, `PodScheduled` and events,
@@ -23,6 +24,7 @@ pub mod bind;
 pub mod cache;
 pub mod convert;
 pub mod crd;
+pub mod disruption;
 pub mod leader;
 pub mod metrics;
 pub mod policy;

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use ahash::{AHashMap, AHashSet};
 use futures_util::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -33,6 +34,7 @@ use crate::bind::{EffectError, Effects, EventType};
 use crate::cache::{Cache, PodPhase, pod_id};
 use crate::convert::PodKey;
 use crate::crd::{PodGroup, PodGroupPhase, Queue, QueueStatus};
+use crate::disruption::Budgets;
 use crate::leader::{Elector, LeaseConfig};
 use crate::metrics::{BindLabels, Metrics, QueueLabels};
 use crate::priorities::PriorityClasses;
@@ -92,6 +94,7 @@ struct Relist {
     pods: Option<AHashSet<String>>,
     queues: Option<AHashSet<String>>,
     priority_classes: Option<AHashSet<String>>,
+    budgets: Option<AHashSet<String>>,
 }
 
 #[derive(Default, Clone, Copy, PartialEq, Eq)]
@@ -116,6 +119,9 @@ pub struct Scheduler {
     groups: AHashMap<String, GroupInfo>,
     queues: Queues,
     priority_classes: PriorityClasses,
+    budgets: Budgets,
+    /// Workloads withdrawn as victims: a disruption budget protects one of their pods.
+    withdrawn: AHashSet<String>,
     relist: Relist,
     synced: Synced,
     /// Synced since then; bound pods of ours were taken over by the core at that moment.
@@ -185,6 +191,8 @@ impl Scheduler {
             groups: AHashMap::new(),
             queues,
             priority_classes: PriorityClasses::default(),
+            budgets: Budgets::default(),
+            withdrawn: AHashSet::new(),
             relist: Relist::default(),
             synced: Synced::default(),
             adopted: None,
@@ -238,7 +246,8 @@ impl Scheduler {
         let groups = watch_stream(Api::<PodGroup>::all(self.client.clone()), watcher::Config::default());
         let queues = watch_stream(Api::<Queue>::all(self.client.clone()), watcher::Config::default());
         let classes = watch_stream(Api::<PriorityClass>::all(self.client.clone()), watcher::Config::default());
-        tokio::pin!(nodes, pods, groups, queues, classes);
+        let budgets = watch_stream(Api::<PodDisruptionBudget>::all(self.client.clone()), watcher::Config::default());
+        tokio::pin!(nodes, pods, groups, queues, classes, budgets);
         let mut was_leading = false;
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -278,6 +287,7 @@ impl Scheduler {
                 Some(event) = groups.next() => self.group_event(event),
                 Some(event) = queues.next() => self.queue_event(event),
                 Some(event) = classes.next() => self.priority_class_event(event),
+                Some(event) = budgets.next() => self.budget_event(event),
                 Ok(()) = self.leader.changed() => self.dirty = true,
                 _ = std::future::ready(()), if runnable => self.cycle(),
                 _ = sleep_until(wakeup), if leading && ready && wakeup.is_some() => {}
@@ -630,6 +640,60 @@ impl Scheduler {
         }
     }
 
+    /// A budget that changes may protect or release victims: the next cycle looks again.
+    fn budget_event(&mut self, event: watcher::Result<Event<PodDisruptionBudget>>) {
+        let key = |b: &PodDisruptionBudget| format!("{}/{}", b.namespace().unwrap_or_default(), b.name_any());
+        let changed = match event {
+            Ok(Event::Init) => {
+                self.relist.budgets = Some(AHashSet::new());
+                false
+            }
+            Ok(Event::InitApply(b)) => {
+                if let Some(listed) = self.relist.budgets.as_mut() {
+                    listed.insert(key(&b));
+                }
+                self.budgets.apply(&b)
+            }
+            Ok(Event::InitDone) => {
+                if let Some(listed) = self.relist.budgets.take() {
+                    self.budgets.retain(&listed);
+                }
+                true
+            }
+            Ok(Event::Apply(b)) => self.budgets.apply(&b),
+            Ok(Event::Delete(b)) => self.budgets.delete(&b),
+            Err(e) => {
+                tracing::warn!(error = %e, "disruption budget watch failed; retrying");
+                false
+            }
+        };
+        self.dirty |= changed;
+    }
+
+    /// Workloads with a pod an exhausted disruption budget protects are not offered as victims
+    /// (the Eviction API would refuse them); the others are offered again.
+    fn offer_victims(&mut self) {
+        if self.budgets.is_empty() && self.withdrawn.is_empty() {
+            return;
+        }
+        let mut protected = AHashSet::new();
+        for (id, facts) in &self.ours {
+            if let Some(w) = self.core.owner_of(id)
+                && self.budgets.protects(&facts.task.namespace, &facts.labels)
+            {
+                protected.insert(w.to_string());
+            }
+        }
+        // Every cycle, not only on change: a workload submitted again starts preemptible.
+        for w in &protected {
+            let _ = self.core.set_preemptible(w, false);
+        }
+        for w in self.withdrawn.difference(&protected) {
+            let _ = self.core.set_preemptible(w, true);
+        }
+        self.withdrawn = protected;
+    }
+
     /// The core takes the queue tree the objects describe, unless that would orphan work.
     fn rebuild_queues(&mut self) {
         let (tree, errors) = self.queues.tree();
@@ -733,6 +797,7 @@ impl Scheduler {
         self.attempts.clear();
         self.evicting.clear();
         self.stale_nodes.clear();
+        self.withdrawn.clear();
         self.dirty = true;
     }
 
@@ -850,6 +915,7 @@ impl Scheduler {
         let refreshed = self.refresh_nodes(now);
         self.carry_out(refreshed, &live, Duration::ZERO);
         self.submit_pending(now);
+        self.offer_victims();
         let started = Instant::now();
         let decisions = self.core.schedule(&live.set, now);
         let each = started.elapsed() / decisions.len().max(1) as u32;

@@ -41,6 +41,8 @@ pub struct PodFacts {
     pub bound: bool,
     /// When the pod was created: pods are submitted in this order (FIFO within a priority).
     pub created: Option<k8s_openapi::jiff::Timestamp>,
+    /// Its labels, for the disruption budgets that select it.
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 impl PodFacts {
@@ -63,6 +65,7 @@ impl PodFacts {
             checkpointed: annotation(CHECKPOINTED_ANNOTATION).as_deref() == Some("true"),
             bound: spec.and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty()),
             created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            labels: pod.metadata.labels.clone().unwrap_or_default(),
         }
     }
 

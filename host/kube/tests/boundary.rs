@@ -316,6 +316,49 @@ async fn eviction_respects_the_disruption_budget() {
     assert!(matches!(effects.evict(&key("free")).await, Err(EffectError::NotFound(_))));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_its_disruption_budget_protects_is_not_chosen_as_a_victim() {
+    let api = FakeApi::new();
+    api.put(Kind::Node, gpu_node("gpu-0", 8, &[]));
+    api.put(Kind::Node, gpu_node("gpu-1", 8, &[]));
+    // Two whole-node jobs: `guarded` (priority 0) is what the built-in plugin would pick first, but
+    // its budget has no disruption left; `plain` runs at priority 1.
+    let mut guarded = pod("ml", "guarded", NAME, 8, "4", "32Gi");
+    guarded["metadata"]["labels"]["app"] = json!("serve");
+    guarded["spec"]["priority"] = json!(0);
+    let mut plain = pod("ml", "plain", NAME, 8, "4", "32Gi");
+    plain["spec"]["priority"] = json!(1);
+    let budget = |allowed: i32| {
+        json!({"metadata": {"name": "serve", "namespace": "ml"},
+               "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "serve"}}},
+               "status": {"disruptionsAllowed": allowed, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}})
+    };
+    api.put(Kind::PodDisruptionBudget, budget(0));
+    api.state().protected.push("ml/guarded".into());
+    api.put(Kind::Pod, guarded);
+    api.put(Kind::Pod, plain);
+    let run = start(&api, "a", None);
+    eventually("both bound", Duration::from_secs(30), || {
+        node_of(&api, "ml/guarded").is_some() && node_of(&api, "ml/plain").is_some()
+    })
+    .await;
+    let mut high = pod("ml", "high", NAME, 8, "4", "32Gi");
+    high["spec"]["priority"] = json!(10);
+    api.put(Kind::Pod, high.clone());
+    eventually("high bound", Duration::from_secs(30), || node_of(&api, "ml/high").is_some()).await;
+    assert_eq!(api.state().evictions, [("ml/plain".to_string(), 201)], "never asked to evict the protected pod");
+    assert!(node_of(&api, "ml/guarded").is_some());
+    // The budget allows a disruption again: the protected pod is a victim like any other.
+    api.state().protected.clear();
+    api.put(Kind::PodDisruptionBudget, budget(1));
+    high["metadata"]["name"] = json!("high-2");
+    api.put(Kind::Pod, high);
+    eventually("high-2 bound", Duration::from_secs(30), || node_of(&api, "ml/high-2").is_some()).await;
+    assert_eq!(api.state().evictions.last(), Some(&("ml/guarded".to_string(), 201)));
+    run.stop().await;
+    assert_chart_rbac_allows(&api);
+}
+
 /// The scheduler's grants in the Helm chart (`templates/rbac.yaml`, its template expressions
 /// replaced by a placeholder): (API group, resource, verb), the agent's role left out.
 fn chart_grants() -> Vec<(String, String, String)> {

@@ -36,6 +36,7 @@ pub enum Kind {
     ConfigMap,
     Queue,
     PriorityClass,
+    PodDisruptionBudget,
 }
 
 impl Kind {
@@ -49,6 +50,7 @@ impl Kind {
             Kind::ConfigMap => "ConfigMapList",
             Kind::Queue => "QueueList",
             Kind::PriorityClass => "PriorityClassList",
+            Kind::PodDisruptionBudget => "PodDisruptionBudgetList",
         }
     }
     fn api_version(self) -> &'static str {
@@ -57,6 +59,7 @@ impl Kind {
             Kind::PodGroup | Kind::SchedulingPolicy | Kind::Queue => "scheduling.wasmsched.io/v1alpha1",
             Kind::Lease => "coordination.k8s.io/v1",
             Kind::PriorityClass => "scheduling.k8s.io/v1",
+            Kind::PodDisruptionBudget => "policy/v1",
         }
     }
 }
@@ -247,6 +250,7 @@ impl State {
             Kind::ConfigMap => "ConfigMap",
             Kind::Queue => "Queue",
             Kind::PriorityClass => "PriorityClass",
+            Kind::PodDisruptionBudget => "PodDisruptionBudget",
         });
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
         if obj["metadata"]["uid"].is_null() {
@@ -329,6 +333,7 @@ impl FakeApi {
             ["apis", "scheduling.wasmsched.io", "v1alpha1", "podgroups"] => self.collection(Kind::PodGroup, &q),
             ["apis", "scheduling.wasmsched.io", "v1alpha1", "queues"] => self.collection(Kind::Queue, &q),
             ["apis", "scheduling.k8s.io", "v1", "priorityclasses"] => self.collection(Kind::PriorityClass, &q),
+            ["apis", "policy", "v1", "poddisruptionbudgets"] => self.collection(Kind::PodDisruptionBudget, &q),
             ["apis", "scheduling.wasmsched.io", "v1alpha1", "queues", name, "status"] if m == Method::PATCH => {
                 self.merge_status(Kind::Queue, name, body)
             }
