@@ -13,6 +13,9 @@ use wasmsched_events::{EventSink, Filter, JsonlReader, Origin, OutboxConfig, Sta
 pub enum Command {
     /// Print events from a JSONL file or the NATS stream, filtered.
     Tail(TailArgs),
+    /// Why a task is pending (or where it went): its latest state from the events, with the
+    /// reasons of its last failed attempt per stage.
+    Why(WhyArgs),
     /// Print the JSON Schema of events.
     Schema,
     /// Measure sustained publishing (events/s) to a JSONL file or NATS.
@@ -50,6 +53,17 @@ pub struct TailArgs {
 }
 
 #[derive(clap::Args)]
+pub struct WhyArgs {
+    /// The task, as events name it (`namespace/name` on Kubernetes).
+    task: String,
+    /// Read this JSONL file instead of NATS.
+    #[arg(long, value_name = "FILE", conflicts_with = "nats")]
+    file: Option<PathBuf>,
+    #[command(flatten)]
+    nats: Nats,
+}
+
+#[derive(clap::Args)]
 pub struct BenchArgs {
     /// Publish to this JSONL file (default: a temporary one) unless `--nats` is given.
     #[arg(long, value_name = "FILE")]
@@ -71,6 +85,7 @@ pub fn run(cmd: Command) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Tail(args) => run_tail(args),
+        Command::Why(args) => run_why(args),
         Command::Bench(args) => run_bench(args),
     }
 }
@@ -113,6 +128,32 @@ fn run_tail(args: TailArgs) -> anyhow::Result<()> {
     let config = args.nats.config()?.context("give --file FILE or --nats URL")?;
     let options = TailOptions { from_start: args.all, follow: args.follow };
     tail(&config, &filter, &options, |e| print(&e))?;
+    Ok(())
+}
+
+fn run_why(args: WhyArgs) -> anyhow::Result<()> {
+    let mut why = wasmsched_events::Why::new(&args.task);
+    // The whole stream: the task's own events, and its gang's time-outs (about the group).
+    let filter = Filter::default();
+    if let Some(path) = &args.file {
+        let mut reader = JsonlReader::open(path)?;
+        loop {
+            match reader.next_event() {
+                Ok(Some(e)) => why.observe(&e),
+                Ok(None) => break,
+                Err(e @ wasmsched_events::Error::BadLine(_)) => eprintln!("warning: {e}"),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    } else {
+        let config = args.nats.config()?.context("give --file FILE or --nats URL")?;
+        let options = TailOptions { from_start: true, follow: false };
+        tail(&config, &filter, &options, |e| {
+            why.observe(&e);
+            true
+        })?;
+    }
+    println!("{why}");
     Ok(())
 }
 

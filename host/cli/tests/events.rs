@@ -77,6 +77,11 @@ fn simulate_publishes_to_jetstream_and_tail_reads_the_stream() {
     let scheduled =
         ok(wasmsched(&["events", "tail", "--nats", &url, "--cluster", "cli", "--all", "--kind", "task-scheduled"]));
     assert_eq!(scheduled.lines().count() as u64, placed);
+    // `events why` reads the same stream from its start: the first scheduled task is scheduled.
+    let first: serde_json::Value = serde_json::from_str(scheduled.lines().next().unwrap()).unwrap();
+    let (task, node) = (first["data"]["task"]["id"].as_str().unwrap(), first["data"]["node"].as_str().unwrap());
+    let answer = ok(wasmsched(&["events", "why", task, "--nats", &url, "--cluster", "cli"]));
+    assert!(answer.starts_with(&format!("{task}: scheduled on {node} at ")), "{answer}");
     let other_cluster = wasmsched(&["events", "tail", "--nats", &url, "--cluster", "other", "--all"]);
     assert!(!other_cluster.status.success(), "no stream for that cluster");
     assert!(String::from_utf8_lossy(&other_cluster.stderr).contains("WASMSCHED_OTHER"));
@@ -183,4 +188,14 @@ fn replay_publishes_preemptions_with_their_rule_and_checkpoint_and_gang_timeouts
     assert_eq!(why["data"]["task"]["group"], "too-big");
     assert_eq!(why["data"]["reasons"][0]["stage"], "fair-share");
     assert!(why["data"]["reasons"][0]["reason"].as_str().unwrap().contains("at capability"), "{why}");
+
+    // `events why` answers from the same file: the gang that never fit, a job that ran.
+    let answer = ok(wasmsched(&["events", "why", "too-big-0", "--file", &file]));
+    assert!(answer.starts_with("too-big-0: pending; attempt "), "{answer}");
+    assert!(answer.contains("\n  fair-share: queue batch at capability"), "{answer}");
+    assert!(answer.contains("its gang timed out at 1970-01-01T00:07:40.000Z after waiting 60 s"), "{answer}");
+    let answer = ok(wasmsched(&["events", "why", "prod-high", "--file", &file]));
+    assert!(answer.starts_with("prod-high: scheduled on a100-"), "{answer}");
+    let answer = ok(wasmsched(&["events", "why", "nobody", "--file", &file]));
+    assert_eq!(answer.trim(), "nobody: no events about this task");
 }

@@ -7,7 +7,8 @@
 //!   in a bounded outbox (with optional disk spill) and a drainer thread delivers them, to a JSONL
 //!   file ([`EventSink::jsonl`], the embedded default) or to NATS JetStream ([`EventSink::nats`],
 //!   loss-free and ordered across server restarts, de-duplicated by event id).
-//! - [`tail`] and [`JsonlReader`] with a [`Filter`]: the consumer side of `wasmsched events tail`.
+//! - [`tail`] and [`JsonlReader`] with a [`Filter`]: the consumer side of `wasmsched events tail`;
+//!   [`Why`] folds one task's events into the answer of `wasmsched events why`.
 //!
 //! What is kept and what is dropped is documented in `docs/events.md`.
 
@@ -22,6 +23,7 @@ mod outbox;
 pub mod schema;
 mod sink;
 mod time;
+mod why;
 
 pub use filter::{Dedup, Filter};
 pub use jsonl::{BadLine, JsonlReader};
@@ -30,6 +32,7 @@ pub use outbox::OutboxConfig;
 pub use schema::{Event, Kind, Payload, json_schema};
 pub use sink::{EventSink, Origin, Stats};
 pub use time::Timestamp;
+pub use why::{TaskState, Why};
 
 /// Errors of sinks and readers.
 #[derive(Debug, thiserror::Error)]
