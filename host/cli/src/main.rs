@@ -54,6 +54,10 @@ enum Command {
     /// Schedule a Kubernetes cluster: pods whose `schedulerName` is ours are placed with the live
     /// policy set (kubeconfig or in-cluster credentials).
     Run(run_cmd::Args),
+    /// Serve kube-scheduler's extender protocol (filter, prioritize, bind) with the live policy
+    /// set, for clusters that keep kube-scheduler: GPU-aware filtering, topology-aware scoring and
+    /// GPU-set selection, with the GPU ids written on the pod at bind.
+    Extender(run_cmd::ExtenderArgs),
     /// Print the CustomResourceDefinitions (Queue, PodGroup, SchedulingPolicy) as YAML.
     Crds,
     /// A node's GPU topology (from `nvidia-smi topo -m` or the agent's annotation), and which k
@@ -78,6 +82,7 @@ fn main() -> ExitCode {
         Command::Policy(cmd) => policy_cmd::run(cmd).context("policy"),
         Command::Topo(args) => topo_cmd::run(args).context("topo"),
         Command::Run(args) => run_cmd::run(args).context("run"),
+        Command::Extender(args) => run_cmd::extender(args).context("extender"),
         Command::Crds => {
             print!("{}", wasmsched_kube::crd::crds_yaml());
             Ok(())

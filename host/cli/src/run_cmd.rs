@@ -1,17 +1,19 @@
-//! `wasmsched run`: schedule a Kubernetes cluster's pods that name this scheduler.
+//! `wasmsched run`: schedule a Kubernetes cluster's pods that name this scheduler; `wasmsched extender`:
+//! the same policy set behind kube-scheduler's extender protocol.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use tokio::sync::watch;
+use wasmsched_kube::extender::Extender;
 use wasmsched_kube::leader::LeaseConfig;
 use wasmsched_kube::metrics::{self, Metrics};
 use wasmsched_kube::policy_source::PolicyObjectSource;
 use wasmsched_kube::{Scheduler, SchedulerConfig, policy};
-use wasmsched_registry::{DirSource, Preparer, Source, Watcher};
+use wasmsched_registry::{DirSource, Fetched, Preparer, Source, Watcher};
 use wasmsched_runtime::Runtime;
 
 /// `wasmsched run` arguments.
@@ -59,14 +61,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("tokio runtime")?;
     let events = args.sink.open("scheduler")?;
     let preparer = Preparer::new(Arc::new(Runtime::new(crate::policy::runtime_config()).context("Wasm runtime")?));
-    let (initial, mut sources): (_, Vec<Box<dyn Source>>) = match &args.policy {
-        Some(dir) => {
-            let source = DirSource::new(dir);
-            let fetched = source.fetch().with_context(|| format!("policy set in {}", dir.display()))?;
-            (fetched, vec![Box::new(source)])
-        }
-        None => (policy::default_policy(), vec![]),
-    };
+    let (initial, mut sources) = initial_policy(args.policy.as_deref())?;
     let registry = policy::registry(&preparer, &initial, events.clone()).context("preparing the first policy set")?;
     tracing::info!(policy = %registry.current().label(), "policy set live");
     let client = runtime
@@ -120,6 +115,75 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     drop(control);
     drop(registry);
     wasmsched_events::cli::finish(events);
+    result
+}
+
+/// The policy set to start with: the directory's (then watched) or the built-in default.
+fn initial_policy(dir: Option<&Path>) -> anyhow::Result<(Fetched, Vec<Box<dyn Source>>)> {
+    Ok(match dir {
+        Some(dir) => {
+            let source = DirSource::new(dir);
+            let fetched = source.fetch().with_context(|| format!("policy set in {}", dir.display()))?;
+            (fetched, vec![Box::new(source)])
+        }
+        None => (policy::default_policy(), vec![]),
+    })
+}
+
+/// `wasmsched extender` arguments.
+#[derive(clap::Args)]
+pub struct ExtenderArgs {
+    /// Where kube-scheduler reaches the extender (its `urlPrefix` is `http://ADDR`).
+    #[arg(long, default_value = "0.0.0.0:8888", env = "WASMSCHED_EXTENDER_ADDR")]
+    listen: SocketAddr,
+    /// A policy set directory, watched for new versions. Without it the built-in default set runs.
+    #[arg(long, env = "WASMSCHED_POLICY_DIR")]
+    policy: Option<PathBuf>,
+    /// How often the policy directory is checked.
+    #[arg(long, default_value_t = 2.0)]
+    policy_poll_seconds: f64,
+    /// Who bindings and events are attributed to.
+    #[arg(long, default_value = "wasmsched-extender")]
+    name: String,
+}
+
+/// Serves kube-scheduler's extender verbs until SIGTERM or Ctrl-C.
+pub fn extender(args: ExtenderArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("tokio runtime")?;
+    let preparer = Preparer::new(Arc::new(Runtime::new(crate::policy::runtime_config()).context("Wasm runtime")?));
+    let (initial, sources) = initial_policy(args.policy.as_deref())?;
+    let registry = policy::registry(&preparer, &initial, None).context("preparing the first policy set")?;
+    tracing::info!(policy = %registry.current().label(), "policy set live");
+    let watcher = (!sources.is_empty())
+        .then(|| {
+            let every = Duration::from_secs_f64(args.policy_poll_seconds.max(0.1));
+            Watcher::spawn(registry.clone(), preparer, sources, every)
+        })
+        .transpose()
+        .context("policy watcher")?;
+    let client = runtime
+        .block_on(kube::Client::try_default())
+        .context("connecting to the Kubernetes API (kubeconfig or in-cluster)")?;
+    let result = runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("listening on {}", args.listen))?;
+        tracing::info!(addr = %args.listen, "serving the extender verbs filter, prioritize and bind");
+        let extender = Extender::new(client, registry.clone(), &args.name);
+        let (stop, stopped) = watch::channel(false);
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            tracing::info!("shutting down");
+            let _ = stop.send(true);
+        });
+        let watching = tokio::spawn(extender.clone().watch(stopped.clone()));
+        extender.serve(listener, stopped).await;
+        let _ = watching.await;
+        anyhow::Ok(())
+    });
+    if let Some(w) = watcher {
+        w.stop();
+    }
     result
 }
 

@@ -67,8 +67,8 @@ pub use gang::{GangError, GangPlacement, GroupSpec, TopologyConstraint, place_gr
 pub use native::NativePlugin;
 pub use node_table::{Changes, NodeTable, Slot};
 pub use placement::{
-    Diagnosis, Placement, PolicySet, PolicySetBuilder, Sampled, Unschedulable, feasible_nodes_to_find, place,
-    place_among, place_sampled, place_sampled_among,
+    Diagnosis, NodeVerdict, Placement, PolicySet, PolicySetBuilder, Sampled, Unschedulable, feasible_nodes_to_find,
+    filter_each, place, place_among, place_sampled, place_sampled_among, score_each, select_devices_on,
 };
 pub use plugin::{CallContext, FailurePolicy, FaultKind, PluginFault, PolicyPlugin, validate};
 pub use queue::{QueueError, QueueSpec, QueueTree};

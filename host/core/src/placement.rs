@@ -196,6 +196,104 @@ pub fn place_among(
     run.choose(set, ctx, task, feasible)
 }
 
+/// One node's verdict under a set's filters: `None` when it passes, else the first rejecting
+/// plugin's reason and whether preemption could not help.
+pub type NodeVerdict = Option<(String, bool)>;
+
+/// Each of `candidates`' verdicts under `set`'s filters, in order (a node rejected by one filter is
+/// not shown to the next). For callers that answer per node — a kube-scheduler extender's
+/// `filter` — rather than pick one. A fail-open plugin's fault skips it; a fail-closed one is the
+/// error.
+pub fn filter_each(
+    set: &PolicySet,
+    nodes: &NodeTable,
+    task: &Task,
+    worker: usize,
+    candidates: &[Slot],
+) -> Result<Vec<NodeVerdict>, PluginFault> {
+    let ctx = CallContext { worker, nodes };
+    let mut verdicts: Vec<NodeVerdict> = vec![None; candidates.len()];
+    let mut alive: Vec<usize> = (0..candidates.len()).filter(|&i| nodes.get(candidates[i]).is_some()).collect();
+    for i in (0..candidates.len()).filter(|&i| nodes.get(candidates[i]).is_none()) {
+        verdicts[i] = Some(("node not found".into(), true));
+    }
+    for filter in &set.filters {
+        if alive.is_empty() {
+            break;
+        }
+        let slots: Vec<Slot> = alive.iter().map(|&i| candidates[i]).collect();
+        match filter.filter(ctx, task, &slots) {
+            Ok(batch) => {
+                alive.retain(|&i| {
+                    let k = slots.iter().position(|&s| s == candidates[i]).expect("asked about it");
+                    match usize::from(batch.codes[k]) {
+                        0 => true,
+                        code => {
+                            let r = &batch.reasons[code - 1];
+                            verdicts[i] = Some((format!("{} ({})", r.reason, filter.name()), r.unresolvable));
+                            false
+                        }
+                    }
+                });
+            }
+            Err(_) if filter.failure_policy() == FailurePolicy::FailOpen => {}
+            Err(fault) => return Err(fault),
+        }
+    }
+    Ok(verdicts)
+}
+
+/// Each of `candidates`' weighted total score under `set` (no filtering), for callers that rank
+/// nodes chosen elsewhere — a kube-scheduler extender's `prioritize`.
+pub fn score_each(
+    set: &PolicySet,
+    nodes: &NodeTable,
+    task: &Task,
+    worker: usize,
+    candidates: &[Slot],
+) -> Result<Vec<u64>, PluginFault> {
+    let ctx = CallContext { worker, nodes };
+    let mut totals = vec![0u64; candidates.len()];
+    if candidates.is_empty() {
+        return Ok(totals);
+    }
+    for (score, weight) in &set.scores {
+        match score.score(ctx, task, candidates) {
+            Ok(scores) => {
+                for (t, s) in totals.iter_mut().zip(scores) {
+                    *t += u64::from(s) * u64::from(*weight);
+                }
+            }
+            Err(_) if score.failure_policy() == FailurePolicy::FailOpen => {}
+            Err(fault) => return Err(fault),
+        }
+    }
+    Ok(totals)
+}
+
+/// The GPUs `set` gives `task` on node `slot` (its device-selection plugin, else the default
+/// rule), checked against the node; the reason when none fit.
+pub fn select_devices_on(
+    set: &PolicySet,
+    nodes: &NodeTable,
+    task: &Task,
+    worker: usize,
+    slot: Slot,
+) -> Result<Vec<DeviceShare>, String> {
+    let node = nodes.get(slot).ok_or("node not found")?;
+    let chosen = match &set.devices {
+        None => default_select_devices(task, node),
+        Some(p) => match p.select_devices(CallContext { worker, nodes }, task, slot) {
+            Ok(r) => r,
+            Err(_) if p.failure_policy() == FailurePolicy::FailOpen => default_select_devices(task, node),
+            Err(fault) => return Err(fault.to_string()),
+        },
+    };
+    let devices = chosen.map_err(|r| r.reason)?;
+    validate::devices(&devices, task, node)?;
+    Ok(devices)
+}
+
 /// kube-scheduler's rule for how many feasible nodes to look for before scoring
 /// (`percentageOfNodesToScore`): every node below 100 nodes; otherwise `percentage` % of them
 /// (adaptive when `None`: 50 % minus 1 % per 125 nodes, at least 5 %), and never fewer than 100.
@@ -481,5 +579,29 @@ mod tests {
         let e = s.result.unwrap_err();
         assert_eq!(e, place(&set(), &t, &big, 0).unwrap_err());
         assert_eq!(e.diagnosis.candidates, 1000);
+    }
+
+    #[test]
+    fn per_node_verdicts_scores_and_devices_answer_an_extender() {
+        // n0000 has a GPU, n0001 none, n0002 a GPU but cordoned; slot 9 does not exist.
+        let mut t = table(3, 2);
+        t.upsert(Node { name: "n0002".into(), unschedulable: true, ..t.get(0).unwrap().clone() });
+        let gpu =
+            Task { gpu: GpuRequest { count: 1, milli_per_gpu: 1000, ..Default::default() }, ..Default::default() };
+        let v = filter_each(&set(), &t, &gpu, 0, &[0, 1, 2, 9]).unwrap();
+        assert_eq!(v[0], None);
+        assert_eq!(v[1], Some(("node has no GPU (resource-fit)".into(), true)));
+        assert_eq!(v[2], Some(("node is cordoned (resource-fit)".into(), true)));
+        assert_eq!(v[3], Some(("node not found".into(), true)));
+        let score = Arc::new(
+            NativePlugin::<wasmsched_plugin_allocation_score::AllocationScore>::new(r#"{"strategy":"least"}"#, 1)
+                .unwrap(),
+        );
+        let scored = PolicySet::builder().score(score, 2).build();
+        let totals = score_each(&scored, &t, &gpu, 0, &[0, 1]).unwrap();
+        assert_eq!(totals.len(), 2);
+        assert!(totals.iter().all(|s| s % 2 == 0), "weighted: {totals:?}");
+        assert_eq!(select_devices_on(&set(), &t, &gpu, 0, 0).unwrap().len(), 1);
+        assert!(select_devices_on(&set(), &t, &gpu, 0, 1).is_err(), "no GPU there");
     }
 }

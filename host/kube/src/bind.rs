@@ -12,7 +12,7 @@ use kube::runtime::events::{Event, Recorder, Reporter};
 use kube::{Api, Client};
 use wasmsched_api::DeviceShare;
 
-use crate::convert::{GPU_IDS_ANNOTATION, PodKey, gpu_ids};
+use crate::convert::{GPU_IDS_ANNOTATION, NUMA_NODE_ANNOTATION, PodKey, gpu_ids};
 use crate::workloads::PREEMPTION_REQUESTED_ANNOTATION;
 
 /// How a bind (or eviction) failed, which decides what happens to the pod.
@@ -63,12 +63,23 @@ impl Effects {
         Effects { recorder: Recorder::new(client.clone(), reporter), client, scheduler_name: scheduler_name.into() }
     }
 
-    /// Binds the pod `key` (incarnation `uid`) to `node`, recording its GPUs. The UID precondition
-    /// makes a bind meant for a deleted pod fail instead of binding its same-named successor.
-    pub async fn bind(&self, key: &PodKey, uid: &str, node: &str, devices: &[DeviceShare]) -> Result<(), EffectError> {
+    /// Binds the pod `key` (incarnation `uid`) to `node`, recording its GPUs and, when they share
+    /// one, their NUMA node. The UID precondition makes a bind meant for a deleted pod fail instead
+    /// of binding its same-named successor.
+    pub async fn bind(
+        &self,
+        key: &PodKey,
+        uid: &str,
+        node: &str,
+        devices: &[DeviceShare],
+        numa: Option<u32>,
+    ) -> Result<(), EffectError> {
         let mut annotations = BTreeMap::new();
         if !devices.is_empty() {
             annotations.insert(GPU_IDS_ANNOTATION.to_string(), gpu_ids(devices));
+        }
+        if let Some(n) = numa {
+            annotations.insert(NUMA_NODE_ANNOTATION.to_string(), n.to_string());
         }
         let binding = Binding {
             metadata: ObjectMeta {

@@ -32,6 +32,9 @@ pub const VOLCANO_GROUP_ANNOTATION: &str = "scheduling.k8s.io/group-name";
 /// Pod annotation written at bind: the GPUs the pod got, `index` or `index:milli`, comma-separated,
 /// for a device plugin (or the container runtime hook) to expose exactly those devices.
 pub const GPU_IDS_ANNOTATION: &str = "wasmsched.io/gpu-ids";
+/// Pod annotation written at bind when all its GPUs sit on one NUMA node: that node's id, for CPU
+/// and memory pinning next to them.
+pub const NUMA_NODE_ANNOTATION: &str = "wasmsched.io/numa-node";
 /// Node label of GPU feature discovery with the GPU product name.
 pub const GPU_PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
 /// Node label of GPU feature discovery with each GPU's memory in MiB.
@@ -394,6 +397,13 @@ pub fn parse_gpu_ids(s: &str) -> Result<Vec<DeviceShare>, ConvertError> {
             Ok(DeviceShare { gpu, milli })
         })
         .collect()
+}
+
+/// The NUMA node all of `devices` sit on, when the node's topology says so and it is one.
+pub fn numa_of(node: &wasmsched_api::Node, devices: &[wasmsched_api::DeviceShare]) -> Option<u32> {
+    let mut numa = devices.iter().map(|d| node.gpus.iter().find(|g| g.index == d.gpu).and_then(|g| g.numa_node));
+    let first = numa.next()??;
+    numa.all(|n| n == Some(first)).then_some(first)
 }
 
 #[cfg(test)]

@@ -12,6 +12,8 @@
 //! - [`bind`]: the API effects — `pods/binding` with the GPU ids, `PodScheduled` and events,
 //!   evictions through the Eviction API.
 //! - [`status`]: what the scheduler reports on `Queue` and `PodGroup` objects.
+//! - [`extender`]: the same policy set behind kube-scheduler's extender protocol, for clusters that
+//!   keep kube-scheduler.
 //! - [`leader`]: one active replica, on a `coordination.k8s.io` Lease.
 //! - [`metrics`]: kube-scheduler's metric names, `/metrics`, `/healthz`, `/readyz`.
 //! - [`policy`]: the default policy set and the registry that swaps versions live.
@@ -25,6 +27,7 @@ pub mod cache;
 pub mod convert;
 pub mod crd;
 pub mod disruption;
+pub mod extender;
 pub mod leader;
 pub mod metrics;
 pub mod policy;

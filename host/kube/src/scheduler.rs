@@ -32,7 +32,7 @@ use wasmsched_registry::{Decision as Observed, PolicyVersion, Registry};
 
 use crate::bind::{EffectError, Effects, EventType};
 use crate::cache::{Cache, PodPhase, pod_id};
-use crate::convert::PodKey;
+use crate::convert::{self, PodKey};
 use crate::crd::{PodGroup, PodGroupPhase, Queue, QueueStatus};
 use crate::disruption::Budgets;
 use crate::leader::{Elector, LeaseConfig};
@@ -1090,6 +1090,8 @@ impl Scheduler {
 
     fn start_bind(&mut self, pod: &PodFacts, node: String, devices: Vec<DeviceShare>, decided_in: Duration) {
         let (effects, leader, done) = (self.effects.clone(), self.leader.clone(), self.done_tx.clone());
+        let nodes = self.cache.nodes();
+        let numa = nodes.slot_of(&node).and_then(|s| nodes.get(s)).and_then(|n| convert::numa_of(n, &devices));
         let (key, uid, id) = (key_of(&pod.task), pod.uid.clone(), pod.task.id.clone());
         let binds = self.binds.clone();
         tokio::spawn(async move {
@@ -1097,7 +1099,7 @@ impl Scheduler {
             let started = Instant::now();
             // Checked at the last moment: a replica that lost the lease writes nothing more.
             let result = if *leader.borrow() {
-                effects.bind(&key, &uid, &node, &devices).await
+                effects.bind(&key, &uid, &node, &devices, numa).await
             } else {
                 Err(EffectError::NotLeader)
             };

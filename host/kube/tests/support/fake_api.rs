@@ -363,6 +363,9 @@ impl FakeApi {
             {
                 self.merge_status(Kind::SchedulingPolicy, name, body)
             }
+            ["api", "v1", "namespaces", ns, "pods", name] if m == Method::GET => {
+                self.get_one(Kind::Pod, &format!("{ns}/{name}"))
+            }
             ["api", "v1", "namespaces", ns, "configmaps", name] if m == Method::GET => {
                 self.get_one(Kind::ConfigMap, &format!("{ns}/{name}"))
             }
