@@ -160,6 +160,8 @@ async fn s14_s15_filter_prioritize_and_bind_over_the_extender_protocol() {
     stop_tx.send(true).unwrap();
     watching.await.unwrap();
     serving.await.unwrap();
+    // Every call the extender made is one the chart's extender role grants.
+    support::assert_rbac_allows(&api, "extender.yaml", &|name| name == "released-extender");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
