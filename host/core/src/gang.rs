@@ -145,7 +145,7 @@ pub fn place_group(
 
 /// Domains named by the values of `labels` (innermost first), tightest first (least free GPU
 /// share, then least free CPU), ties by name. Nodes missing any of the labels belong to no domain.
-fn domains(nodes: &NodeTable, labels: &[String]) -> Vec<(String, Vec<Slot>)> {
+pub(crate) fn domains(nodes: &NodeTable, labels: &[String]) -> Vec<(String, Vec<Slot>)> {
     let mut by_value: BTreeMap<String, (u64, u64, Vec<Slot>)> = BTreeMap::new();
     for slot in nodes.slots() {
         let Some(node) = nodes.get(slot) else { continue };

@@ -8,7 +8,8 @@
 //! victim queue is never pushed below its guarantee. The plugin's plan is verified by releasing the
 //! victims and running the real filter → score → device chain on that node; a plan that does not
 //! verify is rolled back and that node dropped (up to three tries per member). Until min-member
-//! members have room nothing is evicted; if they never do, every change is rolled back.
+//! members have room nothing is evicted; if they never do, every change is rolled back. A gang
+//! with a strict topology constraint does all this inside one domain at a time.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -74,9 +75,15 @@ pub(super) fn preempt(
 ) -> Result<(), String> {
     let plugin = set.preempt().cloned().ok_or("no preempt plugin")?;
     let e = &core.entries[name];
-    if e.spec.topology.as_ref().is_some_and(|t| t.strict) {
-        return Err("not attempted for gangs with a strict topology constraint".into());
-    }
+    // A strict gang must end up inside one domain of its outermost tier: preemption is tried
+    // domain by domain (tightest first, as placement orders them), victims only from inside.
+    let domains: Vec<Option<Vec<Slot>>> = match e.spec.topology.as_ref().filter(|t| t.strict) {
+        Some(t) => {
+            let outer = t.tiers.len().saturating_sub(1);
+            crate::gang::domains(&core.nodes, &t.tiers[outer..]).into_iter().map(|(_, slots)| Some(slots)).collect()
+        }
+        None => vec![None],
+    };
     let (admitted, _) = core.admitted_members(e);
     let min = e.spec.min_member;
     let need = e.demand_of(min);
@@ -119,42 +126,30 @@ pub(super) fn preempt(
             return Err(reason);
         }
     }
-    let mut placed: Vec<(usize, Placement)> = Vec::new();
-    let mut reason = String::new();
-    for (i, task) in members.iter().enumerate() {
-        if placed.len() == min || placed.len() + (members.len() - i) < min {
-            break;
-        }
-        if let Ok(p) = place(set, &core.nodes, task, 0)
-            && matches!(core.nodes.update(p.node, |n| bind(n, task, &p.devices)), Some(Ok(())))
-        {
-            placed.push((i, p));
-            continue;
-        }
-        match room_for(core, set, &plugin, &who, task, &eligible, &mut taken, now, out) {
-            Ok(p) => placed.push((i, p)),
-            Err(r) => {
-                reason = r;
+    let mut found = None;
+    let mut reason = String::from("no topology domain to preempt in");
+    for domain in &domains {
+        let mut in_domain = Vec::new();
+        match fill(core, set, &plugin, &who, &members, &eligible, domain.as_deref(), now, out, &mut in_domain) {
+            Ok(placed) => {
+                taken.extend(in_domain);
+                found = Some(placed);
                 break;
+            }
+            Err(r) => {
+                for (w, i, m) in in_domain.into_iter().rev() {
+                    core.rebind(&w, i, m);
+                }
+                reason = r;
             }
         }
     }
-
-    let mut placed_demand = Resources::default();
-    for (i, _) in &placed {
-        placed_demand.saturating_add_assign(&demand(&members[*i]));
-    }
-    let within_quota = core.within_capability(leaf, &placed_demand);
-    if placed.len() < min || !within_quota {
-        if placed.len() >= min {
-            reason = "evicting what the plugin chose would still leave the queue over its capability".into();
-        }
-        unplace(core, &members, &placed);
+    let Some(placed) = found else {
         for (w, i, m) in taken.into_iter().rev() {
             core.rebind(&w, i, m);
         }
         return Err(reason);
-    }
+    };
 
     // Commit: victims that can checkpoint are asked to and keep running until they report or
     // their grace period ends; the rest leave now.
@@ -225,6 +220,70 @@ pub(super) fn preempt(
         core.commit(name, placed, now, out);
     }
     Ok(())
+}
+
+/// Place the preemptor's members in order — plainly where the room freed so far suffices, else
+/// with victims the plugin chooses — until min-member of them are placed, inside `domain` when
+/// given. Victims released go to `taken`; on failure the members placed are released again (the
+/// caller rebinds `taken`).
+#[allow(clippy::too_many_arguments)]
+fn fill(
+    core: &mut SchedulerCore,
+    set: &PolicySet,
+    plugin: &Arc<dyn PolicyPlugin>,
+    who: &Preemptor<'_>,
+    members: &[Task],
+    eligible: &[(String, usize)],
+    domain: Option<&[Slot]>,
+    now: u64,
+    out: &mut Vec<Decision>,
+    taken: &mut Vec<(String, usize, Member)>,
+) -> Result<Vec<(usize, Placement)>, String> {
+    let min = core.entries[who.name].spec.min_member;
+    let eligible: Vec<(String, usize)> = match domain {
+        None => eligible.to_vec(),
+        Some(slots) => eligible
+            .iter()
+            .filter(|(w, i)| core.entries[w].members[*i].as_ref().is_some_and(|m| slots.contains(&m.slot)))
+            .cloned()
+            .collect(),
+    };
+    let mut placed: Vec<(usize, Placement)> = Vec::new();
+    let mut reason = String::new();
+    for (i, task) in members.iter().enumerate() {
+        if placed.len() == min || placed.len() + (members.len() - i) < min {
+            break;
+        }
+        let plain = match domain {
+            None => place(set, &core.nodes, task, 0),
+            Some(slots) => place_among(set, &core.nodes, task, 0, slots),
+        };
+        if let Ok(p) = plain
+            && matches!(core.nodes.update(p.node, |n| bind(n, task, &p.devices)), Some(Ok(())))
+        {
+            placed.push((i, p));
+            continue;
+        }
+        match room_for(core, set, plugin, who, task, &eligible, taken, now, out) {
+            Ok(p) => placed.push((i, p)),
+            Err(r) => {
+                reason = r;
+                break;
+            }
+        }
+    }
+    let mut placed_demand = Resources::default();
+    for (i, _) in &placed {
+        placed_demand.saturating_add_assign(&demand(&members[*i]));
+    }
+    if placed.len() >= min && core.within_capability(who.leaf, &placed_demand) {
+        return Ok(placed);
+    }
+    if placed.len() >= min {
+        reason = "evicting what the plugin chose would still leave the queue over its capability".into();
+    }
+    unplace(core, members, &placed);
+    Err(reason)
 }
 
 /// Release lower-priority tasks of the preemptor's own queue until its quota admits min-member

@@ -303,6 +303,63 @@ fn a_workload_withdrawn_as_victim_is_not_preempted_until_it_is_offered_again() {
     assert!(matches!(c.set_preemptible("nobody", true), Err(CoreError::UnknownWorkload(_))));
 }
 
+/// Four 8-GPU nodes in two racks: n0, n1 in r0; n2, n3 in r1.
+fn racked() -> SchedulerCore {
+    let mut c = core(vec![queue("q", 1)], &[]);
+    for (name, rack) in [("n0", "r0"), ("n1", "r0"), ("n2", "r1"), ("n3", "r1")] {
+        let mut n = gpu_node(name, 8);
+        n.labels = vec![("rack".into(), rack.into()), ("host".into(), name.into())];
+        c.upsert_node(n, 0);
+    }
+    c
+}
+
+fn strict_gang(name: &str, priority: i32) -> Workload {
+    let mut g = gang(name, "q", 2, 2, 8);
+    g.priority = priority;
+    g.topology = Some(crate::TopologyConstraint::single("rack", true));
+    g
+}
+
+#[test]
+fn a_strict_topology_gang_preempts_inside_one_domain_or_not_at_all() {
+    // Every node runs one low job; the gang evicts two of them in one rack.
+    let mut c = racked();
+    for i in 0..4 {
+        c.submit(job(&format!("low{i}"), "q", 0, 8), 0).unwrap();
+    }
+    assert_eq!(bound(&c.schedule(&full(), 0)).len(), 4);
+    c.submit(strict_gang("train", 10), 1).unwrap();
+    let d = c.schedule(&full(), 1);
+    assert_eq!(evicted(&d).len(), 2, "{d:?}");
+    let racks: Vec<String> = ["train-0", "train-1"]
+        .iter()
+        .map(|t| {
+            let node = c.placement_of(t).unwrap();
+            c.nodes().get(c.nodes().slot_of(node).unwrap()).unwrap().label("rack").unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(racks[0], racks[1], "both members in one rack");
+
+    // Only one evictable job per rack: no rack can be freed, so nothing is evicted (a gang without
+    // the constraint would take one node in each rack).
+    let mut c = racked();
+    for (i, p) in [0, 20, 0, 20].into_iter().enumerate() {
+        let mut j = job(&format!("j{i}"), "q", p, 8);
+        j.members[0].node_selector = vec![("host".into(), format!("n{i}"))];
+        c.submit(j, 0).unwrap();
+    }
+    c.schedule(&full(), 0);
+    c.submit(strict_gang("train", 10), 1).unwrap();
+    let d = c.schedule(&full(), 1);
+    assert!(evicted(&d).is_empty(), "{d:?}");
+    let mut loose = gang("loose", "q", 2, 2, 8);
+    loose.priority = 10;
+    c.submit(loose, 2).unwrap();
+    let d = c.schedule(&full(), 2);
+    assert_eq!(evicted(&d).len(), 2, "without the constraint one node per rack is freed: {d:?}");
+}
+
 #[test]
 fn p5_checkpointing_victims_get_their_grace_period() {
     let mut c = core(vec![queue("q", 1)], &[("n0", 8), ("n1", 8)]);
