@@ -71,7 +71,7 @@ pub use placement::{
     filter_each, place, place_among, place_sampled, place_sampled_among, score_each, select_devices_on,
 };
 pub use plugin::{CallContext, FailurePolicy, FaultKind, PluginFault, PolicyPlugin, validate};
-pub use queue::{QueueError, QueueSpec, QueueTree};
+pub use queue::{Admission, QueueError, QueueSpec, QueueTree};
 pub use topology::{DEFAULT_REFERENCE_MBPS, Topologies, apply_node_facts};
 
 /// Compile-time check that the types shared across worker threads stay thread-safe.

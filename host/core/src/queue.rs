@@ -24,6 +24,21 @@ pub struct QueueSpec {
     pub lending_limit: Option<Resources>,
     /// Others may reclaim what it borrows.
     pub reclaimable: bool,
+    /// What a workload must satisfy to be accepted into the queue at all.
+    pub admission: Admission,
+}
+
+/// Limits checked when a workload is submitted to a leaf queue (digest Q3–Q5): a workload they
+/// refuse never waits in the queue; the submitter gets the reason.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Admission {
+    /// Most workloads the queue holds at once, pending and running together.
+    pub max_jobs: Option<u32>,
+    /// Most GPUs one workload may ask for, all its members (replicas) counted; shares count as
+    /// their fraction of a GPU.
+    pub max_gpus_per_job: Option<u32>,
+    /// Inclusive range of the priorities accepted.
+    pub priority_range: Option<(i32, i32)>,
 }
 
 /// Why a queue configuration is refused.
@@ -52,6 +67,9 @@ pub enum QueueError {
     /// A queue name is empty.
     #[error("a queue has an empty name")]
     EmptyName,
+    /// An admission priority range whose minimum is above its maximum admits nothing.
+    #[error("queue {0}: priority range minimum above its maximum")]
+    EmptyPriorityRange(String),
 }
 
 /// A validated forest of queues. Parents always precede their children, so a cycle cannot be
@@ -155,6 +173,9 @@ impl QueueTree {
         }
         if spec.capability.as_ref().is_some_and(|cap| !fits(&spec.guarantee, cap)) {
             return Err(QueueError::GuaranteeAboveCapability(spec.name));
+        }
+        if spec.admission.priority_range.is_some_and(|(min, max)| min > max) {
+            return Err(QueueError::EmptyPriorityRange(spec.name));
         }
         let parent = match &spec.parent {
             None => None,

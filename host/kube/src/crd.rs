@@ -62,6 +62,37 @@ pub struct QueueSpec {
     /// Whether what the queue borrows may be reclaimed (by preemption) when its owner needs it.
     #[serde(default = "yes")]
     pub reclaimable: bool,
+    /// Limits checked when a pod (or pod group) is submitted to the queue; one they refuse waits
+    /// with the reason and is tried again later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<QueueAdmission>,
+}
+
+/// A queue's admission limits.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueAdmission {
+    /// Most workloads (pods, or pod groups) the queue holds at once, pending and running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_jobs: Option<u32>,
+    /// Most GPUs one workload may request, all its pods counted.
+    #[serde(default, rename = "maxGPUsPerJob", skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_gpus_per_job: Option<u32>,
+    /// Inclusive range of the priorities accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_range: Option<PriorityRange>,
+}
+
+/// An inclusive range of priorities.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[x_kube(validation = Rule::new("self.min <= self.max").message("min must not exceed max"))]
+pub struct PriorityRange {
+    /// Lowest accepted.
+    pub min: i32,
+    /// Highest accepted.
+    pub max: i32,
 }
 
 /// What the scheduler reports about a queue.

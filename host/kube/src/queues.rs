@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use ahash::AHashMap;
 use wasmsched_api::{GPU_MILLI, Resources};
-use wasmsched_core::{QueueSpec, QueueTree};
+use wasmsched_core::{Admission, QueueSpec, QueueTree};
 
 use crate::convert::{ConvertError, resources};
 use crate::crd::{Queue, ResourceList};
@@ -28,6 +28,16 @@ pub fn spec(q: &Queue) -> Result<QueueSpec, ConvertError> {
         borrowing_limit: q.spec.borrowing_limit.as_ref().map(|c| limits("spec.borrowingLimit", c)).transpose()?,
         lending_limit: q.spec.lending_limit.as_ref().map(|c| limits("spec.lendingLimit", c)).transpose()?,
         reclaimable: q.spec.reclaimable,
+        admission: q
+            .spec
+            .admission
+            .as_ref()
+            .map(|a| Admission {
+                max_jobs: a.max_jobs,
+                max_gpus_per_job: a.max_gpus_per_job,
+                priority_range: a.priority_range.map(|r| (r.min, r.max)),
+            })
+            .unwrap_or_default(),
     })
 }
 
@@ -120,7 +130,8 @@ mod tests {
             "metadata": {"name": "research"},
             "spec": {"weight": 3, "guarantee": {"nvidia.com/gpu": "8", "cpu": "32"},
                      "capability": {"nvidia.com/gpu": "16"}, "borrowingLimit": {"nvidia.com/gpu": "4"},
-                     "lendingLimit": {"nvidia.com/gpu": "2"}, "reclaimable": false}})));
+                     "lendingLimit": {"nvidia.com/gpu": "2"}, "reclaimable": false,
+                     "admission": {"maxJobs": 2, "maxGPUsPerJob": 16, "priorityRange": {"min": 100, "max": 1000}}}})));
         qs.apply(queue(json!({"apiVersion": "scheduling.wasmsched.io/v1alpha1", "kind": "Queue",
             "metadata": {"name": "broken"}, "spec": {"guarantee": {"cpu": "lots"}}})));
         let (tree, errors) = qs.tree();
@@ -138,6 +149,8 @@ mod tests {
         let reserved = tree.reserved_against(tree.index_of(DEFAULT_QUEUE).unwrap(), &vec![Resources::default(); 2]);
         assert_eq!((reserved.gpu_milli, reserved.cpu_milli), (6000, 0));
         assert!(!r.reclaimable);
+        let a = &r.admission;
+        assert_eq!((a.max_jobs, a.max_gpus_per_job, a.priority_range), (Some(2), Some(16), Some((100, 1000))));
         assert!(tree.is_leaf(tree.index_of(DEFAULT_QUEUE).unwrap()));
         assert!(errors["broken"].contains("lots"), "{errors:?}");
         // A child naming a parent that does not exist: the tree is refused as a whole.

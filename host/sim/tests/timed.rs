@@ -248,3 +248,33 @@ jobs:
     assert_eq!((free[0], free[2]), (Some(0), Some(5)), "{free:?}");
     assert_eq!(free[1], Some(0), "{free:?}");
 }
+
+#[test]
+fn a_queue_s_admission_limits_turn_jobs_away_in_a_replay() {
+    let yaml = r#"
+nodes:
+  - {name: n1, cpu_milli: 8000, memory_mib: 65536, gpus: 1, model: T4}
+queues:
+  - {name: q, admission: {max_jobs: 2, max_gpus_per_job: 1, priority_range: [0, 10]}}
+jobs:
+  - {name: a, queue: q, arrival: 0, duration: 10, cpu_milli: 1000, gpus: 1, gpu_milli: 1000}
+  - {name: b, queue: q, arrival: 1, duration: 10, cpu_milli: 1000, gpus: 1, gpu_milli: 1000}
+  - {name: c, queue: q, arrival: 2, duration: 10, cpu_milli: 1000, gpus: 1, gpu_milli: 1000}
+  - {name: big, queue: q, arrival: 25, duration: 10, cpu_milli: 1000, gpus: 1, gpu_milli: 1000, replicas: 2}
+  - {name: vip, queue: q, arrival: 30, duration: 10, cpu_milli: 1000, priority: 11}
+  - {name: d, queue: q, arrival: 30, duration: 10, cpu_milli: 1000}
+"#;
+    let s = Scenario::parse("admission.yaml", yaml).unwrap();
+    let r = timed::run(&full_set(), &s.node_table(), &queue_tree(&s.queues).unwrap(), &s.jobs).unwrap();
+    let at = |name: &str| &r.jobs[s.jobs.iter().position(|j| j.name == name).unwrap()];
+    // a runs, b waits for the GPU: the queue holds 2 jobs, so c is turned away, not queued.
+    assert_eq!((at("a").start, at("b").start), (Some(0), Some(10)));
+    assert_eq!(at("c").start, None);
+    assert_eq!(at("c").waiting_reason.as_deref(), Some("refused: queue job limit reached: 2"));
+    assert_eq!(at("big").waiting_reason.as_deref(), Some("refused: job GPU request 2 exceeds limit 1"));
+    assert_eq!(at("vip").waiting_reason.as_deref(), Some("refused: job priority 11 out of allowed range [0, 10]"));
+    assert_eq!(at("d").start, Some(30), "room again once a and b are done");
+    let bad = yaml.replace("priority_range: [0, 10]", "priority_range: [10, 0]");
+    let e = Scenario::parse("admission.yaml", &bad).unwrap_err().to_string();
+    assert!(e.contains("queue q: priority range minimum above its maximum"), "{e}");
+}

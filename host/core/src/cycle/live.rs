@@ -39,7 +39,8 @@ impl SchedulerCore {
                 self.nodes.slot_of(node).ok_or_else(|| invalid(format!("task {task} runs on unknown node {node}")))?;
             slots.push((idx, slot));
         }
-        self.submit(workload, now)?;
+        // Admission limits are for new work: a running workload is taken over whatever they say.
+        self.enter(workload, now, false)?;
         for ((idx, slot), (_, node, devices)) in slots.into_iter().zip(running) {
             let e = self.entries.get(&name).expect("just submitted");
             let task = e.spec.members[idx].clone();

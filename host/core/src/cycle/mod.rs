@@ -494,8 +494,13 @@ impl SchedulerCore {
     }
 
     /// Queue a workload. Refused (changing nothing) when malformed, in an unknown or non-leaf
-    /// queue, or clashing with a tracked workload or task.
+    /// queue, clashing with a tracked workload or task, or outside its queue's admission limits.
     pub fn submit(&mut self, workload: Workload, now: u64) -> Result<(), WorkloadError> {
+        self.enter(workload, now, true)
+    }
+
+    /// [`Self::submit`], with or without the admission limits (work already running is a fact).
+    pub(super) fn enter(&mut self, workload: Workload, now: u64, admission: bool) -> Result<(), WorkloadError> {
         let workload = workload.normalise(&self.queues)?;
         if self.entries.contains_key(&workload.name) {
             return Err(WorkloadError::Duplicate(workload.name));
@@ -509,10 +514,13 @@ impl SchedulerCore {
                 });
             }
         }
+        let leaf = self.queues.index_of(&workload.queue).expect("normalise checked the queue");
+        if admission {
+            self.admit(&workload, leaf)?;
+        }
         for m in &workload.members {
             self.owner.insert(m.id.clone(), workload.name.clone());
         }
-        let leaf = self.queues.index_of(&workload.queue).expect("normalise checked the queue");
         self.seq += 1;
         let n = workload.members.len();
         self.entries.insert(
@@ -862,6 +870,35 @@ impl SchedulerCore {
             }
         }
         (admitted, limiter)
+    }
+
+    /// The leaf queue's admission limits (digest Q3–Q5, in that order of the article's checks:
+    /// job count, GPUs, priority). Running workloads count towards the job limit.
+    fn admit(&self, w: &Workload, leaf: usize) -> Result<(), WorkloadError> {
+        let Some(spec) = self.queues.get(leaf) else { return Ok(()) };
+        let a = &spec.admission;
+        let refuse =
+            |reason: String| Err(WorkloadError::Refused { workload: w.name.clone(), queue: spec.name.clone(), reason });
+        if let Some(max) = a.max_jobs {
+            // O(workloads), only for queues with the limit.
+            let held = self.entries.values().filter(|e| e.leaf == leaf).count();
+            if held >= max as usize {
+                return refuse(format!("queue job limit reached: {max}"));
+            }
+        }
+        if let Some(max) = a.max_gpus_per_job {
+            let milli: u64 = w.members.iter().map(|t| u64::from(t.gpu.count) * u64::from(t.gpu.milli_per_gpu)).sum();
+            let gpus = milli.div_ceil(u64::from(wasmsched_api::GPU_MILLI));
+            if gpus > u64::from(max) {
+                return refuse(format!("job GPU request {gpus} exceeds limit {max}"));
+            }
+        }
+        if let Some((min, max)) = a.priority_range
+            && !(min..=max).contains(&w.priority)
+        {
+            return refuse(format!("job priority {} out of allowed range [{min}, {max}]", w.priority));
+        }
+        Ok(())
     }
 
     /// Try to place one workload (its unplaced members), preempting if it may.

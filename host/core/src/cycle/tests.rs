@@ -399,6 +399,41 @@ fn gpus(n: u64) -> Resources {
 }
 
 #[test]
+fn q3_q5_admission_limits_refuse_at_submission_and_count_running_work() {
+    let mut q = queue("q", 1);
+    q.admission = crate::Admission { max_jobs: Some(2), max_gpus_per_job: Some(16), priority_range: Some((100, 1000)) };
+    let mut c = core(vec![q], &[("n", 8)]);
+    let refused = |r: Result<(), WorkloadError>| match r {
+        Err(WorkloadError::Refused { reason, .. }) => reason,
+        other => panic!("not refused: {other:?}"),
+    };
+    // Q3: 8 GPUs per replica × 2 replicas = 16 is admitted; × 3 = 24 is not.
+    let mut g = gang("fits", "q", 2, 1, 8);
+    g.priority = 100;
+    c.submit(g, 0).unwrap();
+    let mut g = gang("big", "q", 3, 1, 8);
+    g.priority = 100;
+    assert_eq!(refused(c.submit(g, 0)), "job GPU request 24 exceeds limit 16");
+    // Q4: the range is inclusive.
+    assert_eq!(refused(c.submit(job("low", "q", 99, 1), 0)), "job priority 99 out of allowed range [100, 1000]");
+    assert_eq!(refused(c.submit(job("high", "q", 1001, 1), 0)), "job priority 1001 out of allowed range [100, 1000]");
+    c.submit(job("top", "q", 1000, 16), 0).unwrap(); // larger than the node: stays pending
+    // Q5: one running and one pending fill the limit of 2.
+    c.schedule(&full(), 0);
+    assert_eq!(c.status("fits").unwrap().phase, Phase::Running);
+    assert_eq!(c.status("top").unwrap().phase, Phase::Pending);
+    let e = c.submit(job("third", "q", 100, 1), 1).unwrap_err();
+    assert_eq!(e.to_string(), "workload third: refused by queue q: queue job limit reached: 2");
+    assert!(c.status("third").is_none(), "a refused workload leaves no trace");
+    c.finish("fits").unwrap();
+    c.submit(job("third", "q", 100, 1), 2).unwrap();
+    // A bad range is refused with the tree.
+    let mut bad = queue("bad", 1);
+    bad.admission.priority_range = Some((5, 1));
+    assert!(matches!(QueueTree::new([bad]), Err(crate::QueueError::EmptyPriorityRange(_))));
+}
+
+#[test]
 fn borrowing_limit_bounds_what_a_queue_takes_above_its_guarantee() {
     // a is guaranteed 8 GPUs and may borrow 8 more: 16 of the idle 32, not all of them.
     let mut a = queue("a", 1);

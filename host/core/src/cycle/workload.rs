@@ -166,6 +166,16 @@ pub enum WorkloadError {
         /// The queue it named.
         queue: String,
     },
+    /// Its queue's admission limits refuse it.
+    #[error("workload {workload}: refused by queue {queue}: {reason}")]
+    Refused {
+        /// The workload.
+        workload: String,
+        /// The queue.
+        queue: String,
+        /// Which limit, e.g. `queue job limit reached: 2`.
+        reason: String,
+    },
     /// Malformed in itself.
     #[error("workload {workload}: {reason}")]
     Invalid {

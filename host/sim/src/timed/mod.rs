@@ -230,9 +230,14 @@ pub fn run_observed(
                 break;
             }
             next_arrival += 1;
-            core.submit(workloads[i].clone(), now)
-                .map_err(|e| ReplayError::Job { job: jobs[i].name.clone(), reason: e.to_string() })?;
-            last_change = now;
+            match core.submit(workloads[i].clone(), now) {
+                Ok(()) => last_change = now,
+                // Its queue's admission limits turned it away: it never waits; its outcome says why.
+                Err(wasmsched_core::WorkloadError::Refused { reason, .. }) => {
+                    out[i].waiting_reason = Some(format!("refused: {reason}"));
+                }
+                Err(e) => return Err(ReplayError::Job { job: jobs[i].name.clone(), reason: e.to_string() }),
+            }
         }
         decisions.extend(core.schedule(set, now));
 

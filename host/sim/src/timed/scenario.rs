@@ -246,6 +246,23 @@ pub struct QueueConfig {
     pub lending_limit: Option<Amount>,
     /// Others may reclaim what it borrows above its deserved share.
     pub reclaimable: bool,
+    /// Admission limits; a job they refuse never waits (its outcome says why).
+    pub admission: AdmissionConfig,
+}
+
+/// A queue's admission limits in a scenario: `{max_jobs, max_gpus_per_job, priority_range: [min, max]}`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdmissionConfig {
+    /// Most jobs pending and running in the queue at once.
+    #[serde(default)]
+    pub max_jobs: Option<u32>,
+    /// Most GPUs one job may request, all replicas counted.
+    #[serde(default)]
+    pub max_gpus_per_job: Option<u32>,
+    /// Inclusive priority range.
+    #[serde(default)]
+    pub priority_range: Option<[i32; 2]>,
 }
 
 impl QueueConfig {
@@ -260,6 +277,7 @@ impl QueueConfig {
             borrowing_limit: None,
             lending_limit: None,
             reclaimable: true,
+            admission: AdmissionConfig::default(),
         }
     }
 
@@ -279,6 +297,11 @@ impl QueueConfig {
                 .map_err(bad)?,
             lending_limit: self.lending_limit.as_ref().map(|c| c.resources(u64::MAX / 4)).transpose().map_err(bad)?,
             reclaimable: self.reclaimable,
+            admission: wasmsched_core::Admission {
+                max_jobs: self.admission.max_jobs,
+                max_gpus_per_job: self.admission.max_gpus_per_job,
+                priority_range: self.admission.priority_range.map(|[a, b]| (a, b)),
+            },
         })
     }
 }
@@ -303,12 +326,14 @@ impl<'de> Deserialize<'de> for QueueConfig {
             lending_limit: Option<Amount>,
             #[serde(default = "yes")]
             reclaimable: bool,
+            #[serde(default)]
+            admission: AdmissionConfig,
         }
         struct Visitor;
         impl<'de> serde::de::Visitor<'de> for Visitor {
             type Value = QueueConfig;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a queue name or a queue object {name, parent, weight, guarantee, capability, borrowing_limit, lending_limit, reclaimable}")
+                f.write_str("a queue name or a queue object {name, parent, weight, guarantee, capability, borrowing_limit, lending_limit, reclaimable, admission}")
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<QueueConfig, E> {
                 Ok(QueueConfig::named(v))
@@ -324,6 +349,7 @@ impl<'de> Deserialize<'de> for QueueConfig {
                     borrowing_limit: f.borrowing_limit,
                     lending_limit: f.lending_limit,
                     reclaimable: f.reclaimable,
+                    admission: f.admission,
                 })
             }
         }
