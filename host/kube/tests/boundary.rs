@@ -529,6 +529,22 @@ async fn after_a_restart_running_pods_count_in_their_queue_and_others_usage_on_t
     .await;
     api.put(Kind::Queue, json!({"metadata": {"name": "later"}, "spec": {"weight": 1}}));
     eventually("lost bound", Duration::from_secs(30), || node_of(&api, "ml/lost").is_some()).await;
+    // Admission limits: a queue holding one job turns the second away with the reason (it is
+    // tried again, and admitted once the first is gone).
+    api.put(Kind::Queue, json!({"metadata": {"name": "solo"}, "spec": {"weight": 1, "admission": {"maxJobs": 1}}}));
+    for name in ["solo-1", "solo-2"] {
+        let mut p = pod("ml", name, NAME, 0, "1", "1Gi");
+        p["metadata"]["annotations"] = json!({"scheduling.wasmsched.io/queue": "solo"});
+        api.put(Kind::Pod, p);
+    }
+    eventually("the second refused", Duration::from_secs(20), || {
+        node_of(&api, "ml/solo-1").is_some()
+            && condition_of(&api, "ml/solo-2").is_some_and(|m| m.contains("queue job limit reached: 1"))
+    })
+    .await;
+    api.remove(Kind::Pod, "ml/solo-1");
+    eventually("solo-2 admitted once solo-1 is gone", Duration::from_secs(30), || node_of(&api, "ml/solo-2").is_some())
+        .await;
     run.stop().await;
     assert_chart_rbac_allows(&api);
 }
