@@ -49,7 +49,8 @@ pub struct Args {
     /// Run the policies natively instead of as Wasm components.
     #[arg(long)]
     native: bool,
-    /// Write `jobs.csv`, `utilisation.csv` and `utilisation.svg` here.
+    /// Write `jobs.csv`, `utilisation.csv`, `utilisation.svg` and `queue_delay.svg` (per-queue
+    /// CDF of queueing delay) here.
     #[arg(long)]
     out: Option<PathBuf>,
     /// Print machine-readable JSON.
@@ -255,6 +256,30 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "time (h)",
             "GPU allocated (% of capacity)",
             &[(args.policy.clone(), hours)],
+        )?;
+        // Queueing delay per queue as a CDF: the share of its started jobs that waited at most x.
+        let mut curves = Vec::new();
+        for queue in r.queues.keys() {
+            let mut waits: Vec<f64> = r
+                .jobs
+                .iter()
+                .filter(|o| &o.queue == queue)
+                .filter_map(|o| o.start.map(|s| (s - o.arrival) as f64 / 60.0))
+                .collect();
+            if waits.is_empty() {
+                continue;
+            }
+            waits.sort_by(f64::total_cmp);
+            let n = waits.len() as f64;
+            let cdf = waits.iter().enumerate().map(|(i, &w)| (w, 100.0 * (i + 1) as f64 / n)).collect();
+            curves.push((queue.clone(), cdf));
+        }
+        crate::chart::lines(
+            &out.join("queue_delay.svg"),
+            &format!("Queueing delay by queue ({})", args.policy),
+            "waited (min)",
+            "started jobs that waited at most this long (%)",
+            &curves,
         )?;
     }
     if args.json {

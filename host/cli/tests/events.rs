@@ -189,6 +189,17 @@ fn replay_publishes_preemptions_with_their_rule_and_checkpoint_and_gang_timeouts
     assert_eq!(why["data"]["reasons"][0]["stage"], "fair-share");
     assert!(why["data"]["reasons"][0]["reason"].as_str().unwrap().contains("at capability"), "{why}");
 
+    // The same replay with `--out`: per-job CSV, utilisation and per-queue delay figures.
+    let out = tempfile::tempdir().unwrap();
+    let out_arg = out.path().to_str().unwrap();
+    ok(wasmsched(&["replay", "--scenario", "examples/scenarios/queues-gangs-preemption.yaml", "--out", out_arg]));
+    let jobs = std::fs::read_to_string(out.path().join("jobs.csv")).unwrap();
+    assert!(jobs.starts_with("job,queue,arrival,start,end,evictions,waiting_reason\n"), "{jobs}");
+    assert_eq!(jobs.lines().count(), 1 + 8, "one row per job");
+    let delay = std::fs::read_to_string(out.path().join("queue_delay.svg")).unwrap();
+    assert!(delay.contains("Queueing delay by queue") && delay.contains("\nprod\n") && delay.contains("\nbatch\n"));
+    assert!(std::fs::read_to_string(out.path().join("utilisation.svg")).unwrap().contains("GPU allocation"));
+
     // `events why` answers from the same file: the gang that never fit, a job that ran.
     let answer = ok(wasmsched(&["events", "why", "too-big-0", "--file", &file]));
     assert!(answer.starts_with("too-big-0: pending; attempt "), "{answer}");
