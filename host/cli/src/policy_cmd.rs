@@ -298,7 +298,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
     // another thread, as a real rollout does — first-use mirror sync and the preparation's CPU
     // included.
     const CASES: [&str; 3] = ["no swaps", "swaps of prepared versions", "swaps of freshly prepared versions"];
-    let mut latencies: [Vec<f64>; 3] = Default::default();
+    let mut latencies: [Latencies; 3] = Default::default();
     let mut swaps = [0u64; 3];
     for _round in 0..args.rounds.max(1) {
         for case in 0..3 {
@@ -348,23 +348,35 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let base_p99 = p99(latencies[0].clone());
+    let base_p99 = p99(latencies[0].all.clone());
     println!(
         "decision latency over {} nodes, {} decisions per case, swaps every {} ms:",
         args.nodes,
-        latencies[0].len(),
+        latencies[0].all.len(),
         args.swap_ms
     );
     for case in 0..3 {
-        let q = p99(latencies[case].clone());
+        let l = &latencies[case];
+        let q = p99(l.all.clone());
         println!(
             "  {:<36} p99 {:>8.1} µs  ratio {:.3}  median {:>6.1} µs  swaps {}",
             CASES[case],
             q,
             q / base_p99,
-            median(latencies[case].clone()),
+            median(l.all.clone()),
             swaps[case]
         );
+        if case > 0 && !l.first_after_swap.is_empty() {
+            // Where the tail comes from: the first decision with each version, or all of them.
+            let rest = p99(l.others.clone());
+            println!(
+                "    first decision with a new version: {} of them, median {:.1} µs; the others: p99 {:.1} µs (ratio {:.3})",
+                l.first_after_swap.len(),
+                median(l.first_after_swap.clone()),
+                rest,
+                rest / base_p99
+            );
+        }
     }
     Ok(())
 }
@@ -386,12 +398,22 @@ fn initial_registry(preparer: &Preparer) -> anyhow::Result<Registry> {
 
 type Running = std::collections::VecDeque<(u32, wasmsched_api::Task, Vec<wasmsched_api::DeviceShare>)>;
 
+/// Latencies of one case, the first decision with each new version apart (where a swap's cost
+/// lands: the incoming version's mirrors catching up).
+#[derive(Default)]
+struct Latencies {
+    all: Vec<f64>,
+    first_after_swap: Vec<f64>,
+    others: Vec<f64>,
+    version: u64,
+}
+
 fn decide(
     registry: &Registry,
     nodes: &mut NodeTable,
     running: &mut Running,
     task: wasmsched_api::Task,
-    lat: &mut Vec<f64>,
+    lat: &mut Latencies,
 ) {
     if registry.wants_sample() {
         registry.offer_sample(nodes);
@@ -401,7 +423,13 @@ fn decide(
     let result = place(&live.set, nodes, &task, 0);
     let latency = started.elapsed();
     registry.record(&live, Decision { task: &task, nodes, result: &result, latency });
-    lat.push(latency.as_secs_f64() * 1e6);
+    let us = latency.as_secs_f64() * 1e6;
+    lat.all.push(us);
+    if std::mem::replace(&mut lat.version, live.version) != live.version {
+        lat.first_after_swap.push(us);
+    } else {
+        lat.others.push(us);
+    }
     if let Ok(p) = result
         && nodes.update(p.node, |n| bind(n, &task, &p.devices)).is_some_and(|r| r.is_ok())
     {

@@ -24,7 +24,9 @@ static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
 /// Every change bumps [`NodeTable::generation`] and is logged, so a plugin instance that mirrors
 /// the table can catch up with [`NodeTable::changes_since`] instead of receiving every node again.
 /// Each table has a unique [`NodeTable::id`]; a clone gets a new id (its generations diverge from
-/// the original's), so a mirror never applies deltas of one table to another.
+/// the original's), so a mirror never applies deltas of one table to another. A
+/// [`NodeTable::snapshot`] keeps the id until it is first changed: a mirror synced to a snapshot
+/// is synced to the original at that generation, and catches up with the original's deltas.
 #[derive(Debug)]
 pub struct NodeTable {
     id: u64,
@@ -38,6 +40,9 @@ pub struct NodeTable {
     log_floor: u64,
     /// GPU topologies by node name (static hardware facts, not mirrored: plugins ask the host).
     topologies: Arc<Topologies>,
+    /// A snapshot still equal to its original at `generation`: it shares the original's id until
+    /// its first change.
+    frozen: bool,
 }
 
 /// What a mirror at some generation must apply to catch up.
@@ -73,6 +78,7 @@ impl Clone for NodeTable {
             log: VecDeque::new(),
             log_floor: self.generation,
             topologies: Arc::clone(&self.topologies),
+            frozen: false,
         }
     }
 }
@@ -89,7 +95,16 @@ impl NodeTable {
             log: VecDeque::new(),
             log_floor: 0,
             topologies: Arc::default(),
+            frozen: false,
         }
+    }
+
+    /// A copy for readers elsewhere (a policy version's smoke test): it keeps this table's id at
+    /// this generation, so plugin mirrors synced to it need only this table's later deltas —
+    /// a new version's first live decision does not resend every node. Its first change gives it
+    /// an id of its own, like a clone.
+    pub fn snapshot(&self) -> NodeTable {
+        NodeTable { id: self.id, frozen: true, ..self.clone() }
     }
 
     /// The GPU topologies known for nodes (by node name).
@@ -186,6 +201,13 @@ impl NodeTable {
     }
 
     fn record(&mut self, slot: Slot) {
+        if self.frozen {
+            // Diverging from the original: from now on a table of its own.
+            self.frozen = false;
+            self.id = NEXT_TABLE_ID.fetch_add(1, Ordering::Relaxed);
+            self.log.clear();
+            self.log_floor = self.generation;
+        }
         self.generation += 1;
         if self.log.len() == LOG_CAPACITY
             && let Some((g, _)) = self.log.pop_front()
@@ -259,5 +281,23 @@ mod tests {
         assert_eq!(t.changes_since(t.id(), 1), Changes::Full);
         let recent = t.generation() - 5;
         assert_eq!(t.changes_since(t.id(), recent), Changes::Delta { upserted: vec![a], removed: vec![] });
+    }
+
+    #[test]
+    fn a_snapshot_shares_the_original_s_deltas_until_it_changes() {
+        let mut t = NodeTable::new();
+        let a = t.upsert(node("a"));
+        let snap = t.snapshot();
+        assert_eq!((snap.id(), snap.generation()), (t.id(), t.generation()));
+        // A mirror synced to the snapshot catches up on the original with a delta.
+        let (id, g) = (snap.id(), snap.generation());
+        t.update(a, |n| n.unschedulable = true);
+        assert_eq!(t.changes_since(id, g), Changes::Delta { upserted: vec![a], removed: vec![] });
+        // Changing the snapshot makes it a table of its own.
+        let mut snap = snap;
+        snap.upsert(node("b"));
+        assert_ne!(snap.id(), t.id());
+        assert_eq!(snap.changes_since(id, g), Changes::Full);
+        assert_ne!(t.clone().id(), t.id(), "a clone never shares the id");
     }
 }

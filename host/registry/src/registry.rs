@@ -364,7 +364,9 @@ impl Registry {
     /// Keep a snapshot of the live cluster for smoke tests.
     pub fn offer_sample(&self, nodes: &NodeTable) {
         self.sample_wanted.store(false, Ordering::Relaxed);
-        let snapshot = Arc::new(nodes.clone());
+        // A snapshot keeps the live table's identity: a version smoke-tested on it starts with
+        // mirrors that need only the live table's later deltas.
+        let snapshot = Arc::new(nodes.snapshot());
         let mut inner = self.lock();
         let tasks = inner.recent_tasks.iter().cloned().collect();
         inner.sample = Some((Sample { nodes: snapshot, tasks }, Instant::now()));
@@ -605,6 +607,9 @@ impl Registry {
         let version = self.next_version();
         let label = format!("{}@{version}", fetched.spec.name);
         let sample = self.sample();
+        // The next version prepared starts from a sample at most one preparation old, so its
+        // first live decision catches up on little.
+        self.sample_wanted.store(true, Ordering::Relaxed);
         let prepared = match preparer.prepare(fetched, version, &sample) {
             Ok(v) => Arc::new(v),
             Err(e) => {
