@@ -72,13 +72,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let source = PolicyObjectSource::new(client.clone(), name, &args.lease_namespace, handle, registry.clone());
         sources.push(Box::new(source));
     }
-    let watcher = (!sources.is_empty())
-        .then(|| {
-            let every = Duration::from_secs_f64(args.policy_poll_seconds.max(0.1));
-            Watcher::spawn(registry.clone(), preparer, sources, every)
-        })
-        .transpose()
-        .context("policy watcher")?;
+    let watcher = watch_sources(&registry, preparer, sources, args.policy_poll_seconds)?;
     let control = match args.sink.nats.config()? {
         Some(nats) => Some(wasmsched_registry::control::ControlServer::start(&nats, registry.clone())?),
         None => None,
@@ -118,6 +112,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     result
 }
 
+/// Watches `sources` for new versions every `poll_seconds`, when there are any.
+fn watch_sources(
+    registry: &Arc<wasmsched_registry::Registry>,
+    preparer: Preparer,
+    sources: Vec<Box<dyn Source>>,
+    poll_seconds: f64,
+) -> anyhow::Result<Option<Watcher>> {
+    (!sources.is_empty())
+        .then(|| Watcher::spawn(registry.clone(), preparer, sources, Duration::from_secs_f64(poll_seconds.max(0.1))))
+        .transpose()
+        .context("policy watcher")
+}
+
 /// The policy set to start with: the directory's (then watched) or the built-in default.
 fn initial_policy(dir: Option<&Path>) -> anyhow::Result<(Fetched, Vec<Box<dyn Source>>)> {
     Ok(match dir {
@@ -154,13 +161,7 @@ pub fn extender(args: ExtenderArgs) -> anyhow::Result<()> {
     let (initial, sources) = initial_policy(args.policy.as_deref())?;
     let registry = policy::registry(&preparer, &initial, None).context("preparing the first policy set")?;
     tracing::info!(policy = %registry.current().label(), "policy set live");
-    let watcher = (!sources.is_empty())
-        .then(|| {
-            let every = Duration::from_secs_f64(args.policy_poll_seconds.max(0.1));
-            Watcher::spawn(registry.clone(), preparer, sources, every)
-        })
-        .transpose()
-        .context("policy watcher")?;
+    let watcher = watch_sources(&registry, preparer, sources, args.policy_poll_seconds)?;
     let client = runtime
         .block_on(kube::Client::try_default())
         .context("connecting to the Kubernetes API (kubeconfig or in-cluster)")?;

@@ -94,21 +94,22 @@ pub(crate) fn fits(small: &Resources, big: &Resources) -> bool {
         && small.extended.iter().all(|(n, v)| big.extended.iter().find(|(b, _)| b == n).is_none_or(|(_, b)| v <= b))
 }
 
-/// The tighter of two bounds in every resource; an extended resource one of them does not name is
-/// bounded by the other alone.
-fn tighter(a: &Resources, b: &Resources) -> Resources {
+/// `f` of two amounts in every resource; an extended resource one of them does not name is taken
+/// from the other alone (for bounds: unbounded there).
+fn combine(a: &Resources, b: &Resources, f: fn(u64, u64) -> u64) -> Resources {
     let mut extended = a.extended.clone();
     for (name, v) in &b.extended {
         match extended.iter_mut().find(|(n, _)| n == name) {
-            Some((_, x)) => *x = (*x).min(*v),
+            Some((_, x)) => *x = f(*x, *v),
             None => extended.push((name.clone(), *v)),
         }
     }
+    extended.sort_by(|a, b| a.0.cmp(&b.0)); // lookups binary-search them
     Resources {
-        cpu_milli: a.cpu_milli.min(b.cpu_milli),
-        memory_bytes: a.memory_bytes.min(b.memory_bytes),
-        gpu_milli: a.gpu_milli.min(b.gpu_milli),
-        extended: sorted(extended),
+        cpu_milli: f(a.cpu_milli, b.cpu_milli),
+        memory_bytes: f(a.memory_bytes, b.memory_bytes),
+        gpu_milli: f(a.gpu_milli, b.gpu_milli),
+        extended,
     }
 }
 
@@ -121,29 +122,6 @@ fn plus_bound(a: &Resources, b: &Resources) -> Resources {
         gpu_milli: a.gpu_milli.saturating_add(b.gpu_milli),
         extended: b.extended.iter().map(|(n, v)| (n.clone(), a.extended(n).saturating_add(*v))).collect(),
     }
-}
-
-/// The larger of two amounts in every resource.
-fn larger(a: &Resources, b: &Resources) -> Resources {
-    let mut extended = a.extended.clone();
-    for (name, v) in &b.extended {
-        match extended.iter_mut().find(|(n, _)| n == name) {
-            Some((_, x)) => *x = (*x).max(*v),
-            None => extended.push((name.clone(), *v)),
-        }
-    }
-    Resources {
-        cpu_milli: a.cpu_milli.max(b.cpu_milli),
-        memory_bytes: a.memory_bytes.max(b.memory_bytes),
-        gpu_milli: a.gpu_milli.max(b.gpu_milli),
-        extended: sorted(extended),
-    }
-}
-
-/// Extended resources are kept sorted by name (lookups binary-search them).
-fn sorted(mut extended: Vec<(String, u64)>) -> Vec<(String, u64)> {
-    extended.sort_by(|a, b| a.0.cmp(&b.0));
-    extended
 }
 
 fn sum(list: &[&Resources]) -> Option<Resources> {
@@ -190,7 +168,7 @@ impl QueueTree {
             (None, None) => None,
             (Some(c), None) => Some(c.clone()),
             (None, Some(b)) => Some(plus_bound(&spec.guarantee, b)),
-            (Some(c), Some(b)) => Some(tighter(c, &plus_bound(&spec.guarantee, b))),
+            (Some(c), Some(b)) => Some(combine(c, &plus_bound(&spec.guarantee, b), u64::min)),
         };
         let reserve = spec.lending_limit.as_ref().map(|l| Resources {
             // An extended resource the lending limit does not name is lent in full.
@@ -285,7 +263,7 @@ impl QueueTree {
                 Some(r) => r.saturating_sub(allocated.get(q).unwrap_or(&Resources::default())),
                 None => Resources::default(),
             };
-            unused[q] = larger(&own, &children[q]);
+            unused[q] = combine(&own, &children[q], u64::max);
             match self.parent[q] {
                 Some(p) => children[p].saturating_add_assign(&unused[q]),
                 None => roots.saturating_add_assign(&unused[q]),
