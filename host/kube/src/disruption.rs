@@ -57,6 +57,11 @@ impl Budgets {
     pub fn is_empty(&self) -> bool {
         self.budgets.is_empty()
     }
+
+    /// Namespaces with a budget that has no disruption left: only their pods can be protected.
+    pub fn exhausted_namespaces(&self) -> ahash::AHashSet<&str> {
+        self.budgets.values().filter(|(_, b)| b.exhausted).map(|(ns, _)| ns.as_str()).collect()
+    }
 }
 
 /// A `policy/v1` selector: `{}` selects every pod of the namespace, none selects nothing.
@@ -109,8 +114,10 @@ mod tests {
         assert!(!b.protects("other", &train), "budgets are namespaced");
         assert!(!b.protects("ml", &labels(&[("app", "serve")])));
         // A disruption left: the victim may go.
+        assert!(b.exhausted_namespaces().contains("ml"));
         assert!(b.apply(&pdb("train", json!({"matchLabels": {"app": "train"}}), Some(1))));
         assert!(!b.protects("ml", &train));
+        assert!(b.exhausted_namespaces().is_empty());
         // Not counted yet by the disruption controller: nothing allowed.
         b.apply(&pdb("train", json!({"matchLabels": {"app": "train"}}), None));
         assert!(b.protects("ml", &train));

@@ -677,11 +677,16 @@ impl Scheduler {
             return;
         }
         let mut protected = AHashSet::new();
-        for (id, facts) in &self.ours {
-            if let Some(w) = self.core.owner_of(id)
-                && self.budgets.protects(&facts.task.namespace, &facts.labels)
-            {
-                protected.insert(w.to_string());
+        // One hash lookup per pod outside the namespaces with an exhausted budget.
+        let namespaces = self.budgets.exhausted_namespaces();
+        if !namespaces.is_empty() {
+            for (id, facts) in &self.ours {
+                if namespaces.contains(facts.task.namespace.as_str())
+                    && let Some(w) = self.core.owner_of(id)
+                    && self.budgets.protects(&facts.task.namespace, &facts.labels)
+                {
+                    protected.insert(w.to_string());
+                }
             }
         }
         // Every cycle, not only on change: a workload submitted again starts preemptible.
