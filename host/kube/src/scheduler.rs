@@ -1189,6 +1189,12 @@ impl Scheduler {
                 if self.core.placement_of(&id).is_some() {
                     let _ = self.core.remove_task(&id);
                 }
+                // The watch may already have shown it bound (by another scheduler, possibly to the
+                // very node we chose): it runs there as others' usage, which the core sees only
+                // once that node is shown to it again.
+                if let Some(node) = self.cache.node_of(&id).map(String::from) {
+                    self.stale(node);
+                }
                 if retry {
                     let at = self.now() + self.config.core.backoff_initial_seconds.max(1);
                     let wait_key = self.ours.get(&id).and_then(|f| group_key(&f.task)).unwrap_or_else(|| id.clone());

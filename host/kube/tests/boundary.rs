@@ -188,7 +188,11 @@ async fn a_conflict_on_bind_is_not_retried_and_throttling_backs_off() {
         s.bind_faults
             .insert("ml/throttled".into(), [throttled(429, "TooManyRequests"), throttled(500, "InternalError")].into());
     }
-    api.put(Kind::Pod, pod("ml", "raced", NAME, 8, "4", "32Gi"));
+    // The race is to the very node we choose (the selector pins it): when the watch shows the pod
+    // bound there before our bind's 409 returns, the pod must still count on gpu-1.
+    let mut raced = pod("ml", "raced", NAME, 8, "4", "32Gi");
+    raced["spec"]["nodeSelector"] = json!({"kubernetes.io/hostname": "gpu-1"});
+    api.put(Kind::Pod, raced);
     api.put(Kind::Pod, pod("ml", "throttled", NAME, 0, "4", "32Gi"));
     let run = start(&api, "a", None);
     eventually("throttled pod bound", Duration::from_secs(30), || node_of(&api, "ml/throttled").is_some()).await;

@@ -445,6 +445,17 @@ impl FakeApi {
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
         }
+        let (response, raced) = self.bind_now(ns, name, body, client);
+        if raced {
+            // The other scheduler's bind reaches the watchers well before our answer does: the
+            // order that once lost the raced pod's usage, made certain.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        response
+    }
+
+    /// The bind itself; whether it lost a race to another scheduler's bind.
+    fn bind_now(&self, ns: &str, name: &str, body: &Value, client: String) -> (Response<Body>, bool) {
         let mut s = self.state();
         let id = format!("{ns}/{name}");
         let node = body["target"]["name"].as_str().unwrap_or_default().to_string();
@@ -454,6 +465,7 @@ impl FakeApi {
             BindCall { pod: id.clone(), node: node.clone(), annotations: annotations.clone(), status: 201, client };
         let fault = s.bind_faults.get_mut(&id).and_then(VecDeque::pop_front);
         if let Some(f) = fault {
+            let raced = f.bound_elsewhere.is_some();
             if let Some(other) = &f.bound_elsewhere
                 && let Some(mut pod) = s.objects.get(&(Kind::Pod, id.clone())).cloned()
             {
@@ -462,18 +474,21 @@ impl FakeApi {
             }
             call.status = f.status;
             s.binds.push(call);
-            return respond(f.status, &status(f.status, f.reason, &f.message));
+            return (respond(f.status, &status(f.status, f.reason, &f.message)), raced);
         }
         let Some(mut pod) = s.objects.get(&(Kind::Pod, id.clone())).cloned() else {
             call.status = 404;
             s.binds.push(call);
-            return respond(404, &status(404, "NotFound", &format!("pods \"{name}\" not found")));
+            return (respond(404, &status(404, "NotFound", &format!("pods \"{name}\" not found"))), false);
         };
         let uid = body["metadata"]["uid"].as_str();
         if uid.is_some_and(|u| Some(u) != pod["metadata"]["uid"].as_str()) {
             call.status = 409;
             s.binds.push(call);
-            return respond(409, &status(409, "Conflict", "Precondition failed: UID in precondition does not match"));
+            return (
+                respond(409, &status(409, "Conflict", "Precondition failed: UID in precondition does not match")),
+                false,
+            );
         }
         if let Some(bound) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
             call.status = 409;
@@ -481,7 +496,7 @@ impl FakeApi {
             let msg = format!(
                 "Operation cannot be fulfilled on pods/binding \"{name}\": pod {name} is already assigned to node \"{bound}\""
             );
-            return respond(409, &status(409, "Conflict", &msg));
+            return (respond(409, &status(409, "Conflict", &msg)), false);
         }
         pod["spec"]["nodeName"] = json!(node);
         for (k, v) in &annotations {
@@ -493,7 +508,7 @@ impl FakeApi {
         pod["status"]["conditions"] = json!(conditions);
         s.upsert(Kind::Pod, pod);
         s.binds.push(call);
-        respond(201, &status(201, "", ""))
+        (respond(201, &status(201, "", "")), false)
     }
 
     fn patch_status(&self, ns: &str, name: &str, patch: Value) -> Response<Body> {
