@@ -103,6 +103,7 @@ struct Synced {
     pods: bool,
     queues: bool,
     priority_classes: bool,
+    budgets: bool,
 }
 
 /// The scheduler: the two views, the policy registry and the API effects.
@@ -163,8 +164,9 @@ pub struct Scheduler {
 /// How often the leader brings `Queue` and `PodGroup` status up to date.
 const STATUS_EVERY: Duration = Duration::from_secs(2);
 
-/// Adoption waits this long for the Queue and PriorityClass lists (a cluster without the CRD never
-/// sends the first; one that denies the second to our RBAC never sends it either).
+/// Adoption (and so the first cycle) waits this long for the Queue, PriorityClass and
+/// PodDisruptionBudget lists: priorities and protected victims are known before anything is
+/// decided (a cluster without the CRD never sends the first; RBAC may deny the others).
 const QUEUE_SYNC_GRACE: Duration = Duration::from_secs(5);
 
 impl Scheduler {
@@ -658,6 +660,7 @@ impl Scheduler {
                 if let Some(listed) = self.relist.budgets.take() {
                     self.budgets.retain(&listed);
                 }
+                self.synced.budgets = true;
                 true
             }
             Ok(Event::Apply(b)) => self.budgets.apply(&b),
@@ -724,7 +727,8 @@ impl Scheduler {
         if self.adopted.is_some() || !(self.synced.nodes && self.synced.pods) {
             return;
         }
-        if !(self.synced.queues && self.synced.priority_classes) && self.clock.elapsed() < QUEUE_SYNC_GRACE {
+        let listed = self.synced.queues && self.synced.priority_classes && self.synced.budgets;
+        if !listed && self.clock.elapsed() < QUEUE_SYNC_GRACE {
             return;
         }
         let now = self.now();
