@@ -252,11 +252,22 @@ pub fn score_each(
     worker: usize,
     candidates: &[Slot],
 ) -> Result<Vec<u64>, PluginFault> {
-    let ctx = CallContext { worker, nodes };
-    let mut totals = vec![0u64; candidates.len()];
     if candidates.is_empty() {
-        return Ok(totals);
+        return Ok(Vec::new());
     }
+    weighted_scores(set, CallContext { worker, nodes }, task, candidates, &mut Vec::new())
+}
+
+/// The set's weighted total per candidate; a fail-open plugin's fault goes to `skipped` and its
+/// score counts as 0, a fail-closed one is the error.
+fn weighted_scores(
+    set: &PolicySet,
+    ctx: CallContext<'_>,
+    task: &Task,
+    candidates: &[Slot],
+    skipped: &mut Vec<PluginFault>,
+) -> Result<Vec<u64>, PluginFault> {
+    let mut totals = vec![0u64; candidates.len()];
     for (score, weight) in &set.scores {
         match score.score(ctx, task, candidates) {
             Ok(scores) => {
@@ -264,11 +275,34 @@ pub fn score_each(
                     *t += u64::from(s) * u64::from(*weight);
                 }
             }
-            Err(_) if score.failure_policy() == FailurePolicy::FailOpen => {}
+            Err(fault) if score.failure_policy() == FailurePolicy::FailOpen => skipped.push(fault),
             Err(fault) => return Err(fault),
         }
     }
     Ok(totals)
+}
+
+/// The set's device selection on one node (its plugin, else the default rule; a fail-open fault
+/// falls back to the default and goes to `skipped`), not yet checked against the node.
+fn select_devices(
+    set: &PolicySet,
+    ctx: CallContext<'_>,
+    task: &Task,
+    slot: Slot,
+    node: &wasmsched_api::Node,
+    skipped: &mut Vec<PluginFault>,
+) -> Result<Result<Vec<DeviceShare>, wasmsched_api::Rejection>, PluginFault> {
+    Ok(match &set.devices {
+        None => default_select_devices(task, node),
+        Some(p) => match p.select_devices(ctx, task, slot) {
+            Ok(r) => r,
+            Err(fault) if p.failure_policy() == FailurePolicy::FailOpen => {
+                skipped.push(fault);
+                default_select_devices(task, node)
+            }
+            Err(fault) => return Err(fault),
+        },
+    })
 }
 
 /// The GPUs `set` gives `task` on node `slot` (its device-selection plugin, else the default
@@ -281,15 +315,8 @@ pub fn select_devices_on(
     slot: Slot,
 ) -> Result<Vec<DeviceShare>, String> {
     let node = nodes.get(slot).ok_or("node not found")?;
-    let chosen = match &set.devices {
-        None => default_select_devices(task, node),
-        Some(p) => match p.select_devices(CallContext { worker, nodes }, task, slot) {
-            Ok(r) => r,
-            Err(_) if p.failure_policy() == FailurePolicy::FailOpen => default_select_devices(task, node),
-            Err(fault) => return Err(fault.to_string()),
-        },
-    };
-    let devices = chosen.map_err(|r| r.reason)?;
+    let chosen = select_devices(set, CallContext { worker, nodes }, task, slot, node, &mut Vec::new());
+    let devices = chosen.map_err(|fault| fault.to_string())?.map_err(|r| r.reason)?;
     validate::devices(&devices, task, node)?;
     Ok(devices)
 }
@@ -443,18 +470,10 @@ impl Run {
         if candidates.is_empty() {
             return Err(self.unschedulable());
         }
-        let mut totals = vec![0u64; candidates.len()];
-        for (score, weight) in &set.scores {
-            match score.score(ctx, task, &candidates) {
-                Ok(scores) => {
-                    for (t, s) in totals.iter_mut().zip(scores) {
-                        *t += u64::from(s) * u64::from(*weight);
-                    }
-                }
-                Err(fault) if score.failure_policy() == FailurePolicy::FailOpen => self.skipped.push(fault),
-                Err(fault) => return Err(self.fail(fault)),
-            }
-        }
+        let totals = match weighted_scores(set, ctx, task, &candidates, &mut self.skipped) {
+            Ok(t) => t,
+            Err(fault) => return Err(self.fail(fault)),
+        };
 
         // The best node first (highest total, lowest slot on ties); the rest are ranked only if device
         // selection refuses it, which is rare, so the common case is a linear scan.
@@ -468,16 +487,9 @@ impl Run {
         for i in std::iter::once(best).chain(std::iter::once(()).flat_map(|()| rest())) {
             let slot = candidates[i];
             let Some(node) = nodes.get(slot) else { continue };
-            let chosen = match &set.devices {
-                None => default_select_devices(task, node),
-                Some(p) => match p.select_devices(ctx, task, slot) {
-                    Ok(r) => r,
-                    Err(fault) if p.failure_policy() == FailurePolicy::FailOpen => {
-                        self.skipped.push(fault);
-                        default_select_devices(task, node)
-                    }
-                    Err(fault) => return Err(self.fail(fault)),
-                },
+            let chosen = match select_devices(set, ctx, task, slot, node, &mut self.skipped) {
+                Ok(c) => c,
+                Err(fault) => return Err(self.fail(fault)),
             };
             match chosen {
                 Ok(devices) if validate::devices(&devices, task, node).is_ok() => {
