@@ -1,8 +1,9 @@
 //! Compiles the built-in policies to components; `src/lib.rs` embeds them.
 
-const PLUGINS: [&str; 6] = [
+const PLUGINS: [&str; 7] = [
     "wasmsched-plugin-resource-fit",
     "wasmsched-plugin-allocation-score",
+    "wasmsched-plugin-node-affinity",
     "wasmsched-plugin-fair-share",
     "wasmsched-plugin-priority-preempt",
     "wasmsched-plugin-gpu-share-score",

@@ -17,6 +17,7 @@ pub struct BuiltIn {
 
 const RESOURCE_FIT_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/resource-fit.wasm"));
 const ALLOCATION_SCORE_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/allocation-score.wasm"));
+const NODE_AFFINITY_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/node-affinity.wasm"));
 const FAIR_SHARE_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fair-share.wasm"));
 const PRIORITY_PREEMPT_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/priority-preempt.wasm"));
 const GPU_SHARE_SCORE_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gpu-share-score.wasm"));
@@ -33,6 +34,10 @@ pub const LEAST_ALLOCATED: BuiltIn =
 /// `most-allocated` score (bin-packing): `allocation-score` with `strategy: most`.
 pub const MOST_ALLOCATED: BuiltIn =
     BuiltIn { name: "most-allocated", wasm: ALLOCATION_SCORE_WASM, config: r#"{"strategy":"most"}"# };
+
+/// `node-affinity` score: the task's preferred node-affinity terms, scaled so the best node
+/// scores 100 (kube-scheduler's NodeAffinity score).
+pub const NODE_AFFINITY: BuiltIn = BuiltIn { name: "node-affinity", wasm: NODE_AFFINITY_WASM, config: "" };
 
 /// `proportion` fair share: hierarchical weighted water-filling, queues served by use of their
 /// deserved share.
@@ -83,10 +88,11 @@ pub const GPU_TOPOLOGY: BuiltIn =
 pub const PAPER: [BuiltIn; 6] = [RANDOM, DOT_PROD, GPU_CLUSTERING, GPU_PACKING, BEST_FIT, FGD];
 
 /// Every built-in, by name.
-pub const ALL: [BuiltIn; 14] = [
+pub const ALL: [BuiltIn; 15] = [
     RESOURCE_FIT,
     LEAST_ALLOCATED,
     MOST_ALLOCATED,
+    NODE_AFFINITY,
     PROPORTION,
     DRF,
     DECAYED_USAGE,

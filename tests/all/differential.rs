@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use wasmsched_core::{CallContext, NativePlugin, NodeTable, PolicyPlugin, PolicySet, bind, place};
 use wasmsched_plugin_allocation_score::AllocationScore;
+use wasmsched_plugin_node_affinity::NodeAffinityScore;
 use wasmsched_plugin_resource_fit::ResourceFit;
 use wasmsched_runtime::{Runtime, RuntimeConfig};
 use wasmsched_sim::generate::{self, Rng};
@@ -15,19 +16,43 @@ struct Pair {
 }
 
 fn pairs(rt: &Runtime) -> Vec<Pair> {
-    [wasmsched_plugins::RESOURCE_FIT, wasmsched_plugins::LEAST_ALLOCATED, wasmsched_plugins::MOST_ALLOCATED]
-        .iter()
-        .map(|b| {
-            let wasm: Arc<dyn PolicyPlugin> =
-                Arc::new(rt.load(b.wasm, crate::unhurried(b.name).with_config(b.config)).unwrap());
-            let native: Arc<dyn PolicyPlugin> = if b.name == "resource-fit" {
-                Arc::new(NativePlugin::<ResourceFit>::new(b.config, 2).unwrap())
-            } else {
-                Arc::new(NativePlugin::<AllocationScore>::new(b.config, 2).unwrap().named(b.name))
-            };
-            Pair { native, wasm }
-        })
-        .collect()
+    [
+        wasmsched_plugins::RESOURCE_FIT,
+        wasmsched_plugins::LEAST_ALLOCATED,
+        wasmsched_plugins::MOST_ALLOCATED,
+        wasmsched_plugins::NODE_AFFINITY,
+    ]
+    .iter()
+    .map(|b| {
+        let wasm: Arc<dyn PolicyPlugin> =
+            Arc::new(rt.load(b.wasm, crate::unhurried(b.name).with_config(b.config)).unwrap());
+        let native: Arc<dyn PolicyPlugin> = match b.name {
+            "resource-fit" => Arc::new(NativePlugin::<ResourceFit>::new(b.config, 2).unwrap()),
+            "node-affinity" => Arc::new(NativePlugin::<NodeAffinityScore>::new(b.config, 2).unwrap()),
+            _ => Arc::new(NativePlugin::<AllocationScore>::new(b.config, 2).unwrap().named(b.name)),
+        };
+        Pair { native, wasm }
+    })
+    .collect()
+}
+
+/// A numeric `rack` label on every other node, for `Gt`/`Lt`/`DoesNotExist` requirements.
+fn add_racks(table: &mut NodeTable) {
+    let slots: Vec<u32> = table.slots().collect();
+    for s in slots.into_iter().step_by(2) {
+        table.update(s, |n| {
+            n.labels.push(("rack".into(), (s % 10).to_string()));
+            n.labels.sort();
+        });
+    }
+}
+
+/// Four tasks in ten get random node affinity.
+fn with_affinity(rng: &mut Rng, mut task: wasmsched_api::Task) -> wasmsched_api::Task {
+    if rng.percent(40) {
+        task.node_affinity = generate::node_affinity(rng);
+    }
+    task
 }
 
 /// Random edits: change allocations, cordon, remove and add nodes.
@@ -71,8 +96,10 @@ fn native_and_wasm_agree_on_random_clusters() {
     for seed in 0..6u64 {
         let mut rng = Rng::new(seed);
         let mut table = generate::cluster(&mut rng, 400);
+        add_racks(&mut table);
         for round in 0..25 {
             let task = generate::task(&mut rng, format!("t-{seed}-{round}"));
+            let task = with_affinity(&mut rng, task);
             let worker = round % 2;
             let ctx = CallContext { worker, nodes: &table };
             let slots: Vec<u32> = table.slots().collect();
@@ -99,19 +126,27 @@ fn native_and_wasm_place_the_same_tasks_on_the_same_nodes() {
     let rt = Runtime::new(RuntimeConfig::default()).unwrap();
     let pairs = pairs(&rt);
     let set = |pick: fn(&Pair) -> Arc<dyn PolicyPlugin>| {
-        PolicySet::builder().filter(pick(&pairs[0])).score(pick(&pairs[1]), 1).score(pick(&pairs[2]), 2).build()
+        PolicySet::builder()
+            .filter(pick(&pairs[0]))
+            .score(pick(&pairs[1]), 1)
+            .score(pick(&pairs[2]), 2)
+            .score(pick(&pairs[3]), 2)
+            .build()
     };
     let (native, wasm) = (set(|p| p.native.clone()), set(|p| p.wasm.clone()));
     let mut rng = Rng::new(42);
     let mut table = generate::cluster(&mut rng, 300);
+    add_racks(&mut table);
     let (mut placed, mut refused) = (0, 0);
     for i in 0..300 {
         let task = generate::task(&mut rng, format!("t{i}"));
+        let task = with_affinity(&mut rng, task);
         let a = place(&native, &table, &task, 0);
         let b = place(&wasm, &table, &task, 0);
         assert_eq!(a, b, "task {i}");
         match a {
             Ok(p) => {
+                assert!(task.node_affinity.allows(table.get(p.node).unwrap()), "task {i} placed against its affinity");
                 table.update(p.node, |n| bind(n, &task, &p.devices)).unwrap().expect("placement must be bindable");
                 placed += 1;
             }

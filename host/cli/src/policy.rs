@@ -80,6 +80,10 @@ fn load(runtime: Option<&Runtime>, builtin: BuiltIn, config: &str) -> anyhow::Re
         None if name == wasmsched_plugins::RESOURCE_FIT.name => {
             Arc::new(NativePlugin::<ResourceFit>::new(config, 1).map_err(anyhow::Error::msg)?)
         }
+        None if name == wasmsched_plugins::NODE_AFFINITY.name => Arc::new(
+            NativePlugin::<wasmsched_plugin_node_affinity::NodeAffinityScore>::new(config, 1)
+                .map_err(anyhow::Error::msg)?,
+        ),
         None if name == wasmsched_plugins::GPU_TOPOLOGY.name => {
             Arc::new(NativePlugin::<GpuTopology>::new(config, 1).map_err(anyhow::Error::msg)?)
         }

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, Node as KubeNode, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use wasmsched_api::{
-    DeviceShare, GPU_MILLI, GpuDevice, GpuRequest, Node, Qos, Resources, Taint, TaintEffect, Task, Toleration,
-    TolerationOperator,
+    DeviceShare, GPU_MILLI, GpuDevice, GpuRequest, Node, NodeAffinity, NodeSelectorTerm, PreferredTerm, Qos, Resources,
+    SelectorOperator, SelectorRequirement, Taint, TaintEffect, Task, Toleration, TolerationOperator,
 };
 
 /// The whole-GPU extended resource of the NVIDIA device plugin.
@@ -62,6 +62,9 @@ pub enum ConvertError {
     /// A field the object must have.
     #[error("missing {0}")]
     Missing(&'static str),
+    /// Node affinity the scheduler cannot read (what the API server's validation refuses).
+    #[error("spec.affinity.nodeAffinity: {0}")]
+    Affinity(String),
 }
 
 /// A quantity in thousandths of its unit, rounded up (as Kubernetes rounds requests): `"500m"` →
@@ -354,6 +357,7 @@ pub fn task(pod: &Pod) -> Result<Task, ConvertError> {
             },
         })
         .collect();
+    let node_affinity = node_affinity(spec)?;
     Ok(Task {
         id: format!("{namespace}/{name}"),
         group: group_of(pod),
@@ -366,9 +370,56 @@ pub fn task(pod: &Pod) -> Result<Task, ConvertError> {
         request,
         gpu,
         node_selector,
+        node_affinity,
         tolerations,
         namespace,
     })
+}
+
+/// The pod's node affinity (the `IgnoredDuringExecution` kinds, the only ones Kubernetes has).
+fn node_affinity(spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<NodeAffinity, ConvertError> {
+    use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm as KubeTerm};
+    fn requirement(r: &NodeSelectorRequirement) -> Result<SelectorRequirement, ConvertError> {
+        let operator = match r.operator.as_str() {
+            "In" => SelectorOperator::In,
+            "NotIn" => SelectorOperator::NotIn,
+            "Exists" => SelectorOperator::Exists,
+            "DoesNotExist" => SelectorOperator::DoesNotExist,
+            "Gt" => SelectorOperator::Gt,
+            "Lt" => SelectorOperator::Lt,
+            other => return Err(ConvertError::Affinity(format!("{}: unknown operator {other:?}", r.key))),
+        };
+        Ok(SelectorRequirement { key: r.key.clone(), operator, values: r.values.clone().unwrap_or_default() })
+    }
+    fn term(t: &KubeTerm) -> Result<NodeSelectorTerm, ConvertError> {
+        Ok(NodeSelectorTerm {
+            match_expressions: t.match_expressions.iter().flatten().map(requirement).collect::<Result<_, _>>()?,
+            match_fields: t.match_fields.iter().flatten().map(requirement).collect::<Result<_, _>>()?,
+        })
+    }
+    let Some(kube) = spec.affinity.as_ref().and_then(|a| a.node_affinity.as_ref()) else {
+        return Ok(NodeAffinity::default());
+    };
+    let required = match &kube.required_during_scheduling_ignored_during_execution {
+        Some(selector) if selector.node_selector_terms.is_empty() => {
+            return Err(ConvertError::Affinity("required node selector has no terms".into()));
+        }
+        Some(selector) => selector.node_selector_terms.iter().map(term).collect::<Result<_, _>>()?,
+        None => Vec::new(),
+    };
+    let preferred = kube
+        .preferred_during_scheduling_ignored_during_execution
+        .iter()
+        .flatten()
+        .map(|p| {
+            let weight = u32::try_from(p.weight)
+                .map_err(|_| ConvertError::Affinity(format!("preferred term weight {} is negative", p.weight)))?;
+            Ok(PreferredTerm { weight, preference: term(&p.preference)? })
+        })
+        .collect::<Result<_, ConvertError>>()?;
+    let affinity = NodeAffinity { required, preferred };
+    affinity.validate().map_err(ConvertError::Affinity)?;
+    Ok(affinity)
 }
 
 /// The GPU ids annotation for `devices`: whole devices by index, shares as `index:milli`.

@@ -506,17 +506,27 @@ impl Scheduler {
     fn apply_pod(&mut self, pod: &Pod) {
         let Ok(id) = pod_id(pod) else { return };
         let before = self.cache.node_of(&id).map(String::from);
+        let ours =
+            pod.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()) == Some(self.config.scheduler_name.as_str());
         let phase = match self.cache.apply_pod(pod, &self.config.scheduler_name) {
             Ok(phase) => phase,
             Err(e) => {
-                // A pod we cannot understand is left alone (and said so), never guessed at.
+                // A pod we cannot understand is left alone, never guessed at; if it is ours and
+                // waits for a node, its owner is told why on the pod itself.
                 tracing::warn!(pod = %id, error = %e, "ignoring a pod that does not convert");
+                let pending = pod.spec.as_ref().is_some_and(|s| s.node_name.is_none());
+                if ours && pending {
+                    // An earlier, readable version of it must not be placed either.
+                    if self.ours.contains_key(&id) {
+                        self.pod_gone(&id);
+                    }
+                    let uid = pod.metadata.uid.clone().unwrap_or_default();
+                    self.report_one(&id, &uid, &format!("wasmsched cannot schedule this pod: {e}"));
+                }
                 return;
             }
         };
         let after = self.cache.node_of(&id).map(String::from);
-        let ours =
-            pod.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()) == Some(self.config.scheduler_name.as_str());
         match phase {
             PodPhase::Pending(task) => {
                 let facts = PodFacts::new(pod, *task);
@@ -1077,24 +1087,27 @@ impl Scheduler {
 
     /// `PodScheduled=False` with `message` on each pod, when it says something new.
     fn report(&mut self, ids: &[String], message: &str) {
-        let leading = *self.leader.borrow();
         for id in ids {
-            if self.reported.get(id).is_some_and(|m| m == message) {
-                continue;
-            }
-            tracing::debug!(pod = %id, reason = message, "unschedulable");
             let Some(uid) = self.ours.get(id).map(|f| f.uid.clone()) else { continue };
-            if !leading {
-                continue;
-            }
-            self.reported.insert(id.clone(), message.to_string());
-            let (effects, key, message) = (self.effects.clone(), key_of_id(id), message.to_string());
-            tokio::spawn(async move {
-                if let Err(e) = effects.unschedulable(&key, &uid, &message).await {
-                    tracing::debug!(pod = %key, error = %e, "could not record PodScheduled=False");
-                }
-            });
+            self.report_one(id, &uid, message);
         }
+    }
+
+    fn report_one(&mut self, id: &str, uid: &str, message: &str) {
+        if self.reported.get(id).is_some_and(|m| m == message) {
+            return;
+        }
+        tracing::debug!(pod = %id, reason = message, "unschedulable");
+        if !*self.leader.borrow() {
+            return;
+        }
+        self.reported.insert(id.to_string(), message.to_string());
+        let (effects, key, message, uid) = (self.effects.clone(), key_of_id(id), message.to_string(), uid.to_string());
+        tokio::spawn(async move {
+            if let Err(e) = effects.unschedulable(&key, &uid, &message).await {
+                tracing::debug!(pod = %key, error = %e, "could not record PodScheduled=False");
+            }
+        });
     }
 
     fn start_bind(&mut self, pod: &PodFacts, node: String, devices: Vec<DeviceShare>, decided_in: Duration) {

@@ -552,3 +552,50 @@ async fn after_a_restart_running_pods_count_in_their_queue_and_others_usage_on_t
     run.stop().await;
     assert_chart_rbac_allows(&api);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_affinity_is_required_or_preferred_and_a_malformed_one_is_reported() {
+    let api = FakeApi::new();
+    for (n, zone) in [(0, "a"), (1, "b"), (2, "c")] {
+        api.put(Kind::Node, gpu_node(&format!("gpu-{n}"), 8, &[("topology.kubernetes.io/zone", zone)]));
+    }
+    let term = |op: &str, values: &[&str]| json!({"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": op, "values": values}]});
+    // Required: zone b, or any node but gpu-1 and gpu-2 by name (so only gpu-0 or gpu-1).
+    let mut pinned = pod("ml", "pinned", NAME, 1, "4", "32Gi");
+    pinned["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+    "nodeSelectorTerms": [
+        term("In", &["b"]),
+        {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["gpu-1", "gpu-2"]}],
+         "matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "NotIn", "values": ["a"]}]}
+    ]}}});
+    // Preferred: zone c over zone a; packing alone would put it beside `pinned`.
+    let mut prefers = pod("ml", "prefers-c", NAME, 1, "4", "32Gi");
+    prefers["spec"]["affinity"] = json!({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 80, "preference": term("In", &["c"])},
+        {"weight": 10, "preference": term("In", &["a"])}
+    ]}});
+    // Required terms nothing satisfies: unschedulable, with the reason.
+    let mut nowhere = pod("ml", "nowhere", NAME, 1, "4", "32Gi");
+    nowhere["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [term("In", &["z"])]}}});
+    // Malformed: an operator Kubernetes does not have.
+    let mut garbled = pod("ml", "garbled", NAME, 1, "4", "32Gi");
+    garbled["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [term("Near", &["b"])]}}});
+    api.put(Kind::Pod, pinned);
+    let run = start(&api, "a", None);
+    eventually("pinned bound", Duration::from_secs(30), || node_of(&api, "ml/pinned").is_some()).await;
+    assert_eq!(node_of(&api, "ml/pinned").as_deref(), Some("gpu-1"), "only zone b satisfies a required term");
+    for p in [prefers, nowhere, garbled] {
+        api.put(Kind::Pod, p);
+    }
+    eventually("prefers-c bound", Duration::from_secs(30), || node_of(&api, "ml/prefers-c").is_some()).await;
+    assert_eq!(node_of(&api, "ml/prefers-c").as_deref(), Some("gpu-2"), "the heavier preferred term wins");
+    eventually("nowhere and garbled reported", Duration::from_secs(30), || {
+        condition_of(&api, "ml/nowhere").is_some_and(|m| m.contains("required node affinity does not match"))
+            && condition_of(&api, "ml/garbled").is_some_and(|m| m.contains("unknown operator \"Near\""))
+    })
+    .await;
+    assert!(api.binds().iter().all(|b| b.pod != "ml/nowhere" && b.pod != "ml/garbled"));
+    run.stop().await;
+}

@@ -88,6 +88,7 @@ pub(crate) fn task(t: &api::Task) -> wit::Task {
             models: t.gpu.models.clone(),
         },
         node_selector: t.node_selector.clone(),
+        node_affinity: node_affinity(&t.node_affinity),
         tolerations: t
             .tolerations
             .iter()
@@ -100,6 +101,37 @@ pub(crate) fn task(t: &api::Task) -> wit::Task {
                 value: x.value.clone(),
                 effect: x.effect.map(taint_effect),
             })
+            .collect(),
+    }
+}
+
+fn node_affinity(a: &api::NodeAffinity) -> wit::NodeAffinity {
+    fn requirement(r: &api::SelectorRequirement) -> wit::SelectorRequirement {
+        wit::SelectorRequirement {
+            key: r.key.clone(),
+            operator: match r.operator {
+                api::SelectorOperator::In => wit::SelectorOperator::In,
+                api::SelectorOperator::NotIn => wit::SelectorOperator::NotIn,
+                api::SelectorOperator::Exists => wit::SelectorOperator::Exists,
+                api::SelectorOperator::DoesNotExist => wit::SelectorOperator::DoesNotExist,
+                api::SelectorOperator::Gt => wit::SelectorOperator::Gt,
+                api::SelectorOperator::Lt => wit::SelectorOperator::Lt,
+            },
+            values: r.values.clone(),
+        }
+    }
+    fn term(t: &api::NodeSelectorTerm) -> wit::NodeSelectorTerm {
+        wit::NodeSelectorTerm {
+            match_expressions: t.match_expressions.iter().map(requirement).collect(),
+            match_fields: t.match_fields.iter().map(requirement).collect(),
+        }
+    }
+    wit::NodeAffinity {
+        required: a.required.iter().map(term).collect(),
+        preferred: a
+            .preferred
+            .iter()
+            .map(|p| wit::PreferredTerm { weight: p.weight, preference: term(&p.preference) })
             .collect(),
     }
 }

@@ -2,8 +2,8 @@
 //! property tests and fuzz targets can reuse them, as wasmtime keeps its generators apart).
 
 use wasmsched_api::{
-    GPU_MILLI, GpuDevice, GpuHealth, GpuRequest, Node, Resources, Taint, TaintEffect, Task, Toleration,
-    TolerationOperator,
+    GPU_MILLI, GpuDevice, GpuHealth, GpuRequest, Node, NodeAffinity, NodeSelectorTerm, PreferredTerm, Resources,
+    SelectorOperator, SelectorRequirement, Taint, TaintEffect, Task, Toleration, TolerationOperator,
 };
 use wasmsched_core::NodeTable;
 
@@ -94,6 +94,41 @@ pub fn node(rng: &mut Rng, name: String) -> Node {
         gpus,
         unschedulable: rng.percent(2),
     }
+}
+
+/// Random node affinity over the labels [`node`] gives (`zone`, `gpu-model`) and node names: one
+/// or two required terms (sometimes none) and up to three preferred ones, with every operator.
+/// Separate from [`task`] so that existing seeded task streams stay as they were.
+pub fn node_affinity(rng: &mut Rng) -> NodeAffinity {
+    fn requirement(rng: &mut Rng) -> SelectorRequirement {
+        let zone = |rng: &mut Rng| format!("zone-{}", rng.below(3));
+        let (key, operator, values) = match rng.below(6) {
+            0 => ("zone".to_string(), SelectorOperator::In, vec![zone(rng), zone(rng)]),
+            1 => ("zone".to_string(), SelectorOperator::NotIn, vec![zone(rng)]),
+            2 => ("gpu-model".to_string(), SelectorOperator::In, vec![rng.pick(&MODELS).to_string()]),
+            3 => ("gpu-model".to_string(), SelectorOperator::Exists, vec![]),
+            4 => ("rack".to_string(), SelectorOperator::DoesNotExist, vec![]),
+            _ => ("rack".to_string(), SelectorOperator::Gt, vec![rng.below(10).to_string()]),
+        };
+        SelectorRequirement { key, operator, values }
+    }
+    fn term(rng: &mut Rng) -> NodeSelectorTerm {
+        let match_expressions = (0..1 + rng.below(2)).map(|_| requirement(rng)).collect();
+        let match_fields = if rng.percent(10) {
+            vec![SelectorRequirement {
+                key: wasmsched_api::NODE_NAME_FIELD.into(),
+                operator: SelectorOperator::NotIn,
+                values: vec![format!("node-{:05}", rng.below(50))],
+            }]
+        } else {
+            vec![]
+        };
+        NodeSelectorTerm { match_expressions, match_fields }
+    }
+    let required = (0..rng.below(3)).map(|_| term(rng)).collect();
+    let preferred =
+        (0..rng.below(4)).map(|_| PreferredTerm { weight: 1 + rng.below(100) as u32, preference: term(rng) }).collect();
+    NodeAffinity { required, preferred }
 }
 
 /// A table of `n` random nodes.

@@ -1,9 +1,9 @@
 //! `resource-fit`: the reference filter. A node fits a task when it is schedulable, matches the
-//! task's node selector, every `NoSchedule`/`NoExecute` taint is tolerated, and it has the CPU,
+//! task's node selector and required node affinity, every `NoSchedule`/`NoExecute` taint is tolerated, and it has the CPU,
 //! memory, extended resources and GPUs (count, per-device share, device memory, model, health)
 //! that the task requests.
 //!
-//! Selector, taint and GPU-model mismatches are *unresolvable* (preemption cannot change labels or
+//! Selector, affinity, taint and GPU-model mismatches are *unresolvable* (preemption cannot change labels or
 //! hardware); shortages are plain *unfit*.
 //!
 //! Configuration (JSON, all optional): `{"ignore_gpu_memory": false}`.
@@ -42,6 +42,9 @@ impl Filter for ResourceFit {
             if node.label(key) != Some(value.as_str()) {
                 return Verdict::unresolvable(format!("node selector {key}={value} does not match"));
             }
+        }
+        if !task.node_affinity.allows(node) {
+            return Verdict::unresolvable("required node affinity does not match");
         }
         for taint in &node.taints {
             if taint.effect != TaintEffect::PreferNoSchedule && !task.tolerations.iter().any(|t| t.tolerates(taint)) {
@@ -166,6 +169,29 @@ mod tests {
             ..Default::default()
         });
         assert!(f.filter(&t, &n).fits());
+    }
+
+    #[test]
+    fn required_node_affinity_is_unresolvable() {
+        let mut f = ResourceFit::default();
+        let mut t = task(1, 1000);
+        let term = |value: &str| NodeSelectorTerm {
+            match_expressions: vec![SelectorRequirement {
+                key: "zone".into(),
+                operator: SelectorOperator::In,
+                values: vec![value.into()],
+            }],
+            match_fields: vec![],
+        };
+        t.node_affinity.required = vec![term("a")];
+        let mut n = node();
+        assert_eq!(f.filter(&t, &n), Verdict::unresolvable("required node affinity does not match"));
+        n.labels.push(("zone".into(), "a".into()));
+        assert!(f.filter(&t, &n).fits());
+        t.node_affinity.required = vec![term("b")];
+        assert!(!f.filter(&t, &n).fits());
+        t.node_affinity.required.push(term("a"));
+        assert!(f.filter(&t, &n).fits(), "terms are alternatives");
     }
 
     #[test]

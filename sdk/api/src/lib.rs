@@ -37,11 +37,13 @@
 //! assert!(!NeedsGpu.filter(&Task::default(), &node).fits());
 //! ```
 
+mod affinity;
 pub mod batch;
 mod model;
 mod stages;
 pub mod topology;
 
+pub use affinity::*;
 pub use model::*;
 pub use stages::*;
 
@@ -73,4 +75,4 @@ pub fn default_devices(req: &GpuRequest, node: &Node) -> Result<Vec<DeviceShare>
 
 /// Version of the WIT package this API mirrors. The host refuses components built against an
 /// incompatible major (for 0.x: minor) version.
-pub const CONTRACT_VERSION: &str = "0.1.0";
+pub const CONTRACT_VERSION: &str = "0.2.0";

@@ -273,6 +273,8 @@ pub struct Task {
     pub gpu: GpuRequest,
     /// Required node labels.
     pub node_selector: Vec<(String, String)>,
+    /// Required and preferred node affinity.
+    pub node_affinity: crate::NodeAffinity,
     /// Tolerations.
     pub tolerations: Vec<Toleration>,
 }

@@ -83,6 +83,7 @@ pub(super) fn task(t: wit::Task) -> api::Task {
             models: t.gpu.models,
         },
         node_selector: t.node_selector,
+        node_affinity: node_affinity(t.node_affinity),
         tolerations: t
             .tolerations
             .into_iter()
@@ -95,6 +96,37 @@ pub(super) fn task(t: wit::Task) -> api::Task {
                 value: t.value,
                 effect: t.effect.map(taint_effect),
             })
+            .collect(),
+    }
+}
+
+fn node_affinity(a: wit::NodeAffinity) -> api::NodeAffinity {
+    fn requirement(r: wit::SelectorRequirement) -> api::SelectorRequirement {
+        api::SelectorRequirement {
+            key: r.key,
+            operator: match r.operator {
+                wit::SelectorOperator::In => api::SelectorOperator::In,
+                wit::SelectorOperator::NotIn => api::SelectorOperator::NotIn,
+                wit::SelectorOperator::Exists => api::SelectorOperator::Exists,
+                wit::SelectorOperator::DoesNotExist => api::SelectorOperator::DoesNotExist,
+                wit::SelectorOperator::Gt => api::SelectorOperator::Gt,
+                wit::SelectorOperator::Lt => api::SelectorOperator::Lt,
+            },
+            values: r.values,
+        }
+    }
+    fn term(t: wit::NodeSelectorTerm) -> api::NodeSelectorTerm {
+        api::NodeSelectorTerm {
+            match_expressions: t.match_expressions.into_iter().map(requirement).collect(),
+            match_fields: t.match_fields.into_iter().map(requirement).collect(),
+        }
+    }
+    api::NodeAffinity {
+        required: a.required.into_iter().map(term).collect(),
+        preferred: a
+            .preferred
+            .into_iter()
+            .map(|p| api::PreferredTerm { weight: p.weight, preference: term(p.preference) })
             .collect(),
     }
 }

@@ -1,0 +1,263 @@
+//! Node affinity with Kubernetes' meaning, shared by filters (required terms), scores (preferred
+//! terms) and the host (validation), so every side reads a term the same way.
+
+use crate::model::Node;
+
+/// The only field a [`NodeSelectorTerm::match_fields`] requirement may name.
+pub const NODE_NAME_FIELD: &str = "metadata.name";
+
+/// Heaviest weight of a preferred term (Kubernetes' range is 1..=100).
+pub const MAX_PREFERRED_WEIGHT: u32 = 100;
+
+/// How a requirement compares a node's label.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum SelectorOperator {
+    /// The label is one of the values.
+    #[default]
+    In,
+    /// The label is absent or none of the values.
+    NotIn,
+    /// The label is present.
+    Exists,
+    /// The label is absent.
+    DoesNotExist,
+    /// The label is an integer greater than the one value.
+    Gt,
+    /// The label is an integer less than the one value.
+    Lt,
+}
+
+/// One requirement on a node label, or on the node's name in [`NodeSelectorTerm::match_fields`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SelectorRequirement {
+    /// Label key (or [`NODE_NAME_FIELD`]).
+    pub key: String,
+    /// Comparison.
+    pub operator: SelectorOperator,
+    /// `In`/`NotIn`: one or more values; `Gt`/`Lt`: one integer; otherwise empty.
+    pub values: Vec<String>,
+}
+
+impl SelectorRequirement {
+    /// Whether a node whose value for the key is `value` (`None`: absent) satisfies this.
+    pub fn matches(&self, value: Option<&str>) -> bool {
+        match self.operator {
+            SelectorOperator::In => value.is_some_and(|v| self.values.iter().any(|w| w == v)),
+            SelectorOperator::NotIn => value.is_none_or(|v| self.values.iter().all(|w| w != v)),
+            SelectorOperator::Exists => value.is_some(),
+            SelectorOperator::DoesNotExist => value.is_none(),
+            // Kubernetes: the label and the one value both parse as i64, else no match.
+            SelectorOperator::Gt | SelectorOperator::Lt => {
+                let (Some(v), [bound]) = (value, self.values.as_slice()) else { return false };
+                let (Ok(v), Ok(bound)) = (v.parse::<i64>(), bound.parse::<i64>()) else { return false };
+                if self.operator == SelectorOperator::Gt { v > bound } else { v < bound }
+            }
+        }
+    }
+
+    fn check(&self, field: bool) -> Result<(), String> {
+        if self.key.is_empty() {
+            return Err("a requirement has an empty key".into());
+        }
+        if field && self.key != NODE_NAME_FIELD {
+            return Err(format!("match field {} is not supported (only {NODE_NAME_FIELD})", self.key));
+        }
+        let n = self.values.len();
+        match self.operator {
+            SelectorOperator::In | SelectorOperator::NotIn if n == 0 => {
+                Err(format!("{} {:?} needs at least one value", self.key, self.operator))
+            }
+            SelectorOperator::In | SelectorOperator::NotIn => Ok(()),
+            _ if field => Err(format!("match field {} supports In and NotIn only", self.key)),
+            SelectorOperator::Exists | SelectorOperator::DoesNotExist if n != 0 => {
+                Err(format!("{} {:?} takes no values", self.key, self.operator))
+            }
+            SelectorOperator::Exists | SelectorOperator::DoesNotExist => Ok(()),
+            SelectorOperator::Gt | SelectorOperator::Lt => match self.values.as_slice() {
+                [v] if v.parse::<i64>().is_ok() => Ok(()),
+                _ => Err(format!("{} {:?} needs exactly one integer value", self.key, self.operator)),
+            },
+        }
+    }
+}
+
+/// A conjunction of requirements. With none at all it matches no node, as in Kubernetes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NodeSelectorTerm {
+    /// Requirements on labels.
+    pub match_expressions: Vec<SelectorRequirement>,
+    /// Requirements on fields: only [`NODE_NAME_FIELD`].
+    pub match_fields: Vec<SelectorRequirement>,
+}
+
+impl NodeSelectorTerm {
+    /// Whether `node` satisfies every requirement.
+    pub fn matches(&self, node: &Node) -> bool {
+        if self.match_expressions.is_empty() && self.match_fields.is_empty() {
+            return false;
+        }
+        self.match_expressions.iter().all(|r| r.matches(node.label(&r.key)))
+            && self.match_fields.iter().all(|r| r.matches(Some(&node.name)))
+    }
+
+    fn check(&self) -> Result<(), String> {
+        self.match_expressions.iter().try_for_each(|r| r.check(false))?;
+        self.match_fields.iter().try_for_each(|r| r.check(true))
+    }
+}
+
+/// A preferred term and its weight.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PreferredTerm {
+    /// 1..=[`MAX_PREFERRED_WEIGHT`].
+    pub weight: u32,
+    /// The term.
+    pub preference: NodeSelectorTerm,
+}
+
+/// Node affinity of a task (Kubernetes' `IgnoredDuringExecution` kinds: checked at placement only,
+/// never used to move running work).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NodeAffinity {
+    /// The node must match at least one of these; empty means no requirement.
+    pub required: Vec<NodeSelectorTerm>,
+    /// Nodes matching these are preferred, by the sum of their weights.
+    pub preferred: Vec<PreferredTerm>,
+}
+
+impl NodeAffinity {
+    /// Whether `node` satisfies the required terms (true when there are none).
+    pub fn allows(&self, node: &Node) -> bool {
+        self.required.is_empty() || self.required.iter().any(|t| t.matches(node))
+    }
+
+    /// Sum of the weights of the preferred terms `node` matches.
+    pub fn preference(&self, node: &Node) -> u64 {
+        self.preferred.iter().filter(|p| p.preference.matches(node)).map(|p| u64::from(p.weight)).sum()
+    }
+
+    /// Whether there is nothing to check.
+    pub fn is_empty(&self) -> bool {
+        self.required.is_empty() && self.preferred.is_empty()
+    }
+
+    /// Malformed requirements (the ones the Kubernetes API server refuses): empty keys, `In`
+    /// without values, `Gt` with a non-integer, fields other than the node name, weights outside
+    /// 1..=100.
+    pub fn validate(&self) -> Result<(), String> {
+        self.required
+            .iter()
+            .try_for_each(NodeSelectorTerm::check)
+            .map_err(|e| format!("required node affinity: {e}"))?;
+        for p in &self.preferred {
+            if !(1..=MAX_PREFERRED_WEIGHT).contains(&p.weight) {
+                return Err(format!("preferred node affinity: weight {} is outside 1..=100", p.weight));
+            }
+            p.preference.check().map_err(|e| format!("preferred node affinity: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(key: &str, operator: SelectorOperator, values: &[&str]) -> SelectorRequirement {
+        SelectorRequirement { key: key.into(), operator, values: values.iter().map(|v| v.to_string()).collect() }
+    }
+
+    fn node(name: &str, labels: &[(&str, &str)]) -> Node {
+        Node {
+            name: name.into(),
+            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            ..Node::default()
+        }
+    }
+
+    fn term(exprs: Vec<SelectorRequirement>) -> NodeSelectorTerm {
+        NodeSelectorTerm { match_expressions: exprs, match_fields: vec![] }
+    }
+
+    #[test]
+    fn operators_follow_kubernetes() {
+        use SelectorOperator::*;
+        assert!(req("z", In, &["a", "b"]).matches(Some("b")));
+        assert!(!req("z", In, &["a", "b"]).matches(Some("c")));
+        assert!(!req("z", In, &["a"]).matches(None));
+        assert!(req("z", NotIn, &["a"]).matches(None), "NotIn matches nodes without the label");
+        assert!(!req("z", NotIn, &["a"]).matches(Some("a")));
+        assert!(req("z", Exists, &[]).matches(Some("")));
+        assert!(!req("z", Exists, &[]).matches(None));
+        assert!(req("z", DoesNotExist, &[]).matches(None));
+        assert!(req("gen", Gt, &["3"]).matches(Some("4")));
+        assert!(!req("gen", Gt, &["3"]).matches(Some("3")));
+        assert!(req("gen", Lt, &["3"]).matches(Some("-1")));
+        assert!(!req("gen", Gt, &["3"]).matches(Some("four")), "a non-integer label never compares");
+        assert!(!req("gen", Gt, &["3"]).matches(None));
+    }
+
+    #[test]
+    fn terms_are_ored_and_requirements_anded() {
+        use SelectorOperator::*;
+        let a100 = node("n1", &[("gpu", "a100"), ("zone", "z1")]);
+        let v100 = node("n2", &[("gpu", "v100"), ("zone", "z2")]);
+        let affinity = NodeAffinity {
+            required: vec![
+                term(vec![req("gpu", In, &["a100"]), req("zone", In, &["z2"])]),
+                term(vec![req("gpu", In, &["v100"])]),
+            ],
+            preferred: vec![],
+        };
+        assert!(!affinity.allows(&a100), "the first term needs both requirements");
+        assert!(affinity.allows(&v100));
+        assert!(NodeAffinity::default().allows(&a100), "no required term allows every node");
+        let empty_term = NodeAffinity { required: vec![NodeSelectorTerm::default()], preferred: vec![] };
+        assert!(!empty_term.allows(&a100), "an empty term matches nothing");
+        let by_name = NodeAffinity {
+            required: vec![NodeSelectorTerm {
+                match_expressions: vec![],
+                match_fields: vec![req(NODE_NAME_FIELD, NotIn, &["n1"])],
+            }],
+            preferred: vec![],
+        };
+        assert!(!by_name.allows(&a100) && by_name.allows(&v100));
+    }
+
+    #[test]
+    fn preference_sums_matching_weights() {
+        use SelectorOperator::*;
+        let affinity = NodeAffinity {
+            required: vec![],
+            preferred: vec![
+                PreferredTerm { weight: 30, preference: term(vec![req("zone", In, &["z1"])]) },
+                PreferredTerm { weight: 5, preference: term(vec![req("gpu", Exists, &[])]) },
+            ],
+        };
+        assert_eq!(affinity.preference(&node("n", &[("zone", "z1"), ("gpu", "a")])), 35);
+        assert_eq!(affinity.preference(&node("n", &[("zone", "z2")])), 0);
+    }
+
+    #[test]
+    fn malformed_requirements_are_refused() {
+        use SelectorOperator::*;
+        let bad = |r: SelectorRequirement| NodeAffinity { required: vec![term(vec![r])], preferred: vec![] }.validate();
+        assert!(bad(req("z", In, &["a"])).is_ok());
+        assert!(bad(req("", In, &["a"])).unwrap_err().contains("empty key"));
+        assert!(bad(req("z", In, &[])).unwrap_err().contains("at least one value"));
+        assert!(bad(req("z", Exists, &["a"])).unwrap_err().contains("takes no values"));
+        assert!(bad(req("z", Gt, &["x"])).unwrap_err().contains("one integer"));
+        assert!(bad(req("z", Lt, &["1", "2"])).unwrap_err().contains("one integer"));
+        let field = |r| NodeAffinity {
+            required: vec![NodeSelectorTerm { match_expressions: vec![], match_fields: vec![r] }],
+            preferred: vec![],
+        };
+        assert!(field(req("metadata.uid", In, &["u"])).validate().unwrap_err().contains("not supported"));
+        assert!(field(req(NODE_NAME_FIELD, Exists, &[])).validate().unwrap_err().contains("In and NotIn only"));
+        let weight = NodeAffinity {
+            required: vec![],
+            preferred: vec![PreferredTerm { weight: 0, preference: term(vec![req("z", In, &["a"])]) }],
+        };
+        assert!(weight.validate().unwrap_err().contains("weight 0"));
+    }
+}
