@@ -48,7 +48,7 @@ fn decode(batch: &FilterBatch) -> Vec<Verdict> {
             0 => Verdict::Fit,
             k => {
                 let r = &batch.reasons[usize::from(k) - 1];
-                if r.unresolvable { Verdict::Unresolvable(r.reason.clone()) } else { Verdict::Unfit(r.reason.clone()) }
+                if r.unresolvable { Verdict::unresolvable(r.reason.clone()) } else { Verdict::unfit(r.reason.clone()) }
             }
         })
         .collect()

@@ -65,6 +65,12 @@ enum Command {
     Topo(topo_cmd::Args),
 }
 
+/// mimalloc instead of glibc's malloc: the event drainer frees on its own thread what the
+/// scheduling thread allocated, and glibc serialises such frees on the allocating thread's arena
+/// lock, which cost the scheduling thread several percent of its throughput (BENCHMARKS.md, events).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("WASMSCHED_LOG").unwrap_or_else(|_| "warn".into()))

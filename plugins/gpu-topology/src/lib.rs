@@ -70,7 +70,7 @@ impl Filter for GpuTopology {
             return Verdict::Fit;
         }
         match topology::best_gpus(node, &task.gpu, self.policy) {
-            Some(Err(reason)) => Verdict::Unfit(reason),
+            Some(Err(reason)) => Verdict::unfit(reason),
             Some(Ok(_)) | None => Verdict::Fit,
         }
     }

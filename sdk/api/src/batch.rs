@@ -23,18 +23,25 @@ const OVERFLOW_REASON: &str = "rejected (too many distinct reasons in one batch)
 impl FilterBatch {
     /// Append one verdict.
     pub fn push(&mut self, verdict: Verdict) {
-        let rejection = match verdict {
+        let (reason, unresolvable) = match verdict {
             Verdict::Fit => {
                 self.codes.push(0);
                 return;
             }
-            Verdict::Unfit(reason) => Rejection { reason, unresolvable: false },
-            Verdict::Unresolvable(reason) => Rejection { reason, unresolvable: true },
+            Verdict::Unfit(reason) => (reason, false),
+            Verdict::Unresolvable(reason) => (reason, true),
         };
-        let at = match self.reasons.iter().position(|r| *r == rejection) {
+        let same = |r: &Rejection| r.unresolvable == unresolvable && r.reason == *reason;
+        // Neighbouring nodes are usually rejected for the same reason: try the last one first.
+        let last = self.codes.iter().rev().find(|&&c| c != 0).map(|&c| usize::from(c) - 1);
+        let found = match last {
+            Some(at) if same(&self.reasons[at]) => Some(at),
+            _ => self.reasons.iter().position(same),
+        };
+        let at = match found {
             Some(at) => at,
             None if self.reasons.len() < MAX_BATCH_REASONS - 1 => {
-                self.reasons.push(rejection);
+                self.reasons.push(Rejection { reason: reason.into_owned(), unresolvable });
                 self.reasons.len() - 1
             }
             None => {

@@ -1,6 +1,8 @@
 //! The stage traits plugin authors implement. Every stage is optional; a plugin implements
 //! [`Plugin`] plus the stages it needs.
 
+use std::borrow::Cow;
+
 use crate::model::*;
 
 /// The highest score a plugin may give a node; the lowest is 0 (kube-scheduler's range).
@@ -18,23 +20,27 @@ pub trait Plugin: Sized + 'static {
 
 /// A filter's answer for one node. Verdicts are data: a node that does not fit is not an error.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+///
+/// Reasons are `Cow<'static, str>`: the usual fixed reason (`"insufficient cpu"`) costs no heap
+/// allocation per rejected node, which matters when a filter rejects thousands of nodes per task
+/// (inside a component, each allocation is a call into the guest's allocator).
 pub enum Verdict {
     /// The node can run the task.
     Fit,
     /// It cannot; preemption on this node may help.
-    Unfit(String),
+    Unfit(Cow<'static, str>),
     /// It cannot, and preemption cannot help (kube-scheduler's UnschedulableAndUnresolvable).
-    Unresolvable(String),
+    Unresolvable(Cow<'static, str>),
 }
 
 impl Verdict {
     /// A rejection that preemption may resolve.
-    pub fn unfit(reason: impl Into<String>) -> Self {
+    pub fn unfit(reason: impl Into<Cow<'static, str>>) -> Self {
         Verdict::Unfit(reason.into())
     }
 
     /// A rejection that preemption cannot resolve.
-    pub fn unresolvable(reason: impl Into<String>) -> Self {
+    pub fn unresolvable(reason: impl Into<Cow<'static, str>>) -> Self {
         Verdict::Unresolvable(reason.into())
     }
 
@@ -47,8 +53,8 @@ impl Verdict {
     pub fn rejection(&self) -> Option<Rejection> {
         match self {
             Verdict::Fit => None,
-            Verdict::Unfit(r) => Some(Rejection { reason: r.clone(), unresolvable: false }),
-            Verdict::Unresolvable(r) => Some(Rejection { reason: r.clone(), unresolvable: true }),
+            Verdict::Unfit(r) => Some(Rejection { reason: r.to_string(), unresolvable: false }),
+            Verdict::Unresolvable(r) => Some(Rejection { reason: r.to_string(), unresolvable: true }),
         }
     }
 }
