@@ -158,3 +158,39 @@ fn native_and_wasm_place_the_same_tasks_on_the_same_nodes() {
     }
     assert!(placed > 100 && refused > 0, "placed {placed}, refused {refused}");
 }
+
+#[test]
+fn reusing_filter_verdicts_changes_no_placement() {
+    // Tasks drawn from a few specs (as replicas of a few Deployments are), so verdicts are reused,
+    // on a cluster every placement changes; with and without reuse, as components.
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let pairs = pairs(&rt);
+    let reusing = PolicySet::builder().filter(pairs[0].wasm.clone()).score(pairs[2].wasm.clone(), 1).build();
+    let asking = reusing.without_verdict_reuse();
+    let mut rng = Rng::new(7);
+    let mut table = generate::cluster(&mut rng, 300);
+    add_racks(&mut table);
+    let specs: Vec<wasmsched_api::Task> = (0..6)
+        .map(|i| {
+            let task = generate::task(&mut rng, format!("spec{i}"));
+            with_affinity(&mut rng, task)
+        })
+        .collect();
+    let mut placed = 0;
+    for i in 0..400 {
+        let task = wasmsched_api::Task { id: format!("t{i}"), ..specs[rng.below(specs.len() as u64) as usize].clone() };
+        let a = place(&reusing, &table, &task, 0);
+        let b = place(&asking, &table, &task, 0);
+        assert_eq!(a, b, "task {i}");
+        if let Ok(p) = a {
+            table.update(p.node, |n| bind(n, &task, &p.devices)).unwrap().expect("placement must be bindable");
+            placed += 1;
+        }
+        if i % 50 == 49 {
+            churn(&mut rng, &mut table, i);
+        }
+    }
+    let (reused, asked) = reusing.verdict_counts();
+    assert!(placed > 50, "placed {placed}");
+    assert!(reused > asked, "most verdicts were reused: {reused} reused, {asked} asked");
+}

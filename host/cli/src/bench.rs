@@ -62,6 +62,14 @@ pub struct Args {
     /// Only the native policy set.
     #[arg(long)]
     native_only: bool,
+    /// Also run every policy set with filter verdicts not reused (`crate::verdicts` in the core),
+    /// to measure what reuse saves in the same run.
+    #[arg(long)]
+    compare_verdict_reuse: bool,
+    /// Draw the pods from this many distinct pod specs (like the replicas of a few Deployments;
+    /// scheduler_perf's basic case is 1) instead of a fresh random spec per pod.
+    #[arg(long)]
+    pod_shapes: Option<usize>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -81,6 +89,8 @@ struct Measured {
     unschedulable: usize,
     /// Share of the run spent building and emitting events on the scheduling thread (%).
     events_share_percent: f64,
+    /// Share of filter verdicts answered from earlier, equal tasks on unchanged nodes (%).
+    verdicts_reused_percent: f64,
 }
 
 /// The gang scenario: every gang placed all-or-nothing, one after the other.
@@ -137,6 +147,8 @@ fn run_gangs(
     find: usize,
     runtime: &'static str,
 ) -> GangRun {
+    // Every run starts without reusable verdicts, as a fresh scheduler would.
+    let set = &set.with_fresh_verdicts();
     let mut table = base.clone();
     let members: Vec<Vec<Task>> = (0..gangs).map(|g| (0..size).map(|i| gang_member(g, i)).collect()).collect();
     let (mut placed, mut slowest) = (0, Duration::ZERO);
@@ -220,6 +232,9 @@ struct Scenario {
 
 /// Schedule every pod once, serially, on a copy of the base cluster.
 fn run_once(set: &PolicySet, s: &Scenario, sink: Option<&EventSink>, runtime: &'static str) -> Measured {
+    // Every run starts without reusable verdicts (the table is a copy of the same base, so an
+    // earlier run's verdicts would otherwise apply).
+    let set = &set.with_fresh_verdicts();
     let mut table = s.base.clone();
     let total = table.len();
     let policy = wasmsched_events::schema::PolicySetRef { name: "bench".into(), version: 1 };
@@ -267,6 +282,10 @@ fn run_once(set: &PolicySet, s: &Scenario, sink: Option<&EventSink>, runtime: &'
         placed,
         unschedulable,
         events_share_percent: 100.0 * in_events.as_secs_f64() / seconds.max(1e-9),
+        verdicts_reused_percent: {
+            let (reused, asked) = set.verdict_counts();
+            100.0 * reused as f64 / (reused + asked).max(1) as f64
+        },
     }
 }
 
@@ -294,7 +313,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             base.update(p.node, |n| bind(n, &task, &p.devices));
         }
     }
-    let pods: Vec<Task> = (0..args.pods).map(|i| pod(&mut rng, args.existing + i)).collect();
+    let pods: Vec<Task> = match args.pod_shapes {
+        Some(k) => {
+            let specs: Vec<Task> = (0..k.max(1)).map(|i| pod(&mut rng, args.existing + i)).collect();
+            (0..args.pods)
+                .map(|i| Task { id: format!("pod-{}", args.existing + i), ..specs[i % specs.len()].clone() })
+                .collect()
+        }
+        None => (0..args.pods).map(|i| pod(&mut rng, args.existing + i)).collect(),
+    };
     let scenario = Scenario { base, pods, find };
 
     let runtime = (!args.native_only)
@@ -311,9 +338,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .map(|u| format!("nats {u}"))
         .or_else(|| args.sink.events.as_ref().map(|p| format!("jsonl {}", p.display())));
 
-    let mut runtimes: Vec<(&'static str, &PolicySet)> = vec![("native", &natives)];
+    let mut runtimes: Vec<(&'static str, PolicySet)> = vec![("native", natives.clone())];
     if let Some(w) = &wasm {
-        runtimes.push(("wasm", w));
+        runtimes.push(("wasm", w.clone()));
+    }
+    if args.compare_verdict_reuse {
+        runtimes.push(("native, no verdict reuse", natives.without_verdict_reuse()));
+        if let Some(w) = &wasm {
+            runtimes.push(("wasm, no verdict reuse", w.without_verdict_reuse()));
+        }
     }
     // Warm-up (instances, caches).
     let warm =
@@ -430,10 +463,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "wasmsched bench: {} nodes, {} existing pods, {} pods to schedule; {}; {} nodes to find; median of {}",
         report.nodes, report.existing, report.pods, report.policies, report.nodes_to_find, report.repeat
     );
-    println!("  runtime  events   pods/s    p50 µs   p99 µs   placed  unschedulable  in emit");
+    println!(
+        "  {:<26} events   pods/s    p50 µs   p99 µs   placed  unschedulable  in emit  verdicts reused",
+        "runtime"
+    );
     for m in &report.runs {
         println!(
-            "  {:<8} {:<6} {:>8.0} {:>9.1} {:>8.1} {:>8} {:>8}  {:>10}",
+            "  {:<26} {:<6} {:>8.0} {:>9.1} {:>8.1} {:>8} {:>8}  {:>10}  {:>6.1} %",
             m.runtime,
             if m.events { "on" } else { "off" },
             m.pods_per_second,
@@ -441,7 +477,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             m.p99_us,
             m.placed,
             m.unschedulable,
-            if m.events { format!("{:.2} %", m.events_share_percent) } else { "-".into() }
+            if m.events { format!("{:.2} %", m.events_share_percent) } else { "-".into() },
+            m.verdicts_reused_percent
         );
     }
     if let Some(r) = report.wasm_over_native {

@@ -57,6 +57,7 @@ mod placement;
 mod plugin;
 mod queue;
 mod topology;
+mod verdicts;
 
 pub use alloc::{AllocError, bind, bind_fact, default_select_devices, release};
 pub use cycle::{

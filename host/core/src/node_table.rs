@@ -19,6 +19,14 @@ const LOG_CAPACITY: usize = 16_384;
 
 static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
 
+/// Stamps are unique across every table of the process, so equal stamps mean the same node in the
+/// same state even in a clone or snapshot (which copies them). 0 marks an empty slot.
+static NEXT_STAMP: AtomicU64 = AtomicU64::new(1);
+
+fn next_stamp() -> u64 {
+    NEXT_STAMP.fetch_add(1, Ordering::Relaxed)
+}
+
 /// The nodes of a cluster, addressed by [`Slot`].
 ///
 /// Every change bumps [`NodeTable::generation`] and is logged, so a plugin instance that mirrors
@@ -31,6 +39,9 @@ static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
 pub struct NodeTable {
     id: u64,
     slots: Vec<Option<Node>>,
+    /// Per slot, the stamp of its node's current state ([`NodeTable::stamp`]); 0 when empty. Also
+    /// the dense occupancy map [`NodeTable::slots`] walks instead of the node records.
+    stamps: Vec<u64>,
     by_name: AHashMap<String, Slot>,
     free: Vec<Slot>,
     generation: u64,
@@ -72,6 +83,7 @@ impl Clone for NodeTable {
         NodeTable {
             id: NEXT_TABLE_ID.fetch_add(1, Ordering::Relaxed),
             slots: self.slots.clone(),
+            stamps: self.stamps.clone(),
             by_name: self.by_name.clone(),
             free: self.free.clone(),
             generation: self.generation,
@@ -89,6 +101,7 @@ impl NodeTable {
         NodeTable {
             id: NEXT_TABLE_ID.fetch_add(1, Ordering::Relaxed),
             slots: Vec::new(),
+            stamps: Vec::new(),
             by_name: AHashMap::new(),
             free: Vec::new(),
             generation: 0,
@@ -112,8 +125,13 @@ impl NodeTable {
         &self.topologies
     }
 
-    /// Changes the known topologies (copy-on-write: calls in flight keep their snapshot).
+    /// Changes the known topologies (copy-on-write: calls in flight keep their snapshot). Filters
+    /// may ask about topology, so every node gets a new [`NodeTable::stamp`] (topologies change
+    /// rarely: when a node agent reports).
     pub fn topologies_mut(&mut self) -> &mut Topologies {
+        for stamp in self.stamps.iter_mut().filter(|s| **s != 0) {
+            *stamp = next_stamp();
+        }
         Arc::make_mut(&mut self.topologies)
     }
 
@@ -160,7 +178,14 @@ impl NodeTable {
 
     /// Occupied slots in ascending order.
     pub fn slots(&self) -> impl Iterator<Item = Slot> + '_ {
-        self.slots.iter().enumerate().filter(|(_, n)| n.is_some()).map(|(i, _)| i as Slot)
+        self.stamps.iter().enumerate().filter(|(_, s)| **s != 0).map(|(i, _)| i as Slot)
+    }
+
+    /// Identity of the state of the node in `slot` (0 when empty): it changes with every change to
+    /// the node (or to the known topologies), and is equal in copies of the table for as long as
+    /// the node is unchanged — so an answer computed for one stamp holds for any node bearing it.
+    pub fn stamp(&self, slot: Slot) -> u64 {
+        self.stamps.get(slot as usize).copied().unwrap_or(0)
     }
 
     /// Insert a node, or replace the node of the same name; returns its slot.
@@ -170,6 +195,7 @@ impl NodeTable {
             None => {
                 let slot = self.free.pop().unwrap_or_else(|| {
                     self.slots.push(None);
+                    self.stamps.push(0);
                     (self.slots.len() - 1) as Slot
                 });
                 self.by_name.insert(node.name.clone(), slot);
@@ -177,6 +203,7 @@ impl NodeTable {
             }
         };
         self.slots[slot as usize] = Some(node);
+        self.stamps[slot as usize] = next_stamp();
         self.record(slot);
         slot
     }
@@ -187,6 +214,7 @@ impl NodeTable {
         let name = std::mem::take(&mut node.name);
         let out = f(node);
         node.name = name;
+        self.stamps[slot as usize] = next_stamp();
         self.record(slot);
         Some(out)
     }
@@ -195,6 +223,7 @@ impl NodeTable {
     pub fn remove(&mut self, name: &str) -> Option<Node> {
         let slot = self.by_name.remove(name)?;
         let node = self.slots[slot as usize].take();
+        self.stamps[slot as usize] = 0;
         self.free.push(slot);
         self.record(slot);
         node
@@ -299,5 +328,29 @@ mod tests {
         assert_ne!(snap.id(), t.id());
         assert_eq!(snap.changes_since(id, g), Changes::Full);
         assert_ne!(t.clone().id(), t.id(), "a clone never shares the id");
+    }
+
+    #[test]
+    fn stamps_name_a_node_state_across_copies() {
+        let mut t = NodeTable::new();
+        let a = t.upsert(node("a"));
+        let b = t.upsert(node("b"));
+        let before = t.stamp(a);
+        assert!(before != 0 && t.stamp(b) != before);
+        let copy = t.clone();
+        assert_eq!(copy.stamp(a), before, "an unchanged node keeps its stamp in a copy");
+        t.update(a, |n| n.unschedulable = true);
+        assert_ne!(t.stamp(a), before);
+        assert_eq!(copy.stamp(a), before, "the copy's node did not change");
+        let mut other = copy.clone();
+        other.update(a, |n| n.unschedulable = true);
+        assert_ne!(other.stamp(a), t.stamp(a), "the same change made elsewhere is another state");
+        let b_stamp = t.stamp(b);
+        t.topologies_mut();
+        assert_ne!(t.stamp(b), b_stamp, "topology answers may differ now");
+        t.remove("b");
+        assert_eq!(t.stamp(b), 0);
+        assert_eq!(t.slots().collect::<Vec<_>>(), vec![a]);
+        assert_eq!(t.stamp(99), 0);
     }
 }

@@ -11,13 +11,14 @@ use wasmsched_api::{DeviceShare, Task};
 use crate::alloc::default_select_devices;
 use crate::node_table::{NodeTable, Slot};
 use crate::plugin::{CallContext, FailurePolicy, PluginFault, PolicyPlugin, validate};
+use crate::verdicts::VerdictCache;
 
 /// An immutable set of plugins for the stages. A cycle takes one set at its start and uses it
 /// throughout, so no decision mixes two versions.
 #[derive(Clone, Default)]
 pub struct PolicySet {
     version: u64,
-    filters: Vec<Arc<dyn PolicyPlugin>>,
+    filters: Vec<FilterStage>,
     scores: Vec<(Arc<dyn PolicyPlugin>, u32)>,
     devices: Option<Arc<dyn PolicyPlugin>>,
     preempt: Option<Arc<dyn PolicyPlugin>>,
@@ -28,7 +29,7 @@ impl fmt::Debug for PolicySet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PolicySet")
             .field("version", &self.version)
-            .field("filters", &self.filters.iter().map(|p| p.name()).collect::<Vec<_>>())
+            .field("filters", &self.filters.iter().map(|f| f.plugin.name()).collect::<Vec<_>>())
             .field("scores", &self.scores.iter().map(|(p, w)| (p.name(), *w)).collect::<Vec<_>>())
             .field("devices", &self.devices.as_ref().map(|p| p.name()))
             .field("preempt", &self.preempt.as_ref().map(|p| p.name()))
@@ -49,7 +50,7 @@ impl PolicySet {
     }
 
     /// The filters, in order.
-    pub(crate) fn filters(&self) -> &[Arc<dyn PolicyPlugin>] {
+    pub(crate) fn filters(&self) -> &[FilterStage] {
         &self.filters
     }
 
@@ -62,6 +63,71 @@ impl PolicySet {
     pub fn fair_share(&self) -> Option<&Arc<dyn PolicyPlugin>> {
         self.fair_share.as_ref()
     }
+
+    /// The same plugins with none of the verdicts they gave so far (each filter keeps whether it
+    /// reuses them): what a benchmark's repeated runs start from.
+    pub fn with_fresh_verdicts(&self) -> PolicySet {
+        let mut set = self.clone();
+        for f in &mut set.filters {
+            if f.verdicts.is_some() {
+                f.verdicts = Some(Arc::default());
+            }
+        }
+        set
+    }
+
+    /// Filter verdicts reused so far and verdicts asked of the filters (those that reuse), over
+    /// every copy of this set sharing its verdicts.
+    pub fn verdict_counts(&self) -> (u64, u64) {
+        self.filters
+            .iter()
+            .filter_map(|f| f.verdicts.as_ref())
+            .map(|v| v.counts())
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    }
+
+    /// The same plugins, every filter asked about every node every time (to measure what reuse
+    /// saves, or to rule it out).
+    pub fn without_verdict_reuse(&self) -> PolicySet {
+        let mut set = self.clone();
+        for f in &mut set.filters {
+            f.verdicts = None;
+        }
+        set
+    }
+}
+
+/// A filter of a set and, unless disabled, the verdicts it already gave. Clones of a set share
+/// the verdicts (same plugins, same answers); a new set starts with none.
+#[derive(Clone)]
+pub(crate) struct FilterStage {
+    plugin: Arc<dyn PolicyPlugin>,
+    verdicts: Option<Arc<VerdictCache>>,
+}
+
+impl FilterStage {
+    /// The plugin's registered name.
+    pub(crate) fn name(&self) -> &str {
+        self.plugin.name()
+    }
+
+    /// What to do when it faults.
+    pub(crate) fn failure_policy(&self) -> FailurePolicy {
+        self.plugin.failure_policy()
+    }
+
+    /// Its verdicts on `candidates`, reusing known ones.
+    pub(crate) fn filter(
+        &self,
+        ctx: CallContext<'_>,
+        task: &Task,
+        candidates: &[Slot],
+    ) -> Result<wasmsched_api::batch::FilterBatch, PluginFault> {
+        match &self.verdicts {
+            Some(cache) => cache.filter(self.plugin.as_ref(), ctx, task, candidates),
+            None => self.plugin.filter(ctx, task, candidates),
+        }
+    }
 }
 
 /// Builds a [`PolicySet`].
@@ -71,8 +137,18 @@ pub struct PolicySetBuilder {
 
 impl PolicySetBuilder {
     /// Add a filter; filters run in the order added, each on the nodes the previous ones passed.
+    /// Its verdicts are reused for equal tasks (the same record apart from the id) on nodes whose
+    /// state has not changed since, as the contract allows (`crate::verdicts`).
     pub fn filter(mut self, p: Arc<dyn PolicyPlugin>) -> Self {
-        self.set.filters.push(p);
+        self.set.filters.push(FilterStage { plugin: p, verdicts: Some(Arc::default()) });
+        self
+    }
+
+    /// Add a filter that is asked about every node every time: for a filter whose verdicts depend
+    /// on more than the task and the node (which the contract does not allow, but a test fixture
+    /// or a plugin under development may do).
+    pub fn filter_uncached(mut self, p: Arc<dyn PolicyPlugin>) -> Self {
+        self.set.filters.push(FilterStage { plugin: p, verdicts: None });
         self
     }
 

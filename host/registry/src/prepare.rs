@@ -176,7 +176,11 @@ impl Preparer {
 
         let mut builder = PolicySet::builder().version(version);
         for f in &spec.stages.filter {
-            builder = builder.filter(loaded[f.as_str()].clone());
+            let plugin = loaded[f.as_str()].clone();
+            builder = match spec.plugins.get(f.as_str()).is_none_or(|p| p.reuse_verdicts) {
+                true => builder.filter(plugin),
+                false => builder.filter_uncached(plugin),
+            };
         }
         for w in &spec.stages.score {
             builder = builder.score(loaded[w.plugin.as_str()].clone(), w.weight);

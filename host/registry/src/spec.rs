@@ -68,6 +68,14 @@ pub struct PluginSpec {
     /// Fuel per call (deterministic runtimes only).
     #[serde(default)]
     pub fuel: Option<u64>,
+    /// As a filter, may its verdicts be reused for equal tasks on unchanged nodes (the contract
+    /// says they may)? `false` asks it about every node every time.
+    #[serde(default = "reuse_by_default")]
+    pub reuse_verdicts: bool,
+}
+
+fn reuse_by_default() -> bool {
+    true
 }
 
 /// [`FailurePolicy`] as written in YAML.
@@ -450,6 +458,10 @@ stages:
         assert_eq!(spec.config_text("pack").unwrap(), r#"{"strategy":"most"}"#);
         assert_eq!(spec.config_text("fit").unwrap(), "");
         assert_eq!(spec.plugins["pack"].failure, Failure::FailOpen);
+        assert!(spec.plugins["fit"].reuse_verdicts, "verdicts are reused unless a filter opts out");
+        let opted_out = GOOD
+            .replace("source: \"builtin:resource-fit\" }", "source: \"builtin:resource-fit\", reuse_verdicts: false }");
+        assert!(!PolicySetSpec::parse("o.yaml", &opted_out).unwrap().plugins["fit"].reuse_verdicts);
         assert_eq!(spec.rollback, RollbackSpec::default());
         assert_eq!((spec.stages.preempt.as_deref(), spec.stages.fair_share.as_deref()), (None, None));
         let queued =

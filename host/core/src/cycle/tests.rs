@@ -880,8 +880,9 @@ impl PolicyPlugin for Counting {
 fn overload(reuse_failures: bool, seed: u64, priorities: u64) -> (Vec<String>, (usize, usize)) {
     let filter = Counting::new(Arc::new(NativePlugin::<ResourceFit>::new("", 1).unwrap()));
     let fair = Counting::new(Arc::new(NativePlugin::<FairSharePolicy>::new("", 1).unwrap()));
+    // Uncached, so the calls counted are the ones the failure memo saves, not verdict reuse.
     let set = PolicySet::builder()
-        .filter(filter.clone())
+        .filter_uncached(filter.clone())
         .score(Arc::new(NativePlugin::<AllocationScore>::new(r#"{"strategy":"most"}"#, 1).unwrap()), 1)
         .fair_share(fair.clone())
         .preempt(Arc::new(NativePlugin::<PriorityPreempt>::new("", 1).unwrap()))
