@@ -404,11 +404,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .as_ref()
             .map(|rt| crate::policy::cycle_policy_set(Some(rt), wasmsched_plugins::PROPORTION))
             .transpose()?;
-        let mut sets = vec![("native", &natives)];
+        let mut sets = vec![("native", natives.clone())];
         if let Some(w) = &wasm {
-            sets.push(("wasm", w));
+            sets.push(("wasm", w.clone()));
         }
-        for (name, set) in sets {
+        if args.compare_verdict_reuse {
+            sets.push(("native, no verdict reuse", natives.without_verdict_reuse()));
+            if let Some(w) = &wasm {
+                sets.push(("wasm, no verdict reuse", w.without_verdict_reuse()));
+            }
+        }
+        for (name, set) in &sets {
             queue_churn.push(crate::bench_queues::run(
                 set,
                 name,
