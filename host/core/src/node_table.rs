@@ -135,6 +135,23 @@ impl NodeTable {
         Arc::make_mut(&mut self.topologies)
     }
 
+    /// Sets (or, with `None`, forgets) the topology of node `name`. Only when it differs from the
+    /// known one is it stored and that node restamped, so re-reporting an unchanged topology —
+    /// what watchers do on every node event — costs a comparison.
+    pub fn set_topology(&mut self, name: &str, topology: Option<wasmsched_topology::NodeTopology>) {
+        if self.topologies.get(name) == topology.as_ref() {
+            return;
+        }
+        let topologies = Arc::make_mut(&mut self.topologies);
+        match topology {
+            Some(t) => topologies.insert(name, t),
+            None => topologies.remove(name),
+        }
+        if let Some(&slot) = self.by_name.get(name) {
+            self.stamps[slot as usize] = next_stamp();
+        }
+    }
+
     /// What plugins' `topology` questions are answered from during a call; None when no
     /// topology is known, so plugins see "unknown" for every node.
     pub fn topology_view(&self) -> Option<Arc<dyn TopologyView>> {
@@ -348,6 +365,20 @@ mod tests {
         let b_stamp = t.stamp(b);
         t.topologies_mut();
         assert_ne!(t.stamp(b), b_stamp, "topology answers may differ now");
+        // One node's topology restamps that node only, and only when it changes.
+        let pair = "\tGPU0\tGPU1\tNUMA Affinity\nGPU0\t X \tNV12\t0\nGPU1\tNV12\t X \t0\n";
+        let pair = wasmsched_topology::smi::parse(pair).unwrap();
+        let (a_stamp, b_stamp) = (t.stamp(a), t.stamp(b));
+        t.set_topology("b", Some(pair.clone()));
+        assert_eq!(t.stamp(a), a_stamp);
+        assert_ne!(t.stamp(b), b_stamp);
+        assert!(t.topologies().get("b").is_some());
+        let b_stamp = t.stamp(b);
+        t.set_topology("b", Some(pair));
+        assert_eq!(t.stamp(b), b_stamp, "the same topology again changes nothing");
+        t.set_topology("b", None);
+        assert_ne!(t.stamp(b), b_stamp);
+        assert!(t.topologies().get("b").is_none());
         t.remove("b");
         assert_eq!(t.stamp(b), 0);
         assert_eq!(t.slots().collect::<Vec<_>>(), vec![a]);

@@ -31,10 +31,7 @@ pub fn apply_node_facts(nodes: &mut NodeTable, node: &str, facts: NodeFacts) -> 
             }
         }
     });
-    match topology {
-        Some(t) => nodes.topologies_mut().insert(node, t),
-        None => nodes.topologies_mut().remove(node),
-    }
+    nodes.set_topology(node, topology);
     true
 }
 

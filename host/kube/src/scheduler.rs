@@ -844,10 +844,8 @@ impl Scheduler {
 
     fn observe(&mut self, node: Node, now: u64) -> Vec<Decision> {
         let name = node.name.clone();
-        match self.cache.nodes().topologies().get(&name) {
-            Some(t) => self.core.topologies_mut().insert(&name, t.clone()),
-            None => self.core.topologies_mut().remove(&name),
-        }
+        let topology = self.cache.nodes().topologies().get(&name).cloned();
+        self.core.set_topology(&name, topology);
         self.core.observe_node(node, now)
     }
 

@@ -396,6 +396,11 @@ impl SchedulerCore {
         self.nodes.topologies_mut()
     }
 
+    /// Sets or forgets one node's topology; nothing changes when it is the one already known.
+    pub fn set_topology(&mut self, node: &str, topology: Option<wasmsched_topology::NodeTopology>) {
+        self.nodes.set_topology(node, topology);
+    }
+
     /// The queue tree.
     pub fn queues(&self) -> &QueueTree {
         &self.queues
