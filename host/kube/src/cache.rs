@@ -167,7 +167,7 @@ impl Cache {
                 // Bound elsewhere than assumed (another scheduler won a race): move it.
                 self.forget(&id);
             }
-            let task = convert::task(pod)?;
+            let task = convert::bound_task(pod)?;
             let annotation = pod.metadata.annotations.as_ref().and_then(|a| a.get(GPU_IDS_ANNOTATION));
             let devices = match annotation {
                 Some(ids) => convert::parse_gpu_ids(ids)?,

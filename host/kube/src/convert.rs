@@ -65,6 +65,9 @@ pub enum ConvertError {
     /// Node affinity the scheduler cannot read (what the API server's validation refuses).
     #[error("spec.affinity.nodeAffinity: {0}")]
     Affinity(String),
+    /// A constraint the scheduler does not implement and will not silently break.
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// A quantity in thousandths of its unit, rounded up (as Kubernetes rounds requests): `"500m"` →
@@ -296,8 +299,27 @@ fn qos(pod: &Pod) -> Qos {
     }
 }
 
-/// A pod as a task. `id` is `namespace/name`, unique among live pods.
+/// A pod as a task to schedule. `id` is `namespace/name`, unique among live pods. Constraints
+/// the scheduler cannot honour or read (required inter-pod affinity, malformed node affinity) are
+/// errors.
 pub fn task(pod: &Pod) -> Result<Task, ConvertError> {
+    task_of(pod, true)
+}
+
+/// A pod already bound to a node (by anyone), as the task whose usage it holds: its placement
+/// constraints are history, so they cannot make it unreadable — a pod another scheduler placed
+/// with a required anti-affinity still takes its GPUs.
+pub fn bound_task(pod: &Pod) -> Result<Task, ConvertError> {
+    task_of(pod, false)
+}
+
+/// A pod kube-scheduler asks about as its extender: kube-scheduler evaluates inter-pod affinity
+/// (and validates node affinity) itself, so neither makes the pod unreadable here.
+pub fn extender_task(pod: &Pod) -> Result<Task, ConvertError> {
+    task_of(pod, false)
+}
+
+fn task_of(pod: &Pod, strict: bool) -> Result<Task, ConvertError> {
     let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
     let name = pod.metadata.name.as_deref().ok_or(ConvertError::Missing("metadata.name"))?;
     let spec = pod.spec.as_ref().ok_or(ConvertError::Missing("spec"))?;
@@ -357,7 +379,11 @@ pub fn task(pod: &Pod) -> Result<Task, ConvertError> {
             },
         })
         .collect();
-    let node_affinity = node_affinity(spec)?;
+    let node_affinity = match node_affinity(spec) {
+        Ok(a) => a,
+        Err(e) if strict => return Err(e),
+        Err(_) => NodeAffinity::default(),
+    };
     Ok(Task {
         id: format!("{namespace}/{name}"),
         group: group_of(pod),
@@ -397,7 +423,26 @@ fn node_affinity(spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<NodeAffin
             match_fields: t.match_fields.iter().flatten().map(requirement).collect::<Result<_, _>>()?,
         })
     }
-    let Some(kube) = spec.affinity.as_ref().and_then(|a| a.node_affinity.as_ref()) else {
+    // A hard constraint the scheduler cannot honour is refused rather than silently broken (a
+    // required anti-affinity is usually what keeps replicas on different nodes). Preferred pod
+    // (anti-)affinity is only a preference: ignoring it breaks nothing.
+    let affinity = spec.affinity.as_ref();
+    let required_pods = affinity.and_then(|a| a.pod_affinity.as_ref()).and_then(|p| {
+        p.required_during_scheduling_ignored_during_execution.as_ref().filter(|t| !t.is_empty()).map(|_| "podAffinity")
+    });
+    let required_anti = affinity.and_then(|a| a.pod_anti_affinity.as_ref()).and_then(|p| {
+        p.required_during_scheduling_ignored_during_execution
+            .as_ref()
+            .filter(|t| !t.is_empty())
+            .map(|_| "podAntiAffinity")
+    });
+    if let Some(kind) = required_pods.or(required_anti) {
+        return Err(ConvertError::Unsupported(format!(
+            "spec.affinity.{kind}.requiredDuringSchedulingIgnoredDuringExecution is not supported yet \
+             (inter-pod affinity); use a preferred term or another scheduler for this pod"
+        )));
+    }
+    let Some(kube) = affinity.and_then(|a| a.node_affinity.as_ref()) else {
         return Ok(NodeAffinity::default());
     };
     let required = match &kube.required_during_scheduling_ignored_during_execution {

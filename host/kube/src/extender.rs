@@ -130,7 +130,7 @@ impl Extender {
 
     /// `filter`: which candidates the live set's filters pass, and why the others fail.
     pub fn filter(&self, args: &ExtenderArgs) -> FilterResult {
-        let task = match convert::task(&args.pod) {
+        let task = match convert::extender_task(&args.pod) {
             Ok(t) => t,
             Err(e) => return FilterResult { error: format!("pod: {e}"), ..Default::default() },
         };
@@ -159,7 +159,7 @@ impl Extender {
 
     /// `prioritize`: the live set's weighted scores, scaled so the best candidate gets 10.
     pub fn prioritize(&self, args: &ExtenderArgs) -> Result<Vec<HostPriority>, String> {
-        let task = convert::task(&args.pod).map_err(|e| format!("pod: {e}"))?;
+        let task = convert::extender_task(&args.pod).map_err(|e| format!("pod: {e}"))?;
         let names = candidate_names(args);
         let live = self.registry.current();
         let cache = self.cache();
@@ -193,7 +193,7 @@ impl Extender {
         if pod.metadata.uid.as_deref() != Some(args.pod_uid.as_str()) {
             return fail(format!("pod {key} is not incarnation {}", args.pod_uid));
         }
-        let (task, id) = match (convert::task(&pod), pod_id(&pod)) {
+        let (task, id) = match (convert::extender_task(&pod), pod_id(&pod)) {
             (Ok(t), Ok(id)) => (t, id),
             (Err(e), _) | (_, Err(e)) => return fail(format!("pod {key}: {e}")),
         };

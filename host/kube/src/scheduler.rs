@@ -535,7 +535,7 @@ impl Scheduler {
                 self.dirty |= changed;
             }
             PodPhase::Bound => {
-                if ours && let Ok(task) = crate::convert::task(pod) {
+                if ours && let Ok(task) = crate::convert::bound_task(pod) {
                     self.ours.insert(id.clone(), PodFacts::new(pod, task));
                     self.reported.remove(&id);
                 }

@@ -599,3 +599,32 @@ async fn node_affinity_is_required_or_preferred_and_a_malformed_one_is_reported(
     assert!(api.binds().iter().all(|b| b.pod != "ml/nowhere" && b.pod != "ml/garbled"));
     run.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn required_pod_anti_affinity_is_refused_but_a_bound_pod_with_one_still_holds_its_gpus() {
+    let api = FakeApi::new();
+    api.put(Kind::Node, gpu_node("gpu-0", 8, &[]));
+    api.put(Kind::Node, gpu_node("gpu-1", 8, &[]));
+    let anti = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "train"}}, "topologyKey": "kubernetes.io/hostname"}
+    ]}});
+    // kube-scheduler placed this one, with its anti-affinity, on all of gpu-0.
+    let mut resident = pod("infra", "resident", "default-scheduler", 8, "8", "64Gi");
+    resident["spec"]["nodeName"] = json!("gpu-0");
+    resident["spec"]["affinity"] = anti.clone();
+    resident["status"]["phase"] = json!("Running");
+    api.put(Kind::Pod, resident);
+    let mut spread = pod("ml", "spread", NAME, 1, "4", "32Gi");
+    spread["spec"]["affinity"] = anti;
+    api.put(Kind::Pod, spread);
+    api.put(Kind::Pod, pod("ml", "whole", NAME, 8, "4", "32Gi"));
+    let run = start(&api, "a", None);
+    eventually("whole bound", Duration::from_secs(30), || node_of(&api, "ml/whole").is_some()).await;
+    assert_eq!(node_of(&api, "ml/whole").as_deref(), Some("gpu-1"), "gpu-0's GPUs are the resident's");
+    eventually("spread reported", Duration::from_secs(30), || {
+        condition_of(&api, "ml/spread").is_some_and(|m| m.contains("podAntiAffinity") && m.contains("not supported"))
+    })
+    .await;
+    assert!(api.binds().iter().all(|b| b.pod != "ml/spread"));
+    run.stop().await;
+}
