@@ -683,33 +683,33 @@ impl Scheduler {
         self.dirty |= changed;
     }
 
-    /// Workloads with a pod an exhausted disruption budget protects are not offered as victims
-    /// (the Eviction API would refuse them); the others are offered again.
+    /// Workloads whose eviction the disruption budgets would refuse (more of a budget's pods than
+    /// it allows now, lowest priority offered first) are not offered as victims; the others are
+    /// offered again.
     fn offer_victims(&mut self) {
         if self.budgets.is_empty() && self.withdrawn.is_empty() {
             return;
         }
-        let mut protected = AHashSet::new();
-        // One hash lookup per pod outside the namespaces with an exhausted budget.
-        let namespaces = self.budgets.exhausted_namespaces();
-        if !namespaces.is_empty() {
-            for (id, facts) in &self.ours {
-                if namespaces.contains(facts.task.namespace.as_str())
-                    && let Some(w) = self.core.owner_of(id)
-                    && self.budgets.protects(&facts.task.namespace, &facts.labels)
-                {
-                    protected.insert(w.to_string());
-                }
-            }
-        }
+        // One hash lookup per pod outside the namespaces that have a budget.
+        let namespaces = self.budgets.namespaces();
+        let candidates = self.ours.iter().filter(|(_, f)| f.bound && namespaces.contains(f.task.namespace.as_str()));
+        let candidates = candidates.filter_map(|(id, f)| {
+            Some(crate::disruption::Candidate {
+                workload: self.core.owner_of(id)?,
+                namespace: &f.task.namespace,
+                labels: &f.labels,
+                priority: f.task.priority,
+            })
+        });
+        let withheld = self.budgets.withheld(candidates);
         // Every cycle, not only on change: a workload submitted again starts preemptible.
-        for w in &protected {
+        for w in &withheld {
             let _ = self.core.set_preemptible(w, false);
         }
-        for w in self.withdrawn.difference(&protected) {
+        for w in self.withdrawn.difference(&withheld) {
             let _ = self.core.set_preemptible(w, true);
         }
-        self.withdrawn = protected;
+        self.withdrawn = withheld;
     }
 
     /// The core takes the queue tree the objects describe, unless that would orphan work.

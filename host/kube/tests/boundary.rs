@@ -628,3 +628,40 @@ async fn required_pod_anti_affinity_is_refused_but_a_bound_pod_with_one_still_ho
     assert!(api.binds().iter().all(|b| b.pod != "ml/spread"));
     run.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_never_takes_more_of_a_budget_s_pods_than_it_allows() {
+    let api = FakeApi::new();
+    api.put(Kind::Node, gpu_node("gpu-0", 8, &[]));
+    let budget = |allowed: i32| {
+        json!({"metadata": {"name": "serve", "namespace": "ml"},
+               "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "serve"}}},
+               "status": {"disruptionsAllowed": allowed, "currentHealthy": 3, "desiredHealthy": 1, "expectedPods": 3}})
+    };
+    api.put(Kind::PodDisruptionBudget, budget(1));
+    for name in ["s1", "s2"] {
+        let mut p = pod("ml", name, NAME, 4, "4", "32Gi");
+        p["metadata"]["labels"]["app"] = json!("serve");
+        api.put(Kind::Pod, p);
+    }
+    let run = start(&api, "a", None);
+    eventually("both bound", Duration::from_secs(30), || {
+        node_of(&api, "ml/s1").is_some() && node_of(&api, "ml/s2").is_some()
+    })
+    .await;
+    // The whole node is needed: both serve pods would have to go, and the budget allows one.
+    let mut high = pod("ml", "high", NAME, 8, "4", "32Gi");
+    high["spec"]["priority"] = json!(10);
+    api.put(Kind::Pod, high);
+    eventually("high unschedulable", Duration::from_secs(30), || condition_of(&api, "ml/high").is_some()).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(api.state().evictions.is_empty(), "no plan takes two pods of a budget allowing one");
+    assert!(node_of(&api, "ml/s1").is_some() && node_of(&api, "ml/s2").is_some());
+    // Two allowed: both go, and the high-priority pod gets the node.
+    api.put(Kind::PodDisruptionBudget, budget(2));
+    eventually("high bound", Duration::from_secs(30), || node_of(&api, "ml/high").is_some()).await;
+    let mut evicted: Vec<String> = api.state().evictions.iter().map(|(p, code)| format!("{p} {code}")).collect();
+    evicted.sort();
+    assert_eq!(evicted, ["ml/s1 201", "ml/s2 201"]);
+    run.stop().await;
+}
