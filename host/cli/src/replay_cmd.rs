@@ -56,6 +56,10 @@ pub struct Args {
     /// Print machine-readable JSON.
     #[arg(long)]
     json: bool,
+    /// Skip malformed jobs of a scenario (or malformed rows of an openb pod list) instead of
+    /// stopping; each is reported (`skipped` in JSON).
+    #[arg(long)]
+    lenient: bool,
     /// Publish every placement attempt, stamped with virtual time (seconds since the start of the
     /// replay, written as an instant after the Unix epoch).
     #[command(flatten)]
@@ -65,6 +69,9 @@ pub struct Args {
 #[derive(Serialize)]
 struct Report<'a> {
     jobs: usize,
+    /// With `--lenient`: what was left out, and why.
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    skipped: &'a [String],
     policy: &'a str,
     runtime: &'static str,
     replay_seconds: f64,
@@ -127,23 +134,27 @@ fn observe_topology(
 pub fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(args.compress > 0.0 && args.compress.is_finite(), "--compress must be a positive number");
     anyhow::ensure!(args.node_stride >= 1, "--node-stride must be at least 1");
-    let (table, jobs, queues) = match &args.scenario {
+    let (table, jobs, queues, skipped) = match &args.scenario {
         Some(path) => {
-            let (s, topologies) = Scenario::load(path)?;
-            (s.node_table_with(&topologies), s.jobs, s.queues)
+            let (s, topologies, skipped) = Scenario::load_lenient(path, args.lenient)?;
+            (s.node_table_with(&topologies), s.jobs, s.queues, skipped)
         }
         None => {
             let nodes = inputs::nodes(args.nodes.as_deref())?;
-            let (pods, _) = inputs::pods(args.pods.as_deref(), false)?;
+            let (pods, skipped) = inputs::pods(args.pods.as_deref(), args.lenient)?;
+            let skipped: Vec<String> = skipped.iter().map(ToString::to_string).collect();
             let mut table = NodeTable::new();
             for n in nodes.into_iter().step_by(args.node_stride) {
                 table.upsert(n);
             }
             let jobs: Vec<Job> = pods.iter().map(|p| Job::from_trace(p, args.compress)).collect();
             let queues = flat_queues(&jobs);
-            (table, jobs, queues)
+            (table, jobs, queues, skipped)
         }
     };
+    for why in &skipped {
+        tracing::warn!(skipped = %why, "left out of the replay");
+    }
     let tree = queue_tree(&queues).map_err(anyhow::Error::msg)?;
     let typical = timed::target_workload(&jobs);
     let runtime = crate::policy::replay_runtime(args.native)?;
@@ -209,6 +220,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let event_stats = crate::events_cmd::finish(events);
     let report = Report {
         jobs: jobs.len(),
+        skipped: &skipped,
         policy: &args.policy,
         runtime: if args.native { "native" } else { "wasm" },
         replay_seconds: t.elapsed().as_secs_f64(),
@@ -295,6 +307,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         report.horizon_seconds,
         report.placement_attempts
     );
+    if !report.skipped.is_empty() {
+        println!("skipped {} (--lenient):", report.skipped.len());
+        for why in report.skipped {
+            println!("  {why}");
+        }
+    }
     println!(
         "fair share {}, preemption {}: {} evictions, {} gangs timed out, {} plugin faults",
         report.fair_share,

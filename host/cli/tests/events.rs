@@ -210,3 +210,36 @@ fn replay_publishes_preemptions_with_their_rule_and_checkpoint_and_gang_timeouts
     let answer = ok(wasmsched(&["events", "why", "nobody", "--file", &file]));
     assert_eq!(answer.trim(), "nobody: no events about this task");
 }
+
+#[test]
+fn replay_refuses_a_malformed_job_and_with_lenient_leaves_it_out_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let good =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/scenarios/two-queues.json"))
+            .unwrap();
+    let mut scenario: serde_json::Value = serde_json::from_str(&good).unwrap();
+    let jobs = scenario["jobs"].as_array_mut().unwrap();
+    let kept = jobs.len();
+    jobs.push(serde_json::json!({"name": "nowhere", "queue": "no-such-queue", "arrival": 0}));
+    let path = dir.path().join("s.json");
+    std::fs::write(&path, scenario.to_string()).unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["replay", "--native", "--json", "--scenario", path.to_str().unwrap()];
+        args.extend(extra);
+        Command::new(env!("CARGO_BIN_EXE_wasmsched")).args(&args).output().expect("run")
+    };
+    let strict = run(&[]);
+    assert!(!strict.status.success());
+    assert!(
+        String::from_utf8_lossy(&strict.stderr).contains("unknown queue"),
+        "{}",
+        String::from_utf8_lossy(&strict.stderr)
+    );
+    let lenient = run(&["--lenient"]);
+    assert!(lenient.status.success(), "{}", String::from_utf8_lossy(&lenient.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&lenient.stdout).unwrap();
+    assert_eq!(report["jobs"], kept);
+    let skipped = report["skipped"].as_array().unwrap();
+    assert_eq!(skipped.len(), 1);
+    assert!(skipped[0].as_str().unwrap().contains("(nowhere)"), "{skipped:?}");
+}

@@ -93,6 +93,38 @@ fn malformed_scenarios_are_rejected_with_a_reason() {
     }
 }
 
+#[test]
+fn lenient_scenarios_leave_out_and_report_only_the_malformed_jobs() {
+    // Four broken jobs of four kinds, and the original five intact.
+    let bad = SCENARIO.replace("\"queue\": \"b\", \"arrival\": 3", "\"queue\": \"c\", \"arrival\": 3").replace(
+        "\"jobs\": [",
+        r#""jobs": [
+    {"name": "typo", "queue": "a", "arrival": "soon", "duration": 1},
+    {"name": "extra", "queue": "a", "arrival": 1, "colour": 1},
+    {"name": "first", "queue": "a", "arrival": 1},"#,
+    );
+    assert!(Scenario::parse("s.json", &bad).is_err(), "strict parsing still refuses the file");
+    let (s, skipped) = Scenario::parse_lenient("s.json", &bad, true).unwrap();
+    let names: Vec<&str> = s.jobs.iter().map(|j| j.name.as_str()).collect();
+    assert_eq!(names, ["first", "low", "high", "cpu"], "{skipped:?}");
+    assert_eq!(skipped.len(), 4, "{skipped:?}");
+    assert!(skipped[0].starts_with("job 1 (typo): ") && skipped[0].contains("invalid type"), "{skipped:?}");
+    assert!(skipped[1].starts_with("job 2 (extra): ") && skipped[1].contains("unknown field"), "{skipped:?}");
+    // The first "first" is kept, so the scenario's own "first" (job 4) is the duplicate.
+    assert!(skipped[2].starts_with("job 4 (first): ") && skipped[2].contains("appears twice"), "{skipped:?}");
+    assert!(skipped[3].starts_with("job 7 (huge): ") && skipped[3].contains("unknown queue"), "{skipped:?}");
+    // The kept jobs replay; nodes and queues are never skipped.
+    let r = timed::run(&set(), &s.node_table(), &queue_tree(&s.queues).unwrap(), &s.jobs).unwrap();
+    assert_eq!(r.jobs.len(), 4);
+    let no_queues = bad.replace("\"queues\": [\"a\", \"b\"]", "\"queues\": [\"a\", \"a\"]");
+    assert!(Scenario::parse_lenient("s.json", &no_queues, true).is_err());
+    // YAML reads the same way.
+    let yaml = "nodes: [{name: n, cpu_milli: 1000, memory_mib: 1024}]\nqueues: [a]\njobs:\n  - {name: ok, queue: a, arrival: 0}\n  - {name: bad, queue: a, arrival: 0, replicas: 0}\n";
+    let (s, skipped) = Scenario::parse_lenient("s.yaml", yaml, true).unwrap();
+    assert_eq!((s.jobs.len(), skipped.len()), (1, 1), "{skipped:?}");
+    assert!(skipped[0].contains("replicas must be"), "{skipped:?}");
+}
+
 const EXAMPLE: &str =
     include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/scenarios/queues-gangs-preemption.yaml"));
 

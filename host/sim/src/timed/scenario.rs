@@ -408,17 +408,81 @@ fn is_yaml(file: &str) -> bool {
     file.ends_with(".yaml") || file.ends_with(".yml")
 }
 
+/// A scenario with its jobs still unread, for [`Scenario::parse_lenient`]: a malformed job is then
+/// one job to skip, not a malformed file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScenario {
+    nodes: Vec<ScenarioNode>,
+    queues: Vec<QueueConfig>,
+    jobs: Vec<serde_json::Value>,
+}
+
+/// What is wrong with job `j` among the jobs and pod names seen so far (which it joins when fine).
+fn job_problem(j: &Job, tree: &QueueTree, jobs: &mut BTreeSet<String>, tasks: &mut BTreeSet<String>) -> Option<String> {
+    if jobs.contains(&j.name) {
+        return Some(format!("job {:?} appears twice", j.name));
+    }
+    match tree.index_of(&j.queue) {
+        None => return Some(format!("job {:?} names unknown queue {:?}", j.name, j.queue)),
+        Some(q) if !tree.is_leaf(q) => {
+            return Some(format!("job {:?}: queue {:?} has child queues; jobs go to leaf queues", j.name, j.queue));
+        }
+        Some(_) => {}
+    }
+    let shared_ok = j.gpus == 1 && (1..=1000).contains(&j.gpu_milli);
+    let whole_ok = j.gpus > 1 && j.gpus <= 64 && j.gpu_milli == 1000;
+    if j.gpus > 0 && !(shared_ok || whole_ok) {
+        return Some(format!("job {:?}: {} GPUs × {} milli is not a valid GPU request", j.name, j.gpus, j.gpu_milli));
+    }
+    if j.replicas == 0 || j.replicas > 10_000 {
+        return Some(format!("job {:?}: replicas must be 1..=10000, not {}", j.name, j.replicas));
+    }
+    if let Some(min) = j.min_replicas
+        && (min == 0 || min > j.replicas)
+    {
+        return Some(format!("job {:?}: min_replicas {min} must be 1..={}", j.name, j.replicas));
+    }
+    let ids = j.task_ids();
+    if let Some(id) = ids.iter().find(|id| tasks.contains(*id)) {
+        return Some(format!("job {:?}: pod name {id:?} is taken by another job", j.name));
+    }
+    jobs.insert(j.name.clone());
+    tasks.extend(ids);
+    None
+}
+
 impl Scenario {
     /// Parse and validate a scenario (YAML when `file` ends in `.yaml`/`.yml`, else JSON); errors
     /// name the file and the line and column, or the offending item.
     pub fn parse(file: &str, text: &str) -> Result<Scenario, TraceError> {
+        Self::parse_lenient(file, text, false).map(|(s, _)| s)
+    }
+
+    /// [`Scenario::parse`], but with `lenient` a job that does not read or does not validate
+    /// (unknown queue, impossible GPU request, duplicate name, …) is left out and reported, as
+    /// `job N (name): reason`. Nodes and queues are never skipped: without them nothing means
+    /// anything.
+    pub fn parse_lenient(file: &str, text: &str, lenient: bool) -> Result<(Scenario, Vec<String>), TraceError> {
         let bad = |line: usize, column: usize, message: String| TraceError::Malformed {
             file: file.into(),
             line,
             column,
             message,
         };
-        let s: Scenario = if is_yaml(file) {
+        if !lenient {
+            let s: Scenario = if is_yaml(file) {
+                serde_yaml_ng::from_str(text).map_err(|e| {
+                    let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
+                    bad(line, column, e.to_string())
+                })?
+            } else {
+                serde_json::from_str(text).map_err(|e| bad(e.line(), e.column(), e.to_string()))?
+            };
+            s.validate().map_err(|message| bad(0, 0, message))?;
+            return Ok((s, Vec::new()));
+        }
+        let raw: RawScenario = if is_yaml(file) {
             serde_yaml_ng::from_str(text).map_err(|e| {
                 let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
                 bad(line, column, e.to_string())
@@ -426,8 +490,22 @@ impl Scenario {
         } else {
             serde_json::from_str(text).map_err(|e| bad(e.line(), e.column(), e.to_string()))?
         };
-        s.validate().map_err(|message| bad(0, 0, message))?;
-        Ok(s)
+        let mut scenario = Scenario { nodes: raw.nodes, queues: raw.queues, jobs: Vec::new() };
+        scenario.validate().map_err(|message| bad(0, 0, message))?;
+        let tree = queue_tree(&scenario.queues).map_err(|message| bad(0, 0, message))?;
+        let (mut names, mut tasks) = (BTreeSet::new(), BTreeSet::new());
+        let mut skipped = Vec::new();
+        for (i, value) in raw.jobs.into_iter().enumerate() {
+            let label = value.get("name").and_then(|n| n.as_str()).unwrap_or("?").to_string();
+            let job = serde_json::from_value::<Job>(value)
+                .map_err(|e| e.to_string())
+                .and_then(|j| job_problem(&j, &tree, &mut names, &mut tasks).map_or(Ok(j), Err));
+            match job {
+                Ok(j) => scenario.jobs.push(j),
+                Err(reason) => skipped.push(format!("job {} ({label}): {reason}", i + 1)),
+            }
+        }
+        Ok((scenario, skipped))
     }
 
     fn validate(&self) -> Result<(), String> {
@@ -441,42 +519,10 @@ impl Scenario {
             }
         }
         let tree = queue_tree(&self.queues)?;
-        let mut jobs = BTreeSet::new();
-        let mut tasks = BTreeSet::new();
+        let (mut jobs, mut tasks) = (BTreeSet::new(), BTreeSet::new());
         for j in &self.jobs {
-            if !jobs.insert(j.name.as_str()) {
-                return Err(format!("job {:?} appears twice", j.name));
-            }
-            match tree.index_of(&j.queue) {
-                None => return Err(format!("job {:?} names unknown queue {:?}", j.name, j.queue)),
-                Some(q) if !tree.is_leaf(q) => {
-                    return Err(format!(
-                        "job {:?}: queue {:?} has child queues; jobs go to leaf queues",
-                        j.name, j.queue
-                    ));
-                }
-                Some(_) => {}
-            }
-            let shared_ok = j.gpus == 1 && (1..=1000).contains(&j.gpu_milli);
-            let whole_ok = j.gpus > 1 && j.gpus <= 64 && j.gpu_milli == 1000;
-            if j.gpus > 0 && !(shared_ok || whole_ok) {
-                return Err(format!(
-                    "job {:?}: {} GPUs × {} milli is not a valid GPU request",
-                    j.name, j.gpus, j.gpu_milli
-                ));
-            }
-            if j.replicas == 0 || j.replicas > 10_000 {
-                return Err(format!("job {:?}: replicas must be 1..=10000, not {}", j.name, j.replicas));
-            }
-            if let Some(min) = j.min_replicas
-                && (min == 0 || min > j.replicas)
-            {
-                return Err(format!("job {:?}: min_replicas {min} must be 1..={}", j.name, j.replicas));
-            }
-            for id in j.task_ids() {
-                if !tasks.insert(id.clone()) {
-                    return Err(format!("job {:?}: pod name {id:?} is taken by another job", j.name));
-                }
+            if let Some(problem) = job_problem(j, &tree, &mut jobs, &mut tasks) {
+                return Err(problem);
             }
         }
         Ok(())
@@ -485,9 +531,18 @@ impl Scenario {
     /// Reads and validates the scenario at `path`, and the topology files its nodes name
     /// (relative to the scenario's directory).
     pub fn load(path: &Path) -> Result<(Scenario, BTreeMap<String, NodeTopology>), TraceError> {
+        Self::load_lenient(path, false).map(|(s, t, _)| (s, t))
+    }
+
+    /// [`Scenario::load`], skipping (and returning) malformed jobs when `lenient`
+    /// ([`Scenario::parse_lenient`]).
+    pub fn load_lenient(
+        path: &Path,
+        lenient: bool,
+    ) -> Result<(Scenario, BTreeMap<String, NodeTopology>, Vec<String>), TraceError> {
         let file = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|e| TraceError::Io { file: file.clone(), source: e })?;
-        let scenario = Scenario::parse(&file, &text)?;
+        let (scenario, skipped) = Scenario::parse_lenient(&file, &text, lenient)?;
         let dir = path.parent().unwrap_or(Path::new("."));
         let mut topologies = BTreeMap::new();
         for n in &scenario.nodes {
@@ -509,7 +564,7 @@ impl Scenario {
             }
             topologies.insert(n.name.clone(), topology);
         }
-        Ok((scenario, topologies))
+        Ok((scenario, topologies, skipped))
     }
 
     /// The scenario's nodes as the core's nodes, with the given topologies attached (and their
