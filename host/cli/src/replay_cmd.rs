@@ -136,8 +136,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(args.node_stride >= 1, "--node-stride must be at least 1");
     let (table, jobs, queues, skipped) = match &args.scenario {
         Some(path) => {
-            let (s, topologies, skipped) = Scenario::load_lenient(path, args.lenient)?;
-            (s.node_table_with(&topologies), s.jobs, s.queues, skipped)
+            let loaded = Scenario::load_lenient(path, args.lenient)?;
+            let s = loaded.scenario;
+            (s.node_table_with(&loaded.topologies), s.jobs, s.queues, loaded.skipped)
         }
         None => {
             let nodes = inputs::nodes(args.nodes.as_deref())?;

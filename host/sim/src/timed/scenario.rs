@@ -418,6 +418,17 @@ struct RawScenario {
     jobs: Vec<serde_json::Value>,
 }
 
+/// A scenario read from a file by [`Scenario::load_lenient`].
+#[derive(Debug)]
+pub struct Loaded {
+    /// The scenario (without the jobs left out).
+    pub scenario: Scenario,
+    /// The topologies its nodes name, by node.
+    pub topologies: BTreeMap<String, NodeTopology>,
+    /// Jobs left out, each as `job N (name): reason`.
+    pub skipped: Vec<String>,
+}
+
 /// What is wrong with job `j` among the jobs and pod names seen so far (which it joins when fine).
 fn job_problem(j: &Job, tree: &QueueTree, jobs: &mut BTreeSet<String>, tasks: &mut BTreeSet<String>) -> Option<String> {
     if jobs.contains(&j.name) {
@@ -531,15 +542,12 @@ impl Scenario {
     /// Reads and validates the scenario at `path`, and the topology files its nodes name
     /// (relative to the scenario's directory).
     pub fn load(path: &Path) -> Result<(Scenario, BTreeMap<String, NodeTopology>), TraceError> {
-        Self::load_lenient(path, false).map(|(s, t, _)| (s, t))
+        Self::load_lenient(path, false).map(|l| (l.scenario, l.topologies))
     }
 
     /// [`Scenario::load`], skipping (and returning) malformed jobs when `lenient`
     /// ([`Scenario::parse_lenient`]).
-    pub fn load_lenient(
-        path: &Path,
-        lenient: bool,
-    ) -> Result<(Scenario, BTreeMap<String, NodeTopology>, Vec<String>), TraceError> {
+    pub fn load_lenient(path: &Path, lenient: bool) -> Result<Loaded, TraceError> {
         let file = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|e| TraceError::Io { file: file.clone(), source: e })?;
         let (scenario, skipped) = Scenario::parse_lenient(&file, &text, lenient)?;
@@ -564,7 +572,7 @@ impl Scenario {
             }
             topologies.insert(n.name.clone(), topology);
         }
-        Ok((scenario, topologies, skipped))
+        Ok(Loaded { scenario, topologies, skipped })
     }
 
     /// The scenario's nodes as the core's nodes, with the given topologies attached (and their
