@@ -201,6 +201,16 @@ impl Table {
     }
 }
 
+/// The code (index + 1) of `r` in `reasons`, appending it when new. Callers bound the length so
+/// that codes fit in a `u16`.
+fn intern(reasons: &mut Vec<Rejection>, r: &Rejection) -> u16 {
+    let at = reasons.iter().position(|x| x == r).unwrap_or_else(|| {
+        reasons.push(r.clone());
+        reasons.len() - 1
+    });
+    at as u16 + 1
+}
+
 impl VerdictCache {
     /// Verdicts reused and verdicts asked of the plugin so far.
     pub(crate) fn counts(&self) -> (u64, u64) {
@@ -265,18 +275,8 @@ impl VerdictCache {
         let asked: Vec<Slot> = missing.iter().map(|&i| candidates[i]).collect();
         let fresh = plugin.filter(ctx, task, &asked)?;
         // Fresh verdicts into the answer: its reasons are the snapshot plus the new ones.
-        let answer_code: Vec<u16> = fresh
-            .reasons
-            .iter()
-            .map(|r| {
-                let at = batch.reasons.iter().position(|x| x == r).unwrap_or_else(|| {
-                    batch.reasons.push(r.clone());
-                    batch.reasons.len() - 1
-                });
-                // At most 2 × MAX_BATCH_REASONS reasons: the snapshot and this batch's.
-                at as u16 + 1
-            })
-            .collect();
+        // At most 2 × MAX_BATCH_REASONS reasons: the snapshot and this batch's.
+        let answer_code: Vec<u16> = fresh.reasons.iter().map(|r| intern(&mut batch.reasons, r)).collect();
         for (k, &i) in missing.iter().enumerate() {
             batch.codes[i] = match usize::from(fresh.codes[k]) {
                 0 => 0,
@@ -295,18 +295,8 @@ impl VerdictCache {
             shape.reasons = Vec::new();
             return Ok(batch);
         }
-        let shape_code: Vec<u16> = fresh
-            .reasons
-            .iter()
-            .map(|r| {
-                let at = shape.reasons.iter().position(|x| x == r).unwrap_or_else(|| {
-                    shape.reasons.push(r.clone());
-                    shape.reasons.len() - 1
-                });
-                // At most MAX_BATCH_REASONS (256) reasons, checked above.
-                at as u16 + 1
-            })
-            .collect();
+        // At most MAX_BATCH_REASONS (256) reasons, checked above.
+        let shape_code: Vec<u16> = fresh.reasons.iter().map(|r| intern(&mut shape.reasons, r)).collect();
         let table = inner.table_of(id, nodes.slot_count() as usize);
         for (k, &i) in missing.iter().enumerate() {
             let code = match usize::from(fresh.codes[k]) {

@@ -408,6 +408,24 @@ fn is_yaml(file: &str) -> bool {
     file.ends_with(".yaml") || file.ends_with(".yml")
 }
 
+/// `text` as YAML (when `file` says so) or JSON; errors name the file, line and column.
+fn read<T: serde::de::DeserializeOwned>(file: &str, text: &str) -> Result<T, TraceError> {
+    let bad = |line: usize, column: usize, message: String| TraceError::Malformed {
+        file: file.into(),
+        line,
+        column,
+        message,
+    };
+    if is_yaml(file) {
+        serde_yaml_ng::from_str(text).map_err(|e| {
+            let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
+            bad(line, column, e.to_string())
+        })
+    } else {
+        serde_json::from_str(text).map_err(|e| bad(e.line(), e.column(), e.to_string()))
+    }
+}
+
 /// A scenario with its jobs still unread, for [`Scenario::parse_lenient`]: a malformed job is then
 /// one job to skip, not a malformed file.
 #[derive(Deserialize)]
@@ -482,25 +500,11 @@ impl Scenario {
             message,
         };
         if !lenient {
-            let s: Scenario = if is_yaml(file) {
-                serde_yaml_ng::from_str(text).map_err(|e| {
-                    let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
-                    bad(line, column, e.to_string())
-                })?
-            } else {
-                serde_json::from_str(text).map_err(|e| bad(e.line(), e.column(), e.to_string()))?
-            };
+            let s: Scenario = read(file, text)?;
             s.validate().map_err(|message| bad(0, 0, message))?;
             return Ok((s, Vec::new()));
         }
-        let raw: RawScenario = if is_yaml(file) {
-            serde_yaml_ng::from_str(text).map_err(|e| {
-                let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
-                bad(line, column, e.to_string())
-            })?
-        } else {
-            serde_json::from_str(text).map_err(|e| bad(e.line(), e.column(), e.to_string()))?
-        };
+        let raw: RawScenario = read(file, text)?;
         let mut scenario = Scenario { nodes: raw.nodes, queues: raw.queues, jobs: Vec::new() };
         scenario.validate().map_err(|message| bad(0, 0, message))?;
         let tree = queue_tree(&scenario.queues).map_err(|message| bad(0, 0, message))?;
