@@ -536,3 +536,41 @@ fn a_watched_directory_goes_live_on_change_and_keeps_running_when_it_vanishes() 
     assert!(registry.status().source_errors.is_empty());
     watcher.stop();
 }
+
+#[test]
+fn a_new_version_with_the_same_filter_keeps_its_verdicts_and_a_changed_filter_starts_cold() {
+    let dir = tempfile::tempdir().unwrap();
+    let (registry, preparer, _sink) = registry(&dir.path().join("events.jsonl"));
+    let mut lp = Loop::new(64, 3);
+    let spec = lp.next_task("spec");
+    let replicas = |lp: &mut Loop, registry: &Registry, n: usize| {
+        for _ in 0..n {
+            lp.next_id += 1;
+            let task = Task { id: format!("replica-{}", lp.next_id), ..spec.clone() };
+            lp.decide(registry, task);
+        }
+    };
+    replicas(&mut lp, &registry, 30);
+    let before = registry.current().set.verdict_counts();
+    assert!(before.0 > 0, "replicas reuse verdicts: {before:?}");
+    // Only the score changes: the filter is the same component with the same configuration.
+    let spread = FIT_AND_PACK.replace("most-allocated", "least-allocated");
+    let v = registry.offer(&fetched(&spread, &[]), &preparer).unwrap();
+    assert_eq!(registry.current().version, v);
+    assert_eq!(registry.current().set.verdict_counts(), before, "the new version shares the verdicts");
+    replicas(&mut lp, &registry, 1);
+    let after = registry.current().set.verdict_counts();
+    assert!(after.0 > before.0 + after.1 - before.1, "its first decision mostly reuses: {before:?} → {after:?}");
+    // A filter configured differently may judge differently: its verdicts are its own.
+    let v_live = registry.current();
+    let other = spread.replace(
+        "fit: { source: \"builtin:resource-fit\", deadline_ms: 2000 }",
+        "fit: { source: \"builtin:resource-fit\", deadline_ms: 2000, config: { ignore_gpu_memory: true } }",
+    );
+    let w = registry.offer(&fetched(&other, &[]), &preparer).unwrap();
+    assert_eq!(registry.current().version, w);
+    let shared = v_live.set.verdict_counts();
+    replicas(&mut lp, &registry, 3);
+    assert_eq!(v_live.set.verdict_counts(), shared, "decisions of the new version do not touch the old verdicts");
+    assert_ne!(registry.current().set.verdict_counts(), shared);
+}

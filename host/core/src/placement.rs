@@ -86,6 +86,19 @@ impl PolicySet {
             .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
     }
 
+    /// Let filter `index` share the verdicts of filter `from_index` of `previous` (both must reuse
+    /// verdicts): for a new policy version whose filter is the same component with the same
+    /// configuration as the live one's, so its first decisions do not start cold. The caller
+    /// vouches for the sameness; verdicts stay tied to node stamps, so they remain exact.
+    pub fn inherit_verdicts(&mut self, index: usize, previous: &PolicySet, from_index: usize) {
+        let (Some(stage), Some(from)) = (self.filters.get_mut(index), previous.filters.get(from_index)) else {
+            return;
+        };
+        if stage.verdicts.is_some() && from.verdicts.is_some() {
+            stage.verdicts = from.verdicts.clone();
+        }
+    }
+
     /// The same plugins, every filter asked about every node every time (to measure what reuse
     /// saves, or to rule it out).
     pub fn without_verdict_reuse(&self) -> PolicySet {

@@ -58,6 +58,25 @@ pub struct PluginInfo {
     pub metrics: Arc<PluginMetrics>,
 }
 
+impl PolicyVersion {
+    /// Share `previous`'s filter verdicts for each filter that is the same component (digest)
+    /// with the same configuration, so a swap does not make equal tasks ask every node again.
+    pub fn inherit_verdicts(&mut self, previous: &PolicyVersion) {
+        let identity = |v: &PolicyVersion, name: &str| -> Option<(String, String)> {
+            v.spec.plugins.get(name).filter(|p| p.reuse_verdicts)?;
+            let digest = v.plugins.iter().find(|p| p.name == name)?.digest.clone();
+            Some((digest, v.spec.config_text(name).unwrap_or_default()))
+        };
+        for (i, name) in self.spec.stages.filter.iter().enumerate() {
+            let Some(mine) = identity(self, name) else { continue };
+            let same = previous.spec.stages.filter.iter().position(|n| identity(previous, n).as_ref() == Some(&mine));
+            if let Some(j) = same {
+                self.set.inherit_verdicts(i, &previous.set, j);
+            }
+        }
+    }
+}
+
 /// A snapshot of the live cluster and recent tasks, for smoke tests.
 #[derive(Clone)]
 pub struct Sample {

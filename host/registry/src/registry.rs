@@ -611,7 +611,10 @@ impl Registry {
         // first live decision catches up on little.
         self.sample_wanted.store(true, Ordering::Relaxed);
         let prepared = match preparer.prepare(fetched, version, &sample) {
-            Ok(v) => Arc::new(v),
+            Ok(mut v) => {
+                v.inherit_verdicts(&self.current());
+                Arc::new(v)
+            }
             Err(e) => {
                 let mut inner = self.lock();
                 self.reject(&mut inner, &label, &fetched.origin, e.clone());
