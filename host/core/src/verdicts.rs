@@ -9,8 +9,9 @@
 //! change to that record gives it a new [`NodeTable::stamp`](crate::NodeTable::stamp), so a
 //! verdict is reused only for the exact node state it was computed for.
 //!
-//! One cache belongs to one filter plugin of one [`crate::PolicySet`] (a new policy version starts
-//! empty). Verdicts are kept only for *recurring* shapes — another task of the shape came within
+//! One cache belongs to one filter plugin of one [`crate::PolicySet`]; a new policy version starts
+//! empty unless its filter is the same component with the same configuration
+//! ([`crate::PolicySet::inherit_verdicts`]). Verdicts are kept only for *recurring* shapes — another task of the shape came within
 //! the last [`RECENT`] calls — each in a dense table of `(stamp, code)` by slot (10 bytes per
 //! node), at most [`TABLE_BYTES`] in all, least recently used out first. A stream of all-different
 //! tasks therefore allocates and stores nothing: it pays one hash and one map lookup per call.
@@ -25,7 +26,7 @@ use wasmsched_api::{Rejection, Task};
 use crate::node_table::Slot;
 use crate::plugin::{CallContext, PluginFault, PolicyPlugin};
 
-/// Memory for verdict tables, over all shapes (3.2 MB holds 64 shapes at 5,000 nodes).
+/// Memory for verdict tables, over all shapes (about 80 shapes at 5,000 nodes).
 const TABLE_BYTES: usize = 4 << 20;
 
 /// Tables kept however large the cluster (a few interleaved workloads should all stay).
