@@ -332,11 +332,7 @@ async fn a_pod_its_disruption_budget_protects_is_not_chosen_as_a_victim() {
     guarded["spec"]["priority"] = json!(0);
     let mut plain = pod("ml", "plain", NAME, 8, "4", "32Gi");
     plain["spec"]["priority"] = json!(1);
-    let budget = |allowed: i32| {
-        json!({"metadata": {"name": "serve", "namespace": "ml"},
-               "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "serve"}}},
-               "status": {"disruptionsAllowed": allowed, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}})
-    };
+    let budget = |allowed: i32| serve_budget(allowed, 1);
     api.put(Kind::PodDisruptionBudget, budget(0));
     api.state().protected.push("ml/guarded".into());
     api.put(Kind::Pod, guarded);
@@ -361,6 +357,15 @@ async fn a_pod_its_disruption_budget_protects_is_not_chosen_as_a_victim() {
     assert_eq!(api.state().evictions.last(), Some(&("ml/guarded".to_string(), 201)));
     run.stop().await;
     assert_chart_rbac_allows(&api);
+}
+
+/// A disruption budget over the `app=serve` pods of namespace `ml` (at least one available), as
+/// the disruption controller reports it with `healthy` of them running.
+fn serve_budget(allowed: i32, healthy: i32) -> serde_json::Value {
+    json!({"metadata": {"name": "serve", "namespace": "ml"},
+           "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "serve"}}},
+           "status": {"disruptionsAllowed": allowed, "currentHealthy": healthy, "desiredHealthy": 1,
+                      "expectedPods": healthy}})
 }
 
 /// Every request the scheduler sent is one the chart's RBAC allows.
@@ -633,11 +638,7 @@ async fn required_pod_anti_affinity_is_refused_but_a_bound_pod_with_one_still_ho
 async fn a_plan_never_takes_more_of_a_budget_s_pods_than_it_allows() {
     let api = FakeApi::new();
     api.put(Kind::Node, gpu_node("gpu-0", 8, &[]));
-    let budget = |allowed: i32| {
-        json!({"metadata": {"name": "serve", "namespace": "ml"},
-               "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "serve"}}},
-               "status": {"disruptionsAllowed": allowed, "currentHealthy": 3, "desiredHealthy": 1, "expectedPods": 3}})
-    };
+    let budget = |allowed: i32| serve_budget(allowed, 3);
     api.put(Kind::PodDisruptionBudget, budget(1));
     for name in ["s1", "s2"] {
         let mut p = pod("ml", name, NAME, 4, "4", "32Gi");
