@@ -14,7 +14,8 @@
 //! ([`crate::PolicySet::inherit_verdicts`]). Verdicts are kept only for *recurring* shapes — another task of the shape came within
 //! the last [`RECENT`] calls — each in a dense table of `(stamp, code)` by slot (10 bytes per
 //! node), at most [`TABLE_BYTES`] in all, least recently used out first. A stream of all-different
-//! tasks therefore allocates and stores nothing: it pays one hash and one map lookup per call.
+//! tasks therefore stores no verdicts: it pays a hash and a map lookup per call, plus a copy of
+//! the task the first time a shape is seen (at most [`MAX_SHAPES`] are remembered).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
