@@ -155,7 +155,14 @@ fn run_gangs(
     let t = Instant::now();
     for (g, m) in members.iter().enumerate() {
         let name = format!("gang-{g}");
-        let spec = GroupSpec { name: &name, members: m, min_member: size, topology: None, nodes_to_find: Some(find) };
+        let spec = GroupSpec {
+            name: &name,
+            members: m,
+            min_member: size,
+            topology: None,
+            nodes_to_find: Some(find),
+            within: None,
+        };
         let t0 = Instant::now();
         if place_group(set, &mut table, &spec, 0).is_ok() {
             placed += 1;

@@ -134,11 +134,11 @@ fn observe_topology(
 pub fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(args.compress > 0.0 && args.compress.is_finite(), "--compress must be a positive number");
     anyhow::ensure!(args.node_stride >= 1, "--node-stride must be at least 1");
-    let (table, jobs, queues, skipped) = match &args.scenario {
+    let (table, tree, jobs, skipped) = match &args.scenario {
         Some(path) => {
             let loaded = Scenario::load_lenient(path, args.lenient)?;
             let s = loaded.scenario;
-            (s.node_table_with(&loaded.topologies), s.jobs, s.queues, loaded.skipped)
+            (s.node_table_with(&loaded.topologies), s.queue_tree(), s.jobs, loaded.skipped)
         }
         None => {
             let nodes = inputs::nodes(args.nodes.as_deref())?;
@@ -149,14 +149,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 table.upsert(n);
             }
             let jobs: Vec<Job> = pods.iter().map(|p| Job::from_trace(p, args.compress)).collect();
-            let queues = flat_queues(&jobs);
-            (table, jobs, queues, skipped)
+            let tree = queue_tree(&flat_queues(&jobs));
+            (table, tree, jobs, skipped)
         }
     };
     for why in &skipped {
         tracing::warn!(skipped = %why, "left out of the replay");
     }
-    let tree = queue_tree(&queues).map_err(anyhow::Error::msg)?;
+    let tree = tree.map_err(anyhow::Error::msg)?;
     let typical = timed::target_workload(&jobs);
     let runtime = crate::policy::replay_runtime(args.native)?;
     let set =

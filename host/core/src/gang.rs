@@ -53,6 +53,8 @@ pub struct GroupSpec<'a> {
     /// kube-scheduler-style sampling — each member stops filtering once `k` feasible nodes are
     /// known, starting where the previous member stopped ([`crate::place_sampled_among`]).
     pub nodes_to_find: Option<usize>,
+    /// Only these nodes (ascending slots), e.g. one resource flavor's; `None`: every node.
+    pub within: Option<&'a [Slot]>,
 }
 
 /// A placed group.
@@ -117,20 +119,26 @@ pub fn place_group(
     };
     if let Some(topo) = group.topology {
         for tier in 0..topo.tiers.len() {
-            for (domain, slots) in domains(nodes, &topo.tiers[tier..]) {
+            for (domain, mut slots) in domains(nodes, &topo.tiers[tier..]) {
+                if let Some(within) = group.within {
+                    slots.retain(|s| within.binary_search(s).is_ok());
+                    if slots.is_empty() {
+                        continue;
+                    }
+                }
                 if let Some(p) = attempt(nodes, &slots, Some(domain)) {
                     return Ok(p);
                 }
             }
         }
         if !topo.strict {
-            let all: Vec<Slot> = nodes.slots().collect();
+            let all = group.within.map_or_else(|| nodes.slots().collect(), <[Slot]>::to_vec);
             if let Some(p) = attempt(nodes, &all, None) {
                 return Ok(p);
             }
         }
     } else {
-        let all: Vec<Slot> = nodes.slots().collect();
+        let all = group.within.map_or_else(|| nodes.slots().collect(), <[Slot]>::to_vec);
         if let Some(p) = attempt(nodes, &all, None) {
             return Ok(p);
         }
@@ -267,7 +275,7 @@ mod tests {
     }
 
     fn spec<'a>(members: &'a [Task], min: usize, topo: Option<&'a TopologyConstraint>) -> GroupSpec<'a> {
-        GroupSpec { name: "g", members, min_member: min, topology: topo, nodes_to_find: None }
+        GroupSpec { name: "g", members, min_member: min, topology: topo, nodes_to_find: None, within: None }
     }
 
     #[test]

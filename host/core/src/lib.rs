@@ -16,7 +16,8 @@
 //!   `percentageOfNodesToScore`, with a rotating, deterministic start.
 //! - [`place_group`]: a gang, all-or-nothing (at least min-member), optionally inside one topology
 //!   domain, rolled back on failure.
-//! - [`QueueTree`]: validated queue hierarchy (weights, guarantees, capabilities).
+//! - [`QueueTree`]: validated queue hierarchy (weights, guarantees, capabilities), with quotas
+//!   per resource [`Flavor`] (kinds of node, e.g. by GPU model).
 //! - [`SchedulerCore`]: the whole cycle — fair-share queue order, quotas, gangs, preemption with
 //!   checkpoints, elastic growth, back-off, and an [`Explanation`] for every pending workload.
 //! - [`Topologies`]: GPU topologies by node, which plugins query through the `topology` import
@@ -50,6 +51,7 @@
 
 mod alloc;
 mod cycle;
+mod flavor;
 mod gang;
 mod native;
 mod node_table;
@@ -64,6 +66,7 @@ pub use cycle::{
     CoreConfig, CoreError, Decision, EvictReason, Explanation, Phase, PreemptKind, PreemptionPolicy, QueueShare,
     SchedulerCore, Workload, WorkloadError, WorkloadStatus,
 };
+pub use flavor::{Flavor, add_flavored, flavored_resource};
 pub use gang::{GangError, GangPlacement, GroupSpec, TopologyConstraint, place_group};
 pub use native::NativePlugin;
 pub use node_table::{Changes, NodeTable, Slot};

@@ -1,7 +1,9 @@
 //! The queue hierarchy, validated when built so that bad configuration is refused up front.
 
 use ahash::AHashMap;
-use wasmsched_api::{QueueState, Resources};
+use wasmsched_api::{Node, QueueState, Resources};
+
+use crate::flavor::Flavor;
 
 /// One queue as configured.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -26,6 +28,10 @@ pub struct QueueSpec {
     pub reclaimable: bool,
     /// What a workload must satisfy to be accepted into the queue at all.
     pub admission: Admission,
+    /// The [`Flavor`]s its work may use, in the order they are tried; empty: its parent's (a
+    /// root's: every flavor, in declaration order). Quota per flavor is in the resources above,
+    /// under [`crate::flavored_resource`] names.
+    pub flavors: Vec<String>,
 }
 
 /// Limits checked when a workload is submitted to a leaf queue (digest Q3–Q5): a workload they
@@ -70,6 +76,17 @@ pub enum QueueError {
     /// An admission priority range whose minimum is above its maximum admits nothing.
     #[error("queue {0}: priority range minimum above its maximum")]
     EmptyPriorityRange(String),
+    /// A flavor name is empty, contains `/`, or is declared twice.
+    #[error("flavor {0:?}: names must be unique, non-empty and without '/'")]
+    BadFlavor(String),
+    /// A queue lists a flavor that is not declared.
+    #[error("queue {queue}: unknown flavor {flavor}")]
+    UnknownFlavor {
+        /// The queue.
+        queue: String,
+        /// The flavor it named.
+        flavor: String,
+    },
 }
 
 /// A validated forest of queues. Parents always precede their children, so a cycle cannot be
@@ -83,6 +100,9 @@ pub struct QueueTree {
     limit: Vec<Option<Resources>>,
     /// What the queue keeps for itself of its guarantee (guarantee minus lending limit).
     reserve: Vec<Option<Resources>>,
+    flavors: Vec<Flavor>,
+    /// Per queue, the flavor indices its work tries, in order.
+    flavor_order: Vec<Vec<usize>>,
 }
 
 /// Whether `small` is within `big` in every resource.
@@ -131,7 +151,17 @@ fn sum(list: &[&Resources]) -> Option<Resources> {
 impl QueueTree {
     /// Validate `specs` (parents first) into a tree.
     pub fn new(specs: impl IntoIterator<Item = QueueSpec>) -> Result<Self, QueueError> {
-        let mut tree = QueueTree::default();
+        Self::with_flavors(Vec::new(), specs)
+    }
+
+    /// Validate `specs` (parents first) into a tree whose quotas may be per [`Flavor`].
+    pub fn with_flavors(flavors: Vec<Flavor>, specs: impl IntoIterator<Item = QueueSpec>) -> Result<Self, QueueError> {
+        for (i, f) in flavors.iter().enumerate() {
+            if f.name.is_empty() || f.name.contains('/') || flavors[..i].iter().any(|o| o.name == f.name) {
+                return Err(QueueError::BadFlavor(f.name.clone()));
+            }
+        }
+        let mut tree = QueueTree { flavors, ..QueueTree::default() };
         for spec in specs {
             tree.add(spec)?;
         }
@@ -179,6 +209,21 @@ impl QueueTree {
                 .collect(),
             ..spec.guarantee.saturating_sub(l)
         });
+        let order = if spec.flavors.is_empty() {
+            match parent {
+                Some(p) => self.flavor_order[p].clone(),
+                None => (0..self.flavors.len()).collect(),
+            }
+        } else {
+            let index = |f: &String| {
+                self.flavors
+                    .iter()
+                    .position(|x| &x.name == f)
+                    .ok_or_else(|| QueueError::UnknownFlavor { queue: spec.name.clone(), flavor: f.clone() })
+            };
+            spec.flavors.iter().map(index).collect::<Result<Vec<_>, _>>()?
+        };
+        self.flavor_order.push(order);
         self.index.insert(spec.name.clone(), self.queues.len());
         self.parent.push(parent);
         self.limit.push(limit);
@@ -242,6 +287,21 @@ impl QueueTree {
     /// whichever is tighter; `None` for unbounded.
     pub fn limit(&self, i: usize) -> Option<&Resources> {
         self.limit.get(i)?.as_ref()
+    }
+
+    /// The declared flavors.
+    pub fn flavors(&self) -> &[Flavor] {
+        &self.flavors
+    }
+
+    /// The flavor `node` belongs to: the first whose labels it carries.
+    pub fn flavor_of(&self, node: &Node) -> Option<usize> {
+        self.flavors.iter().position(|f| f.matches(node))
+    }
+
+    /// The flavors work of queue `i` tries, in order.
+    pub fn flavors_for(&self, i: usize) -> &[usize] {
+        self.flavor_order.get(i).map_or(&[], Vec::as_slice)
     }
 
     /// Whether any queue keeps part of its guarantee from others (a lending limit below it).

@@ -38,6 +38,7 @@ pub fn spec(q: &Queue) -> Result<QueueSpec, ConvertError> {
                 priority_range: a.priority_range.map(|r| (r.min, r.max)),
             })
             .unwrap_or_default(),
+        flavors: Vec::new(),
     })
 }
 

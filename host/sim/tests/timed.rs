@@ -310,3 +310,57 @@ jobs:
     let e = Scenario::parse("admission.yaml", &bad).unwrap_err().to_string();
     assert!(e.contains("queue q: priority range minimum above its maximum"), "{e}");
 }
+
+#[test]
+fn flavor_quotas_bound_each_gpu_model_in_a_replay_and_bad_flavors_are_refused() {
+    // team may hold 1 A100 GPU (no borrowing) and 2 V100 GPUs: of four 1-GPU jobs, one runs on
+    // A100, two on V100, and the fourth waits for the first to finish at 10 although an A100 GPU
+    // is idle all along.
+    let yaml = r#"
+nodes:
+  - {name: a1, cpu_milli: 8000, memory_mib: 65536, gpus: 2, model: A100}
+  - {name: v1, cpu_milli: 8000, memory_mib: 65536, gpus: 2, model: V100, labels: {zone: east}}
+flavors:
+  - {name: gpu-a100, node_labels: {gpu-model: A100}}
+  - {name: gpu-v100, node_labels: {gpu-model: V100, zone: east}}
+queues:
+  - name: team
+    flavors:
+      - {name: gpu-a100, guarantee: {gpus: 1}, borrowing_limit: {gpus: 0}}
+      - {name: gpu-v100, guarantee: {gpus: 2}}
+jobs:
+  - {name: j1, queue: team, arrival: 0, duration: 10, cpu_milli: 1000, gpus: 1, gpu_milli: 1000}
+  - {name: j2, queue: team, arrival: 0, duration: 20, cpu_milli: 1000, gpus: 1, gpu_milli: 1000}
+  - {name: j3, queue: team, arrival: 0, duration: 20, cpu_milli: 1000, gpus: 1, gpu_milli: 1000}
+  - {name: j4, queue: team, arrival: 0, duration: 20, cpu_milli: 1000, gpus: 1, gpu_milli: 1000}
+"#;
+    let starts = |yaml: &str| {
+        let s = Scenario::parse("flavors.yaml", yaml).unwrap();
+        let r = timed::run(&full_set(), &s.node_table(), &s.queue_tree().unwrap(), &s.jobs).unwrap();
+        r.jobs.iter().map(|j| j.start).collect::<Vec<_>>()
+    };
+    assert_eq!(starts(yaml), [Some(0), Some(0), Some(0), Some(10)]);
+    // Unbounded borrowing on A100: the fourth job takes the idle A100 GPU at once.
+    assert_eq!(starts(&yaml.replace(", borrowing_limit: {gpus: 0}", "")), [Some(0); 4]);
+
+    for (from, to, why) in [
+        ("- {name: gpu-v100, guarantee", "- {name: gpu-h100, guarantee", "queue team: unknown flavor gpu-h100"),
+        (
+            "- {name: gpu-v100, node_labels",
+            "- {name: gpu/v100, node_labels",
+            "flavor \"gpu/v100\": names must be unique",
+        ),
+        (
+            "- {name: gpu-v100, node_labels",
+            "- {name: gpu-a100, node_labels",
+            "flavor \"gpu-a100\": names must be unique",
+        ),
+        ("- {name: gpu-v100, guarantee", "- {name: gpu-a100, guarantee", "flavor \"gpu-a100\": listed twice"),
+        ("borrowing_limit: {gpus: 0}", "borrowing_limit: {gpus: -2}", "gpus must be a non-negative number"),
+        ("node_labels: {gpu-model: A100}", "labels: {gpu-model: A100}", "unknown field `labels`"),
+    ] {
+        assert!(yaml.contains(from), "{from}");
+        let e = Scenario::parse("flavors.yaml", &yaml.replacen(from, to, 1)).unwrap_err().to_string();
+        assert!(e.contains(why), "{why}: {e}");
+    }
+}

@@ -5,7 +5,7 @@
 
 use wasmsched_api::{DeviceShare, Node, Task};
 
-use super::{CoreError, Decision, Member, Misfit, Phase, SchedulerCore, Workload, WorkloadError, demand};
+use super::{CoreError, Decision, Member, Misfit, Phase, SchedulerCore, Workload, WorkloadError, demand_in};
 use crate::alloc::bind_fact;
 use crate::queue::QueueTree;
 
@@ -45,11 +45,14 @@ impl SchedulerCore {
             let e = self.entries.get(&name).expect("just submitted");
             let task = e.spec.members[idx].clone();
             let leaf = e.leaf;
+            // Running where it runs: it holds the quota of that node's flavor.
+            let flavor = self.nodes.get(slot).and_then(|n| self.queues.flavor_of(n));
+            let flavor = flavor.map(|f| self.queues.flavors()[f].name.clone());
             self.nodes.update(slot, |n| bind_fact(n, &task, devices));
-            self.account(leaf, &demand(&task), true);
+            self.account(leaf, &demand_in(&task, flavor.as_deref()), true);
             let e = self.entries.get_mut(&name).expect("just submitted");
-            e.members[idx] =
-                Some(Member { slot, node: node.clone(), devices: devices.clone(), started: now, leaving: None });
+            let devices = devices.clone();
+            e.members[idx] = Some(Member { slot, node: node.clone(), devices, started: now, leaving: None, flavor });
             e.phase = Phase::Running;
             self.index_add(node, &name);
         }
@@ -204,8 +207,7 @@ impl SchedulerCore {
         for (name, leaf) in leaves {
             let e = self.entries.get_mut(&name).expect("listed above");
             e.leaf = leaf;
-            let held: Vec<_> =
-                e.spec.members.iter().zip(&e.members).filter(|(_, m)| m.is_some()).map(|(t, _)| demand(t)).collect();
+            let held: Vec<_> = (0..e.members.len()).filter(|&i| e.members[i].is_some()).map(|i| e.held(i)).collect();
             for d in held {
                 self.account(leaf, &d, true);
             }

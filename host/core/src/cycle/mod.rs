@@ -54,14 +54,14 @@ use wasmsched_api::{DeviceShare, Node, Resources, ShareDecision};
 use crate::alloc::{bind, bind_fact, release};
 use crate::gang::{GangError, GroupSpec, place_group};
 use crate::node_table::{NodeTable, Slot};
-use crate::placement::{Placement, PolicySet, feasible_nodes_to_find, place};
+use crate::placement::{Placement, PolicySet, feasible_nodes_to_find, place, place_among};
 use crate::plugin::PluginFault;
 use crate::queue::{QueueTree, fits};
 
 pub use explain::Explanation;
 use failures::Failures;
-use workload::demand;
 pub use workload::{PreemptionPolicy, Workload, WorkloadError};
+use workload::{demand, demand_in};
 
 /// Tunables of the cycle. The defaults follow kube-scheduler, Volcano and Slurm where they have one.
 #[derive(Clone, Debug, PartialEq)]
@@ -276,6 +276,8 @@ struct Member {
     started: u64,
     /// Asked to checkpoint and leave.
     leaving: Option<Leaving>,
+    /// The resource flavor it was placed with: its queue holds the flavor's quota until it leaves.
+    flavor: Option<String>,
 }
 
 /// A member asked to checkpoint before it is evicted.
@@ -337,6 +339,17 @@ impl Entry {
         }
         total
     }
+
+    /// What placed member `i` holds of its queue's quota.
+    fn held(&self, i: usize) -> Resources {
+        let flavor = self.members.get(i).and_then(|m| m.as_ref()?.flavor.as_deref());
+        demand_in(&self.spec.members[i], flavor)
+    }
+
+    /// The flavor its placed members use (an elastic workload grows within it).
+    fn flavor(&self) -> Option<&str> {
+        self.members.iter().flatten().find_map(|m| m.flavor.as_deref())
+    }
 }
 
 /// The scheduling core; see the module docs.
@@ -362,6 +375,9 @@ pub struct SchedulerCore {
     /// The nodes' allocatable total, taken at the start of each cycle: what lending queues'
     /// reserves are kept free of.
     capacity: Resources,
+    /// With resource flavors: per flavor, then for nodes of none, the slots of its nodes (taken
+    /// with `capacity`). Empty without flavors.
+    flavor_nodes: Vec<Vec<Slot>>,
 }
 
 impl SchedulerCore {
@@ -383,6 +399,7 @@ impl SchedulerCore {
             truncated: false,
             on_node: AHashMap::new(),
             capacity: Resources::default(),
+            flavor_nodes: Vec::new(),
         }
     }
 
@@ -423,9 +440,10 @@ impl SchedulerCore {
         let slot = self.nodes.upsert(node);
         let mut out = Vec::new();
         for (wl, idx) in self.members_on(&name) {
-            let (task, devices) = {
+            let (task, devices, held) = {
                 let e = &self.entries[&wl];
-                (e.spec.members[idx].clone(), e.members[idx].as_ref().map(|m| m.devices.clone()).unwrap_or_default())
+                let devices = e.members[idx].as_ref().map(|m| m.devices.clone()).unwrap_or_default();
+                (e.spec.members[idx].clone(), devices, e.held(idx))
             };
             let ok = match misfit {
                 Misfit::Evict => self.nodes.update(slot, |n| bind(n, &task, &devices)).is_some_and(|r| r.is_ok()),
@@ -441,7 +459,7 @@ impl SchedulerCore {
                     e.members[idx] = None;
                 }
                 self.index_remove(&name, &wl);
-                self.account(self.entries[&wl].leaf, &demand(&task), false);
+                self.account(self.entries[&wl].leaf, &held, false);
                 out.push(Decision::Evicted {
                     workload: wl.clone(),
                     task: task.id.clone(),
@@ -557,7 +575,7 @@ impl SchedulerCore {
                 self.index_remove(&m.node, workload);
                 let task = &e.spec.members[i];
                 self.nodes.update(m.slot, |n| release(n, task, &m.devices));
-                self.account(e.leaf, &demand(task), false);
+                self.account(e.leaf, &e.held(i), false);
             }
         }
         self.release_holds(&e.holds);
@@ -653,7 +671,7 @@ impl SchedulerCore {
     pub fn schedule(&mut self, set: &PolicySet, now: u64) -> Vec<Decision> {
         let mut out = Vec::new();
         self.advance(now, &mut out);
-        self.capacity = self.cluster_capacity();
+        (self.capacity, self.flavor_nodes) = self.cluster_capacity();
 
         let mut nominated: Vec<&Entry> = self
             .entries
@@ -683,7 +701,7 @@ impl SchedulerCore {
         let mut lists: BTreeMap<usize, Vec<&Entry>> = BTreeMap::new();
         for e in self.entries.values() {
             if matches!(e.phase, Phase::Pending | Phase::Preempting) {
-                let d = e.demand_of(e.spec.members.len());
+                let d = self.wanted(e, e.demand_of(e.spec.members.len()));
                 for q in self.queues.chain(e.leaf) {
                     pending[q].saturating_add_assign(&d);
                 }
@@ -769,7 +787,7 @@ impl SchedulerCore {
             };
             let Some(e) = self.entries.get(workload) else { continue };
             let Some(t) = e.spec.members.iter().find(|t| &t.id == task) else { continue };
-            let d = demand(t);
+            let d = self.wanted(e, demand(t));
             for q in self.queues.chain(e.leaf) {
                 if bound {
                     pending[q] = pending[q].saturating_sub(&d);
@@ -792,14 +810,71 @@ impl SchedulerCore {
         }
     }
 
-    fn cluster_capacity(&self) -> Resources {
+    /// The nodes' allocatable total (with each flavor's qualified copies) and, with flavors, the
+    /// nodes of each flavor and then of none.
+    fn cluster_capacity(&self) -> (Resources, Vec<Vec<Slot>>) {
+        let flavors = self.queues.flavors();
         let mut total = Resources::default();
+        let mut by_flavor = vec![Vec::new(); if flavors.is_empty() { 0 } else { flavors.len() + 1 }];
         for slot in self.nodes.slots() {
-            if let Some(n) = self.nodes.get(slot) {
-                total.saturating_add_assign(&n.allocatable);
+            let Some(n) = self.nodes.get(slot) else { continue };
+            total.saturating_add_assign(&n.allocatable);
+            if flavors.is_empty() {
+                continue;
+            }
+            match self.queues.flavor_of(n) {
+                Some(f) => {
+                    crate::flavor::add_flavored(&mut total, &flavors[f].name, &n.allocatable);
+                    by_flavor[f].push(slot);
+                }
+                None => by_flavor[flavors.len()].push(slot),
             }
         }
-        total
+        (total, by_flavor)
+    }
+
+    /// The flavors to try for work of `leaf`, in order; `None` is the nodes of no flavor (or,
+    /// without flavors, every node).
+    fn flavor_choices(&self, leaf: usize) -> Vec<Option<usize>> {
+        if self.flavor_nodes.is_empty() {
+            return vec![None];
+        }
+        let mut out: Vec<Option<usize>> = self.queues.flavors_for(leaf).iter().map(|&f| Some(f)).collect();
+        out.push(None);
+        out
+    }
+
+    /// The nodes of a flavor choice; `None` for every node when there are no flavors.
+    fn nodes_of(&self, flavor: Option<usize>) -> Option<&[Slot]> {
+        let i = flavor.unwrap_or(self.flavor_nodes.len().checked_sub(1)?);
+        self.flavor_nodes.get(i).map(Vec::as_slice)
+    }
+
+    fn flavor_name(&self, flavor: Option<usize>) -> Option<&str> {
+        Some(self.queues.flavors().get(flavor?)?.name.as_str())
+    }
+
+    /// Pending demand `d` of `e` as fair share sees it: with resource flavors, wanted in every
+    /// flavor its queue may use (placement decides which; each flavor's share is capped by the
+    /// queue's quota there, so a queue is never promised more than it may hold).
+    fn wanted(&self, e: &Entry, d: Resources) -> Resources {
+        if self.flavor_nodes.is_empty() {
+            return d;
+        }
+        let mut out = d.clone();
+        for &f in self.queues.flavors_for(e.leaf) {
+            crate::flavor::add_flavored(&mut out, &self.queues.flavors()[f].name, &d);
+        }
+        out
+    }
+
+    /// `task` as placed with `flavor`: with the flavor's tolerations.
+    fn in_flavor(&self, task: &wasmsched_api::Task, flavor: Option<usize>) -> wasmsched_api::Task {
+        let mut task = task.clone();
+        if let Some(f) = flavor.and_then(|f| self.queues.flavors().get(f)) {
+            task.tolerations.extend(f.tolerations.iter().cloned());
+        }
+        task
     }
 
     /// Ask the fair-share plugin for deserved shares and the serving order (leaf queues). `None`
@@ -831,8 +906,10 @@ impl SchedulerCore {
 
     /// How many of `e`'s members (in order) the limits of its queue and ancestors admit on top of
     /// what they hold, and why no more: the first queue at its limit, or the lenders whose
-    /// reserves the rest would take.
-    fn admitted_members(&self, e: &Entry) -> (usize, Option<String>) {
+    /// reserves the rest would take. Placed with `flavor`, members take its quota too.
+    fn admitted_members(&self, e: &Entry, flavor: Option<usize>) -> (usize, Option<String>) {
+        let flavor = self.flavor_name(flavor);
+        let demand = |m| demand_in(m, flavor);
         let mut admitted = e.spec.members.len();
         let mut limiter = None;
         for q in self.queues.chain(e.leaf) {
@@ -908,12 +985,32 @@ impl SchedulerCore {
 
     /// Try to place one workload (its unplaced members), preempting if it may.
     fn attempt(&mut self, set: &PolicySet, name: &str, now: u64, out: &mut Vec<Decision>) {
-        let e = &self.entries[name];
-        let min = e.spec.min_member;
-        let (admitted, limiter) = self.admitted_members(e);
-        let mut explanation = Explanation { attempts: e.attempts, ..Default::default() };
-        if admitted >= min {
-            let members = e.spec.members[..admitted].to_vec();
+        let mut explanation = Explanation { attempts: self.entries[name].attempts, ..Default::default() };
+        let mut quota = Vec::new();
+        let mut best_placed = None;
+        for flavor in self.flavor_choices(self.entries[name].leaf) {
+            let e = &self.entries[name];
+            let min = e.spec.min_member;
+            let within = self.nodes_of(flavor);
+            let on = match self.flavor_name(flavor) {
+                Some(f) => format!("flavor {f}: "),
+                None if within.is_some() => "nodes of no flavor: ".into(),
+                None => String::new(),
+            };
+            if within.is_some_and(<[Slot]>::is_empty) {
+                if flavor.is_some() {
+                    quota.push(format!("{on}no nodes"));
+                }
+                continue;
+            }
+            let (admitted, limiter) = self.admitted_members(e, flavor);
+            if admitted < min {
+                let limiter = limiter.unwrap_or_default();
+                quota.push(format!("{on}{limiter}: {admitted} of the {min} required members fit its quota"));
+                continue;
+            }
+            let members: Vec<_> = e.spec.members[..admitted].iter().map(|t| self.in_flavor(t, flavor)).collect();
+            let within = within.map(<[Slot]>::to_vec);
             let nodes_to_find =
                 self.config.percentage_of_nodes_to_score.map(|p| feasible_nodes_to_find(self.nodes.len(), Some(p)));
             let group = GroupSpec {
@@ -922,26 +1019,31 @@ impl SchedulerCore {
                 min_member: min,
                 topology: e.spec.topology.as_ref(),
                 nodes_to_find,
+                within: within.as_deref(),
             };
+            let is_group = e.spec.is_group();
             match place_group(set, &mut self.nodes, &group, 0) {
                 Ok(placed) => {
-                    self.commit(name, placed.placed, now, out);
+                    self.commit(name, placed.placed, flavor, now, out);
                     return;
                 }
                 Err(GangError::Unschedulable { placed, diagnosis, .. }) => {
-                    if self.entries[name].spec.is_group() {
-                        explanation.gang = Some((placed, min));
+                    if best_placed.is_none_or(|b| placed > b) {
+                        best_placed = Some(placed);
+                        if is_group {
+                            explanation.gang = Some((placed, min));
+                        }
+                        explanation.nodes = Some(diagnosis);
                     }
-                    explanation.nodes = Some(diagnosis);
                 }
                 Err(err @ GangError::Invalid { .. }) => {
                     // normalise() rules this out; keep the workload pending with the reason.
-                    explanation.queue = Some(err.to_string());
+                    quota.push(err.to_string());
                 }
             }
-        } else {
-            let limiter = limiter.unwrap_or_default();
-            explanation.queue = Some(format!("{limiter}: {admitted} of the {min} required members fit its quota"));
+        }
+        if !quota.is_empty() {
+            explanation.queue = Some(quota.join("; "));
         }
         match (self.entries[name].spec.preemption, set.preempt()) {
             (PreemptionPolicy::Never, _) => {
@@ -973,12 +1075,20 @@ impl SchedulerCore {
     }
 
     /// Record members bound on the table as running.
-    fn commit(&mut self, name: &str, placed: Vec<(usize, Placement)>, now: u64, out: &mut Vec<Decision>) {
+    fn commit(
+        &mut self,
+        name: &str,
+        placed: Vec<(usize, Placement)>,
+        flavor: Option<usize>,
+        now: u64,
+        out: &mut Vec<Decision>,
+    ) {
         let leaf = self.entries[name].leaf;
+        let flavor = self.flavor_name(flavor).map(str::to_string);
         for (i, Placement { node: slot, devices, score, feasible, skipped_faults }) in placed {
             let node = self.nodes.get(slot).map(|n| n.name.clone()).unwrap_or_default();
             let task = self.entries[name].spec.members[i].clone();
-            self.account(leaf, &demand(&task), true);
+            self.account(leaf, &demand_in(&task, flavor.as_deref()), true);
             out.push(Decision::Bound {
                 workload: name.into(),
                 task: task.id.clone(),
@@ -989,7 +1099,8 @@ impl SchedulerCore {
                 faults: skipped_faults,
             });
             let e = self.entries.get_mut(name).expect("committed workloads exist");
-            e.members[i] = Some(Member { slot, node: node.clone(), devices, started: now, leaving: None });
+            let flavor = flavor.clone();
+            e.members[i] = Some(Member { slot, node: node.clone(), devices, started: now, leaving: None, flavor });
             self.index_add(&node, name);
         }
         let e = self.entries.get_mut(name).expect("committed workloads exist");
@@ -1008,17 +1119,24 @@ impl SchedulerCore {
         for name in growing {
             let unplaced: Vec<usize> =
                 (0..self.entries[&name].members.len()).filter(|&i| self.entries[&name].members[i].is_none()).collect();
+            let e = &self.entries[&name];
+            let flavor = e.flavor().and_then(|f| self.queues.flavors().iter().position(|x| x.name == f));
+            let within = self.nodes_of(flavor).map(<[Slot]>::to_vec);
             for i in unplaced {
                 let e = &self.entries[&name];
-                let task = e.spec.members[i].clone();
-                if !self.within_capability(e.leaf, &demand(&task)) {
+                let task = self.in_flavor(&e.spec.members[i], flavor);
+                if !self.within_capability(e.leaf, &demand_in(&task, self.flavor_name(flavor))) {
                     break;
                 }
-                let Ok(p) = place(set, &self.nodes, &task, 0) else { break };
+                let placed = match &within {
+                    None => place(set, &self.nodes, &task, 0),
+                    Some(slots) => place_among(set, &self.nodes, &task, 0, slots),
+                };
+                let Ok(p) = placed else { break };
                 if !matches!(self.nodes.update(p.node, |n| bind(n, &task, &p.devices)), Some(Ok(()))) {
                     break;
                 }
-                self.commit(&name, vec![(i, p)], now, out);
+                self.commit(&name, vec![(i, p)], flavor, now, out);
             }
         }
     }
@@ -1077,12 +1195,13 @@ impl SchedulerCore {
     /// Release a placed member from its node and its queue, keeping it in the entry for rollback.
     fn unbind(&mut self, wl: &str, idx: usize) -> Option<Member> {
         let e = self.entries.get_mut(wl)?;
+        let held = e.held(idx);
         let m = e.members[idx].take()?;
         let task = e.spec.members[idx].clone();
         let leaf = e.leaf;
         self.index_remove(&m.node, wl);
         self.nodes.update(m.slot, |n| release(n, &task, &m.devices));
-        self.account(leaf, &demand(&task), false);
+        self.account(leaf, &held, false);
         Some(m)
     }
 
@@ -1094,7 +1213,7 @@ impl SchedulerCore {
         if !matches!(self.nodes.update(m.slot, |n| bind(n, &task, &m.devices)), Some(Ok(()))) {
             warn!(workload = wl, task = %task.id, node = %m.node, "could not restore a member after a rolled-back preemption");
         }
-        self.account(leaf, &demand(&task), true);
+        self.account(leaf, &demand_in(&task, m.flavor.as_deref()), true);
         self.index_add(&m.node, wl);
         if let Some(e) = self.entries.get_mut(wl) {
             e.members[idx] = Some(m);

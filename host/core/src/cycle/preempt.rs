@@ -9,14 +9,15 @@
 //! victims and running the real filter → score → device chain on that node; a plan that does not
 //! verify is rolled back and that node dropped (up to three tries per member). Until min-member
 //! members have room nothing is evicted; if they never do, every change is rolled back. A gang
-//! with a strict topology constraint does all this inside one domain at a time.
+//! with a strict topology constraint does all this inside one domain at a time; with resource
+//! flavors, inside one flavor's nodes and quota at a time, in the order placement tries them.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use wasmsched_api::{PreemptCandidate, Resources, Task, Victim};
 
-use super::{Decision, Entry, EvictReason, Leaving, Member, Phase, PreemptKind, SchedulerCore, demand};
+use super::{Decision, Entry, EvictReason, Leaving, Member, Phase, PreemptKind, SchedulerCore, demand_in};
 use crate::alloc::{bind, release};
 use crate::node_table::Slot;
 use crate::placement::{Placement, PolicySet, place, place_among};
@@ -35,6 +36,8 @@ struct Preemptor<'a> {
     quota_bound: bool,
     /// Its queue stays within its deserved share once placed: it may reclaim.
     may_reclaim: bool,
+    /// The resource flavor tried (its name), whose quota the preemptor's members take.
+    flavor: Option<&'a str>,
 }
 
 impl Preemptor<'_> {
@@ -73,26 +76,74 @@ pub(super) fn preempt(
     now: u64,
     out: &mut Vec<Decision>,
 ) -> Result<(), String> {
+    let choices = core.flavor_choices(core.entries[name].leaf);
+    let mut reasons = Vec::new();
+    for flavor in choices {
+        if core.nodes_of(flavor).is_some_and(<[Slot]>::is_empty) {
+            continue;
+        }
+        match preempt_with(core, set, name, flavor, now, out) {
+            Ok(()) => return Ok(()),
+            Err(reason) => match core.flavor_name(flavor) {
+                Some(f) => reasons.push(format!("flavor {f}: {reason}")),
+                None if core.nodes_of(flavor).is_some() => reasons.push(format!("nodes of no flavor: {reason}")),
+                None => reasons.push(reason),
+            },
+        }
+    }
+    Err(reasons.join("; "))
+}
+
+/// [`preempt`] with one flavor choice: its nodes, its quota.
+fn preempt_with(
+    core: &mut SchedulerCore,
+    set: &PolicySet,
+    name: &str,
+    flavor: Option<usize>,
+    now: u64,
+    out: &mut Vec<Decision>,
+) -> Result<(), String> {
     let plugin = set.preempt().cloned().ok_or("no preempt plugin")?;
     let e = &core.entries[name];
+    let within = core.nodes_of(flavor);
     // A strict gang must end up inside one domain of its outermost tier: preemption is tried
     // domain by domain (tightest first, as placement orders them), victims only from inside.
     let domains: Vec<Option<Vec<Slot>>> = match e.spec.topology.as_ref().filter(|t| t.strict) {
         Some(t) => {
             let outer = t.tiers.len().saturating_sub(1);
-            crate::gang::domains(&core.nodes, &t.tiers[outer..]).into_iter().map(|(_, slots)| Some(slots)).collect()
+            crate::gang::domains(&core.nodes, &t.tiers[outer..])
+                .into_iter()
+                .map(|(_, mut slots)| {
+                    if let Some(within) = within {
+                        slots.retain(|s| within.binary_search(s).is_ok());
+                    }
+                    Some(slots)
+                })
+                .filter(|slots| slots.as_ref().is_some_and(|s| !s.is_empty()))
+                .collect()
         }
-        None => vec![None],
+        None => vec![within.map(<[Slot]>::to_vec)],
     };
-    let (admitted, _) = core.admitted_members(e);
+    let (admitted, _) = core.admitted_members(e, flavor);
     let min = e.spec.min_member;
-    let need = e.demand_of(min);
+    let flavor_name = core.flavor_name(flavor).map(str::to_string);
+    let mut need = Resources::default();
+    for m in &e.spec.members[..min] {
+        need.saturating_add_assign(&demand_in(m, flavor_name.as_deref()));
+    }
     let may_reclaim = core
         .deserved
         .as_ref()
         .is_some_and(|d| core.allocated[e.leaf].checked_add(&need).is_some_and(|t| fits(&t, &d[e.leaf])));
-    let who = Preemptor { name, leaf: e.leaf, priority: e.spec.priority, quota_bound: admitted < min, may_reclaim };
-    let members = e.spec.members.clone();
+    let who = Preemptor {
+        name,
+        leaf: e.leaf,
+        priority: e.spec.priority,
+        quota_bound: admitted < min,
+        may_reclaim,
+        flavor: flavor_name.as_deref(),
+    };
+    let members: Vec<Task> = e.spec.members.iter().map(|t| core.in_flavor(t, flavor)).collect();
     let leaf = e.leaf;
 
     let eligible: Vec<(String, usize)> = core
@@ -119,7 +170,7 @@ pub(super) fn preempt(
     if who.quota_bound {
         // The queue's limit (or a lender's reserve) keeps it out however much room the nodes
         // have: first free quota within the queue, then find room on nodes as usual.
-        if let Err(reason) = free_quota(core, name, &eligible, now, &mut taken) {
+        if let Err(reason) = free_quota(core, name, flavor, &eligible, now, &mut taken) {
             for (w, i, m) in taken.into_iter().rev() {
                 core.rebind(&w, i, m);
             }
@@ -217,7 +268,7 @@ pub(super) fn preempt(
         e.explanation.preemption = Some(format!("waiting for {} victims to checkpoint", waiting_for.len()));
         e.waiting_for = waiting_for;
     } else {
-        core.commit(name, placed, now, out);
+        core.commit(name, placed, flavor, now, out);
     }
     Ok(())
 }
@@ -274,7 +325,7 @@ fn fill(
     }
     let mut placed_demand = Resources::default();
     for (i, _) in &placed {
-        placed_demand.saturating_add_assign(&demand(&members[*i]));
+        placed_demand.saturating_add_assign(&demand_in(&members[*i], who.flavor));
     }
     if placed.len() >= min && core.within_capability(who.leaf, &placed_demand) {
         return Ok(placed);
@@ -294,6 +345,7 @@ fn fill(
 fn free_quota(
     core: &mut SchedulerCore,
     name: &str,
+    flavor: Option<usize>,
     eligible: &[(String, usize)],
     now: u64,
     taken: &mut Vec<(String, usize, Member)>,
@@ -313,7 +365,7 @@ fn free_quota(
     let mut order: Vec<(String, usize)> = eligible.to_vec();
     order.sort_by_cached_key(|v| cost(core, v));
     for victim in order {
-        if core.admitted_members(&core.entries[name]).0 >= min {
+        if core.admitted_members(&core.entries[name], flavor).0 >= min {
             return Ok(());
         }
         if core.entries[&victim.0].members[victim.1].is_none() {
@@ -327,7 +379,7 @@ fn free_quota(
             }
         }
     }
-    if core.admitted_members(&core.entries[name]).0 >= min {
+    if core.admitted_members(&core.entries[name], flavor).0 >= min {
         Ok(())
     } else {
         Err("evicting every lower-priority task of its queue would not bring it within its quota".into())
@@ -450,7 +502,7 @@ fn guarantees_hold(core: &SchedulerCore, leaf: usize, chosen: &[(String, usize)]
     for (w, i) in chosen {
         let v = &core.entries[w];
         if v.leaf != leaf {
-            removed.entry(v.leaf).or_default().saturating_add_assign(&demand(&v.spec.members[*i]));
+            removed.entry(v.leaf).or_default().saturating_add_assign(&v.held(*i));
         }
     }
     removed.iter().all(|(&q, r)| {

@@ -687,13 +687,21 @@ impl Rng {
 fn check_accounting(c: &SchedulerCore) {
     let mut per_node: AHashMap<String, u64> = AHashMap::new();
     let mut per_queue = vec![0u64; c.queues.len()];
+    // Per queue and flavor: GPUs held on that flavor's nodes.
+    let mut per_flavor: AHashMap<(usize, String), u64> = AHashMap::new();
     for e in c.entries.values() {
         for (i, m) in e.members.iter().enumerate() {
             if let Some(m) = m {
                 let g = e.spec.members[i].gpu.total_milli();
                 *per_node.entry(m.node.clone()).or_default() += g;
+                let node = c.nodes.get(m.slot).unwrap();
+                let flavor = c.queues.flavor_of(node).map(|f| c.queues.flavors()[f].name.clone());
+                assert_eq!(m.flavor, flavor, "{} runs with the flavor of its node", e.spec.members[i].id);
                 for q in c.queues.chain(e.leaf) {
                     per_queue[q] += g;
+                    if let Some(f) = &flavor {
+                        *per_flavor.entry((q, f.clone())).or_default() += g;
+                    }
                 }
             }
         }
@@ -720,20 +728,60 @@ fn check_accounting(c: &SchedulerCore) {
         if let Some(cap) = &c.queues.get(q).unwrap().capability {
             assert!(*held <= cap.gpu_milli, "queue {q} over capability");
         }
+        for f in c.queues.flavors() {
+            let name = crate::flavored_resource(&f.name, "gpu");
+            let held = per_flavor.get(&(q, f.name.clone())).copied().unwrap_or(0);
+            assert_eq!(c.allocated[q].extended(&name), held, "queue {q}, flavor {}", f.name);
+            if let Some(limit) = c.queues.limit(q) {
+                let bound = limit.extended.iter().find(|(n, _)| *n == name).map_or(u64::MAX, |(_, v)| *v);
+                assert!(held <= bound, "queue {q} over its limit on flavor {}", f.name);
+            }
+        }
     }
 }
 
 #[test]
 fn churn_keeps_accounting_exact_loses_nothing_and_never_preempts_back_and_forth() {
     for seed in 1..=6u64 {
+        churn_run(seed, false);
+    }
+}
+
+#[test]
+fn churn_with_flavors_keeps_every_flavor_s_accounting_exact() {
+    for seed in 1..=6u64 {
+        churn_run(seed, true);
+    }
+}
+
+/// Random submissions, completions and checkpoints; with `flavored`, the 8-GPU nodes are flavor
+/// `big` and the 4-GPU ones `small`, with quotas per flavor.
+fn churn_run(seed: u64, flavored: bool) {
+    {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let mut capped = queue("capped", 1);
         capped.capability = Some(Resources { gpu_milli: 12_000, ..unlimited() });
         let mut guaranteed = queue("guaranteed", 2);
         guaranteed.guarantee = Resources { gpu_milli: 8000, ..Default::default() };
+        if flavored {
+            // capped holds at most 8 GPUs of big nodes; guaranteed is promised 4 of small ones.
+            capped.capability = Some(flavor_gpus(capped.capability.take().unwrap(), "big", 8, true));
+            guaranteed.guarantee = flavor_gpus(guaranteed.guarantee, "small", 4, false);
+            guaranteed.flavors = vec!["small".into(), "big".into()];
+        }
         let nodes: Vec<(String, u32)> = (0..6).map(|i| (format!("n{i}"), [4, 8][i % 2])).collect();
         let refs: Vec<(&str, u32)> = nodes.iter().map(|(n, g)| (n.as_str(), *g)).collect();
-        let mut c = core(vec![capped, guaranteed, queue("free", 1)], &refs);
+        let mut c = if flavored {
+            let flavors = vec![flavor("big", "8x"), flavor("small", "4x")];
+            let tree = QueueTree::with_flavors(flavors, vec![capped, guaranteed, queue("free", 1)]).unwrap();
+            let mut c = SchedulerCore::new(tree, CoreConfig::default());
+            for (name, gpus) in &refs {
+                c.upsert_node(model_node(name, *gpus, if *gpus == 8 { "8x" } else { "4x" }), 0);
+            }
+            c
+        } else {
+            core(vec![capped, guaranteed, queue("free", 1)], &refs)
+        };
         let set = full();
         let mut submitted = 0usize;
         let mut finished = 0usize;
@@ -807,6 +855,136 @@ fn churn_keeps_accounting_exact_loses_nothing_and_never_preempts_back_and_forth(
         }
         assert!(!pairs.is_empty(), "seed {seed}: the churn exercised preemption");
     }
+}
+
+fn model_node(name: &str, gpus: u32, model: &str) -> Node {
+    let mut node = Node { labels: vec![("gpu-model".into(), model.into())], ..gpu_node(name, gpus) };
+    for g in &mut node.gpus {
+        g.model = model.into();
+    }
+    node
+}
+
+fn flavor(name: &str, model: &str) -> crate::Flavor {
+    crate::Flavor { name: name.into(), node_labels: vec![("gpu-model".into(), model.into())], tolerations: Vec::new() }
+}
+
+/// `r` plus quota for `gpus` GPUs of `flavor`: as a limit (`bound`), unbounded in the rest; as a
+/// guarantee, 0 of the rest.
+fn flavor_gpus(mut r: Resources, flavor: &str, gpus: u64, bound: bool) -> Resources {
+    let rest = if bound { unlimited() } else { Resources::default() };
+    crate::add_flavored(&mut r, flavor, &Resources { gpu_milli: gpus * 1000, ..rest });
+    r
+}
+
+/// Digest-001 K1/K2: a cluster queue (`cq`, two namespace queues under it) with per-flavor quotas
+/// — A100 64 GPUs with a borrowing limit of 16, V100 32 — in a cohort (`ai-platform`) whose
+/// other member (`lender`) is guaranteed 32 A100 GPUs. The cluster has 96 A100 and 32 V100 GPUs.
+fn k1_cohort(lender_lends: bool) -> SchedulerCore {
+    let cohort = queue("ai-platform", 1);
+    let mut cq = QueueSpec {
+        parent: Some("ai-platform".into()),
+        flavors: vec!["gpu-a100".into(), "gpu-v100".into()],
+        ..queue("cq", 1)
+    };
+    cq.guarantee = flavor_gpus(flavor_gpus(Resources::default(), "gpu-a100", 64, false), "gpu-v100", 32, false);
+    cq.borrowing_limit = Some(flavor_gpus(unlimited(), "gpu-a100", 16, true));
+    let ns_a = QueueSpec { parent: Some("cq".into()), ..queue("ns-a", 1) };
+    let ns_b = QueueSpec { parent: Some("cq".into()), ..queue("ns-b", 1) };
+    let mut lender =
+        QueueSpec { parent: Some("ai-platform".into()), flavors: vec!["gpu-a100".into()], ..queue("lender", 1) };
+    lender.guarantee = flavor_gpus(Resources::default(), "gpu-a100", 32, false);
+    if !lender_lends {
+        lender.lending_limit = Some(flavor_gpus(unlimited(), "gpu-a100", 0, true));
+    }
+    let flavors = vec![flavor("gpu-a100", "A100"), flavor("gpu-v100", "V100")];
+    let tree = QueueTree::with_flavors(flavors, [cohort, cq, ns_a, ns_b, lender]).unwrap();
+    let mut c = SchedulerCore::new(tree, CoreConfig::default());
+    for i in 0..12 {
+        c.upsert_node(model_node(&format!("a100-{i}"), 8, "A100"), 0);
+    }
+    for i in 0..4 {
+        c.upsert_node(model_node(&format!("v100-{i}"), 8, "V100"), 0);
+    }
+    c
+}
+
+/// The nodes each bound task went to, by GPU model.
+fn placed_on(decisions: &[Decision], model: &str) -> usize {
+    let model = model.to_ascii_lowercase();
+    decisions.iter().filter(|d| matches!(d, Decision::Bound { node, .. } if node.starts_with(&model))).count()
+}
+
+#[test]
+fn k1_k2_flavor_quotas_borrow_up_to_their_limit_then_the_next_flavor_is_tried() {
+    // The lender lends its idle A100 quota: cq holds 64 + 16 = 80 A100 GPUs, then its jobs go
+    // to V100 (its second flavor) until those 32 are taken; the 15th and 16th wait.
+    let mut c = k1_cohort(true);
+    for i in 0..16 {
+        c.submit(job(&format!("j{i:02}"), ["ns-a", "ns-b"][i % 2], 0, 8), 0).unwrap();
+    }
+    let d = c.schedule(&full(), 0);
+    assert_eq!((placed_on(&d, "A100"), placed_on(&d, "V100")), (10, 4), "{d:?}");
+    let cq = c.queues().index_of("cq").unwrap();
+    let held = &c.queue_shares()[cq].allocated;
+    assert_eq!(
+        (held.extended("gpu-a100/gpu"), held.extended("gpu-v100/gpu"), held.gpu_milli),
+        (80_000, 32_000, 112_000)
+    );
+    let why = c.explain("j14").unwrap().to_string();
+    assert!(why.contains("flavor gpu-a100: queue cq at borrowing limit: 0 of the 1 required members fit"), "{why}");
+    check_accounting(&c);
+    // The lender's own job takes the A100 GPUs still free, without preempting anyone.
+    c.submit(job("l0", "lender", 0, 8), 1).unwrap();
+    let d = c.schedule(&full(), 1);
+    assert_eq!((bound(&d), evicted(&d).len()), (vec!["l0".to_string()], 0), "{d:?}");
+
+    // Without a lender (the other member keeps its whole A100 guarantee), cq's cap is 64.
+    let mut c = k1_cohort(false);
+    for i in 0..16 {
+        c.submit(job(&format!("j{i:02}"), ["ns-a", "ns-b"][i % 2], 0, 8), 0).unwrap();
+    }
+    let d = c.schedule(&full(), 0);
+    assert_eq!((placed_on(&d, "A100"), placed_on(&d, "V100")), (8, 4), "{d:?}");
+    let why = c.explain("j12").unwrap().to_string();
+    assert!(why.contains("flavor gpu-a100: the rest is reserved by queues that lend only part"), "{why}");
+    check_accounting(&c);
+}
+
+#[test]
+fn a_queue_without_a_flavor_never_uses_its_nodes_and_reclaim_stays_within_the_flavor() {
+    let mut c = k1_cohort(true);
+    // The lender may use only A100 nodes: of 13 jobs, 12 take them all and one waits.
+    for i in 0..13 {
+        c.submit(job(&format!("l{i:02}"), "lender", 0, 8), 0).unwrap();
+    }
+    let d = c.schedule(&full(), 0);
+    assert_eq!((placed_on(&d, "A100"), placed_on(&d, "V100")), (12, 0), "{d:?}");
+    // A job of cq that any GPU serves goes to the idle V100 nodes: the next flavor is tried
+    // before anyone is preempted.
+    c.submit(job("any", "ns-b", 0, 8), 10).unwrap();
+    let d = c.schedule(&full(), 10);
+    assert_eq!((placed_on(&d, "V100"), evicted(&d).len()), (1, 0), "{d:?}");
+    // Jobs that need A100s reclaim cq's A100 guarantee from the lender, which borrowed beyond
+    // its own 32, on A100 nodes only.
+    for i in 0..4 {
+        let mut w = job(&format!("j{i}"), "ns-a", 0, 8);
+        w.members[0].gpu.models = vec!["A100".into()];
+        c.submit(w, 10).unwrap();
+    }
+    let mut evicted_total = Vec::new();
+    let mut bound_total = Vec::new();
+    for t in 10..20 {
+        let d = c.schedule(&full(), t);
+        evicted_total.extend(evicted(&d));
+        bound_total.extend(d.into_iter().filter(|d| matches!(d, Decision::Bound { .. })));
+    }
+    assert_eq!(evicted_total.len(), 4, "{evicted_total:?} {}", c.explain("j0").unwrap());
+    assert!(evicted_total.iter().all(|t| t.starts_with('l')), "{evicted_total:?}");
+    assert_eq!(placed_on(&bound_total, "A100"), 4, "{bound_total:?}");
+    let lender = c.queues().index_of("lender").unwrap();
+    assert_eq!(c.queue_shares()[lender].allocated.extended("gpu-a100/gpu"), 64_000);
+    check_accounting(&c);
 }
 
 /// Counts the calls a plugin gets, to show what the cycle saves.
@@ -1053,4 +1231,42 @@ fn queue_task_counts_roll_up_the_tree() {
     assert_eq!(counts["a"], (1, 1));
     assert_eq!(counts["org"], (1, 1), "a parent counts its subtree");
     assert_eq!(counts["b"], (2, 0));
+}
+
+#[test]
+fn a_flavor_s_tolerations_come_with_it_and_nodes_of_no_flavor_come_last() {
+    use wasmsched_api::{Taint, Toleration, TolerationOperator};
+    // The A100 node is tainted for GPU work; the flavor carries the toleration, the jobs do not.
+    let mut a100 = flavor("gpu-a100", "A100");
+    a100.tolerations =
+        vec![Toleration { key: "nvidia.com/gpu".into(), operator: TolerationOperator::Exists, ..Default::default() }];
+    let mut q = QueueSpec { flavors: vec!["gpu-a100".into()], ..queue("q", 1) };
+    q.capability = Some(flavor_gpus(unlimited(), "gpu-a100", 8, true));
+    let mut c = SchedulerCore::new(QueueTree::with_flavors(vec![a100], [q]).unwrap(), CoreConfig::default());
+    let mut tainted = model_node("a100-0", 8, "A100");
+    tainted.taints = vec![Taint { key: "nvidia.com/gpu".into(), value: "present".into(), ..Default::default() }];
+    c.upsert_node(tainted, 0);
+    c.upsert_node(gpu_node("plain-0", 8), 0);
+    for i in 0..3 {
+        c.submit(job(&format!("j{i}"), "q", 0, 8), 0).unwrap();
+    }
+    let d = c.schedule(&full(), 0);
+    let nodes: Vec<&str> = d
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Bound { node, .. } => Some(node.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(nodes, ["a100-0", "plain-0"], "the flavor first, then the nodes of none: {d:?}");
+    let why = c.explain("j2").unwrap().to_string();
+    assert!(why.contains("flavor gpu-a100: queue q at capability: 0 of the 1 required members fit"), "{why}");
+    check_accounting(&c);
+    // Without flavors the taint keeps the jobs off the A100 node.
+    let mut c = core(vec![queue("q", 1)], &[]);
+    let mut tainted = model_node("a100-0", 8, "A100");
+    tainted.taints = vec![Taint { key: "nvidia.com/gpu".into(), value: "present".into(), ..Default::default() }];
+    c.upsert_node(tainted, 0);
+    c.submit(job("j0", "q", 0, 8), 0).unwrap();
+    assert!(bound(&c.schedule(&full(), 0)).is_empty());
 }

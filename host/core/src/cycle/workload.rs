@@ -139,6 +139,16 @@ pub(crate) fn demand(task: &Task) -> Resources {
     r
 }
 
+/// [`demand`] of a task placed with `flavor`: its plain demand plus the flavor's qualified copies.
+pub(crate) fn demand_in(task: &Task, flavor: Option<&str>) -> Resources {
+    let mut r = demand(task);
+    if let Some(f) = flavor {
+        let plain = r.clone();
+        crate::flavor::add_flavored(&mut r, f, &plain);
+    }
+    r
+}
+
 /// Why a workload is refused at submission. Nothing is changed when this is returned.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum WorkloadError {

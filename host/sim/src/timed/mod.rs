@@ -25,7 +25,10 @@ use wasmsched_core::{CoreConfig, Decision, EvictReason, NodeTable, PolicySet, Qu
 use wasmsched_plugin_gpu_share_score::{TypicalPod, typical_pods};
 
 pub use metrics::QueueStats;
-pub use scenario::{Amount, Job, Loaded, QueueConfig, Scenario, ScenarioNode, flat_queues, queue_tree};
+pub use scenario::{
+    Amount, FlavorConfig, FlavorQuota, Job, Loaded, QueueConfig, Scenario, ScenarioNode, flat_queues, queue_tree,
+    queue_tree_with,
+};
 
 /// FGD's target workload of a job list: its popular shapes covering 95 % of the jobs.
 pub fn target_workload(jobs: &[Job]) -> Vec<TypicalPod> {

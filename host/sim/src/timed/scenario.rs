@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Deserializer, Serialize};
 use wasmsched_api::{GpuRequest, Resources, Task};
-use wasmsched_core::{NodeTable, PreemptionPolicy, QueueError, QueueSpec, QueueTree, Workload};
+use wasmsched_core::{Flavor, NodeTable, PreemptionPolicy, QueueError, QueueSpec, QueueTree, Workload, add_flavored};
 use wasmsched_plugin_gpu_share_score::Spec;
 use wasmsched_topology::NodeTopology;
 
@@ -248,6 +248,42 @@ pub struct QueueConfig {
     pub reclaimable: bool,
     /// Admission limits; a job they refuse never waits (its outcome says why).
     pub admission: AdmissionConfig,
+    /// Quota per resource flavor, in the order its jobs try the flavors; empty: its parent's
+    /// flavors (a top-level queue's: all of them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub flavors: Vec<FlavorQuota>,
+}
+
+/// A queue's quota on the nodes of one flavor; what it leaves out is unbounded (a guarantee: 0).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlavorQuota {
+    /// The flavor (declared in the scenario's `flavors`).
+    pub name: String,
+    /// Always obtainable on the flavor's nodes.
+    #[serde(default)]
+    pub guarantee: Amount,
+    /// Most it may hold on them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capability: Option<Amount>,
+    /// How far above its guarantee it may borrow on them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub borrowing_limit: Option<Amount>,
+    /// How much of its unused guarantee on them others may use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lending_limit: Option<Amount>,
+}
+
+/// A resource flavor of a scenario: the nodes carrying all of `node_labels` (the first flavor that
+/// matches a node wins; `gpu-model` is every node's label with its GPU model).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlavorConfig {
+    /// Unique name, without `/`.
+    pub name: String,
+    /// Labels its nodes carry.
+    #[serde(default)]
+    pub node_labels: BTreeMap<String, String>,
 }
 
 /// A queue's admission limits in a scenario: `{max_jobs, max_gpus_per_job, priority_range: [min, max]}`.
@@ -278,11 +314,39 @@ impl QueueConfig {
             lending_limit: None,
             reclaimable: true,
             admission: AdmissionConfig::default(),
+            flavors: Vec::new(),
         }
     }
 
     fn spec(&self) -> Result<QueueSpec, String> {
         let bad = |e: String| format!("queue {:?}: {e}", self.name);
+        let mut spec = self.plain_spec().map_err(bad)?;
+        for f in &self.flavors {
+            let bad = |e: String| format!("queue {:?}: flavor {:?}: {e}", self.name, f.name);
+            if spec.flavors.contains(&f.name) {
+                return Err(bad("listed twice".into()));
+            }
+            spec.flavors.push(f.name.clone());
+            add_flavored(&mut spec.guarantee, &f.name, &f.guarantee.resources(0).map_err(bad)?);
+            for (bound, amount) in [
+                (&mut spec.capability, &f.capability),
+                (&mut spec.borrowing_limit, &f.borrowing_limit),
+                (&mut spec.lending_limit, &f.lending_limit),
+            ] {
+                let Some(amount) = amount else { continue };
+                let unbounded = || Amount::default().resources(u64::MAX / 4).expect("no quantities to refuse");
+                add_flavored(
+                    bound.get_or_insert_with(unbounded),
+                    &f.name,
+                    &amount.resources(u64::MAX / 4).map_err(bad)?,
+                );
+            }
+        }
+        Ok(spec)
+    }
+
+    fn plain_spec(&self) -> Result<QueueSpec, String> {
+        let bad = |e: String| e;
         Ok(QueueSpec {
             name: self.name.clone(),
             parent: self.parent.clone(),
@@ -302,6 +366,7 @@ impl QueueConfig {
                 max_gpus_per_job: self.admission.max_gpus_per_job,
                 priority_range: self.admission.priority_range.map(|[a, b]| (a, b)),
             },
+            flavors: Vec::new(),
         })
     }
 }
@@ -328,12 +393,14 @@ impl<'de> Deserialize<'de> for QueueConfig {
             reclaimable: bool,
             #[serde(default)]
             admission: AdmissionConfig,
+            #[serde(default)]
+            flavors: Vec<FlavorQuota>,
         }
         struct Visitor;
         impl<'de> serde::de::Visitor<'de> for Visitor {
             type Value = QueueConfig;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a queue name or a queue object {name, parent, weight, guarantee, capability, borrowing_limit, lending_limit, reclaimable, admission}")
+                f.write_str("a queue name or a queue object {name, parent, weight, guarantee, capability, borrowing_limit, lending_limit, reclaimable, admission, flavors}")
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<QueueConfig, E> {
                 Ok(QueueConfig::named(v))
@@ -350,6 +417,7 @@ impl<'de> Deserialize<'de> for QueueConfig {
                     lending_limit: f.lending_limit,
                     reclaimable: f.reclaimable,
                     admission: f.admission,
+                    flavors: f.flavors,
                 })
             }
         }
@@ -359,8 +427,21 @@ impl<'de> Deserialize<'de> for QueueConfig {
 
 /// The queue tree of `configs`; work goes to leaf queues.
 pub fn queue_tree(configs: &[QueueConfig]) -> Result<QueueTree, String> {
+    queue_tree_with(&[], configs)
+}
+
+/// [`queue_tree`] with resource flavors (whose quotas the queues may name).
+pub fn queue_tree_with(flavors: &[FlavorConfig], configs: &[QueueConfig]) -> Result<QueueTree, String> {
     let specs = configs.iter().map(QueueConfig::spec).collect::<Result<Vec<_>, _>>()?;
-    QueueTree::new(specs).map_err(|e: QueueError| e.to_string())
+    let flavors = flavors
+        .iter()
+        .map(|f| Flavor {
+            name: f.name.clone(),
+            node_labels: f.node_labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            tolerations: Vec::new(),
+        })
+        .collect();
+    QueueTree::with_flavors(flavors, specs).map_err(|e: QueueError| e.to_string())
 }
 
 /// One flat queue per distinct queue name of `jobs` (how openb traces replay: queue = QoS class).
@@ -389,6 +470,9 @@ pub struct ScenarioNode {
     /// must equal `gpus`. Read by [`Scenario::load`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology: Option<String>,
+    /// Node labels (besides `gpu-model`, which every node has), e.g. for flavors.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 /// A scenario: the cluster, the queues jobs may name, and the jobs.
@@ -397,6 +481,9 @@ pub struct ScenarioNode {
 pub struct Scenario {
     /// The cluster.
     pub nodes: Vec<ScenarioNode>,
+    /// Resource flavors: kinds of node with quotas of their own (first match wins).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flavors: Vec<FlavorConfig>,
     /// The queues, parents before children; jobs name leaf queues.
     pub queues: Vec<QueueConfig>,
     /// The jobs.
@@ -432,6 +519,8 @@ fn read<T: serde::de::DeserializeOwned>(file: &str, text: &str) -> Result<T, Tra
 #[serde(deny_unknown_fields)]
 struct RawScenario {
     nodes: Vec<ScenarioNode>,
+    #[serde(default)]
+    flavors: Vec<FlavorConfig>,
     queues: Vec<QueueConfig>,
     jobs: Vec<serde_json::Value>,
 }
@@ -505,9 +594,9 @@ impl Scenario {
             return Ok((s, Vec::new()));
         }
         let raw: RawScenario = read(file, text)?;
-        let mut scenario = Scenario { nodes: raw.nodes, queues: raw.queues, jobs: Vec::new() };
+        let mut scenario = Scenario { nodes: raw.nodes, flavors: raw.flavors, queues: raw.queues, jobs: Vec::new() };
         scenario.validate().map_err(|message| bad(0, 0, message))?;
-        let tree = queue_tree(&scenario.queues).map_err(|message| bad(0, 0, message))?;
+        let tree = scenario.queue_tree().map_err(|message| bad(0, 0, message))?;
         let (mut names, mut tasks) = (BTreeSet::new(), BTreeSet::new());
         let mut skipped = Vec::new();
         for (i, value) in raw.jobs.into_iter().enumerate() {
@@ -533,7 +622,7 @@ impl Scenario {
                 return Err(format!("node {:?}: {} GPUs of model {:?}", n.name, n.gpus, n.model));
             }
         }
-        let tree = queue_tree(&self.queues)?;
+        let tree = self.queue_tree()?;
         let (mut jobs, mut tasks) = (BTreeSet::new(), BTreeSet::new());
         for j in &self.jobs {
             if let Some(problem) = job_problem(j, &tree, &mut jobs, &mut tasks) {
@@ -600,8 +689,15 @@ impl Scenario {
     pub fn node_table(&self) -> NodeTable {
         let mut t = NodeTable::new();
         for n in &self.nodes {
-            t.upsert(gpu_node(&n.name, n.cpu_milli, n.memory_mib.saturating_mul(1 << 20), n.gpus, &n.model));
+            let mut node = gpu_node(&n.name, n.cpu_milli, n.memory_mib.saturating_mul(1 << 20), n.gpus, &n.model);
+            node.labels.extend(n.labels.iter().filter(|(k, _)| *k != "gpu-model").map(|(k, v)| (k.clone(), v.clone())));
+            t.upsert(node);
         }
         t
+    }
+
+    /// The scenario's queues, with its flavors.
+    pub fn queue_tree(&self) -> Result<QueueTree, String> {
+        queue_tree_with(&self.flavors, &self.queues)
     }
 }
