@@ -55,6 +55,23 @@ pub fn add_flavored(into: &mut Resources, flavor: &str, amount: &Resources) {
     }
 }
 
+/// What `r` holds of `flavor`'s qualified resources, as plain amounts (the inverse of
+/// [`add_flavored`]): a queue's allocation on one flavor's nodes, for status.
+pub fn flavored_amount(r: &Resources, flavor: &str) -> Resources {
+    let prefix = format!("{flavor}/");
+    let mut out = Resources::default();
+    for (name, v) in &r.extended {
+        let Some(resource) = name.strip_prefix(&prefix) else { continue };
+        match resource {
+            "cpu" => out.cpu_milli = *v,
+            "memory" => out.memory_bytes = *v,
+            "gpu" => out.gpu_milli = *v,
+            other => out.extended.push((other.to_string(), *v)),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,6 +90,14 @@ mod tests {
         let names: Vec<&str> = r.extended.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["a100/cpu", "a100/example.com/nic", "a100/gpu", "a100/memory", "pods"]);
         assert_eq!((r.extended("a100/gpu"), r.extended("a100/cpu"), r.cpu_milli), (2_000, 4_000, 1));
+        let doubled = Resources {
+            cpu_milli: 4_000,
+            memory_bytes: 16,
+            gpu_milli: 2_000,
+            extended: vec![("example.com/nic".into(), 2)],
+        };
+        assert_eq!(flavored_amount(&r, "a100"), doubled);
+        assert_eq!(flavored_amount(&r, "a10"), Resources::default(), "a prefix of a flavor's name is another flavor");
     }
 
     #[test]

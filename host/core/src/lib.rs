@@ -66,7 +66,7 @@ pub use cycle::{
     CoreConfig, CoreError, Decision, EvictReason, Explanation, Phase, PreemptKind, PreemptionPolicy, QueueShare,
     SchedulerCore, Workload, WorkloadError, WorkloadStatus,
 };
-pub use flavor::{Flavor, add_flavored, flavored_resource};
+pub use flavor::{Flavor, add_flavored, flavored_amount, flavored_resource};
 pub use gang::{GangError, GangPlacement, GroupSpec, TopologyConstraint, place_group};
 pub use native::NativePlugin;
 pub use node_table::{Changes, NodeTable, Slot};

@@ -147,6 +147,24 @@ pub(crate) fn resources(field: &str, list: &BTreeMap<String, Quantity>) -> Resul
     Ok((r, gpus))
 }
 
+/// A Kubernetes toleration as the core's.
+pub(crate) fn toleration(t: &k8s_openapi::api::core::v1::Toleration) -> Toleration {
+    Toleration {
+        key: t.key.clone().unwrap_or_default(),
+        operator: match t.operator.as_deref() {
+            Some("Exists") => TolerationOperator::Exists,
+            _ => TolerationOperator::Equal,
+        },
+        value: t.value.clone().unwrap_or_default(),
+        effect: match t.effect.as_deref() {
+            Some("NoSchedule") => Some(TaintEffect::NoSchedule),
+            Some("PreferNoSchedule") => Some(TaintEffect::PreferNoSchedule),
+            Some("NoExecute") => Some(TaintEffect::NoExecute),
+            _ => None,
+        },
+    }
+}
+
 /// A node as placement sees it, with nothing allocated (the cache adds the pods bound to it).
 pub fn node(object: &KubeNode) -> Result<Node, ConvertError> {
     let name = object.metadata.name.clone().ok_or(ConvertError::Missing("metadata.name"))?;
@@ -360,25 +378,7 @@ fn task_of(pod: &Pod, strict: bool) -> Result<Task, ConvertError> {
     let mut node_selector: Vec<(String, String)> =
         spec.node_selector.iter().flatten().map(|(k, v)| (k.clone(), v.clone())).collect();
     node_selector.sort();
-    let tolerations = spec
-        .tolerations
-        .iter()
-        .flatten()
-        .map(|t| Toleration {
-            key: t.key.clone().unwrap_or_default(),
-            operator: match t.operator.as_deref() {
-                Some("Exists") => TolerationOperator::Exists,
-                _ => TolerationOperator::Equal,
-            },
-            value: t.value.clone().unwrap_or_default(),
-            effect: match t.effect.as_deref() {
-                Some("NoSchedule") => Some(TaintEffect::NoSchedule),
-                Some("PreferNoSchedule") => Some(TaintEffect::PreferNoSchedule),
-                Some("NoExecute") => Some(TaintEffect::NoExecute),
-                _ => None,
-            },
-        })
-        .collect();
+    let tolerations = spec.tolerations.iter().flatten().map(toleration).collect();
     let node_affinity = match node_affinity(spec) {
         Ok(a) => a,
         Err(e) if strict => return Err(e),

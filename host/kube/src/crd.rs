@@ -1,4 +1,4 @@
-//! The custom resources: `Queue`, `PodGroup` and `SchedulingPolicy` (group
+//! The custom resources: `Queue`, `ResourceFlavor`, `PodGroup` and `SchedulingPolicy` (group
 //! `scheduling.wasmsched.io`, version `v1alpha1`).
 //!
 //! The YAML the API server is given is generated from these types ([`crds_yaml`]) and checked in
@@ -66,6 +66,53 @@ pub struct QueueSpec {
     /// with the reason and is tried again later.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admission: Option<QueueAdmission>,
+    /// Quota per `ResourceFlavor` (Kueue's per-flavor nominal quota), in the order the queue's pods
+    /// try the flavors; empty: its parent's flavors (a root's: every flavor).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(validation = Rule::new("self.all(f, self.exists_one(g, g.name == f.name))").message("a flavor is listed once"))]
+    pub flavors: Vec<FlavorQuota>,
+}
+
+/// A queue's quota on the nodes of one `ResourceFlavor`; what it does not name is unbounded (a
+/// guarantee: 0).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FlavorQuota {
+    /// The `ResourceFlavor`.
+    pub name: String,
+    /// Always obtainable on the flavor's nodes (Kueue's `nominalQuota`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub guarantee: ResourceList,
+    /// Most the queue holds on them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capability: Option<ResourceList>,
+    /// How much above its guarantee it may borrow on them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub borrowing_limit: Option<ResourceList>,
+    /// How much of its idle guarantee on them others may borrow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lending_limit: Option<ResourceList>,
+}
+
+/// A kind of node with quotas of its own (Kueue's `ResourceFlavor`): the nodes carrying all of
+/// `nodeLabels`. Queues give quota per flavor; a pod placed with a flavor gets its tolerations.
+/// A node belongs to the first flavor, by name, whose labels it carries.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "scheduling.wasmsched.io",
+    version = "v1alpha1",
+    kind = "ResourceFlavor",
+    shortname = "wrf",
+    validation = Rule::new("!self.metadata.name.contains('/')").message("a flavor name cannot contain '/'"),
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceFlavorSpec {
+    /// Labels the flavor's nodes carry, all of them (e.g. `nvidia.com/gpu.product`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_labels: BTreeMap<String, String>,
+    /// Added to pods placed on the flavor's nodes (they are usually tainted).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<k8s_openapi::api::core::v1::Toleration>,
 }
 
 /// A queue's admission limits.
@@ -105,6 +152,9 @@ pub struct QueueStatus {
     /// What the queue's running pods request.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub allocated: ResourceList,
+    /// Of that, what runs on each `ResourceFlavor`'s nodes (Kueue's `flavorsUsage`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub flavors: BTreeMap<String, ResourceList>,
     /// Pods waiting in the queue.
     #[serde(default)]
     pub pending: u32,
@@ -259,7 +309,7 @@ fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 /// Every CRD, in a stable order.
 pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
     // merge_crds validates that each single-version definition is well formed.
-    [Queue::crd(), PodGroup::crd(), SchedulingPolicy::crd()]
+    [Queue::crd(), ResourceFlavor::crd(), PodGroup::crd(), SchedulingPolicy::crd()]
         .into_iter()
         .map(|crd| merge_crds(vec![crd], "v1alpha1").expect("one version per CRD"))
         .collect()

@@ -7,17 +7,37 @@ use std::collections::BTreeMap;
 
 use ahash::AHashMap;
 use wasmsched_api::{GPU_MILLI, Resources};
-use wasmsched_core::{Admission, QueueSpec, QueueTree};
+use wasmsched_core::{Admission, Flavor, QueueSpec, QueueTree, add_flavored};
 
 use crate::convert::{ConvertError, resources};
-use crate::crd::{Queue, ResourceList};
+use crate::crd::{Queue, ResourceFlavor, ResourceList};
 
 /// The queue pods go to when they name none.
 pub const DEFAULT_QUEUE: &str = "default";
 
 /// A `Queue` object as the core's spec. Like the capability, borrowing and lending limits bound
-/// only what they name.
+/// only what they name; per-flavor quotas become the core's qualified resources.
 pub fn spec(q: &Queue) -> Result<QueueSpec, ConvertError> {
+    let mut spec = plain_spec(q)?;
+    for (i, f) in q.spec.flavors.iter().enumerate() {
+        let field = |what: &str| format!("spec.flavors[{i}].{what}");
+        spec.flavors.push(f.name.clone());
+        add_flavored(&mut spec.guarantee, &f.name, &amounts(&field("guarantee"), &f.guarantee)?);
+        for (bound, list, what) in [
+            (&mut spec.capability, &f.capability, "capability"),
+            (&mut spec.borrowing_limit, &f.borrowing_limit, "borrowingLimit"),
+            (&mut spec.lending_limit, &f.lending_limit, "lendingLimit"),
+        ] {
+            let Some(list) = list else { continue };
+            let amount = limits(&field(what), list)?;
+            let unbounded = || limits(what, &ResourceList::new()).expect("an empty list converts");
+            add_flavored(bound.get_or_insert_with(unbounded), &f.name, &amount);
+        }
+    }
+    Ok(spec)
+}
+
+fn plain_spec(q: &Queue) -> Result<QueueSpec, ConvertError> {
     let name = q.metadata.name.clone().ok_or(ConvertError::Missing("metadata.name"))?;
     Ok(QueueSpec {
         name,
@@ -95,13 +115,19 @@ impl Queues {
         self.objects.retain(|n, _| listed.contains(n));
     }
 
-    /// The tree of every queue that converts, plus the implicit `default` root; the errors of those
-    /// left out, by queue name.
-    pub fn tree(&self) -> (Result<QueueTree, wasmsched_core::QueueError>, AHashMap<String, String>) {
+    /// The tree of every queue that converts, plus the implicit `default` root, with the flavors
+    /// (in name order); the errors of those left out, by queue name.
+    pub fn tree(&self, flavors: &Flavors) -> (Result<QueueTree, wasmsched_core::QueueError>, AHashMap<String, String>) {
         let mut errors = AHashMap::new();
         let mut specs = Vec::with_capacity(self.objects.len() + 1);
+        let known = |f: &String| flavors.objects.contains_key(f);
         for (name, q) in &self.objects {
             match spec(q) {
+                // Left out like a bad quantity, not refusing every queue's change with it.
+                Ok(s) if !s.flavors.iter().all(known) => {
+                    let unknown = s.flavors.iter().find(|f| !known(f)).expect("one is unknown");
+                    errors.insert(name.clone(), format!("unknown ResourceFlavor {unknown}"));
+                }
                 Ok(s) => specs.push(s),
                 Err(e) => {
                     errors.insert(name.clone(), e.to_string());
@@ -111,7 +137,65 @@ impl Queues {
         if !specs.iter().any(|s| s.name == DEFAULT_QUEUE) {
             specs.push(QueueSpec { name: DEFAULT_QUEUE.into(), weight: 1, reclaimable: true, ..Default::default() });
         }
-        (QueueTree::new(specs), errors)
+        (QueueTree::with_flavors(flavors.flavors(), parents_first(specs)), errors)
+    }
+}
+
+/// `specs` with every parent before its children (the core's tree is built in that order; objects
+/// come by name). Queues whose parent never appears (unknown, or a cycle) come last, in name order,
+/// for the tree to refuse with the reason.
+fn parents_first(mut specs: Vec<QueueSpec>) -> Vec<QueueSpec> {
+    let mut out: Vec<QueueSpec> = Vec::with_capacity(specs.len());
+    let mut placed: ahash::AHashSet<String> = ahash::AHashSet::new();
+    loop {
+        let before = specs.len();
+        let (ready, rest): (Vec<_>, Vec<_>) =
+            specs.into_iter().partition(|s| s.parent.as_ref().is_none_or(|p| placed.contains(p)));
+        placed.extend(ready.iter().map(|s| s.name.clone()));
+        out.extend(ready);
+        specs = rest;
+        if specs.is_empty() || specs.len() == before {
+            out.extend(specs);
+            return out;
+        }
+    }
+}
+
+/// The `ResourceFlavor` objects seen, by name.
+#[derive(Default)]
+pub struct Flavors {
+    objects: BTreeMap<String, ResourceFlavor>,
+}
+
+impl Flavors {
+    /// Records an added or changed flavor; whether its spec changed.
+    pub fn apply(&mut self, f: ResourceFlavor) -> bool {
+        let Some(name) = f.metadata.name.clone() else { return false };
+        let changed = self.objects.get(&name).is_none_or(|old| old.spec != f.spec);
+        self.objects.insert(name, f);
+        changed
+    }
+
+    /// Forgets a deleted flavor.
+    pub fn delete(&mut self, name: &str) {
+        self.objects.remove(name);
+    }
+
+    /// Keeps only the listed flavors (after a re-list).
+    pub fn retain(&mut self, listed: &ahash::AHashSet<String>) {
+        self.objects.retain(|n, _| listed.contains(n));
+    }
+
+    /// The flavors as the core's, in name order (the first whose labels a node carries is its).
+    pub fn flavors(&self) -> Vec<Flavor> {
+        self.objects
+            .iter()
+            .map(|(name, f)| Flavor {
+                name: name.clone(),
+                node_labels: f.spec.node_labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                tolerations: f.spec.tolerations.iter().map(crate::convert::toleration).collect(),
+            })
+            .collect()
     }
 }
 
@@ -135,7 +219,7 @@ mod tests {
                      "admission": {"maxJobs": 2, "maxGPUsPerJob": 16, "priorityRange": {"min": 100, "max": 1000}}}})));
         qs.apply(queue(json!({"apiVersion": "scheduling.wasmsched.io/v1alpha1", "kind": "Queue",
             "metadata": {"name": "broken"}, "spec": {"guarantee": {"cpu": "lots"}}})));
-        let (tree, errors) = qs.tree();
+        let (tree, errors) = qs.tree(&Flavors::default());
         let tree = tree.unwrap();
         assert_eq!(tree.len(), 2, "research and the implicit default");
         let r = tree.get(tree.index_of("research").unwrap()).unwrap();
@@ -154,9 +238,17 @@ mod tests {
         assert_eq!((a.max_jobs, a.max_gpus_per_job, a.priority_range), (Some(2), Some(16), Some((100, 1000))));
         assert!(tree.is_leaf(tree.index_of(DEFAULT_QUEUE).unwrap()));
         assert!(errors["broken"].contains("lots"), "{errors:?}");
+        // Objects come by name: a child sorting before its parent is still built after it.
+        qs.apply(queue(json!({"apiVersion": "scheduling.wasmsched.io/v1alpha1", "kind": "Queue",
+            "metadata": {"name": "a-team"}, "spec": {"parent": "zeta"}})));
+        qs.apply(queue(json!({"apiVersion": "scheduling.wasmsched.io/v1alpha1", "kind": "Queue",
+            "metadata": {"name": "zeta"}, "spec": {"parent": "research"}})));
+        let tree = qs.tree(&Flavors::default()).0.unwrap();
+        let (team, zeta) = (tree.index_of("a-team").unwrap(), tree.index_of("zeta").unwrap());
+        assert_eq!(tree.parent(team), Some(zeta));
         // A child naming a parent that does not exist: the tree is refused as a whole.
         qs.apply(queue(json!({"apiVersion": "scheduling.wasmsched.io/v1alpha1", "kind": "Queue",
             "metadata": {"name": "orphan"}, "spec": {"parent": "nowhere"}})));
-        assert!(qs.tree().0.is_err());
+        assert!(qs.tree(&Flavors::default()).0.is_err());
     }
 }

@@ -23,7 +23,8 @@ use kube::{Api, Client, ResourceExt};
 use tokio::sync::{Semaphore, mpsc, watch};
 use wasmsched_api::{DeviceShare, Node, Task};
 use wasmsched_core::{
-    CoreConfig, Decision, EvictReason, Explanation, Phase, Placement, SchedulerCore, Unschedulable, release,
+    CoreConfig, Decision, EvictReason, Explanation, Phase, Placement, SchedulerCore, Unschedulable, flavored_amount,
+    release,
 };
 use wasmsched_events::EventSink;
 use wasmsched_events::decisions::{self, CycleFacts};
@@ -33,12 +34,12 @@ use wasmsched_registry::{Decision as Observed, PolicyVersion, Registry};
 use crate::bind::{EffectError, Effects, EventType};
 use crate::cache::{Cache, PodPhase, pod_id};
 use crate::convert::{self, PodKey};
-use crate::crd::{PodGroup, PodGroupPhase, Queue, QueueStatus};
+use crate::crd::{PodGroup, PodGroupPhase, Queue, QueueStatus, ResourceFlavor};
 use crate::disruption::Budgets;
 use crate::leader::{Elector, LeaseConfig};
 use crate::metrics::{BindLabels, Metrics, QueueLabels};
 use crate::priorities::PriorityClasses;
-use crate::queues::Queues;
+use crate::queues::{Flavors, Queues};
 use crate::status::{self, StatusWriter};
 use crate::workloads::{self, GroupInfo, PodFacts, group_key};
 
@@ -93,6 +94,7 @@ struct Relist {
     nodes: Option<AHashSet<String>>,
     pods: Option<AHashSet<String>>,
     queues: Option<AHashSet<String>>,
+    flavors: Option<AHashSet<String>>,
     priority_classes: Option<AHashSet<String>>,
     budgets: Option<AHashSet<String>>,
 }
@@ -102,6 +104,7 @@ struct Synced {
     nodes: bool,
     pods: bool,
     queues: bool,
+    flavors: bool,
     priority_classes: bool,
     budgets: bool,
 }
@@ -119,6 +122,7 @@ pub struct Scheduler {
     ours: AHashMap<String, PodFacts>,
     groups: AHashMap<String, GroupInfo>,
     queues: Queues,
+    flavors: Flavors,
     priority_classes: PriorityClasses,
     budgets: Budgets,
     /// Workloads withdrawn as victims: a disruption budget protects one of their pods.
@@ -179,7 +183,7 @@ impl Scheduler {
         let (always, leader) = watch::channel(config.lease.is_none());
         metrics.observe_policies(registry.clone());
         let queues = Queues::default();
-        let tree = queues.tree().0.expect("the implicit default queue alone is a valid tree");
+        let tree = queues.tree(&Flavors::default()).0.expect("the implicit default queue alone is a valid tree");
         Scheduler {
             binds: Arc::new(Semaphore::new(config.bind_concurrency.max(1))),
             core: SchedulerCore::new(tree, config.core.clone()),
@@ -192,6 +196,7 @@ impl Scheduler {
             ours: AHashMap::new(),
             groups: AHashMap::new(),
             queues,
+            flavors: Flavors::default(),
             priority_classes: PriorityClasses::default(),
             budgets: Budgets::default(),
             withdrawn: AHashSet::new(),
@@ -247,9 +252,10 @@ impl Scheduler {
         let pods = watch_stream(Api::<Pod>::all(self.client.clone()), pod_config);
         let groups = watch_stream(Api::<PodGroup>::all(self.client.clone()), watcher::Config::default());
         let queues = watch_stream(Api::<Queue>::all(self.client.clone()), watcher::Config::default());
+        let flavors = watch_stream(Api::<ResourceFlavor>::all(self.client.clone()), watcher::Config::default());
         let classes = watch_stream(Api::<PriorityClass>::all(self.client.clone()), watcher::Config::default());
         let budgets = watch_stream(Api::<PodDisruptionBudget>::all(self.client.clone()), watcher::Config::default());
-        tokio::pin!(nodes, pods, groups, queues, classes, budgets);
+        tokio::pin!(nodes, pods, groups, queues, flavors, classes, budgets);
         let mut was_leading = false;
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -288,6 +294,7 @@ impl Scheduler {
                 Some(event) = pods.next() => self.pod_event(event),
                 Some(event) = groups.next() => self.group_event(event),
                 Some(event) = queues.next() => self.queue_event(event),
+                Some(event) = flavors.next() => self.flavor_event(event),
                 Some(event) = classes.next() => self.priority_class_event(event),
                 Some(event) = budgets.next() => self.budget_event(event),
                 Ok(()) = self.leader.changed() => self.dirty = true,
@@ -323,13 +330,23 @@ impl Scheduler {
         self.status_at = Instant::now();
         let shares = self.core.queue_shares();
         let counts = self.core.queue_tasks();
-        let (_, errors) = self.queues.tree();
+        let (_, errors) = self.queues.tree(&self.flavors);
         let names: Vec<String> = self.queues.names().map(String::from).collect();
         for name in names {
             let status = match shares.iter().position(|s| s.name == name) {
                 Some(i) => QueueStatus {
                     conditions: vec![status::condition("Ready", true, "Accepted", "in the queue tree")],
                     allocated: status::resource_list(&shares[i].allocated),
+                    flavors: self
+                        .core
+                        .queues()
+                        .flavors()
+                        .iter()
+                        .map(|f| {
+                            (f.name.clone(), status::resource_list(&flavored_amount(&shares[i].allocated, &f.name)))
+                        })
+                        .filter(|(_, list)| !list.is_empty())
+                        .collect(),
                     pending: counts[i].0 as u32,
                     running: counts[i].1 as u32,
                 },
@@ -627,6 +644,41 @@ impl Scheduler {
         self.rebuild_queues();
     }
 
+    /// Flavors change what queues' per-flavor quotas mean: the tree is rebuilt (a pod keeps the
+    /// flavor it was placed with until it leaves).
+    fn flavor_event(&mut self, event: watcher::Result<Event<ResourceFlavor>>) {
+        match event {
+            Ok(Event::Init) => {
+                self.relist.flavors = Some(AHashSet::new());
+                return;
+            }
+            Ok(Event::InitApply(f)) => {
+                if let Some(listed) = self.relist.flavors.as_mut() {
+                    listed.insert(f.name_any());
+                }
+                self.flavors.apply(f);
+                return;
+            }
+            Ok(Event::InitDone) => {
+                if let Some(listed) = self.relist.flavors.take() {
+                    self.flavors.retain(&listed);
+                }
+                self.synced.flavors = true;
+            }
+            Ok(Event::Apply(f)) => {
+                if !self.flavors.apply(f) {
+                    return;
+                }
+            }
+            Ok(Event::Delete(f)) => self.flavors.delete(&f.name_any()),
+            Err(e) => {
+                tracing::warn!(error = %e, "resource flavor watch failed; retrying");
+                return;
+            }
+        }
+        self.rebuild_queues();
+    }
+
     /// Classes only give workloads submitted from now on their priority (a class's value is
     /// immutable): nothing already submitted changes.
     fn priority_class_event(&mut self, event: watcher::Result<Event<PriorityClass>>) {
@@ -714,7 +766,7 @@ impl Scheduler {
 
     /// The core takes the queue tree the objects describe, unless that would orphan work.
     fn rebuild_queues(&mut self) {
-        let (tree, errors) = self.queues.tree();
+        let (tree, errors) = self.queues.tree(&self.flavors);
         for (queue, error) in errors {
             tracing::warn!(%queue, %error, "leaving out a queue that does not convert");
         }
@@ -737,7 +789,7 @@ impl Scheduler {
         if self.adopted.is_some() || !(self.synced.nodes && self.synced.pods) {
             return;
         }
-        let listed = self.synced.queues && self.synced.priority_classes && self.synced.budgets;
+        let listed = self.synced.queues && self.synced.flavors && self.synced.priority_classes && self.synced.budgets;
         if !listed && self.clock.elapsed() < QUEUE_SYNC_GRACE {
             return;
         }
@@ -805,9 +857,11 @@ impl Scheduler {
     /// bound meanwhile are taken over like after a restart, so they count in their queues.
     fn take_over_again(&mut self) {
         tracing::info!("leading: taking over the pods bound meanwhile");
-        let tree = match self.queues.tree().0 {
+        let tree = match self.queues.tree(&self.flavors).0 {
             Ok(tree) => tree,
-            Err(_) => Queues::default().tree().0.expect("the implicit default queue alone is a valid tree"),
+            Err(_) => {
+                Queues::default().tree(&Flavors::default()).0.expect("the implicit default queue alone is a valid tree")
+            }
         };
         self.core = SchedulerCore::new(tree, self.config.core.clone());
         self.adopted = None;

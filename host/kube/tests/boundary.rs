@@ -666,3 +666,80 @@ async fn a_plan_never_takes_more_of_a_budget_s_pods_than_it_allows() {
     assert_eq!(evicted, ["ml/s1 201", "ml/s2 201"]);
     run.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resource_flavors_give_each_gpu_model_its_own_quota_and_their_tolerations() {
+    let api = FakeApi::new();
+    // Digest K1: A100 and V100 nodes, each kind labelled by GPU product and tainted for GPU work.
+    for (name, product) in
+        [("a100-0", "NVIDIA-A100-SXM4-80GB"), ("a100-1", "NVIDIA-A100-SXM4-80GB"), ("v100-0", "Tesla-V100-SXM2-32GB")]
+    {
+        let mut node = gpu_node(name, 8, &[("nvidia.com/gpu.product", product)]);
+        node["spec"]["taints"] = json!([{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]);
+        api.put(Kind::Node, node);
+    }
+    let toleration = json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]);
+    for (flavor, product) in [("gpu-a100", "NVIDIA-A100-SXM4-80GB"), ("gpu-v100", "Tesla-V100-SXM2-32GB")] {
+        api.put(
+            Kind::ResourceFlavor,
+            json!({"metadata": {"name": flavor},
+                   "spec": {"nodeLabels": {"nvidia.com/gpu.product": product}, "tolerations": toleration}}),
+        );
+    }
+    // The cluster queue may hold 8 A100 GPUs (no borrowing) and 8 V100 GPUs, A100 first.
+    api.put(
+        Kind::Queue,
+        json!({"metadata": {"name": "cq"}, "spec": {"flavors": [
+            {"name": "gpu-a100", "guarantee": {"nvidia.com/gpu": "8", "cpu": "64"}, "borrowingLimit": {"nvidia.com/gpu": "0"}},
+            {"name": "gpu-v100", "guarantee": {"nvidia.com/gpu": "8"}}]}}),
+    );
+    // A queue naming a flavor nobody declared is left out with the reason; the others stand.
+    api.put(Kind::Queue, json!({"metadata": {"name": "h100-team"}, "spec": {"flavors": [{"name": "gpu-h100"}]}}));
+    for name in ["first", "second", "third"] {
+        let mut p = pod("ml", name, NAME, 8, "4", "32Gi");
+        p["metadata"]["annotations"] = json!({"scheduling.wasmsched.io/queue": "cq"});
+        api.put(Kind::Pod, p);
+    }
+    let run = start(&api, "a", None);
+    eventually("two bound", Duration::from_secs(30), || {
+        node_of(&api, "ml/first").is_some() && node_of(&api, "ml/second").is_some()
+    })
+    .await;
+    let mut nodes = [node_of(&api, "ml/first").unwrap(), node_of(&api, "ml/second").unwrap()];
+    nodes.sort();
+    assert!(nodes[0].starts_with("a100-") && nodes[1] == "v100-0", "one per flavor, tolerated: {nodes:?}");
+    eventually("the third waits on the A100 quota", Duration::from_secs(20), || {
+        condition_of(&api, "ml/third").is_some_and(|m| m.contains("flavor gpu-a100: queue cq at borrowing limit"))
+    })
+    .await;
+    assert!(node_of(&api, "ml/third").is_none(), "an idle A100 node is not the queue's to take");
+    eventually("per-flavor usage in the Queue status", Duration::from_secs(10), || {
+        api.get(Kind::Queue, "cq").is_some_and(|q| {
+            let s = &q["status"];
+            s["allocated"]["nvidia.com/gpu"] == "16"
+                && s["flavors"]["gpu-a100"]["nvidia.com/gpu"] == "8"
+                && s["flavors"]["gpu-a100"]["cpu"] == "4000m"
+                && s["flavors"]["gpu-v100"]["nvidia.com/gpu"] == "8"
+        })
+    })
+    .await;
+    eventually("the queue with an unknown flavor is reported", Duration::from_secs(10), || {
+        api.get(Kind::Queue, "h100-team").is_some_and(|q| {
+            let c = &q["status"]["conditions"][0];
+            c["status"] == "False"
+                && c["message"].as_str().is_some_and(|m| m.contains("unknown ResourceFlavor gpu-h100"))
+        })
+    })
+    .await;
+    // Raising the A100 borrowing limit admits the third pod on the other A100 node.
+    api.put(
+        Kind::Queue,
+        json!({"metadata": {"name": "cq"}, "spec": {"flavors": [
+            {"name": "gpu-a100", "guarantee": {"nvidia.com/gpu": "8"}, "borrowingLimit": {"nvidia.com/gpu": "8"}},
+            {"name": "gpu-v100", "guarantee": {"nvidia.com/gpu": "8"}}]}}),
+    );
+    eventually("third bound", Duration::from_secs(30), || node_of(&api, "ml/third").is_some()).await;
+    assert!(node_of(&api, "ml/third").unwrap().starts_with("a100-"));
+    run.stop().await;
+    assert_chart_rbac_allows(&api);
+}

@@ -56,6 +56,21 @@ fn a_queue_cannot_be_its_own_parent_or_have_an_empty_parent() {
 }
 
 #[test]
+fn a_queue_lists_a_flavor_once_and_a_flavor_name_has_no_slash() {
+    let q = |flavors: Value| json!({"metadata": {"name": "cq"}, "spec": {"flavors": flavors}});
+    let a100 =
+        json!({"name": "gpu-a100", "guarantee": {"nvidia.com/gpu": "64"}, "borrowingLimit": {"nvidia.com/gpu": "16"}});
+    let v100 = json!({"name": "gpu-v100", "guarantee": {"nvidia.com/gpu": "32"}});
+    assert_eq!(errors("Queue", &q(json!([a100, v100])), None), Vec::<String>::new());
+    let twice = errors("Queue", &q(json!([a100, v100, a100])), None);
+    assert!(twice.iter().any(|e| e.contains("a flavor is listed once")), "{twice:?}");
+    let f = |name: &str| json!({"metadata": {"name": name}, "spec": {"nodeLabels": {"nvidia.com/gpu.product": "Tesla-V100-SXM2-32GB"}}});
+    assert!(errors("ResourceFlavor", &f("gpu-v100"), None).is_empty());
+    let slash = errors("ResourceFlavor", &f("gpu/v100"), None);
+    assert!(slash.iter().any(|e| e.contains("a flavor name cannot contain '/'")), "{slash:?}");
+}
+
+#[test]
 fn a_pod_group_keeps_its_queue() {
     let g = |queue: &str| json!({"metadata": {"name": "job"}, "spec": {"minMember": 4, "queue": queue}});
     assert!(errors("PodGroup", &g("a"), None).is_empty());

@@ -35,6 +35,7 @@ pub enum Kind {
     SchedulingPolicy,
     ConfigMap,
     Queue,
+    ResourceFlavor,
     PriorityClass,
     PodDisruptionBudget,
 }
@@ -49,6 +50,7 @@ impl Kind {
             Kind::SchedulingPolicy => "SchedulingPolicyList",
             Kind::ConfigMap => "ConfigMapList",
             Kind::Queue => "QueueList",
+            Kind::ResourceFlavor => "ResourceFlavorList",
             Kind::PriorityClass => "PriorityClassList",
             Kind::PodDisruptionBudget => "PodDisruptionBudgetList",
         }
@@ -56,7 +58,9 @@ impl Kind {
     fn api_version(self) -> &'static str {
         match self {
             Kind::Node | Kind::Pod | Kind::ConfigMap => "v1",
-            Kind::PodGroup | Kind::SchedulingPolicy | Kind::Queue => "scheduling.wasmsched.io/v1alpha1",
+            Kind::PodGroup | Kind::SchedulingPolicy | Kind::Queue | Kind::ResourceFlavor => {
+                "scheduling.wasmsched.io/v1alpha1"
+            }
             Kind::Lease => "coordination.k8s.io/v1",
             Kind::PriorityClass => "scheduling.k8s.io/v1",
             Kind::PodDisruptionBudget => "policy/v1",
@@ -147,7 +151,12 @@ fn respond(code: u16, body: &Value) -> Response<Body> {
 fn key_of(kind: Kind, obj: &Value) -> Key {
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
     match obj["metadata"]["namespace"].as_str() {
-        Some(ns) if !matches!(kind, Kind::Node | Kind::SchedulingPolicy | Kind::Queue | Kind::PriorityClass) => {
+        Some(ns)
+            if !matches!(
+                kind,
+                Kind::Node | Kind::SchedulingPolicy | Kind::Queue | Kind::ResourceFlavor | Kind::PriorityClass
+            ) =>
+        {
             (kind, format!("{ns}/{name}"))
         }
         _ => (kind, name.to_string()),
@@ -249,6 +258,7 @@ impl State {
             Kind::SchedulingPolicy => "SchedulingPolicy",
             Kind::ConfigMap => "ConfigMap",
             Kind::Queue => "Queue",
+            Kind::ResourceFlavor => "ResourceFlavor",
             Kind::PriorityClass => "PriorityClass",
             Kind::PodDisruptionBudget => "PodDisruptionBudget",
         });
@@ -332,6 +342,9 @@ impl FakeApi {
             ["api", "v1", "pods"] => self.collection(Kind::Pod, &q),
             ["apis", "scheduling.wasmsched.io", "v1alpha1", "podgroups"] => self.collection(Kind::PodGroup, &q),
             ["apis", "scheduling.wasmsched.io", "v1alpha1", "queues"] => self.collection(Kind::Queue, &q),
+            ["apis", "scheduling.wasmsched.io", "v1alpha1", "resourceflavors"] => {
+                self.collection(Kind::ResourceFlavor, &q)
+            }
             ["apis", "scheduling.k8s.io", "v1", "priorityclasses"] => self.collection(Kind::PriorityClass, &q),
             ["apis", "policy", "v1", "poddisruptionbudgets"] => self.collection(Kind::PodDisruptionBudget, &q),
             ["apis", "scheduling.wasmsched.io", "v1alpha1", "queues", name, "status"] if m == Method::PATCH => {
