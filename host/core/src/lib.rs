@@ -64,7 +64,7 @@ mod verdicts;
 pub use alloc::{AllocError, bind, bind_fact, default_select_devices, release};
 pub use cycle::{
     CoreConfig, CoreError, Decision, EvictReason, Explanation, Phase, PreemptKind, PreemptionPolicy, QueueShare,
-    SchedulerCore, Workload, WorkloadError, WorkloadStatus,
+    RunningPod, SchedulerCore, Workload, WorkloadError, WorkloadStatus,
 };
 pub use flavor::{Flavor, add_flavored, flavored_amount, flavored_resource};
 pub use gang::{GangError, GangPlacement, GroupSpec, TopologyConstraint, place_group};

@@ -98,8 +98,23 @@ fn shape_hash(task: &Task) -> u64 {
     use std::hash::{BuildHasher, Hash, Hasher};
     // Fixed seeds: the hash only has to be consistent within the process.
     let mut h = ahash::RandomState::with_seeds(1, 2, 3, 4).build_hasher();
-    let Task { id: _, namespace, group, queue, priority, qos, request, gpu, node_selector, node_affinity, tolerations } =
-        task;
+    // Labels and pod affinity are host-only (plugins see pod affinity resolved into node affinity):
+    // no verdict depends on them.
+    let Task {
+        id: _,
+        namespace,
+        group,
+        queue,
+        priority,
+        qos,
+        request,
+        gpu,
+        node_selector,
+        node_affinity,
+        tolerations,
+        labels: _,
+        pod_affinity: _,
+    } = task;
     (namespace, group, queue, priority, qos, request, gpu).hash(&mut h);
     (node_selector, node_affinity, tolerations).hash(&mut h);
     h.finish()
@@ -113,8 +128,21 @@ fn id_hash(task: &Task) -> u64 {
 
 fn same_shape(a: &Task, b: &Task) -> bool {
     // Field by field, skipping `id`, so no key is built per lookup.
-    let Task { id: _, namespace, group, queue, priority, qos, request, gpu, node_selector, node_affinity, tolerations } =
-        b;
+    let Task {
+        id: _,
+        namespace,
+        group,
+        queue,
+        priority,
+        qos,
+        request,
+        gpu,
+        node_selector,
+        node_affinity,
+        tolerations,
+        labels: _,
+        pod_affinity: _,
+    } = b;
     a.namespace == *namespace
         && a.group == *group
         && a.queue == *queue

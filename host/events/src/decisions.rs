@@ -241,6 +241,7 @@ fn explained(task: &Task, e: &Explanation, policy: &PolicySetRef) -> Vec<Payload
     reasons.extend(
         e.gang.map(|(placed, min)| other(Stage::Filter, format!("gang: {placed} of {min} required members fit"))),
     );
+    reasons.extend(e.pod_affinity.clone().map(|a| other(Stage::Filter, a)));
     reasons.extend(e.preemption.clone().map(|p| other(Stage::Preempt, p)));
     let mut out = vec![Payload::TaskUnschedulable(TaskUnschedulable {
         task: task_ref(task),

@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, Node as KubeNode, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use wasmsched_api::{
-    DeviceShare, GPU_MILLI, GpuDevice, GpuRequest, Node, NodeAffinity, NodeSelectorTerm, PreferredTerm, Qos, Resources,
-    SelectorOperator, SelectorRequirement, Taint, TaintEffect, Task, Toleration, TolerationOperator,
+    DeviceShare, GPU_MILLI, GpuDevice, GpuRequest, Node, NodeAffinity, NodeSelectorTerm, PodAffinity, PodAffinityTerm,
+    PreferredTerm, Qos, Resources, SelectorOperator, SelectorRequirement, Taint, TaintEffect, Task, Toleration,
+    TolerationOperator,
 };
 
 /// The whole-GPU extended resource of the NVIDIA device plugin.
@@ -65,9 +66,9 @@ pub enum ConvertError {
     /// Node affinity the scheduler cannot read (what the API server's validation refuses).
     #[error("spec.affinity.nodeAffinity: {0}")]
     Affinity(String),
-    /// A constraint the scheduler does not implement and will not silently break.
+    /// Pod (anti-)affinity the scheduler cannot read, or cannot honour and will not silently break.
     #[error("{0}")]
-    Unsupported(String),
+    PodAffinity(String),
 }
 
 /// A quantity in thousandths of its unit, rounded up (as Kubernetes rounds requests): `"500m"` →
@@ -318,8 +319,8 @@ fn qos(pod: &Pod) -> Qos {
 }
 
 /// A pod as a task to schedule. `id` is `namespace/name`, unique among live pods. Constraints
-/// the scheduler cannot honour or read (required inter-pod affinity, malformed node affinity) are
-/// errors.
+/// the scheduler cannot honour or read (malformed node affinity, pod affinity needing namespace
+/// labels) are errors.
 pub fn task(pod: &Pod) -> Result<Task, ConvertError> {
     task_of(pod, true)
 }
@@ -384,6 +385,10 @@ fn task_of(pod: &Pod, strict: bool) -> Result<Task, ConvertError> {
         Err(e) if strict => return Err(e),
         Err(_) => NodeAffinity::default(),
     };
+    let pod_affinity = pod_affinity(spec, strict)?;
+    let mut labels: Vec<(String, String)> =
+        pod.metadata.labels.iter().flatten().map(|(k, v)| (k.clone(), v.clone())).collect();
+    labels.sort();
     Ok(Task {
         id: format!("{namespace}/{name}"),
         group: group_of(pod),
@@ -399,6 +404,8 @@ fn task_of(pod: &Pod, strict: bool) -> Result<Task, ConvertError> {
         node_affinity,
         tolerations,
         namespace,
+        labels,
+        pod_affinity,
     })
 }
 
@@ -423,25 +430,7 @@ fn node_affinity(spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<NodeAffin
             match_fields: t.match_fields.iter().flatten().map(requirement).collect::<Result<_, _>>()?,
         })
     }
-    // A hard constraint the scheduler cannot honour is refused rather than silently broken (a
-    // required anti-affinity is usually what keeps replicas on different nodes). Preferred pod
-    // (anti-)affinity is only a preference: ignoring it breaks nothing.
     let affinity = spec.affinity.as_ref();
-    let required_pods = affinity.and_then(|a| a.pod_affinity.as_ref()).and_then(|p| {
-        p.required_during_scheduling_ignored_during_execution.as_ref().filter(|t| !t.is_empty()).map(|_| "podAffinity")
-    });
-    let required_anti = affinity.and_then(|a| a.pod_anti_affinity.as_ref()).and_then(|p| {
-        p.required_during_scheduling_ignored_during_execution
-            .as_ref()
-            .filter(|t| !t.is_empty())
-            .map(|_| "podAntiAffinity")
-    });
-    if let Some(kind) = required_pods.or(required_anti) {
-        return Err(ConvertError::Unsupported(format!(
-            "spec.affinity.{kind}.requiredDuringSchedulingIgnoredDuringExecution is not supported yet \
-             (inter-pod affinity); use a preferred term or another scheduler for this pod"
-        )));
-    }
     let Some(kube) = affinity.and_then(|a| a.node_affinity.as_ref()) else {
         return Ok(NodeAffinity::default());
     };
@@ -465,6 +454,102 @@ fn node_affinity(spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<NodeAffin
     let affinity = NodeAffinity { required, preferred };
     affinity.validate().map_err(ConvertError::Affinity)?;
     Ok(affinity)
+}
+
+/// The pod's required inter-pod affinity and anti-affinity (preferred terms are only preferences:
+/// ignoring them breaks nothing). `strict`: what the scheduler cannot honour — a non-empty
+/// `namespaceSelector` (it does not watch namespaces), `matchLabelKeys`/`mismatchLabelKeys` — or
+/// read is an error, refused rather than silently broken; otherwise (a pod already bound, whose
+/// terms only keep others away) such a term reads as every namespace, and one that does not read
+/// is dropped.
+fn pod_affinity(spec: &k8s_openapi::api::core::v1::PodSpec, strict: bool) -> Result<PodAffinity, ConvertError> {
+    use k8s_openapi::api::core::v1::PodAffinityTerm as KubeTerm;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+    fn selector(s: &LabelSelector) -> Result<Vec<SelectorRequirement>, String> {
+        let mut out: Vec<SelectorRequirement> = s
+            .match_labels
+            .iter()
+            .flatten()
+            .map(|(k, v)| SelectorRequirement {
+                key: k.clone(),
+                operator: SelectorOperator::In,
+                values: vec![v.clone()],
+            })
+            .collect();
+        for r in s.match_expressions.iter().flatten() {
+            let operator = match r.operator.as_str() {
+                "In" => SelectorOperator::In,
+                "NotIn" => SelectorOperator::NotIn,
+                "Exists" => SelectorOperator::Exists,
+                "DoesNotExist" => SelectorOperator::DoesNotExist,
+                other => return Err(format!("{}: unknown label selector operator {other:?}", r.key)),
+            };
+            out.push(SelectorRequirement {
+                key: r.key.clone(),
+                operator,
+                values: r.values.clone().unwrap_or_default(),
+            });
+        }
+        Ok(out)
+    }
+    fn term(t: &KubeTerm, strict: bool) -> Result<PodAffinityTerm, String> {
+        let keys = t.match_label_keys.iter().chain(&t.mismatch_label_keys).flatten().next();
+        if strict && let Some(k) = keys {
+            return Err(format!("matchLabelKeys/mismatchLabelKeys ({k}) are not supported"));
+        }
+        let all_namespaces = match &t.namespace_selector {
+            None => false,
+            Some(s)
+                if s.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
+                    && s.match_expressions.as_ref().is_none_or(Vec::is_empty) =>
+            {
+                true
+            }
+            Some(_) if strict => {
+                return Err("a namespaceSelector other than {} (every namespace) is not supported".into());
+            }
+            Some(_) => true,
+        };
+        let listed = t.namespaces.clone().filter(|n| !n.is_empty());
+        Ok(PodAffinityTerm {
+            selector: t.label_selector.as_ref().map(selector).transpose()?,
+            namespaces: if all_namespaces { Some(Vec::new()) } else { listed },
+            topology_key: t.topology_key.clone(),
+        })
+    }
+    let affinity = spec.affinity.as_ref();
+    let required = |terms: Option<&Vec<KubeTerm>>, kind: &str| -> Result<Vec<PodAffinityTerm>, ConvertError> {
+        let mut out = Vec::new();
+        for t in terms.into_iter().flatten() {
+            match term(t, strict) {
+                Ok(t) => out.push(t),
+                Err(e) if strict => {
+                    return Err(ConvertError::PodAffinity(format!(
+                        "spec.affinity.{kind}.requiredDuringSchedulingIgnoredDuringExecution: {e}"
+                    )));
+                }
+                Err(_) => {}
+            }
+        }
+        Ok(out)
+    };
+    let a = affinity.and_then(|a| a.pod_affinity.as_ref());
+    let anti = affinity.and_then(|a| a.pod_anti_affinity.as_ref());
+    let out = PodAffinity {
+        affinity: required(
+            a.and_then(|p| p.required_during_scheduling_ignored_during_execution.as_ref()),
+            "podAffinity",
+        )?,
+        anti_affinity: required(
+            anti.and_then(|p| p.required_during_scheduling_ignored_during_execution.as_ref()),
+            "podAntiAffinity",
+        )?,
+    };
+    match out.validate() {
+        Ok(()) => Ok(out),
+        Err(e) if strict => Err(ConvertError::PodAffinity(format!("spec.affinity: {e}"))),
+        Err(_) => Ok(PodAffinity::default()),
+    }
 }
 
 /// The GPU ids annotation for `devices`: whole devices by index, shares as `index:milli`.

@@ -23,8 +23,8 @@ use kube::{Api, Client, ResourceExt};
 use tokio::sync::{Semaphore, mpsc, watch};
 use wasmsched_api::{DeviceShare, Node, Task};
 use wasmsched_core::{
-    CoreConfig, Decision, EvictReason, Explanation, Phase, Placement, SchedulerCore, Unschedulable, flavored_amount,
-    release,
+    CoreConfig, Decision, EvictReason, Explanation, Phase, Placement, RunningPod, SchedulerCore, Unschedulable,
+    flavored_amount, release,
 };
 use wasmsched_events::EventSink;
 use wasmsched_events::decisions::{self, CycleFacts};
@@ -900,6 +900,18 @@ impl Scheduler {
         let name = node.name.clone();
         let topology = self.cache.nodes().topologies().get(&name).cloned();
         self.core.set_topology(&name, topology);
+        // Others' pods there, for inter-pod affinity (ours are the core's own members).
+        let others = self
+            .cache
+            .holders_on(&name)
+            .filter(|(id, _, _)| !self.ours.contains_key(*id) && self.core.owner_of(id).is_none())
+            .map(|(_, t, _)| RunningPod {
+                namespace: t.namespace.clone(),
+                labels: t.labels.clone(),
+                anti_affinity: t.pod_affinity.anti_affinity.clone(),
+            })
+            .collect();
+        self.core.observe_pods(&name, others);
         self.core.observe_node(node, now)
     }
 

@@ -606,31 +606,59 @@ async fn node_affinity_is_required_or_preferred_and_a_malformed_one_is_reported(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn required_pod_anti_affinity_is_refused_but_a_bound_pod_with_one_still_holds_its_gpus() {
+async fn required_pod_anti_affinity_spreads_replicas_and_keeps_clear_of_others_pods() {
     let api = FakeApi::new();
-    api.put(Kind::Node, gpu_node("gpu-0", 8, &[]));
-    api.put(Kind::Node, gpu_node("gpu-1", 8, &[]));
-    let anti = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": "train"}}, "topologyKey": "kubernetes.io/hostname"}
+    for n in ["gpu-0", "gpu-1", "gpu-2"] {
+        api.put(Kind::Node, gpu_node(n, 8, &[]));
+    }
+    let away_from_train = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "train"}}, "topologyKey": "kubernetes.io/hostname",
+         "namespaceSelector": {}}
     ]}});
-    // kube-scheduler placed this one, with its anti-affinity, on all of gpu-0.
-    let mut resident = pod("infra", "resident", "default-scheduler", 8, "8", "64Gi");
+    // kube-scheduler placed this one on gpu-0, with an anti-affinity that keeps `train` pods (of
+    // any namespace) off its node; it holds 2 GPUs.
+    let mut resident = pod("infra", "resident", "default-scheduler", 2, "8", "64Gi");
     resident["spec"]["nodeName"] = json!("gpu-0");
-    resident["spec"]["affinity"] = anti.clone();
+    resident["spec"]["affinity"] = away_from_train.clone();
     resident["status"]["phase"] = json!("Running");
     api.put(Kind::Pod, resident);
-    let mut spread = pod("ml", "spread", NAME, 1, "4", "32Gi");
-    spread["spec"]["affinity"] = anti;
-    api.put(Kind::Pod, spread);
-    api.put(Kind::Pod, pod("ml", "whole", NAME, 8, "4", "32Gi"));
+    // Three replicas, one per node required; bin-packing alone would stack them.
+    for i in 0..3 {
+        let mut p = pod("ml", &format!("train-{i}"), NAME, 1, "4", "32Gi");
+        p["metadata"]["labels"] = json!({"app": "train"});
+        p["spec"]["affinity"] = away_from_train.clone();
+        api.put(Kind::Pod, p);
+    }
+    // A namespace selector needs namespace labels the scheduler does not watch: refused.
+    let mut picky = pod("ml", "picky", NAME, 1, "4", "32Gi");
+    picky["spec"]["affinity"] = json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname",
+         "namespaceSelector": {"matchLabels": {"team": "data"}}}
+    ]}});
+    api.put(Kind::Pod, picky);
     let run = start(&api, "a", None);
-    eventually("whole bound", Duration::from_secs(30), || node_of(&api, "ml/whole").is_some()).await;
-    assert_eq!(node_of(&api, "ml/whole").as_deref(), Some("gpu-1"), "gpu-0's GPUs are the resident's");
-    eventually("spread reported", Duration::from_secs(30), || {
-        condition_of(&api, "ml/spread").is_some_and(|m| m.contains("podAntiAffinity") && m.contains("not supported"))
+    eventually("two replicas bound", Duration::from_secs(30), || {
+        (0..3).filter(|i| node_of(&api, &format!("ml/train-{i}")).is_some()).count() == 2
     })
     .await;
-    assert!(api.binds().iter().all(|b| b.pod != "ml/spread"));
+    let mut nodes: Vec<String> = (0..3).filter_map(|i| node_of(&api, &format!("ml/train-{i}"))).collect();
+    nodes.sort();
+    assert_eq!(nodes, ["gpu-1", "gpu-2"], "one per node, none beside the resident");
+    let waiting = (0..3).map(|i| format!("ml/train-{i}")).find(|id| node_of(&api, id).is_none()).unwrap();
+    eventually("the third explained", Duration::from_secs(20), || {
+        condition_of(&api, &waiting).is_some_and(|m| {
+            m.contains("required pod (anti-)affinity: kubernetes.io/hostname not in [gpu-0, gpu-1, gpu-2]")
+        })
+    })
+    .await;
+    eventually("picky reported", Duration::from_secs(20), || {
+        condition_of(&api, "ml/picky").is_some_and(|m| m.contains("a namespaceSelector other than {}"))
+    })
+    .await;
+    // The resident leaves: its node is open to the waiting replica.
+    api.remove(Kind::Pod, "infra/resident");
+    eventually("third bound", Duration::from_secs(30), || node_of(&api, &waiting).is_some()).await;
+    assert_eq!(node_of(&api, &waiting).as_deref(), Some("gpu-0"));
     run.stop().await;
 }
 

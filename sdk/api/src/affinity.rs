@@ -159,9 +159,106 @@ impl NodeAffinity {
     }
 }
 
+/// A required inter-pod (anti-)affinity term (Kubernetes' `PodAffinityTerm`): the pods it is
+/// about, and the node label whose values are its topology domains.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PodAffinityTerm {
+    /// Requirements on pod labels, all of them; `None` matches no pod (an empty list: every pod).
+    pub selector: Option<Vec<SelectorRequirement>>,
+    /// Namespaces of the pods it is about; `None`: the owner's own, empty: every namespace.
+    pub namespaces: Option<Vec<String>>,
+    /// Node label naming the domain (`kubernetes.io/hostname`: one node).
+    pub topology_key: String,
+}
+
+impl PodAffinityTerm {
+    /// Whether a pod in `namespace` with `labels` is one this term (of a pod in `owner`) is about.
+    pub fn selects(&self, owner: &str, namespace: &str, labels: &[(String, String)]) -> bool {
+        let in_namespace = match &self.namespaces {
+            None => namespace == owner,
+            Some(list) => list.is_empty() || list.iter().any(|n| n == namespace),
+        };
+        let label = |key: &str| labels.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+        in_namespace && self.selector.as_ref().is_some_and(|s| s.iter().all(|r| r.matches(label(&r.key))))
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.topology_key.is_empty() {
+            return Err("a term has an empty topologyKey".into());
+        }
+        for r in self.selector.iter().flatten() {
+            if matches!(r.operator, SelectorOperator::Gt | SelectorOperator::Lt) {
+                return Err(format!("label selector {} {:?} is not a label selector operator", r.key, r.operator));
+            }
+            r.check(false)?;
+        }
+        Ok(())
+    }
+}
+
+/// Required inter-pod affinity and anti-affinity of a task. Not part of the policy contract:
+/// the host resolves it, against the pods where they run, into node affinity that filters check
+/// (a node is allowed when its domain holds a selected pod, or none, respectively).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PodAffinity {
+    /// Each term's domain must hold a pod it selects (or, while none runs anywhere, the task
+    /// must be one it selects: the first of a group goes anywhere).
+    pub affinity: Vec<PodAffinityTerm>,
+    /// No term's domain may hold a pod it selects; symmetric: a running pod's term keeps the
+    /// pods it selects out of its domain too.
+    pub anti_affinity: Vec<PodAffinityTerm>,
+}
+
+impl PodAffinity {
+    /// Whether there is nothing to resolve.
+    pub fn is_empty(&self) -> bool {
+        self.affinity.is_empty() && self.anti_affinity.is_empty()
+    }
+
+    /// Malformed terms (the ones the Kubernetes API server refuses): an empty topology key, a
+    /// selector with `Gt`/`Lt`, `In` without values.
+    pub fn validate(&self) -> Result<(), String> {
+        self.affinity.iter().try_for_each(PodAffinityTerm::check).map_err(|e| format!("required pod affinity: {e}"))?;
+        self.anti_affinity
+            .iter()
+            .try_for_each(PodAffinityTerm::check)
+            .map_err(|e| format!("required pod anti-affinity: {e}"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pod_term_selects_by_labels_in_its_namespaces() {
+        let labels: Vec<(String, String)> = vec![("app".into(), "db".into()), ("tier".into(), "1".into())];
+        let term = |selector: Option<Vec<SelectorRequirement>>, namespaces: Option<Vec<String>>| PodAffinityTerm {
+            selector,
+            namespaces,
+            topology_key: "kubernetes.io/hostname".into(),
+        };
+        let db = Some(vec![req("app", SelectorOperator::In, &["db", "cache"])]);
+        assert!(term(db.clone(), None).selects("ml", "ml", &labels));
+        assert!(!term(db.clone(), None).selects("ml", "web", &labels), "the owner's namespace by default");
+        assert!(term(db.clone(), Some(vec![])).selects("ml", "web", &labels), "empty: every namespace");
+        assert!(term(db.clone(), Some(vec!["web".into()])).selects("ml", "web", &labels));
+        assert!(!term(None, Some(vec![])).selects("ml", "ml", &labels), "no selector selects nothing");
+        assert!(term(Some(vec![]), None).selects("ml", "ml", &labels), "an empty selector selects all");
+        let not_db =
+            Some(vec![req("app", SelectorOperator::NotIn, &["db"]), req("tier", SelectorOperator::Exists, &[])]);
+        assert!(!term(not_db, None).selects("ml", "ml", &labels));
+        let bad = PodAffinity {
+            anti_affinity: vec![term(Some(vec![req("tier", SelectorOperator::Gt, &["0"])]), None)],
+            ..Default::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("not a label selector operator"));
+        let bad = PodAffinity {
+            affinity: vec![PodAffinityTerm { topology_key: String::new(), ..term(db, None) }],
+            ..Default::default()
+        };
+        assert_eq!(bad.validate().unwrap_err(), "required pod affinity: a term has an empty topologyKey");
+    }
 
     fn req(key: &str, operator: SelectorOperator, values: &[&str]) -> SelectorRequirement {
         SelectorRequirement { key: key.into(), operator, values: values.iter().map(|v| v.to_string()).collect() }

@@ -277,6 +277,11 @@ pub struct Task {
     pub node_affinity: crate::NodeAffinity,
     /// Tolerations.
     pub tolerations: Vec<Toleration>,
+    /// Pod labels (what other pods' affinity terms select). Host-only, like `pod_affinity`.
+    pub labels: Vec<(String, String)>,
+    /// Required inter-pod (anti-)affinity. Host-only: not in the policy contract, which plugins
+    /// see resolved into `node_affinity` (see [`crate::PodAffinity`]).
+    pub pod_affinity: crate::PodAffinity,
 }
 
 /// Why a node cannot take a task.

@@ -97,6 +97,9 @@ pub(super) fn task(t: wit::Task) -> api::Task {
                 effect: t.effect.map(taint_effect),
             })
             .collect(),
+        // Host-only: the host resolved pod affinity into the node affinity above.
+        labels: Vec::new(),
+        pod_affinity: api::PodAffinity::default(),
     }
 }
 

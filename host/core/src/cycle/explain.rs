@@ -16,6 +16,8 @@ pub struct Explanation {
     pub nodes: Option<Diagnosis>,
     /// What preemption found (or why it was not tried).
     pub preemption: Option<String>,
+    /// Where required pod (anti-)affinity lets it go, or why nowhere.
+    pub pod_affinity: Option<String>,
     /// Failed attempts so far.
     pub attempts: u32,
     /// Earliest time of the next attempt (back-off), if it is waiting for one.
@@ -33,6 +35,9 @@ impl fmt::Display for Explanation {
         }
         if let Some(d) = &self.nodes {
             parts.push(d.to_string());
+        }
+        if let Some(a) = &self.pod_affinity {
+            parts.push(a.clone());
         }
         if let Some(p) = &self.preemption {
             parts.push(format!("preemption: {p}"));

@@ -42,6 +42,7 @@
 mod explain;
 mod failures;
 mod live;
+mod pod_affinity;
 mod preempt;
 mod workload;
 
@@ -60,6 +61,7 @@ use crate::queue::{QueueTree, fits};
 
 pub use explain::Explanation;
 use failures::Failures;
+pub use pod_affinity::RunningPod;
 pub use workload::{PreemptionPolicy, Workload, WorkloadError};
 use workload::{demand, demand_in};
 
@@ -378,6 +380,10 @@ pub struct SchedulerCore {
     /// With resource flavors: per flavor, then for nodes of none, the slots of its nodes (taken
     /// with `capacity`). Empty without flavors.
     flavor_nodes: Vec<Vec<Slot>>,
+    /// Per node, the pods of others running there (for inter-pod affinity).
+    foreign_pods: AHashMap<String, Vec<RunningPod>>,
+    /// Some task had pod (anti-)affinity: until then no task needs resolving.
+    pod_affinity_seen: bool,
 }
 
 impl SchedulerCore {
@@ -400,6 +406,8 @@ impl SchedulerCore {
             on_node: AHashMap::new(),
             capacity: Resources::default(),
             flavor_nodes: Vec::new(),
+            foreign_pods: AHashMap::new(),
+            pod_affinity_seen: false,
         }
     }
 
@@ -495,6 +503,7 @@ impl SchedulerCore {
         for e in self.entries.values_mut() {
             e.holds.retain(|h| h.node != name);
         }
+        self.foreign_pods.remove(name);
         self.nodes.remove(name);
         out
     }
@@ -544,6 +553,7 @@ impl SchedulerCore {
         for m in &workload.members {
             self.owner.insert(m.id.clone(), workload.name.clone());
         }
+        self.pod_affinity_seen |= workload.members.iter().any(|m| !m.pod_affinity.is_empty());
         self.seq += 1;
         let n = workload.members.len();
         self.entries.insert(
@@ -868,6 +878,24 @@ impl SchedulerCore {
         out
     }
 
+    /// `task` ready to place with `flavor`: with the flavor's tolerations, and its pod
+    /// (anti)-affinity resolved into node affinity (the summary goes to `note`).
+    fn prepare(
+        &self,
+        task: &wasmsched_api::Task,
+        flavor: Option<usize>,
+        note: &mut Option<String>,
+    ) -> Result<wasmsched_api::Task, String> {
+        let task = self.in_flavor(task, flavor);
+        Ok(match self.resolve_pod_affinity(&task)? {
+            Some((resolved, summary)) => {
+                *note = Some(summary);
+                resolved
+            }
+            None => task,
+        })
+    }
+
     /// `task` as placed with `flavor`: with the flavor's tolerations.
     fn in_flavor(&self, task: &wasmsched_api::Task, flavor: Option<usize>) -> wasmsched_api::Task {
         let mut task = task.clone();
@@ -988,6 +1016,7 @@ impl SchedulerCore {
         let mut explanation = Explanation { attempts: self.entries[name].attempts, ..Default::default() };
         let mut quota = Vec::new();
         let mut best_placed = None;
+        let mut affinity = None;
         for flavor in self.flavor_choices(self.entries[name].leaf) {
             let e = &self.entries[name];
             let min = e.spec.min_member;
@@ -1009,7 +1038,15 @@ impl SchedulerCore {
                 quota.push(format!("{on}{limiter}: {admitted} of the {min} required members fit its quota"));
                 continue;
             }
-            let members: Vec<_> = e.spec.members[..admitted].iter().map(|t| self.in_flavor(t, flavor)).collect();
+            let members: Result<Vec<_>, String> =
+                e.spec.members[..admitted].iter().map(|t| self.prepare(t, flavor, &mut affinity)).collect();
+            let members = match members {
+                Ok(members) => members,
+                Err(reason) => {
+                    explanation.pod_affinity = Some(reason);
+                    continue;
+                }
+            };
             let within = within.map(<[Slot]>::to_vec);
             let nodes_to_find =
                 self.config.percentage_of_nodes_to_score.map(|p| feasible_nodes_to_find(self.nodes.len(), Some(p)));
@@ -1044,6 +1081,9 @@ impl SchedulerCore {
         }
         if !quota.is_empty() {
             explanation.queue = Some(quota.join("; "));
+        }
+        if explanation.pod_affinity.is_none() {
+            explanation.pod_affinity = affinity;
         }
         match (self.entries[name].spec.preemption, set.preempt()) {
             (PreemptionPolicy::Never, _) => {
@@ -1124,7 +1164,7 @@ impl SchedulerCore {
             let within = self.nodes_of(flavor).map(<[Slot]>::to_vec);
             for i in unplaced {
                 let e = &self.entries[&name];
-                let task = self.in_flavor(&e.spec.members[i], flavor);
+                let Ok(task) = self.prepare(&e.spec.members[i], flavor, &mut None) else { break };
                 if !self.within_capability(e.leaf, &demand_in(&task, self.flavor_name(flavor))) {
                     break;
                 }

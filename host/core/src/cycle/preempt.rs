@@ -143,7 +143,8 @@ fn preempt_with(
         may_reclaim,
         flavor: flavor_name.as_deref(),
     };
-    let members: Vec<Task> = e.spec.members.iter().map(|t| core.in_flavor(t, flavor)).collect();
+    let members: Vec<Task> =
+        e.spec.members.iter().map(|t| core.prepare(t, flavor, &mut None)).collect::<Result<_, _>>()?;
     let leaf = e.leaf;
 
     let eligible: Vec<(String, usize)> = core

@@ -1270,3 +1270,105 @@ fn a_flavor_s_tolerations_come_with_it_and_nodes_of_no_flavor_come_last() {
     c.submit(job("j0", "q", 0, 8), 0).unwrap();
     assert!(bound(&c.schedule(&full(), 0)).is_empty());
 }
+
+fn labelled_node(name: &str, zone: &str) -> Node {
+    let labels = vec![("kubernetes.io/hostname".into(), name.into()), ("zone".into(), zone.into())];
+    Node { labels, ..gpu_node(name, 8) }
+}
+
+fn app_term(app: &str, key: &str) -> wasmsched_api::PodAffinityTerm {
+    use wasmsched_api::{SelectorOperator, SelectorRequirement};
+    wasmsched_api::PodAffinityTerm {
+        selector: Some(vec![SelectorRequirement {
+            key: "app".into(),
+            operator: SelectorOperator::In,
+            values: vec![app.into()],
+        }]),
+        namespaces: None,
+        topology_key: key.into(),
+    }
+}
+
+/// A one-GPU pod labelled `app`, with the given required pod (anti-)affinity.
+fn app_job(name: &str, app: &str, affinity: wasmsched_api::PodAffinity) -> Workload {
+    let mut w = job(name, "q", 0, 1);
+    w.members[0].labels = vec![("app".into(), app.into())];
+    w.members[0].pod_affinity = affinity;
+    w
+}
+
+fn node_of(c: &SchedulerCore, workload: &str) -> Option<String> {
+    c.entries[workload].members[0].as_ref().map(|m| m.node.clone())
+}
+
+#[test]
+fn required_pod_anti_affinity_spreads_replicas_and_is_symmetric() {
+    let mut c = core(vec![queue("q", 1)], &[]);
+    for (n, zone) in [("n0", "a"), ("n1", "a"), ("n2", "b")] {
+        c.upsert_node(labelled_node(n, zone), 0);
+    }
+    // Bin-packing would put all four on one node; one web replica per node is required.
+    let spread = wasmsched_api::PodAffinity {
+        anti_affinity: vec![app_term("web", "kubernetes.io/hostname")],
+        ..Default::default()
+    };
+    for i in 0..4 {
+        c.submit(app_job(&format!("web-{i}"), "web", spread.clone()), 0).unwrap();
+    }
+    c.schedule(&full(), 0);
+    let mut nodes: Vec<String> = (0..3).filter_map(|i| node_of(&c, &format!("web-{i}"))).collect();
+    nodes.sort();
+    assert_eq!(nodes, ["n0", "n1", "n2"]);
+    let why = c.explain("web-3").unwrap().to_string();
+    assert!(why.contains("required pod (anti-)affinity: kubernetes.io/hostname not in [n0, n1, n2]"), "{why}");
+    // Once one leaves, the waiting replica takes its node.
+    c.finish("web-1").unwrap();
+    c.schedule(&full(), 1);
+    assert!(node_of(&c, "web-3").is_some());
+
+    // Symmetry: another scheduler's pod on n2 keeps `batch` pods out of its zone (b); a batch
+    // pod without any affinity of its own is kept out all the same.
+    let mut c = core(vec![queue("q", 1)], &[]);
+    for (n, zone) in [("n0", "a"), ("n2", "b")] {
+        c.upsert_node(labelled_node(n, zone), 0);
+    }
+    c.observe_pods(
+        "n2",
+        vec![RunningPod {
+            namespace: String::new(),
+            labels: vec![("app".into(), "db".into())],
+            anti_affinity: vec![app_term("batch", "zone")],
+        }],
+    );
+    c.submit(app_job("batch-0", "batch", Default::default()), 0).unwrap();
+    c.submit(app_job("web-0", "web", Default::default()), 0).unwrap();
+    c.schedule(&full(), 0);
+    assert_eq!(node_of(&c, "batch-0").as_deref(), Some("n0"));
+    // Affinity to the db pod's zone: only n2 is in it.
+    let near_db = wasmsched_api::PodAffinity { affinity: vec![app_term("db", "zone")], ..Default::default() };
+    c.submit(app_job("cache-0", "cache", near_db), 1).unwrap();
+    c.schedule(&full(), 1);
+    assert_eq!(node_of(&c, "cache-0").as_deref(), Some("n2"));
+    check_accounting(&c);
+}
+
+#[test]
+fn required_pod_affinity_to_nothing_running_places_the_first_of_a_group_only() {
+    let mut c = core(vec![queue("q", 1)], &[]);
+    c.upsert_node(labelled_node("n0", "a"), 0);
+    let with = |app: &str| wasmsched_api::PodAffinity { affinity: vec![app_term(app, "zone")], ..Default::default() };
+    // The first `web` pod selects itself: it may go anywhere; a pod selecting nothing running
+    // (and not itself) can go nowhere, and says so.
+    c.submit(app_job("web-0", "web", with("web")), 0).unwrap();
+    c.submit(app_job("lonely", "web", with("db")), 0).unwrap();
+    c.schedule(&full(), 0);
+    assert_eq!(node_of(&c, "web-0").as_deref(), Some("n0"));
+    assert!(node_of(&c, "lonely").is_none());
+    let why = c.explain("lonely").unwrap().to_string();
+    assert!(why.contains("required pod affinity: no running pod it selects is on a node labelled zone"), "{why}");
+    // A malformed term is refused at submission.
+    let mut bad = with("db");
+    bad.affinity[0].topology_key.clear();
+    let e = c.submit(app_job("bad", "web", bad), 0).unwrap_err().to_string();
+    assert!(e.contains("required pod affinity: a term has an empty topologyKey"), "{e}");
+}

@@ -115,6 +115,10 @@ impl Workload {
                     m.id, g.count, g.milli_per_gpu
                 )));
             }
+            m.node_affinity
+                .validate()
+                .and_then(|()| m.pod_affinity.validate())
+                .map_err(|e| err(format!("member {}: {e}", m.id)))?;
             m.queue = self.queue.clone();
             m.priority = self.priority;
             m.group = group.clone();

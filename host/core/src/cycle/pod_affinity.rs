@@ -1,0 +1,153 @@
+//! Required inter-pod (anti-)affinity, resolved into node affinity against where pods run.
+//!
+//! The policy contract judges a task against one node at a time; which pods run in a node's
+//! topology domain is cluster state the core holds. So before a task is placed, each of its terms
+//! becomes a requirement on the term's topology label — anti-affinity: `NotIn` the domains holding
+//! a pod it selects; affinity: `In` those domains — and each running pod's anti-affinity term that
+//! selects the task keeps it out of that pod's domain (Kubernetes' symmetry). The requirements are
+//! ANDed into every required node-affinity term, which filters (the built-in `resource-fit`)
+//! check like any other. Running pods are the core's placed members and the pods of others the
+//! driver reports per node ([`SchedulerCore::observe_pods`]).
+//!
+//! Limits: a gang's members are resolved before any of them is placed, so they do not see each
+//! other (use the gang's topology constraint to keep members together or apart); preemption does
+//! not count on victims leaving a domain.
+
+use std::collections::BTreeSet;
+
+use wasmsched_api::{NodeSelectorTerm, PodAffinityTerm, SelectorOperator, SelectorRequirement, Task};
+
+use super::SchedulerCore;
+
+/// A pod of another scheduler as affinity sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunningPod {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its labels.
+    pub labels: Vec<(String, String)>,
+    /// Its required anti-affinity terms (they keep pods they select out of its domain).
+    pub anti_affinity: Vec<PodAffinityTerm>,
+}
+
+/// One running pod: where, and what affinity reads of it.
+struct Running<'a> {
+    node: &'a str,
+    namespace: &'a str,
+    labels: &'a [(String, String)],
+    anti_affinity: &'a [PodAffinityTerm],
+}
+
+impl SchedulerCore {
+    /// Tell the core the pods of others running on `node` (for inter-pod affinity). Replaces what
+    /// was said before; an empty list forgets the node.
+    pub fn observe_pods(&mut self, node: &str, pods: Vec<RunningPod>) {
+        if pods.is_empty() {
+            self.foreign_pods.remove(node);
+            return;
+        }
+        self.pod_affinity_seen |= pods.iter().any(|p| !p.anti_affinity.is_empty());
+        self.foreign_pods.insert(node.to_string(), pods);
+    }
+
+    /// `task` with its pod (anti-)affinity, and running pods' anti-affinity towards it, as
+    /// required node affinity, and a summary for explanations; `Ok(None)` when nothing applies.
+    /// `Err` when an affinity term can be met nowhere.
+    pub(super) fn resolve_pod_affinity(&self, task: &Task) -> Result<Option<(Task, String)>, String> {
+        if !self.pod_affinity_seen && task.pod_affinity.is_empty() {
+            return Ok(None);
+        }
+        let running = self.running_pods();
+        let value = |node: &str, key: &str| {
+            let n = self.nodes.get(self.nodes.slot_of(node)?)?;
+            n.label(key).map(str::to_string)
+        };
+        let domains = |term: &PodAffinityTerm, owner: &str| {
+            let mut selected = 0;
+            let mut values = BTreeSet::new();
+            for p in running.iter().filter(|p| term.selects(owner, p.namespace, p.labels)) {
+                selected += 1;
+                values.extend(value(p.node, &term.topology_key));
+            }
+            (selected, values)
+        };
+        let mut required: Vec<SelectorRequirement> = Vec::new();
+        let mut requirement = |key: &str, operator, values: BTreeSet<String>| {
+            required.push(SelectorRequirement { key: key.to_string(), operator, values: values.into_iter().collect() });
+        };
+        for term in &task.pod_affinity.anti_affinity {
+            let (_, values) = domains(term, &task.namespace);
+            if !values.is_empty() {
+                requirement(&term.topology_key, SelectorOperator::NotIn, values);
+            }
+        }
+        for term in &task.pod_affinity.affinity {
+            let (selected, values) = domains(term, &task.namespace);
+            if values.is_empty() {
+                // Kubernetes: while no pod it selects runs anywhere, a pod its own term selects
+                // may go anywhere (the first of a group).
+                if selected == 0 && term.selects(&task.namespace, &task.namespace, &task.labels) {
+                    continue;
+                }
+                return Err(format!(
+                    "required pod affinity: no running pod it selects is on a node labelled {}",
+                    term.topology_key
+                ));
+            }
+            requirement(&term.topology_key, SelectorOperator::In, values);
+        }
+        for p in &running {
+            for term in p.anti_affinity.iter().filter(|t| t.selects(p.namespace, &task.namespace, &task.labels)) {
+                if let Some(v) = value(p.node, &term.topology_key) {
+                    requirement(&term.topology_key, SelectorOperator::NotIn, BTreeSet::from([v]));
+                }
+            }
+        }
+        if required.is_empty() {
+            return Ok(None);
+        }
+        let summary = required
+            .iter()
+            .map(|r| {
+                let op = if r.operator == SelectorOperator::In { "in" } else { "not in" };
+                format!("{} {op} [{}]", r.key, r.values.join(", "))
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut resolved = task.clone();
+        let terms = &mut resolved.node_affinity.required;
+        if terms.is_empty() {
+            terms.push(NodeSelectorTerm { match_expressions: required, match_fields: Vec::new() });
+        } else {
+            for t in terms.iter_mut() {
+                t.match_expressions.extend(required.iter().cloned());
+            }
+        }
+        Ok(Some((resolved, format!("required pod (anti-)affinity: {summary}"))))
+    }
+
+    fn running_pods(&self) -> Vec<Running<'_>> {
+        let mut out = Vec::new();
+        for e in self.entries.values() {
+            for (t, m) in e.spec.members.iter().zip(&e.members) {
+                if let Some(m) = m {
+                    out.push(Running {
+                        node: &m.node,
+                        namespace: &t.namespace,
+                        labels: &t.labels,
+                        anti_affinity: &t.pod_affinity.anti_affinity,
+                    });
+                }
+            }
+        }
+        for (node, pods) in &self.foreign_pods {
+            out.extend(pods.iter().map(|p| Running {
+                node,
+                namespace: &p.namespace,
+                labels: &p.labels,
+                anti_affinity: &p.anti_affinity,
+            }));
+        }
+        out
+    }
+}
