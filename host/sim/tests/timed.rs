@@ -364,3 +364,18 @@ jobs:
         assert!(e.contains(why), "{why}: {e}");
     }
 }
+
+#[test]
+fn the_flavors_example_replays_digest_k1_k2() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/scenarios/flavors.yaml");
+    let (s, _) = Scenario::load(std::path::Path::new(path)).unwrap();
+    let r = timed::run(&full_set(), &s.node_table(), &s.queue_tree().unwrap(), &s.jobs).unwrap();
+    let start = |name: &str| r.jobs[s.jobs.iter().position(|j| j.name == name).unwrap()].start;
+    let at_once = (0..16).filter(|i| start(&format!("train-{i:02}")) == Some(0)).count();
+    // 80 A100 GPUs (64 nominal + 16 borrowed) and 32 V100 GPUs: 14 jobs of 8 GPUs.
+    assert_eq!(at_once, 14);
+    // The lender's jobs run at once on the 16 A100 GPUs the cluster queue may not take.
+    assert_eq!((start("lend-0"), start("lend-1")), (Some(600), Some(600)));
+    // The two waiting jobs start when the first ones finish.
+    assert!((0..16).all(|i| start(&format!("train-{i:02}")).is_some_and(|t| t == 0 || t == 3600)));
+}
