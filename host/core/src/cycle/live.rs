@@ -84,6 +84,9 @@ impl SchedulerCore {
             self.owner.insert(t.id.clone(), workload.into());
         }
         e.members.resize(spec.members.len(), None);
+        if spec.members.iter().any(|m| !m.pod_affinity.anti_affinity.is_empty()) {
+            self.anti_holders.insert(workload.into());
+        }
         e.spec = spec;
         e.parked_at = None;
         Ok(())

@@ -382,8 +382,10 @@ pub struct SchedulerCore {
     flavor_nodes: Vec<Vec<Slot>>,
     /// Per node, the pods of others running there (for inter-pod affinity).
     foreign_pods: AHashMap<String, Vec<RunningPod>>,
-    /// Some task had pod (anti-)affinity: until then no task needs resolving.
-    pod_affinity_seen: bool,
+    /// Of those, the ones with anti-affinity terms (every task is checked against them).
+    foreign_anti: AHashMap<String, Vec<RunningPod>>,
+    /// Workloads with a member with anti-affinity terms (every task is checked against them).
+    anti_holders: ahash::AHashSet<String>,
 }
 
 impl SchedulerCore {
@@ -407,7 +409,8 @@ impl SchedulerCore {
             capacity: Resources::default(),
             flavor_nodes: Vec::new(),
             foreign_pods: AHashMap::new(),
-            pod_affinity_seen: false,
+            foreign_anti: AHashMap::new(),
+            anti_holders: ahash::AHashSet::new(),
         }
     }
 
@@ -504,6 +507,7 @@ impl SchedulerCore {
             e.holds.retain(|h| h.node != name);
         }
         self.foreign_pods.remove(name);
+        self.foreign_anti.remove(name);
         self.nodes.remove(name);
         out
     }
@@ -553,7 +557,9 @@ impl SchedulerCore {
         for m in &workload.members {
             self.owner.insert(m.id.clone(), workload.name.clone());
         }
-        self.pod_affinity_seen |= workload.members.iter().any(|m| !m.pod_affinity.is_empty());
+        if workload.members.iter().any(|m| !m.pod_affinity.anti_affinity.is_empty()) {
+            self.anti_holders.insert(workload.name.clone());
+        }
         self.seq += 1;
         let n = workload.members.len();
         self.entries.insert(
@@ -580,6 +586,7 @@ impl SchedulerCore {
     /// A workload completed (or was deleted): its resources are released and it is forgotten.
     pub fn finish(&mut self, workload: &str) -> Result<(), CoreError> {
         let e = self.entries.remove(workload).ok_or_else(|| CoreError::UnknownWorkload(workload.into()))?;
+        self.anti_holders.remove(workload);
         for (i, m) in e.members.iter().enumerate() {
             if let Some(m) = m {
                 self.index_remove(&m.node, workload);

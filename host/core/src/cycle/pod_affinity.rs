@@ -13,7 +13,7 @@
 //! other (use the gang's topology constraint to keep members together or apart); preemption does
 //! not count on victims leaving a domain.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use wasmsched_api::{NodeSelectorTerm, PodAffinityTerm, SelectorOperator, SelectorRequirement, Task};
 
@@ -42,22 +42,29 @@ impl SchedulerCore {
     /// Tell the core the pods of others running on `node` (for inter-pod affinity). Replaces what
     /// was said before; an empty list forgets the node.
     pub fn observe_pods(&mut self, node: &str, pods: Vec<RunningPod>) {
+        let anti: Vec<RunningPod> = pods.iter().filter(|p| !p.anti_affinity.is_empty()).cloned().collect();
+        if anti.is_empty() {
+            self.foreign_anti.remove(node);
+        } else {
+            self.foreign_anti.insert(node.to_string(), anti);
+        }
         if pods.is_empty() {
             self.foreign_pods.remove(node);
-            return;
+        } else {
+            self.foreign_pods.insert(node.to_string(), pods);
         }
-        self.pod_affinity_seen |= pods.iter().any(|p| !p.anti_affinity.is_empty());
-        self.foreign_pods.insert(node.to_string(), pods);
     }
 
     /// `task` with its pod (anti-)affinity, and running pods' anti-affinity towards it, as
     /// required node affinity, and a summary for explanations; `Ok(None)` when nothing applies.
     /// `Err` when an affinity term can be met nowhere.
     pub(super) fn resolve_pod_affinity(&self, task: &Task) -> Result<Option<(Task, String)>, String> {
-        if !self.pod_affinity_seen && task.pod_affinity.is_empty() {
+        let own_terms = !task.pod_affinity.is_empty();
+        if !own_terms && self.anti_holders.is_empty() && self.foreign_anti.is_empty() {
             return Ok(None);
         }
-        let running = self.running_pods();
+        // Its own terms look at every running pod; the others' terms only at pods that have some.
+        let running = self.running_pods(!own_terms);
         let value = |node: &str, key: &str| {
             let n = self.nodes.get(self.nodes.slot_of(node)?)?;
             n.label(key).map(str::to_string)
@@ -96,12 +103,17 @@ impl SchedulerCore {
             }
             requirement(&term.topology_key, SelectorOperator::In, values);
         }
+        // Others' terms selecting it, by topology key (sorted: running pods come in no set order).
+        let mut kept_out: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
         for p in &running {
             for term in p.anti_affinity.iter().filter(|t| t.selects(p.namespace, &task.namespace, &task.labels)) {
                 if let Some(v) = value(p.node, &term.topology_key) {
-                    requirement(&term.topology_key, SelectorOperator::NotIn, BTreeSet::from([v]));
+                    kept_out.entry(&term.topology_key).or_default().insert(v);
                 }
             }
+        }
+        for (key, values) in kept_out {
+            requirement(key, SelectorOperator::NotIn, values);
         }
         if required.is_empty() {
             return Ok(None);
@@ -126,9 +138,15 @@ impl SchedulerCore {
         Ok(Some((resolved, format!("required pod (anti-)affinity: {summary}"))))
     }
 
-    fn running_pods(&self) -> Vec<Running<'_>> {
+    /// The running pods (placed members and others' pods), or only those with anti-affinity.
+    fn running_pods(&self, anti_only: bool) -> Vec<Running<'_>> {
         let mut out = Vec::new();
-        for e in self.entries.values() {
+        let entries: Box<dyn Iterator<Item = &super::Entry>> = if anti_only {
+            Box::new(self.anti_holders.iter().filter_map(|w| self.entries.get(w)))
+        } else {
+            Box::new(self.entries.values())
+        };
+        for e in entries {
             for (t, m) in e.spec.members.iter().zip(&e.members) {
                 if let Some(m) = m {
                     out.push(Running {
@@ -140,7 +158,7 @@ impl SchedulerCore {
                 }
             }
         }
-        for (node, pods) in &self.foreign_pods {
+        for (node, pods) in if anti_only { &self.foreign_anti } else { &self.foreign_pods } {
             out.extend(pods.iter().map(|p| Running {
                 node,
                 namespace: &p.namespace,
