@@ -591,6 +591,55 @@ pub fn numa_of(node: &wasmsched_api::Node, devices: &[wasmsched_api::DeviceShare
 mod tests {
     use super::*;
 
+    fn with_affinity(affinity: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ml", "labels": {"app": "train", "tier": "gpu"}},
+            "spec": {"containers": [{"name": "c"}], "affinity": affinity}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn pod_affinity_terms_convert_and_what_cannot_be_honoured_is_refused() {
+        let pod = with_affinity(serde_json::json!({
+            "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["db"]},
+                                                         {"key": "gpu", "operator": "Exists"}]},
+                 "namespaces": ["data", "ml"], "topologyKey": "zone"}]},
+            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "train"}}, "topologyKey": "kubernetes.io/hostname",
+                 "namespaceSelector": {}},
+                {"topologyKey": "rack"}]}
+        }));
+        let t = task(&pod).unwrap();
+        assert_eq!(t.labels, [("app".to_string(), "train".to_string()), ("tier".to_string(), "gpu".to_string())]);
+        let a = &t.pod_affinity.affinity[0];
+        assert_eq!(
+            (a.namespaces.as_deref(), a.topology_key.as_str()),
+            (Some(&["data".into(), "ml".into()][..]), "zone")
+        );
+        assert_eq!(a.selector.as_ref().unwrap()[1].operator, SelectorOperator::Exists);
+        let anti = &t.pod_affinity.anti_affinity;
+        assert_eq!(anti[0].namespaces, Some(vec![]), "an empty namespace selector: every namespace");
+        assert!(anti[0].selects("ml", "other", &t.labels));
+        assert_eq!(anti[1].selector, None, "no label selector selects nothing");
+        // What the scheduler cannot honour is refused for a pod to place, read leniently once bound.
+        let keys = with_affinity(
+            serde_json::json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "train"}}, "topologyKey": "zone", "matchLabelKeys": ["pod-template-hash"]}]}}),
+        );
+        assert!(task(&keys).unwrap_err().to_string().contains("matchLabelKeys/mismatchLabelKeys (pod-template-hash)"));
+        assert_eq!(bound_task(&keys).unwrap().pod_affinity.anti_affinity.len(), 1);
+        let bad = with_affinity(serde_json::json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchExpressions": [{"key": "app", "operator": "Gt", "values": ["1"]}]}, "topologyKey": "zone"}]}}));
+        assert!(task(&bad).unwrap_err().to_string().contains("unknown label selector operator \"Gt\""));
+        assert!(bound_task(&bad).unwrap().pod_affinity.is_empty());
+        let no_key =
+            with_affinity(serde_json::json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {}, "topologyKey": ""}]}}));
+        assert!(task(&no_key).unwrap_err().to_string().contains("empty topologyKey"));
+    }
+
     #[test]
     fn quantities_parse_like_kubernetes() {
         let cases = [
