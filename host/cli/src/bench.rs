@@ -162,6 +162,7 @@ fn run_gangs(
             topology: None,
             nodes_to_find: Some(find),
             within: None,
+            adjust: None,
         };
         let t0 = Instant::now();
         if place_group(set, &mut table, &spec, 0).is_ok() {

@@ -55,6 +55,22 @@ pub struct GroupSpec<'a> {
     pub nodes_to_find: Option<usize>,
     /// Only these nodes (ascending slots), e.g. one resource flavor's; `None`: every node.
     pub within: Option<&'a [Slot]>,
+    /// Asked before each member is placed, with the members placed before it in this attempt:
+    /// the task to place instead (e.g. its pod anti-affinity resolved against them), or `None`.
+    pub adjust: Option<Adjust<'a>>,
+}
+
+/// `(nodes, member index, [(member index, slot)] placed so far)` → the task to place instead.
+pub type AdjustFn<'a> = dyn Fn(&NodeTable, usize, &[(usize, Slot)]) -> Option<Task> + 'a;
+
+/// See [`GroupSpec::adjust`].
+#[derive(Clone, Copy)]
+pub struct Adjust<'a>(pub &'a AdjustFn<'a>);
+
+impl std::fmt::Debug for Adjust<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Adjust(..)")
+    }
 }
 
 /// A placed group.
@@ -186,6 +202,11 @@ fn attempt(
         if placed.len() + (group.members.len() - i) < group.min_member {
             break;
         }
+        let adjusted = group.adjust.and_then(|Adjust(f)| {
+            let so_far: Vec<(usize, Slot)> = placed.iter().map(|(j, p)| (*j, p.node)).collect();
+            f(nodes, i, &so_far)
+        });
+        let task = adjusted.as_ref().unwrap_or(task);
         let result = match group.nodes_to_find {
             None => place_among(set, nodes, task, worker, candidates),
             Some(find) => {
@@ -275,7 +296,15 @@ mod tests {
     }
 
     fn spec<'a>(members: &'a [Task], min: usize, topo: Option<&'a TopologyConstraint>) -> GroupSpec<'a> {
-        GroupSpec { name: "g", members, min_member: min, topology: topo, nodes_to_find: None, within: None }
+        GroupSpec {
+            name: "g",
+            members,
+            min_member: min,
+            topology: topo,
+            nodes_to_find: None,
+            within: None,
+            adjust: None,
+        }
     }
 
     #[test]

@@ -67,7 +67,7 @@ pub use cycle::{
     RunningPod, SchedulerCore, Workload, WorkloadError, WorkloadStatus,
 };
 pub use flavor::{Flavor, add_flavored, flavored_amount, flavored_resource};
-pub use gang::{GangError, GangPlacement, GroupSpec, TopologyConstraint, place_group};
+pub use gang::{Adjust, GangError, GangPlacement, GroupSpec, TopologyConstraint, place_group};
 pub use native::NativePlugin;
 pub use node_table::{Changes, NodeTable, Slot};
 pub use placement::{

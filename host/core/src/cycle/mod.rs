@@ -53,7 +53,7 @@ use tracing::{debug, warn};
 use wasmsched_api::{DeviceShare, Node, Resources, ShareDecision};
 
 use crate::alloc::{bind, bind_fact, release};
-use crate::gang::{GangError, GroupSpec, place_group};
+use crate::gang::{Adjust, GangError, GroupSpec, place_group};
 use crate::node_table::{NodeTable, Slot};
 use crate::placement::{Placement, PolicySet, feasible_nodes_to_find, place, place_among};
 use crate::plugin::PluginFault;
@@ -1064,9 +1064,33 @@ impl SchedulerCore {
                 topology: e.spec.topology.as_ref(),
                 nodes_to_find,
                 within: within.as_deref(),
+                adjust: None,
             };
             let is_group = e.spec.is_group();
-            match place_group(set, &mut self.nodes, &group, 0) {
+            let result = if is_group && e.spec.members.iter().any(|m| !m.pod_affinity.is_empty()) {
+                // Members with pod (anti-)affinity see the members placed before them too.
+                let flavored: Vec<_> = e.spec.members[..admitted].iter().map(|t| self.in_flavor(t, flavor)).collect();
+                let mut nodes = std::mem::take(&mut self.nodes);
+                let result = {
+                    let running = self.running_pods(false);
+                    let adjust = |table: &NodeTable, i: usize, so_far: &[(usize, Slot)]| {
+                        if so_far.is_empty() {
+                            return None;
+                        }
+                        let mut all = running.clone();
+                        for (j, slot) in so_far {
+                            all.push(pod_affinity::Running::task(&table.get(*slot)?.name, &members[*j]));
+                        }
+                        pod_affinity::resolve(table, &all, &flavored[i]).ok().flatten().map(|(t, _)| t)
+                    };
+                    place_group(set, &mut nodes, &GroupSpec { adjust: Some(Adjust(&adjust)), ..group }, 0)
+                };
+                self.nodes = nodes;
+                result
+            } else {
+                place_group(set, &mut self.nodes, &group, 0)
+            };
+            match result {
                 Ok(placed) => {
                     self.commit(name, placed.placed, flavor, now, out);
                     return;

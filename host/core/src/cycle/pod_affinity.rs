@@ -9,15 +9,17 @@
 //! check like any other. Running pods are the core's placed members and the pods of others the
 //! driver reports per node ([`SchedulerCore::observe_pods`]).
 //!
-//! Limits: a gang's members are resolved before any of them is placed, so they do not see each
-//! other (use the gang's topology constraint to keep members together or apart); preemption does
-//! not count on victims leaving a domain.
+//! A gang's members are resolved again as the gang is placed, against its members placed before
+//! them in the same attempt (so "one member per node" holds within a gang too). Limits: a gang
+//! placed by preemption is resolved against running pods only; preemption does not count on
+//! victims leaving a domain.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use wasmsched_api::{NodeSelectorTerm, PodAffinityTerm, SelectorOperator, SelectorRequirement, Task};
 
 use super::SchedulerCore;
+use crate::node_table::NodeTable;
 
 /// A pod of another scheduler as affinity sees it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -31,11 +33,24 @@ pub struct RunningPod {
 }
 
 /// One running pod: where, and what affinity reads of it.
-struct Running<'a> {
-    node: &'a str,
-    namespace: &'a str,
-    labels: &'a [(String, String)],
-    anti_affinity: &'a [PodAffinityTerm],
+#[derive(Clone, Copy)]
+pub(super) struct Running<'a> {
+    pub node: &'a str,
+    pub namespace: &'a str,
+    pub labels: &'a [(String, String)],
+    pub anti_affinity: &'a [PodAffinityTerm],
+}
+
+impl<'a> Running<'a> {
+    /// `task`, placed on `node`.
+    pub fn task(node: &'a str, task: &'a Task) -> Self {
+        Running {
+            node,
+            namespace: &task.namespace,
+            labels: &task.labels,
+            anti_affinity: &task.pod_affinity.anti_affinity,
+        }
+    }
 }
 
 impl SchedulerCore {
@@ -64,82 +79,11 @@ impl SchedulerCore {
             return Ok(None);
         }
         // Its own terms look at every running pod; the others' terms only at pods that have some.
-        let running = self.running_pods(!own_terms);
-        let value = |node: &str, key: &str| {
-            let n = self.nodes.get(self.nodes.slot_of(node)?)?;
-            n.label(key).map(str::to_string)
-        };
-        let domains = |term: &PodAffinityTerm, owner: &str| {
-            let mut selected = 0;
-            let mut values = BTreeSet::new();
-            for p in running.iter().filter(|p| term.selects(owner, p.namespace, p.labels)) {
-                selected += 1;
-                values.extend(value(p.node, &term.topology_key));
-            }
-            (selected, values)
-        };
-        let mut required: Vec<SelectorRequirement> = Vec::new();
-        let mut requirement = |key: &str, operator, values: BTreeSet<String>| {
-            required.push(SelectorRequirement { key: key.to_string(), operator, values: values.into_iter().collect() });
-        };
-        for term in &task.pod_affinity.anti_affinity {
-            let (_, values) = domains(term, &task.namespace);
-            if !values.is_empty() {
-                requirement(&term.topology_key, SelectorOperator::NotIn, values);
-            }
-        }
-        for term in &task.pod_affinity.affinity {
-            let (selected, values) = domains(term, &task.namespace);
-            if values.is_empty() {
-                // Kubernetes: while no pod it selects runs anywhere, a pod its own term selects
-                // may go anywhere (the first of a group).
-                if selected == 0 && term.selects(&task.namespace, &task.namespace, &task.labels) {
-                    continue;
-                }
-                return Err(format!(
-                    "required pod affinity: no running pod it selects is on a node labelled {}",
-                    term.topology_key
-                ));
-            }
-            requirement(&term.topology_key, SelectorOperator::In, values);
-        }
-        // Others' terms selecting it, by topology key (sorted: running pods come in no set order).
-        let mut kept_out: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
-        for p in &running {
-            for term in p.anti_affinity.iter().filter(|t| t.selects(p.namespace, &task.namespace, &task.labels)) {
-                if let Some(v) = value(p.node, &term.topology_key) {
-                    kept_out.entry(&term.topology_key).or_default().insert(v);
-                }
-            }
-        }
-        for (key, values) in kept_out {
-            requirement(key, SelectorOperator::NotIn, values);
-        }
-        if required.is_empty() {
-            return Ok(None);
-        }
-        let summary = required
-            .iter()
-            .map(|r| {
-                let op = if r.operator == SelectorOperator::In { "in" } else { "not in" };
-                format!("{} {op} [{}]", r.key, r.values.join(", "))
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
-        let mut resolved = task.clone();
-        let terms = &mut resolved.node_affinity.required;
-        if terms.is_empty() {
-            terms.push(NodeSelectorTerm { match_expressions: required, match_fields: Vec::new() });
-        } else {
-            for t in terms.iter_mut() {
-                t.match_expressions.extend(required.iter().cloned());
-            }
-        }
-        Ok(Some((resolved, format!("required pod (anti-)affinity: {summary}"))))
+        resolve(&self.nodes, &self.running_pods(!own_terms), task)
     }
 
     /// The running pods (placed members and others' pods), or only those with anti-affinity.
-    fn running_pods(&self, anti_only: bool) -> Vec<Running<'_>> {
+    pub(super) fn running_pods(&self, anti_only: bool) -> Vec<Running<'_>> {
         let mut out = Vec::new();
         let entries: Box<dyn Iterator<Item = &super::Entry>> = if anti_only {
             Box::new(self.anti_holders.iter().filter_map(|w| self.entries.get(w)))
@@ -149,12 +93,7 @@ impl SchedulerCore {
         for e in entries {
             for (t, m) in e.spec.members.iter().zip(&e.members) {
                 if let Some(m) = m {
-                    out.push(Running {
-                        node: &m.node,
-                        namespace: &t.namespace,
-                        labels: &t.labels,
-                        anti_affinity: &t.pod_affinity.anti_affinity,
-                    });
+                    out.push(Running::task(&m.node, t));
                 }
             }
         }
@@ -168,4 +107,83 @@ impl SchedulerCore {
         }
         out
     }
+}
+
+/// [`SchedulerCore::resolve_pod_affinity`] against `running`, the node labels in `nodes`.
+pub(super) fn resolve(
+    nodes: &NodeTable,
+    running: &[Running<'_>],
+    task: &Task,
+) -> Result<Option<(Task, String)>, String> {
+    let value = |node: &str, key: &str| {
+        let n = nodes.get(nodes.slot_of(node)?)?;
+        n.label(key).map(str::to_string)
+    };
+    let domains = |term: &PodAffinityTerm, owner: &str| {
+        let mut selected = 0;
+        let mut values = BTreeSet::new();
+        for p in running.iter().filter(|p| term.selects(owner, p.namespace, p.labels)) {
+            selected += 1;
+            values.extend(value(p.node, &term.topology_key));
+        }
+        (selected, values)
+    };
+    let mut required: Vec<SelectorRequirement> = Vec::new();
+    let mut requirement = |key: &str, operator, values: BTreeSet<String>| {
+        required.push(SelectorRequirement { key: key.to_string(), operator, values: values.into_iter().collect() });
+    };
+    for term in &task.pod_affinity.anti_affinity {
+        let (_, values) = domains(term, &task.namespace);
+        if !values.is_empty() {
+            requirement(&term.topology_key, SelectorOperator::NotIn, values);
+        }
+    }
+    for term in &task.pod_affinity.affinity {
+        let (selected, values) = domains(term, &task.namespace);
+        if values.is_empty() {
+            // Kubernetes: while no pod it selects runs anywhere, a pod its own term selects may
+            // go anywhere (the first of a group).
+            if selected == 0 && term.selects(&task.namespace, &task.namespace, &task.labels) {
+                continue;
+            }
+            return Err(format!(
+                "required pod affinity: no running pod it selects is on a node labelled {}",
+                term.topology_key
+            ));
+        }
+        requirement(&term.topology_key, SelectorOperator::In, values);
+    }
+    // Others' terms selecting it, by topology key (sorted: running pods come in no set order).
+    let mut kept_out: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    for p in running {
+        for term in p.anti_affinity.iter().filter(|t| t.selects(p.namespace, &task.namespace, &task.labels)) {
+            if let Some(v) = value(p.node, &term.topology_key) {
+                kept_out.entry(&term.topology_key).or_default().insert(v);
+            }
+        }
+    }
+    for (key, values) in kept_out {
+        requirement(key, SelectorOperator::NotIn, values);
+    }
+    if required.is_empty() {
+        return Ok(None);
+    }
+    let summary = required
+        .iter()
+        .map(|r| {
+            let op = if r.operator == SelectorOperator::In { "in" } else { "not in" };
+            format!("{} {op} [{}]", r.key, r.values.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut resolved = task.clone();
+    let terms = &mut resolved.node_affinity.required;
+    if terms.is_empty() {
+        terms.push(NodeSelectorTerm { match_expressions: required, match_fields: Vec::new() });
+    } else {
+        for t in terms.iter_mut() {
+            t.match_expressions.extend(required.iter().cloned());
+        }
+    }
+    Ok(Some((resolved, format!("required pod (anti-)affinity: {summary}"))))
 }

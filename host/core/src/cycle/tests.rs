@@ -1372,3 +1372,33 @@ fn required_pod_affinity_to_nothing_running_places_the_first_of_a_group_only() {
     let e = c.submit(app_job("bad", "web", bad), 0).unwrap_err().to_string();
     assert!(e.contains("required pod affinity: a term has an empty topologyKey"), "{e}");
 }
+
+#[test]
+fn a_gang_s_members_see_each_other_s_pod_anti_affinity() {
+    let mut c = core(vec![queue("q", 1)], &[]);
+    for (n, zone) in [("n0", "a"), ("n1", "a"), ("n2", "b")] {
+        c.upsert_node(labelled_node(n, zone), 0);
+    }
+    let spread = |name: &str, members: usize| {
+        let mut w = gang(name, "q", members, members, 1);
+        for m in &mut w.members {
+            m.labels = vec![("app".into(), name.into())];
+            m.pod_affinity.anti_affinity = vec![app_term(name, "kubernetes.io/hostname")];
+        }
+        w
+    };
+    c.submit(spread("three", 3), 0).unwrap();
+    c.submit(spread("four", 4), 0).unwrap();
+    let d = c.schedule(&full(), 0);
+    let mut nodes: Vec<&str> = d
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Bound { workload, node, .. } if workload == "three" => Some(node.as_str()),
+            _ => None,
+        })
+        .collect();
+    nodes.sort();
+    assert_eq!(nodes, ["n0", "n1", "n2"], "one member per node, though bin-packing would stack them");
+    assert!(c.entries["four"].members.iter().all(Option::is_none), "four members cannot spread over three nodes");
+    check_accounting(&c);
+}
