@@ -456,8 +456,8 @@ fn node_affinity(spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<NodeAffin
     Ok(affinity)
 }
 
-/// The pod's required inter-pod affinity and anti-affinity (preferred terms are only preferences:
-/// ignoring them breaks nothing). `strict`: what the scheduler cannot honour — a non-empty
+/// The pod's inter-pod affinity and anti-affinity; a preferred term that does not read is dropped
+/// (it is only a preference). For required terms, `strict`: what the scheduler cannot honour — a non-empty
 /// `namespaceSelector` (it does not watch namespaces), `matchLabelKeys`/`mismatchLabelKeys` — or
 /// read is an error, refused rather than silently broken; otherwise (a pod already bound, whose
 /// terms only keep others away) such a term reads as every namespace, and one that does not read
@@ -533,6 +533,15 @@ fn pod_affinity(spec: &k8s_openapi::api::core::v1::PodSpec, strict: bool) -> Res
         }
         Ok(out)
     };
+    // A preference that does not read is only a preference: dropped, never an error.
+    let preferred = |terms: Option<&Vec<k8s_openapi::api::core::v1::WeightedPodAffinityTerm>>| {
+        let read = |w: &k8s_openapi::api::core::v1::WeightedPodAffinityTerm| {
+            let weight = u32::try_from(w.weight).ok().filter(|w| (1..=100).contains(w))?;
+            let term = term(&w.pod_affinity_term, false).ok().filter(|t| t.validate().is_ok())?;
+            Some((weight, term))
+        };
+        terms.into_iter().flatten().filter_map(read).collect()
+    };
     let a = affinity.and_then(|a| a.pod_affinity.as_ref());
     let anti = affinity.and_then(|a| a.pod_anti_affinity.as_ref());
     let out = PodAffinity {
@@ -544,6 +553,8 @@ fn pod_affinity(spec: &k8s_openapi::api::core::v1::PodSpec, strict: bool) -> Res
             anti.and_then(|p| p.required_during_scheduling_ignored_during_execution.as_ref()),
             "podAntiAffinity",
         )?,
+        preferred: preferred(a.and_then(|p| p.preferred_during_scheduling_ignored_during_execution.as_ref())),
+        anti_preferred: preferred(anti.and_then(|p| p.preferred_during_scheduling_ignored_during_execution.as_ref())),
     };
     match out.validate() {
         Ok(()) => Ok(out),
@@ -634,6 +645,15 @@ mod tests {
             {"labelSelector": {"matchExpressions": [{"key": "app", "operator": "Gt", "values": ["1"]}]}, "topologyKey": "zone"}]}}));
         assert!(task(&bad).unwrap_err().to_string().contains("unknown label selector operator \"Gt\""));
         assert!(bound_task(&bad).unwrap().pod_affinity.is_empty());
+        // Preferred terms carry their weight; one that does not read is dropped, not an error.
+        let prefs = with_affinity(
+            serde_json::json!({"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 80, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": "train"}}, "topologyKey": "zone"}},
+            {"weight": 0, "podAffinityTerm": {"labelSelector": {}, "topologyKey": "zone"}},
+            {"weight": 10, "podAffinityTerm": {"labelSelector": {}, "topologyKey": ""}}]}}),
+        );
+        let p = task(&prefs).unwrap().pod_affinity;
+        assert_eq!((p.anti_preferred.len(), p.anti_preferred[0].0), (1, 80));
         let no_key =
             with_affinity(serde_json::json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
             {"labelSelector": {}, "topologyKey": ""}]}}));

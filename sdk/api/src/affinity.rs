@@ -182,7 +182,8 @@ impl PodAffinityTerm {
         in_namespace && self.selector.as_ref().is_some_and(|s| s.iter().all(|r| r.matches(label(&r.key))))
     }
 
-    fn check(&self) -> Result<(), String> {
+    /// Malformed: an empty topology key, a selector with `Gt`/`Lt`, `In` without values.
+    pub fn validate(&self) -> Result<(), String> {
         if self.topology_key.is_empty() {
             return Err("a term has an empty topologyKey".into());
         }
@@ -196,9 +197,10 @@ impl PodAffinityTerm {
     }
 }
 
-/// Required inter-pod affinity and anti-affinity of a task. Not part of the policy contract:
-/// the host resolves it, against the pods where they run, into node affinity that filters check
-/// (a node is allowed when its domain holds a selected pod, or none, respectively).
+/// Inter-pod affinity and anti-affinity of a task. Not part of the policy contract: the host
+/// resolves it, against the pods where they run, into node affinity — required terms for filters
+/// (a node is allowed when its domain holds a selected pod, or none, respectively), preferred ones
+/// for the `node-affinity` score.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct PodAffinity {
     /// Each term's domain must hold a pod it selects (or, while none runs anywhere, the task
@@ -207,22 +209,41 @@ pub struct PodAffinity {
     /// No term's domain may hold a pod it selects; symmetric: a running pod's term keeps the
     /// pods it selects out of its domain too.
     pub anti_affinity: Vec<PodAffinityTerm>,
+    /// Preferred: nodes whose domain holds a pod the term selects score its weight (1..=100).
+    pub preferred: Vec<(u32, PodAffinityTerm)>,
+    /// Preferred: nodes whose domain holds no pod the term selects score its weight (1..=100).
+    pub anti_preferred: Vec<(u32, PodAffinityTerm)>,
 }
 
 impl PodAffinity {
     /// Whether there is nothing to resolve.
     pub fn is_empty(&self) -> bool {
-        self.affinity.is_empty() && self.anti_affinity.is_empty()
+        self.affinity.is_empty()
+            && self.anti_affinity.is_empty()
+            && self.preferred.is_empty()
+            && self.anti_preferred.is_empty()
     }
 
     /// Malformed terms (the ones the Kubernetes API server refuses): an empty topology key, a
     /// selector with `Gt`/`Lt`, `In` without values.
     pub fn validate(&self) -> Result<(), String> {
-        self.affinity.iter().try_for_each(PodAffinityTerm::check).map_err(|e| format!("required pod affinity: {e}"))?;
+        self.affinity
+            .iter()
+            .try_for_each(PodAffinityTerm::validate)
+            .map_err(|e| format!("required pod affinity: {e}"))?;
         self.anti_affinity
             .iter()
-            .try_for_each(PodAffinityTerm::check)
-            .map_err(|e| format!("required pod anti-affinity: {e}"))
+            .try_for_each(PodAffinityTerm::validate)
+            .map_err(|e| format!("required pod anti-affinity: {e}"))?;
+        for (kind, terms) in [("pod affinity", &self.preferred), ("pod anti-affinity", &self.anti_preferred)] {
+            for (weight, term) in terms {
+                if !(1..=MAX_PREFERRED_WEIGHT).contains(weight) {
+                    return Err(format!("preferred {kind}: weight {weight} is outside 1..=100"));
+                }
+                term.validate().map_err(|e| format!("preferred {kind}: {e}"))?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use wasmsched_api::{NodeSelectorTerm, PodAffinityTerm, SelectorOperator, SelectorRequirement, Task};
+use wasmsched_api::{NodeSelectorTerm, PodAffinityTerm, PreferredTerm, SelectorOperator, SelectorRequirement, Task};
 
 use super::SchedulerCore;
 use crate::node_table::NodeTable;
@@ -165,25 +165,56 @@ pub(super) fn resolve(
     for (key, values) in kept_out {
         requirement(key, SelectorOperator::NotIn, values);
     }
-    if required.is_empty() {
+    // Preferred terms become preferred node-affinity terms with their weight: a node whose domain
+    // holds a selected pod (affinity), or none (anti-affinity). An anti-affinity term selecting no
+    // running pod favours every node alike: nothing to add.
+    let mut preferred = Vec::new();
+    let pods = [
+        (SelectorOperator::In, &task.pod_affinity.preferred),
+        (SelectorOperator::NotIn, &task.pod_affinity.anti_preferred),
+    ];
+    for (operator, terms) in pods {
+        for (weight, term) in terms {
+            let (_, values) = domains(term, &task.namespace);
+            if values.is_empty() {
+                continue;
+            }
+            let expression =
+                SelectorRequirement { key: term.topology_key.clone(), operator, values: values.into_iter().collect() };
+            let preference = NodeSelectorTerm { match_expressions: vec![expression], match_fields: Vec::new() };
+            preferred.push(PreferredTerm { weight: *weight, preference });
+        }
+    }
+    if required.is_empty() && preferred.is_empty() {
         return Ok(None);
     }
-    let summary = required
-        .iter()
-        .map(|r| {
+    let describe = |rs: &mut dyn Iterator<Item = &SelectorRequirement>| {
+        rs.map(|r| {
             let op = if r.operator == SelectorOperator::In { "in" } else { "not in" };
             format!("{} {op} [{}]", r.key, r.values.join(", "))
         })
         .collect::<Vec<_>>()
-        .join(", ");
+        .join(", ")
+    };
+    let mut summary = Vec::new();
+    if !required.is_empty() {
+        summary.push(format!("required pod (anti-)affinity: {}", describe(&mut required.iter())));
+    }
+    if !preferred.is_empty() {
+        let mut exprs = preferred.iter().flat_map(|p| &p.preference.match_expressions);
+        summary.push(format!("preferred pod (anti-)affinity: {}", describe(&mut exprs)));
+    }
     let mut resolved = task.clone();
-    let terms = &mut resolved.node_affinity.required;
-    if terms.is_empty() {
-        terms.push(NodeSelectorTerm { match_expressions: required, match_fields: Vec::new() });
-    } else {
-        for t in terms.iter_mut() {
-            t.match_expressions.extend(required.iter().cloned());
+    resolved.node_affinity.preferred.extend(preferred);
+    if !required.is_empty() {
+        let terms = &mut resolved.node_affinity.required;
+        if terms.is_empty() {
+            terms.push(NodeSelectorTerm { match_expressions: required, match_fields: Vec::new() });
+        } else {
+            for t in terms.iter_mut() {
+                t.match_expressions.extend(required.iter().cloned());
+            }
         }
     }
-    Ok(Some((resolved, format!("required pod (anti-)affinity: {summary}"))))
+    Ok(Some((resolved, summary.join("; "))))
 }

@@ -1402,3 +1402,43 @@ fn a_gang_s_members_see_each_other_s_pod_anti_affinity() {
     assert!(c.entries["four"].members.iter().all(Option::is_none), "four members cannot spread over three nodes");
     check_accounting(&c);
 }
+
+#[test]
+fn preferred_pod_affinity_steers_the_node_affinity_score() {
+    use wasmsched_plugin_node_affinity::NodeAffinityScore;
+    let mut c = core(vec![queue("q", 1)], &[]);
+    for (n, zone) in [("n0", "a"), ("n1", "b"), ("n2", "b")] {
+        c.upsert_node(labelled_node(n, zone), 0);
+    }
+    // Bin-packing alone stacks; a heavier node-affinity score follows the preferred terms.
+    let set = builder()
+        .score(Arc::new(NativePlugin::<NodeAffinityScore>::new("", 1).unwrap()), 10)
+        .fair_share(Arc::new(NativePlugin::<FairSharePolicy>::new("", 1).unwrap()))
+        .build();
+    // The db fills n1 (zone b); the cache prefers the db's zone, so n2 over n0.
+    let mut db = app_job("db-0", "db", Default::default());
+    db.members[0].gpu.count = 8;
+    db.members[0].node_selector = vec![("kubernetes.io/hostname".into(), "n1".into())];
+    c.submit(db, 0).unwrap();
+    c.schedule(&set, 0);
+    assert_eq!(node_of(&c, "db-0").as_deref(), Some("n1"));
+    // Near the db (its zone), and web replicas preferring other nodes than each other.
+    let near = wasmsched_api::PodAffinity { preferred: vec![(50, app_term("db", "zone"))], ..Default::default() };
+    c.submit(app_job("cache-0", "cache", near), 1).unwrap();
+    let apart = || wasmsched_api::PodAffinity {
+        anti_preferred: vec![(100, app_term("web", "kubernetes.io/hostname"))],
+        ..Default::default()
+    };
+    c.submit(app_job("web-0", "web", apart()), 1).unwrap();
+    c.schedule(&set, 1);
+    c.submit(app_job("web-1", "web", apart()), 2).unwrap();
+    c.schedule(&set, 2);
+    assert_eq!(node_of(&c, "cache-0").as_deref(), Some("n2"));
+    assert_ne!(node_of(&c, "web-0"), node_of(&c, "web-1"), "the second web replica avoids the first");
+    // Preferences never keep a task pending: a third and fourth replica still run.
+    for i in 2..4 {
+        c.submit(app_job(&format!("web-{i}"), "web", apart()), 3).unwrap();
+    }
+    c.schedule(&set, 3);
+    assert!(node_of(&c, "web-3").is_some());
+}
