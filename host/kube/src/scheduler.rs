@@ -133,6 +133,9 @@ pub struct Scheduler {
     adopted: Option<Instant>,
     /// Nodes whose usage by others changed: the core sees them again before the next cycle.
     stale_nodes: AHashSet<String>,
+    /// A pod of ours has pod (anti-)affinity terms of its own: the core needs every other pod's
+    /// labels; until then only others' pods with anti-affinity (their terms apply to everyone).
+    all_pod_labels: bool,
     /// Victims being evicted: what they hold is the preemptor's already.
     evicting: AHashSet<String>,
     /// Pods or groups not to submit before this core time (refused, or a gang that timed out).
@@ -204,6 +207,7 @@ impl Scheduler {
             synced: Synced::default(),
             adopted: None,
             stale_nodes: AHashSet::new(),
+            all_pod_labels: false,
             evicting: AHashSet::new(),
             not_before: AHashMap::new(),
             reported: AHashMap::new(),
@@ -900,19 +904,23 @@ impl Scheduler {
         let name = node.name.clone();
         let topology = self.cache.nodes().topologies().get(&name).cloned();
         self.core.set_topology(&name, topology);
-        // Others' pods there, for inter-pod affinity (ours are the core's own members).
-        let others = self
-            .cache
-            .holders_on(&name)
+        let others = self.others_on(&name);
+        self.core.observe_pods(&name, others);
+        self.core.observe_node(node, now)
+    }
+
+    /// Others' pods on `node` as inter-pod affinity needs them (ours are the core's own members).
+    fn others_on(&self, node: &str) -> Vec<RunningPod> {
+        self.cache
+            .holders_on(node)
             .filter(|(id, _, _)| !self.ours.contains_key(*id) && self.core.owner_of(id).is_none())
+            .filter(|(_, t, _)| self.all_pod_labels || !t.pod_affinity.anti_affinity.is_empty())
             .map(|(_, t, _)| RunningPod {
                 namespace: t.namespace.clone(),
                 labels: t.labels.clone(),
                 anti_affinity: t.pod_affinity.anti_affinity.clone(),
             })
-            .collect();
-        self.core.observe_pods(&name, others);
-        self.core.observe_node(node, now)
+            .collect()
     }
 
     /// The core sees again the nodes whose usage by others changed (or that left).
@@ -933,6 +941,16 @@ impl Scheduler {
     /// once their `PodGroup` is known and min-member of them exist (later members join).
     fn submit_pending(&mut self, now: u64) {
         self.not_before.retain(|_, t| *t > now);
+        // The first pod of ours with pod affinity of its own: from now on the core sees every
+        // other pod's labels (before this pod is tried).
+        if !self.all_pod_labels && self.ours.values().any(|f| !f.bound && !f.task.pod_affinity.is_empty()) {
+            self.all_pod_labels = true;
+            let names: Vec<String> = self.cache.node_names().map(String::from).collect();
+            for name in names {
+                let others = self.others_on(&name);
+                self.core.observe_pods(&name, others);
+            }
+        }
         let mut singles = Vec::new();
         let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (id, f) in &self.ours {

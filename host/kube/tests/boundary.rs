@@ -619,6 +619,7 @@ async fn required_pod_anti_affinity_spreads_replicas_and_keeps_clear_of_others_p
     // any namespace) off its node; it holds 2 GPUs.
     let mut resident = pod("infra", "resident", "default-scheduler", 2, "8", "64Gi");
     resident["spec"]["nodeName"] = json!("gpu-0");
+    resident["metadata"]["labels"] = json!({"app": "infra"});
     resident["spec"]["affinity"] = away_from_train.clone();
     resident["status"]["phase"] = json!("Running");
     api.put(Kind::Pod, resident);
@@ -629,6 +630,19 @@ async fn required_pod_anti_affinity_spreads_replicas_and_keeps_clear_of_others_p
         p["spec"]["affinity"] = away_from_train.clone();
         api.put(Kind::Pod, p);
     }
+    // Another scheduler's db pod, with no affinity of its own, on gpu-1; a pod of ours must run
+    // on the db's node.
+    let mut db = pod("infra", "db", "default-scheduler", 1, "2", "8Gi");
+    db["metadata"]["labels"] = json!({"app": "db"});
+    db["spec"]["nodeName"] = json!("gpu-1");
+    db["status"]["phase"] = json!("Running");
+    api.put(Kind::Pod, db);
+    let mut near_db = pod("ml", "near-db", NAME, 1, "4", "32Gi");
+    near_db["metadata"]["labels"] = json!({"app": "cache"}); // not a `train` pod (the helper's label)
+    near_db["spec"]["affinity"] = json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname", "namespaces": ["infra"]}
+    ]}});
+    api.put(Kind::Pod, near_db);
     // A namespace selector needs namespace labels the scheduler does not watch: refused.
     let mut picky = pod("ml", "picky", NAME, 1, "4", "32Gi");
     picky["spec"]["affinity"] = json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
@@ -644,10 +658,14 @@ async fn required_pod_anti_affinity_spreads_replicas_and_keeps_clear_of_others_p
     let mut nodes: Vec<String> = (0..3).filter_map(|i| node_of(&api, &format!("ml/train-{i}"))).collect();
     nodes.sort();
     assert_eq!(nodes, ["gpu-1", "gpu-2"], "one per node, none beside the resident");
+    eventually("near-db bound", Duration::from_secs(20), || node_of(&api, "ml/near-db").is_some()).await;
+    assert_eq!(node_of(&api, "ml/near-db").as_deref(), Some("gpu-1"), "beside the db");
     let waiting = (0..3).map(|i| format!("ml/train-{i}")).find(|id| node_of(&api, id).is_none()).unwrap();
     eventually("the third explained", Duration::from_secs(20), || {
         condition_of(&api, &waiting).is_some_and(|m| {
-            m.contains("required pod (anti-)affinity: kubernetes.io/hostname not in [gpu-0, gpu-1, gpu-2]")
+            // Its own term keeps it off the replicas' nodes, theirs and the resident's keep it
+            // off all three.
+            m.contains("required pod (anti-)affinity: kubernetes.io/hostname not in [gpu-1, gpu-2], kubernetes.io/hostname not in [gpu-0, gpu-1, gpu-2]")
         })
     })
     .await;
