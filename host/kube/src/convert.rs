@@ -405,7 +405,7 @@ fn task_of(pod: &Pod, strict: bool) -> Result<Task, ConvertError> {
         tolerations,
         namespace,
         labels,
-        pod_affinity,
+        pod_affinity: (!pod_affinity.is_empty()).then(|| Box::new(pod_affinity)),
     })
 }
 
@@ -624,13 +624,13 @@ mod tests {
         }));
         let t = task(&pod).unwrap();
         assert_eq!(t.labels, [("app".to_string(), "train".to_string()), ("tier".to_string(), "gpu".to_string())]);
-        let a = &t.pod_affinity.affinity[0];
+        let a = &t.pod_terms().affinity[0];
         assert_eq!(
             (a.namespaces.as_deref(), a.topology_key.as_str()),
             (Some(&["data".into(), "ml".into()][..]), "zone")
         );
         assert_eq!(a.selector.as_ref().unwrap()[1].operator, SelectorOperator::Exists);
-        let anti = &t.pod_affinity.anti_affinity;
+        let anti = &t.pod_terms().anti_affinity;
         assert_eq!(anti[0].namespaces, Some(vec![]), "an empty namespace selector: every namespace");
         assert!(anti[0].selects("ml", "other", &t.labels));
         assert_eq!(anti[1].selector, None, "no label selector selects nothing");
@@ -640,11 +640,11 @@ mod tests {
             {"labelSelector": {"matchLabels": {"app": "train"}}, "topologyKey": "zone", "matchLabelKeys": ["pod-template-hash"]}]}}),
         );
         assert!(task(&keys).unwrap_err().to_string().contains("matchLabelKeys/mismatchLabelKeys (pod-template-hash)"));
-        assert_eq!(bound_task(&keys).unwrap().pod_affinity.anti_affinity.len(), 1);
+        assert_eq!(bound_task(&keys).unwrap().pod_terms().anti_affinity.len(), 1);
         let bad = with_affinity(serde_json::json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
             {"labelSelector": {"matchExpressions": [{"key": "app", "operator": "Gt", "values": ["1"]}]}, "topologyKey": "zone"}]}}));
         assert!(task(&bad).unwrap_err().to_string().contains("unknown label selector operator \"Gt\""));
-        assert!(bound_task(&bad).unwrap().pod_affinity.is_empty());
+        assert!(bound_task(&bad).unwrap().pod_affinity.is_none());
         // Preferred terms carry their weight; one that does not read is dropped, not an error.
         let prefs = with_affinity(
             serde_json::json!({"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
@@ -652,7 +652,7 @@ mod tests {
             {"weight": 0, "podAffinityTerm": {"labelSelector": {}, "topologyKey": "zone"}},
             {"weight": 10, "podAffinityTerm": {"labelSelector": {}, "topologyKey": ""}}]}}),
         );
-        let p = task(&prefs).unwrap().pod_affinity;
+        let p = task(&prefs).unwrap().pod_terms().clone();
         assert_eq!((p.anti_preferred.len(), p.anti_preferred[0].0), (1, 80));
         let no_key =
             with_affinity(serde_json::json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [

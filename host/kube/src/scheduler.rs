@@ -914,11 +914,11 @@ impl Scheduler {
         self.cache
             .holders_on(node)
             .filter(|(id, _, _)| !self.ours.contains_key(*id) && self.core.owner_of(id).is_none())
-            .filter(|(_, t, _)| self.all_pod_labels || !t.pod_affinity.anti_affinity.is_empty())
+            .filter(|(_, t, _)| self.all_pod_labels || !t.pod_terms().anti_affinity.is_empty())
             .map(|(_, t, _)| RunningPod {
                 namespace: t.namespace.clone(),
                 labels: t.labels.clone(),
-                anti_affinity: t.pod_affinity.anti_affinity.clone(),
+                anti_affinity: t.pod_terms().anti_affinity.clone(),
             })
             .collect()
     }
@@ -943,7 +943,7 @@ impl Scheduler {
         self.not_before.retain(|_, t| *t > now);
         // The first pod of ours with pod affinity of its own: from now on the core sees every
         // other pod's labels (before this pod is tried).
-        if !self.all_pod_labels && self.ours.values().any(|f| !f.bound && !f.task.pod_affinity.is_empty()) {
+        if !self.all_pod_labels && self.ours.values().any(|f| !f.bound && !f.task.pod_terms().is_empty()) {
             self.all_pod_labels = true;
             let names: Vec<String> = self.cache.node_names().map(String::from).collect();
             for name in names {

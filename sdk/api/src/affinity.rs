@@ -216,6 +216,14 @@ pub struct PodAffinity {
 }
 
 impl PodAffinity {
+    /// No terms at all.
+    pub const NONE: PodAffinity = PodAffinity {
+        affinity: Vec::new(),
+        anti_affinity: Vec::new(),
+        preferred: Vec::new(),
+        anti_preferred: Vec::new(),
+    };
+
     /// Whether there is nothing to resolve.
     pub fn is_empty(&self) -> bool {
         self.affinity.is_empty()

@@ -279,9 +279,19 @@ pub struct Task {
     pub tolerations: Vec<Toleration>,
     /// Pod labels (what other pods' affinity terms select). Host-only, like `pod_affinity`.
     pub labels: Vec<(String, String)>,
-    /// Required inter-pod (anti-)affinity. Host-only: not in the policy contract, which plugins
-    /// see resolved into `node_affinity` (see [`crate::PodAffinity`]).
-    pub pod_affinity: crate::PodAffinity,
+    /// Inter-pod (anti-)affinity, `None` for none (most pods: boxed, so a task without it stays
+    /// small). Host-only: not in the policy contract, which plugins see resolved into
+    /// `node_affinity` (see [`crate::PodAffinity`]). Read it with [`Task::pod_terms`].
+    pub pod_affinity: Option<Box<crate::PodAffinity>>,
+}
+
+static NO_POD_TERMS: crate::PodAffinity = crate::PodAffinity::NONE;
+
+impl Task {
+    /// Its inter-pod (anti-)affinity, empty when it has none.
+    pub fn pod_terms(&self) -> &crate::PodAffinity {
+        self.pod_affinity.as_deref().unwrap_or(&NO_POD_TERMS)
+    }
 }
 
 /// Why a node cannot take a task.

@@ -99,7 +99,7 @@ pub(super) fn task(t: wit::Task) -> api::Task {
             .collect(),
         // Host-only: the host resolved pod affinity into the node affinity above.
         labels: Vec::new(),
-        pod_affinity: api::PodAffinity::default(),
+        pod_affinity: None,
     }
 }
 

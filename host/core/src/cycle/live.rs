@@ -84,7 +84,7 @@ impl SchedulerCore {
             self.owner.insert(t.id.clone(), workload.into());
         }
         e.members.resize(spec.members.len(), None);
-        if spec.members.iter().any(|m| !m.pod_affinity.anti_affinity.is_empty()) {
+        if spec.members.iter().any(|m| !m.pod_terms().anti_affinity.is_empty()) {
             self.anti_holders.insert(workload.into());
         }
         e.spec = spec;

@@ -557,7 +557,7 @@ impl SchedulerCore {
         for m in &workload.members {
             self.owner.insert(m.id.clone(), workload.name.clone());
         }
-        if workload.members.iter().any(|m| !m.pod_affinity.anti_affinity.is_empty()) {
+        if workload.members.iter().any(|m| !m.pod_terms().anti_affinity.is_empty()) {
             self.anti_holders.insert(workload.name.clone());
         }
         self.seq += 1;
@@ -1067,7 +1067,7 @@ impl SchedulerCore {
                 adjust: None,
             };
             let is_group = e.spec.is_group();
-            let result = if is_group && e.spec.members.iter().any(|m| !m.pod_affinity.is_empty()) {
+            let result = if is_group && e.spec.members.iter().any(|m| !m.pod_terms().is_empty()) {
                 // Members with pod (anti-)affinity see the members placed before them too.
                 let flavored: Vec<_> = e.spec.members[..admitted].iter().map(|t| self.in_flavor(t, flavor)).collect();
                 let mut nodes = std::mem::take(&mut self.nodes);

@@ -48,7 +48,7 @@ impl<'a> Running<'a> {
             node,
             namespace: &task.namespace,
             labels: &task.labels,
-            anti_affinity: &task.pod_affinity.anti_affinity,
+            anti_affinity: &task.pod_terms().anti_affinity,
         }
     }
 }
@@ -74,7 +74,7 @@ impl SchedulerCore {
     /// required node affinity, and a summary for explanations; `Ok(None)` when nothing applies.
     /// `Err` when an affinity term can be met nowhere.
     pub(super) fn resolve_pod_affinity(&self, task: &Task) -> Result<Option<(Task, String)>, String> {
-        let own_terms = !task.pod_affinity.is_empty();
+        let own_terms = !task.pod_terms().is_empty();
         if !own_terms && self.anti_holders.is_empty() && self.foreign_anti.is_empty() {
             return Ok(None);
         }
@@ -132,13 +132,13 @@ pub(super) fn resolve(
     let mut requirement = |key: &str, operator, values: BTreeSet<String>| {
         required.push(SelectorRequirement { key: key.to_string(), operator, values: values.into_iter().collect() });
     };
-    for term in &task.pod_affinity.anti_affinity {
+    for term in &task.pod_terms().anti_affinity {
         let (_, values) = domains(term, &task.namespace);
         if !values.is_empty() {
             requirement(&term.topology_key, SelectorOperator::NotIn, values);
         }
     }
-    for term in &task.pod_affinity.affinity {
+    for term in &task.pod_terms().affinity {
         let (selected, values) = domains(term, &task.namespace);
         if values.is_empty() {
             // Kubernetes: while no pod it selects runs anywhere, a pod its own term selects may
@@ -170,8 +170,8 @@ pub(super) fn resolve(
     // running pod favours every node alike: nothing to add.
     let mut preferred = Vec::new();
     let pods = [
-        (SelectorOperator::In, &task.pod_affinity.preferred),
-        (SelectorOperator::NotIn, &task.pod_affinity.anti_preferred),
+        (SelectorOperator::In, &task.pod_terms().preferred),
+        (SelectorOperator::NotIn, &task.pod_terms().anti_preferred),
     ];
     for (operator, terms) in pods {
         for (weight, term) in terms {

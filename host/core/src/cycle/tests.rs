@@ -1293,7 +1293,7 @@ fn app_term(app: &str, key: &str) -> wasmsched_api::PodAffinityTerm {
 fn app_job(name: &str, app: &str, affinity: wasmsched_api::PodAffinity) -> Workload {
     let mut w = job(name, "q", 0, 1);
     w.members[0].labels = vec![("app".into(), app.into())];
-    w.members[0].pod_affinity = affinity;
+    w.members[0].pod_affinity = (!affinity.is_empty()).then(|| Box::new(affinity));
     w
 }
 
@@ -1383,7 +1383,10 @@ fn a_gang_s_members_see_each_other_s_pod_anti_affinity() {
         let mut w = gang(name, "q", members, members, 1);
         for m in &mut w.members {
             m.labels = vec![("app".into(), name.into())];
-            m.pod_affinity.anti_affinity = vec![app_term(name, "kubernetes.io/hostname")];
+            m.pod_affinity = Some(Box::new(wasmsched_api::PodAffinity {
+                anti_affinity: vec![app_term(name, "kubernetes.io/hostname")],
+                ..Default::default()
+            }));
         }
         w
     };

@@ -117,7 +117,7 @@ impl Workload {
             }
             m.node_affinity
                 .validate()
-                .and_then(|()| m.pod_affinity.validate())
+                .and_then(|()| m.pod_terms().validate())
                 .map_err(|e| err(format!("member {}: {e}", m.id)))?;
             m.queue = self.queue.clone();
             m.priority = self.priority;
