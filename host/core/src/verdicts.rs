@@ -93,13 +93,17 @@ fn shape_of(task: &Task) -> Task {
     Task { id: String::new(), ..task.clone() }
 }
 
-/// A hash of everything [`same_shape`] compares.
-fn shape_hash(task: &Task) -> u64 {
-    use std::hash::{BuildHasher, Hash, Hasher};
-    // Fixed seeds: the hash only has to be consistent within the process.
-    let mut h = ahash::RandomState::with_seeds(1, 2, 3, 4).build_hasher();
-    // Labels and pod affinity are host-only (plugins see pod affinity resolved into node affinity):
-    // no verdict depends on them.
+/// What a filter verdict may depend on in a task: all of it but its id. Destructured field by
+/// field so a new `Task` field must be placed here or explicitly left out. Labels and pod affinity
+/// are host-only (plugins see pod affinity resolved into node affinity): no verdict depends on them.
+#[allow(clippy::type_complexity)]
+fn shape(
+    task: &Task,
+) -> (
+    (&String, &Option<String>, &String, &i32, &wasmsched_api::Qos),
+    (&wasmsched_api::Resources, &wasmsched_api::GpuRequest),
+    (&Vec<(String, String)>, &wasmsched_api::NodeAffinity, &Vec<wasmsched_api::Toleration>),
+) {
     let Task {
         id: _,
         namespace,
@@ -115,9 +119,13 @@ fn shape_hash(task: &Task) -> u64 {
         labels: _,
         pod_affinity: _,
     } = task;
-    (namespace, group, queue, priority, qos, request, gpu).hash(&mut h);
-    (node_selector, node_affinity, tolerations).hash(&mut h);
-    h.finish()
+    ((namespace, group, queue, priority, qos), (request, gpu), (node_selector, node_affinity, tolerations))
+}
+
+/// A hash of everything [`same_shape`] compares.
+fn shape_hash(task: &Task) -> u64 {
+    // Fixed seeds: the hash only has to be consistent within the process.
+    ahash::RandomState::with_seeds(1, 2, 3, 4).hash_one(shape(task))
 }
 
 /// A task's identity, for telling another task of a shape from the same task asking again (a
@@ -126,33 +134,10 @@ fn id_hash(task: &Task) -> u64 {
     ahash::RandomState::with_seeds(5, 6, 7, 8).hash_one(&task.id)
 }
 
+/// Whether `a` and `b` are the same task shape (compared through references: no key is built per
+/// lookup).
 fn same_shape(a: &Task, b: &Task) -> bool {
-    // Field by field, skipping `id`, so no key is built per lookup.
-    let Task {
-        id: _,
-        namespace,
-        group,
-        queue,
-        priority,
-        qos,
-        request,
-        gpu,
-        node_selector,
-        node_affinity,
-        tolerations,
-        labels: _,
-        pod_affinity: _,
-    } = b;
-    a.namespace == *namespace
-        && a.group == *group
-        && a.queue == *queue
-        && a.priority == *priority
-        && a.qos == *qos
-        && a.request == *request
-        && a.gpu == *gpu
-        && a.node_selector == *node_selector
-        && a.node_affinity == *node_affinity
-        && a.tolerations == *tolerations
+    shape(a) == shape(b)
 }
 
 impl Inner {

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use ahash::AHashMap;
+use kube::ResourceExt;
 use wasmsched_api::{GPU_MILLI, Resources};
 use wasmsched_core::{Admission, Flavor, QueueSpec, QueueTree, add_flavored};
 
@@ -85,36 +86,109 @@ fn limits(field: &str, list: &ResourceList) -> Result<Resources, ConvertError> {
     Ok(r)
 }
 
-/// The `Queue` objects seen, by name.
-#[derive(Default)]
-pub struct Queues {
-    objects: BTreeMap<String, Queue>,
+/// Objects of one kind kept by name (queues, flavors), whole: what the scheduler derives from them
+/// is rebuilt when their specs change.
+pub struct ByName<K> {
+    objects: BTreeMap<String, K>,
 }
 
-impl Queues {
-    /// Records an added or changed queue; whether its spec changed (status writes do not).
-    pub fn apply(&mut self, q: Queue) -> bool {
-        let Some(name) = q.metadata.name.clone() else { return false };
-        let changed = self.objects.get(&name).is_none_or(|old| old.spec != q.spec);
-        self.objects.insert(name, q);
+impl<K> Default for ByName<K> {
+    fn default() -> Self {
+        ByName { objects: BTreeMap::new() }
+    }
+}
+
+/// A kind [`ByName`] keeps: a name and a spec (status writes are not changes).
+pub trait Spec: kube::Resource<DynamicType = ()> {
+    /// The part whose change matters.
+    type Spec: PartialEq;
+    /// It.
+    fn spec(&self) -> &Self::Spec;
+}
+
+impl Spec for Queue {
+    type Spec = crate::crd::QueueSpec;
+    fn spec(&self) -> &Self::Spec {
+        &self.spec
+    }
+}
+
+impl Spec for ResourceFlavor {
+    type Spec = crate::crd::ResourceFlavorSpec;
+    fn spec(&self) -> &Self::Spec {
+        &self.spec
+    }
+}
+
+impl<K: Spec> ByName<K> {
+    /// Records an added or changed object; whether its spec changed (status writes do not).
+    pub fn apply(&mut self, k: K) -> bool {
+        let Some(name) = k.meta().name.clone() else { return false };
+        let changed = self.objects.get(&name).is_none_or(|old| old.spec() != k.spec());
+        self.objects.insert(name, k);
         changed
     }
 
-    /// Names of the queue objects.
+    /// Names of the objects.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.objects.keys().map(String::as_str)
     }
 
-    /// Forgets a deleted queue.
+    /// Forgets a deleted object.
     pub fn delete(&mut self, name: &str) {
         self.objects.remove(name);
     }
 
-    /// Keeps only the listed queues (after a re-list).
+    /// Keeps only the listed objects (after a re-list).
     pub fn retain(&mut self, listed: &ahash::AHashSet<String>) {
         self.objects.retain(|n, _| listed.contains(n));
     }
 
+    /// Feeds one watch event, `relist` holding the names an ongoing re-list has seen; whether what
+    /// is kept changed (a re-list counts once, at its end, and then sets `synced`).
+    pub fn on_event(
+        &mut self,
+        event: kube::runtime::watcher::Result<kube::runtime::watcher::Event<K>>,
+        relist: &mut Option<ahash::AHashSet<String>>,
+        synced: &mut bool,
+    ) -> bool {
+        use kube::runtime::watcher::Event;
+        match event {
+            Ok(Event::Init) => {
+                *relist = Some(ahash::AHashSet::new());
+                false
+            }
+            Ok(Event::InitApply(k)) => {
+                if let Some(listed) = relist.as_mut() {
+                    listed.insert(k.name_any());
+                }
+                self.apply(k);
+                false
+            }
+            Ok(Event::InitDone) => {
+                if let Some(listed) = relist.take() {
+                    self.retain(&listed);
+                }
+                *synced = true;
+                true
+            }
+            Ok(Event::Apply(k)) => self.apply(k),
+            Ok(Event::Delete(k)) => {
+                self.delete(&k.name_any());
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, kind = %K::kind(&()), "watch failed; retrying");
+                false
+            }
+        }
+    }
+}
+
+/// The `Queue` objects seen, by name.
+pub type Queues = ByName<Queue>;
+
+impl Queues {
     /// The tree of every queue that converts, plus the implicit `default` root, with the flavors
     /// (in name order); the errors of those left out, by queue name.
     pub fn tree(&self, flavors: &Flavors) -> (Result<QueueTree, wasmsched_core::QueueError>, AHashMap<String, String>) {
@@ -162,30 +236,9 @@ fn parents_first(mut specs: Vec<QueueSpec>) -> Vec<QueueSpec> {
 }
 
 /// The `ResourceFlavor` objects seen, by name.
-#[derive(Default)]
-pub struct Flavors {
-    objects: BTreeMap<String, ResourceFlavor>,
-}
+pub type Flavors = ByName<ResourceFlavor>;
 
 impl Flavors {
-    /// Records an added or changed flavor; whether its spec changed.
-    pub fn apply(&mut self, f: ResourceFlavor) -> bool {
-        let Some(name) = f.metadata.name.clone() else { return false };
-        let changed = self.objects.get(&name).is_none_or(|old| old.spec != f.spec);
-        self.objects.insert(name, f);
-        changed
-    }
-
-    /// Forgets a deleted flavor.
-    pub fn delete(&mut self, name: &str) {
-        self.objects.remove(name);
-    }
-
-    /// Keeps only the listed flavors (after a re-list).
-    pub fn retain(&mut self, listed: &ahash::AHashSet<String>) {
-        self.objects.retain(|n, _| listed.contains(n));
-    }
-
     /// The flavors as the core's, in name order (the first whose labels a node carries is its).
     pub fn flavors(&self) -> Vec<Flavor> {
         self.objects

@@ -616,71 +616,17 @@ impl Scheduler {
     }
 
     fn queue_event(&mut self, event: watcher::Result<Event<Queue>>) {
-        match event {
-            Ok(Event::Init) => {
-                self.relist.queues = Some(AHashSet::new());
-                return;
-            }
-            Ok(Event::InitApply(q)) => {
-                if let Some(listed) = self.relist.queues.as_mut() {
-                    listed.insert(q.name_any());
-                }
-                self.queues.apply(q);
-                return;
-            }
-            Ok(Event::InitDone) => {
-                if let Some(listed) = self.relist.queues.take() {
-                    self.queues.retain(&listed);
-                }
-                self.synced.queues = true;
-            }
-            Ok(Event::Apply(q)) => {
-                if !self.queues.apply(q) {
-                    return; // a status write
-                }
-            }
-            Ok(Event::Delete(q)) => self.queues.delete(&q.name_any()),
-            Err(e) => {
-                tracing::warn!(error = %e, "queue watch failed; retrying");
-                return;
-            }
+        if self.queues.on_event(event, &mut self.relist.queues, &mut self.synced.queues) {
+            self.rebuild_queues();
         }
-        self.rebuild_queues();
     }
 
     /// Flavors change what queues' per-flavor quotas mean: the tree is rebuilt (a pod keeps the
     /// flavor it was placed with until it leaves).
     fn flavor_event(&mut self, event: watcher::Result<Event<ResourceFlavor>>) {
-        match event {
-            Ok(Event::Init) => {
-                self.relist.flavors = Some(AHashSet::new());
-                return;
-            }
-            Ok(Event::InitApply(f)) => {
-                if let Some(listed) = self.relist.flavors.as_mut() {
-                    listed.insert(f.name_any());
-                }
-                self.flavors.apply(f);
-                return;
-            }
-            Ok(Event::InitDone) => {
-                if let Some(listed) = self.relist.flavors.take() {
-                    self.flavors.retain(&listed);
-                }
-                self.synced.flavors = true;
-            }
-            Ok(Event::Apply(f)) => {
-                if !self.flavors.apply(f) {
-                    return;
-                }
-            }
-            Ok(Event::Delete(f)) => self.flavors.delete(&f.name_any()),
-            Err(e) => {
-                tracing::warn!(error = %e, "resource flavor watch failed; retrying");
-                return;
-            }
+        if self.flavors.on_event(event, &mut self.relist.flavors, &mut self.synced.flavors) {
+            self.rebuild_queues();
         }
-        self.rebuild_queues();
     }
 
     /// Classes only give workloads submitted from now on their priority (a class's value is
