@@ -53,6 +53,10 @@ pub struct Args {
     /// limits (half their guarantee).
     #[arg(long)]
     queue_limits: bool,
+    /// Split the churn's nodes into this many resource flavors, with per-flavor guarantees and
+    /// borrowing limits (0: no flavors).
+    #[arg(long, default_value_t = 0)]
+    queue_flavors: usize,
     /// Nodes (8 GPUs each) in the queue-churn scenario.
     #[arg(long, default_value_t = 500)]
     queue_nodes: usize,
@@ -423,15 +427,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
         }
         for (name, set) in &sets {
-            queue_churn.push(crate::bench_queues::run(
-                set,
-                name,
-                args.queues,
-                args.queue_limits,
-                args.queue_nodes,
-                args.queue_rounds,
-                args.seed,
-            ));
+            let churn = crate::bench_queues::Churn {
+                queues: args.queues,
+                limits: args.queue_limits,
+                flavors: args.queue_flavors,
+                nodes: args.queue_nodes,
+                rounds: args.queue_rounds,
+                seed: args.seed,
+            };
+            queue_churn.push(crate::bench_queues::run(set, name, churn));
         }
     }
     let mut runs = Vec::new();
@@ -509,10 +513,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     for q in &report.queue_churn {
         println!(
-            "{}: {} queues{}, {} nodes, {} cycles under churn: {:.0} decisions/s (mean cycle {:.1} ms, slowest {:.1} ms); {} submitted, {} bound, {} evicted; share error mean {:.4}, worst {:.4}",
+            "{}: {} queues{}{}, {} nodes, {} cycles under churn: {:.0} decisions/s (mean cycle {:.1} ms, slowest {:.1} ms); {} submitted, {} bound, {} evicted; share error mean {:.4}, worst {:.4}",
             q.runtime,
             q.queues,
             if q.limits { " with borrowing/lending limits" } else { "" },
+            if q.flavors > 0 { format!(", {} flavors", q.flavors) } else { String::new() },
             q.nodes,
             q.rounds,
             q.decisions_per_second,

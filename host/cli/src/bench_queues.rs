@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use wasmsched_api::{GPU_MILLI, GpuDevice, GpuRequest, Node, Resources, Task};
-use wasmsched_core::{CoreConfig, Decision, Phase, PolicySet, QueueSpec, QueueTree, SchedulerCore, Workload};
+use wasmsched_core::{
+    CoreConfig, Decision, Flavor, Phase, PolicySet, QueueSpec, QueueTree, SchedulerCore, Workload, add_flavored,
+};
 use wasmsched_sim::generate::Rng;
 
 /// One runtime's result.
@@ -18,6 +20,8 @@ pub struct QueueRun {
     pub rounds: usize,
     /// Leaves had borrowing and lending limits.
     pub limits: bool,
+    /// Resource flavors the nodes were split into (0: none).
+    pub flavors: usize,
     pub submitted: usize,
     pub bound: usize,
     pub evicted: usize,
@@ -34,16 +38,35 @@ pub struct QueueRun {
     pub share_error_max: f64,
 }
 
+/// The queue-churn scenario.
+#[derive(Clone, Copy, Debug)]
+pub struct Churn {
+    /// Queues in the tree.
+    pub queues: usize,
+    /// Borrowing and lending limits on the leaves.
+    pub limits: bool,
+    /// Resource flavors the nodes are split into (0: none).
+    pub flavors: usize,
+    /// Nodes, 8 GPUs each.
+    pub nodes: usize,
+    /// Cycles, one virtual second apart.
+    pub rounds: usize,
+    /// Random seed.
+    pub seed: u64,
+}
+
 /// Ten parents, the rest leaves spread over them; weights 1–4; every tenth leaf guaranteed 8 GPUs.
 /// With `limits`, a guaranteed leaf lends at most half its guarantee and every leaf borrows at
-/// most 32 GPUs above its guarantee.
-fn tree(queues: usize, limits: bool, rng: &mut Rng) -> QueueTree {
+/// most 32 GPUs above its guarantee. With `flavors`, node `i` is of flavor `i % flavors`, a
+/// guaranteed leaf's 8 GPUs are on one flavor (its borrowing limit there too), and each leaf tries
+/// the flavors starting from its own.
+fn tree(queues: usize, limits: bool, flavors: usize, rng: &mut Rng) -> QueueTree {
     let parents = 10.min(queues.max(1));
     let mut specs: Vec<QueueSpec> = (0..parents)
         .map(|p| QueueSpec { name: format!("org{p}"), weight: 1 + rng.below(3) as u32, ..Default::default() })
         .collect();
     for i in 0..queues.saturating_sub(parents) {
-        specs.push(QueueSpec {
+        let mut spec = QueueSpec {
             name: format!("team{i:04}"),
             parent: Some(format!("org{}", i % parents)),
             weight: 1 + rng.below(4) as u32,
@@ -52,9 +75,31 @@ fn tree(queues: usize, limits: bool, rng: &mut Rng) -> QueueTree {
             lending_limit: (limits && i % 10 == 0).then(|| Resources { gpu_milli: 4 * 1000, ..unbounded() }),
             reclaimable: true,
             ..Default::default()
-        });
+        };
+        if flavors > 0 {
+            let own = flavor_name(i % flavors);
+            spec.flavors = (0..flavors).map(|k| flavor_name((i + k) % flavors)).collect();
+            if i % 10 == 0 {
+                add_flavored(&mut spec.guarantee, &own, &Resources { gpu_milli: 8 * 1000, ..Default::default() });
+            }
+            if let Some(b) = spec.borrowing_limit.as_mut() {
+                add_flavored(b, &own, &Resources { gpu_milli: 32 * 1000, ..unbounded() });
+            }
+        }
+        specs.push(spec);
     }
-    QueueTree::new(specs).expect("the generated tree is valid")
+    let flavors = (0..flavors)
+        .map(|k| Flavor {
+            name: flavor_name(k),
+            node_labels: vec![("gpu-model".into(), flavor_name(k))],
+            tolerations: Vec::new(),
+        })
+        .collect();
+    QueueTree::with_flavors(flavors, specs).expect("the generated tree is valid")
+}
+
+fn flavor_name(k: usize) -> String {
+    format!("model{k}")
 }
 
 /// A limit on GPUs only.
@@ -63,17 +108,10 @@ fn unbounded() -> Resources {
 }
 
 /// Run the churn once with `set`.
-pub fn run(
-    set: &PolicySet,
-    runtime: &'static str,
-    queues: usize,
-    limits: bool,
-    nodes: usize,
-    rounds: usize,
-    seed: u64,
-) -> QueueRun {
+pub fn run(set: &PolicySet, runtime: &'static str, churn: Churn) -> QueueRun {
+    let Churn { queues, limits, flavors, nodes, rounds, seed } = churn;
     let mut rng = Rng::new(seed);
-    let tree = tree(queues, limits, &mut rng);
+    let tree = tree(queues, limits, flavors, &mut rng);
     let leaves: Vec<String> =
         (0..tree.len()).filter(|&q| tree.is_leaf(q)).filter_map(|q| tree.get(q).map(|s| s.name.clone())).collect();
     // kube-scheduler's adaptive percentage of nodes to score.
@@ -90,6 +128,7 @@ pub fn run(
                     extended: vec![],
                 },
                 gpus: (0..8).map(|g| GpuDevice { index: g, free_milli: GPU_MILLI, ..Default::default() }).collect(),
+                labels: if flavors > 0 { vec![("gpu-model".into(), flavor_name(i % flavors))] } else { Vec::new() },
                 ..Default::default()
             },
             0,
@@ -165,6 +204,7 @@ pub fn run(
         nodes,
         rounds,
         limits,
+        flavors,
         submitted,
         bound,
         evicted,

@@ -29,32 +29,43 @@ fn bench_reports_every_scenario_and_the_queue_churn_agrees_across_runtimes() {
 }
 
 #[test]
-fn the_queue_churn_with_borrowing_and_lending_limits_agrees_across_runtimes() {
-    let churn = |limits: bool| {
+fn the_queue_churn_with_borrowing_and_lending_limits_and_flavors_agrees_across_runtimes() {
+    let churn = |extra: &[&str]| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_wasmsched"));
         cmd.env("WASMSCHED_CACHE_DIR", "off")
             .args(["bench", "--nodes", "10", "--existing", "0", "--pods", "10", "--repeat", "1", "--gangs", "0"])
-            .args(["--queues", "40", "--queue-nodes", "12", "--queue-rounds", "30", "--json"]);
-        if limits {
-            cmd.arg("--queue-limits");
-        }
+            .args(["--queues", "40", "--queue-nodes", "12", "--queue-rounds", "30", "--json"])
+            .args(extra);
         let out = cmd.output().expect("run");
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
         report["queue_churn"].as_array().unwrap().clone()
     };
-    let limited = churn(true);
+    let limited = churn(&["--queue-limits"]);
     let (native, wasm) = (&limited[0], &limited[1]);
     assert_eq!((native["limits"].as_bool(), wasm["limits"].as_bool()), (Some(true), Some(true)));
     for key in ["submitted", "bound", "evicted", "unschedulable"] {
         assert_eq!(native[key], wasm[key], "{key} differs between runtimes");
     }
     // The same arrivals: the limits change what is admitted.
-    let free = churn(false);
+    let free = churn(&[]);
     assert_eq!(free[0]["submitted"], native["submitted"]);
     assert_ne!(
         (&free[0]["bound"], &free[0]["evicted"], &free[0]["unschedulable"]),
         (&native["bound"], &native["evicted"], &native["unschedulable"]),
         "limits that change nothing at 12 nodes × 8 GPUs"
+    );
+    // Per-flavor quotas (3 flavors of 4 nodes): both runtimes agree, and the quotas bite.
+    let flavored = churn(&["--queue-limits", "--queue-flavors", "3"]);
+    let (native_f, wasm_f) = (&flavored[0], &flavored[1]);
+    assert_eq!(native_f["flavors"], 3);
+    for key in ["submitted", "bound", "evicted", "unschedulable"] {
+        assert_eq!(native_f[key], wasm_f[key], "{key} differs between runtimes with flavors");
+    }
+    assert_eq!(native_f["submitted"], native["submitted"]);
+    assert_ne!(
+        (&native_f["bound"], &native_f["evicted"], &native_f["unschedulable"]),
+        (&native["bound"], &native["evicted"], &native["unschedulable"]),
+        "per-flavor quotas that change nothing"
     );
 }

@@ -103,6 +103,9 @@ pub struct QueueTree {
     flavors: Vec<Flavor>,
     /// Per queue, the flavor indices its work tries, in order.
     flavor_order: Vec<Vec<usize>>,
+    /// The qualified (per-flavor) resources some quota bounds or guarantees: the only ones fair
+    /// share and reserves need to count (a flavor quota naming only GPUs adds one dimension).
+    flavored: ahash::AHashSet<String>,
 }
 
 /// Whether `small` is within `big` in every resource.
@@ -228,6 +231,19 @@ impl QueueTree {
         self.parent.push(parent);
         self.limit.push(limit);
         self.reserve.push(reserve.filter(|r| *r != Resources::default()));
+        // A guarantee of 0 and a bound of u64::MAX / 4 or more (the frontends' "unbounded") say
+        // nothing; anything else makes the qualified resource one to count.
+        let flavored =
+            |n: &String| self.flavors.iter().any(|f| n.strip_prefix(&f.name).is_some_and(|r| r.starts_with('/')));
+        let said = spec.guarantee.extended.iter().filter(|(_, v)| *v > 0).chain(
+            [&spec.capability, &spec.borrowing_limit, &spec.lending_limit]
+                .into_iter()
+                .flatten()
+                .flat_map(|r| r.extended.iter())
+                .filter(|(_, v)| *v < u64::MAX / 4),
+        );
+        let named: Vec<String> = said.map(|(n, _)| n).filter(|n| flavored(n)).cloned().collect();
+        self.flavored.extend(named);
         self.queues.push(spec);
         Ok(())
     }
@@ -292,6 +308,12 @@ impl QueueTree {
     /// The declared flavors.
     pub fn flavors(&self) -> &[Flavor] {
         &self.flavors
+    }
+
+    /// Whether `resource` is a qualified resource no quota names (fair share and reserves skip it).
+    pub fn unbounded_flavored(&self, resource: &str) -> bool {
+        !self.flavored.contains(resource)
+            && self.flavors.iter().any(|f| resource.strip_prefix(&f.name).is_some_and(|r| r.starts_with('/')))
     }
 
     /// The flavor `node` belongs to: the first whose labels it carries.

@@ -49,7 +49,7 @@ impl SchedulerCore {
             let flavor = self.nodes.get(slot).and_then(|n| self.queues.flavor_of(n));
             let flavor = flavor.map(|f| self.queues.flavors()[f].name.clone());
             self.nodes.update(slot, |n| bind_fact(n, &task, devices));
-            self.account(leaf, &demand_in(&task, flavor.as_deref()), true);
+            self.account(leaf, &demand_in(&task, flavor.as_deref(), &self.queues), true);
             let e = self.entries.get_mut(&name).expect("just submitted");
             let devices = devices.clone();
             e.members[idx] = Some(Member { slot, node: node.clone(), devices, started: now, leaving: None, flavor });
@@ -210,7 +210,8 @@ impl SchedulerCore {
         for (name, leaf) in leaves {
             let e = self.entries.get_mut(&name).expect("listed above");
             e.leaf = leaf;
-            let held: Vec<_> = (0..e.members.len()).filter(|&i| e.members[i].is_some()).map(|i| e.held(i)).collect();
+            let held: Vec<_> =
+                (0..e.members.len()).filter(|&i| e.members[i].is_some()).map(|i| e.held(i, &self.queues)).collect();
             for d in held {
                 self.account(leaf, &d, true);
             }

@@ -342,10 +342,10 @@ impl Entry {
         total
     }
 
-    /// What placed member `i` holds of its queue's quota.
-    fn held(&self, i: usize) -> Resources {
+    /// What placed member `i` holds of its queue's quota (`queues`: the tree it is counted in).
+    fn held(&self, i: usize, queues: &QueueTree) -> Resources {
         let flavor = self.members.get(i).and_then(|m| m.as_ref()?.flavor.as_deref());
-        demand_in(&self.spec.members[i], flavor)
+        demand_in(&self.spec.members[i], flavor, queues)
     }
 
     /// The flavor its placed members use (an elastic workload grows within it).
@@ -454,7 +454,7 @@ impl SchedulerCore {
             let (task, devices, held) = {
                 let e = &self.entries[&wl];
                 let devices = e.members[idx].as_ref().map(|m| m.devices.clone()).unwrap_or_default();
-                (e.spec.members[idx].clone(), devices, e.held(idx))
+                (e.spec.members[idx].clone(), devices, e.held(idx, &self.queues))
             };
             let ok = match misfit {
                 Misfit::Evict => self.nodes.update(slot, |n| bind(n, &task, &devices)).is_some_and(|r| r.is_ok()),
@@ -592,7 +592,7 @@ impl SchedulerCore {
                 self.index_remove(&m.node, workload);
                 let task = &e.spec.members[i];
                 self.nodes.update(m.slot, |n| release(n, task, &m.devices));
-                self.account(e.leaf, &e.held(i), false);
+                self.account(e.leaf, &e.held(i, &self.queues), false);
             }
         }
         self.release_holds(&e.holds);
@@ -847,6 +847,8 @@ impl SchedulerCore {
                 None => by_flavor[flavors.len()].push(slot),
             }
         }
+        // Only the qualified resources some quota names are dimensions worth counting.
+        total.extended.retain(|(n, _)| !self.queues.unbounded_flavored(n));
         (total, by_flavor)
     }
 
@@ -882,6 +884,7 @@ impl SchedulerCore {
         for &f in self.queues.flavors_for(e.leaf) {
             crate::flavor::add_flavored(&mut out, &self.queues.flavors()[f].name, &d);
         }
+        out.extended.retain(|(n, _)| !self.queues.unbounded_flavored(n));
         out
     }
 
@@ -944,7 +947,7 @@ impl SchedulerCore {
     /// reserves the rest would take. Placed with `flavor`, members take its quota too.
     fn admitted_members(&self, e: &Entry, flavor: Option<usize>) -> (usize, Option<String>) {
         let flavor = self.flavor_name(flavor);
-        let demand = |m| demand_in(m, flavor);
+        let demand = |m| demand_in(m, flavor, &self.queues);
         let mut admitted = e.spec.members.len();
         let mut limiter = None;
         for q in self.queues.chain(e.leaf) {
@@ -1159,7 +1162,7 @@ impl SchedulerCore {
         for (i, Placement { node: slot, devices, score, feasible, skipped_faults }) in placed {
             let node = self.nodes.get(slot).map(|n| n.name.clone()).unwrap_or_default();
             let task = self.entries[name].spec.members[i].clone();
-            self.account(leaf, &demand_in(&task, flavor.as_deref()), true);
+            self.account(leaf, &demand_in(&task, flavor.as_deref(), &self.queues), true);
             out.push(Decision::Bound {
                 workload: name.into(),
                 task: task.id.clone(),
@@ -1196,7 +1199,7 @@ impl SchedulerCore {
             for i in unplaced {
                 let e = &self.entries[&name];
                 let Ok(task) = self.prepare(&e.spec.members[i], flavor, &mut None) else { break };
-                if !self.within_capability(e.leaf, &demand_in(&task, self.flavor_name(flavor))) {
+                if !self.within_capability(e.leaf, &demand_in(&task, self.flavor_name(flavor), &self.queues)) {
                     break;
                 }
                 let placed = match &within {
@@ -1266,7 +1269,7 @@ impl SchedulerCore {
     /// Release a placed member from its node and its queue, keeping it in the entry for rollback.
     fn unbind(&mut self, wl: &str, idx: usize) -> Option<Member> {
         let e = self.entries.get_mut(wl)?;
-        let held = e.held(idx);
+        let held = e.held(idx, &self.queues);
         let m = e.members[idx].take()?;
         let task = e.spec.members[idx].clone();
         let leaf = e.leaf;
@@ -1284,7 +1287,7 @@ impl SchedulerCore {
         if !matches!(self.nodes.update(m.slot, |n| bind(n, &task, &m.devices)), Some(Ok(()))) {
             warn!(workload = wl, task = %task.id, node = %m.node, "could not restore a member after a rolled-back preemption");
         }
-        self.account(leaf, &demand_in(&task, m.flavor.as_deref()), true);
+        self.account(leaf, &demand_in(&task, m.flavor.as_deref(), &self.queues), true);
         self.index_add(&m.node, wl);
         if let Some(e) = self.entries.get_mut(wl) {
             e.members[idx] = Some(m);

@@ -129,7 +129,7 @@ fn preempt_with(
     let flavor_name = core.flavor_name(flavor).map(str::to_string);
     let mut need = Resources::default();
     for m in &e.spec.members[..min] {
-        need.saturating_add_assign(&demand_in(m, flavor_name.as_deref()));
+        need.saturating_add_assign(&demand_in(m, flavor_name.as_deref(), &core.queues));
     }
     let may_reclaim = core
         .deserved
@@ -326,7 +326,7 @@ fn fill(
     }
     let mut placed_demand = Resources::default();
     for (i, _) in &placed {
-        placed_demand.saturating_add_assign(&demand_in(&members[*i], who.flavor));
+        placed_demand.saturating_add_assign(&demand_in(&members[*i], who.flavor, &core.queues));
     }
     if placed.len() >= min && core.within_capability(who.leaf, &placed_demand) {
         return Ok(placed);
@@ -503,7 +503,7 @@ fn guarantees_hold(core: &SchedulerCore, leaf: usize, chosen: &[(String, usize)]
     for (w, i) in chosen {
         let v = &core.entries[w];
         if v.leaf != leaf {
-            removed.entry(v.leaf).or_default().saturating_add_assign(&v.held(*i));
+            removed.entry(v.leaf).or_default().saturating_add_assign(&v.held(*i, &core.queues));
         }
     }
     removed.iter().all(|(&q, r)| {

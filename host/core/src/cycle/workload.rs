@@ -143,12 +143,14 @@ pub(crate) fn demand(task: &Task) -> Resources {
     r
 }
 
-/// [`demand`] of a task placed with `flavor`: its plain demand plus the flavor's qualified copies.
-pub(crate) fn demand_in(task: &Task, flavor: Option<&str>) -> Resources {
+/// [`demand`] of a task placed with `flavor`: its plain demand plus the flavor's qualified copies
+/// that some quota of `queues` names (the others bound nothing).
+pub(crate) fn demand_in(task: &Task, flavor: Option<&str>, queues: &QueueTree) -> Resources {
     let mut r = demand(task);
     if let Some(f) = flavor {
         let plain = r.clone();
         crate::flavor::add_flavored(&mut r, f, &plain);
+        r.extended.retain(|(n, _)| !queues.unbounded_flavored(n));
     }
     r
 }
