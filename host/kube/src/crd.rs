@@ -47,18 +47,9 @@ pub struct QueueSpec {
     #[serde(default = "one")]
     #[schemars(range(min = 1, max = 1000000))]
     pub weight: u32,
-    /// Always obtainable, never reclaimed from this queue.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub guarantee: ResourceList,
-    /// Upper bound of what the queue holds; unbounded when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub capability: Option<ResourceList>,
-    /// How much above its guarantee the queue may borrow from idle siblings; unbounded when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub borrowing_limit: Option<ResourceList>,
-    /// How much of its idle guarantee others may borrow; all of it when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lending_limit: Option<ResourceList>,
+    /// Guarantee, capability, borrowing and lending limits.
+    #[serde(flatten)]
+    pub quota: Quota,
     /// Whether what the queue borrows may be reclaimed (by preemption) when its owner needs it.
     #[serde(default = "yes")]
     pub reclaimable: bool,
@@ -73,25 +64,34 @@ pub struct QueueSpec {
     pub flavors: Vec<FlavorQuota>,
 }
 
-/// A queue's quota on the nodes of one `ResourceFlavor`; what it does not name is unbounded (a
-/// guarantee: 0).
+/// A queue's quota — over the whole cluster, or on one flavor's nodes. Limits bound only what they
+/// name.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Quota {
+    /// Always obtainable, never reclaimed from this queue (Kueue's `nominalQuota`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub guarantee: ResourceList,
+    /// Upper bound of what the queue holds; unbounded when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capability: Option<ResourceList>,
+    /// How much above its guarantee the queue may borrow from idle siblings; unbounded when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub borrowing_limit: Option<ResourceList>,
+    /// How much of its idle guarantee others may borrow; all of it when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lending_limit: Option<ResourceList>,
+}
+
+/// A queue's quota on the nodes of one `ResourceFlavor` (a guarantee it does not name is 0).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FlavorQuota {
     /// The `ResourceFlavor`.
     pub name: String,
-    /// Always obtainable on the flavor's nodes (Kueue's `nominalQuota`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub guarantee: ResourceList,
-    /// Most the queue holds on them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub capability: Option<ResourceList>,
-    /// How much above its guarantee it may borrow on them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub borrowing_limit: Option<ResourceList>,
-    /// How much of its idle guarantee on them others may borrow.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lending_limit: Option<ResourceList>,
+    /// The quota on its nodes.
+    #[serde(flatten)]
+    pub quota: Quota,
 }
 
 /// A kind of node with quotas of its own (Kueue's `ResourceFlavor`): the nodes carrying all of

@@ -11,7 +11,7 @@ use wasmsched_api::{GPU_MILLI, Resources};
 use wasmsched_core::{Admission, Flavor, QueueSpec, QueueTree, add_flavored};
 
 use crate::convert::{ConvertError, resources};
-use crate::crd::{Queue, ResourceFlavor, ResourceList};
+use crate::crd::{Queue, Quota, ResourceFlavor, ResourceList};
 
 /// The queue pods go to when they name none.
 pub const DEFAULT_QUEUE: &str = "default";
@@ -19,35 +19,16 @@ pub const DEFAULT_QUEUE: &str = "default";
 /// A `Queue` object as the core's spec. Like the capability, borrowing and lending limits bound
 /// only what they name; per-flavor quotas become the core's qualified resources.
 pub fn spec(q: &Queue) -> Result<QueueSpec, ConvertError> {
-    let mut spec = plain_spec(q)?;
-    for (i, f) in q.spec.flavors.iter().enumerate() {
-        let field = |what: &str| format!("spec.flavors[{i}].{what}");
-        spec.flavors.push(f.name.clone());
-        add_flavored(&mut spec.guarantee, &f.name, &amounts(&field("guarantee"), &f.guarantee)?);
-        for (bound, list, what) in [
-            (&mut spec.capability, &f.capability, "capability"),
-            (&mut spec.borrowing_limit, &f.borrowing_limit, "borrowingLimit"),
-            (&mut spec.lending_limit, &f.lending_limit, "lendingLimit"),
-        ] {
-            let Some(list) = list else { continue };
-            let amount = limits(&field(what), list)?;
-            let unbounded = || limits(what, &ResourceList::new()).expect("an empty list converts");
-            add_flavored(bound.get_or_insert_with(unbounded), &f.name, &amount);
-        }
-    }
-    Ok(spec)
-}
-
-fn plain_spec(q: &Queue) -> Result<QueueSpec, ConvertError> {
     let name = q.metadata.name.clone().ok_or(ConvertError::Missing("metadata.name"))?;
-    Ok(QueueSpec {
+    let plain = quota("spec", &q.spec.quota)?;
+    let mut spec = QueueSpec {
         name,
         parent: q.spec.parent.clone(),
         weight: q.spec.weight.max(1),
-        guarantee: amounts("spec.guarantee", &q.spec.guarantee)?,
-        capability: q.spec.capability.as_ref().map(|c| limits("spec.capability", c)).transpose()?,
-        borrowing_limit: q.spec.borrowing_limit.as_ref().map(|c| limits("spec.borrowingLimit", c)).transpose()?,
-        lending_limit: q.spec.lending_limit.as_ref().map(|c| limits("spec.lendingLimit", c)).transpose()?,
+        guarantee: plain.guarantee,
+        capability: plain.capability,
+        borrowing_limit: plain.borrowing_limit,
+        lending_limit: plain.lending_limit,
         reclaimable: q.spec.reclaimable,
         admission: q
             .spec
@@ -60,6 +41,40 @@ fn plain_spec(q: &Queue) -> Result<QueueSpec, ConvertError> {
             })
             .unwrap_or_default(),
         flavors: Vec::new(),
+    };
+    for (i, f) in q.spec.flavors.iter().enumerate() {
+        let of = quota(&format!("spec.flavors[{i}]"), &f.quota)?;
+        spec.flavors.push(f.name.clone());
+        add_flavored(&mut spec.guarantee, &f.name, &of.guarantee);
+        for (bound, amount) in [
+            (&mut spec.capability, of.capability),
+            (&mut spec.borrowing_limit, of.borrowing_limit),
+            (&mut spec.lending_limit, of.lending_limit),
+        ] {
+            let Some(amount) = amount else { continue };
+            let unbounded = || limits("", &ResourceList::new()).expect("an empty list converts");
+            add_flavored(bound.get_or_insert_with(unbounded), &f.name, &amount);
+        }
+    }
+    Ok(spec)
+}
+
+/// A [`Quota`] converted (errors name `at`'s fields).
+struct Converted {
+    guarantee: Resources,
+    capability: Option<Resources>,
+    borrowing_limit: Option<Resources>,
+    lending_limit: Option<Resources>,
+}
+
+fn quota(at: &str, q: &Quota) -> Result<Converted, ConvertError> {
+    let bound =
+        |list: &Option<ResourceList>, what: &str| list.as_ref().map(|l| limits(&format!("{at}.{what}"), l)).transpose();
+    Ok(Converted {
+        guarantee: amounts(&format!("{at}.guarantee"), &q.guarantee)?,
+        capability: bound(&q.capability, "capability")?,
+        borrowing_limit: bound(&q.borrowing_limit, "borrowingLimit")?,
+        lending_limit: bound(&q.lending_limit, "lendingLimit")?,
     })
 }
 
