@@ -63,9 +63,10 @@ impl Plugin for FairSharePolicy {
 impl FairShare for FairSharePolicy {
     fn compute(&mut self, queues: &[QueueState], cluster: &Resources) -> Result<ShareDecision, String> {
         let tree = tree::Tree::new(queues)?;
-        let deserved = water::deserved(&tree, queues, cluster);
-        let order = order::order(self.policy, &tree, queues, cluster, &deserved);
-        Ok(ShareDecision { deserved, order })
+        let columns = water::Columns::read(queues, cluster);
+        let deserved = water::deserved(&tree, queues, &columns);
+        let order = order::order(self.policy, &tree, queues, &columns, &deserved);
+        Ok(ShareDecision { deserved: columns.resources(&deserved), order })
     }
 }
 

@@ -6,7 +6,7 @@ use wasmsched_sdk::prelude::*;
 
 use crate::Policy;
 use crate::tree::Tree;
-use crate::water::{Dim, dims};
+use crate::water::{Columns, Table};
 
 /// Keys are compared at this resolution, so that 2/3 ÷ 2 ties with 1/3 despite rounding.
 const RESOLUTION: f64 = 1e9;
@@ -20,8 +20,8 @@ fn ratio(a: u64, b: u64) -> f64 {
 }
 
 /// `max` over dimensions of `a / b`.
-fn max_ratio(dims: &[Dim], a: &Resources, b: &Resources) -> f64 {
-    dims.iter().map(|d| ratio(d.get(a), d.get(b))).fold(0.0, f64::max)
+fn max_ratio(a: &[u64], b: &[u64]) -> f64 {
+    a.iter().zip(b).map(|(&a, &b)| ratio(a, b)).fold(0.0, f64::max)
 }
 
 /// Quantise, then compare exactly: a tolerance test (`|a - b| < ε`) is not transitive, and a sort
@@ -32,8 +32,8 @@ fn cmp_key(a: f64, b: f64) -> Ordering {
     q(a).cmp(&q(b))
 }
 
-fn pending(dims: &[Dim], q: &QueueState) -> bool {
-    dims.iter().any(|d| d.get(&q.request) > d.get(&q.allocated))
+fn pending(request: &[u64], allocated: &[u64]) -> bool {
+    request.iter().zip(allocated).any(|(r, a)| r > a)
 }
 
 /// Serving order of the leaves that have pending work.
@@ -41,25 +41,27 @@ pub(crate) fn order(
     policy: Policy,
     tree: &Tree,
     queues: &[QueueState],
-    cluster: &Resources,
-    deserved: &[Resources],
+    columns: &Columns,
+    deserved: &Table,
 ) -> Vec<u32> {
-    let dims = dims(cluster);
+    let cluster = columns.cluster.row(0);
+    let (allocated, request) = (&columns.allocated, &columns.request);
     // Subtree allocation: a parent's own allocation plus its descendants'.
-    let mut subtree: Vec<Resources> = queues.iter().map(|q| q.allocated.clone()).collect();
-    fn accumulate(tree: &Tree, q: usize, subtree: &mut Vec<Resources>) -> Resources {
-        let mut total = subtree[q].clone();
+    let mut subtree = allocated.clone();
+    fn accumulate(tree: &Tree, q: usize, subtree: &mut Table) {
         for &c in &tree.children[q] {
-            let child = accumulate(tree, c, subtree);
-            total.saturating_add_assign(&child);
+            accumulate(tree, c, subtree);
+            for d in 0..subtree.row(q).len() {
+                let child = subtree.get(c, d);
+                let own = &mut subtree.row_mut(q)[d];
+                *own = own.saturating_add(child);
+            }
         }
-        subtree[q] = total.clone();
-        total
     }
     for &r in &tree.roots {
         accumulate(tree, r, &mut subtree);
     }
-    let dominant: Vec<f64> = subtree.iter().map(|a| max_ratio(&dims, a, cluster)).collect();
+    let dominant: Vec<f64> = (0..queues.len()).map(|q| max_ratio(subtree.row(q), cluster)).collect();
     // Tie-break shared by all policies: lower unweighted dominant share, then name.
     let tie = |a: usize, b: usize| cmp_key(dominant[a], dominant[b]).then_with(|| queues[a].name.cmp(&queues[b].name));
 
@@ -87,7 +89,7 @@ pub(crate) fn order(
                 }
             }
             let key = |q: usize| dominant[q] / f64::from(queues[q].weight);
-            let leaf_ok = |q: usize| pending(&dims, &queues[q]);
+            let leaf_ok = |q: usize| pending(request.row(q), allocated.row(q));
             visit(tree, &tree.roots, &key, &tie, &leaf_ok, &mut out);
         }
         Policy::Proportion | Policy::DecayedUsage => {
@@ -95,11 +97,9 @@ pub(crate) fn order(
             for &r in &tree.roots {
                 tree.leaves(r, &mut leaves);
             }
-            leaves.retain(|&q| pending(&dims, &queues[q]));
+            leaves.retain(|&q| pending(request.row(q), allocated.row(q)));
             let key: Vec<f64> = match policy {
-                Policy::Proportion => {
-                    queues.iter().zip(deserved).map(|(q, d)| max_ratio(&dims, &q.allocated, d)).collect()
-                }
+                Policy::Proportion => (0..queues.len()).map(|q| max_ratio(allocated.row(q), deserved.row(q))).collect(),
                 _ => {
                     let share = normalized_shares(tree, queues);
                     queues.iter().zip(&share).map(|(q, s)| q.decayed_usage.max(0.0) / s).collect()

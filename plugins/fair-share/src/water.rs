@@ -9,7 +9,8 @@
 //!    small to split by weight goes to the heaviest unmet child (ties: input order).
 //!
 //! A child's demand is its request (for a parent: the sum of its children's demands, or its own
-//! request if larger), capped by its capability. Unrequested capacity stays undistributed.
+//! request if larger), capped by its capability (which bounds only the extended resources it
+//! names). Unrequested capacity stays undistributed.
 
 use wasmsched_sdk::prelude::*;
 
@@ -25,81 +26,164 @@ pub(crate) enum Dim {
 }
 
 impl Dim {
-    pub fn get(&self, r: &Resources) -> u64 {
+    /// `r`'s amount, or `unnamed` for an extended resource `r` does not name.
+    fn get_or(&self, r: &Resources, unnamed: u64) -> u64 {
         match self {
             Dim::Cpu => r.cpu_milli,
             Dim::Memory => r.memory_bytes,
             Dim::Gpu => r.gpu_milli,
-            Dim::Extended(name) => r.extended(name),
-        }
-    }
-
-    fn set(&self, r: &mut Resources, v: u64) {
-        match self {
-            Dim::Cpu => r.cpu_milli = v,
-            Dim::Memory => r.memory_bytes = v,
-            Dim::Gpu => r.gpu_milli = v,
-            Dim::Extended(name) => match r.extended.binary_search_by(|(n, _)| n.as_str().cmp(name)) {
-                Ok(i) => r.extended[i].1 = v,
-                Err(i) => r.extended.insert(i, (name.clone(), v)),
-            },
+            Dim::Extended(name) => {
+                r.extended.binary_search_by(|(n, _)| n.as_str().cmp(name)).map_or(unnamed, |i| r.extended[i].1)
+            }
         }
     }
 }
 
-/// The dimensions of `cluster`.
-pub(crate) fn dims(cluster: &Resources) -> Vec<Dim> {
+/// The dimensions of `cluster`: CPU, memory, GPU, then its extended resources in name order.
+fn dims(cluster: &Resources) -> Vec<Dim> {
     let mut d = vec![Dim::Cpu, Dim::Memory, Dim::Gpu];
     d.extend(cluster.extended.iter().map(|(n, _)| Dim::Extended(n.clone())));
     d
 }
 
+/// One quantity per queue and dimension, read out of the queues' `Resources` once per
+/// computation: the water-filling and the ordering then index numbers instead of looking up
+/// extended resources by name (with per-flavor quotas, most dimensions are extended).
+#[derive(Clone)]
+pub(crate) struct Table {
+    width: usize,
+    cells: Vec<u64>,
+}
+
+impl Table {
+    /// Rows in order. An absent row (no capability) reads `absent` in every dimension, and so
+    /// does an extended resource a row does not name: 0 for amounts, `u64::MAX` for bounds (the
+    /// contract's "a bound limits only the extended resources it names").
+    pub fn read<'a>(dims: &[Dim], rows: impl Iterator<Item = Option<&'a Resources>>, absent: u64) -> Table {
+        let mut cells = Vec::with_capacity(rows.size_hint().0 * dims.len());
+        for row in rows {
+            match row {
+                Some(r) => cells.extend(dims.iter().map(|d| d.get_or(r, absent))),
+                None => cells.extend(std::iter::repeat_n(absent, dims.len())),
+            }
+        }
+        Table { width: dims.len(), cells }
+    }
+
+    /// Queue `q`'s quantity in dimension `d`.
+    #[inline]
+    pub fn get(&self, q: usize, d: usize) -> u64 {
+        self.cells[q * self.width + d]
+    }
+
+    /// Queue `q`'s quantities, in dimension order.
+    #[inline]
+    pub fn row(&self, q: usize) -> &[u64] {
+        &self.cells[q * self.width..(q + 1) * self.width]
+    }
+
+    /// Mutable access to queue `q`'s quantities.
+    pub fn row_mut(&mut self, q: usize) -> &mut [u64] {
+        &mut self.cells[q * self.width..(q + 1) * self.width]
+    }
+}
+
+/// Everything the computation reads of the queues and the cluster, per dimension, read once.
+pub(crate) struct Columns {
+    pub dims: Vec<Dim>,
+    /// The cluster's amount per dimension (one row).
+    pub cluster: Table,
+    pub request: Table,
+    pub allocated: Table,
+    pub capability: Table,
+    pub guarantee: Table,
+}
+
+impl Columns {
+    pub fn read(queues: &[QueueState], cluster: &Resources) -> Columns {
+        let dims = dims(cluster);
+        let column = |f: fn(&QueueState) -> &Resources| Table::read(&dims, queues.iter().map(|q| Some(f(q))), 0);
+        Columns {
+            cluster: Table::read(&dims, std::iter::once(Some(cluster)), 0),
+            request: column(|q| &q.request),
+            allocated: column(|q| &q.allocated),
+            capability: Table::read(&dims, queues.iter().map(|q| q.capability.as_ref()), u64::MAX),
+            guarantee: column(|q| &q.guarantee),
+            dims,
+        }
+    }
+
+    /// `table`'s rows as `Resources`, naming every extended dimension.
+    pub fn resources(&self, table: &Table) -> Vec<Resources> {
+        (0..table.cells.len() / table.width.max(1))
+            .map(|q| {
+                let row = table.row(q);
+                Resources {
+                    cpu_milli: row[0],
+                    memory_bytes: row[1],
+                    gpu_milli: row[2],
+                    // `dims` lists extended resources in name order, so this stays sorted.
+                    extended: self.dims[3..]
+                        .iter()
+                        .zip(&row[3..])
+                        .filter_map(|(dim, &v)| match dim {
+                            Dim::Extended(name) => Some((name.clone(), v)),
+                            _ => None,
+                        })
+                        .collect(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// What the water-filling reads.
+struct Inputs<'a> {
+    tree: &'a Tree,
+    queues: &'a [QueueState],
+    columns: &'a Columns,
+}
+
 /// Deserved share of every queue, in input order.
-pub(crate) fn deserved(tree: &Tree, queues: &[QueueState], cluster: &Resources) -> Vec<Resources> {
-    let mut out = vec![Resources::default(); queues.len()];
-    for dim in dims(cluster) {
-        let mut demand = vec![0u64; queues.len()];
+pub(crate) fn deserved(tree: &Tree, queues: &[QueueState], columns: &Columns) -> Table {
+    let n = queues.len();
+    let width = columns.dims.len();
+    let inputs = Inputs { tree, queues, columns };
+    let mut share = Table { width, cells: vec![0; n * width] };
+    let mut demand = vec![0u64; n];
+    let mut amount = vec![0u64; n];
+    for d in 0..width {
         for &r in &tree.roots {
-            compute_demand(tree, queues, &dim, r, &mut demand);
+            compute_demand(&inputs, d, r, &mut demand);
         }
-        let mut amount = vec![0u64; queues.len()];
-        split(tree, queues, &dim, &tree.roots, dim.get(cluster), &demand, &mut amount);
-        for (q, v) in amount.into_iter().enumerate() {
-            dim.set(&mut out[q], v);
+        amount.fill(0);
+        split(&inputs, d, &tree.roots, columns.cluster.get(0, d), &demand, &mut amount);
+        for (q, &v) in amount.iter().enumerate() {
+            share.row_mut(q)[d] = v;
         }
     }
-    out
+    share
 }
 
-fn compute_demand(tree: &Tree, queues: &[QueueState], dim: &Dim, q: usize, demand: &mut [u64]) -> u64 {
-    let mut d = dim.get(&queues[q].request);
-    if !tree.children[q].is_empty() {
-        let sum = tree.children[q]
-            .iter()
-            .fold(0u64, |acc, &c| acc.saturating_add(compute_demand(tree, queues, dim, c, demand)));
-        d = d.max(sum);
+fn compute_demand(inputs: &Inputs, d: usize, q: usize, demand: &mut [u64]) -> u64 {
+    let mut own = inputs.columns.request.get(q, d);
+    let children = &inputs.tree.children[q];
+    if !children.is_empty() {
+        let sum = children.iter().fold(0u64, |acc, &c| acc.saturating_add(compute_demand(inputs, d, c, demand)));
+        own = own.max(sum);
     }
-    if let Some(cap) = &queues[q].capability {
-        d = d.min(dim.get(cap));
-    }
-    demand[q] = d;
-    d
+    let capped = own.min(inputs.columns.capability.get(q, d));
+    demand[q] = capped;
+    capped
 }
 
-fn split(
-    tree: &Tree,
-    queues: &[QueueState],
-    dim: &Dim,
-    children: &[usize],
-    total: u64,
-    demand: &[u64],
-    out: &mut [u64],
-) {
+fn split(inputs: &Inputs, d: usize, children: &[usize], total: u64, demand: &[u64], out: &mut [u64]) {
+    let queues = inputs.queues;
     if children.is_empty() {
         return;
     }
     // 1. Guarantees, capped by demand and scaled down to fit.
-    let guaranteed: Vec<u64> = children.iter().map(|&c| dim.get(&queues[c].guarantee).min(demand[c])).collect();
+    let guaranteed: Vec<u64> = children.iter().map(|&c| inputs.columns.guarantee.get(c, d).min(demand[c])).collect();
     let sum: u128 = guaranteed.iter().map(|&g| u128::from(g)).sum();
     for (&c, &g) in children.iter().zip(&guaranteed) {
         out[c] = if sum > u128::from(total) { (u128::from(g) * u128::from(total) / sum) as u64 } else { g };
@@ -131,6 +215,6 @@ fn split(
     }
 
     for &c in children {
-        split(tree, queues, dim, &tree.children[c], out[c], demand, out);
+        split(inputs, d, &inputs.tree.children[c], out[c], demand, out);
     }
 }

@@ -393,7 +393,8 @@ pub struct QueueState {
     pub weight: u32,
     /// Always deserved, never reclaimed.
     pub guarantee: Resources,
-    /// Upper bound, `None` for unbounded.
+    /// Upper bound, `None` for unbounded. It bounds only the extended resources it names: one
+    /// it does not name is unbounded (as in the host's quota checks).
     pub capability: Option<Resources>,
     /// Allocated now.
     pub allocated: Resources,
