@@ -106,6 +106,21 @@ pub struct QueueTree {
     /// The qualified (per-flavor) resources some quota bounds or guarantees: the only ones fair
     /// share and reserves need to count (a flavor quota naming only GPUs adds one dimension).
     flavored: ahash::AHashSet<String>,
+    /// Per queue, whether some queue names it as parent.
+    has_children: Vec<bool>,
+}
+
+/// Every subtree's unused reserve for one allocation state: the part of
+/// [`QueueTree::reserved_against`] that walks all queues, computed once per state and shared by
+/// every leaf's check.
+#[derive(Clone, Debug, Default)]
+pub struct UnusedReserves {
+    /// Per queue, what its subtree keeps unused.
+    unused: Vec<Resources>,
+    /// Per queue, the sum of its children's `unused`.
+    children: Vec<Resources>,
+    /// The sum of the roots' `unused`.
+    roots: Resources,
 }
 
 /// Whether `small` is within `big` in every resource.
@@ -229,6 +244,10 @@ impl QueueTree {
         self.flavor_order.push(order);
         self.index.insert(spec.name.clone(), self.queues.len());
         self.parent.push(parent);
+        self.has_children.push(false);
+        if let Some(p) = parent {
+            self.has_children[p] = true;
+        }
         self.limit.push(limit);
         self.reserve.push(reserve.filter(|r| *r != Resources::default()));
         // A guarantee of 0 and a bound of u64::MAX / 4 or more (the frontends' "unbounded") say
@@ -331,10 +350,10 @@ impl QueueTree {
         self.reserve.iter().any(Option::is_some)
     }
 
-    /// What queues outside the subtrees on `leaf`'s path keep unused for themselves: capacity work
-    /// of `leaf` must leave free. A queue's reserve covers its subtree, so a subtree keeps the
-    /// larger of its own unused reserve and the sum of its children's, per resource.
-    pub fn reserved_against(&self, leaf: usize, allocated: &[Resources]) -> Resources {
+    /// Every subtree's unused reserve under `allocated` (per queue, its subtree's allocation). A
+    /// queue's reserve covers its subtree, so a subtree keeps the larger of its own unused reserve
+    /// and the sum of its children's, per resource. O(queues).
+    pub fn unused_reserves(&self, allocated: &[Resources]) -> UnusedReserves {
         let n = self.queues.len();
         let mut unused = vec![Resources::default(); n];
         let mut children = vec![Resources::default(); n];
@@ -351,20 +370,27 @@ impl QueueTree {
                 None => roots.saturating_add_assign(&unused[q]),
             }
         }
+        UnusedReserves { unused, children, roots }
+    }
+
+    /// What queues outside the subtrees on `leaf`'s path keep unused for themselves: capacity work
+    /// of `leaf` must leave free. O(depth) given the [`Self::unused_reserves`] of the state.
+    pub fn reserved_against(&self, leaf: usize, reserves: &UnusedReserves) -> Resources {
+        let UnusedReserves { unused, children, roots } = reserves;
         let mut total = Resources::default();
         for c in self.chain(leaf) {
-            let siblings = match self.parent(c) {
-                Some(p) => &children[p],
-                None => &roots,
+            let (Some(own), Some(siblings)) = (unused.get(c), self.parent(c).map_or(Some(roots), |p| children.get(p)))
+            else {
+                continue;
             };
-            total.saturating_add_assign(&siblings.saturating_sub(&unused[c]));
+            total.saturating_add_assign(&siblings.saturating_sub(own));
         }
         total
     }
 
     /// Whether the queue has no children (work is only submitted to leaves).
     pub fn is_leaf(&self, i: usize) -> bool {
-        !self.parent.contains(&Some(i))
+        !self.has_children.get(i).copied().unwrap_or(false)
     }
 
     /// The fair-share plugin's view, with the current allocation, requests (allocated + pending)
@@ -455,14 +481,14 @@ mod tests {
         assert!(t.has_reserves());
         let idle = vec![Resources::default(); 4];
         // p keeps 4, its child c keeps 6: outside p, the larger covers both.
-        assert_eq!(t.reserved_against(3, &idle).gpu_milli, 6_000);
+        assert_eq!(t.reserved_against(3, &t.unused_reserves(&idle)).gpu_milli, 6_000);
         // d is inside p: only its sibling c's reserve is kept from it.
-        assert_eq!(t.reserved_against(2, &idle).gpu_milli, 6_000);
-        assert_eq!(t.reserved_against(1, &idle).gpu_milli, 0);
+        assert_eq!(t.reserved_against(2, &t.unused_reserves(&idle)).gpu_milli, 6_000);
+        assert_eq!(t.reserved_against(1, &t.unused_reserves(&idle)).gpu_milli, 0);
         // c uses 3 (so does p, its parent): c keeps 3 more, p 1 more.
         let used = vec![gpus(3_000), gpus(3_000), Resources::default(), Resources::default()];
-        assert_eq!(t.reserved_against(3, &used).gpu_milli, 3_000);
-        assert_eq!(t.reserved_against(2, &used).gpu_milli, 3_000);
+        assert_eq!(t.reserved_against(3, &t.unused_reserves(&used)).gpu_milli, 3_000);
+        assert_eq!(t.reserved_against(2, &t.unused_reserves(&used)).gpu_milli, 3_000);
         assert_eq!(t.states(&used, &used, &[0.0; 4])[0].capability.as_ref().unwrap().gpu_milli, 12_000);
     }
 

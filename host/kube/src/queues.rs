@@ -299,7 +299,10 @@ mod tests {
         assert_eq!(tree.limit(i).unwrap().gpu_milli, 12_000, "guarantee 8 + borrowing 4 is tighter than 16");
         assert!(tree.limit(i).unwrap().cpu_milli > 1 << 60, "the borrowing limit names no CPU");
         // 6 of the 8 guaranteed GPUs stay with research; its CPU guarantee is lent in full.
-        let reserved = tree.reserved_against(tree.index_of(DEFAULT_QUEUE).unwrap(), &vec![Resources::default(); 2]);
+        let reserved = tree.reserved_against(
+            tree.index_of(DEFAULT_QUEUE).unwrap(),
+            &tree.unused_reserves(&[Resources::default(), Resources::default()]),
+        );
         assert_eq!((reserved.gpu_milli, reserved.cpu_milli), (6000, 0));
         assert!(!r.reclaimable);
         let a = &r.admission;

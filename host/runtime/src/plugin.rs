@@ -28,6 +28,12 @@ const DEFAULT_FUEL: u64 = 1_000_000_000;
 /// configured deadline would make results depend on machine load, so only a hang outside guest
 /// code (which fuel cannot see) is cut, and late.
 const DETERMINISTIC_BACKSTOP: Duration = Duration::from_secs(30);
+
+/// The least wall-clock time instantiation and `init` get, whatever the call deadline: they run
+/// off the decision path (loading, replacing a faulted instance), and ten 10 ms deadlines were
+/// too little for a fresh instance on a loaded 2-vCPU machine ("trapped during init: interrupt"
+/// for a well-behaved plugin). Still bounded, so a plugin whose `init` loops fails to load.
+const INIT_BUDGET: Duration = Duration::from_secs(1);
 /// Nodes per `mirror.upsert` call during a full sync; bounds the size of one call.
 const SYNC_CHUNK: usize = 512;
 /// Longest fault message kept.
@@ -158,6 +164,8 @@ struct Blueprint {
     pre: InstancePre<HostState>,
     indices: Indices,
     epoch_ticks: u64,
+    /// Instantiation and `init`: ten calls' worth, and at least [`INIT_BUDGET`].
+    init_scale: u64,
     fuel: Option<u64>,
 }
 
@@ -176,7 +184,7 @@ impl Blueprint {
         store.limiter(|s| &mut s.limiter);
         store.epoch_deadline_trap();
         store.data_mut().begin_call();
-        self.arm(&mut store, 10);
+        self.arm(&mut store, self.init_scale);
         let instance = self.pre.instantiate(&mut store)?;
         let ix = &self.indices;
         let plugin = ix.plugin.load(&mut store, &instance)?;
@@ -237,9 +245,19 @@ impl WasmPlugin {
         let deadline =
             if rt.config.deterministic { DETERMINISTIC_BACKSTOP.max(config.deadline) } else { config.deadline };
         let epoch_ticks = u64::try_from(deadline.as_nanos().div_ceil(tick)).unwrap_or(u64::MAX / 16) + 1;
+        let init_ticks = u64::try_from(INIT_BUDGET.as_nanos().div_ceil(tick)).unwrap_or(u64::MAX / 16);
+        let init_scale = init_ticks.div_ceil(epoch_ticks).max(10);
         let fuel = rt.config.deterministic.then(|| config.fuel.unwrap_or(DEFAULT_FUEL));
-        let blueprint =
-            Blueprint { name: name.clone(), config, engine: rt.engine.clone(), pre, indices, epoch_ticks, fuel };
+        let blueprint = Blueprint {
+            name: name.clone(),
+            config,
+            engine: rt.engine.clone(),
+            pre,
+            indices,
+            epoch_ticks,
+            init_scale,
+            fuel,
+        };
 
         let (live, info) = blueprint.instantiate().map_err(|e| LoadError::Config {
             plugin: name.to_string(),

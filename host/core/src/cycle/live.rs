@@ -55,6 +55,9 @@ impl SchedulerCore {
             e.members[idx] = Some(Member { slot, node: node.clone(), devices, started: now, leaving: None, flavor });
             e.phase = Phase::Running;
             self.index_add(node, &name);
+            if !task.labels.is_empty() {
+                self.wake_affinity_waiters();
+            }
         }
         Ok(())
     }
@@ -204,6 +207,7 @@ impl SchedulerCore {
             })
             .collect();
         self.allocated = vec![Default::default(); queues.len()];
+        self.reserves.take();
         self.usage = usage;
         self.queues = queues;
         self.deserved = None;

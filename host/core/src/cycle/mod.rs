@@ -47,6 +47,7 @@ mod preempt;
 mod workload;
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 use ahash::AHashMap;
 use tracing::{debug, warn};
@@ -57,7 +58,7 @@ use crate::gang::{Adjust, GangError, GroupSpec, place_group};
 use crate::node_table::{NodeTable, Slot};
 use crate::placement::{Placement, PolicySet, feasible_nodes_to_find, place, place_among};
 use crate::plugin::PluginFault;
-use crate::queue::{QueueTree, fits};
+use crate::queue::{QueueTree, UnusedReserves, fits};
 
 pub use explain::Explanation;
 use failures::Failures;
@@ -386,6 +387,13 @@ pub struct SchedulerCore {
     foreign_anti: AHashMap<String, Vec<RunningPod>>,
     /// Workloads with a member with anti-affinity terms (every task is checked against them).
     anti_holders: ahash::AHashSet<String>,
+    /// Parked workloads with required pod affinity: a pod starting may be the one they wait for,
+    /// which no capacity change would signal.
+    affinity_parked: ahash::AHashSet<String>,
+    /// The unused reserves of lending queues and the roots' total allocation for the current
+    /// `allocated` (`None` inside: no queue keeps a reserve): computed on first use, dropped by
+    /// every change of `allocated`, so quota checks between two changes cost O(depth).
+    reserves: OnceLock<Option<(UnusedReserves, Resources)>>,
 }
 
 impl SchedulerCore {
@@ -411,6 +419,8 @@ impl SchedulerCore {
             foreign_pods: AHashMap::new(),
             foreign_anti: AHashMap::new(),
             anti_holders: ahash::AHashSet::new(),
+            affinity_parked: ahash::AHashSet::new(),
+            reserves: OnceLock::new(),
         }
     }
 
@@ -1141,6 +1151,9 @@ impl SchedulerCore {
         e.not_before = now.saturating_add(backoff);
         e.parked_at = Some(self.epoch);
         e.phase = if e.placed() > 0 { e.phase } else { Phase::Pending };
+        if e.spec.members.iter().any(|m| !m.pod_terms().affinity.is_empty()) {
+            self.affinity_parked.insert(name.to_string());
+        }
         explanation.attempts = e.attempts;
         explanation.retry_at = Some(e.not_before);
         e.explanation = explanation.clone();
@@ -1159,6 +1172,9 @@ impl SchedulerCore {
     ) {
         let leaf = self.entries[name].leaf;
         let flavor = self.flavor_name(flavor).map(str::to_string);
+        if placed.iter().any(|(i, _)| !self.entries[name].spec.members[*i].labels.is_empty()) {
+            self.wake_affinity_waiters();
+        }
         for (i, Placement { node: slot, devices, score, feasible, skipped_faults }) in placed {
             let node = self.nodes.get(slot).map(|n| n.name.clone()).unwrap_or_default();
             let task = self.entries[name].spec.members[i].clone();
@@ -1256,6 +1272,7 @@ impl SchedulerCore {
 
     /// Add (or remove) `d` to a leaf queue and its ancestors.
     fn account(&mut self, leaf: usize, d: &Resources, add: bool) {
+        self.reserves.take();
         let chain: Vec<usize> = self.queues.chain(leaf).collect();
         for q in chain {
             self.allocated[q] = if add {
@@ -1374,6 +1391,17 @@ impl SchedulerCore {
     /// The cluster changed: everything parked may be tried again (after its back-off).
     fn unpark_all(&mut self) {
         self.epoch += 1;
+        self.affinity_parked.clear();
+    }
+
+    /// A pod with labels started: parked work with required pod affinity may be tried again
+    /// (after its back-off), since that pod may be the one it waits for.
+    pub(super) fn wake_affinity_waiters(&mut self) {
+        for name in std::mem::take(&mut self.affinity_parked) {
+            if let Some(e) = self.entries.get_mut(&name) {
+                e.parked_at = None;
+            }
+        }
     }
 
     fn is_parked(&self, e: &Entry) -> bool {
@@ -1397,13 +1425,19 @@ impl SchedulerCore {
     /// the leaf may take without borrowing; `None` when no queue keeps anything. Constant while
     /// only `leaf`'s own path allocates more.
     fn reserves_against(&self, leaf: usize) -> Option<Reserves> {
-        if !self.queues.has_reserves() {
-            return None;
-        }
-        let mut used = Resources::default();
-        for q in (0..self.queues.len()).filter(|&q| self.queues.parent(q).is_none()) {
-            used.saturating_add_assign(&self.allocated[q]);
-        }
+        let (unused, used) = self
+            .reserves
+            .get_or_init(|| {
+                if !self.queues.has_reserves() {
+                    return None;
+                }
+                let mut used = Resources::default();
+                for q in (0..self.queues.len()).filter(|&q| self.queues.parent(q).is_none()) {
+                    used.saturating_add_assign(&self.allocated[q]);
+                }
+                Some((self.queues.unused_reserves(&self.allocated), used))
+            })
+            .as_ref()?;
         // Work within the guarantee of its queue or of any ancestor borrows nothing.
         let mut headroom = Resources::default();
         for q in self.queues.chain(leaf) {
@@ -1414,7 +1448,7 @@ impl SchedulerCore {
                 headroom.gpu_milli = headroom.gpu_milli.max(room.gpu_milli);
             }
         }
-        Some(Reserves { reserved: self.queues.reserved_against(leaf, &self.allocated), used, headroom })
+        Some(Reserves { reserved: self.queues.reserved_against(leaf, unused), used: used.clone(), headroom })
     }
 }
 

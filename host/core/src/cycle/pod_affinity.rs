@@ -57,6 +57,8 @@ impl SchedulerCore {
     /// Tell the core the pods of others running on `node` (for inter-pod affinity). Replaces what
     /// was said before; an empty list forgets the node.
     pub fn observe_pods(&mut self, node: &str, pods: Vec<RunningPod>) {
+        // A new pod there may be the one parked work with required pod affinity waits for.
+        self.wake_affinity_waiters();
         let anti: Vec<RunningPod> = pods.iter().filter(|p| !p.anti_affinity.is_empty()).cloned().collect();
         if anti.is_empty() {
             self.foreign_anti.remove(node);

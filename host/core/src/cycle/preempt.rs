@@ -41,14 +41,37 @@ struct Preemptor<'a> {
 }
 
 impl Preemptor<'_> {
-    /// Whether `v`'s running members may be evicted for it.
-    fn may_evict(&self, core: &SchedulerCore, v: &Entry) -> bool {
+    /// The running workloads whose members may be evicted for it: each member as (workload,
+    /// index). One pass over the workloads; what does not depend on the victim is looked up once.
+    fn eligible(&self, core: &SchedulerCore) -> Vec<(String, usize)> {
+        let preempted_by = core.entries.get(self.name).map_or(&[][..], |p| p.preempted_by.as_slice());
+        // Only a preemptor that may reclaim asks whether a victim's queue is over its share.
+        let over_share: Vec<bool> = match (&core.deserved, self.may_reclaim) {
+            (Some(d), true) => core.allocated.iter().zip(d).map(|(a, d)| !fits(a, d)).collect(),
+            _ => Vec::new(),
+        };
+        core.entries
+            .values()
+            .filter(|v| self.may_evict(core, v, preempted_by, &over_share))
+            .flat_map(|v| {
+                v.members
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, m)| m.as_ref().is_some_and(|m| m.leaving.is_none()))
+                    .map(|(i, _)| (v.spec.name.clone(), i))
+            })
+            .collect()
+    }
+
+    /// Whether `v`'s running members may be evicted for it; `preempted_by` lists the workloads
+    /// that preempted it, `over_share` per queue whether it holds more than its deserved share.
+    fn may_evict(&self, core: &SchedulerCore, v: &Entry, preempted_by: &[String], over_share: &[bool]) -> bool {
         if v.spec.name == self.name || !v.spec.preemptible || v.phase != Phase::Running {
             return false;
         }
         // The rules above cannot loop while deserved shares stand still; shares move with demand,
         // so this is the backstop that makes "never back and forth" hold regardless.
-        if core.entries.get(self.name).is_some_and(|p| p.preempted_by.contains(&v.spec.name)) {
+        if preempted_by.contains(&v.spec.name) {
             return false;
         }
         let surplus = v.running() > v.spec.min_member;
@@ -61,9 +84,9 @@ impl Preemptor<'_> {
         if surplus && v.spec.priority <= self.priority {
             return true;
         }
-        let reclaimable = core.queues.get(v.leaf).is_some_and(|q| q.reclaimable);
-        let over_share = core.deserved.as_ref().is_some_and(|d| !fits(&core.allocated[v.leaf], &d[v.leaf]));
-        self.may_reclaim && reclaimable && over_share
+        self.may_reclaim
+            && core.queues.get(v.leaf).is_some_and(|q| q.reclaimable)
+            && over_share.get(v.leaf).copied().unwrap_or(false)
     }
 }
 
@@ -147,18 +170,7 @@ fn preempt_with(
         e.spec.members.iter().map(|t| core.prepare(t, flavor, &mut None)).collect::<Result<_, _>>()?;
     let leaf = e.leaf;
 
-    let eligible: Vec<(String, usize)> = core
-        .entries
-        .values()
-        .filter(|v| who.may_evict(core, v))
-        .flat_map(|v| {
-            v.members
-                .iter()
-                .enumerate()
-                .filter(|(_, m)| m.as_ref().is_some_and(|m| m.leaving.is_none()))
-                .map(|(i, _)| (v.spec.name.clone(), i))
-        })
-        .collect();
+    let eligible = who.eligible(core);
     if eligible.is_empty() {
         return Err(if who.quota_bound {
             "no lower-priority work in its own queue to make room within the quota".into()

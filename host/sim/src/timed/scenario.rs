@@ -7,7 +7,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use serde::{Deserialize, Deserializer, Serialize};
-use wasmsched_api::{GpuRequest, Resources, Task};
+use wasmsched_api::{
+    GpuRequest, MAX_PREFERRED_WEIGHT, PodAffinity, PodAffinityTerm, Resources, SelectorOperator, SelectorRequirement,
+    Task,
+};
 use wasmsched_core::{Flavor, NodeTable, PreemptionPolicy, QueueError, QueueSpec, QueueTree, Workload, add_flavored};
 use wasmsched_plugin_gpu_share_score::Spec;
 use wasmsched_topology::NodeTopology;
@@ -69,6 +72,124 @@ pub struct Job {
     /// A gang not placed within this long is given up (s); default the core's (600 s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<u64>,
+    /// Labels of each replica: what other jobs' `pod_affinity` terms select.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Inter-pod affinity and anti-affinity of each replica, as in Kubernetes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_affinity: Option<PodAffinityConfig>,
+}
+
+/// A job's inter-pod affinity (Kubernetes' `podAffinity` and `podAntiAffinity`, in the scenario's
+/// snake case). Every replica of the job carries it; the replicas of a gang see each other.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PodAffinityConfig {
+    /// Each term's domain must hold a pod it selects (the first of a group goes anywhere).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub required: Vec<PodTerm>,
+    /// No term's domain may hold a pod it selects (symmetric: running pods' terms count too).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub anti_required: Vec<PodTerm>,
+    /// Nodes whose domain holds a selected pod score the term's `weight`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preferred: Vec<PodTerm>,
+    /// Nodes whose domain holds no selected pod score the term's `weight`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub anti_preferred: Vec<PodTerm>,
+}
+
+/// One pod (anti-)affinity term: the pods it selects (all of `match_labels` and
+/// `match_expressions`; neither selects every pod) and the node label whose values are its
+/// domains (`kubernetes.io/hostname`: one node; every scenario node has it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PodTerm {
+    /// Labels a selected pod has, with these values.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+    /// Further requirements on a selected pod's labels.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_expressions: Vec<LabelRequirement>,
+    /// Node label naming the domain.
+    pub topology_key: String,
+    /// Preferred terms only: 1..=100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
+}
+
+/// A requirement on a pod label: `operator` is `In`, `NotIn`, `Exists` or `DoesNotExist`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LabelRequirement {
+    /// Label key.
+    pub key: String,
+    /// Comparison.
+    pub operator: String,
+    /// `In`/`NotIn`: one or more values; otherwise none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+}
+
+/// The label every scenario node carries with its name, so that a pod affinity term can have
+/// single nodes as its domains as in Kubernetes.
+pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+
+impl PodTerm {
+    fn term(&self) -> Result<PodAffinityTerm, String> {
+        let mut selector: Vec<SelectorRequirement> = self
+            .match_labels
+            .iter()
+            .map(|(k, v)| SelectorRequirement {
+                key: k.clone(),
+                operator: SelectorOperator::In,
+                values: vec![v.clone()],
+            })
+            .collect();
+        for r in &self.match_expressions {
+            let operator = match r.operator.as_str() {
+                "In" => SelectorOperator::In,
+                "NotIn" => SelectorOperator::NotIn,
+                "Exists" => SelectorOperator::Exists,
+                "DoesNotExist" => SelectorOperator::DoesNotExist,
+                other => return Err(format!("unknown operator {other:?} (In, NotIn, Exists, DoesNotExist)")),
+            };
+            selector.push(SelectorRequirement { key: r.key.clone(), operator, values: r.values.clone() });
+        }
+        Ok(PodAffinityTerm { selector: Some(selector), namespaces: None, topology_key: self.topology_key.clone() })
+    }
+
+    fn weighted(&self) -> Result<(u32, PodAffinityTerm), String> {
+        match self.weight {
+            Some(w) if (1..=MAX_PREFERRED_WEIGHT).contains(&w) => Ok((w, self.term()?)),
+            Some(w) => Err(format!("weight {w} is not in 1..={MAX_PREFERRED_WEIGHT}")),
+            None => Err("a preferred term needs a weight".into()),
+        }
+    }
+}
+
+impl PodAffinityConfig {
+    /// The core's form, validated.
+    pub fn resolve(&self) -> Result<PodAffinity, String> {
+        let required = |terms: &[PodTerm]| {
+            terms
+                .iter()
+                .map(|t| match t.weight {
+                    Some(_) => Err("a required term has no weight".to_string()),
+                    None => t.term(),
+                })
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let preferred = |terms: &[PodTerm]| terms.iter().map(PodTerm::weighted).collect::<Result<Vec<_>, _>>();
+        let affinity = PodAffinity {
+            affinity: required(&self.required)?,
+            anti_affinity: required(&self.anti_required)?,
+            preferred: preferred(&self.preferred)?,
+            anti_preferred: preferred(&self.anti_preferred)?,
+        };
+        affinity.validate()?;
+        Ok(affinity)
+    }
 }
 
 fn default_queue() -> String {
@@ -103,6 +224,8 @@ impl Default for Job {
             checkpoint_seconds: None,
             grace_seconds: None,
             timeout: None,
+            labels: BTreeMap::new(),
+            pod_affinity: None,
         }
     }
 }
@@ -148,6 +271,14 @@ impl Job {
                     ..Default::default()
                 }
             },
+            labels: self.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            // Validated when the scenario was read.
+            pod_affinity: self
+                .pod_affinity
+                .as_ref()
+                .and_then(|a| a.resolve().ok())
+                .filter(|a| !a.is_empty())
+                .map(Box::new),
             ..Default::default()
         }
     }
@@ -561,6 +692,9 @@ fn job_problem(j: &Job, tree: &QueueTree, jobs: &mut BTreeSet<String>, tasks: &m
     {
         return Some(format!("job {:?}: min_replicas {min} must be 1..={}", j.name, j.replicas));
     }
+    if let Some(Err(e)) = j.pod_affinity.as_ref().map(PodAffinityConfig::resolve) {
+        return Some(format!("job {:?}: pod_affinity: {e}", j.name));
+    }
     let ids = j.task_ids();
     if let Some(id) = ids.iter().find(|id| tasks.contains(*id)) {
         return Some(format!("job {:?}: pod name {id:?} is taken by another job", j.name));
@@ -690,7 +824,14 @@ impl Scenario {
         let mut t = NodeTable::new();
         for n in &self.nodes {
             let mut node = gpu_node(&n.name, n.cpu_milli, n.memory_mib.saturating_mul(1 << 20), n.gpus, &n.model);
-            node.labels.extend(n.labels.iter().filter(|(k, _)| *k != "gpu-model").map(|(k, v)| (k.clone(), v.clone())));
+            node.labels.extend(
+                n.labels
+                    .iter()
+                    .filter(|(k, _)| *k != "gpu-model" && *k != HOSTNAME_LABEL)
+                    .map(|(k, v)| (k.clone(), v.clone())),
+            );
+            node.labels.push((HOSTNAME_LABEL.into(), n.name.clone()));
+            node.labels.sort();
             t.upsert(node);
         }
         t
