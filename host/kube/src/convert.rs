@@ -414,13 +414,10 @@ fn node_affinity(spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<NodeAffin
     use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm as KubeTerm};
     fn requirement(r: &NodeSelectorRequirement) -> Result<SelectorRequirement, ConvertError> {
         let operator = match r.operator.as_str() {
-            "In" => SelectorOperator::In,
-            "NotIn" => SelectorOperator::NotIn,
-            "Exists" => SelectorOperator::Exists,
-            "DoesNotExist" => SelectorOperator::DoesNotExist,
             "Gt" => SelectorOperator::Gt,
             "Lt" => SelectorOperator::Lt,
-            other => return Err(ConvertError::Affinity(format!("{}: unknown operator {other:?}", r.key))),
+            other => SelectorOperator::of_label_selector(other)
+                .ok_or_else(|| ConvertError::Affinity(format!("{}: unknown operator {other:?}", r.key)))?,
         };
         Ok(SelectorRequirement { key: r.key.clone(), operator, values: r.values.clone().unwrap_or_default() })
     }
@@ -466,24 +463,11 @@ fn pod_affinity(spec: &k8s_openapi::api::core::v1::PodSpec, strict: bool) -> Res
     use k8s_openapi::api::core::v1::PodAffinityTerm as KubeTerm;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
     fn selector(s: &LabelSelector) -> Result<Vec<SelectorRequirement>, String> {
-        let mut out: Vec<SelectorRequirement> = s
-            .match_labels
-            .iter()
-            .flatten()
-            .map(|(k, v)| SelectorRequirement {
-                key: k.clone(),
-                operator: SelectorOperator::In,
-                values: vec![v.clone()],
-            })
-            .collect();
+        let mut out: Vec<SelectorRequirement> =
+            s.match_labels.iter().flatten().map(|(k, v)| SelectorRequirement::equals(k, v)).collect();
         for r in s.match_expressions.iter().flatten() {
-            let operator = match r.operator.as_str() {
-                "In" => SelectorOperator::In,
-                "NotIn" => SelectorOperator::NotIn,
-                "Exists" => SelectorOperator::Exists,
-                "DoesNotExist" => SelectorOperator::DoesNotExist,
-                other => return Err(format!("{}: unknown label selector operator {other:?}", r.key)),
-            };
+            let operator = SelectorOperator::of_label_selector(&r.operator)
+                .ok_or_else(|| format!("{}: unknown label selector operator {:?}", r.key, r.operator))?;
             out.push(SelectorRequirement {
                 key: r.key.clone(),
                 operator,

@@ -38,7 +38,26 @@ pub struct SelectorRequirement {
     pub values: Vec<String>,
 }
 
+impl SelectorOperator {
+    /// A label selector's operator by its Kubernetes name: `In`, `NotIn`, `Exists` or
+    /// `DoesNotExist` (`Gt` and `Lt` belong to node selectors only).
+    pub fn of_label_selector(name: &str) -> Option<SelectorOperator> {
+        match name {
+            "In" => Some(SelectorOperator::In),
+            "NotIn" => Some(SelectorOperator::NotIn),
+            "Exists" => Some(SelectorOperator::Exists),
+            "DoesNotExist" => Some(SelectorOperator::DoesNotExist),
+            _ => None,
+        }
+    }
+}
+
 impl SelectorRequirement {
+    /// The label `key` has `value` (a `matchLabels` entry).
+    pub fn equals(key: &str, value: &str) -> SelectorRequirement {
+        SelectorRequirement { key: key.into(), operator: SelectorOperator::In, values: vec![value.into()] }
+    }
+
     /// Whether a node whose value for the key is `value` (`None`: absent) satisfies this.
     pub fn matches(&self, value: Option<&str>) -> bool {
         match self.operator {

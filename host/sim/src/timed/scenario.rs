@@ -137,23 +137,11 @@ pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 
 impl PodTerm {
     fn term(&self) -> Result<PodAffinityTerm, String> {
-        let mut selector: Vec<SelectorRequirement> = self
-            .match_labels
-            .iter()
-            .map(|(k, v)| SelectorRequirement {
-                key: k.clone(),
-                operator: SelectorOperator::In,
-                values: vec![v.clone()],
-            })
-            .collect();
+        let mut selector: Vec<SelectorRequirement> =
+            self.match_labels.iter().map(|(k, v)| SelectorRequirement::equals(k, v)).collect();
         for r in &self.match_expressions {
-            let operator = match r.operator.as_str() {
-                "In" => SelectorOperator::In,
-                "NotIn" => SelectorOperator::NotIn,
-                "Exists" => SelectorOperator::Exists,
-                "DoesNotExist" => SelectorOperator::DoesNotExist,
-                other => return Err(format!("unknown operator {other:?} (In, NotIn, Exists, DoesNotExist)")),
-            };
+            let operator = SelectorOperator::of_label_selector(&r.operator)
+                .ok_or_else(|| format!("unknown operator {:?} (In, NotIn, Exists, DoesNotExist)", r.operator))?;
             selector.push(SelectorRequirement { key: r.key.clone(), operator, values: r.values.clone() });
         }
         Ok(PodAffinityTerm { selector: Some(selector), namespaces: None, topology_key: self.topology_key.clone() })
