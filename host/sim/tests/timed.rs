@@ -382,19 +382,7 @@ fn the_flavors_example_replays_digest_k1_k2() {
 
 #[test]
 fn pod_affinity_spreads_replicas_and_keeps_a_sidecar_waiting_for_its_peer_in_a_replay() {
-    let yaml = r#"
-nodes:
-  - {name: n1, cpu_milli: 8000, memory_mib: 65536, labels: {zone: a}}
-  - {name: n2, cpu_milli: 8000, memory_mib: 65536, labels: {zone: b}}
-queues: [default]
-jobs:
-  - {name: web-1, arrival: 0, duration: 10, cpu_milli: 1000, labels: {app: web}, pod_affinity: {anti_required: [{match_labels: {app: web}, topology_key: kubernetes.io/hostname}]}}
-  - {name: web-2, arrival: 0, duration: 20, cpu_milli: 1000, labels: {app: web}, pod_affinity: {anti_required: [{match_labels: {app: web}, topology_key: kubernetes.io/hostname}]}}
-  - {name: web-3, arrival: 0, duration: 20, cpu_milli: 1000, labels: {app: web}, pod_affinity: {anti_required: [{match_labels: {app: web}, topology_key: kubernetes.io/hostname}]}}
-  - {name: side, arrival: 0, duration: 5, cpu_milli: 1000, pod_affinity: {required: [{match_expressions: [{key: app, operator: In, values: [db]}], topology_key: zone}]}}
-  - {name: db, arrival: 3, duration: 30, cpu_milli: 1000, labels: {app: db}}
-  - {name: ring, arrival: 0, duration: 5, cpu_milli: 1000, replicas: 3, labels: {app: ring}, pod_affinity: {anti_required: [{match_labels: {app: ring}, topology_key: kubernetes.io/hostname}]}}
-"#;
+    let yaml = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/scenarios/pod-affinity.yaml"));
     let run = |s: &Scenario| timed::run(&full_set(), &s.node_table(), &s.queue_tree().unwrap(), &s.jobs).unwrap().jobs;
     let mut s = Scenario::parse("affinity.yaml", yaml).unwrap();
     let jobs = run(&s);
