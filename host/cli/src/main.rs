@@ -19,6 +19,7 @@ mod plugin_cmd;
 mod policy;
 mod policy_cmd;
 mod replay_cmd;
+mod replay_policies;
 mod run_cmd;
 mod simulate;
 mod topo_cmd;

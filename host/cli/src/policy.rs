@@ -136,7 +136,7 @@ pub fn policy_set(
 }
 
 /// [`policy_set`] plus the cycle's stages: fair share `fair_share` (by name) and, when `preempt`,
-/// priority preemption — what the time-driven replay runs.
+/// priority preemption — what the time-driven replay runs (as version 1).
 pub fn replay_policy_set(
     runtime: Option<&Runtime>,
     score: &str,
@@ -155,7 +155,7 @@ pub fn replay_policy_set(
     if preempt {
         set = set.preempt(load(runtime, wasmsched_plugins::PRIORITY_PREEMPT, "")?);
     }
-    Ok(set.build())
+    Ok(set.version(1).build())
 }
 
 /// Filter, score and device stages of [`policy_set`].

@@ -3,6 +3,7 @@
 //! completion time, evictions, utilisation and fairness.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
@@ -13,6 +14,7 @@ use wasmsched_sim::timed::{self, Job, QueueStats, Scenario, flat_queues, queue_t
 
 use crate::inputs;
 use crate::policy::replay_policy_set;
+use crate::replay_policies::{Initial, RejectedRollout, ReplayPolicies};
 use wasmsched_events::decisions;
 
 /// Arguments of `replay`.
@@ -46,6 +48,16 @@ pub struct Args {
     /// Never evict running work (no preempt stage).
     #[arg(long)]
     no_preemption: bool,
+    /// Replay with a policy set of your own instead of `--policy`/`--fair-share`: a directory with
+    /// `policy.yaml` (the hot-reload format, `docs/hot-reload.md`) or the file. It passes the gates
+    /// of a hot reload first (digests, compilation, contract, a smoke test on this cluster).
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["policy", "fair_share", "no_preemption", "native", "seed"])]
+    policy_set: Option<PathBuf>,
+    /// `SECONDS=PATH`: from virtual second SECONDS on, schedule with the policy set at PATH — a
+    /// rollout in the middle of the replay (repeatable). Each passes the same gates; one that fails
+    /// is reported and never goes live. Parked work is retried under the new set.
+    #[arg(long = "rollout", value_name = "SECONDS=PATH", conflicts_with = "native")]
+    rollouts: Vec<crate::replay_policies::Rollout>,
     /// Run the policies natively instead of as Wasm components.
     #[arg(long)]
     native: bool,
@@ -72,12 +84,19 @@ struct Report<'a> {
     /// With `--lenient`: what was left out, and why.
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     skipped: &'a [String],
+    /// The name of the set the replay starts with (a built-in score policy, or the policy set's).
     policy: &'a str,
     runtime: &'static str,
     replay_seconds: f64,
     horizon_seconds: u64,
-    fair_share: &'a str,
+    /// The set live at the start: its fair-share plugin and whether it preempts.
+    fair_share: String,
     preemption: bool,
+    /// Each set that ran, from when, and how many decisions it made.
+    policy_versions: Vec<VersionReport>,
+    /// Rollouts that failed a gate and never went live.
+    #[serde(skip_serializing_if = "<[RejectedRollout]>::is_empty")]
+    rejected_rollouts: &'a [RejectedRollout],
     placement_attempts: usize,
     evictions: usize,
     gangs_timed_out: usize,
@@ -93,6 +112,16 @@ struct Report<'a> {
     /// With `--events` or `--nats`: what the event sink did.
     #[serde(skip_serializing_if = "Option::is_none")]
     events: Option<wasmsched_events::Stats>,
+}
+
+/// One policy set of the replay.
+#[derive(Serialize)]
+struct VersionReport {
+    name: String,
+    version: u64,
+    origin: String,
+    from_seconds: u64,
+    decisions: usize,
 }
 
 /// How well multi-GPU placements used the interconnect.
@@ -158,11 +187,32 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let tree = tree.map_err(anyhow::Error::msg)?;
     let typical = timed::target_workload(&jobs);
-    let runtime = crate::policy::replay_runtime(args.native)?;
-    let set =
-        replay_policy_set(runtime.as_ref(), &args.policy, args.seed, &typical, &args.fair_share, !args.no_preemption)?;
+    let runtime = crate::policy::replay_runtime(args.native)?.map(Arc::new);
+    let initial = match &args.policy_set {
+        Some(path) => Initial::File(path.clone()),
+        None => Initial::BuiltIn {
+            set: replay_policy_set(
+                runtime.as_deref(),
+                &args.policy,
+                args.seed,
+                &typical,
+                &args.fair_share,
+                !args.no_preemption,
+            )?,
+            name: args.policy.clone(),
+        },
+    };
+    let preparer = runtime.clone().map(wasmsched_registry::Preparer::new);
+    // Smoke tests run on the replayed cluster with its first jobs.
+    let sample = wasmsched_registry::Sample {
+        nodes: Arc::new(table.snapshot()),
+        tasks: jobs.iter().take(16).filter_map(|j| j.workload().members.into_iter().next()).collect(),
+    };
+    let policies = ReplayPolicies::prepare(initial, &args.rollouts, preparer.as_ref(), &sample)?;
+    drop(sample);
     let events = args.sink.open("replay")?;
-    let policy = wasmsched_events::schema::PolicySetRef { name: args.policy.clone(), version: 1 };
+    let mut policy_events = policies.events().into_iter().peekable();
+    let mut decisions_by_version: std::collections::BTreeMap<u64, usize> = Default::default();
     let config = CoreConfig::default();
     let by_name: std::collections::HashMap<&str, &Job> = jobs.iter().map(|j| (j.name.as_str(), j)).collect();
     // Per workload: failed attempts since it last ran, and the gang fit of the last one.
@@ -170,8 +220,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let no_task = Task::default();
     let t = Instant::now();
     let mut topology = (!table.topologies().is_empty()).then(TopologyStats::default);
-    let r = timed::run_observed(&set, &table, &tree, &jobs, &config, |d| {
+    let r = timed::run_observed(&policies.timeline(), &table, &tree, &jobs, &config, |d| {
         let at = wasmsched_events::Timestamp(d.at.saturating_mul(1000));
+        *decisions_by_version.entry(d.policy_version).or_default() += 1;
+        while let Some((_, payload)) = policy_events.next_if(|(t, _)| *t <= d.at) {
+            if let Some(sink) = events.as_ref() {
+                sink.emit_at(at, payload);
+            }
+        }
+        let policy = policies.by_version(d.policy_version).map(|l| l.reference.clone()).unwrap_or_default();
         let task = d.task.unwrap_or(&no_task);
         if let (Some(stats), Decision::Bound { node, devices, score, feasible, .. }) = (topology.as_mut(), d.decision) {
             let placement = Placement {
@@ -218,16 +275,33 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             sink.emit_at(at, event);
         }
     })?;
+    if let Some(sink) = events.as_ref() {
+        for (t, payload) in policy_events {
+            sink.emit_at(wasmsched_events::Timestamp(t.saturating_mul(1000)), payload);
+        }
+    }
     let event_stats = crate::events_cmd::finish(events);
     let report = Report {
         jobs: jobs.len(),
         skipped: &skipped,
-        policy: &args.policy,
+        policy: &policies.live[0].reference.name,
         runtime: if args.native { "native" } else { "wasm" },
         replay_seconds: t.elapsed().as_secs_f64(),
         horizon_seconds: r.horizon,
-        fair_share: &args.fair_share,
-        preemption: !args.no_preemption,
+        fair_share: policies.live[0].set.fair_share().map_or_else(|| "none".into(), |p| p.name().to_string()),
+        preemption: policies.live[0].set.preempt().is_some(),
+        policy_versions: policies
+            .live
+            .iter()
+            .map(|l| VersionReport {
+                name: l.reference.name.clone(),
+                version: l.reference.version,
+                origin: l.origin.clone(),
+                from_seconds: l.from,
+                decisions: decisions_by_version.get(&l.reference.version).copied().unwrap_or(0),
+            })
+            .collect(),
+        rejected_rollouts: &policies.rejected,
         placement_attempts: r.attempts,
         evictions: r.evictions,
         gangs_timed_out: r.timed_out,
@@ -322,6 +396,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         report.gangs_timed_out,
         report.plugin_faults
     );
+    if report.policy_versions.len() > 1 || !report.rejected_rollouts.is_empty() {
+        for v in &report.policy_versions {
+            println!(
+                "policy set {}@{} from {} s: {} decisions ({})",
+                v.name, v.version, v.from_seconds, v.decisions, v.origin
+            );
+        }
+        for r in report.rejected_rollouts {
+            println!("rollout at {} s rejected at its {} gate: {} ({})", r.at_seconds, r.gate, r.reason, r.origin);
+        }
+    }
     println!(
         "GPU allocation: mean {:.2} %, peak {:.2} %; Jain's fairness over queues {:.3}\n",
         report.utilisation_mean_percent, report.utilisation_peak_percent, report.jain_fairness

@@ -212,6 +212,112 @@ fn replay_publishes_preemptions_with_their_rule_and_checkpoint_and_gang_timeouts
 }
 
 #[test]
+fn replay_rolls_out_a_policy_set_mid_trace_through_the_gates_and_stamps_each_decision_with_its_version() {
+    const SCENARIO: &str = "examples/scenarios/queues-gangs-preemption.yaml";
+    const PACKING: &str = "examples/policies/packing";
+    let (before, _d, _) = replay_with_events(SCENARIO, &["--policy-set", PACKING]);
+    assert_eq!(
+        (&before["policy"], &before["fair_share"], &before["preemption"]),
+        (&"packing".into(), &"none".into(), &false.into())
+    );
+    assert_eq!(before["evictions"], 0, "packing alone never preempts: {before}");
+
+    // Two broken rollouts: a component whose pinned digest does not match, and a missing set.
+    let bad = tempfile::tempdir().unwrap();
+    let spec =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/policies/packing/policy.yaml"))
+            .unwrap()
+            .replace("name: packing", "name: tampered")
+            .replace(
+                "source: \"builtin:resource-fit\"",
+                &format!("source: \"builtin:resource-fit\"\n    digest: \"sha256:{}\"", "0".repeat(64)),
+            );
+    std::fs::write(bad.path().join("policy.yaml"), spec).unwrap();
+    let bad = bad.path().to_str().unwrap();
+    let (report, _dir, file) = replay_with_events(
+        SCENARIO,
+        &[
+            "--policy-set",
+            PACKING,
+            "--rollout",
+            "300=examples/policies/reclaim",
+            "--rollout",
+            &format!("200={bad}"),
+            "--rollout",
+            "400=/nonexistent/policy",
+        ],
+    );
+    let versions = report["policy_versions"].as_array().unwrap();
+    let summary: Vec<(&str, u64, u64)> = versions
+        .iter()
+        .map(|v| (v["name"].as_str().unwrap(), v["version"].as_u64().unwrap(), v["from_seconds"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(summary, [("packing", 1, 0), ("reclaim", 2, 300)], "{report}");
+    assert!(versions.iter().all(|v| v["decisions"].as_u64().unwrap() > 0), "{report}");
+    let rejected: Vec<(u64, &str, &str)> = report["rejected_rollouts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["at_seconds"].as_u64().unwrap(), r["gate"].as_str().unwrap(), r["reason"].as_str().unwrap()))
+        .collect();
+    assert_eq!(rejected.len(), 2, "{report}");
+    assert_eq!((rejected[0].0, rejected[0].1), (200, "digest"));
+    assert!(rejected[0].2.contains("digest mismatch"), "{rejected:?}");
+    assert_eq!((rejected[1].0, rejected[1].1), (400, "fetch"));
+    // The rollout preempts from 300 on (prod's high-priority job no longer waits for batch).
+    assert!(report["evictions"].as_u64().unwrap() >= 1, "{report}");
+    assert!(
+        report["queues"]["prod"]["delay_mean"].as_f64() < before["queues"]["prod"]["delay_mean"].as_f64(),
+        "{report}"
+    );
+
+    // Every decision names the set that made it; the swap and the rejections are events too.
+    let events: Vec<serde_json::Value> =
+        std::fs::read_to_string(&file).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let at = |e: &serde_json::Value| e["time"].as_str().unwrap().to_string();
+    let mut stamped = 0;
+    for e in events.iter().filter(|e| e["type"].as_str().unwrap().starts_with("io.wasmsched.task.")) {
+        let Some(version) = e["data"]["policy_set"]["version"].as_u64() else { continue };
+        stamped += 1;
+        assert_eq!(version, if at(e).as_str() < "1970-01-01T00:05:00" { 1 } else { 2 }, "{e}");
+    }
+    let decided: u64 = versions.iter().map(|v| v["decisions"].as_u64().unwrap()).sum();
+    assert!(stamped > 0 && stamped as u64 <= decided, "{stamped} of {decided}");
+    let of = |t: &str| events.iter().filter(|e| e["type"] == t).collect::<Vec<_>>();
+    let swapped = of("io.wasmsched.policy.swapped.v1");
+    assert_eq!(swapped.len(), 1);
+    assert_eq!(
+        (at(swapped[0]).as_str(), &swapped[0]["data"]["from"]["name"], &swapped[0]["data"]["to"]["version"]),
+        ("1970-01-01T00:05:00.000Z", &"packing".into(), &2.into())
+    );
+    let gates: Vec<(String, &serde_json::Value, &serde_json::Value)> = of("io.wasmsched.policy.rejected.v1")
+        .into_iter()
+        .map(|e| (at(e), &e["data"]["gate"], &e["data"]["policy_set"]["name"]))
+        .collect();
+    assert_eq!(
+        gates,
+        [
+            ("1970-01-01T00:03:20.000Z".to_string(), &"digest".into(), &"tampered".into()),
+            ("1970-01-01T00:06:40.000Z".to_string(), &"fetch".into(), &"".into())
+        ]
+    );
+
+    // Rejected rollouts change nothing.
+    let (only_bad, _d, _) =
+        replay_with_events(SCENARIO, &["--policy-set", PACKING, "--rollout", &format!("200={bad}")]);
+    assert_eq!(only_bad["queues"], before["queues"]);
+    assert_eq!(only_bad["policy_versions"].as_array().unwrap().len(), 1);
+    // A starting set that fails a gate stops the replay before it begins, naming the gate.
+    let o = wasmsched(&["replay", "--scenario", SCENARIO, "--policy-set", bad]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("digest gate") && err.contains("digest mismatch"), "{err}");
+    let o = wasmsched(&["replay", "--scenario", SCENARIO, "--native", "--rollout", "10=examples/policies/reclaim"]);
+    assert!(!o.status.success(), "rollouts run as Wasm components");
+    let o = wasmsched(&["replay", "--scenario", SCENARIO, "--rollout", "soon=examples/policies/reclaim"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not a whole number of seconds"));
+}
+
+#[test]
 fn replay_refuses_a_malformed_job_and_with_lenient_leaves_it_out_and_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let good =

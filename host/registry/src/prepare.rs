@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use wasmsched_api::{GPU_MILLI, GpuDevice, GpuRequest, Node, Resources, Stage, Task};
 use wasmsched_core::{NodeTable, PolicyPlugin, PolicySet, place};
+use wasmsched_events::schema::{PluginRef, PolicyLoaded, PolicySetRef, Stage as EventStage};
 use wasmsched_runtime::{PluginConfig, PluginMetrics, Runtime};
 
 use crate::error::PrepareError;
@@ -41,6 +42,38 @@ impl PolicyVersion {
     /// `name@version`.
     pub fn label(&self) -> String {
         format!("{}@{}", self.spec.name, self.version)
+    }
+
+    /// How events name it.
+    pub fn reference(&self) -> PolicySetRef {
+        PolicySetRef { name: self.spec.name.clone(), version: self.version }
+    }
+
+    /// The data of its `io.wasmsched.policy.loaded.v1` event.
+    pub fn loaded(&self) -> PolicyLoaded {
+        PolicyLoaded {
+            policy_set: self.reference(),
+            plugins: self
+                .plugins
+                .iter()
+                .map(|p| PluginRef {
+                    name: p.name.clone(),
+                    stages: p.stages.iter().map(|s| event_stage(*s)).collect(),
+                    digest: p.digest.trim_start_matches("sha256:").to_string(),
+                })
+                .collect(),
+            prepare_ms: self.prepare_time.as_millis() as u64,
+        }
+    }
+}
+
+fn event_stage(s: Stage) -> EventStage {
+    match s {
+        Stage::Filter => EventStage::Filter,
+        Stage::Score => EventStage::Score,
+        Stage::SelectDevices => EventStage::SelectDevices,
+        Stage::Preempt => EventStage::Preempt,
+        Stage::FairShare => EventStage::FairShare,
     }
 }
 

@@ -16,8 +16,7 @@ use wasmsched_api::Task;
 use wasmsched_core::{NodeTable, Placement, Unschedulable, place};
 use wasmsched_events::EventSink;
 use wasmsched_events::schema::{
-    DecisionDiff, Payload, PluginRef, PolicyLoaded, PolicyRejected, PolicyRolledBack, PolicySetRef, PolicyShadowDiff,
-    PolicySwapped, Stage as EventStage, TaskRef,
+    DecisionDiff, Payload, PolicyRejected, PolicyRolledBack, PolicySetRef, PolicyShadowDiff, PolicySwapped, TaskRef,
 };
 
 use crate::error::PrepareError;
@@ -289,10 +288,6 @@ fn now() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or_default()
 }
 
-fn set_ref(v: &PolicyVersion) -> PolicySetRef {
-    PolicySetRef { name: v.spec.name.clone(), version: v.version }
-}
-
 fn task_ref(t: &Task) -> TaskRef {
     TaskRef { id: t.id.clone(), namespace: t.namespace.clone(), queue: t.queue.clone(), ..Default::default() }
 }
@@ -329,7 +324,7 @@ impl Registry {
         };
         {
             let mut inner = registry.lock();
-            registry.emit(Payload::PolicySwapped(PolicySwapped { from: None, to: set_ref(&initial) }));
+            registry.emit(Payload::PolicySwapped(PolicySwapped { from: None, to: initial.reference() }));
             push_history(&mut inner, &initial, Outcome::Live, "initial version");
         }
         registry
@@ -496,8 +491,8 @@ impl Registry {
         let done = run.done();
         if done || run.compared - run.reported >= SHADOW_REPORT_EVERY {
             let report = PolicyShadowDiff {
-                live: set_ref(used),
-                shadow: set_ref(candidate),
+                live: used.reference(),
+                shadow: candidate.reference(),
                 decisions: run.compared - run.reported,
                 differing: run.compared - run.identical,
                 mean_score_delta_milli: (run.stats().mean_score_delta * 1e3) as u64,
@@ -547,7 +542,7 @@ impl Registry {
         });
         push_history(inner, &next, Outcome::Probation, how);
         tracing::info!(from = %previous.label(), to = %next.label(), how, "policy set swapped");
-        self.emit(Payload::PolicySwapped(PolicySwapped { from: Some(set_ref(&previous)), to: set_ref(&next) }));
+        self.emit(Payload::PolicySwapped(PolicySwapped { from: Some(previous.reference()), to: next.reference() }));
     }
 
     /// Restore the last good version.
@@ -564,8 +559,8 @@ impl Registry {
         push_history(inner, &target, Outcome::Live, &format!("restored after {} was rolled back", from.label()));
         tracing::warn!(from = %from.label(), to = %target.label(), reason, "policy set rolled back");
         self.emit(Payload::PolicyRolledBack(PolicyRolledBack {
-            from: set_ref(&from),
-            to: set_ref(&target),
+            from: from.reference(),
+            to: target.reference(),
             reason: reason.to_string(),
         }));
     }
@@ -621,19 +616,7 @@ impl Registry {
                 return Err(e);
             }
         };
-        self.emit(Payload::PolicyLoaded(PolicyLoaded {
-            policy_set: set_ref(&prepared),
-            plugins: prepared
-                .plugins
-                .iter()
-                .map(|p| PluginRef {
-                    name: p.name.clone(),
-                    stages: p.stages.iter().map(|s| event_stage(*s)).collect(),
-                    digest: p.digest.trim_start_matches("sha256:").to_string(),
-                })
-                .collect(),
-            prepare_ms: prepared.prepare_time.as_millis() as u64,
-        }));
+        self.emit(Payload::PolicyLoaded(prepared.loaded()));
         let mut inner = self.lock();
         if let Some(old) = inner.shadow.take() {
             update_history(&mut inner, &old.candidate, Outcome::Superseded, &format!("replaced by {label}"));
@@ -740,16 +723,6 @@ impl Registry {
             source_errors: inner.source_errors.clone(),
             history: inner.history.iter().cloned().collect(),
         }
-    }
-}
-
-fn event_stage(s: wasmsched_api::Stage) -> EventStage {
-    match s {
-        wasmsched_api::Stage::Filter => EventStage::Filter,
-        wasmsched_api::Stage::Score => EventStage::Score,
-        wasmsched_api::Stage::SelectDevices => EventStage::SelectDevices,
-        wasmsched_api::Stage::Preempt => EventStage::Preempt,
-        wasmsched_api::Stage::FairShare => EventStage::FairShare,
     }
 }
 

@@ -76,6 +76,56 @@ fn jobs_wait_and_start_when_capacity_frees_in_priority_order_with_backfill() {
 }
 
 #[test]
+fn a_policy_rolled_out_mid_replay_decides_from_its_time_on_and_retries_parked_work() {
+    // v1 places without preemption; v2, from second 3 on, adds fair share and preemption.
+    let stamped = |version: u64, preempt: bool| {
+        let score = Arc::new(NativePlugin::<GpuShareScore>::new(r#"{"policy":"best-fit"}"#, 1).unwrap());
+        let mut b = PolicySet::builder()
+            .filter(Arc::new(NativePlugin::<ResourceFit>::new("", 1).unwrap()))
+            .score(score.clone(), 1)
+            .devices(score)
+            .version(version);
+        if preempt {
+            b = b
+                .fair_share(Arc::new(NativePlugin::<FairSharePolicy>::new("", 1).unwrap()))
+                .preempt(Arc::new(NativePlugin::<PriorityPreempt>::new("", 1).unwrap()));
+        }
+        b.build()
+    };
+    let (v1, v2) = (stamped(1, false), stamped(2, true));
+    let s = Scenario::parse("s.json", SCENARIO).unwrap();
+    let replay = |policies: &timed::PolicyTimeline<'_>| {
+        let mut versions = Vec::new();
+        let r = timed::run_observed(
+            policies,
+            &s.node_table(),
+            &queue_tree(&s.queues).unwrap(),
+            &s.jobs,
+            &Default::default(),
+            |d| versions.push((d.at, d.policy_version)),
+        )
+        .unwrap();
+        let high = r.jobs[s.jobs.iter().position(|j| j.name == "high").unwrap()].start;
+        (r, high, versions)
+    };
+    // v1 throughout: `high` (parked at 2: nothing to preempt with) waits for `first` to leave at 10.
+    let (r, high, versions) = replay(&timed::PolicyTimeline::new(&v1));
+    assert_eq!((high, r.evictions), (Some(10), 0));
+    assert!(versions.iter().all(|&(_, v)| v == 1));
+    // v2 from 3: the rollout itself retries `high`, which preempts `first` at once.
+    let (r, high, versions) = replay(&timed::PolicyTimeline::new(&v1).then_at(3, &v2));
+    assert_eq!(high, Some(3), "{:?}", r.jobs);
+    assert!(r.evictions >= 1, "{:?}", r.jobs);
+    assert!(versions.iter().any(|&(at, _)| at < 3), "decisions before the rollout: {versions:?}");
+    for (at, v) in versions {
+        assert_eq!(v, if at < 3 { 1 } else { 2 }, "at {at}: every cycle runs the set live at its start");
+    }
+    // A rollout when no work waits does not stretch the replay.
+    let quiet = replay(&timed::PolicyTimeline::new(&v1).then_at(500, &v2)).0;
+    assert_eq!(quiet.horizon, replay(&timed::PolicyTimeline::new(&v1)).0.horizon);
+}
+
+#[test]
 fn malformed_scenarios_are_rejected_with_a_reason() {
     let e = Scenario::parse("s.json", "{\"nodes\": [}").unwrap_err().to_string();
     assert!(e.starts_with("s.json:1:"), "{e}");
@@ -133,7 +183,7 @@ fn queues_gangs_elastic_jobs_preemption_checkpoints_and_reclaim_replay_as_docume
     let s = Scenario::parse("queues-gangs-preemption.yaml", EXAMPLE).unwrap();
     let mut log = Vec::new();
     let r = timed::run_observed(
-        &full_set(),
+        &timed::PolicyTimeline::new(&full_set()),
         &s.node_table(),
         &queue_tree(&s.queues).unwrap(),
         &s.jobs,
@@ -188,7 +238,7 @@ fn queues_gangs_elastic_jobs_preemption_checkpoints_and_reclaim_replay_as_docume
     let s2 = Scenario::parse("same.json", &json).unwrap();
     assert_eq!(s2, s);
     timed::run_observed(
-        &full_set(),
+        &timed::PolicyTimeline::new(&full_set()),
         &s2.node_table(),
         &queue_tree(&s2.queues).unwrap(),
         &s2.jobs,

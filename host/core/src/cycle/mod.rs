@@ -394,6 +394,9 @@ pub struct SchedulerCore {
     /// `allocated` (`None` inside: no queue keeps a reserve): computed on first use, dropped by
     /// every change of `allocated`, so quota checks between two changes cost O(depth).
     reserves: OnceLock<Option<(UnusedReserves, Resources)>>,
+    /// The version of the policy set the last cycle ran: parked work was judged by that set, so
+    /// another one (a hot reload) may place it.
+    policy_version: Option<u64>,
 }
 
 impl SchedulerCore {
@@ -421,6 +424,7 @@ impl SchedulerCore {
             anti_holders: ahash::AHashSet::new(),
             affinity_parked: ahash::AHashSet::new(),
             reserves: OnceLock::new(),
+            policy_version: None,
         }
     }
 
@@ -694,8 +698,13 @@ impl SchedulerCore {
         e.spec.timeout_seconds.unwrap_or(self.config.gang_timeout_seconds)
     }
 
-    /// Run one cycle at time `now` (seconds, never decreasing).
+    /// Run one cycle at time `now` (seconds, never decreasing). A cycle runs one set from start
+    /// to end; when `set` is another version than the last cycle's, everything parked may be tried
+    /// again (after its back-off): its verdicts came from the old policies.
     pub fn schedule(&mut self, set: &PolicySet, now: u64) -> Vec<Decision> {
+        if self.policy_version.replace(set.version()).is_some_and(|v| v != set.version()) {
+            self.unpark_all();
+        }
         let mut out = Vec::new();
         self.advance(now, &mut out);
         (self.capacity, self.flavor_nodes) = self.cluster_capacity();

@@ -1447,3 +1447,44 @@ fn preferred_pod_affinity_steers_the_node_affinity_score() {
     c.schedule(&set, 3);
     assert!(node_of(&c, "web-3").is_some());
 }
+
+/// A filter that admits only nodes labelled `pool=<config>`: two configurations are two policies.
+struct Pool(String);
+
+impl wasmsched_api::Plugin for Pool {
+    const NAME: &'static str = "pool";
+    fn new(config: &str) -> Result<Self, String> {
+        Ok(Pool(config.into()))
+    }
+}
+
+impl wasmsched_api::Filter for Pool {
+    fn filter(&mut self, _task: &Task, node: &Node) -> wasmsched_api::Verdict {
+        match node.label("pool") == Some(self.0.as_str()) {
+            true => wasmsched_api::Verdict::Fit,
+            false => wasmsched_api::Verdict::unresolvable("another pool"),
+        }
+    }
+}
+wasmsched_api::declare_stages!(Pool: filter);
+
+#[test]
+fn a_new_policy_version_retries_parked_work_and_the_same_version_does_not() {
+    let pool = |name: &str, version: u64| {
+        PolicySet::builder().filter(Arc::new(NativePlugin::<Pool>::new(name, 1).unwrap())).version(version).build()
+    };
+    let mut c = SchedulerCore::new(QueueTree::new(vec![queue("q", 1)]).unwrap(), CoreConfig::default());
+    let mut node = gpu_node("n", 8);
+    node.labels.push(("pool".into(), "training".into()));
+    c.upsert_node(node, 0);
+    c.submit(job("j", "q", 0, 1), 0).unwrap();
+    assert!(matches!(&c.schedule(&pool("serving", 1), 0)[..], [Decision::Unschedulable { .. }]));
+    // The same version (even rebuilt) leaves it parked: nothing changed that could place it.
+    for t in 1..30 {
+        assert!(c.schedule(&pool("serving", 1), t).is_empty(), "no retry under the same version");
+    }
+    assert_eq!(c.explain("j").unwrap().attempts, 1);
+    // A new version that admits the node places it in its first cycle.
+    let d = c.schedule(&pool("training", 2), 30);
+    assert_eq!(bound(&d), ["j"], "{d:?}");
+}

@@ -97,7 +97,43 @@ pub enum ReplayError {
 
 /// Replay `jobs` on a copy of `nodes` with `set`, queues `queues`, the core's default settings.
 pub fn run(set: &PolicySet, nodes: &NodeTable, queues: &QueueTree, jobs: &[Job]) -> Result<TimedRun, ReplayError> {
-    run_observed(set, nodes, queues, jobs, &CoreConfig::default(), |_| {})
+    run_observed(&PolicyTimeline::new(set), nodes, queues, jobs, &CoreConfig::default(), |_| {})
+}
+
+/// The policy sets of a replay: the first from the start, each later one from its virtual time on
+/// — a hot reload in the middle of a trace, replayed deterministically. As in production, a cycle
+/// runs one set from start to end, and a set of another version retries parked work.
+#[derive(Clone, Debug)]
+pub struct PolicyTimeline<'a> {
+    /// `(from, set)`, by `from`; the first is at 0.
+    steps: Vec<(u64, &'a PolicySet)>,
+}
+
+impl<'a> PolicyTimeline<'a> {
+    /// `initial` throughout.
+    pub fn new(initial: &'a PolicySet) -> Self {
+        PolicyTimeline { steps: vec![(0, initial)] }
+    }
+
+    /// `set` from virtual second `from` on (until a later change). Of two changes at the same
+    /// second, the one added last wins.
+    pub fn then_at(mut self, from: u64, set: &'a PolicySet) -> Self {
+        let at = self.steps.partition_point(|&(t, _)| t <= from);
+        self.steps.insert(at, (from, set));
+        self
+    }
+
+    /// The set live at `now`.
+    pub fn at(&self, now: u64) -> &'a PolicySet {
+        let i = self.steps.partition_point(|&(t, _)| t <= now);
+        self.steps[i.saturating_sub(1)].1
+    }
+
+    /// The first change after `now`.
+    fn next_change_after(&self, now: u64) -> Option<u64> {
+        let i = self.steps.partition_point(|&(t, _)| t <= now);
+        self.steps.get(i).map(|&(t, _)| t)
+    }
 }
 
 /// One decision of a time-driven replay, for observers (events, logs).
@@ -113,6 +149,8 @@ pub struct TimedDecision<'a> {
     pub job: Option<&'a Job>,
     /// The cluster after the decision's cycle.
     pub nodes: &'a NodeTable,
+    /// The version of the policy set that decided.
+    pub policy_version: u64,
 }
 
 /// A job's state during the replay.
@@ -140,9 +178,10 @@ struct Agenda {
     checkpoints: BinaryHeap<Reverse<(u64, String)>>,
 }
 
-/// [`run`] with explicit core settings, calling `observe` after every decision.
+/// [`run`] with the policy sets of `policies`, explicit core settings, calling `observe` after
+/// every decision.
 pub fn run_observed(
-    set: &PolicySet,
+    policies: &PolicyTimeline<'_>,
     nodes: &NodeTable,
     queues: &QueueTree,
     jobs: &[Job],
@@ -185,6 +224,10 @@ pub fn run_observed(
     let (mut used, mut attempts, mut evictions, mut timed_out, mut faults) = (0u64, 0usize, 0usize, 0usize, 0usize);
     let mut utilisation = Vec::new();
     let mut now = 0;
+    let mut last_version = None;
+    // When the policy set last changed (a rollout is a change for the core's wake-ups, not for
+    // the horizon: retrying changes nothing by itself).
+    let mut rollout = 0u64;
     // The core's wake-ups alone (back-offs of work that is not parked) end once nothing changes.
     let mut last_change = 0u64;
     let longest_timeout = jobs.iter().filter_map(|j| j.timeout).max().unwrap_or(0).max(config.gang_timeout_seconds);
@@ -194,12 +237,15 @@ pub fn run_observed(
             arrivals.get(next_arrival).map(|&i| jobs[i].arrival),
             agenda.departures.peek().map(|Reverse((t, _, _))| *t),
             agenda.checkpoints.peek().map(|Reverse((t, _))| *t),
+            policies.next_change_after(now),
         ]
         .into_iter()
         .flatten()
         .min();
-        let wakeup =
-            core.next_wakeup().map(|t| t.max(now + 1)).filter(|&t| t <= last_change.saturating_add(idle_limit));
+        let wakeup = core
+            .next_wakeup()
+            .map(|t| t.max(now + 1))
+            .filter(|&t| t <= last_change.max(rollout).saturating_add(idle_limit));
         now = match (external, wakeup) {
             (None, None) => break,
             (a, b) => a.unwrap_or(u64::MAX).min(b.unwrap_or(u64::MAX)),
@@ -241,6 +287,11 @@ pub fn run_observed(
                 }
                 Err(e) => return Err(ReplayError::Job { job: jobs[i].name.clone(), reason: e.to_string() }),
             }
+        }
+        let set = policies.at(now);
+        if last_version.replace(set.version()).is_some_and(|v| v != set.version()) {
+            // The core retries work parked under the old set: its wake-ups count from here.
+            rollout = now;
         }
         decisions.extend(core.schedule(set, now));
 
@@ -315,7 +366,14 @@ pub fn run_observed(
                 (Decision::Fault(_), _) => faults += 1,
                 _ => {}
             }
-            observe(TimedDecision { at: now, decision: d, task, job: job.map(|j| &jobs[j]), nodes: core.nodes() });
+            observe(TimedDecision {
+                at: now,
+                decision: d,
+                task,
+                job: job.map(|j| &jobs[j]),
+                nodes: core.nodes(),
+                policy_version: set.version(),
+            });
         }
         let pct = if capacity > 0 { 100.0 * used as f64 / capacity as f64 } else { 0.0 };
         utilisation.push((now, pct));
