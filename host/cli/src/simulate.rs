@@ -29,6 +29,10 @@ pub struct Args {
     /// or kube-scheduler's least-allocated, most-allocated.
     #[arg(long, default_value = "fgd")]
     policy: String,
+    /// Place with a policy set of your own instead of `resource-fit` + `--policy`: a directory with
+    /// `policy.yaml` (the hot-reload format) or the file, through the hot-reload gates first.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["policy", "native", "compare_native"])]
+    policy_set: Option<PathBuf>,
     /// Skip malformed pod rows (reporting each) instead of failing.
     #[arg(long)]
     lenient: bool,
@@ -88,11 +92,32 @@ pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
     let work = workload::build(&pods, &nodes, args.seed, args.tune);
     let typical = workload::target_workload(&pods);
     let runtime = crate::policy::replay_runtime(args.native)?;
-    let set = policy_set(runtime.as_ref(), &args.policy, args.seed, &typical)?;
+    let (set, policy, policies) = match &args.policy_set {
+        None => (
+            policy_set(runtime.as_ref(), &args.policy, args.seed, &typical)?,
+            wasmsched_events::schema::PolicySetRef { name: args.policy.clone(), version: 1 },
+            format!("resource-fit + {}", args.policy),
+        ),
+        Some(path) => {
+            let runtime = runtime
+                .map(std::sync::Arc::new)
+                .ok_or_else(|| anyhow::anyhow!("policy sets run as Wasm components"))?;
+            let sample = wasmsched_registry::Sample {
+                nodes: std::sync::Arc::new(work.nodes.snapshot()),
+                tasks: work.pods.iter().take(16).map(|p| p.to_task()).collect(),
+            };
+            let initial = crate::replay_policies::Initial::File(path.clone());
+            let preparer = wasmsched_registry::Preparer::new(runtime);
+            let live = crate::replay_policies::ReplayPolicies::prepare(initial, &[], Some(&preparer), &sample)?
+                .live
+                .swap_remove(0);
+            let label = format!("policy set {} ({})", live.reference.name, live.origin);
+            (live.set, live.reference, label)
+        }
+    };
     let setup_seconds = started.elapsed().as_secs_f64();
 
     let events = args.sink.open("simulator")?;
-    let policy = wasmsched_events::schema::PolicySetRef { name: args.policy.clone(), version: 1 };
     let t = Instant::now();
     let run = replay::run_observed(&set, &work.nodes, &work.pods, &typical, |d| {
         let outcome = d.outcome.map(|(p, node)| (p, node.name.as_str())).map_err(|u| &u.diagnosis);
@@ -122,7 +147,7 @@ pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
         failed_by_plugin_fault: run.faulted,
         seed: args.seed,
         tune: args.tune,
-        policies: format!("resource-fit + {}", args.policy),
+        policies,
         runtime: if args.native { "native" } else { "wasm" },
         setup_seconds,
         replay_seconds,

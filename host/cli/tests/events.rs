@@ -318,6 +318,28 @@ fn replay_rolls_out_a_policy_set_mid_trace_through_the_gates_and_stamps_each_dec
 }
 
 #[test]
+fn simulate_with_a_policy_set_file_places_exactly_as_the_same_built_in_policies() {
+    let run = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec!["simulate", "--json", "--tune", "0.6"];
+        args.extend_from_slice(extra);
+        serde_json::from_str(&ok(wasmsched(&args))).unwrap()
+    };
+    // examples/policies/packing is resource-fit + most-allocated, as `--policy most-allocated`.
+    let file = run(&["--policy-set", "examples/policies/packing"]);
+    let builtin = run(&["--policy", "most-allocated"]);
+    assert!(file["policies"].as_str().unwrap().starts_with("policy set packing"), "{file}");
+    assert!(file["placed"].as_u64().unwrap() > 1000, "{file}");
+    for key in ["placed", "failed", "allocation_ratio_by_arrived_percent", "fragmentation_by_arrived_percent"] {
+        assert_eq!(file[key], builtin[key], "{key}");
+    }
+    let o = wasmsched(&["simulate", "--policy-set", "examples/policies/packing", "--native"]);
+    assert!(!o.status.success(), "policy sets run as Wasm");
+    let o = wasmsched(&["simulate", "--policy-set", "/nonexistent/policy"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("fetch gate") && err.contains("/nonexistent/policy"), "{err}");
+}
+
+#[test]
 fn replay_refuses_a_malformed_job_and_with_lenient_leaves_it_out_and_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let good =
