@@ -54,6 +54,35 @@ fn garbage_from_raw_bindings_is_bad_output() {
 }
 
 #[test]
+fn usage_changes_reach_the_mirror_alone_and_a_refusal_gets_every_node_again() {
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let mut table = gpu_nodes(3);
+    let slots: Vec<u32> = table.slots().collect();
+    let fits = |p: &dyn PolicyPlugin, table: &NodeTable| -> Vec<bool> {
+        let batch = p.filter(CallContext { worker: 0, nodes: table }, &gpu_task("t"), &slots).unwrap();
+        batch.codes.iter().map(|c| *c == 0).collect()
+    };
+    // The SDK's mirror applies usage updates: resource-fit sees a device taken and given back.
+    let fit = rt.load(wasmsched_plugins::RESOURCE_FIT.wasm, crate::unhurried("resource-fit")).unwrap();
+    assert_eq!(fits(&fit, &table), [true, true, true]);
+    let g = table.generation();
+    table.update_usage(slots[1], |n| n.gpus[0].free_milli = 0);
+    assert!(
+        matches!(table.changes_since(table.id(), g), wasmsched_core::Changes::Delta { ref usage, .. } if usage == &[slots[1]])
+    );
+    assert_eq!(fits(&fit, &table), [true, false, true]);
+    table.update_usage(slots[1], |n| n.gpus[0].free_milli = 1000);
+    assert_eq!(fits(&fit, &table), [true, true, true]);
+    // A mirror that refuses (and forgets what it held) is sent every node again, without a fault.
+    let raw =
+        rt.load(&fixtures::read(fixtures::RAW_GARBAGE), PluginConfig::new("raw").with_config("usage-refused")).unwrap();
+    assert_eq!(fits(&raw, &table), [true, true, true]);
+    table.update_usage(slots[2], |n| n.gpus[0].free_milli = 500);
+    assert_eq!(fits(&raw, &table), [true, true, true], "every node resent after the refusal");
+    assert_eq!(raw.metrics().instances_discarded(), 0);
+}
+
+#[test]
 fn not_implemented_stage_is_a_fault_not_a_crash() {
     let rt = Runtime::new(RuntimeConfig::default()).unwrap();
     let fit = rt.load(wasmsched_plugins::RESOURCE_FIT.wasm, crate::unhurried("resource-fit")).unwrap();

@@ -259,7 +259,7 @@ fn run_once(set: &PolicySet, s: &Scenario, sink: Option<&EventSink>, runtime: &'
         let sampled = place_sampled(set, &table, task, 0, start, s.find);
         start = (start + sampled.examined) % total.max(1);
         let bound = match &sampled.result {
-            Ok(p) => matches!(table.update(p.node, |n| bind(n, task, &p.devices)), Some(Ok(()))),
+            Ok(p) => matches!(table.update_usage(p.node, |n| bind(n, task, &p.devices)), Some(Ok(()))),
             Err(_) => false,
         };
         if bound {
@@ -322,7 +322,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let s = place_sampled(&natives, &base, &task, 0, start, find);
         start = (start + s.examined) % args.nodes;
         if let Ok(p) = s.result {
-            base.update(p.node, |n| bind(n, &task, &p.devices));
+            base.update_usage(p.node, |n| bind(n, &task, &p.devices));
         }
     }
     let pods: Vec<Task> = match args.pod_shapes {

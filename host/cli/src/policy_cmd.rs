@@ -431,12 +431,12 @@ fn decide(
         lat.others.push(us);
     }
     if let Ok(p) = result
-        && nodes.update(p.node, |n| bind(n, &task, &p.devices)).is_some_and(|r| r.is_ok())
+        && nodes.update_usage(p.node, |n| bind(n, &task, &p.devices)).is_some_and(|r| r.is_ok())
     {
         running.push_back((p.node, task, p.devices));
     }
     while running.len() > nodes.len() * 2 {
         let (slot, t, d) = running.pop_front().expect("non-empty");
-        nodes.update(slot, |n| release(n, &t, &d));
+        nodes.update_usage(slot, |n| release(n, &t, &d));
     }
 }

@@ -216,7 +216,7 @@ fn attempt(
             }
         };
         match result {
-            Ok(p) => match nodes.update(p.node, |node| bind(node, task, &p.devices)) {
+            Ok(p) => match nodes.update_usage(p.node, |node| bind(node, task, &p.devices)) {
                 Some(Ok(())) => placed.push((i, p)),
                 _ => {
                     first_failure.get_or_insert_with(Diagnosis::default);
@@ -232,7 +232,7 @@ fn attempt(
     }
     let count = placed.len();
     for (i, p) in placed.into_iter().rev() {
-        nodes.update(p.node, |node| release(node, &group.members[i], &p.devices));
+        nodes.update_usage(p.node, |node| release(node, &group.members[i], &p.devices));
     }
     Err((count, first_failure.unwrap_or_default()))
 }

@@ -45,8 +45,8 @@ pub struct NodeTable {
     by_name: AHashMap<String, Slot>,
     free: Vec<Slot>,
     generation: u64,
-    /// `(generation, slot)` of recent changes, oldest first.
-    log: VecDeque<(u64, Slot)>,
+    /// `(generation, slot, usage only)` of recent changes, oldest first.
+    log: VecDeque<(u64, Slot, bool)>,
     /// Changes at or before this generation are no longer in the log.
     log_floor: u64,
     /// GPU topologies by node name (static hardware facts, not mirrored: plugins ask the host).
@@ -65,6 +65,9 @@ pub enum Changes {
     Delta {
         /// Slots holding a new or changed node, ascending.
         upserted: Vec<Slot>,
+        /// Slots whose node changed only in its usage ([`NodeTable::update_usage`]), ascending:
+        /// a mirror holding the node need only its allocation and devices' free share and memory.
+        usage: Vec<Slot>,
         /// Slots emptied, ascending.
         removed: Vec<Slot>,
     },
@@ -236,6 +239,22 @@ impl NodeTable {
         Some(out)
     }
 
+    /// [`NodeTable::update`] for a change of usage only — `allocated` and the devices'
+    /// `free_milli` and `free_memory_bytes`, what binding and releasing change — which mirrors
+    /// catch up on without receiving the whole node again. Changing anything else through it is a
+    /// bug (checked in debug builds).
+    pub fn update_usage<R>(&mut self, slot: Slot, f: impl FnOnce(&mut Node) -> R) -> Option<R> {
+        let node = self.slots.get_mut(slot as usize)?.as_mut()?;
+        #[cfg(debug_assertions)]
+        let before = fixed_part(node);
+        let out = f(node);
+        #[cfg(debug_assertions)]
+        assert!(before == fixed_part(node), "update_usage changed more than usage on {}", node.name);
+        self.stamps[slot as usize] = next_stamp();
+        self.log_change(slot, true);
+        Some(out)
+    }
+
     /// Remove the node named `name`; returns it.
     pub fn remove(&mut self, name: &str) -> Option<Node> {
         let slot = self.by_name.remove(name)?;
@@ -247,6 +266,10 @@ impl NodeTable {
     }
 
     fn record(&mut self, slot: Slot) {
+        self.log_change(slot, false);
+    }
+
+    fn log_change(&mut self, slot: Slot, usage_only: bool) {
         if self.frozen {
             // Diverging from the original: from now on a table of its own.
             self.frozen = false;
@@ -256,11 +279,11 @@ impl NodeTable {
         }
         self.generation += 1;
         if self.log.len() == LOG_CAPACITY
-            && let Some((g, _)) = self.log.pop_front()
+            && let Some((g, _, _)) = self.log.pop_front()
         {
             self.log_floor = g;
         }
-        self.log.push_back((self.generation, slot));
+        self.log.push_back((self.generation, slot, usage_only));
     }
 
     /// What a mirror of table `table_id` at `generation` must apply to reach the current state.
@@ -271,13 +294,32 @@ impl NodeTable {
         if generation == self.generation {
             return Changes::UpToDate;
         }
-        let start = self.log.partition_point(|&(g, _)| g <= generation);
-        let mut changed: Vec<Slot> = self.log.range(start..).map(|&(_, s)| s).collect();
+        let start = self.log.partition_point(|&(g, _, _)| g <= generation);
+        let mut changed: Vec<(Slot, bool)> = self.log.range(start..).map(|&(_, s, u)| (s, u)).collect();
+        // By slot, full changes first: a slot is usage-only when every change to it was.
         changed.sort_unstable();
-        changed.dedup();
-        let (upserted, removed) = changed.into_iter().partition(|&s| self.get(s).is_some());
-        Changes::Delta { upserted, removed }
+        changed.dedup_by_key(|c| c.0);
+        let (mut upserted, mut usage, mut removed) = (Vec::new(), Vec::new(), Vec::new());
+        for (slot, usage_only) in changed {
+            match (self.get(slot).is_some(), usage_only) {
+                (false, _) => removed.push(slot),
+                (true, false) => upserted.push(slot),
+                (true, true) => usage.push(slot),
+            }
+        }
+        Changes::Delta { upserted, usage, removed }
     }
+}
+
+/// Everything of a node but its usage, for checking [`NodeTable::update_usage`] callers.
+#[cfg(debug_assertions)]
+fn fixed_part(n: &Node) -> Node {
+    let mut fixed = n.clone();
+    fixed.allocated = Default::default();
+    for g in &mut fixed.gpus {
+        (g.free_milli, g.free_memory_bytes) = (0, 0);
+    }
+    fixed
 }
 
 #[cfg(test)]
@@ -297,13 +339,41 @@ mod tests {
         assert_eq!(t.changes_since(t.id(), g), Changes::UpToDate);
         t.update(a, |n| n.unschedulable = true);
         t.remove("b");
-        assert_eq!(t.changes_since(t.id(), g), Changes::Delta { upserted: vec![a], removed: vec![b] });
+        assert_eq!(t.changes_since(t.id(), g), Changes::Delta { upserted: vec![a], usage: vec![], removed: vec![b] });
         let c = t.upsert(node("c"));
         assert_eq!(c, b, "freed slot is reused");
         assert_eq!(t.slot_of("c"), Some(c));
-        assert_eq!(t.changes_since(t.id(), g), Changes::Delta { upserted: vec![a, c], removed: vec![] });
+        assert_eq!(t.changes_since(t.id(), g), Changes::Delta { upserted: vec![a, c], usage: vec![], removed: vec![] });
         assert_eq!(t.changes_since(t.id() + 1000, g), Changes::Full);
         assert_eq!(t.changes_since(t.id(), t.generation() + 1), Changes::Full);
+    }
+
+    #[test]
+    fn usage_only_changes_are_told_apart_until_a_full_change_joins_them() {
+        let mut t = NodeTable::new();
+        let gpus = || vec![wasmsched_api::GpuDevice { free_milli: 1000, ..Default::default() }; 2];
+        let a = t.upsert(Node { gpus: gpus(), ..node("a") });
+        let b = t.upsert(Node { gpus: gpus(), ..node("b") });
+        let c = t.upsert(node("c"));
+        let g = t.generation();
+        t.update_usage(a, |n| n.gpus[0].free_milli = 500);
+        t.update_usage(b, |n| n.allocated.cpu_milli = 1);
+        t.update(b, |n| n.unschedulable = true);
+        t.update_usage(b, |n| n.gpus[1].free_memory_bytes = 7);
+        t.remove("c");
+        assert_eq!(t.changes_since(t.id(), g), Changes::Delta { upserted: vec![b], usage: vec![a], removed: vec![c] });
+        let g = t.generation();
+        t.update_usage(b, |n| n.allocated.gpu_milli = 2000);
+        assert_eq!(t.changes_since(t.id(), g), Changes::Delta { upserted: vec![], usage: vec![b], removed: vec![] });
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "update_usage changed more than usage")]
+    fn update_usage_refuses_other_changes_in_debug_builds() {
+        let mut t = NodeTable::new();
+        let a = t.upsert(node("a"));
+        t.update_usage(a, |n| n.labels.push(("zone".into(), "b".into())));
     }
 
     #[test]
@@ -326,7 +396,10 @@ mod tests {
         }
         assert_eq!(t.changes_since(t.id(), 1), Changes::Full);
         let recent = t.generation() - 5;
-        assert_eq!(t.changes_since(t.id(), recent), Changes::Delta { upserted: vec![a], removed: vec![] });
+        assert_eq!(
+            t.changes_since(t.id(), recent),
+            Changes::Delta { upserted: vec![a], usage: vec![], removed: vec![] }
+        );
     }
 
     #[test]
@@ -338,7 +411,7 @@ mod tests {
         // A mirror synced to the snapshot catches up on the original with a delta.
         let (id, g) = (snap.id(), snap.generation());
         t.update(a, |n| n.unschedulable = true);
-        assert_eq!(t.changes_since(id, g), Changes::Delta { upserted: vec![a], removed: vec![] });
+        assert_eq!(t.changes_since(id, g), Changes::Delta { upserted: vec![a], usage: vec![], removed: vec![] });
         // Changing the snapshot makes it a table of its own.
         let mut snap = snap;
         snap.upsert(node("b"));

@@ -206,7 +206,7 @@ impl Cache {
 
     fn hold(&mut self, id: String, node: String, task: Task, devices: Vec<DeviceShare>, assumed: bool) {
         if let Some(slot) = self.nodes.slot_of(&node) {
-            self.nodes.update(slot, |n| account(n, &task, &devices));
+            self.nodes.update_usage(slot, |n| account(n, &task, &devices));
         }
         self.insert_holder(id, Holder { node, task, devices, assumed });
     }
@@ -245,7 +245,7 @@ impl Cache {
             }
         }
         if let Some(slot) = self.nodes.slot_of(&h.node) {
-            self.nodes.update(slot, |n| wasmsched_core::release(n, &h.task, &h.devices));
+            self.nodes.update_usage(slot, |n| wasmsched_core::release(n, &h.task, &h.devices));
         }
     }
 

@@ -3,6 +3,8 @@
 //! - `filter_score_5000/*`: one task, resource-fit filter + least-allocated score over 5,000 random
 //!   nodes (one batched call per stage), native vs Wasm, with the mirror already current
 //!   (`steady`) and with one node changed before every task (`one_delta`, as after a bind).
+//! - `mirror_catch_up/{full,usage}/N`: N nodes changed (any change / usage only), then one filter
+//!   call on one node: what a mirror's catch-up costs.
 //! - `instantiate`: a fresh instance from `InstancePre`, including the plugin's `init`.
 //! - `load/*`: `Runtime::load` with the compiled component in memory, on disk, or compiled anew.
 //!
@@ -91,6 +93,30 @@ fn boundary(c: &mut Criterion) {
                 i = (i + 1) % slots.len();
                 table.update(slots[i], |n| n.allocated.cpu_milli ^= 1);
                 filter_then_score(filter.as_ref(), score.as_ref(), &table, &slots, &task)
+            })
+        });
+    }
+    g.finish();
+
+    // What a mirror costs to catch up: `changed` nodes changed since the last call, then a filter
+    // call on one node (the first decision after a swap catches up on the decisions since that
+    // version last ran). `full`: any change, the whole node is resent; `usage`: binds and releases,
+    // only the allocation and device usage are sent (`mirror-usage`). Per node: (N=200 − N=0) / 200.
+    let mut g = c.benchmark_group("mirror_catch_up");
+    let (_, filter, _) = &plugins[1];
+    for (kind, changed) in [("full", 0usize), ("full", 200), ("usage", 200)] {
+        g.throughput(Throughput::Elements(changed.max(1) as u64));
+        g.bench_function(BenchmarkId::new(kind, changed), |b| {
+            let mut i = 0usize;
+            b.iter(|| {
+                for _ in 0..changed {
+                    i = (i + 1) % slots.len();
+                    match kind {
+                        "full" => table.update(slots[i], |n| n.allocated.cpu_milli ^= 1),
+                        _ => table.update_usage(slots[i], |n| n.allocated.cpu_milli ^= 1),
+                    };
+                }
+                filter.filter(CallContext { worker: 0, nodes: &table }, &task, &slots[..1]).unwrap()
             })
         });
     }

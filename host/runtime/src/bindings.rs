@@ -8,7 +8,9 @@ wasmtime::component::bindgen!({
 use wasmsched::policy::types as wit;
 use wasmsched_api as api;
 
-pub(crate) use exports::wasmsched::policy::{fair_share, filter, mirror, plugin, preempt, score, select_devices};
+pub(crate) use exports::wasmsched::policy::{
+    fair_share, filter, mirror, mirror_usage, plugin, preempt, score, select_devices,
+};
 
 pub(crate) fn resources(r: &api::Resources) -> wit::Resources {
     wit::Resources {
@@ -65,6 +67,18 @@ pub(crate) fn node(n: &api::Node) -> wit::Node {
             })
             .collect(),
         unschedulable: n.unschedulable,
+    }
+}
+
+/// What `mirror-usage` sends of a node: its allocation and devices' free share and memory.
+pub(crate) fn usage(n: &api::Node) -> mirror_usage::NodeUsage {
+    mirror_usage::NodeUsage {
+        allocated: resources(&n.allocated),
+        gpus: n
+            .gpus
+            .iter()
+            .map(|g| mirror_usage::GpuUsage { free_milli: g.free_milli, free_memory_bytes: g.free_memory_bytes })
+            .collect(),
     }
 }
 

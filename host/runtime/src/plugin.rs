@@ -13,7 +13,7 @@ use wasmsched_core::{
 use wasmtime::component::InstancePre;
 use wasmtime::{Engine, Store, Trap};
 
-use crate::bindings::{self, fair_share, filter, mirror, plugin, preempt, score, select_devices};
+use crate::bindings::{self, fair_share, filter, mirror, mirror_usage, plugin, preempt, score, select_devices};
 use crate::breaker::{Breaker, BreakerConfig};
 use crate::cache::sha256_hex;
 use crate::engine::Runtime;
@@ -113,6 +113,7 @@ impl PluginConfig {
 struct Indices {
     plugin: plugin::GuestIndices,
     mirror: Option<mirror::GuestIndices>,
+    mirror_usage: Option<mirror_usage::GuestIndices>,
     filter: Option<filter::GuestIndices>,
     score: Option<score::GuestIndices>,
     select_devices: Option<select_devices::GuestIndices>,
@@ -124,6 +125,8 @@ struct Indices {
 struct Live {
     store: Store<HostState>,
     mirror: Option<mirror::Guest>,
+    /// Usage-only updates; without it, usage changes go as full upserts.
+    mirror_usage: Option<mirror_usage::Guest>,
     filter: Option<filter::Guest>,
     score: Option<score::Guest>,
     select_devices: Option<select_devices::Guest>,
@@ -190,6 +193,7 @@ impl Blueprint {
         let plugin = ix.plugin.load(&mut store, &instance)?;
         let mut live = Live {
             mirror: ix.mirror.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
+            mirror_usage: ix.mirror_usage.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
             filter: ix.filter.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
             score: ix.score.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
             select_devices: ix.select_devices.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
@@ -234,6 +238,7 @@ impl WasmPlugin {
         let indices = Indices {
             plugin,
             mirror: mirror::GuestIndices::new(&pre).ok(),
+            mirror_usage: mirror_usage::GuestIndices::new(&pre).ok(),
             filter: filter::GuestIndices::new(&pre).ok(),
             score: score::GuestIndices::new(&pre).ok(),
             select_devices: select_devices::GuestIndices::new(&pre).ok(),
@@ -448,24 +453,47 @@ impl WasmPlugin {
                 }
                 Ok(())
             };
+        let mut resend = false;
         match changes {
             Changes::UpToDate => {}
-            Changes::Delta { upserted, removed } => {
+            Changes::Delta { mut upserted, usage, removed } => {
                 if !removed.is_empty() {
                     bp.arm(&mut live.store, 1);
                     mirror.call_remove(&mut live.store, generation, &removed)?;
                 }
-                for chunk in upserted.chunks(SYNC_CHUNK) {
-                    upsert(&mut live.store, &mut chunk.iter().copied())?;
+                match live.mirror_usage.as_ref() {
+                    Some(mirror_usage) => {
+                        for chunk in usage.chunks(SYNC_CHUNK) {
+                            let batch: Vec<(u32, mirror_usage::NodeUsage)> =
+                                chunk.iter().filter_map(|&s| nodes.get(s).map(|n| (s, bindings::usage(n)))).collect();
+                            bp.arm(&mut live.store, 10);
+                            if let Err(e) = mirror_usage.call_update_usage(&mut live.store, generation, &batch)? {
+                                // Out of step with the host (it applied nothing): start over.
+                                tracing::warn!(plugin = %bp.name, "mirror refused a usage update ({e}); resending every node");
+                                resend = true;
+                                break;
+                            }
+                        }
+                    }
+                    None => {
+                        upserted.extend(usage);
+                        upserted.sort_unstable();
+                    }
+                }
+                if !resend {
+                    for chunk in upserted.chunks(SYNC_CHUNK) {
+                        upsert(&mut live.store, &mut chunk.iter().copied())?;
+                    }
                 }
             }
-            Changes::Full => {
-                bp.arm(&mut live.store, 1);
-                mirror.call_reset(&mut live.store, generation, nodes.slot_count())?;
-                let slots: Vec<Slot> = nodes.slots().collect();
-                for chunk in slots.chunks(SYNC_CHUNK) {
-                    upsert(&mut live.store, &mut chunk.iter().copied())?;
-                }
+            Changes::Full => resend = true,
+        }
+        if resend {
+            bp.arm(&mut live.store, 1);
+            mirror.call_reset(&mut live.store, generation, nodes.slot_count())?;
+            let slots: Vec<Slot> = nodes.slots().collect();
+            for chunk in slots.chunks(SYNC_CHUNK) {
+                upsert(&mut live.store, &mut chunk.iter().copied())?;
             }
         }
         live.synced = Some((nodes.id(), generation));

@@ -19,7 +19,9 @@ pub mod bindings {
     });
 }
 
-pub use bindings::exports::wasmsched::policy::{fair_share, filter, mirror, plugin, preempt, score, select_devices};
+pub use bindings::exports::wasmsched::policy::{
+    fair_share, filter, mirror, mirror_usage, plugin, preempt, score, select_devices,
+};
 use bindings::wasmsched::policy::{host, topology as wit_topology, types as wit};
 
 /// Everything the guest keeps between calls.
@@ -111,6 +113,32 @@ pub fn upsert(generation: u64, nodes: Vec<(u32, wit::Node)>) {
         }
         s.generation = generation;
     });
+}
+
+/// `mirror-usage.update-usage`: only the fields binding and releasing change. Checked before
+/// anything is applied, so an error leaves the mirror as it was (the host then resends it).
+pub fn update_usage(generation: u64, nodes: Vec<(u32, mirror_usage::NodeUsage)>) -> Result<(), String> {
+    STATE.with_borrow_mut(|s| {
+        for (slot, usage) in &nodes {
+            match s.nodes.get(*slot as usize).and_then(Option::as_ref) {
+                None => return Err(format!("usage for slot {slot}, which the mirror does not hold")),
+                Some(n) if n.gpus.len() != usage.gpus.len() => {
+                    return Err(format!("usage of {} devices for {} with {}", usage.gpus.len(), n.name, n.gpus.len()));
+                }
+                Some(_) => {}
+            }
+        }
+        for (slot, usage) in nodes {
+            let Some(node) = s.nodes.get_mut(slot as usize).and_then(Option::as_mut) else { continue };
+            node.allocated = convert::resources(usage.allocated);
+            for (g, u) in node.gpus.iter_mut().zip(usage.gpus) {
+                g.free_milli = u.free_milli;
+                g.free_memory_bytes = u.free_memory_bytes;
+            }
+        }
+        s.generation = generation;
+        Ok(())
+    })
 }
 
 /// `mirror.remove`.
@@ -247,6 +275,11 @@ macro_rules! __export_component {
                 }
                 fn remove(generation: u64, slots: Vec<u32>) {
                     __p::remove(generation, slots)
+                }
+            }
+            impl __p::mirror_usage::Guest for __WasmschedComponent {
+                fn update_usage(generation: u64, nodes: Vec<(u32, __p::mirror_usage::NodeUsage)>) -> Result<(), String> {
+                    __p::update_usage(generation, nodes)
                 }
             }
             impl __p::filter::Guest for __WasmschedComponent {

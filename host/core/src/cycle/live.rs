@@ -48,7 +48,7 @@ impl SchedulerCore {
             // Running where it runs: it holds the quota of that node's flavor.
             let flavor = self.nodes.get(slot).and_then(|n| self.queues.flavor_of(n));
             let flavor = flavor.map(|f| self.queues.flavors()[f].name.clone());
-            self.nodes.update(slot, |n| bind_fact(n, &task, devices));
+            self.nodes.update_usage(slot, |n| bind_fact(n, &task, devices));
             self.account(leaf, &demand_in(&task, flavor.as_deref(), &self.queues), true);
             let e = self.entries.get_mut(&name).expect("just submitted");
             let devices = devices.clone();

@@ -471,8 +471,8 @@ impl SchedulerCore {
                 (e.spec.members[idx].clone(), devices, e.held(idx, &self.queues))
             };
             let ok = match misfit {
-                Misfit::Evict => self.nodes.update(slot, |n| bind(n, &task, &devices)).is_some_and(|r| r.is_ok()),
-                Misfit::Keep => self.nodes.update(slot, |n| bind_fact(n, &task, &devices)).is_some(),
+                Misfit::Evict => self.nodes.update_usage(slot, |n| bind(n, &task, &devices)).is_some_and(|r| r.is_ok()),
+                Misfit::Keep => self.nodes.update_usage(slot, |n| bind_fact(n, &task, &devices)).is_some(),
             };
             if ok {
                 if let Some(m) = self.entries.get_mut(&wl).and_then(|e| e.members[idx].as_mut()) {
@@ -503,7 +503,7 @@ impl SchedulerCore {
             .collect();
         for (w, i) in holds.into_iter().rev() {
             let h = self.entries[&w].holds[i].clone();
-            if !matches!(self.nodes.update(slot, |n| bind(n, &h.task, &h.devices)), Some(Ok(()))) {
+            if !matches!(self.nodes.update_usage(slot, |n| bind(n, &h.task, &h.devices)), Some(Ok(()))) {
                 self.entries.get_mut(&w).expect("listed").holds.remove(i);
             }
         }
@@ -605,7 +605,7 @@ impl SchedulerCore {
             if let Some(m) = m {
                 self.index_remove(&m.node, workload);
                 let task = &e.spec.members[i];
-                self.nodes.update(m.slot, |n| release(n, task, &m.devices));
+                self.nodes.update_usage(m.slot, |n| release(n, task, &m.devices));
                 self.account(e.leaf, &e.held(i, &self.queues), false);
             }
         }
@@ -1232,7 +1232,7 @@ impl SchedulerCore {
                     Some(slots) => place_among(set, &self.nodes, &task, 0, slots),
                 };
                 let Ok(p) = placed else { break };
-                if !matches!(self.nodes.update(p.node, |n| bind(n, &task, &p.devices)), Some(Ok(()))) {
+                if !matches!(self.nodes.update_usage(p.node, |n| bind(n, &task, &p.devices)), Some(Ok(()))) {
                     break;
                 }
                 self.commit(&name, vec![(i, p)], flavor, now, out);
@@ -1300,7 +1300,7 @@ impl SchedulerCore {
         let task = e.spec.members[idx].clone();
         let leaf = e.leaf;
         self.index_remove(&m.node, wl);
-        self.nodes.update(m.slot, |n| release(n, &task, &m.devices));
+        self.nodes.update_usage(m.slot, |n| release(n, &task, &m.devices));
         self.account(leaf, &held, false);
         Some(m)
     }
@@ -1310,7 +1310,7 @@ impl SchedulerCore {
         let Some(e) = self.entries.get(wl) else { return };
         let task = e.spec.members[idx].clone();
         let leaf = e.leaf;
-        if !matches!(self.nodes.update(m.slot, |n| bind(n, &task, &m.devices)), Some(Ok(()))) {
+        if !matches!(self.nodes.update_usage(m.slot, |n| bind(n, &task, &m.devices)), Some(Ok(()))) {
             warn!(workload = wl, task = %task.id, node = %m.node, "could not restore a member after a rolled-back preemption");
         }
         self.account(leaf, &demand_in(&task, m.flavor.as_deref(), &self.queues), true);
@@ -1383,7 +1383,7 @@ impl SchedulerCore {
         if self.entries.get(preemptor).is_none_or(|p| p.phase != Phase::Preempting) {
             return;
         }
-        if matches!(self.nodes.update(m.slot, |n| bind(n, &task, &m.devices)), Some(Ok(()))) {
+        if matches!(self.nodes.update_usage(m.slot, |n| bind(n, &task, &m.devices)), Some(Ok(()))) {
             let hold = Hold { node: m.node.clone(), task, devices: m.devices.clone() };
             self.entries.get_mut(preemptor).expect("checked").holds.push(hold);
         }
@@ -1392,7 +1392,7 @@ impl SchedulerCore {
     fn release_holds(&mut self, holds: &[Hold]) {
         for h in holds {
             if let Some(slot) = self.nodes.slot_of(&h.node) {
-                self.nodes.update(slot, |n| release(n, &h.task, &h.devices));
+                self.nodes.update_usage(slot, |n| release(n, &h.task, &h.devices));
             }
         }
     }

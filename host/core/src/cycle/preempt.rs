@@ -323,7 +323,7 @@ fn fill(
             Some(slots) => place_among(set, &core.nodes, task, 0, slots),
         };
         if let Ok(p) = plain
-            && matches!(core.nodes.update(p.node, |n| bind(n, task, &p.devices)), Some(Ok(())))
+            && matches!(core.nodes.update_usage(p.node, |n| bind(n, task, &p.devices)), Some(Ok(())))
         {
             placed.push((i, p));
             continue;
@@ -402,7 +402,7 @@ fn free_quota(
 /// Release the preemptor's tentatively bound members.
 fn unplace(core: &mut SchedulerCore, members: &[Task], placed: &[(usize, Placement)]) {
     for (i, p) in placed {
-        core.nodes.update(p.node, |n| release(n, &members[*i], &p.devices));
+        core.nodes.update_usage(p.node, |n| release(n, &members[*i], &p.devices));
     }
 }
 
@@ -467,7 +467,7 @@ fn room_for(
             }
         }
         if let Ok(p) = place_among(set, &core.nodes, task, 0, &[slot])
-            && matches!(core.nodes.update(slot, |n| bind(n, task, &p.devices)), Some(Ok(())))
+            && matches!(core.nodes.update_usage(slot, |n| bind(n, task, &p.devices)), Some(Ok(())))
         {
             taken.extend(released);
             return Ok(p);

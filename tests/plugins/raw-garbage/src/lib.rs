@@ -1,7 +1,9 @@
 //! A plugin written directly against the WIT bindings (as an author in another language would),
 //! answering malformed results chosen by its configuration: `short` (too few filter codes),
 //! `bad-code` (a code with no reason), `no-such-gpu` (a device that does not exist), `stale-slot`
-//! (claims success without a mirror: filter answers for slots it never received).
+//! (claims success without a mirror: filter answers for slots it never received),
+//! `usage-refused` (refuses every usage update, forgetting its mirror; its filter passes only the
+//! slots it holds, so it works only if the host then resends every node).
 //! Natively this crate is empty.
 #![cfg_attr(not(target_family = "wasm"), allow(unused))]
 // Raw wit-bindgen output declares exported `unsafe extern` functions.
@@ -11,10 +13,14 @@
 mod component {
     wit_bindgen::generate!({ path: "../../../wit", world: "policy" });
 
-    use exports::wasmsched::policy::{fair_share, filter, mirror, plugin, preempt, score, select_devices};
+    use exports::wasmsched::policy::{
+        fair_share, filter, mirror, mirror_usage, plugin, preempt, score, select_devices,
+    };
     use wasmsched::policy::types::{Node, Rejection, Resources, Stage, Task};
 
     static mut MODE: String = String::new();
+    /// `usage-refused`: the slots received by `upsert` since the last reset or refusal.
+    static mut HELD: Vec<u32> = Vec::new();
 
     #[allow(static_mut_refs)]
     fn mode() -> &'static str {
@@ -37,10 +43,32 @@ mod component {
         }
     }
 
+    #[allow(static_mut_refs)]
+    fn held() -> &'static mut Vec<u32> {
+        // SAFETY: single-threaded guest; no reference outlives the export call using it.
+        unsafe { &mut HELD }
+    }
+
     impl mirror::Guest for Raw {
-        fn reset(_: u64, _: u32) {}
-        fn upsert(_: u64, _: Vec<(u32, Node)>) {}
-        fn remove(_: u64, _: Vec<u32>) {}
+        fn reset(_: u64, _: u32) {
+            held().clear();
+        }
+        fn upsert(_: u64, nodes: Vec<(u32, Node)>) {
+            held().extend(nodes.iter().map(|(s, _)| *s));
+        }
+        fn remove(_: u64, slots: Vec<u32>) {
+            held().retain(|s| !slots.contains(s));
+        }
+    }
+
+    impl mirror_usage::Guest for Raw {
+        fn update_usage(_: u64, _: Vec<(u32, mirror_usage::NodeUsage)>) -> Result<(), String> {
+            if mode() != "usage-refused" {
+                return Ok(());
+            }
+            held().clear();
+            Err("out of step".into())
+        }
     }
 
     impl filter::Guest for Raw {
@@ -51,6 +79,10 @@ mod component {
                 "bad-code" => filter::FilterResult {
                     codes: vec![7; n],
                     reasons: vec![Rejection { reason: "r".into(), unresolvable: false }],
+                },
+                "usage-refused" => filter::FilterResult {
+                    codes: candidates.iter().map(|s| u16::from(!held().contains(s))).collect(),
+                    reasons: vec![Rejection { reason: "not mirrored".into(), unresolvable: false }],
                 },
                 _ => filter::FilterResult { codes: vec![0; n], reasons: vec![] },
             })
