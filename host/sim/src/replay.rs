@@ -3,7 +3,7 @@
 
 use wasmsched_api::{Node, Task};
 use wasmsched_core::{NodeTable, Placement, PolicySet, Unschedulable, bind, place};
-use wasmsched_plugin_gpu_share_score::{TypicalPod, measure, record_affinity};
+use wasmsched_plugin_gpu_share_score::{TypicalPod, affinity_recorded, measure, record_affinity};
 
 use crate::trace::TracePod;
 
@@ -119,12 +119,12 @@ pub fn run_observed(
         let task = pod.to_task();
         arrived += pod.gpu_total_milli();
         match place(set, &table, &task, 0) {
-            Ok(p) => match table.update(p.node, |n| {
-                bind(n, &task, &p.devices)?;
-                record_affinity(n, &task);
-                Ok::<_, wasmsched_core::AllocError>(())
-            }) {
+            // A usage change for mirrors; the affinity label changes only with a new shape.
+            Ok(p) => match table.update_usage(p.node, |n| bind(n, &task, &p.devices)) {
                 Some(Ok(())) => {
+                    if table.get(p.node).is_some_and(|n| !affinity_recorded(n, &task)) {
+                        table.update(p.node, |n| record_affinity(n, &task));
+                    }
                     used += pod.gpu_total_milli();
                     out.placed += 1;
                     if let Some(n) = table.get(p.node) {

@@ -126,6 +126,12 @@ pub fn affinity(task: &Task) -> Option<String> {
     }
 }
 
+/// Whether `node`'s [`AFFINITY_LABEL`] already says what [`record_affinity`] would record for
+/// `task` (binders skip the label update, a full node change for mirrors, when it does).
+pub fn affinity_recorded(node: &Node, task: &Task) -> bool {
+    affinity(task).is_none_or(|aff| node.label(AFFINITY_LABEL).is_some_and(|v| v.split(',').any(|s| s == aff)))
+}
+
 /// Record on `node`'s [`AFFINITY_LABEL`] that `task` was bound to it.
 pub fn record_affinity(node: &mut Node, task: &Task) {
     let Some(aff) = affinity(task) else { return };
@@ -361,12 +367,15 @@ mod tests {
         let share = pod(1000, 1, 200);
         let mut n = node("n", 8000, &[1000; 8]);
         assert_eq!(p.score(&share, &n), 25, "empty node: base 0 + 25");
+        assert!(!affinity_recorded(&n, &share) && affinity_recorded(&n, &pod(1000, 0, 0)));
         record_affinity(&mut n, &share);
+        assert!(affinity_recorded(&n, &share) && !affinity_recorded(&n, &pod(1000, 2, 1000)));
         n.gpus[0].free_milli = 800;
         assert_eq!(p.score(&share, &n), 75, "same shape only: base 0 + 75");
         assert_eq!(p.score(&pod(1000, 2, 1000), &n), 0, "other shape present");
         record_affinity(&mut n, &pod(1000, 2, 1000));
         assert_eq!(n.labels, vec![(AFFINITY_LABEL.to_string(), "2-gpu,share".to_string())]);
+        assert!(affinity_recorded(&n, &share) && affinity_recorded(&n, &pod(1000, 2, 1000)));
         assert_eq!(p.score(&share, &n), 50);
         assert_eq!(p.score(&pod(1000, 0, 0), &n), 0);
     }
