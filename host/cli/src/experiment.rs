@@ -58,6 +58,11 @@ pub struct Args {
     /// Where the CSVs, the summary and the figures go.
     #[arg(long, default_value = "target/experiment")]
     out: PathBuf,
+    /// `NAME=PATH`: add a policy set of your own (a directory with `policy.yaml`, or the file) to
+    /// the grid as policy NAME, beside `--policies` (repeatable). It passes the hot-reload gates
+    /// once before the grid starts; each experiment gets its own instances.
+    #[arg(long = "policy-set", value_name = "NAME=PATH", conflicts_with = "native")]
+    policy_sets: Vec<crate::replay_policies::NamedSet>,
     /// Run the policies natively instead of as Wasm components.
     #[arg(long)]
     native: bool,
@@ -133,11 +138,25 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for e in &skipped_rows {
         tracing::warn!("skipped malformed row: {e}");
     }
-    let runtime = crate::policy::replay_runtime(args.native)?;
+    let runtime = crate::policy::replay_runtime(args.native)?.map(std::sync::Arc::new);
+    // Sets of the operator's: gated once here, prepared per experiment (instances are per set).
+    let preparer = runtime.clone().map(wasmsched_registry::Preparer::new);
+    let mut custom: std::collections::BTreeMap<String, wasmsched_registry::Fetched> = Default::default();
+    for named in &args.policy_sets {
+        let preparer = preparer.as_ref().context("policy sets run as Wasm components")?;
+        ensure!(
+            !policies.contains(&named.name) && !custom.contains_key(&named.name),
+            "--policy-set {}: the grid already has a policy of that name",
+            named.name
+        );
+        let fetched =
+            crate::replay_policies::fetch_checked(preparer, &named.path, &wasmsched_registry::Sample::synthetic())?;
+        custom.insert(named.name.clone(), fetched);
+    }
     // Fail on a bad policy name before the grid starts.
     for p in &policies {
         policy_set(
-            runtime.as_ref(),
+            runtime.as_deref(),
             p,
             0,
             &[wasmsched_plugin_gpu_share_score::TypicalPod {
@@ -150,12 +169,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         )?;
     }
     let jobs = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
+    let policies: Vec<String> = policies.into_iter().chain(args.policy_sets.iter().map(|n| n.name.clone())).collect();
     let grid = Grid { nodes, traces, policies: policies.clone(), seeds: seeds.clone(), tune: args.tune };
     let bar = ProgressBar::new();
     let outcomes = experiment::run(
         &grid,
         jobs,
-        |policy, seed, typical| policy_set(runtime.as_ref(), policy, seed, typical),
+        |policy, seed, typical| match (custom.get(policy), preparer.as_ref()) {
+            (Some(fetched), Some(preparer)) => preparer
+                .prepare(fetched, 1, &wasmsched_registry::Sample::synthetic())
+                .map(|v| v.set)
+                .map_err(|e| anyhow::anyhow!("policy set {policy}: {e}")),
+            _ => policy_set(runtime.as_deref(), policy, seed, typical),
+        },
         |p| bar.show(p),
     )?;
     bar.finish();

@@ -1,5 +1,6 @@
-//! The policy sets of `wasmsched replay`: the built-in policies or a policy set of the operator's
-//! (the hot-reload YAML), and rollouts of other sets at virtual times. Every set from a file passes
+//! Policy sets of the operator's (the hot-reload YAML) in the simulator: what `wasmsched replay`
+//! starts with (or the built-in policies) and rolls out at virtual times, and the extra policies of
+//! `simulate` and `experiment`. Every set from a file passes
 //! the gates a hot reload applies (digests, compilation, the contract, a smoke test on the replayed
 //! cluster); a rollout that fails one is reported and never goes live — the replay goes on with the
 //! set live before it, as a running scheduler would.
@@ -10,7 +11,7 @@ use std::str::FromStr;
 use serde::Serialize;
 use wasmsched_core::PolicySet;
 use wasmsched_events::schema::{Payload, PolicyRejected, PolicySetRef, PolicySwapped};
-use wasmsched_registry::{DirSource, Preparer, Sample};
+use wasmsched_registry::{DirSource, Fetched, Preparer, Sample};
 use wasmsched_sim::timed::PolicyTimeline;
 
 /// `SECONDS=PATH`: from virtual second `SECONDS` on, the policy set at `PATH`.
@@ -31,6 +32,39 @@ impl FromStr for Rollout {
         }
         Ok(Rollout { at, path: path.into() })
     }
+}
+
+/// `NAME=PATH`: the policy set at `PATH`, called `NAME` in results.
+#[derive(Clone, Debug)]
+pub struct NamedSet {
+    /// What results call it.
+    pub name: String,
+    /// Its directory or spec file.
+    pub path: PathBuf,
+}
+
+impl FromStr for NamedSet {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (name, path) = s.split_once('=').ok_or_else(|| format!("{s:?}: expected NAME=PATH"))?;
+        let name = name.trim();
+        if name.is_empty() || name.contains([',', '/']) || path.is_empty() {
+            return Err(format!("{s:?}: expected NAME=PATH with a NAME free of ',' and '/'"));
+        }
+        Ok(NamedSet { name: name.into(), path: path.into() })
+    }
+}
+
+/// The spec and components of the set at `path`, checked against every gate once (on `sample`),
+/// so a grid that prepares it per experiment fails before it starts, naming the gate.
+pub fn fetch_checked(preparer: &Preparer, path: &std::path::Path, sample: &Sample) -> anyhow::Result<Fetched> {
+    let fetched =
+        DirSource::new(path).fetch().map_err(|e| anyhow::anyhow!("policy set {}: fetch gate: {e}", path.display()))?;
+    preparer
+        .prepare(&fetched, 1, sample)
+        .map_err(|e| anyhow::anyhow!("policy set {}: {} gate: {e}", path.display(), e.gate()))?;
+    Ok(fetched)
 }
 
 /// One set that runs during the replay.

@@ -149,3 +149,39 @@ fn replay_runs_the_example_scenario_and_rejects_a_broken_one() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("unknown queue \"ops\""));
 }
+
+#[test]
+fn a_policy_set_of_ones_own_joins_the_grid_and_places_as_the_same_built_ins() {
+    let dir = out_dir("grid-policy-set");
+    // examples/policies/packing is resource-fit + most-allocated: the same curves as the built-in.
+    let summary = grid(&dir, &["--policies", "most-allocated", "--policy-set", "mine=examples/policies/packing"]);
+    assert_eq!(summary["policies"], serde_json::json!(["most-allocated", "mine"]));
+    assert_eq!(summary["experiments"], 2);
+    let rows = summary["table"].as_array().unwrap();
+    let row = |p: &str| rows.iter().find(|r| r["policy"] == p).unwrap().clone();
+    let (builtin, mine) = (row("most-allocated"), row("mine"));
+    assert!(builtin["alloc_130_mean"].as_f64().unwrap() > 50.0, "{builtin}");
+    for key in ["alloc_100_mean", "alloc_130_mean"] {
+        assert_eq!(builtin[key], mine[key], "{key}");
+    }
+    let csv = std::fs::read_to_string(dir.join("allocation.csv")).unwrap();
+    let series =
+        |p: &str| csv.lines().find(|l| l.split(',').nth(1) == Some(p)).unwrap().split_once(p).unwrap().1.to_string();
+    assert_eq!(series("most-allocated"), series("mine"), "every column of the series");
+
+    // Refused before the grid starts, with the reason.
+    let refused = |extra: &[&str], needle: &str| {
+        let mut args = vec!["experiment", "--traces", "default", "--seeds", "42", "--out", "/nonexistent/out"];
+        args.extend_from_slice(extra);
+        let o = wasmsched(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(needle), "{extra:?}: {err}");
+    };
+    refused(
+        &["--policies", "fgd", "--policy-set", "fgd=examples/policies/packing"],
+        "already has a policy of that name",
+    );
+    refused(&["--policy-set", "x=/nonexistent/policy"], "fetch gate");
+    refused(&["--native", "--policy-set", "x=examples/policies/packing"], "cannot be used with");
+    refused(&["--policy-set", "examples/policies/packing"], "expected NAME=PATH");
+}
