@@ -8,6 +8,7 @@ fn main() {
     for (package, wasm) in wasmsched_guest_build::build(&[
         "wasmsched-fixture-hostile",
         "wasmsched-fixture-raw-garbage",
+        "wasmsched-fixture-legacy-mirror",
         "wasmsched-fixture-wrong-contract",
         "wasmsched-example-gpu-model-affinity",
     ]) {

@@ -54,7 +54,7 @@ fn garbage_from_raw_bindings_is_bad_output() {
 }
 
 #[test]
-fn usage_changes_reach_the_mirror_alone_and_a_refusal_gets_every_node_again() {
+fn usage_changes_reach_mirrors_alone_a_refusal_resends_everything_and_older_components_get_upserts() {
     let rt = Runtime::new(RuntimeConfig::default()).unwrap();
     let mut table = gpu_nodes(3);
     let slots: Vec<u32> = table.slots().collect();
@@ -80,6 +80,13 @@ fn usage_changes_reach_the_mirror_alone_and_a_refusal_gets_every_node_again() {
     table.update_usage(slots[2], |n| n.gpus[0].free_milli = 500);
     assert_eq!(fits(&raw, &table), [true, true, true], "every node resent after the refusal");
     assert_eq!(raw.metrics().instances_discarded(), 0);
+    // A component without the optional export gets usage changes as full upserts.
+    let legacy = rt.load(&fixtures::read(fixtures::LEGACY_MIRROR), PluginConfig::new("legacy")).unwrap();
+    table.update_usage(slots[2], |n| n.gpus[0].free_milli = 1000);
+    assert_eq!(fits(&legacy, &table), [true, true, true]);
+    table.update_usage(slots[0], |n| n.gpus[0].free_milli = 0);
+    assert_eq!(fits(&legacy, &table), [false, true, true], "the taken device reached the legacy mirror");
+    assert_eq!(legacy.metrics().instances_discarded(), 0);
 }
 
 #[test]
