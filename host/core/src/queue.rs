@@ -123,6 +123,13 @@ pub struct UnusedReserves {
     roots: Resources,
 }
 
+impl UnusedReserves {
+    /// What the roots' subtrees keep unused in all: capacity no queue outside them may take.
+    pub fn total(&self) -> &Resources {
+        &self.roots
+    }
+}
+
 /// Whether `small` is within `big` in every resource.
 pub(crate) fn fits(small: &Resources, big: &Resources) -> bool {
     small.cpu_milli <= big.cpu_milli

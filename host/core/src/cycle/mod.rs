@@ -947,7 +947,11 @@ impl SchedulerCore {
         let request: Vec<Resources> =
             self.allocated.iter().zip(pending).map(|(a, p)| a.checked_add(p).unwrap_or_else(|| a.clone())).collect();
         let states = self.queues.states(&self.allocated, &request, &self.usage);
-        match plugin.fair_share(0, &states, cluster) {
+        // Reserves that lending limits keep for queues which do not ask for them are nobody's to
+        // share: water-filling over them would promise other queues capacity they cannot take.
+        let idle = self.queues.unused_reserves(&request);
+        let cluster = cluster.saturating_sub(idle.total());
+        match plugin.fair_share(0, &states, &cluster) {
             Ok(ShareDecision { deserved, order }) => {
                 self.deserved = Some(deserved);
                 Some(order.into_iter().map(|q| q as usize).filter(|&q| self.queues.is_leaf(q)).collect())

@@ -491,6 +491,30 @@ fn lending_limit_keeps_part_of_an_idle_guarantee_for_its_owner() {
 }
 
 #[test]
+fn reserves_their_owner_does_not_ask_for_are_not_shared_out() {
+    // lender keeps 8 of its 16 guaranteed GPUs and asks for nothing: a and b share the other 24.
+    let mut lender = queue("lender", 1);
+    lender.guarantee = Resources { gpu_milli: 16_000, ..Default::default() };
+    lender.lending_limit = Some(gpus(8));
+    let nodes = [("n0", 8), ("n1", 8), ("n2", 8), ("n3", 8)];
+    let mut c = core(vec![lender, queue("a", 1), queue("b", 1)], &nodes);
+    for i in 0..4 {
+        c.submit(job(&format!("a{i}"), "a", 0, 8), 0).unwrap();
+        c.submit(job(&format!("b{i}"), "b", 0, 8), 0).unwrap();
+    }
+    c.schedule(&full(), 0);
+    let deserved = |c: &SchedulerCore, name: &str| {
+        c.queue_shares().into_iter().find(|q| q.name == name).unwrap().deserved.unwrap().gpu_milli
+    };
+    assert_eq!((deserved(&c, "a"), deserved(&c, "b")), (12_000, 12_000));
+    // Once lender asks for its reserve, it is its deserved share, and the others' shrink.
+    c.submit(job("l0", "lender", 0, 8), 1).unwrap();
+    c.schedule(&full(), 1);
+    assert_eq!(deserved(&c, "lender"), 8_000);
+    assert_eq!(deserved(&c, "a") + deserved(&c, "b"), 24_000);
+}
+
+#[test]
 fn a_reserve_bounds_borrowing_never_another_queue_s_guarantee() {
     // lender keeps all 16 of its guarantee; owner is guaranteed 8; borrower has no guarantee.
     let mut lender = queue("lender", 1);
@@ -941,14 +965,19 @@ fn k1_k2_flavor_quotas_borrow_up_to_their_limit_then_the_next_flavor_is_tried() 
     let d = c.schedule(&full(), 1);
     assert_eq!((bound(&d), evicted(&d).len()), (vec!["l0".to_string()], 0), "{d:?}");
 
-    // Without a lender (the other member keeps its whole A100 guarantee), cq's cap is 64.
+    // Without a lender (the other member keeps its whole A100 guarantee), cq's cap is 64. Fair
+    // share splits what cq can get (64 + 32), not the whole cluster, so ns-a and ns-b deserve 48
+    // each: the queue served a V100 node ahead of its turn gives one back by reclaim.
     let mut c = k1_cohort(false);
     for i in 0..16 {
         c.submit(job(&format!("j{i:02}"), ["ns-a", "ns-b"][i % 2], 0, 8), 0).unwrap();
     }
     let d = c.schedule(&full(), 0);
-    assert_eq!((placed_on(&d, "A100"), placed_on(&d, "V100")), (8, 4), "{d:?}");
-    let why = c.explain("j12").unwrap().to_string();
+    assert_eq!((placed_on(&d, "A100"), placed_on(&d, "V100"), evicted(&d).len()), (8, 5, 1), "{d:?}");
+    let shares = c.queue_shares();
+    let held = |q: &str| shares[c.queues().index_of(q).unwrap()].allocated.gpu_milli;
+    assert_eq!((held("ns-a"), held("ns-b")), (48_000, 48_000));
+    let why = c.explain("j14").unwrap().to_string();
     assert!(why.contains("flavor gpu-a100: the rest is reserved by queues that lend only part"), "{why}");
     check_accounting(&c);
 }
