@@ -51,6 +51,8 @@ pub enum PodPhase {
     Pending(Box<Task>),
     /// Holds resources on a node.
     Bound,
+    /// Holds resources on the same node as before, with other labels.
+    Relabelled,
     /// Neither ours to schedule nor holding anything (finished, another scheduler's, terminating
     /// before binding).
     Other,
@@ -162,7 +164,20 @@ impl Cache {
             if let Some(h) = self.holders.get_mut(&id) {
                 if h.node == node {
                     h.assumed = false;
-                    return Ok(PodPhase::Bound);
+                    // Labels are the one thing of a running pod that may change (inter-pod
+                    // affinity matches them); checked without allocating, as status updates are
+                    // the common event.
+                    let labels = pod.metadata.labels.iter().flatten();
+                    if labels.clone().map(|(k, v)| (k.as_str(), v.as_str())).eq(h
+                        .task
+                        .labels
+                        .iter()
+                        .map(|(k, v)| (k.as_str(), v.as_str())))
+                    {
+                        return Ok(PodPhase::Bound);
+                    }
+                    h.task.labels = labels.map(|(k, v)| (k.clone(), v.clone())).collect();
+                    return Ok(PodPhase::Relabelled);
                 }
                 // Bound elsewhere than assumed (another scheduler won a race): move it.
                 self.forget(&id);

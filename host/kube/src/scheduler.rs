@@ -548,6 +548,13 @@ impl Scheduler {
             }
         };
         let after = self.cache.node_of(&id).map(String::from);
+        if matches!(phase, PodPhase::Relabelled)
+            && self.core.owner_of(&id).is_none()
+            && let Some(node) = after.clone()
+        {
+            // Others' pods' labels are what inter-pod affinity of ours matches.
+            self.stale(node);
+        }
         match phase {
             PodPhase::Pending(task) => {
                 let facts = PodFacts::new(pod, *task);
@@ -555,7 +562,7 @@ impl Scheduler {
                 self.ours.insert(id, facts);
                 self.dirty |= changed;
             }
-            PodPhase::Bound => {
+            PodPhase::Bound | PodPhase::Relabelled => {
                 if ours && let Ok(task) = crate::convert::bound_task(pod) {
                     self.ours.insert(id.clone(), PodFacts::new(pod, task));
                     self.reported.remove(&id);

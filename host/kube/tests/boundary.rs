@@ -681,6 +681,37 @@ async fn required_pod_anti_affinity_spreads_replicas_and_keeps_clear_of_others_p
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_pod_of_another_scheduler_relabelled_is_what_pod_affinity_sees() {
+    let api = FakeApi::new();
+    for n in ["gpu-0", "gpu-1"] {
+        api.put(Kind::Node, gpu_node(n, 8, &[]));
+    }
+    // Another scheduler's pod on gpu-1, not (yet) labelled as the db.
+    let mut db = pod("infra", "db", "default-scheduler", 1, "2", "8Gi");
+    db["metadata"]["labels"] = json!({"app": "staging"});
+    db["spec"]["nodeName"] = json!("gpu-1");
+    db["status"]["phase"] = json!("Running");
+    api.put(Kind::Pod, db.clone());
+    let mut near_db = pod("ml", "near-db", NAME, 1, "4", "32Gi");
+    near_db["spec"]["affinity"] = json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname", "namespaces": ["infra"]}
+    ]}});
+    api.put(Kind::Pod, near_db);
+    let run = start(&api, "a", None);
+    eventually("near-db explained", Duration::from_secs(20), || {
+        condition_of(&api, "ml/near-db").is_some_and(|m| m.contains("no running pod it selects"))
+    })
+    .await;
+    assert!(node_of(&api, "ml/near-db").is_none());
+    // Relabelled where it runs (nothing else about it changes): the waiting pod joins it.
+    db["metadata"]["labels"] = json!({"app": "db"});
+    api.put(Kind::Pod, db);
+    eventually("near-db bound", Duration::from_secs(20), || node_of(&api, "ml/near-db").is_some()).await;
+    assert_eq!(node_of(&api, "ml/near-db").as_deref(), Some("gpu-1"));
+    run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_never_takes_more_of_a_budget_s_pods_than_it_allows() {
     let api = FakeApi::new();
     api.put(Kind::Node, gpu_node("gpu-0", 8, &[]));
