@@ -574,3 +574,48 @@ fn a_new_version_with_the_same_filter_keeps_its_verdicts_and_a_changed_filter_st
     assert_eq!(v_live.set.verdict_counts(), shared, "decisions of the new version do not touch the old verdicts");
     assert_ne!(registry.current().set.verdict_counts(), shared);
 }
+
+#[test]
+fn with_warm_up_a_new_version_catches_up_in_bounded_steps_before_it_goes_live() {
+    let preparer = Preparer::new(runtime());
+    let mut rng = Rng::new(5);
+    let mut nodes = generate::cluster(&mut rng, 50);
+    let slots: Vec<Slot> = nodes.slots().collect();
+    let task = generate::task(&mut rng, "t".into());
+    let sample =
+        |nodes: &NodeTable| wasmsched_registry::Sample { nodes: Arc::new(nodes.snapshot()), tasks: vec![task.clone()] };
+    let prepare = |v: u64, nodes: &NodeTable| preparer.prepare(&fetched(FIT_AND_PACK, &[]), v, &sample(nodes)).unwrap();
+    let registry = Registry::new(prepare(1, &nodes), None).with_warm_up(16);
+    // v2's smoke test syncs its mirrors to the cluster as it is now; 100 usage changes follow.
+    let second = prepare(2, &nodes);
+    for i in 0..100 {
+        nodes.update_usage(slots[i % slots.len()], |n| n.allocated.cpu_milli ^= 1);
+    }
+    registry.install(second);
+    assert_eq!(registry.current().version, 1, "staged, not live yet");
+    assert_eq!(registry.status().history[0].outcome, Outcome::Staged);
+    let mut steps = 0;
+    while registry.current().version == 1 {
+        registry.warm(&nodes);
+        steps += 1;
+        assert!(steps <= 10, "100 changes, 16 a step");
+    }
+    assert_eq!(steps, 7, "ceil(100 / 16) steps, then live");
+    let h = &registry.status().history[0];
+    assert_eq!((h.label.as_str(), &h.outcome), ("packing@2", &Outcome::Probation));
+    // Its mirrors are right: it decides as a version synced in one go.
+    let cold = prepare(9, &NodeTable::new());
+    assert_eq!(
+        place(&registry.current().set, &nodes, &task, 0).map(|p| p.node),
+        place(&cold.set, &nodes, &task, 0).map(|p| p.node)
+    );
+    // A rollback drops a version still warming up.
+    nodes.update_usage(slots[0], |n| n.allocated.cpu_milli ^= 1);
+    registry.install(prepare(3, &NodeTable::new()));
+    registry.rollback().unwrap();
+    registry.warm(&nodes);
+    assert_eq!(registry.current().version, 1);
+    let dropped = registry.status().history.into_iter().find(|h| h.label == "packing@3").unwrap();
+    assert_eq!(dropped.outcome, Outcome::Superseded);
+    assert!(dropped.reason.contains("rolled back"), "{}", dropped.reason);
+}

@@ -91,6 +91,11 @@ pub struct BenchArgs {
     /// Swap interval during the swap phases, milliseconds.
     #[arg(long, default_value_t = 10)]
     swap_ms: u64,
+    /// Stage each new version until its mirrors caught up, this many changes per plugin instance
+    /// before each decision (`Registry::with_warm_up`, counted in that decision's latency); 0
+    /// (the default) swaps at once and lets the first decision with the version catch up.
+    #[arg(long, default_value_t = 0)]
+    warm_up: usize,
 }
 
 fn nats_config(nats: &wasmsched_events::cli::Nats) -> anyhow::Result<wasmsched_events::NatsConfig> {
@@ -287,7 +292,8 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
 
     // Decision latency with and without swaps, alternating phases in one run.
     let preparer = Preparer::new(Arc::new(Runtime::new(crate::policy::runtime_config())?));
-    let registry = Arc::new(initial_registry(&preparer)?);
+    let registry = initial_registry(&preparer)?;
+    let registry = Arc::new(if args.warm_up > 0 { registry.with_warm_up(args.warm_up) } else { registry });
     let mut rng = Rng::new(42);
     let mut nodes = generate::cluster(&mut rng, args.nodes);
     let mut running = std::collections::VecDeque::new();
@@ -350,10 +356,14 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
     }
     let base_p99 = p99(latencies[0].all.clone());
     println!(
-        "decision latency over {} nodes, {} decisions per case, swaps every {} ms:",
+        "decision latency over {} nodes, {} decisions per case, swaps every {} ms, {}:",
         args.nodes,
         latencies[0].all.len(),
-        args.swap_ms
+        args.swap_ms,
+        match args.warm_up {
+            0 => "swapped at once".to_string(),
+            n => format!("warm-up {n} changes per decision"),
+        }
     );
     for case in 0..3 {
         let l = &latencies[case];
@@ -419,6 +429,7 @@ fn decide(
         registry.offer_sample(nodes);
     }
     let started = Instant::now();
+    registry.warm(nodes);
     let live = registry.current();
     let result = place(&live.set, nodes, &task, 0);
     let latency = started.elapsed();

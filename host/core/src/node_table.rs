@@ -295,7 +295,30 @@ impl NodeTable {
             return Changes::UpToDate;
         }
         let start = self.log.partition_point(|&(g, _, _)| g <= generation);
-        let mut changed: Vec<(Slot, bool)> = self.log.range(start..).map(|&(_, s, u)| (s, u)).collect();
+        self.delta(start..self.log.len())
+    }
+
+    /// A bounded step of [`NodeTable::changes_since`]: the changes of at most `max_changes`
+    /// logged changes after `generation`, the generation a mirror reaches by applying them, and
+    /// whether that is the current one. A mirror can so catch up a little at a time (the slots
+    /// are sent in their current state, so later steps never undo earlier ones). `None` when the
+    /// mirror must be reset in full.
+    pub fn changes_step(&self, table_id: u64, generation: u64, max_changes: usize) -> Option<(Changes, u64, bool)> {
+        if table_id != self.id || generation < self.log_floor || generation > self.generation {
+            return None;
+        }
+        if generation == self.generation {
+            return Some((Changes::UpToDate, generation, true));
+        }
+        let start = self.log.partition_point(|&(g, _, _)| g <= generation);
+        let end = start.saturating_add(max_changes.max(1)).min(self.log.len());
+        let reached = if end == self.log.len() { self.generation } else { self.log[end - 1].0 };
+        Some((self.delta(start..end), reached, reached == self.generation))
+    }
+
+    /// The slots changed by the logged changes in `range`, by kind.
+    fn delta(&self, range: std::ops::Range<usize>) -> Changes {
+        let mut changed: Vec<(Slot, bool)> = self.log.range(range).map(|&(_, s, u)| (s, u)).collect();
         // By slot, full changes first: a slot is usage-only when every change to it was.
         changed.sort_unstable();
         changed.dedup_by_key(|c| c.0);
@@ -365,6 +388,37 @@ mod tests {
         let g = t.generation();
         t.update_usage(b, |n| n.allocated.gpu_milli = 2000);
         assert_eq!(t.changes_since(t.id(), g), Changes::Delta { upserted: vec![], usage: vec![b], removed: vec![] });
+    }
+
+    #[test]
+    fn a_mirror_can_catch_up_in_bounded_steps() {
+        let mut t = NodeTable::new();
+        let slots: Vec<Slot> = (0..4).map(|i| t.upsert(node(&format!("n{i}")))).collect();
+        let (id, mut at) = (t.id(), t.generation());
+        for round in 0..3 {
+            for &s in &slots {
+                t.update_usage(s, |n| n.allocated.cpu_milli = round);
+            }
+        }
+        t.remove("n3");
+        // 13 changes, 5 at a time: three steps, the last one reaching the current generation.
+        let mut steps = Vec::new();
+        loop {
+            let (changes, reached, done) = t.changes_step(id, at, 5).unwrap();
+            assert!(reached > at);
+            steps.push(changes);
+            at = reached;
+            if done {
+                break;
+            }
+        }
+        assert_eq!(at, t.generation());
+        assert_eq!(steps.len(), 3);
+        // Slots go in their current state: n3 is gone, so every step that touches it removes it.
+        assert_eq!(steps[0], Changes::Delta { upserted: vec![], usage: slots[..3].to_vec(), removed: vec![slots[3]] });
+        assert_eq!(steps[2], Changes::Delta { upserted: vec![], usage: vec![slots[2]], removed: vec![slots[3]] });
+        assert_eq!(t.changes_step(id, at, 5), Some((Changes::UpToDate, at, true)));
+        assert_eq!(t.changes_step(id + 1, at, 5), None, "another table: reset in full");
     }
 
     #[test]

@@ -64,6 +64,20 @@ impl PolicySet {
         self.fair_share.as_ref()
     }
 
+    /// Let every plugin catch up with `nodes` by at most `max_changes` changes
+    /// ([`PolicyPlugin::catch_up`]); `true` once all are up to date. A plugin serving several
+    /// stages is asked once per stage, which only repeats an up-to-date check.
+    pub fn catch_up(&self, nodes: &NodeTable, max_changes: usize) -> bool {
+        let plugins = self.filters.iter().map(|f| &f.plugin).chain(self.scores.iter().map(|(p, _)| p));
+        let others = [&self.devices, &self.preempt, &self.fair_share].into_iter().flatten();
+        // Every plugin takes its step, whether or not an earlier one is done.
+        let mut done = true;
+        for p in plugins.chain(others) {
+            done &= p.catch_up(nodes, max_changes);
+        }
+        done
+    }
+
     /// The same plugins with none of the verdicts they gave so far (each filter keeps whether it
     /// reuses them): what a benchmark's repeated runs start from.
     pub fn with_fresh_verdicts(&self) -> PolicySet {

@@ -133,6 +133,15 @@ pub trait PolicyPlugin: Send + Sync {
         queues: &[QueueState],
         cluster: &Resources,
     ) -> Result<ShareDecision, PluginFault>;
+
+    /// Bring whatever state the plugin keeps of `nodes` (a Wasm instance's mirror) closer to it,
+    /// applying at most `max_changes` of the table's logged changes per instance; `true` once up to
+    /// date. Lets a version about to go live catch up in small steps instead of in its first call.
+    /// Plugins that keep nothing are always up to date.
+    fn catch_up(&self, nodes: &crate::NodeTable, max_changes: usize) -> bool {
+        let _ = (nodes, max_changes);
+        true
+    }
 }
 
 /// Checks on plugin outputs, shared by every [`PolicyPlugin`] implementation. Each returns what is

@@ -211,6 +211,8 @@ pub enum Outcome {
     RolledBack,
     /// Failed a gate; never went live.
     Rejected,
+    /// Prepared and due to go live, its mirrors catching up first (registries with warm-up).
+    Staged,
 }
 
 /// One line of the history.
@@ -268,6 +270,8 @@ struct Inner {
     baseline: Baseline,
     shadow: Option<ShadowRun>,
     ready: Option<Arc<PolicyVersion>>,
+    /// With warm-up: the version going live once its mirrors have caught up, and how it came.
+    staged: Option<(Arc<PolicyVersion>, String)>,
     history: VecDeque<HistoryEntry>,
     recent_tasks: VecDeque<Task>,
     sample: Option<(Sample, Instant)>,
@@ -282,6 +286,10 @@ pub struct Registry {
     versions: AtomicU64,
     decisions: AtomicU64,
     sample_wanted: AtomicBool,
+    /// Changes per plugin instance a [`Registry::warm`] call applies; `None`: swaps are immediate.
+    warm_up: Option<usize>,
+    /// A version is staged (a load instead of the lock on every decision).
+    staged: AtomicBool,
 }
 
 fn now() -> f64 {
@@ -312,6 +320,7 @@ impl Registry {
                 baseline: Baseline { version: initial.version, ..Baseline::default() },
                 shadow: None,
                 ready: None,
+                staged: None,
                 history: VecDeque::new(),
                 recent_tasks: VecDeque::new(),
                 sample: None,
@@ -321,6 +330,8 @@ impl Registry {
             versions: AtomicU64::new(next),
             decisions: AtomicU64::new(0),
             sample_wanted: AtomicBool::new(true),
+            warm_up: None,
+            staged: AtomicBool::new(false),
         };
         {
             let mut inner = registry.lock();
@@ -328,6 +339,36 @@ impl Registry {
             push_history(&mut inner, &initial, Outcome::Live, "initial version");
         }
         registry
+    }
+
+    /// Stage versions instead of swapping them in at once: each goes live once its plugins'
+    /// mirrors have caught up with the cluster, `max_changes` changes per [`Registry::warm`] call,
+    /// so no decision pays a whole catch-up (the first one with a new version otherwise does).
+    /// The scheduling loop must then call [`Registry::warm`] before each cycle. Rollbacks stay
+    /// immediate.
+    pub fn with_warm_up(mut self, max_changes: usize) -> Registry {
+        self.warm_up = Some(max_changes.max(1));
+        self
+    }
+
+    /// With warm-up: let the staged version catch up with `nodes` a step, and make it live when
+    /// it has. Call from the scheduling loop before [`Registry::current`]; without a staged
+    /// version this is an atomic load.
+    pub fn warm(&self, nodes: &NodeTable) {
+        let Some(max_changes) = self.warm_up else { return };
+        if !self.staged.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(staged) = self.lock().staged.as_ref().map(|(v, _)| v.clone()) else { return };
+        if !staged.set.catch_up(nodes, max_changes) {
+            return;
+        }
+        let mut inner = self.lock();
+        // Replaced by a newer one meanwhile: that one warms next time.
+        if let Some((v, how)) = inner.staged.take_if(|(v, _)| Arc::ptr_eq(v, &staged)) {
+            self.staged.store(false, Ordering::Release);
+            self.go_live(&mut inner, v, &how);
+        }
     }
 
     /// The version to use for the next cycle. Cheap (a read lock and a reference count).
@@ -517,8 +558,21 @@ impl Registry {
         }
     }
 
-    /// Replace the live version; the new one is on probation.
+    /// Replace the live version, at once or (with warm-up) once it has caught up; the new one is
+    /// on probation.
     fn swap_in(&self, inner: &mut Inner, next: Arc<PolicyVersion>, how: &str) {
+        if self.warm_up.is_none() {
+            return self.go_live(inner, next, how);
+        }
+        if let Some((old, _)) = inner.staged.replace((next.clone(), how.to_string())) {
+            update_history(inner, &old, Outcome::Superseded, &format!("replaced by {} while warming up", next.label()));
+        }
+        push_history(inner, &next, Outcome::Staged, "warming up its mirrors");
+        self.staged.store(true, Ordering::Release);
+    }
+
+    /// Make `next` live now; it is on probation.
+    fn go_live(&self, inner: &mut Inner, next: Arc<PolicyVersion>, how: &str) {
         let previous = {
             let mut live = self.live.write().unwrap_or_else(|e| e.into_inner());
             std::mem::replace(&mut *live, next.clone())
@@ -540,7 +594,11 @@ impl Registry {
             seen: 0,
             window: Window::default(),
         });
-        push_history(inner, &next, Outcome::Probation, how);
+        let label = next.label();
+        match inner.history.iter_mut().find(|h| h.label == label && h.outcome == Outcome::Staged) {
+            Some(h) => (h.outcome, h.reason, h.at) = (Outcome::Probation, how.into(), now()),
+            None => push_history(inner, &next, Outcome::Probation, how),
+        }
         tracing::info!(from = %previous.label(), to = %next.label(), how, "policy set swapped");
         self.emit(Payload::PolicySwapped(PolicySwapped { from: Some(previous.reference()), to: next.reference() }));
     }
@@ -548,6 +606,10 @@ impl Registry {
     /// Restore the last good version.
     fn roll_back(&self, inner: &mut Inner, reason: &str) {
         let target = inner.last_good.clone();
+        if let Some((staged, _)) = inner.staged.take() {
+            self.staged.store(false, Ordering::Release);
+            update_history(inner, &staged, Outcome::Superseded, &format!("dropped: rolled back to {}", target.label()));
+        }
         let from = {
             let mut live = self.live.write().unwrap_or_else(|e| e.into_inner());
             std::mem::replace(&mut *live, target.clone())

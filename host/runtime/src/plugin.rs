@@ -434,25 +434,33 @@ impl WasmPlugin {
 
     /// Bring the instance's mirror up to `nodes`.
     fn sync(&self, live: &mut Live, nodes: &NodeTable) -> Result<(), CallError> {
-        let bp = &self.blueprint;
         let changes = match live.synced {
             Some((id, generation)) => nodes.changes_since(id, generation),
             None => Changes::Full,
         };
-        let generation = nodes.generation();
+        self.apply(live, nodes, changes, nodes.generation())
+    }
+
+    /// Apply `changes` of `nodes`, after which the mirror reflects generation `reached` (the
+    /// current one after a full resend).
+    fn apply(&self, live: &mut Live, nodes: &NodeTable, changes: Changes, reached: u64) -> Result<(), CallError> {
+        let bp = &self.blueprint;
+        let mut generation = reached;
         let Some(mirror) = live.mirror.as_ref() else {
             return Err(CallError::Bad("mirror interface missing".into()));
         };
-        let upsert =
-            |live_store: &mut Store<HostState>, slots: &mut dyn Iterator<Item = Slot>| -> Result<(), CallError> {
-                let batch: Vec<(u32, bindings::wasmsched::policy::types::Node)> =
-                    slots.filter_map(|s| nodes.get(s).map(|n| (s, bindings::node(n)))).collect();
-                if !batch.is_empty() {
-                    bp.arm(live_store, 10);
-                    mirror.call_upsert(&mut *live_store, generation, &batch)?;
-                }
-                Ok(())
-            };
+        let upsert = |live_store: &mut Store<HostState>,
+                      generation: u64,
+                      slots: &mut dyn Iterator<Item = Slot>|
+         -> Result<(), CallError> {
+            let batch: Vec<(u32, bindings::wasmsched::policy::types::Node)> =
+                slots.filter_map(|s| nodes.get(s).map(|n| (s, bindings::node(n)))).collect();
+            if !batch.is_empty() {
+                bp.arm(live_store, 10);
+                mirror.call_upsert(&mut *live_store, generation, &batch)?;
+            }
+            Ok(())
+        };
         let mut resend = false;
         match changes {
             Changes::UpToDate => {}
@@ -482,18 +490,19 @@ impl WasmPlugin {
                 }
                 if !resend {
                     for chunk in upserted.chunks(SYNC_CHUNK) {
-                        upsert(&mut live.store, &mut chunk.iter().copied())?;
+                        upsert(&mut live.store, generation, &mut chunk.iter().copied())?;
                     }
                 }
             }
             Changes::Full => resend = true,
         }
         if resend {
+            generation = nodes.generation();
             bp.arm(&mut live.store, 1);
             mirror.call_reset(&mut live.store, generation, nodes.slot_count())?;
             let slots: Vec<Slot> = nodes.slots().collect();
             for chunk in slots.chunks(SYNC_CHUNK) {
-                upsert(&mut live.store, &mut chunk.iter().copied())?;
+                upsert(&mut live.store, generation, &mut chunk.iter().copied())?;
             }
         }
         live.synced = Some((nodes.id(), generation));
@@ -533,6 +542,33 @@ impl PolicyPlugin for WasmPlugin {
 
     fn failure_policy(&self) -> FailurePolicy {
         self.blueprint.config.failure
+    }
+
+    fn catch_up(&self, nodes: &NodeTable, max_changes: usize) -> bool {
+        let mut done = true;
+        for slot in &self.pool {
+            // An instance in use is busy with a call, which syncs it anyway.
+            let Ok(mut slot) = slot.try_lock() else { continue };
+            let Some(live) = slot.as_mut() else { continue };
+            // Never used: nothing to catch up on (its first call sends every node, as always).
+            let Some((id, generation)) = live.synced else { continue };
+            let (changes, reached, up_to_date) =
+                nodes.changes_step(id, generation, max_changes).unwrap_or((Changes::Full, nodes.generation(), true));
+            live.store.data_mut().begin_call();
+            if let Err(e) = self.apply(live, nodes, changes, reached) {
+                // Discarded like after a failed call; a fresh instance syncs in full on first use.
+                let message = match e {
+                    CallError::Wasm(e) => describe_wasm_error(&e, live.store.data().last_error.as_deref()),
+                    CallError::Guest(m) | CallError::Bad(m) => m,
+                };
+                tracing::warn!(plugin = %self.blueprint.name, "catching up the mirror failed: {message}");
+                *slot = None;
+                self.metrics.instance_discarded();
+                continue;
+            }
+            done &= up_to_date;
+        }
+        done
     }
 
     fn filter(&self, ctx: CallContext<'_>, task: &Task, candidates: &[Slot]) -> Result<FilterBatch, PluginFault> {
