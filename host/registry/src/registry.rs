@@ -272,6 +272,9 @@ struct Inner {
     ready: Option<Arc<PolicyVersion>>,
     /// With warm-up: the version going live once its mirrors have caught up, and how it came.
     staged: Option<(Arc<PolicyVersion>, String)>,
+    /// Versions replaced inside [`Registry::warm`]: dropping one frees its instances (memory
+    /// unmapped), which is not the scheduling loop's work; the next control call drops them.
+    retired: Vec<Arc<PolicyVersion>>,
     history: VecDeque<HistoryEntry>,
     recent_tasks: VecDeque<Task>,
     sample: Option<(Sample, Instant)>,
@@ -321,6 +324,7 @@ impl Registry {
                 shadow: None,
                 ready: None,
                 staged: None,
+                retired: Vec::new(),
                 history: VecDeque::new(),
                 recent_tasks: VecDeque::new(),
                 sample: None,
@@ -367,7 +371,8 @@ impl Registry {
         // Replaced by a newer one meanwhile: that one warms next time.
         if let Some((v, how)) = inner.staged.take_if(|(v, _)| Arc::ptr_eq(v, &staged)) {
             self.staged.store(false, Ordering::Release);
-            self.go_live(&mut inner, v, &how);
+            let previous = self.go_live(&mut inner, v, &how);
+            inner.retired.push(previous);
         }
     }
 
@@ -562,8 +567,11 @@ impl Registry {
     /// on probation.
     fn swap_in(&self, inner: &mut Inner, next: Arc<PolicyVersion>, how: &str) {
         if self.warm_up.is_none() {
-            return self.go_live(inner, next, how);
+            self.go_live(inner, next, how);
+            return;
         }
+        // Off the scheduling loop (a control call): free what `warm` retired.
+        inner.retired.clear();
         if let Some((old, _)) = inner.staged.replace((next.clone(), how.to_string())) {
             update_history(inner, &old, Outcome::Superseded, &format!("replaced by {} while warming up", next.label()));
         }
@@ -571,8 +579,8 @@ impl Registry {
         self.staged.store(true, Ordering::Release);
     }
 
-    /// Make `next` live now; it is on probation.
-    fn go_live(&self, inner: &mut Inner, next: Arc<PolicyVersion>, how: &str) {
+    /// Make `next` live now; it is on probation. Returns the version it replaced.
+    fn go_live(&self, inner: &mut Inner, next: Arc<PolicyVersion>, how: &str) -> Arc<PolicyVersion> {
         let previous = {
             let mut live = self.live.write().unwrap_or_else(|e| e.into_inner());
             std::mem::replace(&mut *live, next.clone())
@@ -601,6 +609,7 @@ impl Registry {
         }
         tracing::info!(from = %previous.label(), to = %next.label(), how, "policy set swapped");
         self.emit(Payload::PolicySwapped(PolicySwapped { from: Some(previous.reference()), to: next.reference() }));
+        previous
     }
 
     /// Restore the last good version.
