@@ -288,14 +288,7 @@ impl NodeTable {
 
     /// What a mirror of table `table_id` at `generation` must apply to reach the current state.
     pub fn changes_since(&self, table_id: u64, generation: u64) -> Changes {
-        if table_id != self.id || generation < self.log_floor || generation > self.generation {
-            return Changes::Full;
-        }
-        if generation == self.generation {
-            return Changes::UpToDate;
-        }
-        let start = self.log.partition_point(|&(g, _, _)| g <= generation);
-        self.delta(start..self.log.len())
+        self.changes_step(table_id, generation, usize::MAX).map_or(Changes::Full, |(changes, _, _)| changes)
     }
 
     /// A bounded step of [`NodeTable::changes_since`]: the changes of at most `max_changes`
