@@ -69,3 +69,30 @@ fn the_queue_churn_with_borrowing_and_lending_limits_and_flavors_agrees_across_r
         "per-flavor quotas that change nothing"
     );
 }
+
+#[test]
+fn events_on_and_off_are_measured_in_whole_runs_and_in_interleaved_blocks() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("events.jsonl");
+    let out = Command::new(env!("CARGO_BIN_EXE_wasmsched"))
+        .env("WASMSCHED_CACHE_DIR", "off")
+        .args(["bench", "--nodes", "40", "--existing", "10", "--pods", "50", "--repeat", "1", "--gangs", "0"])
+        .args(["--queues", "0", "--json", "--events", file.to_str().unwrap()])
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let interleaved = report["events_interleaved"].as_array().expect("interleaved measurement");
+    assert_eq!(interleaved.len(), 2, "native and wasm");
+    for i in interleaved {
+        // One run asked for, rounded up to a pair that swaps the blocks; four blocks per run.
+        assert_eq!((i["runs"].as_u64(), i["block_pods"].as_u64()), (Some(2), Some(13)), "{i}");
+        let ratio = i["on_over_off"].as_f64().unwrap();
+        assert!(ratio.is_finite() && ratio > 0.0, "{i}");
+        assert!(i["pair_min"].as_f64().unwrap() <= i["pair_max"].as_f64().unwrap());
+    }
+    // Per runtime: one whole run with events (50 decisions), and the interleaved pair, which
+    // publishes each of the 50 decisions once between its two runs.
+    let lines = std::fs::read_to_string(&file).expect("events file").lines().count();
+    assert_eq!(lines, 2 * (50 + 50));
+}
