@@ -548,12 +548,18 @@ impl Scheduler {
             }
         };
         let after = self.cache.node_of(&id).map(String::from);
-        if matches!(phase, PodPhase::Relabelled)
-            && self.core.owner_of(&id).is_none()
-            && let Some(node) = after.clone()
-        {
-            // Others' pods' labels are what inter-pod affinity of ours matches.
-            self.stale(node);
+        if matches!(phase, PodPhase::Relabelled) {
+            if self.core.owner_of(&id).is_some() {
+                // Ours: the core holds the labels inter-pod affinity reads of its members.
+                if let Ok(task) = crate::convert::bound_task(pod)
+                    && self.core.relabel_task(&id, task.labels).unwrap_or(false)
+                {
+                    self.dirty = true;
+                }
+            } else if let Some(node) = after.clone() {
+                // Others' pods' labels are what inter-pod affinity of ours matches.
+                self.stale(node);
+            }
         }
         match phase {
             PodPhase::Pending(task) => {

@@ -712,6 +712,39 @@ async fn a_running_pod_of_another_scheduler_relabelled_is_what_pod_affinity_sees
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_of_ours_relabelled_while_running_is_what_pod_affinity_sees() {
+    let api = FakeApi::new();
+    for n in ["gpu-0", "gpu-1"] {
+        api.put(Kind::Node, gpu_node(n, 8, &[]));
+    }
+    // Our own pod, placed by us as app=staging.
+    let mut db = pod("infra", "db", NAME, 1, "2", "8Gi");
+    db["metadata"]["labels"] = json!({"app": "staging"});
+    api.put(Kind::Pod, db);
+    let run = start(&api, "a", None);
+    eventually("db bound", Duration::from_secs(20), || node_of(&api, "infra/db").is_some()).await;
+    let db_node = node_of(&api, "infra/db");
+    let mut near_db = pod("ml", "near-db", NAME, 1, "4", "32Gi");
+    near_db["spec"]["affinity"] = json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname", "namespaces": ["infra"]}
+    ]}});
+    api.put(Kind::Pod, near_db);
+    eventually("near-db explained", Duration::from_secs(20), || {
+        condition_of(&api, "ml/near-db").is_some_and(|m| m.contains("no running pod it selects"))
+    })
+    .await;
+    assert!(node_of(&api, "ml/near-db").is_none());
+    // Relabelled where it runs: the core's view of its labels changes, and the waiting pod joins.
+    let mut db = api.get(Kind::Pod, "infra/db").expect("db");
+    db["metadata"]["labels"] = json!({"app": "db"});
+    db["status"]["phase"] = json!("Running");
+    api.put(Kind::Pod, db);
+    eventually("near-db bound", Duration::from_secs(20), || node_of(&api, "ml/near-db").is_some()).await;
+    assert_eq!(node_of(&api, "ml/near-db"), db_node);
+    run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_never_takes_more_of_a_budget_s_pods_than_it_allows() {
     let api = FakeApi::new();
     api.put(Kind::Node, gpu_node("gpu-0", 8, &[]));

@@ -144,6 +144,25 @@ impl SchedulerCore {
         Ok(())
     }
 
+    /// A member's pod was relabelled (labels sorted by key, as in [`Task::labels`]). Inter-pod
+    /// affinity reads a running member's labels from the core, so without this a relabelled pod
+    /// would keep matching, for others' terms, the labels it was placed with. When a placed
+    /// member's labels change, parked work is tried again (after its back-off): it may have
+    /// waited for, or been kept away by, the old labels. Returns whether anything changed.
+    pub fn relabel_task(&mut self, task: &str, labels: Vec<(String, String)>) -> Result<bool, CoreError> {
+        let wl = self.owner.get(task).ok_or_else(|| CoreError::UnknownTask(task.into()))?;
+        let e = self.entries.get_mut(wl).expect("owner names a workload");
+        let idx = e.spec.members.iter().position(|t| t.id == task).expect("owner is a member");
+        if e.spec.members[idx].labels == labels {
+            return Ok(false);
+        }
+        e.spec.members[idx].labels = labels;
+        if e.members[idx].is_some() {
+            self.unpark_all();
+        }
+        Ok(true)
+    }
+
     /// Workloads the core tracks that own `task`.
     pub fn owner_of(&self, task: &str) -> Option<&str> {
         self.owner.get(task).map(String::as_str)

@@ -1405,6 +1405,44 @@ fn required_pod_affinity_to_nothing_running_places_the_first_of_a_group_only() {
 }
 
 #[test]
+fn a_running_member_relabelled_is_what_pod_affinity_sees_and_parked_work_is_retried() {
+    let mut c = core(vec![queue("q", 1)], &[]);
+    for (n, zone) in [("n0", "a"), ("n2", "b")] {
+        c.upsert_node(labelled_node(n, zone), 0);
+    }
+    // A db pod runs in zone a (bin-packing picks the first node).
+    c.submit(app_job("db-0", "db", Default::default()), 0).unwrap();
+    c.schedule(&full(), 0);
+    let db_zone_node = node_of(&c, "db-0").expect("db placed");
+    // Anti-affine to db: kept out of db's zone, so it lands on the other node.
+    let away = wasmsched_api::PodAffinity { anti_affinity: vec![app_term("db", "zone")], ..Default::default() };
+    c.submit(app_job("batch-0", "batch", away.clone()), 1).unwrap();
+    c.schedule(&full(), 1);
+    let other = node_of(&c, "batch-0").expect("batch placed away from db");
+    assert_ne!(other, db_zone_node);
+    // Affine to a cache that does not run yet: parked.
+    let near = wasmsched_api::PodAffinity { affinity: vec![app_term("cache", "zone")], ..Default::default() };
+    c.submit(app_job("web-0", "web", near), 2).unwrap();
+    c.schedule(&full(), 2);
+    assert!(node_of(&c, "web-0").is_none());
+
+    // The db pod is relabelled app=cache: web may now join it, and a second batch pod is no
+    // longer kept out of its zone.
+    assert!(c.relabel_task("db-0", vec![("app".into(), "cache".into())]).unwrap());
+    assert!(!c.relabel_task("db-0", vec![("app".into(), "cache".into())]).unwrap(), "no change");
+    let later = 2 + c.config.backoff_max_seconds;
+    c.schedule(&full(), later);
+    assert_eq!(node_of(&c, "web-0"), Some(db_zone_node.clone()), "parked work retried against the new labels");
+    // Bin-packing prefers the fuller node, db's: only the old label kept batch pods away from it.
+    c.finish("batch-0").unwrap();
+    c.submit(app_job("batch-1", "batch", away), later).unwrap();
+    c.schedule(&full(), later);
+    assert_eq!(node_of(&c, "batch-1"), Some(db_zone_node), "no db pod to keep away from any more");
+    assert!(matches!(c.relabel_task("nobody", Vec::new()), Err(CoreError::UnknownTask(_))));
+    check_accounting(&c);
+}
+
+#[test]
 fn a_gang_s_members_see_each_other_s_pod_anti_affinity() {
     let mut c = core(vec![queue("q", 1)], &[]);
     for (n, zone) in [("n0", "a"), ("n1", "a"), ("n2", "b")] {
