@@ -464,35 +464,47 @@ impl SchedulerCore {
         let name = node.name.clone();
         let slot = self.nodes.upsert(node);
         let mut out = Vec::new();
+        // First every member that still fits is bound on the new node, then the misfits leave:
+        // a misfit's gang may break and evict its other members, which must be bound by then
+        // (an eviction releases what it held) and must not be evicted twice.
+        let mut misfits = Vec::new();
         for (wl, idx) in self.members_on(&name) {
-            let (task, devices, held) = {
+            let (task, devices) = {
                 let e = &self.entries[&wl];
                 let devices = e.members[idx].as_ref().map(|m| m.devices.clone()).unwrap_or_default();
-                (e.spec.members[idx].clone(), devices, e.held(idx, &self.queues))
+                (&e.spec.members[idx], devices)
             };
             let ok = match misfit {
-                Misfit::Evict => self.nodes.update_usage(slot, |n| bind(n, &task, &devices)).is_some_and(|r| r.is_ok()),
-                Misfit::Keep => self.nodes.update_usage(slot, |n| bind_fact(n, &task, &devices)).is_some(),
+                Misfit::Evict => self.nodes.update_usage(slot, |n| bind(n, task, &devices)).is_some_and(|r| r.is_ok()),
+                Misfit::Keep => self.nodes.update_usage(slot, |n| bind_fact(n, task, &devices)).is_some(),
             };
             if ok {
                 if let Some(m) = self.entries.get_mut(&wl).and_then(|e| e.members[idx].as_mut()) {
                     m.slot = slot;
                 }
             } else {
-                // Not bound on the new node: forget it without releasing.
-                if let Some(e) = self.entries.get_mut(&wl) {
-                    e.members[idx] = None;
-                }
-                self.index_remove(&name, &wl);
-                self.account(self.entries[&wl].leaf, &held, false);
-                out.push(Decision::Evicted {
-                    workload: wl.clone(),
-                    task: task.id.clone(),
-                    node: name.clone(),
-                    reason: EvictReason::NodeLost,
-                });
-                self.after_eviction(&wl, now, &mut out);
+                misfits.push((wl, idx));
             }
+        }
+        for (wl, idx) in &misfits {
+            // Not bound on the new node: forget it without releasing.
+            let e = self.entries.get_mut(wl).expect("members_on lists tracked workloads");
+            let held = e.held(*idx, &self.queues);
+            e.members[*idx] = None;
+            let (leaf, task) = (e.leaf, e.spec.members[*idx].id.clone());
+            self.index_remove(&name, wl);
+            self.account(leaf, &held, false);
+            out.push(Decision::Evicted {
+                workload: wl.clone(),
+                task,
+                node: name.clone(),
+                reason: EvictReason::NodeLost,
+            });
+        }
+        let mut broken: Vec<&String> = misfits.iter().map(|(wl, _)| wl).collect();
+        broken.dedup();
+        for wl in broken {
+            self.after_eviction(wl, now, &mut out);
         }
         let holds: Vec<(String, usize)> = self
             .entries

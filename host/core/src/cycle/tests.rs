@@ -883,6 +883,186 @@ fn churn_run(seed: u64, flavored: bool) {
     }
 }
 
+#[test]
+fn churn_with_nodes_changing_under_running_work_keeps_every_device_exact() {
+    let n: u64 = std::env::var("CHURN_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(12);
+    for seed in 1..=n {
+        node_churn_run(seed);
+    }
+}
+
+#[test]
+fn a_node_update_that_breaks_a_gang_evicts_each_member_once_and_frees_exactly_what_they_held() {
+    let mut c = core(vec![queue("q", 1)], &[("n0", 8)]);
+    c.submit(gang("g", "q", 2, 2, 4), 0).unwrap();
+    assert_eq!(bound(&c.schedule(&full(), 0)), ["g-0", "g-1"]);
+    // GPU 0 fails: g-0 (devices 0–3) no longer fits, g-1 (4–7) still would, but the gang is broken.
+    let mut node = gpu_node("n0", 8);
+    node.gpus[0].health = wasmsched_api::GpuHealth::Unhealthy;
+    let evicted: Vec<(String, String)> = c
+        .upsert_node(node, 1)
+        .into_iter()
+        .filter_map(|d| match d {
+            Decision::Evicted { task, reason, .. } => Some((task, format!("{reason:?}"))),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(evicted, [("g-0".to_string(), "NodeLost".to_string()), ("g-1".to_string(), "GangBroken".to_string())]);
+    let n = c.nodes.get(c.nodes.slot_of("n0").unwrap()).unwrap();
+    assert_eq!((n.allocated.gpu_milli, n.gpus.iter().map(|g| u64::from(g.free_milli)).sum::<u64>()), (0, 8000));
+    check_accounting(&c);
+    check_devices(&c);
+}
+
+/// Every device's free share is its size less what the members and holds placed on it take, and
+/// no member sits on a node the core does not know.
+fn check_devices(c: &SchedulerCore) {
+    let mut taken: AHashMap<(String, u32), u64> = AHashMap::new();
+    for e in c.entries.values() {
+        for m in e.members.iter().flatten() {
+            assert!(c.nodes.slot_of(&m.node).is_some(), "a member on unknown node {}", m.node);
+            for d in &m.devices {
+                *taken.entry((m.node.clone(), d.gpu)).or_default() += u64::from(d.milli);
+            }
+        }
+        for h in &e.holds {
+            for d in &h.devices {
+                *taken.entry((h.node.clone(), d.gpu)).or_default() += u64::from(d.milli);
+            }
+        }
+    }
+    for slot in c.nodes.slots() {
+        let n = c.nodes.get(slot).unwrap();
+        for g in &n.gpus {
+            let t = taken.remove(&(n.name.clone(), g.index)).unwrap_or(0);
+            assert_eq!(u64::from(g.free_milli) + t, 1000, "device {} of {}", g.index, n.name);
+        }
+    }
+    assert!(taken.is_empty(), "shares on devices that do not exist: {taken:?}");
+}
+
+/// Random work (whole and shared GPUs, gangs, priorities, checkpoints) while nodes are removed,
+/// re-added, cordoned, shrunk and lose a GPU's health, and tasks leave their workloads.
+fn node_churn_run(seed: u64) {
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut capped = queue("capped", 1);
+    capped.capability = Some(Resources { gpu_milli: 12_000, ..unlimited() });
+    let mut guaranteed = queue("guaranteed", 2);
+    guaranteed.guarantee = Resources { gpu_milli: 8000, ..Default::default() };
+    let names: Vec<String> = (0..6).map(|i| format!("n{i}")).collect();
+    let refs: Vec<(&str, u32)> = names.iter().enumerate().map(|(i, n)| (n.as_str(), [4, 8][i % 2])).collect();
+    let mut c = core(vec![capped, guaranteed, queue("free", 1)], &refs);
+    let set = full();
+    let (mut submitted, mut gone) = (0usize, 0usize);
+    for t in 0..300u64 {
+        if rng.below(2) == 0 {
+            let q = ["capped", "guaranteed", "free"][rng.below(3) as usize];
+            let name = format!("w{submitted}");
+            let members = 1 + rng.below(3) as usize;
+            let mut w =
+                gang(&name, q, members, 1 + rng.below(members as u64) as usize, [1, 2, 4][rng.below(3) as usize]);
+            if rng.below(3) == 0 {
+                // Shared GPUs: one device, part of it.
+                for m in &mut w.members {
+                    m.gpu =
+                        GpuRequest { count: 1, milli_per_gpu: [250, 500][rng.below(2) as usize], ..Default::default() };
+                }
+            }
+            w.priority = rng.below(4) as i32;
+            w.checkpointable = rng.below(2) == 0;
+            w.grace_seconds = Some(1 + rng.below(5));
+            w.timeout_seconds = Some(5 + rng.below(20));
+            c.submit(w, t).unwrap();
+            submitted += 1;
+        }
+        match rng.below(10) {
+            0 => {
+                let running = c.workloads_in(Phase::Running);
+                if !running.is_empty() {
+                    let w = running[rng.below(running.len() as u64) as usize].to_string();
+                    c.finish(&w).unwrap();
+                    gone += 1;
+                }
+            }
+            1 => {
+                // A task leaves its workload (a pod deleted).
+                let tasks: Vec<(String, String)> = c
+                    .entries
+                    .iter()
+                    .flat_map(|(w, e)| e.spec.members.iter().map(move |m| (w.clone(), m.id.clone())))
+                    .collect();
+                if !tasks.is_empty() {
+                    let (w, task) = &tasks[rng.below(tasks.len() as u64) as usize];
+                    c.remove_task(task).unwrap();
+                    if !c.entries.contains_key(w) {
+                        gone += 1;
+                    }
+                }
+            }
+            2 => {
+                let name = &names[rng.below(names.len() as u64) as usize];
+                c.remove_node(name, t);
+            }
+            3 => {
+                // A node (re)appears, possibly cordoned, smaller, or with an unhealthy GPU.
+                let i = rng.below(names.len() as u64) as usize;
+                let gpus = [4, 8][i % 2] - if rng.below(4) == 0 { 2 } else { 0 };
+                let mut node = gpu_node(&names[i], gpus);
+                node.unschedulable = rng.below(4) == 0;
+                if rng.below(4) == 0 {
+                    node.gpus[0].health = wasmsched_api::GpuHealth::Unhealthy;
+                }
+                c.upsert_node(node, t);
+            }
+            4 => {
+                // A member created late (a gang's pods appear one by one).
+                let names: Vec<String> = c.entries.keys().cloned().collect();
+                if !names.is_empty() {
+                    let w = &names[rng.below(names.len() as u64) as usize];
+                    c.add_members(w, vec![task(&format!("{w}-late{t}"), 1)]).unwrap();
+                }
+            }
+            5 => {
+                // A disruption budget runs out or frees up.
+                let running = c.workloads_in(Phase::Running);
+                if !running.is_empty() {
+                    let w = running[rng.below(running.len() as u64) as usize].to_string();
+                    c.set_preemptible(&w, rng.below(2) == 0).unwrap();
+                }
+            }
+            _ => {}
+        }
+        let before: AHashSet<String> = c.entries.keys().cloned().collect();
+        for d in c.schedule(&set, t) {
+            if let Decision::Bound { node, .. } = &d {
+                let slot = c.nodes.slot_of(node).expect("bound to a known node");
+                assert!(!c.nodes.get(slot).unwrap().unschedulable, "seed {seed}: bound to cordoned {node}");
+            }
+        }
+        // Work the cycle gave up on (a gang timed out) leaves the core.
+        gone += before.iter().filter(|w| !c.entries.contains_key(*w)).count();
+        if rng.below(4) == 0 {
+            let leaving: Vec<String> = c
+                .entries
+                .values()
+                .flat_map(|e| {
+                    e.members
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, m)| m.as_ref().is_some_and(|m| m.leaving.is_some()))
+                        .map(|(i, _)| e.spec.members[i].id.clone())
+                })
+                .collect();
+            if let Some(task) = leaving.first() {
+                c.checkpoint_done(task, t).unwrap();
+            }
+        }
+        check_accounting(&c);
+        check_devices(&c);
+        assert_eq!(c.entries.len() + gone, submitted, "seed {seed} t={t}: nothing is lost");
+    }
+}
+
 fn model_node(name: &str, gpus: u32, model: &str) -> Node {
     let mut node = Node { labels: vec![("gpu-model".into(), model.into())], ..gpu_node(name, gpus) };
     for g in &mut node.gpus {
