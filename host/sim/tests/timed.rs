@@ -137,6 +137,12 @@ fn malformed_scenarios_are_rejected_with_a_reason() {
             "not a valid GPU request",
         ),
         (SCENARIO.replace("\"priority\": 10", "\"priority\": 10, \"colour\": 1"), "unknown field"),
+        // Times whose sums could overflow (found by host/sim/tests/mutated_scenarios.rs).
+        (
+            SCENARIO.replace("\"arrival\": 4", "\"arrival\": 18446744073709551615"),
+            "arrival 18446744073709551615 s is beyond",
+        ),
+        (SCENARIO.replace("\"duration\": 1,", "\"duration\": 1000000000001,"), "duration 1000000000001 s is beyond"),
     ] {
         let e = Scenario::parse("s.json", &bad).unwrap_err().to_string();
         assert!(e.contains(why), "{why}: {e}");

@@ -244,7 +244,7 @@ pub fn run_observed(
         .min();
         let wakeup = core
             .next_wakeup()
-            .map(|t| t.max(now + 1))
+            .map(|t| t.max(now.saturating_add(1)))
             .filter(|&t| t <= last_change.max(rollout).saturating_add(idle_limit));
         now = match (external, wakeup) {
             (None, None) => break,

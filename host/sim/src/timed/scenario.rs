@@ -656,6 +656,10 @@ pub struct Loaded {
 }
 
 /// What is wrong with job `j` among the jobs and pod names seen so far (which it joins when fine).
+/// The latest time a scenario may name (s, about 31,700 years): sums of times stay far from
+/// overflowing, and no real replay comes near it.
+pub const MAX_SECONDS: u64 = 1_000_000_000_000;
+
 fn job_problem(j: &Job, tree: &QueueTree, jobs: &mut BTreeSet<String>, tasks: &mut BTreeSet<String>) -> Option<String> {
     if jobs.contains(&j.name) {
         return Some(format!("job {:?} appears twice", j.name));
@@ -666,6 +670,16 @@ fn job_problem(j: &Job, tree: &QueueTree, jobs: &mut BTreeSet<String>, tasks: &m
             return Some(format!("job {:?}: queue {:?} has child queues; jobs go to leaf queues", j.name, j.queue));
         }
         Some(_) => {}
+    }
+    let times = [
+        ("arrival", Some(j.arrival)),
+        ("duration", j.duration),
+        ("checkpoint_seconds", j.checkpoint_seconds),
+        ("grace_seconds", j.grace_seconds),
+        ("timeout", j.timeout),
+    ];
+    if let Some((what, t)) = times.iter().find_map(|(w, t)| t.filter(|&t| t > MAX_SECONDS).map(|t| (w, t))) {
+        return Some(format!("job {:?}: {what} {t} s is beyond {MAX_SECONDS} s", j.name));
     }
     let shared_ok = j.gpus == 1 && (1..=1000).contains(&j.gpu_milli);
     let whole_ok = j.gpus > 1 && j.gpus <= 64 && j.gpu_milli == 1000;
