@@ -6,6 +6,7 @@ mod differential;
 mod fair_share;
 mod hostile;
 mod hot_reload;
+mod mutated;
 mod runtime;
 mod topology;
 

@@ -166,6 +166,10 @@ pub(crate) fn toleration(t: &k8s_openapi::api::core::v1::Toleration) -> Tolerati
     }
 }
 
+/// The most GPUs a node may report: more is a broken device plugin or a hostile object, not
+/// hardware, and would make every placement walk a huge device list.
+pub const MAX_NODE_GPUS: u64 = 256;
+
 /// A node as placement sees it, with nothing allocated (the cache adds the pods bound to it).
 pub fn node(object: &KubeNode) -> Result<Node, ConvertError> {
     let name = object.metadata.name.clone().ok_or(ConvertError::Missing("metadata.name"))?;
@@ -190,11 +194,19 @@ pub fn node(object: &KubeNode) -> Result<Node, ConvertError> {
     let empty = BTreeMap::new();
     let allocatable = object.status.as_ref().and_then(|s| s.allocatable.as_ref()).unwrap_or(&empty);
     let (mut allocatable, gpus) = resources("status.allocatable", allocatable)?;
+    if gpus > MAX_NODE_GPUS {
+        return Err(ConvertError::Quantity {
+            field: format!("status.allocatable[{GPU_RESOURCE}] (at most {MAX_NODE_GPUS} GPUs per node)"),
+            value: gpus.to_string(),
+        });
+    }
     allocatable.gpu_milli = gpus * u64::from(GPU_MILLI);
     let label = |k: &str| labels.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
     let model = label(GPU_PRODUCT_LABEL).unwrap_or_default().to_string();
-    let memory_bytes = label(GPU_MEMORY_LABEL).and_then(|m| m.parse::<u64>().ok()).unwrap_or(0) << 20;
-    let gpus = (0..gpus.min(u64::from(u16::MAX)) as u32)
+    // MiB; a value that does not fit in bytes is as unknown as one that does not parse.
+    let memory_bytes =
+        label(GPU_MEMORY_LABEL).and_then(|m| m.parse::<u64>().ok()).and_then(|m| m.checked_mul(1 << 20)).unwrap_or(0);
+    let gpus = (0..gpus as u32)
         .map(|index| GpuDevice {
             index,
             model: model.clone(),
@@ -585,6 +597,24 @@ pub fn numa_of(node: &wasmsched_api::Node, devices: &[wasmsched_api::DeviceShare
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_node_reporting_absurd_gpus_or_gpu_memory_is_refused_or_read_as_unknown() {
+        let node = |gpus: &str, memory_mib: &str| -> KubeNode {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "n", "labels": {GPU_MEMORY_LABEL: memory_mib}},
+                "status": {"allocatable": {"cpu": "8", GPU_RESOURCE: gpus}}
+            }))
+            .unwrap()
+        };
+        let ok = super::node(&node("8", "81559")).unwrap();
+        assert_eq!((ok.gpus.len(), ok.gpus[0].memory_bytes), (8, 81559 << 20));
+        let e = super::node(&node("9223372036854775807", "81559")).unwrap_err().to_string();
+        assert!(e.contains("at most 256 GPUs per node") && e.contains("9223372036854775807"), "{e}");
+        // GPU memory that overflows in bytes is unknown, not wrapped around.
+        let huge = super::node(&node("2", "18446744073709551615")).unwrap();
+        assert_eq!(huge.gpus[0].memory_bytes, 0);
+    }
 
     fn with_affinity(affinity: serde_json::Value) -> Pod {
         serde_json::from_value(serde_json::json!({

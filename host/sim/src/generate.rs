@@ -42,6 +42,76 @@ impl Rng {
     }
 }
 
+/// Numbers that break naive arithmetic: zero, negative, just past 32 and 64 bits, a float.
+const HOSTILE_NUMBERS: [&str; 9] =
+    ["0", "-1", "1", "65", "4294967296", "9223372036854775807", "18446744073709551615", "1e300", "NaN"];
+
+/// `text` with one random mutation of the kind real inputs suffer: a number made zero, negative
+/// or huge; a line dropped, doubled or moved; the text cut short. For tests that feed parsers
+/// and what follows them damaged versions of real files.
+pub fn mutate_text(text: &str, rng: &mut Rng) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.is_empty() {
+        return text.to_string();
+    }
+    let line = |rng: &mut Rng| rng.below(lines.len() as u64) as usize;
+    let joined = |v: Vec<&str>| v.join("\n");
+    match rng.below(6) {
+        0 | 1 => {
+            let spots = number_spans(text);
+            if spots.is_empty() {
+                return text.to_string();
+            }
+            let (a, b) = *rng.pick(&spots);
+            format!("{}{}{}", &text[..a], rng.pick(&HOSTILE_NUMBERS), &text[b..])
+        }
+        2 => {
+            let drop = line(rng);
+            joined(lines.iter().enumerate().filter(|(i, _)| *i != drop).map(|(_, l)| *l).collect())
+        }
+        3 => {
+            let twice = line(rng);
+            let mut out = lines.clone();
+            out.insert(twice, lines[twice]);
+            joined(out)
+        }
+        4 => {
+            let (a, b) = (line(rng), line(rng));
+            let mut out = lines.clone();
+            out.swap(a, b);
+            joined(out)
+        }
+        _ => {
+            let mut cut = rng.below(text.len() as u64) as usize;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            text[..cut].to_string()
+        }
+    }
+}
+
+/// Byte spans of the unsigned decimal numbers in `text`, quantities' digits included (`4Gi`), not
+/// parts of names (`n1`, `gpu0`).
+fn number_spans(text: &str) -> Vec<(usize, usize)> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let starts = b[i].is_ascii_digit() && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'-'));
+        if !starts {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        out.push((start, i));
+    }
+    out
+}
+
 const MODELS: [&str; 5] = ["V100M16", "V100M32", "P100", "T4", "A10"];
 
 /// A random GPU node: 0, 1, 2, 4 or 8 GPUs, partly allocated, sometimes tainted, labelled with a
