@@ -355,4 +355,130 @@ mod tests {
         assert_eq!(cache.count_group("ml", "train"), 0);
         assert_eq!(cache.count_group("ml", "other"), 1, "assumed pods survive a re-list");
     }
+
+    /// Every known node's usage is exactly what the pods held on it take, the indexes agree with
+    /// the holders, and holders of unknown nodes wait for them.
+    fn check(cache: &Cache) {
+        let mut groups: AHashMap<(String, String), usize> = AHashMap::new();
+        for (id, h) in &cache.holders {
+            assert!(cache.by_node.get(&h.node).is_some_and(|ids| ids.contains(id)), "{id} indexed on {}", h.node);
+            if let Some(g) = &h.task.group {
+                *groups.entry((h.task.namespace.clone(), g.clone())).or_default() += 1;
+            }
+        }
+        assert_eq!(groups, cache.by_group, "group counts");
+        let indexed: usize = cache.by_node.values().map(|ids| ids.len()).sum();
+        assert_eq!(indexed, cache.holders.len(), "node index");
+        for slot in cache.nodes.slots() {
+            let n = cache.nodes.get(slot).unwrap();
+            let (mut cpu, mut taken) = (0u64, vec![0u64; n.gpus.len()]);
+            for (_, task, devices) in cache.holders_on(&n.name) {
+                cpu += task.request.cpu_milli;
+                for d in devices {
+                    taken[d.gpu as usize] += u64::from(d.milli);
+                }
+            }
+            assert_eq!(n.allocated.cpu_milli, cpu, "cpu of {}", n.name);
+            for (g, t) in n.gpus.iter().zip(&taken) {
+                assert_eq!(u64::from(g.free_milli) + t, 1000, "device {} of {}", g.index, n.name);
+            }
+            assert_eq!(n.allocated.gpu_milli, taken.iter().sum::<u64>(), "GPUs of {}", n.name);
+        }
+    }
+
+    #[test]
+    fn churn_of_watch_events_keeps_every_node_s_usage_exact() {
+        let node = |name: &str| -> KubeNode {
+            serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "8"}}
+            }))
+            .unwrap()
+        };
+        let nodes = ["n0", "n1", "n2"];
+        for seed in 1..=40u64 {
+            let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            let mut below = |n: u64| {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng % n
+            };
+            let mut cache = Cache::new();
+            for n in nodes {
+                cache.apply_node(&node(n)).unwrap();
+            }
+            for _ in 0..400 {
+                let id = format!("p{}", below(12));
+                let on = nodes[below(3) as usize];
+                let mut p = pod(&id, ["train", "serve"][below(2) as usize], None);
+                let gpus = below(3);
+                if gpus > 0 {
+                    let limits = json!({"cpu": "1", "nvidia.com/gpu": gpus.to_string()});
+                    p.spec.as_mut().unwrap().containers[0].resources =
+                        Some(serde_json::from_value(json!({"requests": limits, "limits": limits})).unwrap());
+                }
+                match below(9) {
+                    // Bound (by anyone), with the devices recorded when it has room for them.
+                    0..=2 => {
+                        p.spec.as_mut().unwrap().node_name = Some(on.into());
+                        if below(2) == 0 {
+                            p.spec.as_mut().unwrap().scheduler_name = Some("default-scheduler".into());
+                        }
+                        if gpus > 0 && cache.holding(&format!("ml/{id}")).is_none() {
+                            let free: Vec<u32> = cache
+                                .nodes()
+                                .slot_of(on)
+                                .and_then(|s| cache.nodes().get(s))
+                                .map(|n| n.gpus.iter().filter(|g| g.free_milli == 1000).map(|g| g.index).collect())
+                                .unwrap_or_default();
+                            if free.len() < gpus as usize {
+                                continue;
+                            }
+                            let ids: Vec<String> = free[..gpus as usize].iter().map(u32::to_string).collect();
+                            p.metadata.annotations =
+                                Some([(GPU_IDS_ANNOTATION.to_string(), ids.join(","))].into_iter().collect());
+                        } else if gpus > 0 {
+                            continue; // Moving a GPU pod between nodes could over-commit the new one.
+                        }
+                        let _ = cache.apply_pod(&p, "wasmsched");
+                    }
+                    // Pending, ours: assumed on a node with room, as a placement would.
+                    3 if cache.holding(&format!("ml/{id}")).is_none() => {
+                        let task = crate::convert::task(&p).unwrap();
+                        let Some(slot) = cache.nodes().slot_of(on) else { continue };
+                        let Some(devices) =
+                            cache.nodes().get(slot).and_then(|n| wasmsched_api::default_devices(&task.gpu, n).ok())
+                        else {
+                            continue;
+                        };
+                        cache.apply_pod(&p, "wasmsched").unwrap();
+                        cache.assume(slot, &task, &devices);
+                    }
+                    4 => cache.forget_assumed(&format!("ml/{id}")),
+                    5 => {
+                        p.status.as_mut().unwrap().phase = Some(["Succeeded", "Failed"][below(2) as usize].into());
+                        let _ = cache.apply_pod(&p, "wasmsched");
+                    }
+                    6 => cache.delete_pod(&p),
+                    7 => {
+                        // A node leaves or comes back (its pods count again on its return).
+                        if below(2) == 0 {
+                            cache.delete_node(on);
+                        } else {
+                            cache.apply_node(&node(on)).unwrap();
+                        }
+                    }
+                    _ => {
+                        // A re-list that misses some pods and nodes.
+                        let pods: AHashSet<String> = cache.holders.keys().filter(|_| below(4) != 0).cloned().collect();
+                        let listed: AHashSet<String> =
+                            nodes.iter().filter(|_| below(5) != 0).map(|n| n.to_string()).collect();
+                        cache.retain_listed(Some(&listed), Some(&pods));
+                    }
+                }
+                check(&cache);
+            }
+        }
+    }
 }
