@@ -887,7 +887,8 @@ fn churn_run(seed: u64, flavored: bool) {
 fn churn_with_nodes_changing_under_running_work_keeps_every_device_exact() {
     let n: u64 = std::env::var("CHURN_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(12);
     for seed in 1..=n {
-        node_churn_run(seed);
+        node_churn_run(seed, false);
+        node_churn_run(seed, true);
     }
 }
 
@@ -942,16 +943,40 @@ fn check_devices(c: &SchedulerCore) {
 }
 
 /// Random work (whole and shared GPUs, gangs, priorities, checkpoints) while nodes are removed,
-/// re-added, cordoned, shrunk and lose a GPU's health, and tasks leave their workloads.
-fn node_churn_run(seed: u64) {
+/// re-added, cordoned, shrunk and lose a GPU's health, tasks leave their workloads and the queue
+/// tree's weights and guarantees change; with `flavored`, 8-GPU nodes are flavor `big` and 4-GPU
+/// ones `small`, with quotas per flavor.
+fn node_churn_run(seed: u64, flavored: bool) {
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-    let mut capped = queue("capped", 1);
-    capped.capability = Some(Resources { gpu_milli: 12_000, ..unlimited() });
-    let mut guaranteed = queue("guaranteed", 2);
-    guaranteed.guarantee = Resources { gpu_milli: 8000, ..Default::default() };
+    let queues = |weight: u32, guarantee: u64| {
+        let mut capped = queue("capped", 1);
+        capped.capability = Some(Resources { gpu_milli: 12_000, ..unlimited() });
+        let mut guaranteed = queue("guaranteed", weight);
+        guaranteed.guarantee = Resources { gpu_milli: guarantee * 1000, ..Default::default() };
+        if flavored {
+            capped.capability = Some(flavor_gpus(capped.capability.take().unwrap(), "big", 8, true));
+            guaranteed.guarantee = flavor_gpus(guaranteed.guarantee, "small", guarantee / 2, false);
+            guaranteed.flavors = vec!["small".into(), "big".into()];
+        }
+        let list = vec![capped, guaranteed, queue("free", 1)];
+        if flavored {
+            QueueTree::with_flavors(vec![flavor("big", "8x"), flavor("small", "4x")], list).unwrap()
+        } else {
+            QueueTree::new(list).unwrap()
+        }
+    };
     let names: Vec<String> = (0..6).map(|i| format!("n{i}")).collect();
-    let refs: Vec<(&str, u32)> = names.iter().enumerate().map(|(i, n)| (n.as_str(), [4, 8][i % 2])).collect();
-    let mut c = core(vec![capped, guaranteed, queue("free", 1)], &refs);
+    let make_node = |i: usize, gpus: u32| {
+        if flavored {
+            model_node(&names[i], gpus, if i % 2 == 1 { "8x" } else { "4x" })
+        } else {
+            gpu_node(&names[i], gpus)
+        }
+    };
+    let mut c = SchedulerCore::new(queues(2, 8), CoreConfig::default());
+    for i in 0..names.len() {
+        c.upsert_node(make_node(i, [4, 8][i % 2]), 0);
+    }
     let set = full();
     let (mut submitted, mut gone) = (0usize, 0usize);
     for t in 0..300u64 {
@@ -1007,7 +1032,7 @@ fn node_churn_run(seed: u64) {
                 // A node (re)appears, possibly cordoned, smaller, or with an unhealthy GPU.
                 let i = rng.below(names.len() as u64) as usize;
                 let gpus = [4, 8][i % 2] - if rng.below(4) == 0 { 2 } else { 0 };
-                let mut node = gpu_node(&names[i], gpus);
+                let mut node = make_node(i, gpus);
                 node.unschedulable = rng.below(4) == 0;
                 if rng.below(4) == 0 {
                     node.gpus[0].health = wasmsched_api::GpuHealth::Unhealthy;
@@ -1021,6 +1046,10 @@ fn node_churn_run(seed: u64) {
                     let w = &names[rng.below(names.len() as u64) as usize];
                     c.add_members(w, vec![task(&format!("{w}-late{t}"), 1)]).unwrap();
                 }
+            }
+            6 => {
+                // The operator reweights the tree and changes a guarantee.
+                c.set_queues(queues(1 + rng.below(4) as u32, [0, 4, 8][rng.below(3) as usize])).unwrap();
             }
             5 => {
                 // A disruption budget runs out or frees up.
