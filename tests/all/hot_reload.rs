@@ -619,3 +619,65 @@ fn with_warm_up_a_new_version_catches_up_in_bounded_steps_before_it_goes_live() 
     assert_eq!(dropped.outcome, Outcome::Superseded);
     assert!(dropped.reason.contains("rolled back"), "{}", dropped.reason);
 }
+
+#[test]
+fn a_version_prepared_while_the_loop_decides_is_caught_up_before_it_goes_live() {
+    let preparer = Preparer::new(runtime());
+    let mut rng = Rng::new(6);
+    let nodes = generate::cluster(&mut rng, 50);
+    let slots: Vec<Slot> = nodes.slots().collect();
+    let task = generate::task(&mut rng, "t".into());
+    let sample =
+        |nodes: &NodeTable| wasmsched_registry::Sample { nodes: Arc::new(nodes.snapshot()), tasks: vec![task.clone()] };
+    let first = preparer.prepare(&fetched(FIT_AND_PACK, &[]), 1, &sample(&nodes)).unwrap();
+    // With warm-up, what a staged version still has to catch up is counted in steps of 16 changes.
+    let registry = Arc::new(Registry::new(first, None).with_warm_up(16));
+    let result = place(&registry.current().set, &nodes, &task, 0);
+    let stop = Arc::new(AtomicBool::new(false));
+    let offered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // The loop: decisions and usage changes, samples when asked. After the sample the version is
+    // prepared on and at least 64 changes, it hands over the next sample asked for and stands still.
+    let looping = {
+        let (registry, stop, task, offered) = (registry.clone(), stop.clone(), task.clone(), offered.clone());
+        std::thread::spawn(move || {
+            let mut nodes = nodes;
+            let (mut since, mut i) = (0, 0usize);
+            while !stop.load(Ordering::Relaxed) {
+                let samples = offered.load(Ordering::Relaxed);
+                if samples < 2 && registry.wants_sample() && (samples == 0 || since >= 64) {
+                    registry.offer_sample(&nodes);
+                    offered.fetch_add(1, Ordering::Relaxed);
+                    since = 0;
+                }
+                // Deciding all along; after the second sample, without changing anything.
+                if offered.load(Ordering::Relaxed) < 2 {
+                    i += 1;
+                    nodes.update_usage(slots[i % slots.len()], |n| n.allocated.cpu_milli ^= 1);
+                    since += 1;
+                } else {
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+                let live = registry.current();
+                let d = Decision { task: &task, nodes: &nodes, result: &result, latency: Duration::from_micros(50) };
+                registry.record(&live, d);
+            }
+            nodes
+        })
+    };
+    while offered.load(Ordering::Relaxed) == 0 {
+        std::thread::yield_now();
+    }
+    let version = registry.offer(&fetched(FIT_AND_PACK, &[]), &preparer).unwrap();
+    stop.store(true, Ordering::Relaxed);
+    let nodes = looping.join().unwrap();
+    // Caught up to the last sample during `offer`: live on the first warm-up step. (Without it,
+    // the ≥ 64 changes since the preparation's sample take five steps.)
+    registry.warm(&nodes);
+    assert_eq!(registry.current().version, version, "live at once: nothing left to catch up");
+    let cold = preparer.prepare(&fetched(FIT_AND_PACK, &[]), 9, &sample(&NodeTable::new())).unwrap();
+    assert_eq!(
+        place(&registry.current().set, &nodes, &task, 0).map(|p| p.node),
+        place(&cold.set, &nodes, &task, 0).map(|p| p.node),
+        "its mirrors are right"
+    );
+}

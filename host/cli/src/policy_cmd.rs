@@ -425,10 +425,11 @@ fn decide(
     task: wasmsched_api::Task,
     lat: &mut Latencies,
 ) {
+    // Timed as the loop pays it: the sample a preparation asks for is taken here.
+    let started = Instant::now();
     if registry.wants_sample() {
         registry.offer_sample(nodes);
     }
-    let started = Instant::now();
     registry.warm(nodes);
     let live = registry.current();
     let result = place(&live.set, nodes, &task, 0);

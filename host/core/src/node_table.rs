@@ -17,6 +17,9 @@ pub type Slot = u32;
 /// How many changes the log keeps; a mirror further behind than this is reset in full.
 const LOG_CAPACITY: usize = 16_384;
 
+/// How many of the latest changes a [`NodeTable::snapshot`] keeps in its log.
+pub const SNAPSHOT_LOG: usize = 4096;
+
 static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Stamps are unique across every table of the process, so equal stamps mean the same node in the
@@ -35,14 +38,21 @@ fn next_stamp() -> u64 {
 /// the original's), so a mirror never applies deltas of one table to another. A
 /// [`NodeTable::snapshot`] keeps the id until it is first changed: a mirror synced to a snapshot
 /// is synced to the original at that generation, and catches up with the original's deltas.
+///
+/// Nodes are shared, copy-on-write, between a table and its copies in chunks of [`CHUNK`] slots:
+/// a snapshot costs a reference count per chunk, not a copy of every node, and the first change to
+/// a chunk a snapshot still holds copies that chunk alone. (A policy version's sample is a snapshot
+/// the scheduling loop takes; a deep copy stalled the loop for 3.5 ms at 5,000 nodes.) Chunks, not
+/// single nodes, keep neighbouring slots contiguous in memory for placement's scans.
 #[derive(Debug)]
 pub struct NodeTable {
     id: u64,
-    slots: Vec<Option<Node>>,
+    slots: Nodes,
     /// Per slot, the stamp of its node's current state ([`NodeTable::stamp`]); 0 when empty. Also
     /// the dense occupancy map [`NodeTable::slots`] walks instead of the node records.
     stamps: Vec<u64>,
-    by_name: AHashMap<String, Slot>,
+    /// Shared with copies too: names change only when nodes come and go.
+    by_name: Arc<AHashMap<String, Slot>>,
     free: Vec<Slot>,
     generation: u64,
     /// `(generation, slot, usage only)` of recent changes, oldest first.
@@ -82,12 +92,21 @@ impl Default for NodeTable {
 }
 
 impl Clone for NodeTable {
+    /// An independent copy: its nodes are copied now (a [`NodeTable::snapshot`] shares them).
     fn clone(&self) -> Self {
+        self.copy(true)
+    }
+}
+
+impl NodeTable {
+    /// A copy with an id of its own; `deep`: sharing no node with this table.
+    fn copy(&self, deep: bool) -> NodeTable {
+        let slots = if deep { self.slots.deep_copy() } else { self.slots.clone() };
         NodeTable {
             id: NEXT_TABLE_ID.fetch_add(1, Ordering::Relaxed),
-            slots: self.slots.clone(),
+            slots,
             stamps: self.stamps.clone(),
-            by_name: self.by_name.clone(),
+            by_name: Arc::clone(&self.by_name),
             free: self.free.clone(),
             generation: self.generation,
             log: VecDeque::new(),
@@ -96,16 +115,14 @@ impl Clone for NodeTable {
             frozen: false,
         }
     }
-}
 
-impl NodeTable {
     /// An empty table.
     pub fn new() -> Self {
         NodeTable {
             id: NEXT_TABLE_ID.fetch_add(1, Ordering::Relaxed),
-            slots: Vec::new(),
+            slots: Nodes::default(),
             stamps: Vec::new(),
-            by_name: AHashMap::new(),
+            by_name: Arc::default(),
             free: Vec::new(),
             generation: 0,
             log: VecDeque::new(),
@@ -119,8 +136,14 @@ impl NodeTable {
     /// this generation, so plugin mirrors synced to it need only this table's later deltas —
     /// a new version's first live decision does not resend every node. Its first change gives it
     /// an id of its own, like a clone.
+    ///
+    /// It also keeps the last [`SNAPSHOT_LOG`] logged changes, so a mirror synced to an earlier
+    /// snapshot (or to this table a little earlier) catches up on it with a delta.
     pub fn snapshot(&self) -> NodeTable {
-        NodeTable { id: self.id, frozen: true, ..self.clone() }
+        let keep = self.log.len().min(SNAPSHOT_LOG);
+        let log: VecDeque<(u64, Slot, bool)> = self.log.range(self.log.len() - keep..).copied().collect();
+        let log_floor = if keep == self.log.len() { self.log_floor } else { log[0].0 - 1 };
+        NodeTable { id: self.id, frozen: true, log, log_floor, ..self.copy(false) }
     }
 
     /// The GPU topologies known for nodes (by node name).
@@ -173,7 +196,7 @@ impl NodeTable {
 
     /// Number of slots (occupied or not); every slot is below this.
     pub fn slot_count(&self) -> u32 {
-        self.slots.len() as u32
+        self.slots.len as u32
     }
 
     /// Number of nodes.
@@ -188,7 +211,7 @@ impl NodeTable {
 
     /// The node in `slot`.
     pub fn get(&self, slot: Slot) -> Option<&Node> {
-        self.slots.get(slot as usize).and_then(Option::as_ref)
+        self.slots.get(slot as usize)
     }
 
     /// The slot of the node named `name`.
@@ -214,15 +237,14 @@ impl NodeTable {
             Some(&slot) => slot,
             None => {
                 let slot = self.free.pop().unwrap_or_else(|| {
-                    self.slots.push(None);
                     self.stamps.push(0);
-                    (self.slots.len() - 1) as Slot
+                    self.slots.push_empty() as Slot
                 });
-                self.by_name.insert(node.name.clone(), slot);
+                Arc::make_mut(&mut self.by_name).insert(node.name.clone(), slot);
                 slot
             }
         };
-        self.slots[slot as usize] = Some(node);
+        self.slots.set(slot as usize, Some(node));
         self.stamps[slot as usize] = next_stamp();
         self.record(slot);
         slot
@@ -230,7 +252,7 @@ impl NodeTable {
 
     /// Change the node in `slot` in place; `None` if the slot is empty. The name must not change.
     pub fn update<R>(&mut self, slot: Slot, f: impl FnOnce(&mut Node) -> R) -> Option<R> {
-        let node = self.slots.get_mut(slot as usize)?.as_mut()?;
+        let node = self.slots.get_mut(slot as usize)?;
         let name = std::mem::take(&mut node.name);
         let out = f(node);
         node.name = name;
@@ -244,7 +266,7 @@ impl NodeTable {
     /// catch up on without receiving the whole node again. Changing anything else through it is a
     /// bug (checked in debug builds).
     pub fn update_usage<R>(&mut self, slot: Slot, f: impl FnOnce(&mut Node) -> R) -> Option<R> {
-        let node = self.slots.get_mut(slot as usize)?.as_mut()?;
+        let node = self.slots.get_mut(slot as usize)?;
         #[cfg(debug_assertions)]
         let before = fixed_part(node);
         let out = f(node);
@@ -257,8 +279,11 @@ impl NodeTable {
 
     /// Remove the node named `name`; returns it.
     pub fn remove(&mut self, name: &str) -> Option<Node> {
-        let slot = self.by_name.remove(name)?;
-        let node = self.slots[slot as usize].take();
+        if !self.by_name.contains_key(name) {
+            return None;
+        }
+        let slot = Arc::make_mut(&mut self.by_name).remove(name)?;
+        let node = self.slots.set(slot as usize, None);
         self.stamps[slot as usize] = 0;
         self.free.push(slot);
         self.record(slot);
@@ -324,6 +349,55 @@ impl NodeTable {
             }
         }
         Changes::Delta { upserted, usage, removed }
+    }
+}
+
+/// Slots per copy-on-write chunk of a [`NodeTable`]'s nodes.
+pub const CHUNK: usize = 32;
+
+/// A table's nodes by slot, in chunks shared with its copies until changed.
+#[derive(Clone, Debug, Default)]
+struct Nodes {
+    chunks: Vec<Arc<Chunk>>,
+    len: usize,
+}
+
+#[derive(Clone, Debug)]
+struct Chunk([Option<Node>; CHUNK]);
+
+impl Default for Chunk {
+    fn default() -> Self {
+        Chunk(std::array::from_fn(|_| None))
+    }
+}
+
+impl Nodes {
+    fn get(&self, slot: usize) -> Option<&Node> {
+        self.chunks.get(slot / CHUNK)?.0[slot % CHUNK].as_ref()
+    }
+
+    /// The node in `slot`, its chunk made this table's own first.
+    fn get_mut(&mut self, slot: usize) -> Option<&mut Node> {
+        self.get(slot)?;
+        Arc::make_mut(&mut self.chunks[slot / CHUNK]).0[slot % CHUNK].as_mut()
+    }
+
+    fn set(&mut self, slot: usize, node: Option<Node>) -> Option<Node> {
+        std::mem::replace(&mut Arc::make_mut(&mut self.chunks[slot / CHUNK]).0[slot % CHUNK], node)
+    }
+
+    /// A copy sharing nothing.
+    fn deep_copy(&self) -> Nodes {
+        Nodes { chunks: self.chunks.iter().map(|c| Arc::new(Chunk::clone(c))).collect(), len: self.len }
+    }
+
+    /// A new empty slot at the end.
+    fn push_empty(&mut self) -> usize {
+        if self.len.is_multiple_of(CHUNK) {
+            self.chunks.push(Arc::default());
+        }
+        self.len += 1;
+        self.len - 1
     }
 }
 
@@ -435,6 +509,22 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshot_keeps_only_the_latest_changes() {
+        let mut t = NodeTable::new();
+        let a = t.upsert(node("a"));
+        for _ in 0..SNAPSHOT_LOG + 10 {
+            t.update_usage(a, |n| n.allocated.cpu_milli ^= 1);
+        }
+        let snap = t.snapshot();
+        let (id, now) = (t.id(), t.generation());
+        let oldest = now - SNAPSHOT_LOG as u64;
+        let delta = Changes::Delta { upserted: vec![], usage: vec![a], removed: vec![] };
+        assert_eq!(snap.changes_since(id, oldest), delta);
+        assert_eq!(snap.changes_since(id, oldest - 1), Changes::Full);
+        assert_eq!(t.changes_since(id, oldest - 1), delta, "the table itself keeps more");
+    }
+
+    #[test]
     fn a_mirror_too_far_behind_is_reset() {
         let mut t = NodeTable::new();
         let a = t.upsert(node("a"));
@@ -457,8 +547,23 @@ mod tests {
         assert_eq!((snap.id(), snap.generation()), (t.id(), t.generation()));
         // A mirror synced to the snapshot catches up on the original with a delta.
         let (id, g) = (snap.id(), snap.generation());
+        let b = t.upsert(node("b2"));
+        let snap2 = t.snapshot();
         t.update(a, |n| n.unschedulable = true);
-        assert_eq!(t.changes_since(id, g), Changes::Delta { upserted: vec![a], usage: vec![], removed: vec![] });
+        t.update_usage(b, |n| n.allocated.cpu_milli = 5);
+        assert_eq!(t.changes_since(id, g), Changes::Delta { upserted: vec![a, b], usage: vec![], removed: vec![] });
+        // A later snapshot serves the same delta to a mirror synced to the earlier one.
+        assert_eq!(t.snapshot().changes_since(id, g), t.changes_since(id, g));
+        // Copy-on-write: the snapshots keep the nodes as they were; what did not change is shared.
+        assert!(!snap.get(a).unwrap().unschedulable && t.get(a).unwrap().unschedulable);
+        assert_eq!((snap2.get(b).unwrap().allocated.cpu_milli, t.get(b).unwrap().allocated.cpu_milli), (0, 5));
+        let c = t.upsert(node("c"));
+        let snap3 = t.snapshot();
+        let chunk = c as usize / CHUNK;
+        assert!(Arc::ptr_eq(&t.slots.chunks[chunk], &snap3.slots.chunks[chunk]));
+        assert!(Arc::ptr_eq(&t.by_name, &snap3.by_name));
+        assert_eq!(t.remove("c").map(|n| n.name), Some("c".to_string()));
+        assert_eq!((snap3.slot_of("c"), t.slot_of("c")), (Some(c), None), "names are copy-on-write too");
         // Changing the snapshot makes it a table of its own.
         let mut snap = snap;
         snap.upsert(node("b"));

@@ -449,7 +449,8 @@ impl Scheduler {
             }
             Err(e) => tracing::warn!(error = %e, "node watch failed; retrying"),
         }
-        if self.registry.wants_sample() {
+        // Until the core has nodes (before the first cycle), the cache's are the sample.
+        if self.registry.wants_sample() && self.core.nodes().is_empty() {
             self.registry.offer_sample(self.cache.nodes());
         }
     }
@@ -974,6 +975,10 @@ impl Scheduler {
         let live = self.registry.current();
         let refreshed = self.refresh_nodes(now);
         self.carry_out(refreshed, &live, Duration::ZERO);
+        // The table the cycle decides on: a version prepared on it needs only its later deltas.
+        if self.registry.wants_sample() {
+            self.registry.offer_sample(self.core.nodes());
+        }
         self.submit_pending(now);
         self.offer_victims();
         let started = Instant::now();

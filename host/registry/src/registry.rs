@@ -36,6 +36,8 @@ const SHADOW_EXAMPLES: usize = 10;
 const SHADOW_REPORT_EVERY: u64 = 1_000;
 /// Offer a fresh cluster sample when the last one is older than this.
 const SAMPLE_MAX_AGE: Duration = Duration::from_secs(60);
+/// How long a preparation waits for the scheduling loop's next sample before going live.
+const FRESH_SAMPLE_WAIT: Duration = Duration::from_millis(50);
 
 /// One decision of the scheduling loop, as the registry sees it.
 pub struct Decision<'a> {
@@ -416,8 +418,14 @@ impl Registry {
     /// The sample a smoke test uses now: the last one offered (with the most recent tasks), else
     /// the synthetic one.
     pub fn sample(&self) -> Sample {
+        self.sample_taken().0
+    }
+
+    /// [`Registry::sample`], and when the loop took it (`None`: the synthetic one).
+    fn sample_taken(&self) -> (Sample, Option<Instant>) {
         let inner = self.lock();
-        match &inner.sample {
+        let taken = inner.sample.as_ref().map(|(_, at)| *at);
+        let sample = match &inner.sample {
             Some((sample, at)) => {
                 if at.elapsed() > SAMPLE_MAX_AGE {
                     self.sample_wanted.store(true, Ordering::Relaxed);
@@ -432,7 +440,8 @@ impl Registry {
                 sample
             }
             None => Sample::synthetic(),
-        }
+        };
+        (sample, taken)
     }
 
     /// Feed one decision made with `used`: the probation watch, the baseline and the shadow run.
@@ -672,13 +681,15 @@ impl Registry {
     pub fn offer(&self, fetched: &Fetched, preparer: &Preparer) -> Result<u64, PrepareError> {
         let version = self.next_version();
         let label = format!("{}@{version}", fetched.spec.name);
-        let sample = self.sample();
+        let busy_before = self.decisions.load(Ordering::Relaxed);
+        let (sample, taken) = self.sample_taken();
         // The next version prepared starts from a sample at most one preparation old, so its
         // first live decision catches up on little.
         self.sample_wanted.store(true, Ordering::Relaxed);
         let prepared = match preparer.prepare(fetched, version, &sample) {
             Ok(mut v) => {
                 v.inherit_verdicts(&self.current());
+                self.catch_up_to_live(&v, taken, busy_before);
                 Arc::new(v)
             }
             Err(e) => {
@@ -715,6 +726,37 @@ impl Registry {
             None => self.swap_in(&mut inner, prepared, "prepared and smoke-tested"),
         }
         Ok(version)
+    }
+
+    /// Bring a prepared version's plugin mirrors up to the live cluster here, off the scheduling
+    /// loop: they are synced to the sample it was smoke-tested on, as old as its preparation, and
+    /// its first decisions would otherwise replay every change since. Only while the loop is
+    /// deciding (decisions were recorded since the preparation began): a fresh sample is asked for
+    /// and awaited for at most [`FRESH_SAMPLE_WAIT`], else any sample newer than the one the
+    /// preparation used (`taken`; `None`: the synthetic one) serves; an idle loop has no latency
+    /// to protect.
+    fn catch_up_to_live(&self, version: &PolicyVersion, taken: Option<Instant>, busy_before: u64) {
+        if self.decisions.load(Ordering::Relaxed) == busy_before {
+            return;
+        }
+        let asked = Instant::now();
+        self.sample_wanted.store(true, Ordering::Relaxed);
+        let newer_than = |t: Option<Instant>| {
+            let inner = self.lock();
+            inner.sample.as_ref().filter(|(_, at)| t.is_none_or(|t| *at > t)).map(|(s, _)| s.nodes.clone())
+        };
+        let fresh = loop {
+            if let Some(nodes) = newer_than(Some(asked)) {
+                break Some(nodes);
+            }
+            if asked.elapsed() >= FRESH_SAMPLE_WAIT {
+                break newer_than(taken);
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        };
+        if let Some(nodes) = fresh {
+            version.set.catch_up(&nodes, usize::MAX);
+        }
     }
 
     /// Make an already prepared version live now, skipping its shadow run (benchmarks, tests and

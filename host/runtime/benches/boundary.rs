@@ -98,6 +98,21 @@ fn boundary(c: &mut Criterion) {
     }
     g.finish();
 
+    // What a policy version's sample costs the scheduling loop: a snapshot of the live table, and
+    // the bind right after it (the first change to a node a snapshot still shares).
+    let mut g = c.benchmark_group("node_table_5000");
+    g.bench_function("snapshot", |b| b.iter(|| table.snapshot()));
+    g.bench_function("snapshot_then_bind", |b| {
+        let mut i = 0usize;
+        b.iter(|| {
+            let snapshot = table.snapshot();
+            i = (i + 1) % slots.len();
+            table.update_usage(slots[i], |n| n.allocated.cpu_milli ^= 1);
+            snapshot
+        })
+    });
+    g.finish();
+
     // What a mirror costs to catch up: `changed` nodes changed since the last call, then a filter
     // call on one node (the first decision after a swap catches up on the decisions since that
     // version last ran). `full`: any change, the whole node is resent; `usage`: binds and releases,
