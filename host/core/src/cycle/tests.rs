@@ -780,6 +780,29 @@ fn churn_with_flavors_keeps_every_flavor_s_accounting_exact() {
     }
 }
 
+/// A gang of 1–3 members of 1, 2 or 4 GPUs in one of the churn's queues, with a random min-member,
+/// priority, checkpointing and grace period.
+fn random_gang(rng: &mut Rng, name: &str) -> Workload {
+    let q = ["capped", "guaranteed", "free"][rng.below(3) as usize];
+    let members = 1 + rng.below(3) as usize;
+    let mut w = gang(name, q, members, 1 + rng.below(members as u64) as usize, [1, 2, 4][rng.below(3) as usize]);
+    w.priority = rng.below(4) as i32;
+    w.checkpointable = rng.below(2) == 0;
+    w.grace_seconds = Some(1 + rng.below(5));
+    w
+}
+
+/// The first member asked to checkpoint reports it done.
+fn checkpoint_one(c: &mut SchedulerCore, now: u64) {
+    let leaving = c.entries.values().find_map(|e| {
+        let i = e.members.iter().position(|m| m.as_ref().is_some_and(|m| m.leaving.is_some()))?;
+        Some(e.spec.members[i].id.clone())
+    });
+    if let Some(task) = leaving {
+        c.checkpoint_done(&task, now).unwrap();
+    }
+}
+
 /// Random submissions, completions and checkpoints; with `flavored`, the 8-GPU nodes are flavor
 /// `big` and the 4-GPU ones `small`, with quotas per flavor.
 fn churn_run(seed: u64, flavored: bool) {
@@ -814,15 +837,7 @@ fn churn_run(seed: u64, flavored: bool) {
         let mut pairs: AHashSet<(String, String)> = AHashSet::new();
         for t in 0..400u64 {
             if rng.below(3) == 0 {
-                let q = ["capped", "guaranteed", "free"][rng.below(3) as usize];
-                let name = format!("w{submitted}");
-                let members = 1 + rng.below(3) as usize;
-                let mut w =
-                    gang(&name, q, members, 1 + rng.below(members as u64) as usize, [1, 2, 4][rng.below(3) as usize]);
-                w.priority = rng.below(4) as i32;
-                w.checkpointable = rng.below(2) == 0;
-                w.grace_seconds = Some(1 + rng.below(5));
-                c.submit(w, t).unwrap();
+                c.submit(random_gang(&mut rng, &format!("w{submitted}")), t).unwrap();
                 submitted += 1;
             }
             if rng.below(4) == 0 {
@@ -861,20 +876,7 @@ fn churn_run(seed: u64, flavored: bool) {
                 }
             }
             if rng.below(5) == 0 {
-                let leaving: Vec<String> = c
-                    .entries
-                    .values()
-                    .flat_map(|e| {
-                        e.members
-                            .iter()
-                            .enumerate()
-                            .filter(|(_, m)| m.as_ref().is_some_and(|m| m.leaving.is_some()))
-                            .map(|(i, _)| e.spec.members[i].id.clone())
-                    })
-                    .collect();
-                if let Some(task) = leaving.first() {
-                    c.checkpoint_done(task, t).unwrap();
-                }
+                checkpoint_one(&mut c, t);
             }
             check_accounting(&c);
             assert_eq!(c.entries.len() + finished, submitted, "seed {seed}: nothing is lost");
@@ -981,11 +983,7 @@ fn node_churn_run(seed: u64, flavored: bool) {
     let (mut submitted, mut gone) = (0usize, 0usize);
     for t in 0..300u64 {
         if rng.below(2) == 0 {
-            let q = ["capped", "guaranteed", "free"][rng.below(3) as usize];
-            let name = format!("w{submitted}");
-            let members = 1 + rng.below(3) as usize;
-            let mut w =
-                gang(&name, q, members, 1 + rng.below(members as u64) as usize, [1, 2, 4][rng.below(3) as usize]);
+            let mut w = random_gang(&mut rng, &format!("w{submitted}"));
             if rng.below(3) == 0 {
                 // Shared GPUs: one device, part of it.
                 for m in &mut w.members {
@@ -993,9 +991,6 @@ fn node_churn_run(seed: u64, flavored: bool) {
                         GpuRequest { count: 1, milli_per_gpu: [250, 500][rng.below(2) as usize], ..Default::default() };
                 }
             }
-            w.priority = rng.below(4) as i32;
-            w.checkpointable = rng.below(2) == 0;
-            w.grace_seconds = Some(1 + rng.below(5));
             w.timeout_seconds = Some(5 + rng.below(20));
             c.submit(w, t).unwrap();
             submitted += 1;
@@ -1071,20 +1066,7 @@ fn node_churn_run(seed: u64, flavored: bool) {
         // Work the cycle gave up on (a gang timed out) leaves the core.
         gone += before.iter().filter(|w| !c.entries.contains_key(*w)).count();
         if rng.below(4) == 0 {
-            let leaving: Vec<String> = c
-                .entries
-                .values()
-                .flat_map(|e| {
-                    e.members
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, m)| m.as_ref().is_some_and(|m| m.leaving.is_some()))
-                        .map(|(i, _)| e.spec.members[i].id.clone())
-                })
-                .collect();
-            if let Some(task) = leaving.first() {
-                c.checkpoint_done(task, t).unwrap();
-            }
+            checkpoint_one(&mut c, t);
         }
         check_accounting(&c);
         check_devices(&c);
