@@ -43,3 +43,30 @@ pub fn lines(
     root.present()?;
     Ok(())
 }
+
+/// `points` of a quantity that holds its value until the next point (a utilisation after each
+/// event, an empirical CDF) as the corners of a step line: joining the points straight would show
+/// gradual change where there is none.
+pub fn steps(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let mut out = Vec::with_capacity(points.len() * 2);
+    for (i, &(x, y)) in points.iter().enumerate() {
+        if i > 0 {
+            out.push((x, points[i - 1].1));
+        }
+        out.push((x, y));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn steps_hold_each_value_until_the_next_point() {
+        assert_eq!(super::steps(&[]), []);
+        assert_eq!(super::steps(&[(0.0, 1.0)]), [(0.0, 1.0)]);
+        assert_eq!(
+            super::steps(&[(0.0, 100.0), (2.0, 50.0), (5.0, 0.0)]),
+            [(0.0, 100.0), (2.0, 100.0), (2.0, 50.0), (5.0, 50.0), (5.0, 0.0)]
+        );
+    }
+}

@@ -342,7 +342,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             &format!("GPU allocation over time ({})", args.policy),
             "time (h)",
             "GPU allocated (% of capacity)",
-            &[(args.policy.clone(), hours)],
+            &[(args.policy.clone(), crate::chart::steps(&hours))],
         )?;
         // Queueing delay per queue as a CDF: the share of its started jobs that waited at most x.
         let mut curves = Vec::new();
@@ -358,8 +358,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
             waits.sort_by(f64::total_cmp);
             let n = waits.len() as f64;
-            let cdf = waits.iter().enumerate().map(|(i, &w)| (w, 100.0 * (i + 1) as f64 / n)).collect();
-            curves.push((queue.clone(), cdf));
+            // An empirical CDF: 0 below the shortest wait, a step up at each wait.
+            let cdf: Vec<(f64, f64)> = std::iter::once((waits[0], 0.0))
+                .chain(waits.iter().enumerate().map(|(i, &w)| (w, 100.0 * (i + 1) as f64 / n)))
+                .collect();
+            curves.push((queue.clone(), crate::chart::steps(&cdf)));
         }
         crate::chart::lines(
             &out.join("queue_delay.svg"),
