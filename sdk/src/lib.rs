@@ -65,10 +65,10 @@ pub const SDK_VERSION: &str = concat!("wasmsched-sdk/", env!("CARGO_PKG_VERSION"
 /// Everything a plugin needs, for `use wasmsched_sdk::prelude::*`.
 pub mod prelude {
     pub use wasmsched_api::{
-        DeviceShare, FairShare, Filter, GPU_MILLI, GpuDevice, GpuHealth, GpuRequest, MAX_SCORE, Node, NodeAffinity,
-        NodeSelectorTerm, Plugin, Preempt, PreemptCandidate, Preemption, PreferredTerm, Qos, QueueState, Rejection,
-        Resources, Score, SelectDevices, SelectorOperator, SelectorRequirement, ShareDecision, Taint, TaintEffect,
-        Task, Toleration, TolerationOperator, Verdict, Victim,
+        DeviceShare, FairShare, Filter, GPU_MILLI, GpuDevice, GpuHealth, GpuRequest, GpuSummary, Gpus, MAX_SCORE, Node,
+        NodeAffinity, NodeSelectorTerm, Plugin, Preempt, PreemptCandidate, Preemption, PreferredTerm, Qos, QueueState,
+        Rejection, Resources, Score, SelectDevices, SelectorOperator, SelectorRequirement, ShareDecision, Taint,
+        TaintEffect, Task, Toleration, TolerationOperator, Verdict, Victim,
     };
 }
 

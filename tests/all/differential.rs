@@ -76,9 +76,11 @@ fn churn(rng: &mut Rng, table: &mut NodeTable, round: usize) {
             }
             _ => {
                 table.update(s, |n| {
-                    if let Some(g) = n.gpus.first_mut() {
-                        g.free_milli = 0;
-                    }
+                    n.gpus.update(|gpus| {
+                        if let Some(g) = gpus.first_mut() {
+                            g.free_milli = 0;
+                        }
+                    });
                 });
             }
         }

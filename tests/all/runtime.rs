@@ -13,7 +13,7 @@ fn gpu_nodes(n: usize) -> NodeTable {
         t.upsert(Node {
             name: format!("n{i}"),
             allocatable: Resources { cpu_milli: 8000, memory_bytes: 1 << 36, gpu_milli: 1000, extended: vec![] },
-            gpus: vec![GpuDevice { index: 0, free_milli: 1000, ..Default::default() }],
+            gpus: vec![GpuDevice { index: 0, free_milli: 1000, ..Default::default() }].into(),
             ..Default::default()
         });
     }
@@ -66,25 +66,25 @@ fn usage_changes_reach_mirrors_alone_a_refusal_resends_everything_and_older_comp
     let fit = rt.load(wasmsched_plugins::RESOURCE_FIT.wasm, crate::unhurried("resource-fit")).unwrap();
     assert_eq!(fits(&fit, &table), [true, true, true]);
     let g = table.generation();
-    table.update_usage(slots[1], |n| n.gpus[0].free_milli = 0);
+    table.update_usage(slots[1], |n| n.gpus.update(|g| g[0].free_milli = 0));
     assert!(
         matches!(table.changes_since(table.id(), g), wasmsched_core::Changes::Delta { ref usage, .. } if usage == &[slots[1]])
     );
     assert_eq!(fits(&fit, &table), [true, false, true]);
-    table.update_usage(slots[1], |n| n.gpus[0].free_milli = 1000);
+    table.update_usage(slots[1], |n| n.gpus.update(|g| g[0].free_milli = 1000));
     assert_eq!(fits(&fit, &table), [true, true, true]);
     // A mirror that refuses (and forgets what it held) is sent every node again, without a fault.
     let raw =
         rt.load(&fixtures::read(fixtures::RAW_GARBAGE), PluginConfig::new("raw").with_config("usage-refused")).unwrap();
     assert_eq!(fits(&raw, &table), [true, true, true]);
-    table.update_usage(slots[2], |n| n.gpus[0].free_milli = 500);
+    table.update_usage(slots[2], |n| n.gpus.update(|g| g[0].free_milli = 500));
     assert_eq!(fits(&raw, &table), [true, true, true], "every node resent after the refusal");
     assert_eq!(raw.metrics().instances_discarded(), 0);
     // A component without the optional export gets usage changes as full upserts.
     let legacy = rt.load(&fixtures::read(fixtures::LEGACY_MIRROR), PluginConfig::new("legacy")).unwrap();
-    table.update_usage(slots[2], |n| n.gpus[0].free_milli = 1000);
+    table.update_usage(slots[2], |n| n.gpus.update(|g| g[0].free_milli = 1000));
     assert_eq!(fits(&legacy, &table), [true, true, true]);
-    table.update_usage(slots[0], |n| n.gpus[0].free_milli = 0);
+    table.update_usage(slots[0], |n| n.gpus.update(|g| g[0].free_milli = 0));
     assert_eq!(fits(&legacy, &table), [false, true, true], "the taken device reached the legacy mirror");
     assert_eq!(legacy.metrics().instances_discarded(), 0);
 }

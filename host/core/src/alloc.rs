@@ -64,11 +64,15 @@ pub fn bind(node: &mut Node, task: &Task, devices: &[DeviceShare]) -> Result<(),
     for (name, want) in &task.request.extended {
         add_extended(&mut node.allocated.extended, name, *want as i128);
     }
-    for d in devices {
-        if let Some(g) = node.gpus.iter_mut().find(|g| g.index == d.gpu) {
-            g.free_milli -= d.milli;
-            g.free_memory_bytes = g.free_memory_bytes.saturating_sub(task.gpu.memory_bytes_per_gpu);
+    node.gpus.update(|gpus| {
+        for d in devices {
+            if let Some(g) = gpus.iter_mut().find(|g| g.index == d.gpu) {
+                g.free_milli -= d.milli;
+                g.free_memory_bytes = g.free_memory_bytes.saturating_sub(task.gpu.memory_bytes_per_gpu);
+            }
         }
+    });
+    for d in devices {
         node.allocated.gpu_milli += u64::from(d.milli);
     }
     Ok(())
@@ -82,11 +86,15 @@ pub fn release(node: &mut Node, task: &Task, devices: &[DeviceShare]) {
     for (name, want) in &task.request.extended {
         add_extended(&mut node.allocated.extended, name, -(*want as i128));
     }
-    for d in devices {
-        if let Some(g) = node.gpus.iter_mut().find(|g| g.index == d.gpu) {
-            g.free_milli = (g.free_milli + d.milli).min(GPU_MILLI);
-            g.free_memory_bytes = (g.free_memory_bytes + task.gpu.memory_bytes_per_gpu).min(g.memory_bytes);
+    node.gpus.update(|gpus| {
+        for d in devices {
+            if let Some(g) = gpus.iter_mut().find(|g| g.index == d.gpu) {
+                g.free_milli = (g.free_milli + d.milli).min(GPU_MILLI);
+                g.free_memory_bytes = (g.free_memory_bytes + task.gpu.memory_bytes_per_gpu).min(g.memory_bytes);
+            }
         }
+    });
+    for d in devices {
         node.allocated.gpu_milli = node.allocated.gpu_milli.saturating_sub(u64::from(d.milli));
     }
 }
@@ -103,11 +111,15 @@ pub fn bind_fact(node: &mut Node, task: &Task, devices: &[DeviceShare]) {
     for (name, want) in &task.request.extended {
         add_extended(&mut node.allocated.extended, name, *want as i128);
     }
-    for d in devices {
-        if let Some(g) = node.gpus.iter_mut().find(|g| g.index == d.gpu) {
-            g.free_milli = g.free_milli.saturating_sub(d.milli);
-            g.free_memory_bytes = g.free_memory_bytes.saturating_sub(task.gpu.memory_bytes_per_gpu);
+    node.gpus.update(|gpus| {
+        for d in devices {
+            if let Some(g) = gpus.iter_mut().find(|g| g.index == d.gpu) {
+                g.free_milli = g.free_milli.saturating_sub(d.milli);
+                g.free_memory_bytes = g.free_memory_bytes.saturating_sub(task.gpu.memory_bytes_per_gpu);
+            }
         }
+    });
+    for d in devices {
         node.allocated.gpu_milli = node.allocated.gpu_milli.saturating_add(u64::from(d.milli));
     }
 }
@@ -133,7 +145,8 @@ mod tests {
                 GpuDevice { index: 0, free_milli: 1000, ..Default::default() },
                 GpuDevice { index: 1, free_milli: 400, ..Default::default() },
                 GpuDevice { index: 2, free_milli: 1000, ..Default::default() },
-            ],
+            ]
+            .into(),
             ..Default::default()
         }
     }

@@ -148,13 +148,13 @@ pub fn place_group(
             }
         }
         if !topo.strict {
-            let all = group.within.map_or_else(|| nodes.slots().collect(), <[Slot]>::to_vec);
+            let all = group.within.unwrap_or(nodes.occupied()).to_vec();
             if let Some(p) = attempt(nodes, &all, None) {
                 return Ok(p);
             }
         }
     } else {
-        let all = group.within.map_or_else(|| nodes.slots().collect(), <[Slot]>::to_vec);
+        let all = group.within.unwrap_or(nodes.occupied()).to_vec();
         if let Some(p) = attempt(nodes, &all, None) {
             return Ok(p);
         }

@@ -48,9 +48,12 @@ fn next_stamp() -> u64 {
 pub struct NodeTable {
     id: u64,
     slots: Nodes,
-    /// Per slot, the stamp of its node's current state ([`NodeTable::stamp`]); 0 when empty. Also
-    /// the dense occupancy map [`NodeTable::slots`] walks instead of the node records.
+    /// Per slot, the stamp of its node's current state ([`NodeTable::stamp`]); 0 when empty.
     stamps: Vec<u64>,
+    /// Occupied slots, ascending. Placement samples from it on every decision, so it is kept
+    /// rather than rebuilt (a walk over every slot per decision was 7-13 % of a decision at
+    /// 5,000 nodes); it changes only when nodes come and go, and is shared with copies until then.
+    occupied: Arc<Vec<Slot>>,
     /// Shared with copies too: names change only when nodes come and go.
     by_name: Arc<AHashMap<String, Slot>>,
     free: Vec<Slot>,
@@ -106,6 +109,7 @@ impl NodeTable {
             id: NEXT_TABLE_ID.fetch_add(1, Ordering::Relaxed),
             slots,
             stamps: self.stamps.clone(),
+            occupied: Arc::clone(&self.occupied),
             by_name: Arc::clone(&self.by_name),
             free: self.free.clone(),
             generation: self.generation,
@@ -122,6 +126,7 @@ impl NodeTable {
             id: NEXT_TABLE_ID.fetch_add(1, Ordering::Relaxed),
             slots: Nodes::default(),
             stamps: Vec::new(),
+            occupied: Arc::default(),
             by_name: Arc::default(),
             free: Vec::new(),
             generation: 0,
@@ -221,7 +226,12 @@ impl NodeTable {
 
     /// Occupied slots in ascending order.
     pub fn slots(&self) -> impl Iterator<Item = Slot> + '_ {
-        self.stamps.iter().enumerate().filter(|(_, s)| **s != 0).map(|(i, _)| i as Slot)
+        self.occupied.iter().copied()
+    }
+
+    /// Occupied slots in ascending order, as a slice (no copy: what placement samples from).
+    pub fn occupied(&self) -> &[Slot] {
+        &self.occupied
     }
 
     /// Identity of the state of the node in `slot` (0 when empty): it changes with every change to
@@ -241,6 +251,9 @@ impl NodeTable {
                     self.slots.push_empty() as Slot
                 });
                 Arc::make_mut(&mut self.by_name).insert(node.name.clone(), slot);
+                let occupied = Arc::make_mut(&mut self.occupied);
+                let at = occupied.partition_point(|&s| s < slot);
+                occupied.insert(at, slot);
                 slot
             }
         };
@@ -283,6 +296,10 @@ impl NodeTable {
             return None;
         }
         let slot = Arc::make_mut(&mut self.by_name).remove(name)?;
+        let occupied = Arc::make_mut(&mut self.occupied);
+        if let Ok(at) = occupied.binary_search(&slot) {
+            occupied.remove(at);
+        }
         let node = self.slots.set(slot as usize, None);
         self.stamps[slot as usize] = 0;
         self.free.push(slot);
@@ -406,9 +423,11 @@ impl Nodes {
 fn fixed_part(n: &Node) -> Node {
     let mut fixed = n.clone();
     fixed.allocated = Default::default();
-    for g in &mut fixed.gpus {
-        (g.free_milli, g.free_memory_bytes) = (0, 0);
-    }
+    fixed.gpus.update(|gpus| {
+        for g in gpus.iter_mut() {
+            (g.free_milli, g.free_memory_bytes) = (0, 0);
+        }
+    });
     fixed
 }
 
@@ -418,6 +437,34 @@ mod tests {
 
     fn node(name: &str) -> Node {
         Node { name: name.into(), ..Default::default() }
+    }
+
+    #[test]
+    fn occupied_slots_follow_nodes_coming_and_going_and_copies_keep_their_own() {
+        let mut t = NodeTable::new();
+        let mut present = std::collections::BTreeMap::new();
+        let mut rng = 7u64;
+        for step in 0..2_000u64 {
+            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let name = format!("n{}", (rng >> 33) % 64);
+            if (rng >> 20).is_multiple_of(3) {
+                t.remove(&name);
+                present.remove(&name);
+            } else {
+                present.insert(name.clone(), t.upsert(node(&name)));
+            }
+            let mut want: Vec<Slot> = present.values().copied().collect();
+            want.sort_unstable();
+            assert_eq!(t.occupied(), want.as_slice(), "step {step}");
+            assert_eq!(t.slots().collect::<Vec<_>>(), want);
+            assert!(want.iter().all(|&s| t.get(s).is_some()));
+        }
+        let snap = t.snapshot();
+        let before = snap.occupied().to_vec();
+        let gone = t.get(t.occupied()[0]).unwrap().name.clone();
+        t.remove(&gone);
+        assert_eq!(snap.occupied(), before.as_slice(), "a snapshot keeps the slots it was taken with");
+        assert_eq!(t.occupied().len() + 1, before.len());
     }
 
     #[test]
@@ -442,14 +489,14 @@ mod tests {
     fn usage_only_changes_are_told_apart_until_a_full_change_joins_them() {
         let mut t = NodeTable::new();
         let gpus = || vec![wasmsched_api::GpuDevice { free_milli: 1000, ..Default::default() }; 2];
-        let a = t.upsert(Node { gpus: gpus(), ..node("a") });
-        let b = t.upsert(Node { gpus: gpus(), ..node("b") });
+        let a = t.upsert(Node { gpus: gpus().into(), ..node("a") });
+        let b = t.upsert(Node { gpus: gpus().into(), ..node("b") });
         let c = t.upsert(node("c"));
         let g = t.generation();
-        t.update_usage(a, |n| n.gpus[0].free_milli = 500);
+        t.update_usage(a, |n| n.gpus.update(|g| g[0].free_milli = 500));
         t.update_usage(b, |n| n.allocated.cpu_milli = 1);
         t.update(b, |n| n.unschedulable = true);
-        t.update_usage(b, |n| n.gpus[1].free_memory_bytes = 7);
+        t.update_usage(b, |n| n.gpus.update(|g| g[1].free_memory_bytes = 7));
         t.remove("c");
         assert_eq!(t.changes_since(t.id(), g), Changes::Delta { upserted: vec![b], usage: vec![a], removed: vec![c] });
         let g = t.generation();

@@ -279,8 +279,7 @@ pub struct Unschedulable {
 /// deterministic. Device selection then runs on the winner, falling back to the next best node if
 /// it refuses. A fail-closed plugin fault makes the task unschedulable; a fail-open one is skipped.
 pub fn place(set: &PolicySet, nodes: &NodeTable, task: &Task, worker: usize) -> Result<Placement, Unschedulable> {
-    let all: Vec<Slot> = nodes.slots().collect();
-    place_among(set, nodes, task, worker, &all)
+    place_among(set, nodes, task, worker, nodes.occupied())
 }
 
 /// [`place`] restricted to `candidates` (ascending slots; e.g. one topology domain).
@@ -462,8 +461,7 @@ pub fn place_sampled(
     start: usize,
     find: usize,
 ) -> Sampled {
-    let all: Vec<Slot> = nodes.slots().collect();
-    place_sampled_among(set, nodes, task, worker, &all, start, find)
+    place_sampled_among(set, nodes, task, worker, nodes.occupied(), start, find)
 }
 
 /// [`place_sampled`] restricted to `candidates` (a gang's topology domain, for instance); `start`

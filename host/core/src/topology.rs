@@ -18,18 +18,20 @@ pub fn apply_node_facts(nodes: &mut NodeTable, node: &str, facts: NodeFacts) -> 
     let Some(slot) = nodes.slot_of(node) else { return false };
     let topology = facts.topology;
     nodes.update(slot, |n| {
-        for gpu in &mut n.gpus {
-            gpu.health = if facts.unhealthy.contains(&gpu.index) {
-                GpuHealth::Unhealthy
-            } else if facts.degraded.contains(&gpu.index) {
-                GpuHealth::Degraded
-            } else {
-                GpuHealth::Healthy
-            };
-            if let Some(t) = &topology {
-                gpu.numa_node = t.gpus().get(gpu.index as usize).and_then(|g| g.numa);
+        n.gpus.update(|gpus| {
+            for gpu in gpus.iter_mut() {
+                gpu.health = if facts.unhealthy.contains(&gpu.index) {
+                    GpuHealth::Unhealthy
+                } else if facts.degraded.contains(&gpu.index) {
+                    GpuHealth::Degraded
+                } else {
+                    GpuHealth::Healthy
+                };
+                if let Some(t) = &topology {
+                    gpu.numa_node = t.gpus().get(gpu.index as usize).and_then(|g| g.numa);
+                }
             }
-        }
+        });
     });
     nodes.set_topology(node, topology);
     true

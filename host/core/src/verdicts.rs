@@ -410,7 +410,7 @@ mod tests {
         assert_eq!(asked(|| assert_eq!(run(&nodes, &task("b", 2)).codes, vec![0; 6])), 6);
         assert_eq!(asked(|| assert_eq!(run(&nodes, &task("b2", 2)).codes, vec![0; 6])), 0, "only the id differs");
         // One node fills up: only it is asked again, and its new verdict is the answer.
-        nodes.update(all[3], |n| n.gpus[0].free_milli = 0);
+        nodes.update(all[3], |n| n.gpus.update(|g| g[0].free_milli = 0));
         let mut answer = None;
         assert_eq!(asked(|| answer = Some(run(&nodes, &task("c", 2)))), 1);
         let answer = answer.unwrap();
@@ -473,7 +473,7 @@ mod tests {
                 for _ in 0..5 {
                     let s = all[next(all.len() as u64) as usize];
                     let free = if next(2) == 0 { 0 } else { 1000 };
-                    nodes.update(s, |n| n.gpus[next(2) as usize].free_milli = free);
+                    nodes.update(s, |n| n.gpus.update(|g| g[next(2) as usize].free_milli = free));
                 }
             }
             let (reused, asked) = cache.counts();

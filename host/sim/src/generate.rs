@@ -161,7 +161,7 @@ pub fn node(rng: &mut Rng, name: String) -> Node {
             gpu_milli: allocated_gpu,
             extended: vec![],
         },
-        gpus,
+        gpus: gpus.into(),
         unschedulable: rng.percent(2),
     }
 }

@@ -105,12 +105,9 @@ impl AllocationScore {
 impl Score for AllocationScore {
     fn score(&mut self, task: &Task, node: &Node) -> u32 {
         let w = self.config.weights;
-        // One pass over the devices: capacity and free share of the healthy ones.
-        let (gpu_capacity, gpu_free) = node
-            .gpus
-            .iter()
-            .filter(|g| g.health != GpuHealth::Unhealthy)
-            .fold((0u64, 0u64), |(cap, free), g| (cap + u64::from(GPU_MILLI), free + u64::from(g.free_milli)));
+        // Capacity and free share of the usable devices, from the node's aggregates.
+        let gpus = node.gpus.summary();
+        let (gpu_capacity, gpu_free) = (u64::from(gpus.usable) * u64::from(GPU_MILLI), gpus.free_milli);
         let gpu_allocated = gpu_capacity - gpu_free.min(gpu_capacity);
         let resources = [
             (w.cpu, node.allocated.cpu_milli.saturating_add(task.request.cpu_milli), node.allocatable.cpu_milli),

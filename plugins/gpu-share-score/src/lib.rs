@@ -370,7 +370,7 @@ mod tests {
         assert!(!affinity_recorded(&n, &share) && affinity_recorded(&n, &pod(1000, 0, 0)));
         record_affinity(&mut n, &share);
         assert!(affinity_recorded(&n, &share) && !affinity_recorded(&n, &pod(1000, 2, 1000)));
-        n.gpus[0].free_milli = 800;
+        n.gpus.update(|g| g[0].free_milli = 800);
         assert_eq!(p.score(&share, &n), 75, "same shape only: base 0 + 75");
         assert_eq!(p.score(&pod(1000, 2, 1000), &n), 0, "other shape present");
         record_affinity(&mut n, &pod(1000, 2, 1000));

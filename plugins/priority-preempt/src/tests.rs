@@ -148,7 +148,7 @@ fn breaking_a_gang_counts_the_whole_gang() {
     let gang = PreemptCandidate { node: 0, victims: vec![member] };
     let two = PreemptCandidate { node: 1, victims: vec![victim("a", 1, 1, 10), victim("b", 1, 1, 10)] };
     let mut n1 = node(2, 0);
-    n1.gpus.truncate(2);
+    n1.gpus.update(|g| g.truncate(2));
     // Node 1 needs only one of its two victims; node 0 would take a 4-member gang down.
     assert_eq!(choose(&mut p, &preemptor, &[gang, two], &[node(1, 0), n1]).unwrap().candidate, 1);
 }

@@ -81,6 +81,20 @@ impl ResourceFit {
         if !node.gpus.iter().any(|g| req.allows_model(&g.model)) {
             return Verdict::unresolvable("no GPU of an allowed model");
         }
+        // Most requests ask only for a share of any device: the node's aggregates answer those
+        // without walking its devices (the walk was this filter's largest cost).
+        if req.models.is_empty()
+            && (self.config.ignore_gpu_memory || req.memory_bytes_per_gpu == 0)
+            && req.milli_per_gpu <= GPU_MILLI
+        {
+            let s = node.gpus.summary();
+            if s.whole_free >= req.count {
+                return Verdict::Fit;
+            }
+            if req.milli_per_gpu == GPU_MILLI || s.max_free_milli < req.milli_per_gpu || s.usable < req.count {
+                return Self::short(req);
+            }
+        }
         // No clone of the request per node (a heap allocation in the guest), and stop counting
         // once enough devices are found.
         let need = req.count as usize;
@@ -95,9 +109,11 @@ impl ResourceFit {
         } else {
             node.gpus.iter().filter(|g| req.fits_device(g)).take(need).count()
         };
-        if usable >= need {
-            Verdict::Fit
-        } else if req.milli_per_gpu < GPU_MILLI {
+        if usable >= need { Verdict::Fit } else { Self::short(req) }
+    }
+
+    fn short(req: &GpuRequest) -> Verdict {
+        if req.milli_per_gpu < GPU_MILLI {
             Verdict::unfit("insufficient GPU share")
         } else {
             Verdict::unfit("insufficient free GPUs")
@@ -126,7 +142,7 @@ mod tests {
         Node {
             name: "n".into(),
             allocatable: Resources { cpu_milli: 8000, memory_bytes: 64 << 30, gpu_milli: 2000, extended: vec![] },
-            gpus: vec![gpu(0, 1000, "V100"), gpu(1, 300, "V100")],
+            gpus: vec![gpu(0, 1000, "V100"), gpu(1, 300, "V100")].into(),
             ..Default::default()
         }
     }
@@ -139,6 +155,57 @@ mod tests {
         }
     }
 
+    /// The GPU verdict by walking every device, as the filter did before it used the node's
+    /// aggregates.
+    fn gpu_fits_by_walking(req: &GpuRequest, node: &Node, ignore_memory: bool) -> bool {
+        let usable = node
+            .gpus
+            .iter()
+            .filter(|g| {
+                g.health != GpuHealth::Unhealthy
+                    && g.free_milli >= req.milli_per_gpu
+                    && (ignore_memory || g.free_memory_bytes >= req.memory_bytes_per_gpu)
+                    && req.allows_model(&g.model)
+            })
+            .count();
+        usable >= req.count as usize
+    }
+
+    #[test]
+    fn the_aggregates_shortcut_agrees_with_walking_the_devices() {
+        let mut rng = 0x5eed_u64;
+        let mut next = |n: u64| {
+            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (rng >> 33) % n
+        };
+        for ignore in [false, true] {
+            let mut f = ResourceFit { config: Config { ignore_gpu_memory: ignore } };
+            for _ in 0..20_000 {
+                let shares = [0, 1, 250, 500, 999, 1000, 1001];
+                let gpus: Gpus = (0..next(9) as u32)
+                    .map(|index| GpuDevice {
+                        index,
+                        model: ["V100", "A100"][next(2) as usize].into(),
+                        free_milli: shares[next(shares.len() as u64) as usize],
+                        free_memory_bytes: next(3) << 30,
+                        health: [GpuHealth::Healthy, GpuHealth::Degraded, GpuHealth::Unhealthy][next(3) as usize],
+                        ..Default::default()
+                    })
+                    .collect();
+                let n = Node { gpus, ..node() };
+                let req = GpuRequest {
+                    count: next(10) as u32,
+                    milli_per_gpu: shares[next(shares.len() as u64) as usize],
+                    memory_bytes_per_gpu: [0, 1 << 30][next(2) as usize],
+                    models: if next(4) == 0 { vec!["A100".into()] } else { vec![] },
+                };
+                let got = f.filter(&Task { gpu: req.clone(), ..Default::default() }, &n);
+                let want = req.count == 0 || (!n.gpus.is_empty() && gpu_fits_by_walking(&req, &n, ignore));
+                assert_eq!(got.fits(), want, "{req:?} on {:?}: {got:?}", n.gpus);
+            }
+        }
+    }
+
     #[test]
     fn gpu_share_and_count() {
         let mut f = ResourceFit::default();
@@ -146,7 +213,7 @@ mod tests {
         assert_eq!(f.filter(&task(2, 1000), &node()), Verdict::unfit("insufficient free GPUs"));
         assert!(f.filter(&task(2, 300), &node()).fits());
         let mut n = node();
-        n.gpus[0].free_milli = 200;
+        n.gpus.update(|g| g[0].free_milli = 200);
         assert_eq!(f.filter(&task(1, 500), &n), Verdict::unfit("insufficient GPU share"));
     }
 

@@ -101,6 +101,110 @@ impl GpuDevice {
     }
 }
 
+/// A node's GPU devices, with aggregates kept in step with them.
+///
+/// Filters and scores ask the same questions of every node — how many devices are usable, how
+/// many entirely free, how much share is left — and walking the devices for each node was the
+/// largest cost of a placement, several times more so in a component than natively. The answers
+/// are kept here instead ([`Gpus::summary`]), and are trustworthy because the devices can be read
+/// freely (`Gpus` dereferences to a slice) but changed only through [`Gpus::update`] and
+/// [`Gpus::set_free`], which recompute them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Gpus {
+    devices: Vec<GpuDevice>,
+    summary: GpuSummary,
+}
+
+/// Aggregates over a node's devices ([`Gpus::summary`]). "Usable" means not
+/// [`GpuHealth::Unhealthy`], as in [`GpuDevice::is_idle`] and [`GpuRequest::fits_device`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct GpuSummary {
+    /// Usable devices.
+    pub usable: u32,
+    /// Usable devices with at least a whole device's share ([`GPU_MILLI`]) free.
+    pub whole_free: u32,
+    /// Free share summed over usable devices, in milli-GPUs.
+    pub free_milli: u64,
+    /// The largest free share of one usable device (0 when none).
+    pub max_free_milli: u32,
+}
+
+impl GpuSummary {
+    fn of(devices: &[GpuDevice]) -> GpuSummary {
+        let mut s = GpuSummary::default();
+        for g in devices.iter().filter(|g| g.health != GpuHealth::Unhealthy) {
+            s.usable += 1;
+            s.whole_free += u32::from(g.free_milli >= GPU_MILLI);
+            s.free_milli += u64::from(g.free_milli);
+            s.max_free_milli = s.max_free_milli.max(g.free_milli);
+        }
+        s
+    }
+}
+
+impl Gpus {
+    /// The aggregates of the devices as they are now.
+    #[inline]
+    pub fn summary(&self) -> &GpuSummary {
+        &self.summary
+    }
+
+    /// Change the devices (any way at all); the aggregates are recomputed afterwards.
+    pub fn update<R>(&mut self, f: impl FnOnce(&mut Vec<GpuDevice>) -> R) -> R {
+        let out = f(&mut self.devices);
+        self.summary = GpuSummary::of(&self.devices);
+        out
+    }
+
+    /// Set device `i`'s free share and memory (what binding and releasing change); `false` when
+    /// there is no device `i`.
+    pub fn set_free(&mut self, i: usize, free_milli: u32, free_memory_bytes: u64) -> bool {
+        self.update(|d| match d.get_mut(i) {
+            Some(g) => {
+                (g.free_milli, g.free_memory_bytes) = (free_milli, free_memory_bytes);
+                true
+            }
+            None => false,
+        })
+    }
+
+    /// The devices, by value.
+    pub fn into_vec(self) -> Vec<GpuDevice> {
+        self.devices
+    }
+}
+
+impl From<Vec<GpuDevice>> for Gpus {
+    fn from(devices: Vec<GpuDevice>) -> Self {
+        let summary = GpuSummary::of(&devices);
+        Gpus { devices, summary }
+    }
+}
+
+impl FromIterator<GpuDevice> for Gpus {
+    fn from_iter<I: IntoIterator<Item = GpuDevice>>(iter: I) -> Self {
+        Gpus::from(iter.into_iter().collect::<Vec<_>>())
+    }
+}
+
+impl std::ops::Deref for Gpus {
+    type Target = [GpuDevice];
+
+    #[inline]
+    fn deref(&self) -> &[GpuDevice] {
+        &self.devices
+    }
+}
+
+impl<'a> IntoIterator for &'a Gpus {
+    type Item = &'a GpuDevice;
+    type IntoIter = std::slice::Iter<'a, GpuDevice>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.devices.iter()
+    }
+}
+
 /// Taint effects, as in Kubernetes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum TaintEffect {
@@ -137,8 +241,8 @@ pub struct Node {
     pub allocatable: Resources,
     /// What bound and reserved tasks request.
     pub allocated: Resources,
-    /// GPU devices, by index.
-    pub gpus: Vec<GpuDevice>,
+    /// GPU devices, by index, with their aggregates.
+    pub gpus: Gpus,
     /// Cordoned.
     pub unschedulable: bool,
 }
@@ -162,8 +266,9 @@ impl Node {
     }
 
     /// Total unallocated GPU share over healthy devices, in milli-GPUs.
+    #[inline]
     pub fn free_gpu_milli(&self) -> u64 {
-        self.gpus.iter().filter(|g| g.health != GpuHealth::Unhealthy).map(|g| u64::from(g.free_milli)).sum()
+        self.gpus.summary().free_milli
     }
 }
 
@@ -418,6 +523,33 @@ pub struct ShareDecision {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gpu_aggregates_follow_every_way_devices_change() {
+        let device = |index, free_milli, health| GpuDevice { index, free_milli, health, ..Default::default() };
+        let fresh = |d: &[GpuDevice]| GpuSummary::of(d);
+        let mut gpus: Gpus = vec![
+            device(0, GPU_MILLI, GpuHealth::Healthy),
+            device(1, 300, GpuHealth::Degraded),
+            device(2, GPU_MILLI, GpuHealth::Unhealthy),
+        ]
+        .into();
+        assert_eq!(*gpus.summary(), GpuSummary { usable: 2, whole_free: 1, free_milli: 1300, max_free_milli: 1000 });
+        assert!(gpus.set_free(0, 250, 0));
+        assert_eq!(*gpus.summary(), GpuSummary { usable: 2, whole_free: 0, free_milli: 550, max_free_milli: 300 });
+        assert!(!gpus.set_free(7, 0, 0), "no such device");
+        gpus.update(|d| d[2].health = GpuHealth::Healthy);
+        assert_eq!(gpus.summary().whole_free, 1);
+        gpus.update(|d| d.truncate(1));
+        assert_eq!(*gpus.summary(), fresh(&gpus));
+        let collected: Gpus = (0..4).map(|i| device(i, 100 * i, GpuHealth::Healthy)).collect();
+        assert_eq!(*collected.summary(), GpuSummary { usable: 4, whole_free: 0, free_milli: 600, max_free_milli: 300 });
+        assert_eq!(*Gpus::default().summary(), GpuSummary::default());
+        let node = Node { gpus: collected, ..Default::default() };
+        assert_eq!(node.free_gpu_milli(), 600);
+        assert_eq!(node.gpus.len(), 4, "reads go to the devices");
+        assert_eq!(node.gpus.clone().into_vec().len(), 4);
+    }
 
     #[test]
     fn resource_addition_merges_extended_and_handles_overflow() {

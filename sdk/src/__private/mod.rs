@@ -131,10 +131,12 @@ pub fn update_usage(generation: u64, nodes: Vec<(u32, mirror_usage::NodeUsage)>)
         for (slot, usage) in nodes {
             let Some(node) = s.nodes.get_mut(slot as usize).and_then(Option::as_mut) else { continue };
             node.allocated = convert::resources(usage.allocated);
-            for (g, u) in node.gpus.iter_mut().zip(usage.gpus) {
-                g.free_milli = u.free_milli;
-                g.free_memory_bytes = u.free_memory_bytes;
-            }
+            node.gpus.update(|gpus| {
+                for (g, u) in gpus.iter_mut().zip(usage.gpus) {
+                    g.free_milli = u.free_milli;
+                    g.free_memory_bytes = u.free_memory_bytes;
+                }
+            });
         }
         s.generation = generation;
         Ok(())

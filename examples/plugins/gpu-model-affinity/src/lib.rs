@@ -47,7 +47,7 @@ mod tests {
     fn node(model: &str) -> Node {
         Node {
             name: model.into(),
-            gpus: vec![GpuDevice { model: model.into(), free_milli: GPU_MILLI, ..Default::default() }],
+            gpus: vec![GpuDevice { model: model.into(), free_milli: GPU_MILLI, ..Default::default() }].into(),
             ..Default::default()
         }
     }

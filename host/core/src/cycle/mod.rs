@@ -453,10 +453,12 @@ impl SchedulerCore {
     /// work is re-activated.
     pub fn upsert_node(&mut self, mut node: Node, now: u64) -> Vec<Decision> {
         node.allocated = Resources { extended: Vec::new(), ..Default::default() };
-        for g in &mut node.gpus {
-            g.free_milli = wasmsched_api::GPU_MILLI;
-            g.free_memory_bytes = g.memory_bytes;
-        }
+        node.gpus.update(|gpus| {
+            for g in gpus.iter_mut() {
+                g.free_milli = wasmsched_api::GPU_MILLI;
+                g.free_memory_bytes = g.memory_bytes;
+            }
+        });
         self.put_node(node, now, Misfit::Evict)
     }
 

@@ -901,7 +901,7 @@ fn a_node_update_that_breaks_a_gang_evicts_each_member_once_and_frees_exactly_wh
     assert_eq!(bound(&c.schedule(&full(), 0)), ["g-0", "g-1"]);
     // GPU 0 fails: g-0 (devices 0–3) no longer fits, g-1 (4–7) still would, but the gang is broken.
     let mut node = gpu_node("n0", 8);
-    node.gpus[0].health = wasmsched_api::GpuHealth::Unhealthy;
+    node.gpus.update(|g| g[0].health = wasmsched_api::GpuHealth::Unhealthy);
     let evicted: Vec<(String, String)> = c
         .upsert_node(node, 1)
         .into_iter()
@@ -1030,7 +1030,7 @@ fn node_churn_run(seed: u64, flavored: bool) {
                 let mut node = make_node(i, gpus);
                 node.unschedulable = rng.below(4) == 0;
                 if rng.below(4) == 0 {
-                    node.gpus[0].health = wasmsched_api::GpuHealth::Unhealthy;
+                    node.gpus.update(|g| g[0].health = wasmsched_api::GpuHealth::Unhealthy);
                 }
                 c.upsert_node(node, t);
             }
@@ -1076,9 +1076,11 @@ fn node_churn_run(seed: u64, flavored: bool) {
 
 fn model_node(name: &str, gpus: u32, model: &str) -> Node {
     let mut node = Node { labels: vec![("gpu-model".into(), model.into())], ..gpu_node(name, gpus) };
-    for g in &mut node.gpus {
-        g.model = model.into();
-    }
+    node.gpus.update(|gpus| {
+        for g in gpus.iter_mut() {
+            g.model = model.into();
+        }
+    });
     node
 }
 
@@ -1343,9 +1345,7 @@ fn a_live_cluster_other_schedulers_usage_restarts_and_members_that_come_and_go()
     let mut c = core(vec![queue("q", 1)], &[]);
     // Another scheduler's pod holds 6 of n0's 8 GPUs: observed, it stays counted.
     let mut n0 = gpu_node("n0", 8);
-    for g in &mut n0.gpus[..6] {
-        g.free_milli = 0;
-    }
+    n0.gpus.update(|gpus| gpus[..6].iter_mut().for_each(|g| g.free_milli = 0));
     n0.allocated.gpu_milli = 6000;
     c.observe_node(n0.clone(), 0);
     c.observe_node(gpu_node("n1", 8), 0);

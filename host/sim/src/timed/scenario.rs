@@ -811,9 +811,11 @@ impl Scenario {
         for (name, topology) in topologies {
             if let Some(slot) = t.slot_of(name) {
                 t.update(slot, |node| {
-                    for gpu in &mut node.gpus {
-                        gpu.numa_node = topology.gpus().get(gpu.index as usize).and_then(|g| g.numa);
-                    }
+                    node.gpus.update(|gpus| {
+                        for gpu in gpus.iter_mut() {
+                            gpu.numa_node = topology.gpus().get(gpu.index as usize).and_then(|g| g.numa);
+                        }
+                    });
                 });
             }
             t.topologies_mut().insert(name, topology.clone());
