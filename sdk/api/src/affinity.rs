@@ -146,6 +146,7 @@ pub struct NodeAffinity {
 
 impl NodeAffinity {
     /// Whether `node` satisfies the required terms (true when there are none).
+    #[inline]
     pub fn allows(&self, node: &Node) -> bool {
         self.required.is_empty() || self.required.iter().any(|t| t.matches(node))
     }

@@ -64,13 +64,18 @@ pub fn filter_batch<'a>(
     task: &Task,
     nodes: impl IntoIterator<Item = &'a Node>,
 ) -> FilterBatch {
-    let mut batch = FilterBatch::default();
+    let nodes = nodes.into_iter();
+    let mut batch = FilterBatch { codes: Vec::with_capacity(nodes.size_hint().0), reasons: Vec::new() };
     // The last fixed reason and its code: most rejections are a `&'static str` repeated node after
     // node, recognised by address without comparing text (a byte loop in Wasm, ~4 % of a filter).
     let mut last_static: Option<(*const u8, usize, bool, u16)> = None;
     for node in nodes {
         let verdict = filter.filter(task, node);
         let key = match &verdict {
+            Verdict::Fit => {
+                batch.codes.push(0);
+                continue;
+            }
             Verdict::Unfit(Cow::Borrowed(r)) => Some((r.as_ptr(), r.len(), false)),
             Verdict::Unresolvable(Cow::Borrowed(r)) => Some((r.as_ptr(), r.len(), true)),
             _ => None,

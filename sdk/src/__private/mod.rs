@@ -157,15 +157,21 @@ pub fn remove(generation: u64, slots: Vec<u32>) {
 
 /// Resolve candidate slots, failing on any slot the mirror does not hold.
 fn resolve<'a>(nodes: &'a [Option<Node>], slots: &[u32], generation: u64) -> Result<Vec<&'a Node>, String> {
-    slots
-        .iter()
-        .map(|&slot| {
-            nodes
-                .get(slot as usize)
-                .and_then(Option::as_ref)
-                .ok_or_else(|| format!("node slot {slot} is not in the mirror (generation {generation})"))
-        })
-        .collect()
+    resolved(nodes, slots, generation).map(Iterator::collect)
+}
+
+/// The candidates' nodes, lazily, once every slot is known to be held: filters and scores walk
+/// them once, so building a vector of them first was a second pass and an allocation per call.
+fn resolved<'a, 's>(
+    nodes: &'a [Option<Node>],
+    slots: &'s [u32],
+    generation: u64,
+) -> Result<impl ExactSizeIterator<Item = &'a Node> + use<'a, 's>, String> {
+    let held = |slot: u32| nodes.get(slot as usize).and_then(Option::as_ref);
+    if let Some(slot) = slots.iter().copied().find(|&s| held(s).is_none()) {
+        return Err(format!("node slot {slot} is not in the mirror (generation {generation})"));
+    }
+    Ok(slots.iter().map(move |&slot| held(slot).expect("checked above")))
 }
 
 fn not_implemented(stage: &str) -> String {
@@ -185,7 +191,7 @@ pub fn filter(task: wit::Task, candidates: Vec<u32>) -> Result<filter::FilterRes
     let task: Task = convert::task(task);
     with_plugin(|p, nodes, generation| {
         let f = p.as_filter().ok_or_else(|| not_implemented("filter"))?;
-        let batch = filter_batch(f, &task, resolve(nodes, &candidates, generation)?);
+        let batch = filter_batch(f, &task, resolved(nodes, &candidates, generation)?);
         Ok(filter::FilterResult {
             codes: batch.codes,
             reasons: batch.reasons.into_iter().map(convert::rejection).collect(),
@@ -198,7 +204,7 @@ pub fn score(task: wit::Task, candidates: Vec<u32>) -> Result<Vec<u32>, String> 
     let task: Task = convert::task(task);
     with_plugin(|p, nodes, generation| {
         let s = p.as_score().ok_or_else(|| not_implemented("score"))?;
-        Ok(score_batch(s, &task, resolve(nodes, &candidates, generation)?))
+        Ok(score_batch(s, &task, resolved(nodes, &candidates, generation)?))
     })
 }
 
