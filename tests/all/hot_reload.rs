@@ -681,3 +681,75 @@ fn a_version_prepared_while_the_loop_decides_is_caught_up_before_it_goes_live() 
         "its mirrors are right"
     );
 }
+
+#[test]
+fn a_version_installed_again_or_rolled_back_to_is_caught_up_before_it_goes_live() {
+    let preparer = Preparer::new(runtime());
+    let mut rng = Rng::new(8);
+    let mut nodes = generate::cluster(&mut rng, 50);
+    let slots: Vec<Slot> = nodes.slots().collect();
+    let task = generate::task(&mut rng, "t".into());
+    let sample =
+        |nodes: &NodeTable| wasmsched_registry::Sample { nodes: Arc::new(nodes.snapshot()), tasks: vec![task.clone()] };
+    // Two versions prepared now; the second goes live only after the cluster has moved on.
+    let first = preparer.prepare(&fetched(FIT_AND_PACK, &[]), 1, &sample(&nodes)).unwrap();
+    let second = preparer.prepare(&fetched(FIT_AND_PACK, &[]), 2, &sample(&nodes)).unwrap();
+    let registry = Arc::new(Registry::new(first, None));
+    let result = place(&registry.current().set, &nodes, &task, 0);
+    // The loop: 100 usage changes while deciding, then the sample asked for, then decisions only.
+    let stop = Arc::new(AtomicBool::new(false));
+    let changes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let looping = {
+        let (registry, stop, task, slots, changes) =
+            (registry.clone(), stop.clone(), task.clone(), slots.clone(), changes.clone());
+        std::thread::spawn(move || {
+            let mut offered = false;
+            while !stop.load(Ordering::Relaxed) {
+                let changed = changes.load(Ordering::Relaxed);
+                if changed < 100 {
+                    nodes.update_usage(slots[changed % slots.len()], |n| n.allocated.cpu_milli ^= 1);
+                    changes.store(changed + 1, Ordering::Relaxed);
+                } else if !offered && registry.wants_sample() {
+                    registry.offer_sample(&nodes);
+                    offered = true;
+                }
+                let live = registry.current();
+                let d = Decision { task: &task, nodes: &nodes, result: &result, latency: Duration::from_micros(50) };
+                registry.record(&live, d);
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            nodes
+        })
+    };
+    while changes.load(Ordering::Relaxed) < 100 {
+        std::thread::yield_now();
+    }
+    registry.install(second);
+    stop.store(true, Ordering::Relaxed);
+    let mut nodes = looping.join().unwrap();
+    assert_eq!(registry.current().version, 2);
+    // At most one change left to apply per plugin: caught up during `install`, not on the loop's
+    // first decision with it (without, 100 changes are left).
+    assert!(registry.current().set.catch_up(&nodes, 1), "installed with its mirrors 100 changes behind");
+    let cold = preparer.prepare(&fetched(FIT_AND_PACK, &[]), 9, &sample(&NodeTable::new())).unwrap();
+    assert_eq!(
+        place(&registry.current().set, &nodes, &task, 0).map(|p| p.node),
+        place(&cold.set, &nodes, &task, 0).map(|p| p.node),
+        "its mirrors are right"
+    );
+
+    // Rolling back to the first version, 200 changes later, with the loop idle: the newest sample
+    // serves, and the first version's mirrors are brought to it.
+    let before = nodes.snapshot();
+    for i in 0..200 {
+        nodes.update_usage(slots[i % slots.len()], |n| n.allocated.cpu_milli ^= 1);
+    }
+    registry.offer_sample(&nodes);
+    assert_eq!(registry.rollback().unwrap(), "packing@1");
+    assert_eq!(registry.current().version, 1);
+    assert!(registry.current().set.catch_up(&nodes, 1), "rolled back to mirrors 300 changes behind");
+    // A sample older than a plugin's mirror is no reason to step back to it (resending every
+    // node): the mirrors stay where they are.
+    registry.current().set.catch_up(&before, usize::MAX);
+    assert!(registry.current().set.catch_up(&nodes, 1), "stepped back to an older sample");
+}

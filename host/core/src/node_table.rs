@@ -369,8 +369,11 @@ impl NodeTable {
     }
 }
 
-/// Slots per copy-on-write chunk of a [`NodeTable`]'s nodes.
-pub const CHUNK: usize = 32;
+/// Slots per copy-on-write chunk of a [`NodeTable`]'s nodes. While a snapshot is held, the first
+/// change to each chunk copies it on the scheduling loop: 5.5 µs for 8 nodes, 20 µs for 32 (the
+/// earlier size, which put that cost on a bind after every sample). A snapshot costs a reference
+/// count per chunk: 7.4 µs at 5,000 nodes (3.6 µs with 32). Scans are as fast either way.
+pub const CHUNK: usize = 8;
 
 /// A table's nodes by slot, in chunks shared with its copies until changed.
 #[derive(Clone, Debug, Default)]

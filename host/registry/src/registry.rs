@@ -39,6 +39,10 @@ const SAMPLE_MAX_AGE: Duration = Duration::from_secs(60);
 /// How long a preparation waits for the scheduling loop's next sample before going live.
 const FRESH_SAMPLE_WAIT: Duration = Duration::from_millis(50);
 
+/// How long a catch-up waits to see whether the loop is deciding at all (a decision within it
+/// means a fresh sample will come); a loop with nothing to do offers none.
+const IDLE_LOOP_WAIT: Duration = Duration::from_millis(2);
+
 /// One decision of the scheduling loop, as the registry sees it.
 pub struct Decision<'a> {
     /// The task decided.
@@ -731,43 +735,71 @@ impl Registry {
     /// Bring a prepared version's plugin mirrors up to the live cluster here, off the scheduling
     /// loop: they are synced to the sample it was smoke-tested on, as old as its preparation, and
     /// its first decisions would otherwise replay every change since. Only while the loop is
-    /// deciding (decisions were recorded since the preparation began): a fresh sample is asked for
-    /// and awaited for at most [`FRESH_SAMPLE_WAIT`], else any sample newer than the one the
-    /// preparation used (`taken`; `None`: the synthetic one) serves; an idle loop has no latency
-    /// to protect.
+    /// deciding (decisions were recorded since the preparation began): a fresh sample is awaited
+    /// ([`Registry::fresh_sample`]), else any sample newer than the one the preparation used
+    /// (`taken`; `None`: the synthetic one) serves; an idle loop has no latency to protect.
     fn catch_up_to_live(&self, version: &PolicyVersion, taken: Option<Instant>, busy_before: u64) {
         if self.decisions.load(Ordering::Relaxed) == busy_before {
             return;
         }
+        if let Some(nodes) = self.fresh_sample(taken) {
+            version.set.catch_up(&nodes, usize::MAX);
+        }
+    }
+
+    /// The same for a version prepared or used earlier (installed, promoted, rolled back to): its
+    /// mirrors are as old as its last use, and its first live decision would replay every change
+    /// since (or resend every node, once that is more than the table's log keeps). Plugins already
+    /// at or past the sample's state skip it (no step back).
+    fn catch_up_earlier_version(&self, version: &PolicyVersion) {
+        if let Some(nodes) = self.fresh_sample(None) {
+            version.set.catch_up(&nodes, usize::MAX);
+        }
+    }
+
+    /// A sample the loop hands over from now on, awaited while it is deciding, at most
+    /// [`FRESH_SAMPLE_WAIT`]; a loop that decides nothing within [`IDLE_LOOP_WAIT`] offers none
+    /// and is not waited for. Failing that, the newest sample taken after `fallback_after` (`None`:
+    /// any).
+    fn fresh_sample(&self, fallback_after: Option<Instant>) -> Option<Arc<NodeTable>> {
+        let busy_before = self.decisions.load(Ordering::Relaxed);
         let asked = Instant::now();
         self.sample_wanted.store(true, Ordering::Relaxed);
         let newer_than = |t: Option<Instant>| {
             let inner = self.lock();
             inner.sample.as_ref().filter(|(_, at)| t.is_none_or(|t| *at > t)).map(|(s, _)| s.nodes.clone())
         };
-        let fresh = loop {
+        loop {
             if let Some(nodes) = newer_than(Some(asked)) {
-                break Some(nodes);
+                return Some(nodes);
             }
-            if asked.elapsed() >= FRESH_SAMPLE_WAIT {
-                break newer_than(taken);
+            let waited = asked.elapsed();
+            let idle = waited >= IDLE_LOOP_WAIT && self.decisions.load(Ordering::Relaxed) == busy_before;
+            if idle || waited >= FRESH_SAMPLE_WAIT {
+                return newer_than(fallback_after);
             }
             std::thread::sleep(Duration::from_micros(200));
-        };
-        if let Some(nodes) = fresh {
-            version.set.catch_up(&nodes, usize::MAX);
         }
     }
 
     /// Make an already prepared version live now, skipping its shadow run (benchmarks, tests and
-    /// embedders that prepare versions themselves).
+    /// embedders that prepare versions themselves). Its mirrors are caught up first, on the
+    /// calling thread.
     pub fn install(&self, version: PolicyVersion) {
+        self.catch_up_earlier_version(&version);
         let mut inner = self.lock();
         self.swap_in(&mut inner, Arc::new(version), "installed");
     }
 
     /// Make the candidate (in shadow or ready) live now.
     pub fn promote(&self) -> Result<String, ControlError> {
+        let candidate = {
+            let inner = self.lock();
+            inner.ready.clone().or_else(|| inner.shadow.as_ref().map(|run| run.candidate.clone()))
+        };
+        if let Some(candidate) = candidate {
+            self.catch_up_earlier_version(&candidate);
+        }
         let mut inner = self.lock();
         let candidate = match (inner.ready.take(), inner.shadow.take()) {
             (Some(ready), _) => ready,
@@ -782,6 +814,10 @@ impl Registry {
     /// Restore the last good version now. When the live version is the last good one, there is
     /// nothing to restore.
     pub fn rollback(&self) -> Result<String, ControlError> {
+        let target = self.lock().last_good.clone();
+        if target.version != self.current().version {
+            self.catch_up_earlier_version(&target);
+        }
         let mut inner = self.lock();
         let live = self.current();
         if live.version == inner.last_good.version {

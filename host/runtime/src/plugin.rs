@@ -552,6 +552,11 @@ impl PolicyPlugin for WasmPlugin {
             let Some(live) = slot.as_mut() else { continue };
             // Never used: nothing to catch up on (its first call sends every node, as always).
             let Some((id, generation)) = live.synced else { continue };
+            if id == nodes.id() && generation >= nodes.generation() {
+                // Already at (or past: `nodes` is an older snapshot of the same table) this state;
+                // going back would mean resending every node.
+                continue;
+            }
             let (changes, reached, up_to_date) =
                 nodes.changes_step(id, generation, max_changes).unwrap_or((Changes::Full, nodes.generation(), true));
             live.store.data_mut().begin_call();
