@@ -58,6 +58,48 @@ fn components_and_native_agree_on_random_queue_trees() {
 }
 
 #[test]
+fn answers_by_changes_match_native_while_a_tree_changes_a_little_grows_and_shrinks() {
+    // Between calls of a cycle a few queues change; now and then one comes or goes, or a call
+    // fails. The component (sent only what changed, answering only changed shares) must answer
+    // exactly what the native plugin answers from the whole tree every time.
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    for builtin in [wasmsched_plugins::PROPORTION, wasmsched_plugins::DRF, wasmsched_plugins::DECAYED_USAGE] {
+        let wasm = rt.load(builtin.wasm, crate::unhurried(builtin.name).with_config(builtin.config)).unwrap();
+        let native = NativePlugin::<FairSharePolicy>::new(builtin.config, 1).unwrap();
+        let mut rng = Rng::new(12);
+        let mut queues = tree(&mut rng, 40);
+        let cluster = resources(&mut rng, 400);
+        for call in 0..200 {
+            match rng.below(20) {
+                0 if queues.len() > 1 => {
+                    queues.pop();
+                }
+                1 => {
+                    let mut grown = tree(&mut rng, queues.len() + 1);
+                    queues.push(grown.pop().unwrap());
+                }
+                2 => {
+                    // A cycle in the tree: a guest error (the instance is replaced, so the next
+                    // call starts it over), then the tree is repaired.
+                    let mut cyclic = queues.clone();
+                    cyclic[0].parent = Some(0);
+                    assert!(wasm.fair_share(0, &cyclic, &cluster).is_err());
+                }
+                _ => {}
+            }
+            for _ in 0..rng.below(4) {
+                let i = rng.below(queues.len() as u64) as usize;
+                queues[i].allocated = resources(&mut rng, 10);
+                queues[i].request = resources(&mut rng, 30);
+            }
+            let a = native.fair_share(0, &queues, &cluster).unwrap();
+            let b = wasm.fair_share(0, &queues, &cluster).unwrap();
+            assert_eq!(a, b, "{} differs at call {call}", builtin.name);
+        }
+    }
+}
+
+#[test]
 fn a_cyclic_tree_is_a_guest_error_naming_the_queue() {
     let rt = Runtime::new(RuntimeConfig::default()).unwrap();
     let drf = wasmsched_plugins::DRF;

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use wasmsched_api::{GpuDevice, GpuRequest, Node, Resources, Stage, Task};
+use wasmsched_api::{GpuDevice, GpuRequest, Node, QueueState, Resources, Stage, Task};
 use wasmsched_core::{CallContext, FailurePolicy, FaultKind, NodeTable, PolicyPlugin, PolicySet, place};
 use wasmsched_runtime::{BreakerConfig, PluginConfig, Runtime, RuntimeConfig};
 use wasmsched_tests::fixtures;
@@ -39,12 +39,21 @@ fn garbage_from_raw_bindings_is_bad_output() {
         ("bad-code", Stage::Filter, "verdict code 7"),
         ("any", Stage::Score, "7 scores for 4 candidates"),
         ("any", Stage::SelectDevices, "GPU 99 does not exist"),
+        ("delta-out-of-range", Stage::FairShare, "share for queue 2 (of 2), out of range"),
+        ("delta-missing", Stage::FairShare, "answered no share for queue 0"),
     ] {
         let p = rt.load(&fixtures::read(fixtures::RAW_GARBAGE), PluginConfig::new("raw").with_config(mode)).unwrap();
         assert_eq!(p.sdk_version(), "raw-bindings");
         let fault = match stage {
             Stage::Filter => p.filter(ctx, &gpu_task("t"), &slots).map(|_| ()).unwrap_err(),
             Stage::Score => p.score(ctx, &gpu_task("t"), &slots).map(|_| ()).unwrap_err(),
+            Stage::FairShare => {
+                let queues = [
+                    QueueState { name: "a".into(), weight: 1, ..Default::default() },
+                    QueueState { name: "b".into(), weight: 1, ..Default::default() },
+                ];
+                p.fair_share(0, &queues, &Resources::default()).map(|_| ()).unwrap_err()
+            }
             _ => p.select_devices(ctx, &gpu_task("t"), 0).map(|_| ()).unwrap_err(),
         };
         assert_eq!(fault.kind, FaultKind::BadOutput, "{mode}: {fault}");
@@ -87,6 +96,17 @@ fn usage_changes_reach_mirrors_alone_a_refusal_resends_everything_and_older_comp
     table.update_usage(slots[0], |n| n.gpus.update(|g| g[0].free_milli = 0));
     assert_eq!(fits(&legacy, &table), [false, true, true], "the taken device reached the legacy mirror");
     assert_eq!(legacy.metrics().instances_discarded(), 0);
+    // Without `fair-share-delta` it is sent every queue each time: its answers follow every change.
+    let gpus = |milli| Resources { gpu_milli: milli, ..Default::default() };
+    let mut queues: Vec<QueueState> = (0..3)
+        .map(|i| QueueState { name: format!("q{i}"), weight: 1, request: gpus(1000 * i), ..Default::default() })
+        .collect();
+    for step in 0..3u64 {
+        queues[1].request = gpus(7 + step);
+        queues.push(QueueState { name: format!("late{step}"), weight: 1, request: gpus(step), ..Default::default() });
+        let d = legacy.fair_share(0, &queues, &Resources::default()).unwrap();
+        assert_eq!(d.deserved, queues.iter().map(|q| q.request.clone()).collect::<Vec<_>>(), "step {step}");
+    }
 }
 
 #[test]

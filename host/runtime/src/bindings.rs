@@ -9,7 +9,7 @@ use wasmsched::policy::types as wit;
 use wasmsched_api as api;
 
 pub(crate) use exports::wasmsched::policy::{
-    fair_share, filter, mirror, mirror_usage, plugin, preempt, score, select_devices,
+    fair_share, fair_share_delta, filter, mirror, mirror_usage, plugin, preempt, score, select_devices,
 };
 
 pub(crate) fn resources(r: &api::Resources) -> wit::Resources {

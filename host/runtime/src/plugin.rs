@@ -13,7 +13,9 @@ use wasmsched_core::{
 use wasmtime::component::InstancePre;
 use wasmtime::{Engine, Store, Trap};
 
-use crate::bindings::{self, fair_share, filter, mirror, mirror_usage, plugin, preempt, score, select_devices};
+use crate::bindings::{
+    self, fair_share, fair_share_delta, filter, mirror, mirror_usage, plugin, preempt, score, select_devices,
+};
 use crate::breaker::{Breaker, BreakerConfig};
 use crate::cache::sha256_hex;
 use crate::engine::Runtime;
@@ -119,6 +121,7 @@ struct Indices {
     select_devices: Option<select_devices::GuestIndices>,
     preempt: Option<preempt::GuestIndices>,
     fair_share: Option<fair_share::GuestIndices>,
+    fair_share_delta: Option<fair_share_delta::GuestIndices>,
 }
 
 /// One live instance with its store.
@@ -132,8 +135,19 @@ struct Live {
     select_devices: Option<select_devices::Guest>,
     preempt: Option<preempt::Guest>,
     fair_share: Option<fair_share::Guest>,
+    /// Fair share by changes; without it, every call sends every queue.
+    fair_share_delta: Option<fair_share_delta::Guest>,
     /// `(table id, generation)` the mirror reflects.
     synced: Option<(u64, u64)>,
+    /// What the guest holds of fair share: the states it was sent and its last answer (`None`
+    /// until a call succeeded, and after any failure: the next call resets it).
+    shares: Option<SentShares>,
+}
+
+/// The queue states an instance was sent and the deserved shares it last answered.
+struct SentShares {
+    queues: Vec<QueueState>,
+    deserved: Vec<Resources>,
 }
 
 /// What went wrong inside a call, before it is attributed.
@@ -199,8 +213,10 @@ impl Blueprint {
             select_devices: ix.select_devices.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
             preempt: ix.preempt.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
             fair_share: ix.fair_share.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
+            fair_share_delta: ix.fair_share_delta.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
             store,
             synced: None,
+            shares: None,
         };
         let info = match plugin.call_init(&mut live.store, &self.config.config) {
             Ok(r) => r.map_err(CallError::Guest)?,
@@ -244,6 +260,7 @@ impl WasmPlugin {
             select_devices: select_devices::GuestIndices::new(&pre).ok(),
             preempt: preempt::GuestIndices::new(&pre).ok(),
             fair_share: fair_share::GuestIndices::new(&pre).ok(),
+            fair_share_delta: fair_share_delta::GuestIndices::new(&pre).ok(),
         };
         let tick = rt.config.epoch_tick.as_nanos().max(1);
         // Round up and add one tick: the current tick may be about to end.
@@ -430,6 +447,73 @@ impl WasmPlugin {
                 Err(self.fault(stage, kind, message))
             }
         }
+    }
+
+    /// `fair-share-delta.compute-changed`: only the queues that differ from what the instance
+    /// holds go in, only the shares that differ from its last answer come out. Whatever the guest
+    /// answers is checked before it is used; on any failure the instance is discarded (as after
+    /// every failed call), so the next one starts with a reset.
+    fn fair_share_by_changes(
+        bp: &Blueprint,
+        live: &mut Live,
+        queues: &[QueueState],
+        cluster: &bindings::wasmsched::policy::types::Resources,
+    ) -> Result<ShareDecision, CallError> {
+        let Some(fs) = live.fair_share_delta.as_ref() else { unreachable!("checked by the caller") };
+        let sent = live.shares.take();
+        let reset = sent.is_none();
+        let changed: Vec<(u32, fair_share::QueueState)> = queues
+            .iter()
+            .enumerate()
+            .filter(|&(i, q)| sent.as_ref().is_none_or(|s| s.queues.get(i) != Some(q)))
+            .map(|(i, q)| (i as u32, bindings::queue(q)))
+            .collect();
+        bp.arm(&mut live.store, 1);
+        let d = fs
+            .call_compute_changed(&mut live.store, reset, queues.len() as u32, &changed, cluster)?
+            .map_err(CallError::Guest)?;
+        let (mut held, mut deserved) = match sent {
+            Some(s) => (s.queues, s.deserved),
+            None => (Vec::new(), Vec::new()),
+        };
+        let before = deserved.len().min(queues.len());
+        deserved.truncate(queues.len());
+        let mut given = vec![false; queues.len()];
+        let mut last = None;
+        for (i, share) in d.deserved {
+            let at = i as usize;
+            if at >= queues.len() || last.is_some_and(|l| l >= i) {
+                return Err(CallError::Bad(format!(
+                    "fair-share-delta answered a share for queue {i} (of {}), out of range or order",
+                    queues.len()
+                )));
+            }
+            last = Some(i);
+            if at >= deserved.len() {
+                deserved.resize_with(at + 1, Resources::default);
+            }
+            deserved[at] = bindings::resources_in(share);
+            given[at] = true;
+        }
+        // Every queue needs a share: answered now, or kept from the last answer (none after a
+        // reset, and none for a queue new since).
+        let kept = if reset { 0 } else { before };
+        if let Some(i) = (kept..queues.len()).find(|&i| !given[i]) {
+            return Err(CallError::Bad(format!("fair-share-delta answered no share for queue {i}")));
+        }
+        let decision = ShareDecision { deserved, order: d.order };
+        validate::share(&decision, queues.len()).map_err(CallError::Bad)?;
+        // `changed` is ascending and holds every index past what was held.
+        held.truncate(queues.len());
+        for &(i, _) in &changed {
+            let q = queues[i as usize].clone();
+            match held.get_mut(i as usize) {
+                Some(h) => *h = q,
+                None => held.push(q),
+            }
+        }
+        live.shares = Some(SentShares { queues: held, deserved: decision.deserved.clone() });
+        Ok(decision)
     }
 
     /// Bring the instance's mirror up to `nodes`.
@@ -652,10 +736,13 @@ impl PolicyPlugin for WasmPlugin {
         queues: &[QueueState],
         cluster: &Resources,
     ) -> Result<ShareDecision, PluginFault> {
-        let wit_queues: Vec<_> = queues.iter().map(bindings::queue).collect();
         let wit_cluster = bindings::resources(cluster);
         self.call(worker, Stage::FairShare, None, |bp, live| {
+            if live.fair_share_delta.is_some() {
+                return Self::fair_share_by_changes(bp, live, queues, &wit_cluster);
+            }
             let fs = live.fair_share.as_ref().ok_or_else(|| CallError::Bad("fair-share export missing".into()))?;
+            let wit_queues: Vec<_> = queues.iter().map(bindings::queue).collect();
             bp.arm(&mut live.store, 1);
             let d = fs.call_compute(&mut live.store, &wit_queues, &wit_cluster)?.map_err(CallError::Guest)?;
             let d = ShareDecision {

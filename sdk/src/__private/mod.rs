@@ -20,7 +20,7 @@ pub mod bindings {
 }
 
 pub use bindings::exports::wasmsched::policy::{
-    fair_share, filter, mirror, mirror_usage, plugin, preempt, score, select_devices,
+    fair_share, fair_share_delta, filter, mirror, mirror_usage, plugin, preempt, score, select_devices,
 };
 use bindings::wasmsched::policy::{host, topology as wit_topology, types as wit};
 
@@ -30,10 +30,24 @@ struct State {
     /// The node mirror, by host slot.
     nodes: Vec<Option<Node>>,
     generation: u64,
+    /// `fair-share-delta`: the queue states received, whether each was (since the last reset),
+    /// and the last answer's deserved shares.
+    queues: Vec<wasmsched_api::QueueState>,
+    received: Vec<bool>,
+    deserved: Vec<wasmsched_api::Resources>,
 }
 
 thread_local! {
-    static STATE: RefCell<State> = const { RefCell::new(State { plugin: None, nodes: Vec::new(), generation: 0 }) };
+    static STATE: RefCell<State> = const {
+        RefCell::new(State {
+            plugin: None,
+            nodes: Vec::new(),
+            generation: 0,
+            queues: Vec::new(),
+            received: Vec::new(),
+            deserved: Vec::new(),
+        })
+    };
 }
 
 pub(crate) fn log(level: crate::LogLevel, message: &str) {
@@ -180,7 +194,7 @@ fn not_implemented(stage: &str) -> String {
 
 fn with_plugin<R>(f: impl FnOnce(&mut dyn Stages, &[Option<Node>], u64) -> Result<R, String>) -> Result<R, String> {
     STATE.with_borrow_mut(|s| {
-        let State { plugin, nodes, generation } = s;
+        let State { plugin, nodes, generation, .. } = s;
         let plugin = plugin.as_deref_mut().ok_or("plugin called before init")?;
         f(plugin, nodes, *generation)
     })
@@ -260,6 +274,52 @@ pub fn compute(
     })
 }
 
+/// `fair-share-delta.compute-changed`: apply the changed states, compute over all of them, answer
+/// the shares that differ from the last answer. Any inconsistency is an error, after which the
+/// host resets.
+pub fn compute_changed(
+    reset: bool,
+    count: u32,
+    changed: Vec<(u32, fair_share::QueueState)>,
+    cluster: wit::Resources,
+) -> Result<fair_share_delta::ShareDelta, String> {
+    let cluster = convert::resources(cluster);
+    STATE.with_borrow_mut(|s| {
+        let State { plugin, queues, received, deserved: last, .. } = s;
+        let fs = plugin.as_deref_mut().ok_or("plugin called before init")?;
+        let fs = fs.as_fair_share().ok_or_else(|| not_implemented("fair-share"))?;
+        if reset {
+            queues.clear();
+            received.clear();
+            last.clear();
+        }
+        let count = count as usize;
+        queues.resize_with(count, Default::default);
+        received.resize(count, false);
+        for (i, q) in changed {
+            let at = i as usize;
+            if at >= count {
+                return Err(format!("queue {i} of {count} changed"));
+            }
+            queues[at] = convert::queue(q);
+            received[at] = true;
+        }
+        if let Some(i) = received.iter().position(|r| !r) {
+            return Err(format!("queue {i} was never sent"));
+        }
+        let d = fs.compute(queues, &cluster)?;
+        let deserved = d
+            .deserved
+            .iter()
+            .enumerate()
+            .filter(|&(i, r)| last.get(i) != Some(r))
+            .map(|(i, r)| (i as u32, convert::resources_out(r.clone())))
+            .collect();
+        *last = d.deserved;
+        Ok(fair_share_delta::ShareDelta { deserved, order: d.order })
+    })
+}
+
 /// Implements the generated guest traits for the macro's local type by delegating to the functions
 /// above, then exports it.
 #[doc(hidden)]
@@ -325,6 +385,16 @@ macro_rules! __export_component {
                     cluster: __p::bindings::wasmsched::policy::types::Resources,
                 ) -> Result<__p::fair_share::ShareDecision, String> {
                     __p::compute(queues, cluster)
+                }
+            }
+            impl __p::fair_share_delta::Guest for __WasmschedComponent {
+                fn compute_changed(
+                    reset: bool,
+                    count: u32,
+                    changed: Vec<(u32, __p::fair_share::QueueState)>,
+                    cluster: __p::bindings::wasmsched::policy::types::Resources,
+                ) -> Result<__p::fair_share_delta::ShareDelta, String> {
+                    __p::compute_changed(reset, count, changed, cluster)
                 }
             }
             $crate::__private::bindings::__export_policy!(__WasmschedComponent with_types_in $crate::__private::bindings);

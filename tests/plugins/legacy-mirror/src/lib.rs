@@ -1,7 +1,9 @@
 //! A filter written against raw bindings of a world without the optional `mirror-usage` export —
 //! what a component built in another language before that export existed looks like. Its filter
 //! passes a slot only if its mirror holds the node with a whole GPU free, so it sees a device taken
-//! only if the host sends usage changes to it as full upserts. Natively this crate is empty.
+//! only if the host sends usage changes to it as full upserts. Its fair share, from a world without
+//! the optional `fair-share-delta` export, gives each queue what it requests, in list order: the
+//! host must send it every queue on every call. Natively this crate is empty.
 #![cfg_attr(not(target_family = "wasm"), allow(unused))]
 // Raw wit-bindgen output declares exported `unsafe extern` functions.
 #![allow(unsafe_code)]
@@ -18,14 +20,15 @@ mod component {
                 export wasmsched:policy/plugin@0.2.0;
                 export wasmsched:policy/mirror@0.2.0;
                 export wasmsched:policy/filter@0.2.0;
+                export wasmsched:policy/fair-share@0.2.0;
             }
         "#,
         world: "local:legacy/legacy",
         generate_all,
     });
 
-    use exports::wasmsched::policy::{filter, mirror, plugin};
-    use wasmsched::policy::types::{Node, Rejection, Stage, Task};
+    use exports::wasmsched::policy::{fair_share, filter, mirror, plugin};
+    use wasmsched::policy::types::{Node, Rejection, Resources, Stage, Task};
 
     /// Per slot: whether the mirrored node has a whole GPU free.
     static mut FREE: Vec<Option<bool>> = Vec::new();
@@ -42,7 +45,7 @@ mod component {
         fn init(_config: String) -> Result<plugin::PluginInfo, String> {
             Ok(plugin::PluginInfo {
                 name: "legacy-mirror".into(),
-                stages: vec![Stage::Filter],
+                stages: vec![Stage::Filter, Stage::FairShare],
                 sdk_version: "raw-bindings".into(),
             })
         }
@@ -76,6 +79,15 @@ mod component {
             Ok(filter::FilterResult {
                 codes,
                 reasons: vec![Rejection { reason: "no whole GPU".into(), unresolvable: false }],
+            })
+        }
+    }
+
+    impl fair_share::Guest for Legacy {
+        fn compute(queues: Vec<fair_share::QueueState>, _: Resources) -> Result<fair_share::ShareDecision, String> {
+            Ok(fair_share::ShareDecision {
+                order: (0..queues.len() as u32).collect(),
+                deserved: queues.into_iter().map(|q| q.request).collect(),
             })
         }
     }

@@ -3,7 +3,9 @@
 //! `bad-code` (a code with no reason), `no-such-gpu` (a device that does not exist), `stale-slot`
 //! (claims success without a mirror: filter answers for slots it never received),
 //! `usage-refused` (refuses every usage update, forgetting its mirror; its filter passes only the
-//! slots it holds, so it works only if the host then resends every node).
+//! slots it holds, so it works only if the host then resends every node), `delta-out-of-range`
+//! (fair share by changes answering a share for a queue that does not exist), `delta-missing`
+//! (answering no share at all after a reset).
 //! Natively this crate is empty.
 #![cfg_attr(not(target_family = "wasm"), allow(unused))]
 // Raw wit-bindgen output declares exported `unsafe extern` functions.
@@ -14,7 +16,7 @@ mod component {
     wit_bindgen::generate!({ path: "../../../wit", world: "policy" });
 
     use exports::wasmsched::policy::{
-        fair_share, filter, mirror, mirror_usage, plugin, preempt, score, select_devices,
+        fair_share, fair_share_delta, filter, mirror, mirror_usage, plugin, preempt, score, select_devices,
     };
     use wasmsched::policy::types::{Node, Rejection, Resources, Stage, Task};
 
@@ -37,7 +39,7 @@ mod component {
             unsafe { MODE = config };
             Ok(plugin::PluginInfo {
                 name: "raw-garbage".into(),
-                stages: vec![Stage::Filter, Stage::Score, Stage::SelectDevices],
+                stages: vec![Stage::Filter, Stage::Score, Stage::SelectDevices, Stage::FairShare],
                 sdk_version: "raw-bindings".into(),
             })
         }
@@ -113,6 +115,23 @@ mod component {
     impl fair_share::Guest for Raw {
         fn compute(_: Vec<fair_share::QueueState>, _: Resources) -> Result<fair_share::ShareDecision, String> {
             Err("not implemented".into())
+        }
+    }
+
+    impl fair_share_delta::Guest for Raw {
+        fn compute_changed(
+            _reset: bool,
+            count: u32,
+            _changed: Vec<(u32, fair_share::QueueState)>,
+            _cluster: Resources,
+        ) -> Result<fair_share_delta::ShareDelta, String> {
+            let none = || Resources { cpu_milli: 0, memory_bytes: 0, gpu_milli: 0, extended: vec![] };
+            let deserved = match mode() {
+                "delta-out-of-range" => (0..=count).map(|i| (i, none())).collect(),
+                "delta-missing" => vec![],
+                _ => return Err("not implemented".into()),
+            };
+            Ok(fair_share_delta::ShareDelta { deserved, order: (0..count).collect() })
         }
     }
 
