@@ -230,6 +230,7 @@ impl SchedulerCore {
         self.usage = usage;
         self.queues = queues;
         self.deserved = None;
+        self.share_input = None;
         for (name, leaf) in leaves {
             let e = self.entries.get_mut(&name).expect("listed above");
             e.leaf = leaf;

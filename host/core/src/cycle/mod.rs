@@ -397,6 +397,11 @@ pub struct SchedulerCore {
     /// The version of the policy set the last cycle ran: parked work was judged by that set, so
     /// another one (a hot reload) may place it.
     policy_version: Option<u64>,
+    /// The fair-share stage's input as last sent, refreshed in place: names, parents, weights,
+    /// guarantees and limits change only with the tree (`set_queues` drops it), so a call copies
+    /// only the allocations, requests and usage that changed instead of rebuilding every state
+    /// (the stage is asked after every bind or eviction of a cycle).
+    share_input: Option<Vec<wasmsched_api::QueueState>>,
 }
 
 impl SchedulerCore {
@@ -425,6 +430,7 @@ impl SchedulerCore {
             affinity_parked: ahash::AHashSet::new(),
             reserves: OnceLock::new(),
             policy_version: None,
+            share_input: None,
         }
     }
 
@@ -960,12 +966,12 @@ impl SchedulerCore {
         let plugin = set.fair_share()?;
         let request: Vec<Resources> =
             self.allocated.iter().zip(pending).map(|(a, p)| a.checked_add(p).unwrap_or_else(|| a.clone())).collect();
-        let states = self.queues.states(&self.allocated, &request, &self.usage);
         // Reserves that lending limits keep for queues which do not ask for them are nobody's to
         // share: water-filling over them would promise other queues capacity they cannot take.
         let idle = self.queues.unused_reserves(&request);
         let cluster = cluster.saturating_sub(idle.total());
-        match plugin.fair_share(0, &states, &cluster) {
+        let states = self.share_input(&request);
+        match plugin.fair_share(0, states, &cluster) {
             Ok(ShareDecision { deserved, order }) => {
                 self.deserved = Some(deserved);
                 Some(order.into_iter().map(|q| q as usize).filter(|&q| self.queues.is_leaf(q)).collect())
@@ -977,6 +983,23 @@ impl SchedulerCore {
                 None
             }
         }
+    }
+
+    /// The fair-share input for the current allocations and `request` (see `share_input`).
+    fn share_input(&mut self, request: &[Resources]) -> &[wasmsched_api::QueueState] {
+        let (allocated, usage) = (&self.allocated, &self.usage);
+        match &mut self.share_input {
+            Some(states) if states.len() == self.queues.len() => {
+                for (i, s) in states.iter_mut().enumerate() {
+                    let fresh = (allocated.get(i), request.get(i), usage.get(i).copied().unwrap_or(0.0));
+                    refresh(&mut s.allocated, fresh.0);
+                    refresh(&mut s.request, fresh.1);
+                    s.decayed_usage = fresh.2;
+                }
+            }
+            input => *input = Some(self.queues.states(allocated, request, usage)),
+        }
+        self.share_input.as_deref().expect("set above")
     }
 
     /// How many of `e`'s members (in order) the limits of its queue and ancestors admit on top of
@@ -1501,6 +1524,16 @@ impl Reserves {
             && ok(r.memory_bytes, u.memory_bytes, h.memory_bytes, extra.memory_bytes, capacity.memory_bytes)
             && ok(r.gpu_milli, u.gpu_milli, h.gpu_milli, extra.gpu_milli, capacity.gpu_milli)
             && r.extended.iter().all(|(n, v)| ok(*v, u.extended(n), 0, extra.extended(n), capacity.extended(n)))
+    }
+}
+
+/// `*held = fresh` (default when absent), copying only when they differ.
+fn refresh(held: &mut Resources, fresh: Option<&Resources>) {
+    match fresh {
+        Some(f) if held != f => held.clone_from(f),
+        Some(_) => {}
+        None if *held != Resources::default() => *held = Resources::default(),
+        None => {}
     }
 }
 
