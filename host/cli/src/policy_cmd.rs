@@ -82,12 +82,18 @@ pub struct BenchArgs {
     /// Nodes of the generated cluster for the latency comparison.
     #[arg(long, default_value_t = 1_000)]
     nodes: usize,
-    /// Decisions per phase; phases alternate without and with swaps, `--rounds` times each.
-    #[arg(long, default_value_t = 5_000)]
+    /// Decisions per phase; the three phases (no swaps, prepared, fresh) alternate, `--rounds`
+    /// times each. Short phases (~35 ms) spread this VM's slow swings over every case alike: with
+    /// phases of 5,000 decisions the swapper doing nothing (`--null-swaps`) read 0.82-1.22×.
+    #[arg(long, default_value_t = 500)]
     decisions: usize,
-    /// Rounds of the two phases.
-    #[arg(long, default_value_t = 4)]
+    /// Rounds of the three phases.
+    #[arg(long, default_value_t = 40)]
     rounds: usize,
+    /// Control run: the swapper threads wake as usual but never swap, so the ratios show the
+    /// comparison's own noise floor on this machine.
+    #[arg(long)]
+    null_swaps: bool,
     /// Swap interval during the swap phases, milliseconds.
     #[arg(long, default_value_t = 10)]
     swap_ms: u64,
@@ -306,23 +312,26 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
     const CASES: [&str; 3] = ["no swaps", "swaps of prepared versions", "swaps of freshly prepared versions"];
     let mut latencies: [Latencies; 3] = Default::default();
     let mut swaps = [0u64; 3];
+    // Prepared once, before any phase, so no phase pays for preparing them; each install catches
+    // the incoming one up (off the loop) with what changed while the other was live.
+    let pool = Arc::new([
+        preparer.prepare(&base, 0, &Sample::synthetic())?,
+        preparer.prepare(&base, 0, &Sample::synthetic())?,
+    ]);
     for _round in 0..args.rounds.max(1) {
         for case in 0..3 {
             let stop = Arc::new(AtomicBool::new(false));
             let swapper = (case > 0).then(|| {
-                let (registry, preparer, stop, base) = (registry.clone(), preparer.clone(), stop.clone(), base.clone());
-                let every = Duration::from_millis(args.swap_ms);
+                let (registry, preparer, stop, base, pool) =
+                    (registry.clone(), preparer.clone(), stop.clone(), base.clone(), pool.clone());
+                let (every, null) = (Duration::from_millis(args.swap_ms), args.null_swaps);
                 std::thread::spawn(move || -> anyhow::Result<u64> {
-                    let mut pool = Vec::new();
-                    if case == 1 {
-                        for _ in 0..2 {
-                            pool.push(preparer.prepare(&base, 0, &registry.sample())?);
-                        }
-                    }
                     let mut n = 0u64;
                     while !stop.load(Ordering::Relaxed) {
                         std::thread::sleep(every);
-                        if case == 1 {
+                        if null {
+                            n += 1;
+                        } else if case == 1 {
                             // Re-stamp a prepared set: the same plugins (warm instances, synced
                             // mirrors), a new version number.
                             let v: &wasmsched_registry::PolicyVersion = &pool[(n % 2) as usize];
@@ -343,6 +352,13 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
                     Ok(n)
                 })
             });
+            // A version that went live after the previous phase's last decision (a swapper
+            // finishing its swap while being stopped) caught up to an older sample: let it catch up
+            // here, untimed, and count the first decision as one with a new version only when a
+            // swap of this phase made it live.
+            let live = registry.current();
+            live.set.catch_up(&nodes, usize::MAX);
+            latencies[case].version = live.version;
             for _ in 0..args.decisions {
                 next += 1;
                 let task = generate::task(&mut rng, format!("t{next}"));
@@ -356,9 +372,12 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
     }
     let base_p99 = p99(latencies[0].all.clone());
     println!(
-        "decision latency over {} nodes, {} decisions per case, swaps every {} ms, {}:",
+        "decision latency over {} nodes, {} decisions per case ({} rounds of {}), {} every {} ms, {}:",
         args.nodes,
         latencies[0].all.len(),
+        args.rounds.max(1),
+        args.decisions,
+        if args.null_swaps { "null swaps (control: the swapper never swaps)" } else { "swaps" },
         args.swap_ms,
         match args.warm_up {
             0 => "swapped at once".to_string(),
