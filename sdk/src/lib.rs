@@ -55,6 +55,8 @@ pub mod config {
     }
 }
 
+mod candidates;
+
 #[cfg(target_family = "wasm")]
 #[doc(hidden)]
 pub mod __private;

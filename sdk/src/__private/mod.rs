@@ -1,10 +1,12 @@
 //! Component glue used by `export_plugin!` on Wasm targets. Not public API: the macro is its only
 //! user, and its shape may change with any release.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use wasmsched_api::batch::{filter_batch, score_batch};
 use wasmsched_api::{Node, Plugin, Stages, Task};
+
+use crate::candidates::{missing_slot, resolve, resolved};
 
 mod convert;
 
@@ -169,25 +171,6 @@ pub fn remove(generation: u64, slots: Vec<u32>) {
     });
 }
 
-/// Resolve candidate slots, failing on any slot the mirror does not hold.
-fn resolve<'a>(nodes: &'a [Option<Node>], slots: &[u32], generation: u64) -> Result<Vec<&'a Node>, String> {
-    resolved(nodes, slots, generation).map(Iterator::collect)
-}
-
-/// The candidates' nodes, lazily, once every slot is known to be held: filters and scores walk
-/// them once, so building a vector of them first was a second pass and an allocation per call.
-fn resolved<'a, 's>(
-    nodes: &'a [Option<Node>],
-    slots: &'s [u32],
-    generation: u64,
-) -> Result<impl ExactSizeIterator<Item = &'a Node> + use<'a, 's>, String> {
-    let held = |slot: u32| nodes.get(slot as usize).and_then(Option::as_ref);
-    if let Some(slot) = slots.iter().copied().find(|&s| held(s).is_none()) {
-        return Err(format!("node slot {slot} is not in the mirror (generation {generation})"));
-    }
-    Ok(slots.iter().map(move |&slot| held(slot).expect("checked above")))
-}
-
 fn not_implemented(stage: &str) -> String {
     format!("this plugin does not implement the {stage} stage")
 }
@@ -205,7 +188,9 @@ pub fn filter(task: wit::Task, candidates: Vec<u32>) -> Result<filter::FilterRes
     let task: Task = convert::task(task);
     with_plugin(|p, nodes, generation| {
         let f = p.as_filter().ok_or_else(|| not_implemented("filter"))?;
-        let batch = filter_batch(f, &task, resolved(nodes, &candidates, generation)?);
+        let missing = Cell::new(None);
+        let batch = filter_batch(f, &task, resolved(nodes, &candidates, &missing));
+        missing_slot(&missing, generation)?;
         Ok(filter::FilterResult {
             codes: batch.codes,
             reasons: batch.reasons.into_iter().map(convert::rejection).collect(),
@@ -218,7 +203,9 @@ pub fn score(task: wit::Task, candidates: Vec<u32>) -> Result<Vec<u32>, String> 
     let task: Task = convert::task(task);
     with_plugin(|p, nodes, generation| {
         let s = p.as_score().ok_or_else(|| not_implemented("score"))?;
-        Ok(score_batch(s, &task, resolved(nodes, &candidates, generation)?))
+        let missing = Cell::new(None);
+        let scores = score_batch(s, &task, resolved(nodes, &candidates, &missing));
+        missing_slot(&missing, generation).map(|()| scores)
     })
 }
 
