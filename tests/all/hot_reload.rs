@@ -622,7 +622,9 @@ fn with_warm_up_a_new_version_catches_up_in_bounded_steps_before_it_goes_live() 
 
 #[test]
 fn a_version_prepared_while_the_loop_decides_is_caught_up_before_it_goes_live() {
-    let preparer = Preparer::new(runtime());
+    // Every plugin loaded anew: this loop records decisions without calling the live plugins, so
+    // kept ones (the same spec keeps both) would be as far behind as the live version's.
+    let preparer = Preparer::new(runtime()).keep_unchanged(false);
     let mut rng = Rng::new(6);
     let nodes = generate::cluster(&mut rng, 50);
     let slots: Vec<Slot> = nodes.slots().collect();
@@ -752,4 +754,92 @@ fn a_version_installed_again_or_rolled_back_to_is_caught_up_before_it_goes_live(
     // node): the mirrors stay where they are.
     registry.current().set.catch_up(&before, usize::MAX);
     assert!(registry.current().set.catch_up(&nodes, 1), "stepped back to an older sample");
+}
+
+#[test]
+fn a_new_version_keeps_the_live_instances_of_the_plugins_it_does_not_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let (registry, preparer, _sink) = registry(&dir.path().join("events.jsonl"));
+    let mut lp = Loop::new(64, 11);
+    lp.run(&registry, 50, "ok");
+    let info = |v: &PolicyVersion, name: &str| v.plugins.iter().find(|p| p.name == name).unwrap().clone();
+    let first = registry.current();
+    let live_filter_calls = info(&first, "fit").metrics.stage(Stage::Filter).calls;
+
+    // Only the score changes: the filter goes live as it is, instances and mirrors included, and
+    // the smoke test ran on an instance of its own (the live one was not called).
+    let spread = FIT_AND_PACK.replace("most-allocated", "least-allocated");
+    let v = registry.offer(&fetched(&spread, &[]), &preparer).unwrap();
+    let second = registry.current();
+    assert_eq!(second.version, v);
+    let (fit, pack) = (info(&second, "fit"), info(&second, "pack"));
+    assert_eq!(fit.kept_from, Some(first.version));
+    assert!(Arc::ptr_eq(&fit.plugin, &info(&first, "fit").plugin));
+    assert_eq!(fit.metrics.stage(Stage::Filter).calls, live_filter_calls, "the smoke test called the live filter");
+    assert_eq!(pack.kept_from, None, "a changed component is loaded anew");
+    assert!(!Arc::ptr_eq(&pack.plugin, &info(&first, "pack").plugin));
+
+    // It decides as the same version loaded anew does.
+    lp.run(&registry, 50, "ok");
+    let tasks: Vec<Task> = (0..20).map(|_| lp.next_task("cmp")).collect();
+    let sample = wasmsched_registry::Sample { nodes: Arc::new(lp.nodes.snapshot()), tasks: tasks.clone() };
+    let cold = Preparer::new(runtime()).prepare(&fetched(&spread, &[]), 99, &sample).unwrap();
+    for t in &tasks {
+        let kept = place(&registry.current().set, &lp.nodes, t, 0).map(|p| p.node);
+        assert_eq!(kept, place(&cold.set, &lp.nodes, t, 0).map(|p| p.node), "{}", t.id);
+    }
+
+    // A set-level change (a weight) keeps every plugin; the kept ones name the version they
+    // came from.
+    let weighted = spread.replace("{ plugin: pack }", "{ plugin: pack, weight: 2 }");
+    registry.offer(&fetched(&weighted, &[]), &preparer).unwrap();
+    let third = registry.current();
+    assert_eq!((info(&third, "fit").kept_from, info(&third, "pack").kept_from), (Some(v), Some(v)));
+    assert!(Arc::ptr_eq(&info(&third, "fit").plugin, &fit.plugin));
+    // Changed budgets load a plugin anew, and so does every plugin when keeping is off.
+    let slower = weighted.replace("least-allocated\", deadline_ms: 2000", "least-allocated\", deadline_ms: 3000");
+    assert_ne!(slower, weighted);
+    registry.offer(&fetched(&slower, &[]), &preparer).unwrap();
+    let fourth = registry.current();
+    assert_eq!((info(&fourth, "fit").kept_from, info(&fourth, "pack").kept_from), (Some(third.version), None));
+    registry.offer(&fetched(&slower, &[]), &preparer.clone().keep_unchanged(false)).unwrap();
+    let fifth = registry.current();
+    assert!(fifth.plugins.iter().all(|p| p.kept_from.is_none()));
+    assert!(!Arc::ptr_eq(&info(&fifth, "fit").plugin, &fit.plugin));
+    lp.run(&registry, 20, "ok");
+}
+
+#[test]
+fn a_baseline_older_than_a_probation_is_not_compared_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let (registry, preparer, _sink) = registry(&dir.path().join("events.jsonl"));
+    let spec = FIT_AND_PACK.to_string() + "rollback: { window: 100, probation: 300 }\n";
+    let unschedulable = |lp: &mut Loop, n: usize| {
+        for _ in 0..n {
+            let mut t = lp.next_task("huge");
+            t.request.cpu_milli = u64::MAX / 4;
+            lp.decide(&registry, t);
+        }
+    };
+    let mut lp = Loop::new(32, 4);
+    // The initial version's window (500 decisions by its spec) is the baseline.
+    lp.run(&registry, 500, "ok");
+    let base = registry.status().live_window.expect("a full window");
+    assert!(base.unschedulable_rate < 0.5, "{base:?}");
+    // Against a fresh baseline the rise trips.
+    let v = registry.offer(&fetched(&spec, &[]), &preparer).unwrap();
+    unschedulable(&mut lp, 100);
+    assert_eq!(registry.current().version, 1, "version {v} rolled back");
+    assert!(registry.status().history[1].reason.starts_with("unschedulable 100.0% > previous set's"));
+
+    // Versions replaced while on probation, one after the other: 450 decisions later the last
+    // good version's window is older than a probation and a window (400 decisions).
+    registry.offer(&fetched(&spec, &[]), &preparer).unwrap();
+    lp.run(&registry, 250, "ok");
+    let last = registry.offer(&fetched(&spec, &[]), &preparer).unwrap();
+    lp.run(&registry, 200, "ok");
+    unschedulable(&mut lp, 100);
+    assert_eq!(registry.current().version, last, "judged against a stale baseline: {:?}", registry.status().history);
+    let label = format!("packing@{last}");
+    assert!(registry.status().history.iter().all(|h| h.label != label || h.outcome != Outcome::RolledBack));
 }

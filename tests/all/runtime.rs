@@ -227,3 +227,29 @@ fn prewarm_fills_every_worker_and_clear_empties_them() {
     assert_eq!((snapshot.calls, snapshot.latency.count), (3, 3));
     assert!(snapshot.latency.p99 >= snapshot.latency.p50 && snapshot.latency.mean > std::time::Duration::ZERO);
 }
+
+#[test]
+fn a_plugin_stands_in_for_the_same_component_and_configuration_only_while_healthy() {
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let hostile = fixtures::read(fixtures::HOSTILE);
+    let config = crate::unhurried("h").with_config("panic");
+    let p = rt.load(&hostile, config.clone()).unwrap();
+    let digest = p.digest().to_string();
+    assert!(p.can_stand_in_for(&rt, &digest, &config));
+    // Any difference in what would be loaded, or where, means loading it anew.
+    let other_digest = wasmsched_registry::digest_of(wasmsched_plugins::RESOURCE_FIT.wasm);
+    assert!(!p.can_stand_in_for(&rt, other_digest.trim_start_matches("sha256:"), &config));
+    assert!(!p.can_stand_in_for(&rt, &digest, &config.clone().with_config("loop")));
+    assert!(!p.can_stand_in_for(&rt, &digest, &config.clone().with_deadline(std::time::Duration::from_secs(3))));
+    assert!(!p.can_stand_in_for(&rt, &digest, &config.clone().with_failure_policy(FailurePolicy::FailOpen)));
+    assert!(!p.can_stand_in_for(&rt, &digest, &crate::unhurried("renamed").with_config("panic")));
+    let elsewhere = Runtime::new(RuntimeConfig::default()).unwrap();
+    assert!(!p.can_stand_in_for(&elsewhere, &digest, &config), "another engine");
+    // A plugin that failed since its last success is not carried into a new version.
+    let table = gpu_nodes(1);
+    let ctx = CallContext { worker: 0, nodes: &table };
+    assert_eq!(p.filter(ctx, &gpu_task("evil"), &[0]).unwrap_err().kind, FaultKind::Trap);
+    assert!(!p.can_stand_in_for(&rt, &digest, &config));
+    p.filter(ctx, &gpu_task("fine"), &[0]).unwrap();
+    assert!(p.can_stand_in_for(&rt, &digest, &config));
+}

@@ -102,6 +102,10 @@ pub struct BenchArgs {
     /// (the default) swaps at once and lets the first decision with the version catch up.
     #[arg(long, default_value_t = 0)]
     warm_up: usize,
+    /// Load every plugin of a new version anew, changed or not (by default a version keeps the
+    /// live version's unchanged plugins, instances included): the comparison for keeping them.
+    #[arg(long)]
+    reload_all: bool,
 }
 
 fn nats_config(nats: &wasmsched_events::cli::Nats) -> anyhow::Result<wasmsched_events::NatsConfig> {
@@ -239,7 +243,16 @@ fn p99(mut v: Vec<f64>) -> f64 {
     v[((v.len() as f64 * 0.99).ceil() as usize).clamp(1, v.len()) - 1]
 }
 
-const BASE_SPEC: &str = "name: bench\nplugins:\n  fit: { source: \"builtin:resource-fit\" }\n  pack: { source: \"builtin:most-allocated\" }\nstages:\n  filter: [fit]\n  score: [{ plugin: pack }]\n";
+/// The packing set the latency comparison swaps, in two versions: the second changes the packing
+/// score (its budget), so every swap replaces that plugin and keeps `resource-fit` — a rollout of
+/// one changed plugin. (Two identical versions would keep every plugin and swap at no cost.) No
+/// unschedulable-rise check: the generated cluster fills up during the run (12 % of tasks
+/// unschedulable in its first window, ~40 % later), which is the workload, not the version, and
+/// an automatic rollback would put a third version live.
+const BASE_SPECS: [&str; 2] = [
+    "name: bench\nplugins:\n  fit: { source: \"builtin:resource-fit\" }\n  pack: { source: \"builtin:most-allocated\" }\nstages:\n  filter: [fit]\n  score: [{ plugin: pack }]\nrollback: { max_unschedulable_increase: null }\n",
+    "name: bench\nplugins:\n  fit: { source: \"builtin:resource-fit\" }\n  pack: { source: \"builtin:most-allocated\", deadline_ms: 20 }\nstages:\n  filter: [fit]\n  score: [{ plugin: pack }]\nrollback: { max_unschedulable_increase: null }\n",
+];
 
 fn bench(args: BenchArgs) -> anyhow::Result<()> {
     let wasm = match &args.plugin {
@@ -297,33 +310,36 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
     }
 
     // Decision latency with and without swaps, alternating phases in one run.
-    let preparer = Preparer::new(Arc::new(Runtime::new(crate::policy::runtime_config())?));
+    let preparer =
+        Preparer::new(Arc::new(Runtime::new(crate::policy::runtime_config())?)).keep_unchanged(!args.reload_all);
     let registry = initial_registry(&preparer)?;
     let registry = Arc::new(if args.warm_up > 0 { registry.with_warm_up(args.warm_up) } else { registry });
     let mut rng = Rng::new(42);
     let mut nodes = generate::cluster(&mut rng, args.nodes);
     let mut running = std::collections::VecDeque::new();
     let mut next = 0u64;
-    let base = base_version()?;
+    let variants = Arc::new([base_version(0)?, base_version(1)?]);
     // Two versions prepared ahead and swapped in turn: the cost of the swap itself (and of the
-    // mirror deltas each version catches up on). `fresh`: every swap prepares a new version on
-    // another thread, as a real rollout does — first-use mirror sync and the preparation's CPU
-    // included.
+    // mirror deltas the changed plugin's instances catch up on). `fresh`: every swap prepares a
+    // new version on another thread, as a real rollout does — the preparation's CPU included.
+    // Both alternate the two variants: each swap replaces the packing score and keeps the filter.
     const CASES: [&str; 3] = ["no swaps", "swaps of prepared versions", "swaps of freshly prepared versions"];
     let mut latencies: [Latencies; 3] = Default::default();
     let mut swaps = [0u64; 3];
     // Prepared once, before any phase, so no phase pays for preparing them; each install catches
     // the incoming one up (off the loop) with what changed while the other was live.
+    let live = registry.current();
     let pool = Arc::new([
-        preparer.prepare(&base, 0, &Sample::synthetic())?,
-        preparer.prepare(&base, 0, &Sample::synthetic())?,
+        preparer.prepare_beside(&variants[0], 0, &Sample::synthetic(), Some(&live))?,
+        preparer.prepare_beside(&variants[1], 0, &Sample::synthetic(), Some(&live))?,
     ]);
+    drop(live);
     for _round in 0..args.rounds.max(1) {
         for case in 0..3 {
             let stop = Arc::new(AtomicBool::new(false));
             let swapper = (case > 0).then(|| {
-                let (registry, preparer, stop, base, pool) =
-                    (registry.clone(), preparer.clone(), stop.clone(), base.clone(), pool.clone());
+                let (registry, preparer, stop, variants, pool) =
+                    (registry.clone(), preparer.clone(), stop.clone(), variants.clone(), pool.clone());
                 let (every, null) = (Duration::from_millis(args.swap_ms), args.null_swaps);
                 std::thread::spawn(move || -> anyhow::Result<u64> {
                     let mut n = 0u64;
@@ -332,8 +348,9 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
                         if null {
                             n += 1;
                         } else if case == 1 {
-                            // Re-stamp a prepared set: the same plugins (warm instances, synced
-                            // mirrors), a new version number.
+                            // Re-stamp a prepared set: the same plugins (the kept filter live all
+                            // along, the packing score's instances warm since its last turn), a
+                            // new version number.
                             let v: &wasmsched_registry::PolicyVersion = &pool[(n % 2) as usize];
                             registry.install(wasmsched_registry::PolicyVersion {
                                 set: v.set.clone(),
@@ -345,7 +362,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
                                 prepare_time: v.prepare_time,
                             });
                             n += 1;
-                        } else if registry.offer(&base, &preparer).is_ok() {
+                        } else if registry.offer(&variants[(n % 2) as usize], &preparer).is_ok() {
                             n += 1;
                         }
                     }
@@ -372,7 +389,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
     }
     let base_p99 = p99(latencies[0].all.clone());
     println!(
-        "decision latency over {} nodes, {} decisions per case ({} rounds of {}), {} every {} ms, {}:",
+        "decision latency over {} nodes, {} decisions per case ({} rounds of {}), {} every {} ms, {}, {}:",
         args.nodes,
         latencies[0].all.len(),
         args.rounds.max(1),
@@ -382,6 +399,11 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         match args.warm_up {
             0 => "swapped at once".to_string(),
             n => format!("warm-up {n} changes per decision"),
+        },
+        if args.reload_all {
+            "every plugin loaded anew (--reload-all)"
+        } else {
+            "the packing score replaced, the filter kept"
         }
     );
     for case in 0..3 {
@@ -410,10 +432,10 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The packing set the latency comparison swaps.
-fn base_version() -> anyhow::Result<wasmsched_registry::Fetched> {
+/// Variant `i` of the packing set the latency comparison swaps.
+fn base_version(i: usize) -> anyhow::Result<wasmsched_registry::Fetched> {
     Ok(wasmsched_registry::Fetched {
-        spec: wasmsched_registry::PolicySetSpec::parse("bench", BASE_SPEC)?,
+        spec: wasmsched_registry::PolicySetSpec::parse("bench", BASE_SPECS[i])?,
         origin: "bench".into(),
         artifacts: Default::default(),
         fingerprint: String::new(),
@@ -421,8 +443,7 @@ fn base_version() -> anyhow::Result<wasmsched_registry::Fetched> {
 }
 
 fn initial_registry(preparer: &Preparer) -> anyhow::Result<Registry> {
-    let base = base_version()?;
-    Ok(Registry::new(preparer.prepare(&base, 1, &Sample::synthetic())?, None))
+    Ok(Registry::new(preparer.prepare(&base_version(0)?, 1, &Sample::synthetic())?, None))
 }
 
 type Running = std::collections::VecDeque<(u32, wasmsched_api::Task, Vec<wasmsched_api::DeviceShare>)>;

@@ -68,14 +68,36 @@ impl PolicySet {
     /// ([`PolicyPlugin::catch_up`]); `true` once all are up to date. A plugin serving several
     /// stages is asked once per stage, which only repeats an up-to-date check.
     pub fn catch_up(&self, nodes: &NodeTable, max_changes: usize) -> bool {
-        let plugins = self.filters.iter().map(|f| &f.plugin).chain(self.scores.iter().map(|(p, _)| p));
-        let others = [&self.devices, &self.preempt, &self.fair_share].into_iter().flatten();
+        self.catch_up_where(nodes, max_changes, |_| true)
+    }
+
+    /// [`PolicySet::catch_up`] for the plugins `other` does not also hold. A version that kept
+    /// the live version's plugins is caught up off the loop this way: the loop keeps those
+    /// current itself, and a catch-up would hold their instances while the loop waits for them.
+    pub fn catch_up_apart_from(&self, other: &PolicySet, nodes: &NodeTable, max_changes: usize) -> bool {
+        self.catch_up_where(nodes, max_changes, |p| {
+            !other.plugins().any(|o| std::ptr::addr_eq(Arc::as_ptr(o), Arc::as_ptr(p)))
+        })
+    }
+
+    fn catch_up_where(
+        &self,
+        nodes: &NodeTable,
+        max_changes: usize,
+        mut wanted: impl FnMut(&Arc<dyn PolicyPlugin>) -> bool,
+    ) -> bool {
         // Every plugin takes its step, whether or not an earlier one is done.
         let mut done = true;
-        for p in plugins.chain(others) {
+        for p in self.plugins().filter(|p| wanted(p)) {
             done &= p.catch_up(nodes, max_changes);
         }
         done
+    }
+
+    /// Every stage's plugin, in pipeline order (a plugin serving several stages once per stage).
+    fn plugins(&self) -> impl Iterator<Item = &Arc<dyn PolicyPlugin>> {
+        let staged = self.filters.iter().map(|f| &f.plugin).chain(self.scores.iter().map(|(p, _)| p));
+        staged.chain([&self.devices, &self.preempt, &self.fair_share].into_iter().flatten())
     }
 
     /// The same plugins with none of the verdicts they gave so far (each filter keeps whether it

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use wasmsched_api::{GPU_MILLI, GpuDevice, GpuRequest, Node, Resources, Stage, Task};
 use wasmsched_core::{NodeTable, PolicyPlugin, PolicySet, place};
 use wasmsched_events::schema::{PluginRef, PolicyLoaded, PolicySetRef, Stage as EventStage};
-use wasmsched_runtime::{PluginConfig, PluginMetrics, Runtime};
+use wasmsched_runtime::{PluginConfig, PluginMetrics, Runtime, WasmPlugin};
 
 use crate::error::PrepareError;
 use crate::source::Fetched;
@@ -87,8 +87,13 @@ pub struct PluginInfo {
     /// `sha256:<hex>` of the component.
     pub digest: String,
     /// Its calls, faults and latencies since it was loaded, smoke test included (exporters read
-    /// these).
+    /// these). A kept plugin's are those of the plugin it kept.
     pub metrics: Arc<PluginMetrics>,
+    /// The loaded plugin: what the set calls, and what a later version may keep.
+    pub plugin: Arc<WasmPlugin>,
+    /// The live version this plugin was kept from (same component, configuration and budgets),
+    /// instances and mirrors included; `None`: loaded for this version.
+    pub kept_from: Option<u64>,
 }
 
 impl PolicyVersion {
@@ -161,20 +166,48 @@ impl Sample {
 #[derive(Clone)]
 pub struct Preparer {
     runtime: Arc<Runtime>,
+    keep_unchanged: bool,
 }
 
 impl Preparer {
-    /// Prepare with `runtime`.
+    /// Prepare with `runtime`, keeping the live version's unchanged plugins
+    /// ([`Preparer::prepare_beside`]).
     pub fn new(runtime: Arc<Runtime>) -> Preparer {
-        Preparer { runtime }
+        Preparer { runtime, keep_unchanged: true }
     }
 
-    /// Every gate but the shadow run. The live set is never touched: on error everything built
-    /// so far is dropped.
+    /// Load every plugin of every version anew, changed or not (`false`): fresh instances for
+    /// all, at the cost of a cold swap (what `policy bench --reload-all` compares against).
+    pub fn keep_unchanged(mut self, keep: bool) -> Preparer {
+        self.keep_unchanged = keep;
+        self
+    }
+
+    /// Every gate but the shadow run, every plugin loaded anew. On error everything built so far
+    /// is dropped.
     pub fn prepare(&self, fetched: &Fetched, version: u64, sample: &Sample) -> Result<PolicyVersion, PrepareError> {
+        self.prepare_beside(fetched, version, sample, None)
+    }
+
+    /// [`Preparer::prepare`], keeping each plugin of `live` that this version does not change
+    /// (same component, configuration and budgets, healthy; [`WasmPlugin::can_stand_in_for`]):
+    /// its warm instances and synced mirrors go live with the new version, so a swap costs only
+    /// the plugins that changed. The smoke test never calls the live instances: a kept plugin
+    /// is smoke-tested on a fresh load of its own (the sample is older than the live cluster,
+    /// and a call on it would resend the sample to a live mirror and hold it while the loop
+    /// waits). The live set is never touched.
+    pub fn prepare_beside(
+        &self,
+        fetched: &Fetched,
+        version: u64,
+        sample: &Sample,
+        live: Option<&PolicyVersion>,
+    ) -> Result<PolicyVersion, PrepareError> {
         let started = Instant::now();
         let spec = &fetched.spec;
+        // What the set calls, and what the smoke test calls instead (kept plugins only).
         let mut loaded: BTreeMap<&str, Arc<dyn PolicyPlugin>> = BTreeMap::new();
+        let mut probes: BTreeMap<&str, Arc<dyn PolicyPlugin>> = BTreeMap::new();
         let mut plugins = Vec::new();
         for (name, p) in &spec.plugins {
             let load_err = |message: String| PrepareError::Load { plugin: name.clone(), message };
@@ -204,8 +237,12 @@ impl Preparer {
             if let Some(fuel) = p.fuel {
                 config = config.with_fuel(fuel);
             }
-            let plugin = self.runtime.load(bytes, config).map_err(|e| load_err(e.to_string()))?;
-            plugin.prewarm().map_err(|e| load_err(e.to_string()))?;
+            let hex = actual.trim_start_matches("sha256:");
+            let kept = live.filter(|_| self.keep_unchanged).and_then(|live| {
+                let k = live.plugins.iter().find(|k| k.name == *name)?;
+                k.plugin.can_stand_in_for(&self.runtime, hex, &config).then_some((k, live.version))
+            });
+            let plugin = Arc::new(self.runtime.load(bytes, config).map_err(|e| load_err(e.to_string()))?);
             let used = stages_of(spec, name);
             for stage in &used {
                 if !plugin.stages().contains(stage) {
@@ -217,37 +254,36 @@ impl Preparer {
                     });
                 }
             }
-            plugins.push(PluginInfo {
-                name: name.clone(),
-                stages: used,
-                digest: actual,
-                metrics: plugin.metrics().clone(),
-            });
-            loaded.insert(name, Arc::new(plugin));
+            let info = match kept {
+                Some((k, from)) => {
+                    probes.insert(name, plugin);
+                    PluginInfo { stages: used, kept_from: Some(from), ..k.clone() }
+                }
+                None => {
+                    plugin.prewarm().map_err(|e| load_err(e.to_string()))?;
+                    PluginInfo {
+                        name: name.clone(),
+                        stages: used,
+                        digest: actual,
+                        metrics: plugin.metrics().clone(),
+                        plugin,
+                        kept_from: None,
+                    }
+                }
+            };
+            loaded.insert(name, info.plugin.clone());
+            plugins.push(info);
         }
 
-        let mut builder = PolicySet::builder().version(version);
-        for f in &spec.stages.filter {
-            let plugin = loaded[f.as_str()].clone();
-            builder = match spec.plugins.get(f.as_str()).is_none_or(|p| p.reuse_verdicts) {
-                true => builder.filter(plugin),
-                false => builder.filter_uncached(plugin),
-            };
+        let set = build_set(spec, version, &loaded);
+        if probes.is_empty() {
+            smoke_test(&set, spec, sample)?;
+        } else {
+            let probed = loaded.iter().map(|(&n, p)| (n, probes.get(n).unwrap_or(p).clone())).collect();
+            smoke_test(&build_set(spec, version, &probed), spec, sample)?;
+            let kept: Vec<&str> = plugins.iter().filter(|p| p.kept_from.is_some()).map(|p| p.name.as_str()).collect();
+            tracing::info!(set = %spec.name, version, kept = ?kept, "unchanged plugins kept from the live version");
         }
-        for w in &spec.stages.score {
-            builder = builder.score(loaded[w.plugin.as_str()].clone(), w.weight);
-        }
-        if let Some(d) = &spec.stages.select_devices {
-            builder = builder.devices(loaded[d.as_str()].clone());
-        }
-        if let Some(p) = &spec.stages.preempt {
-            builder = builder.preempt(loaded[p.as_str()].clone());
-        }
-        if let Some(f) = &spec.stages.fair_share {
-            builder = builder.fair_share(loaded[f.as_str()].clone());
-        }
-        let set = builder.build();
-        smoke_test(&set, spec, sample)?;
         Ok(PolicyVersion {
             set,
             spec: spec.clone(),
@@ -258,6 +294,31 @@ impl Preparer {
             prepare_time: started.elapsed(),
         })
     }
+}
+
+/// The set `spec` describes, over `loaded` (by local name).
+fn build_set(spec: &PolicySetSpec, version: u64, loaded: &BTreeMap<&str, Arc<dyn PolicyPlugin>>) -> PolicySet {
+    let mut builder = PolicySet::builder().version(version);
+    for f in &spec.stages.filter {
+        let plugin = loaded[f.as_str()].clone();
+        builder = match spec.plugins.get(f.as_str()).is_none_or(|p| p.reuse_verdicts) {
+            true => builder.filter(plugin),
+            false => builder.filter_uncached(plugin),
+        };
+    }
+    for w in &spec.stages.score {
+        builder = builder.score(loaded[w.plugin.as_str()].clone(), w.weight);
+    }
+    if let Some(d) = &spec.stages.select_devices {
+        builder = builder.devices(loaded[d.as_str()].clone());
+    }
+    if let Some(p) = &spec.stages.preempt {
+        builder = builder.preempt(loaded[p.as_str()].clone());
+    }
+    if let Some(f) = &spec.stages.fair_share {
+        builder = builder.fair_share(loaded[f.as_str()].clone());
+    }
+    builder.build()
 }
 
 /// The stages `plugin` serves in `spec`, in pipeline order.

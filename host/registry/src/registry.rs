@@ -129,6 +129,26 @@ struct Baseline {
     version: u64,
     window: Window,
     last: Option<WindowStats>,
+    /// The decision count when `last` closed: a baseline older than a probation (and a window)
+    /// is not compared with ([`Baseline::fresh_for`]).
+    last_at: u64,
+}
+
+impl Baseline {
+    /// `last`, if it closed within `spec.probation + spec.window` decisions before decision `n`:
+    /// long enough for one version's whole probation after a swap. Older (a run of versions each
+    /// replaced while on probation), the cluster and workload it saw may differ too much from
+    /// today's for the relative checks (p99 ratio, unschedulable rise) to mean anything; only
+    /// the absolute ones apply. (The bench that swaps every 10 ms rolled back for an
+    /// "unschedulable rise" against the empty cluster of its first window.)
+    fn fresh_for(&self, spec: &RollbackSpec, n: u64) -> Option<&WindowStats> {
+        self.last.as_ref().filter(|_| n.saturating_sub(self.last_at) <= spec.probation.saturating_add(spec.window))
+    }
+
+    fn close(&mut self, n: u64) {
+        self.last = Some(self.window.close());
+        self.last_at = n;
+    }
 }
 
 struct ShadowRun {
@@ -460,7 +480,7 @@ impl Registry {
                 }
                 inner.recent_tasks.push_back(d.task.clone());
             }
-            self.watch(&mut inner, used, &d);
+            self.watch(&mut inner, used, &d, n);
             match &mut inner.shadow {
                 Some(run) => {
                     run.offered += 1;
@@ -477,7 +497,7 @@ impl Registry {
     }
 
     /// Probation and baseline bookkeeping; rolls back when a window trips.
-    fn watch(&self, inner: &mut Inner, used: &Arc<PolicyVersion>, d: &Decision<'_>) {
+    fn watch(&self, inner: &mut Inner, used: &Arc<PolicyVersion>, d: &Decision<'_>, n: u64) {
         if let Some(p) = &mut inner.probation
             && p.version == used.version
         {
@@ -489,12 +509,17 @@ impl Registry {
             let stats = p.window.close();
             let spec = p.spec.clone();
             let finished = p.seen >= spec.probation;
-            if let Some(reason) = trip(&spec, &stats, inner.baseline.last.as_ref()) {
+            let baseline = inner.baseline.fresh_for(&spec, n);
+            if baseline.is_none() && inner.baseline.last.is_some() {
+                tracing::debug!(set = %used.label(), "baseline older than a probation: relative checks skipped");
+            }
+            if let Some(reason) = trip(&spec, &stats, baseline) {
                 self.roll_back(inner, &reason);
             } else if finished {
                 inner.probation = None;
                 inner.last_good = used.clone();
-                inner.baseline = Baseline { version: used.version, window: Window::default(), last: Some(stats) };
+                inner.baseline =
+                    Baseline { version: used.version, window: Window::default(), last: Some(stats), last_at: n };
                 update_history(inner, used, Outcome::Live, "passed probation");
                 tracing::info!(set = %used.label(), "policy set passed probation");
             }
@@ -504,7 +529,7 @@ impl Registry {
         if b.version == used.version {
             b.window.push(d);
             if b.window.len() >= used.spec.rollback.window {
-                b.last = Some(b.window.close());
+                b.close(n);
             }
         }
     }
@@ -603,10 +628,10 @@ impl Registry {
             && inner.baseline.last.is_none()
             && inner.baseline.window.len() > 0
         {
-            inner.baseline.last = Some(inner.baseline.window.close());
+            inner.baseline.close(self.decisions.load(Ordering::Relaxed));
         }
-        let baseline = std::mem::take(&mut inner.baseline);
-        inner.baseline = Baseline { version: next.version, window: Window::default(), last: baseline.last };
+        let Baseline { last, last_at, .. } = std::mem::take(&mut inner.baseline);
+        inner.baseline = Baseline { version: next.version, window: Window::default(), last, last_at };
         // An outgoing version still on probation never became good: last_good stays as it is.
         update_history(inner, &previous, Outcome::Superseded, &format!("replaced by {}", next.label()));
         inner.probation = Some(Probation {
@@ -637,8 +662,8 @@ impl Registry {
             std::mem::replace(&mut *live, target.clone())
         };
         inner.probation = None;
-        let last = inner.baseline.last.take();
-        inner.baseline = Baseline { version: target.version, window: Window::default(), last };
+        let Baseline { last, last_at, .. } = std::mem::take(&mut inner.baseline);
+        inner.baseline = Baseline { version: target.version, window: Window::default(), last, last_at };
         update_history(inner, &from, Outcome::RolledBack, reason);
         push_history(inner, &target, Outcome::Live, &format!("restored after {} was rolled back", from.label()));
         tracing::warn!(from = %from.label(), to = %target.label(), reason, "policy set rolled back");
@@ -690,8 +715,10 @@ impl Registry {
         // The next version prepared starts from a sample at most one preparation old, so its
         // first live decision catches up on little.
         self.sample_wanted.store(true, Ordering::Relaxed);
-        let prepared = match preparer.prepare(fetched, version, &sample) {
+        let live = self.current();
+        let prepared = match preparer.prepare_beside(fetched, version, &sample, Some(&live)) {
             Ok(mut v) => {
+                drop(live);
                 v.inherit_verdicts(&self.current());
                 self.catch_up_to_live(&v, taken, busy_before);
                 Arc::new(v)
@@ -743,7 +770,7 @@ impl Registry {
             return;
         }
         if let Some(nodes) = self.fresh_sample(taken) {
-            version.set.catch_up(&nodes, usize::MAX);
+            version.set.catch_up_apart_from(&self.current().set, &nodes, usize::MAX);
         }
     }
 
@@ -753,7 +780,7 @@ impl Registry {
     /// at or past the sample's state skip it (no step back).
     fn catch_up_earlier_version(&self, version: &PolicyVersion) {
         if let Some(nodes) = self.fresh_sample(None) {
-            version.set.catch_up(&nodes, usize::MAX);
+            version.set.catch_up_apart_from(&self.current().set, &nodes, usize::MAX);
         }
     }
 

@@ -34,6 +34,11 @@ impl Breaker {
         true
     }
 
+    /// Closed, with no failure since the last success.
+    pub(crate) fn is_clear(&self) -> bool {
+        self.consecutive == 0 && self.open_remaining == 0
+    }
+
     pub(crate) fn success(&mut self) {
         self.consecutive = 0;
     }
@@ -62,7 +67,9 @@ mod tests {
     fn opens_cools_down_and_reopens_on_trial_failure() {
         let cfg = BreakerConfig { threshold: 3, cooldown_calls: 2 };
         let mut b = Breaker::default();
+        assert!(b.is_clear());
         assert!(!b.failure(&cfg));
+        assert!(!b.is_clear(), "a failure since the last success");
         assert!(!b.failure(&cfg));
         assert!(b.failure(&cfg));
         assert!(!b.allow());
@@ -73,6 +80,7 @@ mod tests {
         assert!(!b.allow());
         assert!(b.allow());
         b.success();
+        assert!(b.is_clear());
         assert!(!b.failure(&cfg));
     }
 }

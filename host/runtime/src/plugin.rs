@@ -42,7 +42,7 @@ const SYNC_CHUNK: usize = 512;
 const MAX_FAULT_MESSAGE: usize = 512;
 
 /// How one plugin is run.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct PluginConfig {
     /// Registered name (used in metrics, events and errors).
     pub name: String,
@@ -239,6 +239,16 @@ pub struct WasmPlugin {
     observer: Option<FaultObserver>,
 }
 
+impl std::fmt::Debug for WasmPlugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WasmPlugin")
+            .field("name", &self.blueprint.name)
+            .field("stages", &self.stages)
+            .field("digest", &self.digest)
+            .finish_non_exhaustive()
+    }
+}
+
 fn contract(plugin: &str, message: impl Into<String>) -> LoadError {
     LoadError::Contract { plugin: plugin.into(), message: message.into() }
 }
@@ -366,6 +376,18 @@ impl WasmPlugin {
             }
         }
         Ok(())
+    }
+
+    /// Whether this plugin can stand in for loading the component whose sha256 is `digest` (hex)
+    /// with `config` on `runtime`: same component, same configuration and budgets, same engine,
+    /// and healthy (its breaker closed, no failure since its last success). A new policy version
+    /// then keeps this plugin, warm instances and synced mirrors included, instead of loading
+    /// the component again; a swap to it costs that plugin nothing.
+    pub fn can_stand_in_for(&self, runtime: &Runtime, digest: &str, config: &PluginConfig) -> bool {
+        self.digest == digest
+            && self.blueprint.config == *config
+            && Engine::same(&self.blueprint.engine, &runtime.engine)
+            && self.breaker.lock().unwrap_or_else(|e| e.into_inner()).is_clear()
     }
 
     /// Drop every instance (each worker gets a fresh one on its next call).
