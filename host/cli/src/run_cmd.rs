@@ -34,6 +34,12 @@ pub struct Args {
     /// How often the policy directory and object are checked.
     #[arg(long, default_value_t = 2.0)]
     policy_poll_seconds: f64,
+    /// Stage each new policy version until its plugins' node mirrors caught up with the cluster,
+    /// at most this many changes per plugin instance before each cycle, so no decision pays a
+    /// whole catch-up; 0 (the default) swaps at once (new versions are caught up off the loop
+    /// anyway, and unchanged plugins are kept).
+    #[arg(long, default_value_t = 0, env = "WASMSCHED_POLICY_WARM_UP")]
+    policy_warm_up: usize,
     /// Run for leader on a Lease so several replicas run with one active.
     #[arg(long)]
     leader_elect: bool,
@@ -62,7 +68,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let events = args.sink.open("scheduler")?;
     let preparer = Preparer::new(Arc::new(Runtime::new(crate::policy::runtime_config()).context("Wasm runtime")?));
     let (initial, mut sources) = initial_policy(args.policy.as_deref())?;
-    let registry = policy::registry(&preparer, &initial, events.clone()).context("preparing the first policy set")?;
+    let registry = policy::registry(&preparer, &initial, events.clone(), args.policy_warm_up)
+        .context("preparing the first policy set")?;
     tracing::info!(policy = %registry.current().label(), "policy set live");
     let client = runtime
         .block_on(kube::Client::try_default())
@@ -159,7 +166,8 @@ pub fn extender(args: ExtenderArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("tokio runtime")?;
     let preparer = Preparer::new(Arc::new(Runtime::new(crate::policy::runtime_config()).context("Wasm runtime")?));
     let (initial, sources) = initial_policy(args.policy.as_deref())?;
-    let registry = policy::registry(&preparer, &initial, None).context("preparing the first policy set")?;
+    // The extender decides per request, with no loop to warm a staged version: swaps at once.
+    let registry = policy::registry(&preparer, &initial, None, 0).context("preparing the first policy set")?;
     tracing::info!(policy = %registry.current().label(), "policy set live");
     let watcher = watch_sources(&registry, preparer, sources, args.policy_poll_seconds)?;
     let client = runtime

@@ -102,7 +102,7 @@ fn main() {
         }
         api.state().bind_latency = Duration::from_millis(latency_ms);
         let preparer = Preparer::new(Arc::new(Runtime::new(RuntimeConfig::default()).unwrap()));
-        let registry = policy::registry(&preparer, &policy::default_policy(), None).unwrap();
+        let registry = policy::registry(&preparer, &policy::default_policy(), None, 0).unwrap();
         let metrics = Metrics::new("wasmsched");
         let scheduler = Scheduler::new(api.client("bench"), registry, metrics.clone(), SchedulerConfig::new("wasmsched"));
         let (stop, stopped) = watch::channel(false);

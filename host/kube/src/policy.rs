@@ -20,11 +20,15 @@ pub fn default_policy() -> Fetched {
 }
 
 /// A registry whose first live version is `initial`, prepared (compiled and smoke-tested) now.
+/// `warm_up` > 0 stages each new version until its plugins' mirrors caught up, at most that many
+/// changes per plugin instance before each cycle ([`Registry::with_warm_up`]); 0 swaps at once.
 pub fn registry(
     preparer: &Preparer,
     initial: &Fetched,
     events: Option<EventSink>,
+    warm_up: usize,
 ) -> Result<Arc<Registry>, PrepareError> {
     let version = preparer.prepare(initial, 1, &Sample::synthetic())?;
-    Ok(Arc::new(Registry::new(version, events)))
+    let registry = Registry::new(version, events);
+    Ok(Arc::new(if warm_up > 0 { registry.with_warm_up(warm_up) } else { registry }))
 }

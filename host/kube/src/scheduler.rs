@@ -972,6 +972,9 @@ impl Scheduler {
         self.dirty = false;
         self.last_cycle = Instant::now();
         let now = self.now();
+        // With warm-up, a staged version catches up a step on the table the last cycle decided
+        // on, and goes live here, between cycles, once it has (a no-op otherwise).
+        self.registry.warm(self.core.nodes());
         let live = self.registry.current();
         let refreshed = self.refresh_nodes(now);
         self.carry_out(refreshed, &live, Duration::ZERO);

@@ -29,7 +29,7 @@ fn preparer() -> &'static Preparer {
 }
 
 fn registry() -> Arc<Registry> {
-    policy::registry(preparer(), &policy::default_policy(), None).expect("default policy prepares")
+    policy::registry(preparer(), &policy::default_policy(), None, 0).expect("default policy prepares")
 }
 
 struct Running {
@@ -852,4 +852,35 @@ async fn resource_flavors_give_each_gpu_model_its_own_quota_and_their_toleration
     assert!(node_of(&api, "ml/third").unwrap().starts_with("a100-"));
     run.stop().await;
     assert_chart_rbac_allows(&api);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_warm_up_a_new_policy_version_goes_live_between_cycles() {
+    let api = FakeApi::new();
+    for n in 0..2 {
+        api.put(Kind::Node, gpu_node(&format!("gpu-{n}"), 8, &[]));
+    }
+    let registry = policy::registry(preparer(), &policy::default_policy(), None, 16).expect("prepares");
+    let metrics = Metrics::new(NAME);
+    let scheduler = Scheduler::new(api.client("a"), registry.clone(), metrics.clone(), SchedulerConfig::new(NAME));
+    let (stop, rx) = watch::channel(false);
+    let run = Running { stop, task: tokio::spawn(scheduler.run(rx)), metrics };
+    api.put(Kind::Pod, pod("ml", "first", NAME, 1, "1", "1Gi"));
+    eventually("the first pod bound", Duration::from_secs(60), || node_of(&api, "ml/first").is_some()).await;
+
+    // Staged, not live: only the scheduler's cycles (Registry::warm) can make it live.
+    let offered = {
+        let registry = registry.clone();
+        tokio::task::spawn_blocking(move || registry.offer(&policy::default_policy(), preparer()))
+            .await
+            .unwrap()
+            .expect("the same policy passes its gates")
+    };
+    assert_eq!(registry.status().history[0].outcome, wasmsched_registry::Outcome::Staged);
+    assert_eq!(registry.current().version, 1);
+    api.put(Kind::Pod, pod("ml", "second", NAME, 1, "1", "1Gi"));
+    eventually("the second pod bound", Duration::from_secs(60), || node_of(&api, "ml/second").is_some()).await;
+    eventually("the staged version live", Duration::from_secs(20), || registry.current().version == offered).await;
+    assert_eq!(registry.status().history[0].outcome, wasmsched_registry::Outcome::Probation);
+    run.stop().await;
 }

@@ -65,7 +65,7 @@ async fn a_policy_object_goes_live_through_the_gates_and_reports_what_they_decid
     assert!(DEFAULT_POLICY.contains("gpu-packing"), "the test starts from the default set");
     let api = FakeApi::new();
     let preparer = Preparer::new(Arc::new(Runtime::new(RuntimeConfig::default()).unwrap()));
-    let registry = policy::registry(&preparer, &policy::default_policy(), None).unwrap();
+    let registry = policy::registry(&preparer, &policy::default_policy(), None, 0).unwrap();
     let mut source = PolicyObjectSource::new(
         api.client("scheduler"),
         "gpu",
