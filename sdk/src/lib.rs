@@ -105,7 +105,7 @@ pub enum LogLevel {
 macro_rules! export_plugin {
     ($ty:ty : $($stage:ident),+ $(,)?) => {
         $crate::declare_stages!($ty : $($stage),+);
-        $crate::__export_component!($ty);
+        $crate::__export_component!($ty : $($stage),+);
     };
 }
 
@@ -113,5 +113,31 @@ macro_rules! export_plugin {
 #[cfg(not(target_family = "wasm"))]
 #[macro_export]
 macro_rules! __export_component {
-    ($ty:ty) => {};
+    ($ty:ty : $($stage:ident),+) => {};
+}
+
+/// `{ yes }` when `want` (`filter` or `score`) is among the listed stages, else `{ no }`: the export
+/// macro dispatches a listed stage statically (the type is known to implement its trait) and an
+/// unlisted one through [`Stages`] (which answers "not implemented").
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __if_stage {
+    ($want:ident [] { $($yes:tt)* } else { $($no:tt)* }) => { $($no)* };
+    (filter [filter $($rest:ident)*] { $($yes:tt)* } else { $($no:tt)* }) => { $($yes)* };
+    (score [score $($rest:ident)*] { $($yes:tt)* } else { $($no:tt)* }) => { $($yes)* };
+    ($want:ident [$other:ident $($rest:ident)*] { $($yes:tt)* } else { $($no:tt)* }) => {
+        $crate::__if_stage!($want [$($rest)*] { $($yes)* } else { $($no)* })
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_listed_stage_is_dispatched_statically_and_an_unlisted_one_is_not() {
+        let pick = |listed: bool| if listed { "static" } else { "dynamic" };
+        assert_eq!(crate::__if_stage!(filter [score filter] { pick(true) } else { pick(false) }), "static");
+        assert_eq!(crate::__if_stage!(score [score] { pick(true) } else { pick(false) }), "static");
+        assert_eq!(crate::__if_stage!(score [filter select_devices] { pick(true) } else { pick(false) }), "dynamic");
+        assert_eq!(crate::__if_stage!(filter [fair_share] { pick(true) } else { pick(false) }), "dynamic");
+    }
 }

@@ -150,6 +150,22 @@ fn fuel_bounds_loops_deterministically_and_wall_clock_does_not_decide() {
     assert_eq!(plugin.filter(ctx, &task("ok"), &[0, 1]).unwrap().codes, vec![0, 0]);
 }
 
+/// Without deadlines (a measurement setting) fuel still bounds a looping plugin.
+#[test]
+fn without_deadlines_fuel_still_stops_a_loop() {
+    let (rt, _) = runtime_with_faults(RuntimeConfig { deterministic: true, deadlines: false, ..Default::default() });
+    let plugin = rt
+        .load(
+            &fixtures::read(fixtures::HOSTILE),
+            PluginConfig::new("hostile-fuel").with_config("loop").with_fuel(50_000_000),
+        )
+        .unwrap();
+    let table = nodes(2);
+    let ctx = CallContext { worker: 0, nodes: &table };
+    assert_eq!(plugin.filter(ctx, &task("evil"), &[0, 1]).unwrap_err().kind, FaultKind::Fuel);
+    assert_eq!(plugin.filter(ctx, &task("ok"), &[0, 1]).unwrap().codes, vec![0, 0]);
+}
+
 #[test]
 fn memory_cap_is_per_plugin() {
     let (rt, _) = runtime_with_faults(RuntimeConfig::default());

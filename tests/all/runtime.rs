@@ -190,6 +190,43 @@ fn compiled_artifacts_are_cached_on_disk_and_verified() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `deadlines: false` exists to measure what epoch checks cost (`bench --compare-deadlines`): the
+/// plugin must answer exactly as with deadlines, and its artifact, compiled without the checks,
+/// must never be handed to a runtime that relies on them (nor the reverse) through a shared cache.
+#[test]
+fn a_runtime_without_deadlines_answers_the_same_and_keeps_its_own_artifacts() {
+    let dir = std::env::temp_dir().join(format!("wasmsched-deadline-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let wasm = wasmsched_plugins::RESOURCE_FIT.wasm;
+    let artifacts = || {
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "cwasm"))
+            .count()
+    };
+    let bounded = RuntimeConfig { cache_dir: Some(dir.clone()), ..Default::default() };
+    let unbounded = RuntimeConfig { deadlines: false, ..bounded.clone() };
+    let with = Runtime::new(bounded.clone()).unwrap().load(wasm, PluginConfig::new("fit")).unwrap();
+    assert_eq!(artifacts(), 1);
+    let without = Runtime::new(unbounded.clone()).unwrap().load(wasm, PluginConfig::new("fit")).unwrap();
+    assert_eq!(artifacts(), 2, "compiled anew, not the artifact with epoch checks");
+    // Each kind reloads its own artifact from disk: no third one appears.
+    Runtime::new(unbounded).unwrap().load(wasm, PluginConfig::new("fit")).unwrap();
+    Runtime::new(bounded).unwrap().load(wasm, PluginConfig::new("fit")).unwrap();
+    assert_eq!(artifacts(), 2);
+
+    let mut table = gpu_nodes(3);
+    let slots: Vec<u32> = table.slots().collect();
+    let busy = slots[1];
+    table.update_usage(busy, |n| n.gpus.update(|g| g[0].free_milli = 0));
+    let ctx = CallContext { worker: 0, nodes: &table };
+    let (a, b) =
+        (with.filter(ctx, &gpu_task("t"), &slots).unwrap(), without.filter(ctx, &gpu_task("t"), &slots).unwrap());
+    assert_eq!(a, b);
+    assert_eq!(a.codes.iter().filter(|&&c| c != 0).count(), 1, "the busy node is rejected: {a:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn zero_workers_is_a_configuration_error() {
     let e = Runtime::new(RuntimeConfig { workers: 0, ..Default::default() }).err().expect("refused");

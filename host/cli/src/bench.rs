@@ -9,7 +9,7 @@ use serde::Serialize;
 use wasmsched_api::{GPU_MILLI, GpuDevice, GpuRequest, Node, Resources, Task};
 use wasmsched_core::{GroupSpec, NodeTable, PolicySet, bind, feasible_nodes_to_find, place_group, place_sampled};
 use wasmsched_events::EventSink;
-use wasmsched_runtime::Runtime;
+use wasmsched_runtime::{Runtime, RuntimeConfig};
 use wasmsched_sim::generate::Rng;
 
 use crate::events_cmd;
@@ -70,6 +70,11 @@ pub struct Args {
     /// to measure what reuse saves in the same run.
     #[arg(long)]
     compare_verdict_reuse: bool,
+    /// Also run the Wasm policy set on a runtime without wall-clock deadlines (no epoch checks in
+    /// the guest code), to measure what deadline enforcement costs in the same run. A measurement
+    /// only: without deadlines nothing stops a plugin that loops.
+    #[arg(long)]
+    compare_deadlines: bool,
     /// Draw the pods from this many distinct pod specs (like the replicas of a few Deployments;
     /// scheduler_perf's basic case is 1) instead of a fresh random spec per pod.
     #[arg(long)]
@@ -121,6 +126,9 @@ struct Report {
     runs: Vec<Measured>,
     /// Wasm pods/s over native pods/s, events off.
     wasm_over_native: Option<f64>,
+    /// The same with the Wasm set on a runtime without deadlines (`--compare-deadlines`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unbounded_over_native: Option<f64>,
     /// Per runtime: the median over repetitions of pods/s with events over pods/s without, each
     /// pair run back to back.
     events_on_over_off: Vec<(&'static str, f64)>,
@@ -462,6 +470,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .transpose()
         .context("starting the Wasm runtime")?;
     let wasm = runtime.as_ref().map(|rt| policy_set(Some(rt), &args.score, args.seed, &[])).transpose()?;
+    let unbounded_runtime = (!args.native_only && args.compare_deadlines)
+        .then(|| Runtime::new(RuntimeConfig { deadlines: false, ..crate::policy::runtime_config() }))
+        .transpose()
+        .context("starting the Wasm runtime without deadlines")?;
+    let unbounded =
+        unbounded_runtime.as_ref().map(|rt| policy_set(Some(rt), &args.score, args.seed, &[])).transpose()?;
     let sink = args.sink.open("bench")?;
     let destination = args
         .sink
@@ -474,6 +488,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut runtimes: Vec<(&'static str, PolicySet)> = vec![("native", natives.clone())];
     if let Some(w) = &wasm {
         runtimes.push(("wasm", w.clone()));
+    }
+    if let Some(u) = &unbounded {
+        runtimes.push(("wasm, no deadlines", u.clone()));
     }
     if args.compare_verdict_reuse {
         runtimes.push(("native, no verdict reuse", natives.without_verdict_reuse()));
@@ -575,6 +592,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let get = |rt: &str| runs.iter().find(|m| m.runtime == rt && !m.events).map(|m| m.pods_per_second);
     let wasm_over_native = get("wasm").zip(get("native")).map(|(w, n)| w / n);
+    let unbounded_over_native = get("wasm, no deadlines").zip(get("native")).map(|(w, n)| w / n);
     let events_on_over_off = runtimes
         .iter()
         .zip(pair_ratios)
@@ -594,6 +612,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         events_destination: destination,
         runs,
         wasm_over_native,
+        unbounded_over_native,
         events_on_over_off,
         events_interleaved,
         gangs,
@@ -627,6 +646,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     if let Some(r) = report.wasm_over_native {
         println!("Wasm / native throughput: {r:.3}");
+    }
+    if let Some(r) = report.unbounded_over_native {
+        println!("Wasm without deadlines / native throughput: {r:.3} (what epoch checks cost: measurement only)");
     }
     for (rt, r) in &report.events_on_over_off {
         println!("{rt}: events on / off throughput, whole runs paired: {r:.3} ({:+.1} %)", (r - 1.0) * 100.0);

@@ -86,8 +86,11 @@ impl<P: Plugin + Stages + Send> PolicyPlugin for NativePlugin<P> {
 
     fn filter(&self, ctx: CallContext<'_>, task: &Task, candidates: &[Slot]) -> Result<FilterBatch, PluginFault> {
         self.with(Some(ctx.nodes), ctx.worker, Stage::Filter, |p| {
-            let f = p.as_filter().ok_or_else(|| missing(Stage::Filter))?;
-            let batch = filter_batch(f, task, nodes(&ctx, candidates)?);
+            let nodes = nodes(&ctx, candidates)?;
+            let batch = match p.filter_nodes(task, &nodes) {
+                Some(batch) => batch,
+                None => filter_batch(p.as_filter().ok_or_else(|| missing(Stage::Filter))?, task, nodes),
+            };
             validate::filter(&batch, candidates.len()).map_err(|m| (FaultKind::BadOutput, m))?;
             Ok(batch)
         })
@@ -95,8 +98,11 @@ impl<P: Plugin + Stages + Send> PolicyPlugin for NativePlugin<P> {
 
     fn score(&self, ctx: CallContext<'_>, task: &Task, candidates: &[Slot]) -> Result<Vec<u32>, PluginFault> {
         self.with(Some(ctx.nodes), ctx.worker, Stage::Score, |p| {
-            let s = p.as_score().ok_or_else(|| missing(Stage::Score))?;
-            let scores = score_batch(s, task, nodes(&ctx, candidates)?);
+            let nodes = nodes(&ctx, candidates)?;
+            let scores = match p.score_nodes(task, &nodes) {
+                Some(scores) => scores,
+                None => score_batch(p.as_score().ok_or_else(|| missing(Stage::Score))?, task, nodes),
+            };
             validate::scores(&scores, candidates.len()).map_err(|m| (FaultKind::BadOutput, m))?;
             Ok(scores)
         })

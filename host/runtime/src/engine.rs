@@ -27,11 +27,23 @@ pub struct RuntimeConfig {
     pub deterministic: bool,
     /// Directory for compiled artifacts reused across restarts; `None` keeps them in memory only.
     pub cache_dir: Option<PathBuf>,
+    /// Enforce wall-clock deadlines (the default). Epoch interruption puts a check at every guest
+    /// function entry and loop header, ~10 % of guest time in `wasmsched bench`
+    /// (BENCHMARKS.md). Off, nothing bounds a call's run time but fuel (`deterministic`): only for
+    /// measuring what the checks cost (`bench --compare-deadlines`), never for plugins one does not
+    /// trust.
+    pub deadlines: bool,
 }
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
-        RuntimeConfig { workers: 1, epoch_tick: Duration::from_millis(1), deterministic: false, cache_dir: None }
+        RuntimeConfig {
+            workers: 1,
+            epoch_tick: Duration::from_millis(1),
+            deterministic: false,
+            cache_dir: None,
+            deadlines: true,
+        }
     }
 }
 
@@ -55,7 +67,7 @@ impl Runtime {
             return Err(LoadError::Runtime("epoch_tick must be positive".into()));
         }
         let mut wc = Config::new();
-        wc.epoch_interruption(true)
+        wc.epoch_interruption(config.deadlines)
             .consume_fuel(config.deterministic)
             .max_wasm_stack(512 * 1024)
             // We use no component-model async; skipping its per-store state makes calls cheaper.
@@ -75,7 +87,7 @@ impl Runtime {
 
         let cache = ArtifactCache::new(&engine, config.cache_dir.clone())?;
         let ticker_stop = Arc::new(AtomicBool::new(false));
-        {
+        if config.deadlines {
             let engine = engine.clone();
             let stop = ticker_stop.clone();
             let tick = config.epoch_tick;

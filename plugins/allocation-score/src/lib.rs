@@ -104,6 +104,7 @@ impl AllocationScore {
 }
 
 impl Score for AllocationScore {
+    #[inline]
     fn score(&mut self, task: &Task, node: &Node) -> u32 {
         let w = self.config.weights;
         // Capacity and free share of the usable devices, from the node's aggregates.

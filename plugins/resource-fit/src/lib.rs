@@ -34,6 +34,7 @@ impl Plugin for ResourceFit {
 }
 
 impl Filter for ResourceFit {
+    #[inline]
     fn filter(&mut self, task: &Task, node: &Node) -> Verdict {
         if node.unschedulable {
             return Verdict::unresolvable("node is cordoned");
@@ -71,6 +72,7 @@ impl Filter for ResourceFit {
 }
 
 impl ResourceFit {
+    #[inline]
     fn gpu_verdict(&self, req: &GpuRequest, node: &Node) -> Verdict {
         if req.count == 0 {
             return Verdict::Fit;

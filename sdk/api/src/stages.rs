@@ -123,6 +123,19 @@ pub trait Stages {
         None
     }
 
+    /// [`crate::batch::filter_batch`] over `nodes` with this type's own `filter` called
+    /// statically (inlinable), or `None` without a filter stage. `declare_stages!` implements it.
+    fn filter_nodes(&mut self, task: &Task, nodes: &[&Node]) -> Option<crate::batch::FilterBatch> {
+        let _ = (task, nodes);
+        None
+    }
+
+    /// [`crate::batch::score_batch`] the same way, or `None` without a score stage.
+    fn score_nodes(&mut self, task: &Task, nodes: &[&Node]) -> Option<Vec<u32>> {
+        let _ = (task, nodes);
+        None
+    }
+
     /// The stages this type implements.
     fn stages(&mut self) -> Vec<Stage> {
         let mut out = Vec::new();
@@ -164,10 +177,16 @@ macro_rules! __stage_accessor {
         fn as_filter(&mut self) -> Option<&mut dyn $crate::Filter> {
             Some(self)
         }
+        fn filter_nodes(&mut self, task: &$crate::Task, nodes: &[&$crate::Node]) -> Option<$crate::batch::FilterBatch> {
+            Some($crate::batch::filter_batch(self, task, nodes.iter().copied()))
+        }
     };
     (score) => {
         fn as_score(&mut self) -> Option<&mut dyn $crate::Score> {
             Some(self)
+        }
+        fn score_nodes(&mut self, task: &$crate::Task, nodes: &[&$crate::Node]) -> Option<Vec<u32>> {
+            Some($crate::batch::score_batch(self, task, nodes.iter().copied()))
         }
     };
     (select_devices) => {

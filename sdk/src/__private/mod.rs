@@ -1,10 +1,11 @@
 //! Component glue used by `export_plugin!` on Wasm targets. Not public API: the macro is its only
 //! user, and its shape may change with any release.
 
+use std::any::Any;
 use std::cell::{Cell, RefCell};
 
 use wasmsched_api::batch::{filter_batch, score_batch};
-use wasmsched_api::{Node, Plugin, Stages, Task};
+use wasmsched_api::{Filter, Node, Plugin, Score, Stages, Task};
 
 use crate::candidates::{missing_slot, resolve, resolved};
 
@@ -26,9 +27,15 @@ pub use bindings::exports::wasmsched::policy::{
 };
 use bindings::wasmsched::policy::{host, topology as wit_topology, types as wit};
 
+/// The plugin as the glue holds it: its stages as trait objects, and its concrete type for the
+/// stages the export macro dispatches statically ([`filter_static`], [`score_static`]).
+trait Held: Stages + Any {}
+
+impl<T: Stages + Any> Held for T {}
+
 /// Everything the guest keeps between calls.
 struct State {
-    plugin: Option<Box<dyn Stages>>,
+    plugin: Option<Box<dyn Held>>,
     /// The node mirror, by host slot.
     nodes: Vec<Option<Node>>,
     generation: u64,
@@ -99,7 +106,7 @@ pub(crate) fn link(node: &str, a: u32, b: u32) -> Option<wasmsched_api::topology
 }
 
 /// `plugin.init`: build the plugin from its configuration.
-pub fn init<P: Plugin + Stages>(config: String) -> Result<plugin::PluginInfo, String> {
+pub fn init<P: Plugin + Stages + Any>(config: String) -> Result<plugin::PluginInfo, String> {
     // A panic aborts (traps) on wasm32; report its message first so the host can attribute it.
     std::panic::set_hook(Box::new(|info| host::log(host::LogLevel::Error, &format!("panic: {info}"))));
     let mut p = P::new(&config)?;
@@ -183,6 +190,16 @@ fn with_plugin<R>(f: impl FnOnce(&mut dyn Stages, &[Option<Node>], u64) -> Resul
     })
 }
 
+/// [`with_plugin`] with the plugin as its concrete type `P` (what `init::<P>` stored).
+fn with_concrete<P: Any, R>(f: impl FnOnce(&mut P, &[Option<Node>], u64) -> Result<R, String>) -> Result<R, String> {
+    STATE.with_borrow_mut(|s| {
+        let State { plugin, nodes, generation, .. } = s;
+        let plugin: &mut dyn Any = plugin.as_deref_mut().ok_or("plugin called before init")?;
+        let plugin = plugin.downcast_mut::<P>().ok_or("plugin state holds another type")?;
+        f(plugin, nodes, *generation)
+    })
+}
+
 /// `filter.filter`.
 pub fn filter(task: wit::Task, candidates: Vec<u32>) -> Result<filter::FilterResult, String> {
     let task: Task = convert::task(task);
@@ -195,6 +212,33 @@ pub fn filter(task: wit::Task, candidates: Vec<u32>) -> Result<filter::FilterRes
             codes: batch.codes,
             reasons: batch.reasons.into_iter().map(convert::rejection).collect(),
         })
+    })
+}
+
+/// `filter.filter` for a plugin type that implements [`Filter`]: the same answer as [`filter`],
+/// with the plugin's `filter` called statically, so that LLVM can inline it into the batch loop.
+/// In Wasm every function entry and loop header also checks the epoch deadline, so a verdict
+/// computed without calls costs fewer checks per node.
+pub fn filter_static<P: Filter + Any>(task: wit::Task, candidates: Vec<u32>) -> Result<filter::FilterResult, String> {
+    let task: Task = convert::task(task);
+    with_concrete::<P, _>(|p, nodes, generation| {
+        let missing = Cell::new(None);
+        let batch = filter_batch(p, &task, resolved(nodes, &candidates, &missing));
+        missing_slot(&missing, generation)?;
+        Ok(filter::FilterResult {
+            codes: batch.codes,
+            reasons: batch.reasons.into_iter().map(convert::rejection).collect(),
+        })
+    })
+}
+
+/// `score.score`, statically dispatched (see [`filter_static`]).
+pub fn score_static<P: Score + Any>(task: wit::Task, candidates: Vec<u32>) -> Result<Vec<u32>, String> {
+    let task: Task = convert::task(task);
+    with_concrete::<P, _>(|p, nodes, generation| {
+        let missing = Cell::new(None);
+        let scores = score_batch(p, &task, resolved(nodes, &candidates, &missing));
+        missing_slot(&missing, generation).map(|()| scores)
     })
 }
 
@@ -312,7 +356,7 @@ pub fn compute_changed(
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __export_component {
-    ($ty:ty) => {
+    ($ty:ty : $($stage:ident),+) => {
         const _: () = {
             use $crate::__private as __p;
             struct __WasmschedComponent;
@@ -342,12 +386,20 @@ macro_rules! __export_component {
                     task: __p::bindings::wasmsched::policy::types::Task,
                     candidates: Vec<u32>,
                 ) -> Result<__p::filter::FilterResult, String> {
-                    __p::filter(task, candidates)
+                    $crate::__if_stage!(filter [$($stage)+] {
+                        __p::filter_static::<$ty>(task, candidates)
+                    } else {
+                        __p::filter(task, candidates)
+                    })
                 }
             }
             impl __p::score::Guest for __WasmschedComponent {
                 fn score(task: __p::bindings::wasmsched::policy::types::Task, candidates: Vec<u32>) -> Result<Vec<u32>, String> {
-                    __p::score(task, candidates)
+                    $crate::__if_stage!(score [$($stage)+] {
+                        __p::score_static::<$ty>(task, candidates)
+                    } else {
+                        __p::score(task, candidates)
+                    })
                 }
             }
             impl __p::select_devices::Guest for __WasmschedComponent {
