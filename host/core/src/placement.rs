@@ -470,11 +470,11 @@ pub struct Sampled {
     pub examined: usize,
 }
 
-/// [`place`] that stops filtering once `find` feasible nodes are known, scanning the occupied slots
-/// from position `start` (wrapping), in windows of the still-missing count (at least 32, so a
-/// mostly-infeasible cluster costs few calls). Deterministic for a given `start`; the caller
-/// rotates it by `examined` between decisions, as kube-scheduler does, so every node is considered
-/// in turn.
+/// [`place`] among the first `find` feasible nodes in scan order: the occupied slots from position
+/// `start`, wrapping (kube-scheduler's rule). `examined` counts the nodes up to and including the
+/// `find`-th feasible one (all of them when fewer fit); the caller rotates `start` by it between
+/// decisions, as kube-scheduler does, so every node is considered in turn. Deterministic for a
+/// given `start`, and independent of how the scan is cut into filter calls ([`next_window`]).
 pub fn place_sampled(
     set: &PolicySet,
     nodes: &NodeTable,
@@ -500,21 +500,50 @@ pub fn place_sampled_among(
     let ctx = CallContext { worker, nodes };
     let n = candidates.len();
     let mut run = Run { diagnosis: Diagnosis::default(), skipped: Vec::new() };
+    let want = find.max(1);
     let mut feasible = Vec::new();
     let mut examined = 0;
-    while examined < n && feasible.len() < find.max(1) {
-        let window = (find.max(1) - feasible.len()).max(32).min(n - examined);
-        let chunk: Vec<Slot> = (examined..examined + window).map(|i| candidates[(start + i) % n]).collect();
-        examined += window;
-        run.diagnosis.candidates = examined;
-        match run.filter_chain(set, ctx, task, chunk) {
-            Ok(mut f) => feasible.append(&mut f),
-            Err(u) => return Sampled { result: Err(u), examined },
+    while examined < n && feasible.len() < want {
+        let window = next_window(want - feasible.len(), examined, feasible.len()).min(n - examined);
+        let at = |i: usize| candidates[(start + examined + i) % n];
+        let chunk: Vec<Slot> = (0..window).map(at).collect();
+        run.diagnosis.candidates = examined + window;
+        let mut fit = match run.filter_chain(set, ctx, task, chunk) {
+            Ok(fit) => fit,
+            Err(u) => return Sampled { result: Err(u), examined: examined + window },
+        };
+        let missing = want - feasible.len();
+        if fit.len() >= missing {
+            // Stop at the `want`-th feasible node: nodes after it in this window were filtered
+            // only because the window was sized by an estimate, and do not count.
+            fit.truncate(missing);
+            let last = fit[missing - 1];
+            examined += (0..window).position(|i| at(i) == last).map_or(window, |i| i + 1);
+        } else {
+            examined += window;
         }
+        feasible.append(&mut fit);
     }
+    run.diagnosis.candidates = examined;
     // Slot order keeps the lowest-slot tie-break independent of where the scan started.
     feasible.sort_unstable();
     Sampled { result: run.choose(set, ctx, task, feasible), examined }
+}
+
+/// How many nodes the next filter call of a sampled scan covers, given the feasible nodes still
+/// `missing` and `found` among the `examined` so far. The first call covers `missing` (at least
+/// 32); later ones the count the feasible share seen so far predicts, plus a quarter, so that a
+/// cluster where few nodes fit costs a few calls rather than one per 32 nodes (each call lowers the
+/// task into every Wasm plugin again); with nothing found yet the scan doubles. Only the cost
+/// depends on it: nodes past the last one needed are dropped ([`place_sampled_among`]).
+fn next_window(missing: usize, examined: usize, found: usize) -> usize {
+    const MIN_WINDOW: usize = 32;
+    let predicted = match (examined, found) {
+        (0, _) => missing,
+        (_, 0) => examined,
+        _ => (missing * examined).div_ceil(found) * 5 / 4,
+    };
+    predicted.max(MIN_WINDOW)
 }
 
 /// State of one placement attempt.
@@ -705,8 +734,8 @@ mod tests {
             Task { gpu: GpuRequest { count: 1, milli_per_gpu: 1000, ..Default::default() }, ..Default::default() };
         let s = place_sampled(&set(), &t, &gpu, 0, 0, 50);
         // Slots 0, 10, ..., 490 fit: the 50th feasible node is the 491st examined.
-        assert!(s.examined >= 491, "only every 10th node fits: {}", s.examined);
-        assert!(s.result.unwrap().feasible >= 50);
+        assert_eq!(s.examined, 491, "only every 10th node fits");
+        assert_eq!(s.result.unwrap().feasible, 50);
         let big =
             Task { gpu: GpuRequest { count: 2, milli_per_gpu: 1000, ..Default::default() }, ..Default::default() };
         let s = place_sampled(&set(), &t, &big, 0, 123, 100);
@@ -714,6 +743,77 @@ mod tests {
         let e = s.result.unwrap_err();
         assert_eq!(e, place(&set(), &t, &big, 0).unwrap_err());
         assert_eq!(e.diagnosis.candidates, 1000);
+    }
+
+    /// Filter calls a scan of `n` nodes makes when every `every`-th fits (0: none), looking for `want`.
+    fn calls(n: usize, every: usize, want: usize) -> usize {
+        let fits_before = |k: usize| if every == 0 { 0 } else { k.div_ceil(every) };
+        let (mut examined, mut calls) = (0, 0);
+        while examined < n && fits_before(examined) < want {
+            examined += next_window(want - fits_before(examined), examined, fits_before(examined)).min(n - examined);
+            calls += 1;
+        }
+        calls
+    }
+
+    #[test]
+    fn a_sparse_cluster_costs_a_few_filter_calls_not_one_per_32_nodes() {
+        assert_eq!(calls(5000, 1, 500), 1, "everything fits: one call");
+        // Windows of the missing count (at least 32) took 1 + 441 / 32 = 15 calls here.
+        assert!(calls(5000, 10, 50) <= 3, "{}", calls(5000, 10, 50));
+        assert!(calls(5000, 3, 500) <= 3, "{}", calls(5000, 3, 500));
+        // Nothing fits: the window doubles, ~log2(5000 / 32) calls instead of 157.
+        assert!(calls(5000, 0, 500) <= 9, "{}", calls(5000, 0, 500));
+    }
+
+    /// The sampled scan must pick exactly what placing among the first `find` feasible nodes in scan
+    /// order picks, whatever sizes the filter calls had: checked against a node-by-node scan.
+    #[test]
+    fn sampling_places_among_the_first_feasible_nodes_in_scan_order() {
+        let mut t = NodeTable::new();
+        for i in 0..700u64 {
+            let gpu = i % 3 == 0 || i % 7 == 0;
+            t.upsert(Node {
+                name: format!("n{i:04}"),
+                allocatable: Resources {
+                    cpu_milli: 8000,
+                    memory_bytes: 1 << 36,
+                    gpu_milli: if gpu { 1000 } else { 0 },
+                    extended: vec![],
+                },
+                allocated: Resources { cpu_milli: (i * 37 % 8) * 1000, ..Default::default() },
+                gpus: if gpu {
+                    vec![GpuDevice { index: 0, free_milli: [1000, 0, 500][(i % 5 % 3) as usize], ..Default::default() }]
+                        .into()
+                } else {
+                    Vec::new().into()
+                },
+                ..Default::default()
+            });
+        }
+        let occupied = t.occupied().to_vec();
+        let cpu = Task { request: Resources { cpu_milli: 3000, ..Default::default() }, ..Default::default() };
+        let gpu =
+            Task { gpu: GpuRequest { count: 1, milli_per_gpu: 1000, ..Default::default() }, ..Default::default() };
+        let scored = {
+            let score = NativePlugin::<wasmsched_plugin_allocation_score::AllocationScore>::new("", 1).unwrap();
+            let fit = NativePlugin::<wasmsched_plugin_resource_fit::ResourceFit>::new("", 1).unwrap();
+            PolicySet::builder().filter(Arc::new(fit)).score(Arc::new(score), 1).build()
+        };
+        for task in [&cpu, &gpu] {
+            for (start, find) in [(0, 100), (123, 100), (650, 40), (5, 1), (0, 700), (399, 250)] {
+                let sampled = place_sampled(&scored, &t, task, 0, start, find);
+                let order: Vec<Slot> = (0..occupied.len()).map(|i| occupied[(start + i) % occupied.len()]).collect();
+                let verdicts = filter_each(&scored, &t, task, 0, &order).unwrap();
+                let fits: Vec<usize> = (0..order.len()).filter(|&i| verdicts[i].is_none()).take(find).collect();
+                let examined = if fits.len() == find { fits[find - 1] + 1 } else { order.len() };
+                assert_eq!(sampled.examined, examined, "start {start}, find {find}");
+                // Ties go to the lowest slot, wherever the scan started.
+                let mut chosen: Vec<Slot> = fits.iter().map(|&i| order[i]).collect();
+                chosen.sort_unstable();
+                assert_eq!(sampled.result, place_among(&scored, &t, task, 0, &chosen), "start {start}, find {find}");
+            }
+        }
     }
 
     #[test]
