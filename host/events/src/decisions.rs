@@ -27,6 +27,7 @@ pub struct Decision<'a> {
 
 /// Publish `d` on `sink` (if any), stamped with `time` (now when none): a `task-scheduled` event,
 /// or `task-unschedulable` plus one `plugin-fault` per fault seen.
+#[inline]
 pub fn publish(sink: Option<&EventSink>, time: Option<Timestamp>, d: Decision<'_>, policy: &PolicySetRef) {
     let Some(sink) = sink else { return };
     let time = time.unwrap_or_else(Timestamp::now);
@@ -67,6 +68,7 @@ pub fn publish_alert(
 }
 
 /// How events name a task.
+#[inline]
 pub fn task_ref(task: &Task) -> TaskRef {
     TaskRef {
         id: task.id.clone(),
@@ -78,6 +80,7 @@ pub fn task_ref(task: &Task) -> TaskRef {
 }
 
 /// The `task-scheduled` event of a placement on `node`.
+#[inline]
 pub fn scheduled(
     task: &Task,
     node: &str,

@@ -349,6 +349,7 @@ impl Outbox {
 
     /// Hold `event`: in memory if there is room and nothing is waiting on disk, else on disk, else
     /// nowhere (the caller counts the drop).
+    #[inline]
     pub fn push(&mut self, event: Pending) -> Pushed {
         if !self.spilling() && self.mem.len() + self.taken < self.config.max_events {
             self.mem.push_back(Item { body: Body::Pending(event), segment: None });

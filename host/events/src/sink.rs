@@ -187,6 +187,7 @@ impl EventSink {
     /// Emit an event stamped with `time` (the simulator passes virtual time). Never blocks on
     /// I/O: if the outbox is full the event is dropped and counted, and an `events-dropped` event
     /// reports the gap once there is room.
+    #[inline]
     pub fn emit_at(&self, time: Timestamp, payload: Payload) {
         let shared = &self.shared;
         shared.counters.emitted.fetch_add(1, Ordering::Relaxed);
@@ -267,6 +268,7 @@ impl EventSink {
 }
 
 impl Shared {
+    #[inline]
     fn pending(&self, time: Timestamp, payload: Payload) -> Pending {
         Pending { seq: self.next_seq.fetch_add(1, Ordering::Relaxed), time, payload }
     }
