@@ -200,23 +200,12 @@ fn with_concrete<P: Any, R>(f: impl FnOnce(&mut P, &[Option<Node>], u64) -> Resu
     })
 }
 
-/// `filter.filter`.
-pub fn filter(task: wit::Task, candidates: Vec<u32>) -> Result<filter::FilterResult, String> {
-    let task: Task = convert::task(task);
-    with_plugin(|p, nodes, generation| {
-        let f = p.as_filter().ok_or_else(|| not_implemented("filter"))?;
-        let missing = Cell::new(None);
-        let batch = filter_batch(f, &task, resolved(nodes, &candidates, &missing));
-        missing_slot(&missing, generation)?;
-        Ok(filter::FilterResult {
-            codes: batch.codes,
-            reasons: batch.reasons.into_iter().map(convert::rejection).collect(),
-        })
-    })
+/// A `filter` or `score` export of a plugin that does not list that stage in `export_plugin!`.
+pub fn not_listed<R>(stage: &str) -> Result<R, String> {
+    Err(not_implemented(stage))
 }
 
-/// `filter.filter` for a plugin type that implements [`Filter`]: the same answer as [`filter`],
-/// with the plugin's `filter` called statically, so that LLVM can inline it into the batch loop.
+/// `filter.filter` for a plugin type that implements [`Filter`], its `filter` called statically, so that LLVM can inline it into the batch loop.
 /// In Wasm every function entry and loop header also checks the epoch deadline, so a verdict
 /// computed without calls costs fewer checks per node.
 pub fn filter_static<P: Filter + Any>(task: wit::Task, candidates: Vec<u32>) -> Result<filter::FilterResult, String> {
@@ -238,17 +227,6 @@ pub fn score_static<P: Score + Any>(task: wit::Task, candidates: Vec<u32>) -> Re
     with_concrete::<P, _>(|p, nodes, generation| {
         let missing = Cell::new(None);
         let scores = score_batch(p, &task, resolved(nodes, &candidates, &missing));
-        missing_slot(&missing, generation).map(|()| scores)
-    })
-}
-
-/// `score.score`.
-pub fn score(task: wit::Task, candidates: Vec<u32>) -> Result<Vec<u32>, String> {
-    let task: Task = convert::task(task);
-    with_plugin(|p, nodes, generation| {
-        let s = p.as_score().ok_or_else(|| not_implemented("score"))?;
-        let missing = Cell::new(None);
-        let scores = score_batch(s, &task, resolved(nodes, &candidates, &missing));
         missing_slot(&missing, generation).map(|()| scores)
     })
 }
@@ -389,7 +367,10 @@ macro_rules! __export_component {
                     $crate::__if_stage!(filter [$($stage)+] {
                         __p::filter_static::<$ty>(task, candidates)
                     } else {
-                        __p::filter(task, candidates)
+                        {
+                            let _ = (task, candidates);
+                            __p::not_listed("filter")
+                        }
                     })
                 }
             }
@@ -398,7 +379,10 @@ macro_rules! __export_component {
                     $crate::__if_stage!(score [$($stage)+] {
                         __p::score_static::<$ty>(task, candidates)
                     } else {
-                        __p::score(task, candidates)
+                        {
+                            let _ = (task, candidates);
+                            __p::not_listed("score")
+                        }
                     })
                 }
             }
