@@ -524,7 +524,8 @@ pub fn place_sampled_among(
         }
         feasible.append(&mut fit);
     }
-    run.diagnosis.candidates = examined;
+    // `diagnosis.candidates` stays the count filtered (past the cut too): the rejection counts
+    // it explains cover every node a filter saw.
     // Slot order keeps the lowest-slot tie-break independent of where the scan started.
     feasible.sort_unstable();
     Sampled { result: run.choose(set, ctx, task, feasible), examined }

@@ -205,9 +205,10 @@ pub fn not_listed<R>(stage: &str) -> Result<R, String> {
     Err(not_implemented(stage))
 }
 
-/// `filter.filter` for a plugin type that implements [`Filter`], its `filter` called statically, so that LLVM can inline it into the batch loop.
-/// In Wasm every function entry and loop header also checks the epoch deadline, so a verdict
-/// computed without calls costs fewer checks per node.
+/// `filter.filter` for a plugin type that implements [`Filter`], its `filter` called statically so
+/// that LLVM can inline it into the batch loop: in Wasm every function entry also checks the stack
+/// and the epoch deadline. (Native runners get the same through `Stages::filter_nodes`, over a
+/// slice; here the mirror is walked lazily instead, without collecting the nodes first.)
 pub fn filter_static<P: Filter + Any>(task: wit::Task, candidates: Vec<u32>) -> Result<filter::FilterResult, String> {
     let task: Task = convert::task(task);
     with_concrete::<P, _>(|p, nodes, generation| {
