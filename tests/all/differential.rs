@@ -1,5 +1,7 @@
 //! The reference policies give identical verdicts, scores and placements natively and as
-//! components, on randomised clusters that change between calls (exercising the mirror deltas).
+//! components, on randomised clusters that change between calls (exercising the mirror deltas),
+//! whether the components are called through `placement` (usage changes along, brief tasks) or
+//! through the plain stage exports.
 
 use std::sync::Arc;
 
@@ -13,6 +15,11 @@ use wasmsched_sim::generate::{self, Rng};
 struct Pair {
     native: Arc<dyn PolicyPlugin>,
     wasm: Arc<dyn PolicyPlugin>,
+}
+
+/// The same component loaded on a runtime that ignores `placement`.
+fn plain_calls(rt: &Runtime) -> Vec<Arc<dyn PolicyPlugin>> {
+    pairs(rt).into_iter().map(|p| p.wasm).collect()
 }
 
 fn pairs(rt: &Runtime) -> Vec<Pair> {
@@ -55,7 +62,8 @@ fn with_affinity(rng: &mut Rng, mut task: wasmsched_api::Task) -> wasmsched_api:
     task
 }
 
-/// Random edits: change allocations, cordon, remove and add nodes.
+/// Random edits: change allocations (usage-only changes, which go along with `placement` calls or
+/// as `mirror-usage` calls), cordon, remove and add nodes.
 fn churn(rng: &mut Rng, table: &mut NodeTable, round: usize) {
     let slots: Vec<u32> = table.slots().collect();
     for _ in 0..rng.below(20) {
@@ -65,7 +73,7 @@ fn churn(rng: &mut Rng, table: &mut NodeTable, round: usize) {
         }
         match rng.below(4) {
             0 => {
-                table.update(s, |n| n.allocated.cpu_milli = rng.below(n.allocatable.cpu_milli + 1));
+                table.update_usage(s, |n| n.allocated.cpu_milli = rng.below(n.allocatable.cpu_milli + 1));
             }
             1 => {
                 table.update(s, |n| n.unschedulable = !n.unschedulable);
@@ -75,7 +83,7 @@ fn churn(rng: &mut Rng, table: &mut NodeTable, round: usize) {
                 table.remove(&name);
             }
             _ => {
-                table.update(s, |n| {
+                table.update_usage(s, |n| {
                     n.gpus.update(|gpus| {
                         if let Some(g) = gpus.first_mut() {
                             g.free_milli = 0;
@@ -94,6 +102,8 @@ fn churn(rng: &mut Rng, table: &mut NodeTable, round: usize) {
 fn native_and_wasm_agree_on_random_clusters() {
     let rt = Runtime::new(RuntimeConfig { workers: 2, ..Default::default() }).unwrap();
     let pairs = pairs(&rt);
+    let plain_rt = Runtime::new(RuntimeConfig { workers: 2, placement_calls: false, ..Default::default() }).unwrap();
+    let plain = plain_calls(&plain_rt);
     let mut compared = 0;
     for seed in 0..6u64 {
         let mut rng = Rng::new(seed);
@@ -105,15 +115,19 @@ fn native_and_wasm_agree_on_random_clusters() {
             let worker = round % 2;
             let ctx = CallContext { worker, nodes: &table };
             let slots: Vec<u32> = table.slots().collect();
-            for pair in &pairs {
+            for (pair, plain) in pairs.iter().zip(&plain) {
                 if pair.native.stages().contains(&wasmsched_api::Stage::Filter) {
                     let a = pair.native.filter(ctx, &task, &slots).unwrap();
                     let b = pair.wasm.filter(ctx, &task, &slots).unwrap();
                     assert_eq!(a, b, "{} filter differs (seed {seed}, round {round})", pair.wasm.name());
+                    let c = plain.filter(ctx, &task, &slots).unwrap();
+                    assert_eq!(a, c, "{} filter differs in plain calls (seed {seed}, round {round})", plain.name());
                 } else {
                     let a = pair.native.score(ctx, &task, &slots).unwrap();
                     let b = pair.wasm.score(ctx, &task, &slots).unwrap();
                     assert_eq!(a, b, "{} score differs (seed {seed}, round {round})", pair.wasm.name());
+                    let c = plain.score(ctx, &task, &slots).unwrap();
+                    assert_eq!(a, c, "{} score differs in plain calls (seed {seed}, round {round})", plain.name());
                 }
                 compared += slots.len();
             }

@@ -2,7 +2,10 @@
 
 use std::sync::Arc;
 
-use wasmsched_api::{GpuDevice, GpuRequest, Node, QueueState, Resources, Stage, Task};
+use wasmsched_api::{
+    GpuDevice, GpuRequest, Node, NodeSelectorTerm, PreferredTerm, QueueState, Resources, Stage, Task, Toleration,
+    TolerationOperator,
+};
 use wasmsched_core::{CallContext, FailurePolicy, FaultKind, NodeTable, PolicyPlugin, PolicySet, place};
 use wasmsched_runtime::{BreakerConfig, PluginConfig, Runtime, RuntimeConfig};
 use wasmsched_tests::fixtures;
@@ -28,9 +31,20 @@ fn gpu_task(id: &str) -> Task {
     }
 }
 
+/// Runtimes that call a component's `placement` export (the default) and that ignore it: the raw
+/// fixture answers the same garbage through both.
+fn both_call_paths() -> [Runtime; 2] {
+    [true, false].map(|placement_calls| Runtime::new(RuntimeConfig { placement_calls, ..Default::default() }).unwrap())
+}
+
 #[test]
 fn garbage_from_raw_bindings_is_bad_output() {
-    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    for rt in both_call_paths() {
+        garbage_is_bad_output(&rt);
+    }
+}
+
+fn garbage_is_bad_output(rt: &Runtime) {
     let table = gpu_nodes(4);
     let ctx = CallContext { worker: 0, nodes: &table };
     let slots: Vec<u32> = table.slots().collect();
@@ -64,7 +78,12 @@ fn garbage_from_raw_bindings_is_bad_output() {
 
 #[test]
 fn usage_changes_reach_mirrors_alone_a_refusal_resends_everything_and_older_components_get_upserts() {
-    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    for rt in both_call_paths() {
+        usage_changes_reach_mirrors(&rt);
+    }
+}
+
+fn usage_changes_reach_mirrors(rt: &Runtime) {
     let mut table = gpu_nodes(3);
     let slots: Vec<u32> = table.slots().collect();
     let fits = |p: &dyn PolicyPlugin, table: &NodeTable| -> Vec<bool> {
@@ -106,6 +125,69 @@ fn usage_changes_reach_mirrors_alone_a_refusal_resends_everything_and_older_comp
         queues.push(QueueState { name: format!("late{step}"), weight: 1, request: gpus(step), ..Default::default() });
         let d = legacy.fair_share(0, &queues, &Resources::default()).unwrap();
         assert_eq!(d.deserved, queues.iter().map(|q| q.request.clone()).collect::<Vec<_>>(), "step {step}");
+    }
+}
+
+#[test]
+fn placement_sends_a_task_brief_only_when_every_list_is_empty() {
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let table = gpu_nodes(2);
+    let ctx = CallContext { worker: 0, nodes: &table };
+    let slots: Vec<u32> = table.slots().collect();
+    // The fixture's `placement.filter` fails for a brief task and passes a full one.
+    let raw = rt
+        .load(&fixtures::read(fixtures::RAW_GARBAGE), PluginConfig::new("raw").with_config("brief-task-error"))
+        .unwrap();
+    let fault = raw.filter(ctx, &gpu_task("t"), &slots).unwrap_err();
+    assert_eq!(fault.kind, FaultKind::GuestError);
+    assert!(fault.message.contains("the task came brief"), "{fault}");
+    let one_list_each: [fn(&mut Task); 6] = [
+        |t| t.request.extended = vec![("rdma/hca".into(), 1)],
+        |t| t.gpu.models = vec!["H100".into()],
+        |t| t.node_selector = vec![("zone".into(), "a".into())],
+        |t| t.node_affinity.required = vec![NodeSelectorTerm::default()],
+        |t| t.node_affinity.preferred = vec![PreferredTerm { weight: 1, preference: NodeSelectorTerm::default() }],
+        |t| t.tolerations = vec![Toleration { operator: TolerationOperator::Exists, ..Default::default() }],
+    ];
+    for (i, set) in one_list_each.iter().enumerate() {
+        let mut task = gpu_task("t");
+        set(&mut task);
+        assert!(raw.filter(ctx, &task, &slots).is_ok(), "list {i} set: the task goes in full");
+    }
+    // Host-only fields are never sent, so they do not make a task full.
+    let mut labelled = gpu_task("t");
+    labelled.labels = vec![("app".into(), "x".into())];
+    assert!(raw.filter(ctx, &labelled, &slots).is_err());
+    // A runtime that ignores `placement` calls the plain export, which has no such mode.
+    let plain = Runtime::new(RuntimeConfig { placement_calls: false, ..Default::default() }).unwrap();
+    let raw = plain
+        .load(&fixtures::read(fixtures::RAW_GARBAGE), PluginConfig::new("raw").with_config("brief-task-error"))
+        .unwrap();
+    assert!(raw.filter(ctx, &gpu_task("t"), &slots).is_ok());
+}
+
+#[test]
+fn many_usage_changes_at_once_all_reach_the_mirror() {
+    // More changed nodes than go along with one `placement` call: the rest go in `mirror-usage`
+    // calls first. Either way the filter sees every change.
+    for rt in both_call_paths() {
+        let mut table = gpu_nodes(150);
+        let slots: Vec<u32> = table.slots().collect();
+        let fit = rt.load(wasmsched_plugins::RESOURCE_FIT.wasm, crate::unhurried("resource-fit")).unwrap();
+        let fits = |table: &NodeTable| -> usize {
+            let batch = fit.filter(CallContext { worker: 0, nodes: table }, &gpu_task("t"), &slots).unwrap();
+            batch.codes.iter().filter(|c| **c == 0).count()
+        };
+        assert_eq!(fits(&table), 150);
+        for &s in &slots[..120] {
+            table.update_usage(s, |n| n.gpus.update(|g| g[0].free_milli = 0));
+        }
+        assert_eq!(fits(&table), 30);
+        for &s in &slots[..3] {
+            table.update_usage(s, |n| n.gpus.update(|g| g[0].free_milli = 1000));
+        }
+        assert_eq!(fits(&table), 33);
+        assert_eq!(fit.metrics().instances_discarded(), 0);
     }
 }
 

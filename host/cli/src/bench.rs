@@ -75,6 +75,11 @@ pub struct Args {
     /// only: without deadlines nothing stops a plugin that loops.
     #[arg(long)]
     compare_deadlines: bool,
+    /// Also run the Wasm policy set on a runtime that ignores the plugins' `placement` export
+    /// (usage changes in calls of their own, every task in full: how components without it are
+    /// called), to measure what it saves in the same run.
+    #[arg(long)]
+    compare_placement: bool,
     /// Draw the pods from this many distinct pod specs (like the replicas of a few Deployments;
     /// scheduler_perf's basic case is 1) instead of a fresh random spec per pod.
     #[arg(long)]
@@ -130,6 +135,9 @@ struct Report {
     /// The same with the Wasm set on a runtime without deadlines (`--compare-deadlines`).
     #[serde(skip_serializing_if = "Option::is_none")]
     unbounded_over_native: Option<f64>,
+    /// The same with the Wasm set called without `placement` (`--compare-placement`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    plain_calls_over_native: Option<f64>,
     /// Per runtime: the median over repetitions of pods/s with events over pods/s without, each
     /// pair run back to back.
     events_on_over_off: Vec<(&'static str, f64)>,
@@ -487,6 +495,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .context("starting the Wasm runtime without deadlines")?;
     let unbounded =
         unbounded_runtime.as_ref().map(|rt| policy_set(Some(rt), &args.score, args.seed, &[])).transpose()?;
+    let plain_runtime = (!args.native_only && args.compare_placement)
+        .then(|| Runtime::new(RuntimeConfig { placement_calls: false, ..crate::policy::runtime_config() }))
+        .transpose()
+        .context("starting the Wasm runtime without placement calls")?;
+    let plain = plain_runtime.as_ref().map(|rt| policy_set(Some(rt), &args.score, args.seed, &[])).transpose()?;
     let sink = args.sink.open("bench")?;
     let destination = args
         .sink
@@ -502,6 +515,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     if let Some(u) = &unbounded {
         runtimes.push(("wasm, no deadlines", u.clone()));
+    }
+    if let Some(p) = &plain {
+        runtimes.push(("wasm, plain calls", p.clone()));
     }
     if args.compare_verdict_reuse {
         runtimes.push(("native, no verdict reuse", natives.without_verdict_reuse()));
@@ -604,6 +620,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let get = |rt: &str| runs.iter().find(|m| m.runtime == rt && !m.events).map(|m| m.pods_per_second);
     let wasm_over_native = get("wasm").zip(get("native")).map(|(w, n)| w / n);
     let unbounded_over_native = get("wasm, no deadlines").zip(get("native")).map(|(w, n)| w / n);
+    let plain_calls_over_native = get("wasm, plain calls").zip(get("native")).map(|(w, n)| w / n);
     let events_on_over_off = runtimes
         .iter()
         .zip(pair_ratios)
@@ -624,6 +641,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         runs,
         wasm_over_native,
         unbounded_over_native,
+        plain_calls_over_native,
         events_on_over_off,
         events_interleaved,
         gangs,
@@ -660,6 +678,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     if let Some(r) = report.unbounded_over_native {
         println!("Wasm without deadlines / native throughput: {r:.3} (what epoch checks cost: measurement only)");
+    }
+    if let Some(r) = report.plain_calls_over_native {
+        println!("Wasm without placement calls / native throughput: {r:.3} (components without `placement`)");
     }
     for (rt, r) in &report.events_on_over_off {
         println!("{rt}: events on / off throughput, whole runs paired: {r:.3} ({:+.1} %)", (r - 1.0) * 100.0);

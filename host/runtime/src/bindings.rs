@@ -9,7 +9,7 @@ use wasmsched::policy::types as wit;
 use wasmsched_api as api;
 
 pub(crate) use exports::wasmsched::policy::{
-    fair_share, fair_share_delta, filter, mirror, mirror_usage, plugin, preempt, score, select_devices,
+    fair_share, fair_share_delta, filter, mirror, mirror_usage, placement, plugin, preempt, score, select_devices,
 };
 
 pub(crate) fn resources(r: &api::Resources) -> wit::Resources {
@@ -89,11 +89,7 @@ pub(crate) fn task(t: &api::Task) -> wit::Task {
         group: t.group.clone(),
         queue: t.queue.clone(),
         priority: t.priority,
-        qos: match t.qos {
-            api::Qos::Guaranteed => wit::Qos::Guaranteed,
-            api::Qos::Burstable => wit::Qos::Burstable,
-            api::Qos::BestEffort => wit::Qos::BestEffort,
-        },
+        qos: qos(t.qos),
         request: resources(&t.request),
         gpu: wit::GpuRequest {
             count: t.gpu.count,
@@ -116,6 +112,42 @@ pub(crate) fn task(t: &api::Task) -> wit::Task {
                 effect: x.effect.map(taint_effect),
             })
             .collect(),
+    }
+}
+
+/// `placement`'s form of `t`: brief when every list the contract sends is empty (the host-only
+/// `labels` and `pod_affinity` are never sent).
+pub(crate) fn stage_task(t: &api::Task) -> placement::StageTask {
+    let brief = t.request.extended.is_empty()
+        && t.gpu.models.is_empty()
+        && t.node_selector.is_empty()
+        && t.node_affinity.required.is_empty()
+        && t.node_affinity.preferred.is_empty()
+        && t.tolerations.is_empty();
+    if !brief {
+        return placement::StageTask::Full(task(t));
+    }
+    placement::StageTask::Brief(placement::BriefTask {
+        id: t.id.clone(),
+        namespace: t.namespace.clone(),
+        group: t.group.clone(),
+        queue: t.queue.clone(),
+        priority: t.priority,
+        qos: qos(t.qos),
+        cpu_milli: t.request.cpu_milli,
+        memory_bytes: t.request.memory_bytes,
+        gpu_milli: t.request.gpu_milli,
+        gpu_count: t.gpu.count,
+        milli_per_gpu: t.gpu.milli_per_gpu,
+        memory_bytes_per_gpu: t.gpu.memory_bytes_per_gpu,
+    })
+}
+
+fn qos(q: api::Qos) -> wit::Qos {
+    match q {
+        api::Qos::Guaranteed => wit::Qos::Guaranteed,
+        api::Qos::Burstable => wit::Qos::Burstable,
+        api::Qos::BestEffort => wit::Qos::BestEffort,
     }
 }
 

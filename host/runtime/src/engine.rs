@@ -33,6 +33,11 @@ pub struct RuntimeConfig {
     /// measuring what the checks cost (`bench --compare-deadlines`), never for plugins one does not
     /// trust.
     pub deadlines: bool,
+    /// Call a component's `placement` export when it has one (the default): usage changes ride
+    /// along with `filter` and `score`, and tasks with empty lists go brief. Off, every component
+    /// is called as one without it (`mirror-usage`, then `filter` or `score`): for measuring what
+    /// it saves in one run (`bench --compare-placement`) and for testing both paths.
+    pub placement_calls: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -43,6 +48,7 @@ impl Default for RuntimeConfig {
             deterministic: false,
             cache_dir: None,
             deadlines: true,
+            placement_calls: true,
         }
     }
 }

@@ -14,7 +14,7 @@ use wasmtime::component::InstancePre;
 use wasmtime::{Engine, Store, Trap};
 
 use crate::bindings::{
-    self, fair_share, fair_share_delta, filter, mirror, mirror_usage, plugin, preempt, score, select_devices,
+    self, fair_share, fair_share_delta, filter, mirror, mirror_usage, placement, plugin, preempt, score, select_devices,
 };
 use crate::breaker::{Breaker, BreakerConfig};
 use crate::cache::sha256_hex;
@@ -38,6 +38,9 @@ const DETERMINISTIC_BACKSTOP: Duration = Duration::from_secs(30);
 const INIT_BUDGET: Duration = Duration::from_secs(1);
 /// Nodes per `mirror.upsert` call during a full sync; bounds the size of one call.
 const SYNC_CHUNK: usize = 512;
+/// Usage changes of at most this many nodes ride along with a `placement` call; more (a mirror
+/// catching up after a while) go in `mirror-usage` calls of their own, each with its own budget.
+const DEFER_USAGE: usize = 64;
 /// Longest fault message kept.
 const MAX_FAULT_MESSAGE: usize = 512;
 
@@ -118,6 +121,7 @@ struct Indices {
     mirror_usage: Option<mirror_usage::GuestIndices>,
     filter: Option<filter::GuestIndices>,
     score: Option<score::GuestIndices>,
+    placement: Option<placement::GuestIndices>,
     select_devices: Option<select_devices::GuestIndices>,
     preempt: Option<preempt::GuestIndices>,
     fair_share: Option<fair_share::GuestIndices>,
@@ -132,6 +136,8 @@ struct Live {
     mirror_usage: Option<mirror_usage::Guest>,
     filter: Option<filter::Guest>,
     score: Option<score::Guest>,
+    /// `filter` and `score` with the usage changes along; without it, `mirror-usage` goes first.
+    placement: Option<placement::Guest>,
     select_devices: Option<select_devices::Guest>,
     preempt: Option<preempt::Guest>,
     fair_share: Option<fair_share::Guest>,
@@ -142,6 +148,14 @@ struct Live {
     /// What the guest holds of fair share: the states it was sent and its last answer (`None`
     /// until a call succeeded, and after any failure: the next call resets it).
     shares: Option<SentShares>,
+}
+
+/// Usage changes a sync held back to send along with a `placement` call, and the generation the
+/// mirror reaches with them.
+#[derive(Default)]
+struct Deferred {
+    generation: u64,
+    usage: Vec<(u32, mirror_usage::NodeUsage)>,
 }
 
 /// The queue states an instance was sent and the deserved shares it last answered.
@@ -155,6 +169,8 @@ enum CallError {
     Wasm(wasmtime::Error),
     Guest(String),
     Bad(String),
+    /// The mirror refused the usage changes sent along with a `placement` call; nothing ran.
+    OutOfStep(String),
 }
 
 impl CallError {
@@ -162,7 +178,7 @@ impl CallError {
     fn into_message(self) -> String {
         match self {
             CallError::Wasm(e) => describe_wasm_error(&e, None),
-            CallError::Guest(m) | CallError::Bad(m) => m,
+            CallError::Guest(m) | CallError::Bad(m) | CallError::OutOfStep(m) => m,
         }
     }
 }
@@ -210,6 +226,7 @@ impl Blueprint {
             mirror_usage: ix.mirror_usage.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
             filter: ix.filter.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
             score: ix.score.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
+            placement: ix.placement.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
             select_devices: ix.select_devices.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
             preempt: ix.preempt.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
             fair_share: ix.fair_share.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
@@ -267,6 +284,7 @@ impl WasmPlugin {
             mirror_usage: mirror_usage::GuestIndices::new(&pre).ok(),
             filter: filter::GuestIndices::new(&pre).ok(),
             score: score::GuestIndices::new(&pre).ok(),
+            placement: if rt.config.placement_calls { placement::GuestIndices::new(&pre).ok() } else { None },
             select_devices: select_devices::GuestIndices::new(&pre).ok(),
             preempt: preempt::GuestIndices::new(&pre).ok(),
             fair_share: fair_share::GuestIndices::new(&pre).ok(),
@@ -294,7 +312,7 @@ impl WasmPlugin {
         let (live, info) = blueprint.instantiate().map_err(|e| LoadError::Config {
             plugin: name.to_string(),
             message: match e {
-                CallError::Guest(m) => m,
+                CallError::Guest(m) | CallError::OutOfStep(m) => m,
                 CallError::Bad(m) => format!("trapped during init: {m}"),
                 CallError::Wasm(e) => format!("could not instantiate: {}", describe_wasm_error(&e, None)),
             },
@@ -409,13 +427,15 @@ impl WasmPlugin {
     }
 
     /// Run `f` on the worker's instance under the budgets, with the mirror synced to `nodes` first
-    /// when given. Any failure discards the instance.
+    /// when given. `f` gets the usage changes the sync held back for a `placement` call (filter
+    /// and score of an instance that has it); if the guest refuses them, the whole mirror is
+    /// resent and `f` runs again. Any failure discards the instance.
     fn call<R>(
         &self,
         worker: usize,
         stage: Stage,
         nodes: Option<&NodeTable>,
-        f: impl FnOnce(&Blueprint, &mut Live) -> Result<R, CallError>,
+        mut f: impl FnMut(&Blueprint, &mut Live, Deferred) -> Result<R, CallError>,
     ) -> Result<R, PluginFault> {
         if !self.stages.contains(&stage) {
             self.metrics.call(stage, None);
@@ -443,9 +463,25 @@ impl WasmPlugin {
         live.store.data_mut().begin_call();
         live.store.data_mut().topology = nodes.and_then(NodeTable::topology_view);
         let started = Instant::now();
+        let defer = live.placement.is_some() && matches!(stage, Stage::Filter | Stage::Score);
         let result = match nodes {
-            Some(nodes) => self.sync(live, nodes).and_then(|()| f(&self.blueprint, live)),
-            None => f(&self.blueprint, live),
+            Some(nodes) => self.sync(live, nodes, defer).and_then(|deferred| f(&self.blueprint, live, deferred)),
+            None => f(&self.blueprint, live, Deferred::default()),
+        };
+        let result = match (result, nodes) {
+            // It applied nothing and ran nothing: start its mirror over, as after a refused
+            // `mirror-usage` call, and call again.
+            (Err(CallError::OutOfStep(e)), Some(nodes)) => {
+                tracing::warn!(plugin = %self.blueprint.name, "mirror refused a usage update ({e}); resending every node");
+                self.apply(live, nodes, Changes::Full, nodes.generation(), false).and_then(|resent| {
+                    f(&self.blueprint, live, resent).map_err(|e| match e {
+                        // Nothing was sent along this time.
+                        CallError::OutOfStep(m) => CallError::Bad(format!("refused an empty usage update: {m}")),
+                        e => e,
+                    })
+                })
+            }
+            (result, _) => result,
         };
         let elapsed = started.elapsed();
         self.metrics.call(stage, Some(elapsed));
@@ -459,6 +495,9 @@ impl WasmPlugin {
                 let (kind, message) = match e {
                     CallError::Guest(m) => (FaultKind::GuestError, m),
                     CallError::Bad(m) => (FaultKind::BadOutput, m),
+                    CallError::OutOfStep(m) => {
+                        (FaultKind::BadOutput, format!("usage update refused without a call: {m}"))
+                    }
                     CallError::Wasm(e) => classify(&e, host.limiter.hit, host.last_error.as_deref(), elapsed),
                 };
                 // Never reuse an instance that failed: its state is suspect.
@@ -538,18 +577,26 @@ impl WasmPlugin {
         Ok(decision)
     }
 
-    /// Bring the instance's mirror up to `nodes`.
-    fn sync(&self, live: &mut Live, nodes: &NodeTable) -> Result<(), CallError> {
+    /// Bring the instance's mirror up to `nodes`, holding back a few usage changes when `defer`.
+    fn sync(&self, live: &mut Live, nodes: &NodeTable, defer: bool) -> Result<Deferred, CallError> {
         let changes = match live.synced {
             Some((id, generation)) => nodes.changes_since(id, generation),
             None => Changes::Full,
         };
-        self.apply(live, nodes, changes, nodes.generation())
+        self.apply(live, nodes, changes, nodes.generation(), defer)
     }
 
     /// Apply `changes` of `nodes`, after which the mirror reflects generation `reached` (the
-    /// current one after a full resend).
-    fn apply(&self, live: &mut Live, nodes: &NodeTable, changes: Changes, reached: u64) -> Result<(), CallError> {
+    /// current one after a full resend) — once the held-back usage changes, if `defer` and there
+    /// are at most [`DEFER_USAGE`], are applied by the next `placement` call.
+    fn apply(
+        &self,
+        live: &mut Live,
+        nodes: &NodeTable,
+        changes: Changes,
+        reached: u64,
+        defer: bool,
+    ) -> Result<Deferred, CallError> {
         let bp = &self.blueprint;
         let mut generation = reached;
         let Some(mirror) = live.mirror.as_ref() else {
@@ -568,6 +615,7 @@ impl WasmPlugin {
             Ok(())
         };
         let mut resend = false;
+        let mut held = Vec::new();
         match changes {
             Changes::UpToDate => {}
             Changes::Delta { mut upserted, usage, removed } => {
@@ -576,6 +624,9 @@ impl WasmPlugin {
                     mirror.call_remove(&mut live.store, generation, &removed)?;
                 }
                 match live.mirror_usage.as_ref() {
+                    _ if defer && usage.len() <= DEFER_USAGE => {
+                        held = usage.iter().filter_map(|&s| nodes.get(s).map(|n| (s, bindings::usage(n)))).collect();
+                    }
                     Some(mirror_usage) => {
                         for chunk in usage.chunks(SYNC_CHUNK) {
                             let batch: Vec<(u32, mirror_usage::NodeUsage)> =
@@ -612,7 +663,14 @@ impl WasmPlugin {
             }
         }
         live.synced = Some((nodes.id(), generation));
-        Ok(())
+        Ok(Deferred { generation, usage: held })
+    }
+}
+
+fn stage_error(e: placement::StageError) -> CallError {
+    match e {
+        placement::StageError::OutOfStep(m) => CallError::OutOfStep(m),
+        placement::StageError::Failed(m) => CallError::Guest(m),
     }
 }
 
@@ -666,11 +724,11 @@ impl PolicyPlugin for WasmPlugin {
             let (changes, reached, up_to_date) =
                 nodes.changes_step(id, generation, max_changes).unwrap_or((Changes::Full, nodes.generation(), true));
             live.store.data_mut().begin_call();
-            if let Err(e) = self.apply(live, nodes, changes, reached) {
+            if let Err(e) = self.apply(live, nodes, changes, reached, false) {
                 // Discarded like after a failed call; a fresh instance syncs in full on first use.
                 let message = match e {
                     CallError::Wasm(e) => describe_wasm_error(&e, live.store.data().last_error.as_deref()),
-                    CallError::Guest(m) | CallError::Bad(m) => m,
+                    CallError::Guest(m) | CallError::Bad(m) | CallError::OutOfStep(m) => m,
                 };
                 tracing::warn!(plugin = %self.blueprint.name, "catching up the mirror failed: {message}");
                 *slot = None;
@@ -683,11 +741,23 @@ impl PolicyPlugin for WasmPlugin {
     }
 
     fn filter(&self, ctx: CallContext<'_>, task: &Task, candidates: &[Slot]) -> Result<FilterBatch, PluginFault> {
-        let wit_task = bindings::task(task);
-        self.call(ctx.worker, Stage::Filter, Some(ctx.nodes), |bp, live| {
-            let f = live.filter.as_ref().ok_or_else(|| CallError::Bad("filter export missing".into()))?;
+        self.call(ctx.worker, Stage::Filter, Some(ctx.nodes), |bp, live, deferred| {
             bp.arm(&mut live.store, 1);
-            let r = f.call_filter(&mut live.store, &wit_task, candidates)?.map_err(CallError::Guest)?;
+            let r = match live.placement.as_ref() {
+                Some(p) => p
+                    .call_filter(
+                        &mut live.store,
+                        deferred.generation,
+                        &deferred.usage,
+                        &bindings::stage_task(task),
+                        candidates,
+                    )?
+                    .map_err(stage_error)?,
+                None => {
+                    let f = live.filter.as_ref().ok_or_else(|| CallError::Bad("filter export missing".into()))?;
+                    f.call_filter(&mut live.store, &bindings::task(task), candidates)?.map_err(CallError::Guest)?
+                }
+            };
             let batch =
                 FilterBatch { codes: r.codes, reasons: r.reasons.into_iter().map(bindings::rejection_in).collect() };
             validate::filter(&batch, candidates.len()).map_err(CallError::Bad)?;
@@ -696,11 +766,23 @@ impl PolicyPlugin for WasmPlugin {
     }
 
     fn score(&self, ctx: CallContext<'_>, task: &Task, candidates: &[Slot]) -> Result<Vec<u32>, PluginFault> {
-        let wit_task = bindings::task(task);
-        self.call(ctx.worker, Stage::Score, Some(ctx.nodes), |bp, live| {
-            let s = live.score.as_ref().ok_or_else(|| CallError::Bad("score export missing".into()))?;
+        self.call(ctx.worker, Stage::Score, Some(ctx.nodes), |bp, live, deferred| {
             bp.arm(&mut live.store, 1);
-            let scores = s.call_score(&mut live.store, &wit_task, candidates)?.map_err(CallError::Guest)?;
+            let scores = match live.placement.as_ref() {
+                Some(p) => p
+                    .call_score(
+                        &mut live.store,
+                        deferred.generation,
+                        &deferred.usage,
+                        &bindings::stage_task(task),
+                        candidates,
+                    )?
+                    .map_err(stage_error)?,
+                None => {
+                    let s = live.score.as_ref().ok_or_else(|| CallError::Bad("score export missing".into()))?;
+                    s.call_score(&mut live.store, &bindings::task(task), candidates)?.map_err(CallError::Guest)?
+                }
+            };
             validate::scores(&scores, candidates.len()).map_err(CallError::Bad)?;
             Ok(scores)
         })
@@ -714,7 +796,7 @@ impl PolicyPlugin for WasmPlugin {
     ) -> Result<Result<Vec<DeviceShare>, Rejection>, PluginFault> {
         let wit_task = bindings::task(task);
         let target = ctx.nodes.get(node);
-        self.call(ctx.worker, Stage::SelectDevices, Some(ctx.nodes), |bp, live| {
+        self.call(ctx.worker, Stage::SelectDevices, Some(ctx.nodes), |bp, live, _| {
             let d =
                 live.select_devices.as_ref().ok_or_else(|| CallError::Bad("select-devices export missing".into()))?;
             bp.arm(&mut live.store, 1);
@@ -740,7 +822,7 @@ impl PolicyPlugin for WasmPlugin {
     ) -> Result<Option<Preemption>, PluginFault> {
         let wit_task = bindings::task(preemptor);
         let wit_candidates: Vec<_> = candidates.iter().map(bindings::candidate).collect();
-        self.call(ctx.worker, Stage::Preempt, Some(ctx.nodes), |bp, live| {
+        self.call(ctx.worker, Stage::Preempt, Some(ctx.nodes), |bp, live, _| {
             let p = live.preempt.as_ref().ok_or_else(|| CallError::Bad("preempt export missing".into()))?;
             bp.arm(&mut live.store, 1);
             let r = p.call_select_victims(&mut live.store, &wit_task, &wit_candidates)?.map_err(CallError::Guest)?;
@@ -759,7 +841,7 @@ impl PolicyPlugin for WasmPlugin {
         cluster: &Resources,
     ) -> Result<ShareDecision, PluginFault> {
         let wit_cluster = bindings::resources(cluster);
-        self.call(worker, Stage::FairShare, None, |bp, live| {
+        self.call(worker, Stage::FairShare, None, |bp, live, _| {
             if live.fair_share_delta.is_some() {
                 return Self::fair_share_by_changes(bp, live, queues, &wit_cluster);
             }

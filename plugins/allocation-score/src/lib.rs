@@ -82,7 +82,7 @@ impl AllocationScore {
         self.config.strategy
     }
 
-    #[inline]
+    #[inline(always)]
     fn resource_score(&self, requested: u64, capacity: u64) -> u64 {
         if requested > capacity {
             return 0;
@@ -104,7 +104,9 @@ impl AllocationScore {
 }
 
 impl Score for AllocationScore {
-    #[inline]
+    // Always: LLVM otherwise may keep it out of the SDK's batch loop, and as a component every
+    // call per node costs a Cranelift prologue (stack and epoch checks); see resource-fit.
+    #[inline(always)]
     fn score(&mut self, task: &Task, node: &Node) -> u32 {
         let w = self.config.weights;
         // Capacity and free share of the usable devices, from the node's aggregates.

@@ -2,7 +2,7 @@
 //! maps to an API value, so the guest never panics on host input.
 
 use super::bindings::wasmsched::policy::types as wit;
-use super::{fair_share, preempt};
+use super::{fair_share, placement, preempt};
 use wasmsched_api as api;
 
 pub(super) fn resources(r: wit::Resources) -> api::Resources {
@@ -100,6 +100,38 @@ pub(super) fn task(t: wit::Task) -> api::Task {
         // Host-only: the host resolved pod affinity into the node affinity above.
         labels: Vec::new(),
         pod_affinity: None,
+    }
+}
+
+/// `placement`'s task: a brief one is a full one with every list empty.
+pub(super) fn stage_task(t: placement::StageTask) -> api::Task {
+    match t {
+        placement::StageTask::Full(t) => task(t),
+        placement::StageTask::Brief(t) => api::Task {
+            id: t.id,
+            namespace: t.namespace,
+            group: t.group,
+            queue: t.queue,
+            priority: t.priority,
+            qos: match t.qos {
+                wit::Qos::Guaranteed => api::Qos::Guaranteed,
+                wit::Qos::Burstable => api::Qos::Burstable,
+                wit::Qos::BestEffort => api::Qos::BestEffort,
+            },
+            request: api::Resources {
+                cpu_milli: t.cpu_milli,
+                memory_bytes: t.memory_bytes,
+                gpu_milli: t.gpu_milli,
+                extended: Vec::new(),
+            },
+            gpu: api::GpuRequest {
+                count: t.gpu_count,
+                milli_per_gpu: t.milli_per_gpu,
+                memory_bytes_per_gpu: t.memory_bytes_per_gpu,
+                models: Vec::new(),
+            },
+            ..api::Task::default()
+        },
     }
 }
 

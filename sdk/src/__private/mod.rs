@@ -23,7 +23,7 @@ pub mod bindings {
 }
 
 pub use bindings::exports::wasmsched::policy::{
-    fair_share, fair_share_delta, filter, mirror, mirror_usage, plugin, preempt, score, select_devices,
+    fair_share, fair_share_delta, filter, mirror, mirror_usage, placement, plugin, preempt, score, select_devices,
 };
 use bindings::wasmsched::policy::{host, topology as wit_topology, types as wit};
 
@@ -210,7 +210,10 @@ pub fn not_listed<R>(stage: &str) -> Result<R, String> {
 /// and the epoch deadline. (Native runners get the same through `Stages::filter_nodes`, over a
 /// slice; here the mirror is walked lazily instead, without collecting the nodes first.)
 pub fn filter_static<P: Filter + Any>(task: wit::Task, candidates: Vec<u32>) -> Result<filter::FilterResult, String> {
-    let task: Task = convert::task(task);
+    filter_task::<P>(convert::task(task), candidates)
+}
+
+fn filter_task<P: Filter + Any>(task: Task, candidates: Vec<u32>) -> Result<filter::FilterResult, String> {
     with_concrete::<P, _>(|p, nodes, generation| {
         let missing = Cell::new(None);
         let batch = filter_batch(p, &task, resolved(nodes, &candidates, &missing));
@@ -224,12 +227,49 @@ pub fn filter_static<P: Filter + Any>(task: wit::Task, candidates: Vec<u32>) -> 
 
 /// `score.score`, statically dispatched (see [`filter_static`]).
 pub fn score_static<P: Score + Any>(task: wit::Task, candidates: Vec<u32>) -> Result<Vec<u32>, String> {
-    let task: Task = convert::task(task);
+    score_task::<P>(convert::task(task), candidates)
+}
+
+fn score_task<P: Score + Any>(task: Task, candidates: Vec<u32>) -> Result<Vec<u32>, String> {
     with_concrete::<P, _>(|p, nodes, generation| {
         let missing = Cell::new(None);
         let scores = score_batch(p, &task, resolved(nodes, &candidates, &missing));
         missing_slot(&missing, generation).map(|()| scores)
     })
+}
+
+/// `placement.filter`: the usage changes (all or nothing, as `mirror-usage.update-usage`), then
+/// [`filter_static`].
+pub fn placement_filter<P: Filter + Any>(
+    generation: u64,
+    usage: Vec<(u32, mirror_usage::NodeUsage)>,
+    task: placement::StageTask,
+    candidates: Vec<u32>,
+) -> Result<filter::FilterResult, placement::StageError> {
+    update_usage(generation, usage).map_err(placement::StageError::OutOfStep)?;
+    filter_task::<P>(convert::stage_task(task), candidates).map_err(placement::StageError::Failed)
+}
+
+/// `placement.score`: the usage changes, then [`score_static`].
+pub fn placement_score<P: Score + Any>(
+    generation: u64,
+    usage: Vec<(u32, mirror_usage::NodeUsage)>,
+    task: placement::StageTask,
+    candidates: Vec<u32>,
+) -> Result<Vec<u32>, placement::StageError> {
+    update_usage(generation, usage).map_err(placement::StageError::OutOfStep)?;
+    score_task::<P>(convert::stage_task(task), candidates).map_err(placement::StageError::Failed)
+}
+
+/// A `placement` export for a stage the plugin does not list: the usage still applies (the host
+/// counts on it), the stage answers "not implemented".
+pub fn placement_not_listed<R>(
+    generation: u64,
+    usage: Vec<(u32, mirror_usage::NodeUsage)>,
+    stage: &str,
+) -> Result<R, placement::StageError> {
+    update_usage(generation, usage).map_err(placement::StageError::OutOfStep)?;
+    not_listed(stage).map_err(placement::StageError::Failed)
 }
 
 /// `select-devices.select-devices`.
@@ -383,6 +423,38 @@ macro_rules! __export_component {
                         {
                             let _ = (task, candidates);
                             __p::not_listed("score")
+                        }
+                    })
+                }
+            }
+            impl __p::placement::Guest for __WasmschedComponent {
+                fn filter(
+                    generation: u64,
+                    usage: Vec<(u32, __p::mirror_usage::NodeUsage)>,
+                    task: __p::placement::StageTask,
+                    candidates: Vec<u32>,
+                ) -> Result<__p::filter::FilterResult, __p::placement::StageError> {
+                    $crate::__if_stage!(filter [$($stage)+] {
+                        __p::placement_filter::<$ty>(generation, usage, task, candidates)
+                    } else {
+                        {
+                            let _ = (task, candidates);
+                            __p::placement_not_listed(generation, usage, "filter")
+                        }
+                    })
+                }
+                fn score(
+                    generation: u64,
+                    usage: Vec<(u32, __p::mirror_usage::NodeUsage)>,
+                    task: __p::placement::StageTask,
+                    candidates: Vec<u32>,
+                ) -> Result<Vec<u32>, __p::placement::StageError> {
+                    $crate::__if_stage!(score [$($stage)+] {
+                        __p::placement_score::<$ty>(generation, usage, task, candidates)
+                    } else {
+                        {
+                            let _ = (task, candidates);
+                            __p::placement_not_listed(generation, usage, "score")
                         }
                     })
                 }

@@ -5,7 +5,9 @@
 //! `usage-refused` (refuses every usage update, forgetting its mirror; its filter passes only the
 //! slots it holds, so it works only if the host then resends every node), `delta-out-of-range`
 //! (fair share by changes answering a share for a queue that does not exist), `delta-missing`
-//! (answering no share at all after a reset).
+//! (answering no share at all after a reset), `brief-task-error` (its `placement.filter` fails
+//! for a task sent as a `brief-task`, succeeds for a full one). `placement` answers as the plain
+//! stage exports do.
 //! Natively this crate is empty.
 #![cfg_attr(not(target_family = "wasm"), allow(unused))]
 // Raw wit-bindgen output declares exported `unsafe extern` functions.
@@ -16,7 +18,7 @@ mod component {
     wit_bindgen::generate!({ path: "../../../wit", world: "policy" });
 
     use exports::wasmsched::policy::{
-        fair_share, fair_share_delta, filter, mirror, mirror_usage, plugin, preempt, score, select_devices,
+        fair_share, fair_share_delta, filter, mirror, mirror_usage, placement, plugin, preempt, score, select_devices,
     };
     use wasmsched::policy::types::{Node, Rejection, Resources, Stage, Task};
 
@@ -64,35 +66,71 @@ mod component {
     }
 
     impl mirror_usage::Guest for Raw {
-        fn update_usage(_: u64, _: Vec<(u32, mirror_usage::NodeUsage)>) -> Result<(), String> {
-            if mode() != "usage-refused" {
-                return Ok(());
-            }
-            held().clear();
-            Err("out of step".into())
+        fn update_usage(_: u64, usage: Vec<(u32, mirror_usage::NodeUsage)>) -> Result<(), String> {
+            refuse_usage(usage.len())
+        }
+    }
+
+    /// In `usage-refused` mode, any usage update is refused and the mirror forgotten.
+    fn refuse_usage(updates: usize) -> Result<(), String> {
+        if mode() != "usage-refused" || updates == 0 {
+            return Ok(());
+        }
+        held().clear();
+        Err("out of step".into())
+    }
+
+    fn filter_codes(candidates: &[u32]) -> filter::FilterResult {
+        let n = candidates.len();
+        match mode() {
+            "short" => filter::FilterResult { codes: vec![0; n / 2], reasons: vec![] },
+            "bad-code" => filter::FilterResult {
+                codes: vec![7; n],
+                reasons: vec![Rejection { reason: "r".into(), unresolvable: false }],
+            },
+            "usage-refused" => filter::FilterResult {
+                codes: candidates.iter().map(|s| u16::from(!held().contains(s))).collect(),
+                reasons: vec![Rejection { reason: "not mirrored".into(), unresolvable: false }],
+            },
+            _ => filter::FilterResult { codes: vec![0; n], reasons: vec![] },
         }
     }
 
     impl filter::Guest for Raw {
         fn filter(_task: Task, candidates: Vec<u32>) -> Result<filter::FilterResult, String> {
-            let n = candidates.len();
-            Ok(match mode() {
-                "short" => filter::FilterResult { codes: vec![0; n / 2], reasons: vec![] },
-                "bad-code" => filter::FilterResult {
-                    codes: vec![7; n],
-                    reasons: vec![Rejection { reason: "r".into(), unresolvable: false }],
-                },
-                "usage-refused" => filter::FilterResult {
-                    codes: candidates.iter().map(|s| u16::from(!held().contains(s))).collect(),
-                    reasons: vec![Rejection { reason: "not mirrored".into(), unresolvable: false }],
-                },
-                _ => filter::FilterResult { codes: vec![0; n], reasons: vec![] },
-            })
+            Ok(filter_codes(&candidates))
         }
     }
 
     impl score::Guest for Raw {
         fn score(_task: Task, candidates: Vec<u32>) -> Result<Vec<u32>, String> {
+            Ok(vec![100; candidates.len() + 3])
+        }
+    }
+
+    /// The same answers through the lighter calls; `stage-error` in `brief-task-error` mode when
+    /// the task came brief, so tests can see which form the host sent.
+    impl placement::Guest for Raw {
+        fn filter(
+            _: u64,
+            usage: Vec<(u32, mirror_usage::NodeUsage)>,
+            task: placement::StageTask,
+            candidates: Vec<u32>,
+        ) -> Result<filter::FilterResult, placement::StageError> {
+            refuse_usage(usage.len()).map_err(placement::StageError::OutOfStep)?;
+            if mode() == "brief-task-error" && matches!(task, placement::StageTask::Brief(_)) {
+                return Err(placement::StageError::Failed("the task came brief".into()));
+            }
+            Ok(filter_codes(&candidates))
+        }
+
+        fn score(
+            _: u64,
+            usage: Vec<(u32, mirror_usage::NodeUsage)>,
+            _task: placement::StageTask,
+            candidates: Vec<u32>,
+        ) -> Result<Vec<u32>, placement::StageError> {
+            refuse_usage(usage.len()).map_err(placement::StageError::OutOfStep)?;
             Ok(vec![100; candidates.len() + 3])
         }
     }
