@@ -3,18 +3,35 @@
 
 use std::process::Command;
 
+/// Time a run spent bringing plugin mirrors to its copy of the cluster, before its clock started.
+fn sync_of(run: &serde_json::Value) -> f64 {
+    run["mirror_sync_ms"].as_f64().unwrap()
+}
+
 #[test]
 fn bench_reports_every_scenario_and_the_queue_churn_agrees_across_runtimes() {
     let out = Command::new(env!("CARGO_BIN_EXE_wasmsched"))
         .env("WASMSCHED_CACHE_DIR", "off")
         .args(["bench", "--nodes", "40", "--existing", "10", "--pods", "50", "--repeat", "1", "--gangs", "2"])
         .args(["--gang-size", "3", "--queues", "40", "--queue-nodes", "12", "--queue-rounds", "30", "--json"])
+        .arg("--compare-placement")
         .output()
         .expect("run");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
-    assert_eq!(report["runs"].as_array().unwrap().len(), 2, "native and wasm");
-    assert_eq!(report["gangs"].as_array().unwrap().len(), 2);
+    let runs = report["runs"].as_array().unwrap();
+    let names: Vec<&str> = runs.iter().map(|r| r["runtime"].as_str().unwrap()).collect();
+    assert_eq!(names, ["native", "wasm", "wasm, plain calls"]);
+    for r in runs {
+        // The same decisions whichever way the plugins are called.
+        assert_eq!((&r["placed"], &r["unschedulable"]), (&runs[0]["placed"], &runs[0]["unschedulable"]), "{r}");
+        // Mirrors are brought to each run's copy of the cluster before its clock starts; native
+        // plugins have none to bring (the catch-up is a loop over them that does nothing).
+        assert!(sync_of(r) >= sync_of(&runs[0]), "{r}");
+    }
+    assert!(sync_of(&runs[1]) > 10.0 * sync_of(&runs[0]), "every node sent to each Wasm plugin: {runs:?}");
+    assert!(report["plain_calls_over_native"].as_f64().is_some_and(|r| r > 0.0));
+    assert_eq!(report["gangs"].as_array().unwrap().len(), 3, "every policy set");
     let churn = report["queue_churn"].as_array().unwrap();
     assert_eq!(churn.len(), 2);
     let (native, wasm) = (&churn[0], &churn[1]);

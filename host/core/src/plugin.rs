@@ -159,7 +159,10 @@ pub mod validate {
         if batch.codes.len() != candidates {
             return Err(format!("{} verdicts for {candidates} candidates", batch.codes.len()));
         }
-        if let Some(&c) = batch.codes.iter().find(|&&c| usize::from(c) > batch.reasons.len()) {
+        // The largest code first (a loop without an early exit vectorises; this runs on every
+        // answer of every Wasm filter), the offending one only when there is one.
+        if batch.codes.iter().copied().max().is_some_and(|c| usize::from(c) > batch.reasons.len()) {
+            let c = batch.codes.iter().find(|&&c| usize::from(c) > batch.reasons.len()).copied().unwrap_or_default();
             return Err(format!("verdict code {c} but only {} reasons", batch.reasons.len()));
         }
         if let Some(r) = batch.reasons.iter().find(|r| r.reason.len() > MAX_REASON_BYTES) {
@@ -173,7 +176,8 @@ pub mod validate {
         if scores.len() != candidates {
             return Err(format!("{} scores for {candidates} candidates", scores.len()));
         }
-        if let Some(s) = scores.iter().find(|&&s| s > MAX_SCORE) {
+        if scores.iter().copied().max().is_some_and(|s| s > MAX_SCORE) {
+            let s = scores.iter().find(|&&s| s > MAX_SCORE).copied().unwrap_or_default();
             return Err(format!("score {s} out of range 0..={MAX_SCORE}"));
         }
         Ok(())
