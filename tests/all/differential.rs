@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use wasmsched_core::{CallContext, NativePlugin, NodeTable, PolicyPlugin, PolicySet, bind, place};
+use wasmsched_core::{CallContext, NativePlugin, NodeTable, PolicyPlugin, PolicySet, bind, place, place_sampled};
 use wasmsched_plugin_allocation_score::AllocationScore;
 use wasmsched_plugin_node_affinity::NodeAffinityScore;
 use wasmsched_plugin_resource_fit::ResourceFit;
@@ -173,6 +173,50 @@ fn native_and_wasm_place_the_same_tasks_on_the_same_nodes() {
         }
     }
     assert!(placed > 100 && refused > 0, "placed {placed}, refused {refused}");
+}
+
+#[test]
+fn sampled_placements_agree_whether_the_filter_stops_at_enough_fits_or_answers_every_node() {
+    // Sampling asks the last filter to stop at the feasible nodes it still needs: natively and
+    // through `placement` it stops, through the plain exports it answers every node. Placements
+    // and the nodes examined must not depend on it.
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let plain_rt = Runtime::new(RuntimeConfig { placement_calls: false, ..Default::default() }).unwrap();
+    let pairs = pairs(&rt);
+    let plain = plain_calls(&plain_rt);
+    let set = |filter: &Arc<dyn PolicyPlugin>, score: &Arc<dyn PolicyPlugin>| {
+        PolicySet::builder().filter(filter.clone()).score(score.clone(), 1).build()
+    };
+    let sets = [
+        set(&pairs[0].native, &pairs[2].native),
+        set(&pairs[0].wasm, &pairs[2].wasm),
+        set(&plain[0], &plain[2]),
+        // Two filters: only the last may stop.
+        PolicySet::builder()
+            .filter(pairs[0].wasm.clone())
+            .filter(pairs[0].native.clone())
+            .score(pairs[2].native.clone(), 1)
+            .build(),
+    ];
+    let mut rng = Rng::new(7);
+    let mut table = generate::cluster(&mut rng, 400);
+    let total = table.len();
+    let (mut start, mut placed) = (0, 0);
+    for i in 0..250 {
+        let task = generate::task(&mut rng, format!("s{i}"));
+        let find = [1, 5, 40, 120][i % 4];
+        let answers: Vec<_> = sets.iter().map(|s| place_sampled(s, &table, &task, 0, start, find)).collect();
+        for (k, other) in answers.iter().enumerate().skip(1) {
+            assert_eq!(other.result, answers[0].result, "task {i}, set {k}");
+            assert_eq!(other.examined, answers[0].examined, "task {i}, set {k}");
+        }
+        start = (start + answers[0].examined) % total;
+        if let Ok(p) = &answers[0].result {
+            table.update_usage(p.node, |n| bind(n, &task, &p.devices)).unwrap().expect("bindable");
+            placed += 1;
+        }
+    }
+    assert!(placed > 100, "placed {placed}");
 }
 
 #[test]

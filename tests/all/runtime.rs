@@ -167,6 +167,27 @@ fn placement_sends_a_task_brief_only_when_every_list_is_empty() {
 }
 
 #[test]
+fn a_filter_may_stop_at_enough_fits_only() {
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let table = gpu_nodes(6);
+    let ctx = CallContext { worker: 0, nodes: &table };
+    let slots: Vec<u32> = table.slots().collect();
+    // The SDK's filter stops at the 2nd fit of 6 fitting nodes.
+    let fit = rt.load(wasmsched_plugins::RESOURCE_FIT.wasm, crate::unhurried("resource-fit")).unwrap();
+    assert_eq!(fit.filter_until(ctx, &gpu_task("t"), &slots, 2).unwrap().codes, [0, 0]);
+    assert_eq!(fit.filter_until(ctx, &gpu_task("t"), &slots, 6).unwrap().codes, [0; 6]);
+    // One that stops a fit short has given a wrong answer.
+    let raw =
+        rt.load(&fixtures::read(fixtures::RAW_GARBAGE), PluginConfig::new("raw").with_config("stops-short")).unwrap();
+    let fault = raw.filter_until(ctx, &gpu_task("t"), &slots, 3).unwrap_err();
+    assert_eq!(fault.kind, FaultKind::BadOutput);
+    assert!(
+        fault.message.contains("2 verdicts for 6 candidates (stopping is allowed only at fit 3; 2 fit)"),
+        "{fault}"
+    );
+}
+
+#[test]
 fn many_usage_changes_at_once_all_reach_the_mirror() {
     // More changed nodes than go along with one `placement` call: the rest go in `mirror-usage`
     // calls first. Either way the filter sees every change.

@@ -3,7 +3,7 @@
 
 use std::sync::Mutex;
 
-use wasmsched_api::batch::{FilterBatch, filter_batch, score_batch};
+use wasmsched_api::batch::{FilterBatch, filter_batch_until, score_batch};
 use wasmsched_api::{
     DeviceShare, Node, Plugin, PreemptCandidate, Preemption, QueueState, Rejection, Resources, ShareDecision, Stage,
     Stages, Task,
@@ -85,13 +85,23 @@ impl<P: Plugin + Stages + Send> PolicyPlugin for NativePlugin<P> {
     }
 
     fn filter(&self, ctx: CallContext<'_>, task: &Task, candidates: &[Slot]) -> Result<FilterBatch, PluginFault> {
+        self.filter_until(ctx, task, candidates, usize::MAX)
+    }
+
+    fn filter_until(
+        &self,
+        ctx: CallContext<'_>,
+        task: &Task,
+        candidates: &[Slot],
+        enough: usize,
+    ) -> Result<FilterBatch, PluginFault> {
         self.with(Some(ctx.nodes), ctx.worker, Stage::Filter, |p| {
             let nodes = nodes(&ctx, candidates)?;
-            let batch = match p.filter_nodes(task, &nodes) {
+            let batch = match p.filter_nodes(task, &nodes, enough) {
                 Some(batch) => batch,
-                None => filter_batch(p.as_filter().ok_or_else(|| missing(Stage::Filter))?, task, nodes),
+                None => filter_batch_until(p.as_filter().ok_or_else(|| missing(Stage::Filter))?, task, nodes, enough),
             };
-            validate::filter(&batch, candidates.len()).map_err(|m| (FaultKind::BadOutput, m))?;
+            validate::filter_until(&batch, candidates.len(), enough).map_err(|m| (FaultKind::BadOutput, m))?;
             Ok(batch)
         })
     }

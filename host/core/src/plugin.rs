@@ -107,6 +107,22 @@ pub trait PolicyPlugin: Send + Sync {
     /// Filter `candidates`; the batch has exactly one code per candidate.
     fn filter(&self, ctx: CallContext<'_>, task: &Task, candidates: &[Slot]) -> Result<FilterBatch, PluginFault>;
 
+    /// [`PolicyPlugin::filter`], allowed to stop once `enough` candidates fit: the batch then has
+    /// one code per candidate up to that one (exactly `enough` fits, the last code a fit), or, as
+    /// from `filter`, one per candidate. Sampled placement needs the first feasible nodes in scan
+    /// order only, so it can pass a generous window in one call. Plugins that cannot stop early
+    /// answer every candidate (the default).
+    fn filter_until(
+        &self,
+        ctx: CallContext<'_>,
+        task: &Task,
+        candidates: &[Slot],
+        enough: usize,
+    ) -> Result<FilterBatch, PluginFault> {
+        let _ = enough;
+        self.filter(ctx, task, candidates)
+    }
+
     /// Score `candidates`, one score in `0..=100` per candidate.
     fn score(&self, ctx: CallContext<'_>, task: &Task, candidates: &[Slot]) -> Result<Vec<u32>, PluginFault>;
 
@@ -156,8 +172,23 @@ pub mod validate {
 
     /// A filter batch for `candidates` nodes.
     pub fn filter(batch: &FilterBatch, candidates: usize) -> Result<(), String> {
-        if batch.codes.len() != candidates {
-            return Err(format!("{} verdicts for {candidates} candidates", batch.codes.len()));
+        filter_until(batch, candidates, usize::MAX)
+    }
+
+    /// A filter batch for `candidates` nodes from [`PolicyPlugin::filter_until`]: a code per
+    /// candidate, or per candidate up to the `enough`-th that fits.
+    pub fn filter_until(batch: &FilterBatch, candidates: usize, enough: usize) -> Result<(), String> {
+        let answered = batch.codes.len();
+        if answered != candidates {
+            let fits = batch.codes.iter().filter(|&&c| c == 0).count();
+            let stopped_at_enough = answered < candidates && fits == enough && batch.codes.last() == Some(&0);
+            if !stopped_at_enough {
+                let mut message = format!("{answered} verdicts for {candidates} candidates");
+                if enough < candidates {
+                    message += &format!(" (stopping is allowed only at fit {enough}; {fits} fit)");
+                }
+                return Err(message);
+            }
         }
         // The largest code first (a loop without an early exit vectorises; this runs on every
         // answer of every Wasm filter), the offending one only when there is one.

@@ -237,15 +237,18 @@ impl VerdictCache {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// `plugin.filter` for `candidates`, asking the plugin only about nodes whose verdict for an
-    /// equal task is not known for their current state. The answer is what the plugin would give:
-    /// one code per candidate into the returned reasons. The lock is not held during the call.
+    /// `plugin.filter_until` for `candidates`, asking the plugin only about nodes whose verdict
+    /// for an equal task is not known for their current state. The answer is what the plugin would
+    /// give: one code per candidate into the returned reasons, up to where the plugin stopped when
+    /// it stopped at its `enough`-th fit among the nodes asked (so at least `enough` fit in the
+    /// answer). The lock is not held during the call.
     pub(crate) fn filter(
         &self,
         plugin: &dyn PolicyPlugin,
         ctx: CallContext<'_>,
         task: &Task,
         candidates: &[Slot],
+        enough: usize,
     ) -> Result<FilterBatch, PluginFault> {
         let nodes = ctx.nodes;
         let hash = shape_hash(task);
@@ -266,8 +269,9 @@ impl VerdictCache {
             });
             let Some(id) = id else {
                 drop(inner);
-                self.asked.fetch_add(candidates.len() as u64, Ordering::Relaxed);
-                return plugin.filter(ctx, task, candidates);
+                let batch = plugin.filter_until(ctx, task, candidates, enough)?;
+                self.asked.fetch_add(batch.codes.len() as u64, Ordering::Relaxed);
+                return Ok(batch);
             };
             let table = inner.table_of(id, nodes.slot_count() as usize);
             let mut codes = Vec::with_capacity(candidates.len());
@@ -282,13 +286,21 @@ impl VerdictCache {
             let reasons = shape.reasons.clone();
             (FilterBatch { codes, reasons }, missing, id, inner.epoch)
         };
-        self.reused.fetch_add((candidates.len() - missing.len()) as u64, Ordering::Relaxed);
-        self.asked.fetch_add(missing.len() as u64, Ordering::Relaxed);
         if missing.is_empty() {
+            self.reused.fetch_add(candidates.len() as u64, Ordering::Relaxed);
             return Ok(batch);
         }
         let asked: Vec<Slot> = missing.iter().map(|&i| candidates[i]).collect();
-        let fresh = plugin.filter(ctx, task, &asked)?;
+        // `enough` fits among the nodes asked are at least as many among all candidates.
+        let fresh = plugin.filter_until(ctx, task, &asked, enough)?;
+        // Where it stopped: the answer ends before the first candidate it did not answer for.
+        let answered = fresh.codes.len().min(missing.len());
+        if let Some(&unanswered) = missing.get(answered) {
+            batch.codes.truncate(unanswered);
+        }
+        let missing = &missing[..answered];
+        self.reused.fetch_add((batch.codes.len() - missing.len()) as u64, Ordering::Relaxed);
+        self.asked.fetch_add(missing.len() as u64, Ordering::Relaxed);
         // Fresh verdicts into the answer: its reasons are the snapshot plus the new ones.
         // At most 2 × MAX_BATCH_REASONS reasons: the snapshot and this batch's.
         let answer_code: Vec<u16> = fresh.reasons.iter().map(|r| intern(&mut batch.reasons, r)).collect();
@@ -401,8 +413,9 @@ mod tests {
         let cache = VerdictCache::default();
         let mut nodes = table(6);
         let all: Vec<Slot> = nodes.slots().collect();
-        let run =
-            |nodes: &NodeTable, t: &Task| cache.filter(&plugin, CallContext { worker: 0, nodes }, t, &all).unwrap();
+        let run = |nodes: &NodeTable, t: &Task| {
+            cache.filter(&plugin, CallContext { worker: 0, nodes }, t, &all, usize::MAX).unwrap()
+        };
         // A shape's first task is not remembered (most shapes of a mixed stream never come back);
         // the second, coming soon after, is; the third finds its verdicts.
         assert_eq!(asked(|| assert_eq!(run(&nodes, &task("a", 2)).codes, vec![0; 6])), 6);
@@ -464,12 +477,18 @@ mod tests {
                 }
                 let window: Vec<Slot> = (0..40).map(|_| all[next(all.len() as u64) as usize]).collect();
                 let ctx = CallContext { worker: 0, nodes: &nodes };
-                let got = cache.filter(&plugin, ctx, &t, &window).unwrap();
+                // Every third call may stop early (as the last filter of a sampled scan does).
+                let enough = if round % 3 == 0 { 1 + next(40) as usize } else { usize::MAX };
+                let got = cache.filter(&plugin, ctx, &t, &window, enough).unwrap();
                 let want = plugin.filter(ctx, &t, &window).unwrap();
                 let text = |b: &FilterBatch| -> Vec<Option<String>> {
                     b.codes.iter().map(|&c| (c > 0).then(|| b.reasons[usize::from(c) - 1].reason.clone())).collect()
                 };
-                assert_eq!(text(&got), text(&want), "{config:?} round {round}");
+                // The plugin's answer, or its beginning with at least `enough` fits.
+                let (got, want) = (text(&got), text(&want));
+                assert_eq!(got, want[..got.len()], "{config:?} round {round}");
+                let fits = got.iter().filter(|v| v.is_none()).count();
+                assert!(got.len() == want.len() || fits >= enough, "{config:?} round {round}: stopped early");
                 for _ in 0..5 {
                     let s = all[next(all.len() as u64) as usize];
                     let free = if next(2) == 0 { 0 } else { 1000 };
@@ -540,8 +559,8 @@ mod tests {
         let nodes = table(3);
         let all: Vec<Slot> = nodes.slots().collect();
         let ctx = CallContext { worker: 0, nodes: &nodes };
-        assert!(cache.filter(plugin.as_ref(), ctx, &task("a", 1), &all).is_err());
-        assert_eq!(cache.filter(plugin.as_ref(), ctx, &task("b", 1), &all).unwrap().codes, vec![0; 3]);
+        assert!(cache.filter(plugin.as_ref(), ctx, &task("a", 1), &all, usize::MAX).is_err());
+        assert_eq!(cache.filter(plugin.as_ref(), ctx, &task("b", 1), &all, usize::MAX).unwrap().codes, vec![0; 3]);
         assert_eq!(plugin.0.load(Ordering::Relaxed), 2, "the fault left nothing to reuse");
     }
 }

@@ -741,6 +741,18 @@ impl PolicyPlugin for WasmPlugin {
     }
 
     fn filter(&self, ctx: CallContext<'_>, task: &Task, candidates: &[Slot]) -> Result<FilterBatch, PluginFault> {
+        self.filter_until(ctx, task, candidates, usize::MAX)
+    }
+
+    fn filter_until(
+        &self,
+        ctx: CallContext<'_>,
+        task: &Task,
+        candidates: &[Slot],
+        enough: usize,
+    ) -> Result<FilterBatch, PluginFault> {
+        // Only `placement.filter` can stop early; `None` when stopping could not save anything.
+        let enough = u32::try_from(enough).ok().filter(|&e| (e as usize) < candidates.len());
         self.call(ctx.worker, Stage::Filter, Some(ctx.nodes), |bp, live, deferred| {
             bp.arm(&mut live.store, 1);
             let r = match live.placement.as_ref() {
@@ -751,6 +763,7 @@ impl PolicyPlugin for WasmPlugin {
                         &deferred.usage,
                         &bindings::stage_task(task),
                         candidates,
+                        enough,
                     )?
                     .map_err(stage_error)?,
                 None => {
@@ -760,7 +773,8 @@ impl PolicyPlugin for WasmPlugin {
             };
             let batch =
                 FilterBatch { codes: r.codes, reasons: r.reasons.into_iter().map(bindings::rejection_in).collect() };
-            validate::filter(&batch, candidates.len()).map_err(CallError::Bad)?;
+            validate::filter_until(&batch, candidates.len(), enough.map_or(usize::MAX, |e| e as usize))
+                .map_err(CallError::Bad)?;
             Ok(batch)
         })
     }

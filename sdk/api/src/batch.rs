@@ -65,7 +65,24 @@ pub fn filter_batch<'a, F: Filter + ?Sized>(
     task: &Task,
     nodes: impl IntoIterator<Item = &'a Node>,
 ) -> FilterBatch {
+    filter_batch_until(filter, task, nodes, usize::MAX)
+}
+
+/// [`filter_batch`], stopping once `enough` nodes fit: the codes then cover the nodes up to that
+/// one. A sampling scheduler needs the first `enough` feasible nodes in scan order; it can hand
+/// a generous window and pay for no node past the last one it needs.
+#[inline]
+pub fn filter_batch_until<'a, F: Filter + ?Sized>(
+    filter: &mut F,
+    task: &Task,
+    nodes: impl IntoIterator<Item = &'a Node>,
+    enough: usize,
+) -> FilterBatch {
     let nodes = nodes.into_iter();
+    let mut left = enough;
+    if left == 0 {
+        return FilterBatch::default();
+    }
     let mut batch = FilterBatch { codes: Vec::with_capacity(nodes.size_hint().0), reasons: Vec::new() };
     // The last fixed reason and its code: most rejections are a `&'static str` repeated node after
     // node, recognised by address without comparing text (a byte loop in Wasm, ~4 % of a filter).
@@ -75,6 +92,10 @@ pub fn filter_batch<'a, F: Filter + ?Sized>(
         let key = match &verdict {
             Verdict::Fit => {
                 batch.codes.push(0);
+                left -= 1;
+                if left == 0 {
+                    break;
+                }
                 continue;
             }
             Verdict::Unfit(Cow::Borrowed(r)) => Some((r.as_ptr(), r.len(), false)),
@@ -202,7 +223,7 @@ mod tests {
         let refs: Vec<&Node> = nodes.iter().collect();
         let task = Task { request: crate::Resources { cpu_milli: 1000, ..Default::default() }, ..Default::default() };
         let mut p = Cpu;
-        let direct = p.filter_nodes(&task, &refs).expect("declared filter");
+        let direct = p.filter_nodes(&task, &refs, usize::MAX).expect("declared filter");
         assert_eq!(direct, filter_batch(p.as_filter().unwrap(), &task, refs.iter().copied()));
         assert_eq!(direct.codes, vec![1, 0, 1]);
         let scores = p.score_nodes(&task, &refs).expect("declared score");
@@ -210,6 +231,32 @@ mod tests {
         assert_eq!(scores, vec![0, 4, 0]);
         // A stage not declared has no static batch either.
         assert!(OnlyFilter.score_nodes(&task, &refs).is_none());
-        assert_eq!(OnlyFilter.filter_nodes(&task, &refs).unwrap().codes, vec![0, 0, 0]);
+        assert_eq!(OnlyFilter.filter_nodes(&task, &refs, usize::MAX).unwrap().codes, vec![0, 0, 0]);
+        assert_eq!(OnlyFilter.filter_nodes(&task, &refs, 2).unwrap().codes, vec![0, 0], "stops at the 2nd fit");
+    }
+
+    #[test]
+    fn a_batch_until_enough_fit_is_the_full_batch_cut_after_that_fit() {
+        let script: Vec<Verdict> = (0..200usize)
+            .map(|i| match i % 5 {
+                0 | 3 => Verdict::Fit,
+                1 => Verdict::unfit("insufficient cpu"),
+                2 => Verdict::unfit(format!("unique {i}")),
+                _ => Verdict::unresolvable("node is cordoned"),
+            })
+            .collect();
+        let nodes = vec![Node::default(); script.len()];
+        let full = filter_batch(&mut Scripted(script.clone().into_iter()), &Task::default(), &nodes);
+        let fits = full.codes.iter().filter(|&&c| c == 0).count();
+        for enough in [1, 2, 7, fits - 1, fits, fits + 1, usize::MAX] {
+            let cut = filter_batch_until(&mut Scripted(script.clone().into_iter()), &Task::default(), &nodes, enough);
+            // The full batch up to (and with) its `enough`-th fit; all of it when fewer fit.
+            let end = full.codes.iter().enumerate().filter(|(_, c)| **c == 0).nth(enough - 1).map(|(i, _)| i + 1);
+            let end = end.unwrap_or(full.codes.len());
+            assert_eq!(cut.codes, full.codes[..end], "enough {enough}");
+            assert_eq!(cut.reasons, full.reasons[..cut.reasons.len()], "enough {enough}");
+        }
+        let none = filter_batch_until(&mut Scripted(script.into_iter()), &Task::default(), &nodes, 0);
+        assert!(none.codes.is_empty());
     }
 }

@@ -123,10 +123,10 @@ pub trait Stages {
         None
     }
 
-    /// [`crate::batch::filter_batch`] over `nodes` with this type's own `filter` called
+    /// [`crate::batch::filter_batch_until`] over `nodes` with this type's own `filter` called
     /// statically (inlinable), or `None` without a filter stage. `declare_stages!` implements it.
-    fn filter_nodes(&mut self, task: &Task, nodes: &[&Node]) -> Option<crate::batch::FilterBatch> {
-        let _ = (task, nodes);
+    fn filter_nodes(&mut self, task: &Task, nodes: &[&Node], enough: usize) -> Option<crate::batch::FilterBatch> {
+        let _ = (task, nodes, enough);
         None
     }
 
@@ -177,8 +177,13 @@ macro_rules! __stage_accessor {
         fn as_filter(&mut self) -> Option<&mut dyn $crate::Filter> {
             Some(self)
         }
-        fn filter_nodes(&mut self, task: &$crate::Task, nodes: &[&$crate::Node]) -> Option<$crate::batch::FilterBatch> {
-            Some($crate::batch::filter_batch(self, task, nodes.iter().copied()))
+        fn filter_nodes(
+            &mut self,
+            task: &$crate::Task,
+            nodes: &[&$crate::Node],
+            enough: usize,
+        ) -> Option<$crate::batch::FilterBatch> {
+            Some($crate::batch::filter_batch_until(self, task, nodes.iter().copied(), enough))
         }
     };
     (score) => {

@@ -4,7 +4,7 @@
 use std::any::Any;
 use std::cell::{Cell, RefCell};
 
-use wasmsched_api::batch::{filter_batch, score_batch};
+use wasmsched_api::batch::{filter_batch_until, score_batch};
 use wasmsched_api::{Filter, Node, Plugin, Score, Stages, Task};
 
 use crate::candidates::{missing_slot, resolve, resolved};
@@ -210,13 +210,17 @@ pub fn not_listed<R>(stage: &str) -> Result<R, String> {
 /// and the epoch deadline. (Native runners get the same through `Stages::filter_nodes`, over a
 /// slice; here the mirror is walked lazily instead, without collecting the nodes first.)
 pub fn filter_static<P: Filter + Any>(task: wit::Task, candidates: Vec<u32>) -> Result<filter::FilterResult, String> {
-    filter_task::<P>(convert::task(task), candidates)
+    filter_task::<P>(convert::task(task), candidates, usize::MAX)
 }
 
-fn filter_task<P: Filter + Any>(task: Task, candidates: Vec<u32>) -> Result<filter::FilterResult, String> {
+fn filter_task<P: Filter + Any>(
+    task: Task,
+    candidates: Vec<u32>,
+    enough: usize,
+) -> Result<filter::FilterResult, String> {
     with_concrete::<P, _>(|p, nodes, generation| {
         let missing = Cell::new(None);
-        let batch = filter_batch(p, &task, resolved(nodes, &candidates, &missing));
+        let batch = filter_batch_until(p, &task, resolved(nodes, &candidates, &missing), enough);
         missing_slot(&missing, generation)?;
         Ok(filter::FilterResult {
             codes: batch.codes,
@@ -239,15 +243,17 @@ fn score_task<P: Score + Any>(task: Task, candidates: Vec<u32>) -> Result<Vec<u3
 }
 
 /// `placement.filter`: the usage changes (all or nothing, as `mirror-usage.update-usage`), then
-/// [`filter_static`].
+/// [`filter_static`], stopping at the `enough`-th fit.
 pub fn placement_filter<P: Filter + Any>(
     generation: u64,
     usage: Vec<(u32, mirror_usage::NodeUsage)>,
     task: placement::StageTask,
     candidates: Vec<u32>,
+    enough: Option<u32>,
 ) -> Result<filter::FilterResult, placement::StageError> {
     update_usage(generation, usage).map_err(placement::StageError::OutOfStep)?;
-    filter_task::<P>(convert::stage_task(task), candidates).map_err(placement::StageError::Failed)
+    let enough = enough.map_or(usize::MAX, |e| e as usize);
+    filter_task::<P>(convert::stage_task(task), candidates, enough).map_err(placement::StageError::Failed)
 }
 
 /// `placement.score`: the usage changes, then [`score_static`].
@@ -433,12 +439,13 @@ macro_rules! __export_component {
                     usage: Vec<(u32, __p::mirror_usage::NodeUsage)>,
                     task: __p::placement::StageTask,
                     candidates: Vec<u32>,
+                    enough: Option<u32>,
                 ) -> Result<__p::filter::FilterResult, __p::placement::StageError> {
                     $crate::__if_stage!(filter [$($stage)+] {
-                        __p::placement_filter::<$ty>(generation, usage, task, candidates)
+                        __p::placement_filter::<$ty>(generation, usage, task, candidates, enough)
                     } else {
                         {
-                            let _ = (task, candidates);
+                            let _ = (task, candidates, enough);
                             __p::placement_not_listed(generation, usage, "filter")
                         }
                     })

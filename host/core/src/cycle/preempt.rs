@@ -537,7 +537,7 @@ fn might_help(core: &SchedulerCore, set: &PolicySet, task: &Task, mut slots: Vec
         if slots.is_empty() {
             break;
         }
-        if let Ok(batch) = filter.filter(ctx, task, &slots) {
+        if let Ok(batch) = filter.filter(ctx, task, &slots, usize::MAX) {
             let keep: Vec<bool> = batch
                 .codes
                 .iter()

@@ -6,7 +6,8 @@
 //! slots it holds, so it works only if the host then resends every node), `delta-out-of-range`
 //! (fair share by changes answering a share for a queue that does not exist), `delta-missing`
 //! (answering no share at all after a reset), `brief-task-error` (its `placement.filter` fails
-//! for a task sent as a `brief-task`, succeeds for a full one). `placement` answers as the plain
+//! for a task sent as a `brief-task`, succeeds for a full one), `stops-short` (its
+//! `placement.filter` stops one fit before `enough`). `placement` answers as the plain
 //! stage exports do.
 //! Natively this crate is empty.
 #![cfg_attr(not(target_family = "wasm"), allow(unused))]
@@ -116,10 +117,16 @@ mod component {
             usage: Vec<(u32, mirror_usage::NodeUsage)>,
             task: placement::StageTask,
             candidates: Vec<u32>,
+            enough: Option<u32>,
         ) -> Result<filter::FilterResult, placement::StageError> {
             refuse_usage(usage.len()).map_err(placement::StageError::OutOfStep)?;
             if mode() == "brief-task-error" && matches!(task, placement::StageTask::Brief(_)) {
                 return Err(placement::StageError::Failed("the task came brief".into()));
+            }
+            if mode() == "stops-short" {
+                // Stops before `enough` candidates fit (all of them fit).
+                let n = enough.unwrap_or(0).saturating_sub(1) as usize;
+                return Ok(filter::FilterResult { codes: vec![0; n.min(candidates.len())], reasons: vec![] });
             }
             Ok(filter_codes(&candidates))
         }
