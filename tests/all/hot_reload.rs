@@ -144,7 +144,13 @@ impl PolicyPlugin for Tracer {
     fn failure_policy(&self) -> FailurePolicy {
         FailurePolicy::FailClosed
     }
-    fn filter(&self, _: CallContext<'_>, _: &Task, candidates: &[Slot]) -> Result<FilterBatch, PluginFault> {
+    fn filter_until(
+        &self,
+        _: CallContext<'_>,
+        _: &Task,
+        candidates: &[Slot],
+        _: usize,
+    ) -> Result<FilterBatch, PluginFault> {
         self.log.lock().unwrap().push(self.version);
         Ok(FilterBatch { codes: vec![0; candidates.len()], reasons: vec![] })
     }

@@ -84,10 +84,6 @@ impl<P: Plugin + Stages + Send> PolicyPlugin for NativePlugin<P> {
         self.failure
     }
 
-    fn filter(&self, ctx: CallContext<'_>, task: &Task, candidates: &[Slot]) -> Result<FilterBatch, PluginFault> {
-        self.filter_until(ctx, task, candidates, usize::MAX)
-    }
-
     fn filter_until(
         &self,
         ctx: CallContext<'_>,

@@ -105,23 +105,21 @@ pub trait PolicyPlugin: Send + Sync {
     fn failure_policy(&self) -> FailurePolicy;
 
     /// Filter `candidates`; the batch has exactly one code per candidate.
-    fn filter(&self, ctx: CallContext<'_>, task: &Task, candidates: &[Slot]) -> Result<FilterBatch, PluginFault>;
+    fn filter(&self, ctx: CallContext<'_>, task: &Task, candidates: &[Slot]) -> Result<FilterBatch, PluginFault> {
+        self.filter_until(ctx, task, candidates, usize::MAX)
+    }
 
-    /// [`PolicyPlugin::filter`], allowed to stop once `enough` candidates fit: the batch then has
-    /// one code per candidate up to that one (exactly `enough` fits, the last code a fit), or, as
-    /// from `filter`, one per candidate. Sampled placement needs the first feasible nodes in scan
-    /// order only, so it can pass a generous window in one call. Plugins that cannot stop early
-    /// answer every candidate (the default).
+    /// Filter `candidates`, allowed to stop once `enough` of them fit: the batch then has one code
+    /// per candidate up to that one (exactly `enough` fits, the last code a fit), else one per
+    /// candidate. Sampled placement needs the first feasible nodes in scan order only, so it can
+    /// pass a generous window in one call. A plugin that cannot stop early answers every candidate.
     fn filter_until(
         &self,
         ctx: CallContext<'_>,
         task: &Task,
         candidates: &[Slot],
         enough: usize,
-    ) -> Result<FilterBatch, PluginFault> {
-        let _ = enough;
-        self.filter(ctx, task, candidates)
-    }
+    ) -> Result<FilterBatch, PluginFault>;
 
     /// Score `candidates`, one score in `0..=100` per candidate.
     fn score(&self, ctx: CallContext<'_>, task: &Task, candidates: &[Slot]) -> Result<Vec<u32>, PluginFault>;

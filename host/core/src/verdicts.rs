@@ -515,7 +515,13 @@ mod tests {
             fn failure_policy(&self) -> crate::FailurePolicy {
                 crate::FailurePolicy::FailClosed
             }
-            fn filter(&self, _: CallContext<'_>, _: &Task, c: &[Slot]) -> Result<FilterBatch, PluginFault> {
+            fn filter_until(
+                &self,
+                _: CallContext<'_>,
+                _: &Task,
+                c: &[Slot],
+                _: usize,
+            ) -> Result<FilterBatch, PluginFault> {
                 if self.0.fetch_add(1, Ordering::Relaxed) == 0 {
                     return Err(PluginFault::new(
                         "faulty",

@@ -740,10 +740,6 @@ impl PolicyPlugin for WasmPlugin {
         done
     }
 
-    fn filter(&self, ctx: CallContext<'_>, task: &Task, candidates: &[Slot]) -> Result<FilterBatch, PluginFault> {
-        self.filter_until(ctx, task, candidates, usize::MAX)
-    }
-
     fn filter_until(
         &self,
         ctx: CallContext<'_>,

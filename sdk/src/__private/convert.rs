@@ -70,11 +70,7 @@ pub(super) fn task(t: wit::Task) -> api::Task {
         group: t.group,
         queue: t.queue,
         priority: t.priority,
-        qos: match t.qos {
-            wit::Qos::Guaranteed => api::Qos::Guaranteed,
-            wit::Qos::Burstable => api::Qos::Burstable,
-            wit::Qos::BestEffort => api::Qos::BestEffort,
-        },
+        qos: qos(t.qos),
         request: resources(t.request),
         gpu: api::GpuRequest {
             count: t.gpu.count,
@@ -103,6 +99,14 @@ pub(super) fn task(t: wit::Task) -> api::Task {
     }
 }
 
+fn qos(q: wit::Qos) -> api::Qos {
+    match q {
+        wit::Qos::Guaranteed => api::Qos::Guaranteed,
+        wit::Qos::Burstable => api::Qos::Burstable,
+        wit::Qos::BestEffort => api::Qos::BestEffort,
+    }
+}
+
 /// `placement`'s task: a brief one is a full one with every list empty.
 pub(super) fn stage_task(t: placement::StageTask) -> api::Task {
     match t {
@@ -113,11 +117,7 @@ pub(super) fn stage_task(t: placement::StageTask) -> api::Task {
             group: t.group,
             queue: t.queue,
             priority: t.priority,
-            qos: match t.qos {
-                wit::Qos::Guaranteed => api::Qos::Guaranteed,
-                wit::Qos::Burstable => api::Qos::Burstable,
-                wit::Qos::BestEffort => api::Qos::BestEffort,
-            },
+            qos: qos(t.qos),
             request: api::Resources {
                 cpu_milli: t.cpu_milli,
                 memory_bytes: t.memory_bytes,

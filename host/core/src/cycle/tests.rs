@@ -1238,14 +1238,15 @@ impl PolicyPlugin for Counting {
     fn failure_policy(&self) -> crate::plugin::FailurePolicy {
         self.inner.failure_policy()
     }
-    fn filter(
+    fn filter_until(
         &self,
         ctx: crate::plugin::CallContext<'_>,
         task: &Task,
         candidates: &[Slot],
+        enough: usize,
     ) -> Result<wasmsched_api::batch::FilterBatch, PluginFault> {
         self.filters.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.inner.filter(ctx, task, candidates)
+        self.inner.filter_until(ctx, task, candidates, enough)
     }
     fn score(&self, ctx: crate::plugin::CallContext<'_>, task: &Task, c: &[Slot]) -> Result<Vec<u32>, PluginFault> {
         self.inner.score(ctx, task, c)
