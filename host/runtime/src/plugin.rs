@@ -495,9 +495,8 @@ impl WasmPlugin {
                 let (kind, message) = match e {
                     CallError::Guest(m) => (FaultKind::GuestError, m),
                     CallError::Bad(m) => (FaultKind::BadOutput, m),
-                    CallError::OutOfStep(m) => {
-                        (FaultKind::BadOutput, format!("usage update refused without a call: {m}"))
-                    }
+                    // Only a stage call with nodes sends usage along; it retries after a refusal.
+                    CallError::OutOfStep(m) => (FaultKind::BadOutput, format!("mirror out of step: {m}")),
                     CallError::Wasm(e) => classify(&e, host.limiter.hit, host.last_error.as_deref(), elapsed),
                 };
                 // Never reuse an instance that failed: its state is suspect.
