@@ -1,6 +1,6 @@
 //! Loading refuses what does not implement the contract, with errors that name the plugin.
 
-use wasmsched_runtime::{LoadError, PluginConfig, Runtime, RuntimeConfig};
+use wasmsched_runtime::{LoadError, Runtime, RuntimeConfig};
 use wasmsched_tests::fixtures;
 
 fn rt() -> Runtime {
@@ -8,7 +8,7 @@ fn rt() -> Runtime {
 }
 
 fn load_err(bytes: &[u8], name: &str, config: &str) -> LoadError {
-    match rt().load(bytes, PluginConfig::new(name).with_config(config)) {
+    match rt().load(bytes, crate::unhurried(name).with_config(config)) {
         Ok(_) => panic!("{name} must not load"),
         Err(e) => {
             assert!(e.to_string().contains(name), "error names the plugin: {e}");
@@ -71,6 +71,6 @@ fn loaded_plugins_report_their_stages_and_sdk() {
     assert_eq!(fit.stages(), &[Stage::Filter]);
     assert!(fit.sdk_version().starts_with("wasmsched-sdk/"));
     assert_eq!(fit.digest().len(), 64);
-    let hostile = rt.load(&fixtures::read(fixtures::HOSTILE), PluginConfig::new("h").with_config("ok")).unwrap();
+    let hostile = rt.load(&fixtures::read(fixtures::HOSTILE), crate::unhurried("h").with_config("ok")).unwrap();
     assert_eq!(hostile.stages(), &[Stage::Filter, Stage::Score, Stage::Preempt, Stage::FairShare]);
 }

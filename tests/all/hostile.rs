@@ -172,13 +172,18 @@ fn memory_cap_is_per_plugin() {
     let small = rt
         .load(
             &fixtures::read(fixtures::HOSTILE),
-            PluginConfig::new("small").with_config("memory").with_memory_limit(8 << 20),
+            PluginConfig::new("small")
+                .with_config("memory")
+                .with_memory_limit(8 << 20)
+                // The cap, not the clock, must stop the bomb: the default 10 ms deadline is missed
+                // on a loaded CI machine before 8 MiB are grown (CI saw `Deadline` here once).
+                .with_deadline(Duration::from_secs(2)),
         )
         .unwrap();
     let table = nodes(1);
     let started = Instant::now();
     let fault = small.filter(CallContext { worker: 0, nodes: &table }, &task("evil"), &[0]).unwrap_err();
-    assert_eq!(fault.kind, FaultKind::Memory);
+    assert_eq!(fault.kind, FaultKind::Memory, "{fault}");
     assert!(started.elapsed() < small.config().deadline + SLACK);
 }
 

@@ -19,7 +19,7 @@ use wasmsched_events::{EventSink, JsonlReader, Kind, Origin, OutboxConfig, Paylo
 use wasmsched_registry::{
     Decision, DirSource, Fetched, Outcome, PolicyVersion, Preparer, Registry, SPEC_FILE, Source, digest_of, poll_once,
 };
-use wasmsched_runtime::{PluginConfig, Runtime, RuntimeConfig};
+use wasmsched_runtime::{Runtime, RuntimeConfig};
 use wasmsched_sim::generate::{self, Rng};
 use wasmsched_tests::fixtures;
 
@@ -215,11 +215,11 @@ fn swapping_every_10ms_for_100k_decisions_never_mixes_versions_drops_or_double_p
     let (registry, preparer, _sink) = registry(&dir.path().join("events.jsonl"));
     let rt = runtime();
     let fit: Arc<dyn PolicyPlugin> =
-        Arc::new(rt.load(wasmsched_plugins::RESOURCE_FIT.wasm, PluginConfig::new("fit")).unwrap());
+        Arc::new(rt.load(wasmsched_plugins::RESOURCE_FIT.wasm, crate::unhurried("fit")).unwrap());
     let scores: Vec<Arc<dyn PolicyPlugin>> = [wasmsched_plugins::MOST_ALLOCATED, wasmsched_plugins::LEAST_ALLOCATED]
         .iter()
         .map(|b| {
-            Arc::new(rt.load(b.wasm, PluginConfig::new(b.name).with_config(b.config)).unwrap()) as Arc<dyn PolicyPlugin>
+            Arc::new(rt.load(b.wasm, crate::unhurried(b.name).with_config(b.config)).unwrap()) as Arc<dyn PolicyPlugin>
         })
         .collect();
     let log = Arc::new(Mutex::new(Vec::new()));

@@ -7,7 +7,7 @@ use wasmsched_api::{
     TolerationOperator,
 };
 use wasmsched_core::{CallContext, FailurePolicy, FaultKind, NodeTable, PolicyPlugin, PolicySet, place};
-use wasmsched_runtime::{BreakerConfig, PluginConfig, Runtime, RuntimeConfig};
+use wasmsched_runtime::{BreakerConfig, Runtime, RuntimeConfig};
 use wasmsched_tests::fixtures;
 
 fn gpu_nodes(n: usize) -> NodeTable {
@@ -56,7 +56,7 @@ fn garbage_is_bad_output(rt: &Runtime) {
         ("delta-out-of-range", Stage::FairShare, "share for queue 2 (of 2), out of range"),
         ("delta-missing", Stage::FairShare, "answered no share for queue 0"),
     ] {
-        let p = rt.load(&fixtures::read(fixtures::RAW_GARBAGE), PluginConfig::new("raw").with_config(mode)).unwrap();
+        let p = rt.load(&fixtures::read(fixtures::RAW_GARBAGE), crate::unhurried("raw").with_config(mode)).unwrap();
         assert_eq!(p.sdk_version(), "raw-bindings");
         let fault = match stage {
             Stage::Filter => p.filter(ctx, &gpu_task("t"), &slots).map(|_| ()).unwrap_err(),
@@ -103,13 +103,13 @@ fn usage_changes_reach_mirrors(rt: &Runtime) {
     assert_eq!(fits(&fit, &table), [true, true, true]);
     // A mirror that refuses (and forgets what it held) is sent every node again, without a fault.
     let raw =
-        rt.load(&fixtures::read(fixtures::RAW_GARBAGE), PluginConfig::new("raw").with_config("usage-refused")).unwrap();
+        rt.load(&fixtures::read(fixtures::RAW_GARBAGE), crate::unhurried("raw").with_config("usage-refused")).unwrap();
     assert_eq!(fits(&raw, &table), [true, true, true]);
     table.update_usage(slots[2], |n| n.gpus.update(|g| g[0].free_milli = 500));
     assert_eq!(fits(&raw, &table), [true, true, true], "every node resent after the refusal");
     assert_eq!(raw.metrics().instances_discarded(), 0);
     // A component without the optional export gets usage changes as full upserts.
-    let legacy = rt.load(&fixtures::read(fixtures::LEGACY_MIRROR), PluginConfig::new("legacy")).unwrap();
+    let legacy = rt.load(&fixtures::read(fixtures::LEGACY_MIRROR), crate::unhurried("legacy")).unwrap();
     table.update_usage(slots[2], |n| n.gpus.update(|g| g[0].free_milli = 1000));
     assert_eq!(fits(&legacy, &table), [true, true, true]);
     table.update_usage(slots[0], |n| n.gpus.update(|g| g[0].free_milli = 0));
@@ -136,7 +136,7 @@ fn placement_sends_a_task_brief_only_when_every_list_is_empty() {
     let slots: Vec<u32> = table.slots().collect();
     // The fixture's `placement.filter` fails for a brief task and passes a full one.
     let raw = rt
-        .load(&fixtures::read(fixtures::RAW_GARBAGE), PluginConfig::new("raw").with_config("brief-task-error"))
+        .load(&fixtures::read(fixtures::RAW_GARBAGE), crate::unhurried("raw").with_config("brief-task-error"))
         .unwrap();
     let fault = raw.filter(ctx, &gpu_task("t"), &slots).unwrap_err();
     assert_eq!(fault.kind, FaultKind::GuestError);
@@ -161,7 +161,7 @@ fn placement_sends_a_task_brief_only_when_every_list_is_empty() {
     // A runtime that ignores `placement` calls the plain export, which has no such mode.
     let plain = Runtime::new(RuntimeConfig { placement_calls: false, ..Default::default() }).unwrap();
     let raw = plain
-        .load(&fixtures::read(fixtures::RAW_GARBAGE), PluginConfig::new("raw").with_config("brief-task-error"))
+        .load(&fixtures::read(fixtures::RAW_GARBAGE), crate::unhurried("raw").with_config("brief-task-error"))
         .unwrap();
     assert!(raw.filter(ctx, &gpu_task("t"), &slots).is_ok());
 }
@@ -178,7 +178,7 @@ fn a_filter_may_stop_at_enough_fits_only() {
     assert_eq!(fit.filter_until(ctx, &gpu_task("t"), &slots, 6).unwrap().codes, [0; 6]);
     // One that stops a fit short has given a wrong answer.
     let raw =
-        rt.load(&fixtures::read(fixtures::RAW_GARBAGE), PluginConfig::new("raw").with_config("stops-short")).unwrap();
+        rt.load(&fixtures::read(fixtures::RAW_GARBAGE), crate::unhurried("raw").with_config("stops-short")).unwrap();
     let fault = raw.filter_until(ctx, &gpu_task("t"), &slots, 3).unwrap_err();
     assert_eq!(fault.kind, FaultKind::BadOutput);
     assert!(
@@ -229,7 +229,7 @@ fn fail_closed_blocks_the_task_and_fail_open_skips_the_plugin() {
         Arc::new(
             rt.load(
                 &fixtures::read(fixtures::HOSTILE),
-                PluginConfig::new("hostile-panic").with_config("panic").with_failure_policy(failure),
+                crate::unhurried("hostile-panic").with_config("panic").with_failure_policy(failure),
             )
             .unwrap(),
         )
@@ -251,7 +251,7 @@ fn circuit_breaker_opens_after_repeated_failures_and_recovers() {
     let p = rt
         .load(
             &fixtures::read(fixtures::HOSTILE),
-            PluginConfig::new("flaky")
+            crate::unhurried("flaky")
                 .with_config("panic")
                 .with_breaker(BreakerConfig { threshold: 3, cooldown_calls: 4 }),
         )
@@ -274,19 +274,19 @@ fn compiled_artifacts_are_cached_on_disk_and_verified() {
     let _ = std::fs::remove_dir_all(&dir);
     let cfg = RuntimeConfig { cache_dir: Some(dir.clone()), ..Default::default() };
     let wasm = wasmsched_plugins::RESOURCE_FIT.wasm;
-    Runtime::new(cfg.clone()).unwrap().load(wasm, PluginConfig::new("fit")).unwrap();
+    Runtime::new(cfg.clone()).unwrap().load(wasm, crate::unhurried("fit")).unwrap();
     let artifact = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .find(|p| p.extension().is_some_and(|e| e == "cwasm"))
         .expect("artifact written");
     // A second runtime loads from disk; a corrupted artifact is detected and rebuilt.
-    Runtime::new(cfg.clone()).unwrap().load(wasm, PluginConfig::new("fit")).unwrap();
+    Runtime::new(cfg.clone()).unwrap().load(wasm, crate::unhurried("fit")).unwrap();
     let mut bytes = std::fs::read(&artifact).unwrap();
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0xff;
     std::fs::write(&artifact, &bytes).unwrap();
-    let p = Runtime::new(cfg).unwrap().load(wasm, PluginConfig::new("fit")).expect("rebuilt after corruption");
+    let p = Runtime::new(cfg).unwrap().load(wasm, crate::unhurried("fit")).expect("rebuilt after corruption");
     let table = gpu_nodes(1);
     assert_eq!(p.filter(CallContext { worker: 0, nodes: &table }, &gpu_task("t"), &[0]).unwrap().codes, vec![0]);
     assert_ne!(std::fs::read(&artifact).unwrap(), bytes, "the corrupt artifact was replaced");
@@ -309,13 +309,13 @@ fn a_runtime_without_deadlines_answers_the_same_and_keeps_its_own_artifacts() {
     };
     let bounded = RuntimeConfig { cache_dir: Some(dir.clone()), ..Default::default() };
     let unbounded = RuntimeConfig { deadlines: false, ..bounded.clone() };
-    let with = Runtime::new(bounded.clone()).unwrap().load(wasm, PluginConfig::new("fit")).unwrap();
+    let with = Runtime::new(bounded.clone()).unwrap().load(wasm, crate::unhurried("fit")).unwrap();
     assert_eq!(artifacts(), 1);
-    let without = Runtime::new(unbounded.clone()).unwrap().load(wasm, PluginConfig::new("fit")).unwrap();
+    let without = Runtime::new(unbounded.clone()).unwrap().load(wasm, crate::unhurried("fit")).unwrap();
     assert_eq!(artifacts(), 2, "compiled anew, not the artifact with epoch checks");
     // Each kind reloads its own artifact from disk: no third one appears.
-    Runtime::new(unbounded).unwrap().load(wasm, PluginConfig::new("fit")).unwrap();
-    Runtime::new(bounded).unwrap().load(wasm, PluginConfig::new("fit")).unwrap();
+    Runtime::new(unbounded).unwrap().load(wasm, crate::unhurried("fit")).unwrap();
+    Runtime::new(bounded).unwrap().load(wasm, crate::unhurried("fit")).unwrap();
     assert_eq!(artifacts(), 2);
 
     let mut table = gpu_nodes(3);
@@ -339,7 +339,7 @@ fn zero_workers_is_a_configuration_error() {
 #[test]
 fn plugins_see_no_environment_files_or_clock() {
     let rt = Runtime::new(RuntimeConfig::default()).unwrap();
-    let p = rt.load(&fixtures::read(fixtures::HOSTILE), PluginConfig::new("probe").with_config("probe")).unwrap();
+    let p = rt.load(&fixtures::read(fixtures::HOSTILE), crate::unhurried("probe").with_config("probe")).unwrap();
     let table = gpu_nodes(1);
     let batch = p.filter(CallContext { worker: 0, nodes: &table }, &gpu_task("evil"), &[0]).unwrap();
     assert_eq!(batch.reasons[0].reason, "env=0 args=0 file=false dir=false clock=0s tcp=false");
