@@ -1,6 +1,7 @@
 //! Scheduling decisions as events: the core's placements and diagnoses in the event schema, the same
 //! for the simulator, the benchmarks and the Kubernetes scheduler (feature `decisions`).
 
+use crate::record::{PackedScheduled, Record, ScheduledView, TaskView};
 use crate::schema::{
     AlertSeverity, CheckpointOutcome, FaultKind, GpuShare, GroupTimedOut, Payload, PluginFault, PolicySetRef,
     PreemptReason, ScoreSummary, Stage, StageReason, TaskPreempted, TaskRef, TaskScheduled, TaskTopologyAlert,
@@ -25,14 +26,32 @@ pub struct Decision<'a> {
     pub attempt: u32,
 }
 
-/// Publish `d` on `sink` (if any), stamped with `time` (now when none): a `task-scheduled` event,
-/// or `task-unschedulable` plus one `plugin-fault` per fault seen.
+/// Publish `d` on `sink` (if any), stamped with `time` (when none, [`Timestamp::now_coarse`]: a
+/// few milliseconds behind at most, and a clock read cheaper by ~30 ns on the hot path): a
+/// `task-scheduled` event, or `task-unschedulable` plus one `plugin-fault` per fault seen.
 #[inline]
 pub fn publish(sink: Option<&EventSink>, time: Option<Timestamp>, d: Decision<'_>, policy: &PolicySetRef) {
     let Some(sink) = sink else { return };
-    let time = time.unwrap_or_else(Timestamp::now);
+    let time = time.unwrap_or_else(Timestamp::now_coarse);
     match d.outcome {
-        Ok((p, node)) => sink.emit_at(time, scheduled(d.task, node, p, d.evaluated, policy, d.attempt)),
+        Ok((p, node)) => {
+            // Packed: one allocation on this (the scheduling) thread instead of seven.
+            let view = ScheduledView {
+                task: TaskView {
+                    id: &d.task.id,
+                    namespace: &d.task.namespace,
+                    queue: &d.task.queue,
+                    group: d.task.group.as_deref(),
+                    priority: d.task.priority,
+                },
+                node,
+                score: score_summary(p, d.evaluated),
+                policy,
+                attempt: d.attempt,
+            };
+            let gpus = p.devices.iter().map(|d| GpuShare { gpu: d.gpu, milli: d.milli });
+            sink.emit_record_at(time, Record::Scheduled(PackedScheduled::pack(view, gpus)));
+        }
         Err(diagnosis) => {
             for e in unschedulable(d.task, diagnosis, policy, d.attempt) {
                 sink.emit_at(time, e);
@@ -93,10 +112,15 @@ pub fn scheduled(
         task: task_ref(task),
         node: node.to_owned(),
         gpus: p.devices.iter().map(|d| GpuShare { gpu: d.gpu, milli: d.milli }).collect(),
-        score: ScoreSummary { total: p.score, feasible: p.feasible as u32, evaluated: evaluated as u32 },
+        score: score_summary(p, evaluated),
         policy_set: policy.clone(),
         attempt,
     })
+}
+
+#[inline]
+fn score_summary(p: &Placement, evaluated: usize) -> ScoreSummary {
+    ScoreSummary { total: p.score, feasible: p.feasible as u32, evaluated: evaluated as u32 }
 }
 
 fn stage(s: CoreStage) -> Stage {

@@ -20,6 +20,7 @@ mod filter;
 mod jsonl;
 mod nats;
 mod outbox;
+mod record;
 pub mod schema;
 mod sink;
 mod time;

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
-use crate::schema::Payload;
+use crate::record::Record;
 use crate::time::Timestamp;
 
 /// Limits of the outbox.
@@ -53,7 +53,7 @@ pub(crate) struct Encoded {
 pub(crate) struct Pending {
     pub seq: u64,
     pub time: Timestamp,
-    pub payload: Payload,
+    pub payload: Record,
 }
 
 /// Builds the envelope and its wire form (id, source and subject depend on the sink).
@@ -323,6 +323,11 @@ impl Outbox {
             None => (None, 0),
         };
         Ok((Outbox { config, mem: VecDeque::new(), taken: 0, spill, encode }, recovered))
+    }
+
+    /// The configured bound on events held in memory.
+    pub fn max_events(&self) -> usize {
+        self.config.max_events
     }
 
     /// Items handed to the drainer and not yet acked.
