@@ -296,7 +296,8 @@ fn parse_record(line: &[u8]) -> Option<Encoded> {
     let subject = std::str::from_utf8(parts.next()?).ok()?.to_owned();
     let id = std::str::from_utf8(parts.next()?).ok()?.to_owned();
     let json = parts.next()?;
-    if subject.is_empty() || id.is_empty() || json.first() != Some(&b'{') {
+    // The subject may be empty: a JSONL sink has none.
+    if id.is_empty() || json.first() != Some(&b'{') {
         return None;
     }
     Some(Encoded { subject, id, json: Bytes::copy_from_slice(json) })

@@ -508,7 +508,8 @@ pub(crate) fn subject_token(s: &str) -> String {
         .collect()
 }
 
-/// Builds envelopes with ids `<id_prefix>-<seq>` and subjects `<root>.<kind>.<namespace or _>`.
+/// Builds envelopes with ids `<id_prefix>-<seq>` and subjects `<root>.<kind>.<namespace or _>`
+/// (none when `root` is empty: a JSONL sink).
 pub(crate) fn encoder(root: String, origin: Origin) -> Arc<crate::outbox::Encoder> {
     Arc::new(move |p: Pending| {
         let payload = p.payload.into_payload();
@@ -524,11 +525,12 @@ pub(crate) fn encoder(root: String, origin: Origin) -> Arc<crate::outbox::Encode
             payload,
         };
         Encoded {
-            subject: format!(
-                "{root}.{}.{}",
-                event.kind().name(),
-                subject_token(event.namespace.as_deref().unwrap_or(""))
-            ),
+            // Only NATS has subjects; a JSONL sink (empty root) skips building one per event.
+            subject: if root.is_empty() {
+                String::new()
+            } else {
+                format!("{root}.{}.{}", event.kind().name(), subject_token(event.namespace.as_deref().unwrap_or("")))
+            },
             json: serde_json::to_vec(&event).map(bytes::Bytes::from).unwrap_or_default(),
             id: event.id,
         }

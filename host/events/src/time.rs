@@ -95,8 +95,40 @@ impl Timestamp {
     }
 }
 
+impl Timestamp {
+    /// The RFC 3339 text of years 0000–9999 (every realistic instant) without the formatting
+    /// machinery: serialising events is the drainer's main work, and it competes with the
+    /// scheduler for the machine.
+    fn fixed_text(self) -> Option<[u8; 24]> {
+        let secs = (self.0 / 1000) as i64;
+        let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+        let (y, m, d) = civil_from_days(days);
+        if !(0..=9999).contains(&y) {
+            return None;
+        }
+        let mut out = *b"0000-00-00T00:00:00.000Z";
+        let mut put = |at: usize, width: usize, mut v: u64| {
+            for i in (at..at + width).rev() {
+                out[i] = b'0' + (v % 10) as u8;
+                v /= 10;
+            }
+        };
+        put(0, 4, y as u64);
+        put(5, 2, m as u64);
+        put(8, 2, d as u64);
+        put(11, 2, (rem / 3600) as u64);
+        put(14, 2, (rem % 3600 / 60) as u64);
+        put(17, 2, (rem % 60) as u64);
+        put(20, 3, self.0 % 1000);
+        Some(out)
+    }
+}
+
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(text) = self.fixed_text() {
+            return f.write_str(std::str::from_utf8(&text).map_err(|_| fmt::Error)?);
+        }
         let secs = (self.0 / 1000) as i64;
         let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
         let (y, m, d) = civil_from_days(days);
@@ -106,7 +138,10 @@ impl fmt::Display for Timestamp {
 
 impl Serialize for Timestamp {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
+        match self.fixed_text() {
+            Some(text) => s.serialize_str(std::str::from_utf8(&text).map_err(serde::ser::Error::custom)?),
+            None => s.collect_str(self),
+        }
     }
 }
 
@@ -201,6 +236,18 @@ mod tests {
             let t = Timestamp(ms);
             assert_eq!(Timestamp::parse(&t.to_string()), Ok(t), "{t}");
         }
+    }
+
+    #[test]
+    fn serialised_text_is_the_displayed_text_inside_and_outside_four_digit_years() {
+        let mut instants: Vec<u64> = (0..200_000u64).step_by(997).map(|d| d * 86_400_000 + d * 7_919).collect();
+        instants.extend([253_402_300_799_999, 253_402_300_800_000, 400_000_000_000_000]);
+        for ms in instants {
+            let t = Timestamp(ms);
+            assert_eq!(serde_json::to_string(&t).unwrap(), format!("\"{t}\""));
+        }
+        assert_eq!(Timestamp(253_402_300_799_999).to_string(), "9999-12-31T23:59:59.999Z");
+        assert_eq!(Timestamp(253_402_300_800_000).to_string(), "10000-01-01T00:00:00.000Z");
     }
 
     #[test]
