@@ -531,7 +531,14 @@ pub(crate) fn encoder(root: String, origin: Origin) -> Arc<crate::outbox::Encode
             } else {
                 format!("{root}.{}.{}", event.kind().name(), subject_token(event.namespace.as_deref().unwrap_or("")))
             },
-            json: serde_json::to_vec(&event).map(bytes::Bytes::from).unwrap_or_default(),
+            json: {
+                // Sized for a typical event (~450 bytes), so serialising does not regrow it twice.
+                let mut json = Vec::with_capacity(512);
+                match serde_json::to_writer(&mut json, &event) {
+                    Ok(()) => bytes::Bytes::from(json),
+                    Err(_) => bytes::Bytes::new(),
+                }
+            },
             id: event.id,
         }
     })
