@@ -40,6 +40,18 @@ fn between_decisions(scratch: &mut [u64]) {
     black_box(&scratch);
 }
 
+/// Time `emit_one` alone, `iters` times, with other work between the calls.
+fn paced(iters: u64, scratch: &mut [u64], mut emit_one: impl FnMut()) -> Duration {
+    let mut spent = Duration::ZERO;
+    for _ in 0..iters {
+        between_decisions(scratch);
+        let t = Instant::now();
+        emit_one();
+        spent += t.elapsed();
+    }
+    spent
+}
+
 fn emit(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let sink = EventSink::jsonl(
@@ -70,28 +82,18 @@ fn emit(c: &mut Criterion) {
     let mut g = c.benchmark_group("emit");
     g.bench_function("payload", |b| {
         b.iter_custom(|iters| {
-            let mut spent = Duration::ZERO;
-            for _ in 0..iters {
-                between_decisions(&mut scratch);
-                let t = Instant::now();
+            paced(iters, &mut scratch, || {
                 let payload = decisions::scheduled(&task, node, &placement, 5000, &policy, 1);
                 sink.emit_at(Timestamp::now(), payload);
-                spent += t.elapsed();
-            }
-            spent
+            })
         })
     });
     g.bench_function("packed", |b| {
         b.iter_custom(|iters| {
-            let mut spent = Duration::ZERO;
-            for _ in 0..iters {
-                between_decisions(&mut scratch);
-                let t = Instant::now();
+            paced(iters, &mut scratch, || {
                 let d = Decision { task: &task, outcome: Ok((&placement, node)), evaluated: 5000, attempt: 1 };
                 decisions::publish(Some(&sink), None, d, &policy);
-                spent += t.elapsed();
-            }
-            spent
+            })
         })
     });
     g.finish();
