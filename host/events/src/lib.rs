@@ -23,6 +23,7 @@ mod outbox;
 mod record;
 pub mod schema;
 mod sink;
+mod spin;
 mod time;
 mod why;
 

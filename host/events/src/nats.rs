@@ -539,7 +539,7 @@ async fn session(
                     continue;
                 }
                 _ = disconnected.notified() => return End::Failed(disconnect()),
-                _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                _ = tokio::time::sleep(crate::sink::IDLE_LOOK) => continue,
             }
         };
         tokio::select! {

@@ -3,7 +3,7 @@
 //! A `task-scheduled` payload owns six strings and a vector: built on the scheduling thread, that
 //! was six or seven allocations per decision, each freed later by the drainer on another CPU (a
 //! cross-thread free the allocator settles back on the scheduling thread). The packed form copies
-//! the same facts into inline fields (its strings too, up to 96 bytes together, else into one
+//! the same facts into inline fields (its strings too, up to 48 bytes together, else into one
 //! allocation), and the drainer unpacks it into the very payload the slow path would have built,
 //! so the wire form cannot differ. `cargo bench -p wasmsched-events --features decisions --bench
 //! emit` compares the two.
@@ -46,10 +46,6 @@ fn an_outbox_slot_is_no_larger_than_the_largest_payload() {
 mod packed {
     use crate::schema::{GpuShare, PolicySetRef, ScoreSummary, TaskRef, TaskScheduled};
 
-    /// GPUs kept inline; nodes have at most 8 GPUs in every trace we replay, larger sets spill to a
-    /// vector.
-    const INLINE_GPUS: usize = 8;
-
     /// How an event names a task, borrowed from the scheduler's own task.
     #[derive(Clone, Copy, Debug)]
     pub(crate) struct TaskView<'a> {
@@ -70,62 +66,108 @@ mod packed {
         pub attempt: u32,
     }
 
-    /// Text bytes kept inline: ids, namespace, queue, node and policy name of a typical event
-    /// fit, so packing allocates nothing.
-    const INLINE_TEXT: usize = 96;
+    /// Text bytes kept inline: the task's id, namespace, queue and group, the node and the policy
+    /// set's name of a typical event (44 bytes in the openb simulation) fit, so packing
+    /// allocates nothing; longer ones take one allocation.
+    const INLINE_TEXT: usize = 48;
 
+    /// The six names back to back; part `i` ends at `ends[i]`.
     #[derive(Debug)]
     enum Text {
-        Inline { len: u8, bytes: [u8; INLINE_TEXT] },
-        Heap(Box<str>),
+        Inline { ends: [u8; 6], bytes: [u8; INLINE_TEXT] },
+        Heap { ends: [u32; 6], text: Box<str> },
     }
 
     impl Text {
-        fn as_str(&self) -> &str {
+        fn part(&self, i: usize) -> &str {
+            let bounds = |ends: &[usize; 6]| (if i == 0 { 0 } else { ends[i - 1] }, ends[i]);
             match self {
-                Text::Inline { len, bytes } => std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default(),
-                Text::Heap(s) => s,
+                Text::Inline { ends, bytes } => {
+                    let (start, end) = bounds(&ends.map(usize::from));
+                    bytes.get(start..end).and_then(|b| std::str::from_utf8(b).ok()).unwrap_or_default()
+                }
+                Text::Heap { ends, text } => {
+                    let (start, end) = bounds(&ends.map(|e| e as usize));
+                    text.get(start..end).unwrap_or_default()
+                }
             }
         }
     }
 
+    /// GPUs kept inline, each share as `gpu << MILLI_BITS | milli` in a `u16`: device indices
+    /// below 64 and shares up to a whole GPU (1,000 milli) fit, which is every node and share we
+    /// schedule; anything else goes to the heap.
+    const INLINE_GPUS: usize = 8;
+    const MILLI_BITS: u32 = 10;
+
     #[derive(Debug)]
     enum Gpus {
-        Inline { len: u8, shares: [GpuShare; INLINE_GPUS] },
-        Heap(Vec<GpuShare>),
+        Inline { len: u8, shares: [u16; INLINE_GPUS] },
+        Heap(Box<[GpuShare]>),
     }
 
-    /// A `task-scheduled` event without allocating (or in one allocation when its strings are
-    /// long): the task's id, namespace, queue and group, the node and the policy set's name back to
-    /// back in `text`, `ends` marking where each stops.
+    impl Gpus {
+        #[inline]
+        fn pack(gpus: impl ExactSizeIterator<Item = GpuShare> + Clone) -> Gpus {
+            if gpus.len() <= INLINE_GPUS {
+                let mut shares = [0u16; INLINE_GPUS];
+                let mut len = 0u8;
+                let mut fits = true;
+                for (slot, share) in shares.iter_mut().zip(gpus.clone()) {
+                    fits &= share.gpu < 1 << (16 - MILLI_BITS) && share.milli < 1 << MILLI_BITS;
+                    *slot = ((share.gpu << MILLI_BITS) | share.milli) as u16;
+                    len += 1;
+                }
+                if fits {
+                    return Gpus::Inline { len, shares };
+                }
+            }
+            Gpus::Heap(gpus.collect())
+        }
+
+        fn unpack(self) -> Vec<GpuShare> {
+            match self {
+                Gpus::Inline { len, shares } => shares[..usize::from(len)]
+                    .iter()
+                    .map(|&s| GpuShare {
+                        gpu: u32::from(s) >> MILLI_BITS,
+                        milli: u32::from(s) & ((1 << MILLI_BITS) - 1),
+                    })
+                    .collect(),
+                Gpus::Heap(v) => v.into_vec(),
+            }
+        }
+    }
+
+    /// A `task-scheduled` event in 120 bytes (an outbox slot with its time: two cache lines, the
+    /// stores `emit` makes per placement), without allocating for typical names and GPU sets.
     #[derive(Debug)]
     pub(crate) struct PackedScheduled {
         text: Text,
-        ends: [u32; 6],
-        has_group: bool,
-        priority: i32,
         gpus: Gpus,
         score: ScoreSummary,
         policy_version: u64,
+        priority: i32,
         attempt: u32,
+        has_group: bool,
     }
 
     impl PackedScheduled {
         #[inline]
-        pub(crate) fn pack(v: ScheduledView<'_>, gpus: impl ExactSizeIterator<Item = GpuShare>) -> Self {
+        pub(crate) fn pack(v: ScheduledView<'_>, gpus: impl ExactSizeIterator<Item = GpuShare> + Clone) -> Self {
             let parts = [v.task.id, v.task.namespace, v.task.queue, v.task.group.unwrap_or(""), v.node, &v.policy.name];
             let total: usize = parts.iter().map(|p| p.len()).sum();
-            let mut ends = [0u32; 6];
             let text = if total <= INLINE_TEXT {
-                let mut bytes = [0u8; INLINE_TEXT];
+                let (mut ends, mut bytes) = ([0u8; 6], [0u8; INLINE_TEXT]);
                 let mut at = 0;
                 for (end, part) in ends.iter_mut().zip(parts) {
                     bytes[at..at + part.len()].copy_from_slice(part.as_bytes());
                     at += part.len();
-                    *end = at as u32;
+                    *end = at as u8;
                 }
-                Text::Inline { len: at as u8, bytes }
+                Text::Inline { ends, bytes }
             } else {
+                let mut ends = [0u32; 6];
                 let mut text = String::with_capacity(total);
                 for (end, part) in ends.iter_mut().zip(parts) {
                     text.push_str(part);
@@ -133,37 +175,22 @@ mod packed {
                     // regardless, so a pathological input cuts a name short instead of mis-slicing.
                     *end = u32::try_from(text.len()).unwrap_or(u32::MAX);
                 }
-                Text::Heap(text.into_boxed_str())
-            };
-            let gpus = if gpus.len() <= INLINE_GPUS {
-                let mut shares = [GpuShare::default(); INLINE_GPUS];
-                let mut len = 0u8;
-                for (slot, share) in shares.iter_mut().zip(gpus) {
-                    *slot = share;
-                    len += 1;
-                }
-                Gpus::Inline { len, shares }
-            } else {
-                Gpus::Heap(gpus.collect())
+                Text::Heap { ends, text: text.into_boxed_str() }
             };
             PackedScheduled {
                 text,
-                ends,
-                has_group: v.task.group.is_some(),
-                priority: v.task.priority,
-                gpus,
+                gpus: Gpus::pack(gpus),
                 score: v.score,
                 policy_version: v.policy.version,
+                priority: v.task.priority,
                 attempt: v.attempt,
+                has_group: v.task.group.is_some(),
             }
         }
 
         /// The payload the facts describe.
         pub(crate) fn unpack(self) -> TaskScheduled {
-            let part = |i: usize| -> String {
-                let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
-                self.text.as_str().get(start..self.ends[i] as usize).unwrap_or_default().to_owned()
-            };
+            let part = |i: usize| self.text.part(i).to_owned();
             TaskScheduled {
                 task: TaskRef {
                     id: part(0),
@@ -173,13 +200,10 @@ mod packed {
                     priority: self.priority,
                 },
                 node: part(4),
-                gpus: match self.gpus {
-                    Gpus::Inline { len, shares } => shares[..usize::from(len)].to_vec(),
-                    Gpus::Heap(v) => v,
-                },
                 score: self.score,
                 policy_set: PolicySetRef { name: part(5), version: self.policy_version },
                 attempt: self.attempt,
+                gpus: self.gpus.unpack(),
             }
         }
     }
@@ -232,11 +256,56 @@ mod packed {
             let v =
                 ScheduledView { task: TaskView { id: &id, ..view(Some("g"), &policy).task }, ..view(None, &policy) };
             let packed = PackedScheduled::pack(v, std::iter::empty());
-            assert!(matches!(packed.text, Text::Heap(_)));
+            assert!(matches!(packed.text, Text::Heap { .. }));
             let got = packed.unpack();
             assert_eq!((got.task.id, got.task.group, got.policy_set.name), (id, Some("g".into()), policy.name.clone()));
+            let policy = PolicySetRef { name: "fit".into(), version: 1 };
             let short = PackedScheduled::pack(view(None, &policy), std::iter::empty());
             assert!(matches!(short.text, Text::Inline { .. }), "a typical event allocates nothing");
+        }
+
+        #[test]
+        fn text_fills_the_inline_bytes_exactly_then_moves_to_the_heap() {
+            // 48 bytes of names (a two-byte character at the very end) are inline; one more is not.
+            let policy = PolicySetRef { name: "fit".into(), version: 1 };
+            for (id_len, inline) in [(22, true), (23, false)] {
+                let id = format!("{}é", "x".repeat(id_len - 2));
+                let v = ScheduledView {
+                    task: TaskView { id: &id, namespace: "ns", queue: "q", group: Some("g"), priority: 0 },
+                    node: "node-0123456789abcd",
+                    ..view(None, &policy)
+                };
+                let packed = PackedScheduled::pack(v, std::iter::empty());
+                assert_eq!(matches!(packed.text, Text::Inline { .. }), inline, "{id_len}-byte id");
+                let got = packed.unpack();
+                assert_eq!(
+                    (got.task.id.as_str(), got.task.namespace.as_str(), got.task.queue.as_str()),
+                    (id.as_str(), "ns", "q")
+                );
+                assert_eq!(
+                    (got.task.group.as_deref(), got.node.as_str(), got.policy_set.name.as_str()),
+                    (Some("g"), v.node, "fit")
+                );
+            }
+        }
+
+        #[test]
+        fn gpu_shares_beyond_sixteen_bits_go_to_the_heap_and_come_back_whole() {
+            let policy = PolicySetRef { name: "fit".into(), version: 1 };
+            let share = |gpu, milli| GpuShare { gpu, milli };
+            let cases = [
+                (vec![share(63, 1023), share(0, 0)], true),
+                ((0..8).map(|g| share(g, 125 * g)).collect(), true),
+                ((0..9).map(|g| share(g, 1000)).collect(), false),
+                (vec![share(64, 1)], false),
+                (vec![share(0, 1024)], false),
+                (vec![share(1, 500), share(u32::MAX, u32::MAX)], false),
+            ];
+            for (shares, inline) in cases {
+                let packed = PackedScheduled::pack(view(None, &policy), shares.iter().copied());
+                assert_eq!(matches!(packed.gpus, Gpus::Inline { .. }), inline, "{shares:?}");
+                assert_eq!(packed.unpack().gpus, shares);
+            }
         }
 
         #[test]

@@ -1,16 +1,21 @@
 //! [`EventSink`]: the scheduler's handle for emitting events, whatever the destination.
 //!
-//! `emit` stamps the event and stages it on a bounded lock-free channel; the drainer thread of the
-//! sink (JSONL file or NATS JetStream) moves staged events into the [outbox](crate::outbox), where
-//! they are numbered (so ids follow the outbox order), held, spilled or dropped, then encodes and
-//! delivers them. The scheduling thread thus never takes the outbox's lock, which the drainer
-//! holds while it reads spilled events from disk and which a descheduled drainer could hold for
-//! milliseconds; a slow or absent destination costs the scheduler nothing but outbox space.
-//! Only when the staging channel is full (the drainer has not come for [`STAGING`] events: a
-//! long connect) does `emit` move the events into the outbox itself, under the lock.
+//! `emit` stamps the event and stages it on a bounded ring; the drainer thread of the sink (JSONL
+//! file or NATS JetStream) moves staged events into the [outbox](crate::outbox), where they are
+//! numbered (so ids follow the outbox order), held, spilled or dropped, then encodes and delivers
+//! them. The scheduling thread thus never takes the outbox's lock, which the drainer holds while
+//! it reads spilled events from disk and which a descheduled drainer could hold for milliseconds;
+//! a slow or absent destination costs the scheduler nothing but outbox space. Only when the ring
+//! is full (the drainer has not come for [`STAGING`] events: a long connect) does `emit` move the
+//! events into the outbox itself, under the lock.
+//!
+//! Staging is what a placement costs the scheduling thread, so it is built to write and not to
+//! wait: the ring is single-producer (a push is plain stores; a multi-producer channel's
+//! compare-and-swap and slot check read lines the drainer last wrote), emitting threads take turns
+//! through a [spin lock](crate::spin) whose release does not wait for those stores, and `emit`
+//! does not fence before looking whether the drainer sleeps (see [`IDLE_LOOK`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -50,6 +55,11 @@ pub struct Stats {
 /// of decisions at 70,000 a second, far more than the drainer's 2 ms linger.
 pub(crate) const STAGING: usize = 1024;
 
+/// The longest a drainer waits before looking for events again: `emit` does not fence, so it can
+/// miss a drainer announcing sleep at the same moment and not wake it; the event then waits this
+/// long at most. Idle, this is a wake-up every 50 ms.
+pub(crate) const IDLE_LOOK: Duration = Duration::from_millis(50);
+
 /// Counters the drainer updates, on cache lines of their own: the emitting thread's counter
 /// beside them would bounce between the two CPUs' caches.
 #[derive(Default)]
@@ -79,7 +89,7 @@ struct Staged {
 struct Queue {
     outbox: Outbox,
     /// What `emit` staged, oldest first.
-    staged: Receiver<Staged>,
+    staged: rtrb::Consumer<Staged>,
     /// The next event's sequence number (its id's suffix), given as the event enters the outbox.
     next_seq: u64,
     unreported: Option<DropReport>,
@@ -87,8 +97,9 @@ struct Queue {
 
 /// State shared between the handle and the drainer.
 pub(crate) struct Shared {
-    /// `emit`'s way in: lock-free while there is room.
-    staging: SyncSender<Staged>,
+    /// `emit`'s way in while there is room; the lock only orders emitting threads (the drainer
+    /// never takes it).
+    staging: crate::spin::SpinLock<rtrb::Producer<Staged>>,
     /// Events passed to `emit`.
     emitted: AtomicU64,
     /// The drainer is waiting for events: the next `emit` wakes it. Otherwise `emit` does not
@@ -186,9 +197,9 @@ impl EventSink {
         if recovered > 0 {
             tracing::info!(events = recovered, "recovered spilled events from a previous run");
         }
-        let (staging, staged) = std::sync::mpsc::sync_channel(STAGING.min(outbox.max_events()));
+        let (staging, staged) = rtrb::RingBuffer::new(STAGING.min(outbox.max_events()));
         let shared = Arc::new(Shared {
-            staging,
+            staging: crate::spin::SpinLock::new(staging),
             emitted: AtomicU64::new(0),
             sleeping: AtomicBool::new(false),
             queue: Mutex::new(Queue { outbox, staged, next_seq: 1, unreported: None }),
@@ -225,19 +236,21 @@ impl EventSink {
     #[inline]
     pub(crate) fn emit_record_at(&self, time: Timestamp, record: Record) {
         let shared = &self.shared;
-        shared.emitted.fetch_add(1, Ordering::Relaxed);
-        match shared.staging.try_send(Staged { time, record }) {
-            Ok(()) => {}
-            Err(TrySendError::Full(staged) | TrySendError::Disconnected(staged)) => {
-                // The drainer has not come for a while: do its part, behind what is staged.
-                let mut q = shared.lock();
-                q.pull(shared);
-                q.admit(shared, staged);
-            }
+        let pushed = {
+            let mut staging = shared.staging.lock();
+            // Emitting threads are serialised by the lock: no read-modify-write needed.
+            shared.emitted.store(shared.emitted.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            staging.push(Staged { time, record })
+        };
+        if let Err(rtrb::PushError::Full(staged)) = pushed {
+            // The drainer has not come for a while: do its part, behind what is staged.
+            let mut q = shared.lock();
+            q.pull(shared);
+            q.admit(shared, staged);
         }
-        // Pairs with the fence in `Shared::announce_sleep`: either the drainer sees this event
-        // when it looks once more, or this thread sees that it sleeps.
-        fence(Ordering::SeqCst);
+        // No fence between the push and this look (it would wait for the event's stores to reach
+        // the other CPU): the look may miss a drainer falling asleep at this very moment, which
+        // then wakes by itself within `IDLE_LOOK`.
         if shared.sleeping.load(Ordering::Relaxed) && shared.sleeping.swap(false, Ordering::SeqCst) {
             // Taking the lock waits until the drainer is inside its wait, so the signal is not lost.
             drop(shared.lock());
@@ -304,7 +317,7 @@ impl EventSink {
 impl Queue {
     /// Move what `emit` staged into the outbox, in order.
     fn pull(&mut self, shared: &Shared) {
-        while let Ok(staged) = self.staged.try_recv() {
+        while let Ok(staged) = self.staged.pop() {
             self.admit(shared, staged);
         }
     }
@@ -384,9 +397,9 @@ impl Shared {
         q.outbox.take(max)
     }
 
-    /// Before waiting for events, under the lock: tell `emit` to wake us, then look once more
-    /// (an `emit` that missed the flag staged its event before this look). True if there is
-    /// still nothing to take.
+    /// Before waiting for events, under the lock: tell `emit` to wake us, then look once more.
+    /// True if there is still nothing to take. An `emit` racing with this may neither be seen
+    /// here nor see the flag (it does not fence): waits are bounded by [`IDLE_LOOK`].
     fn announce_sleep(&self, q: &mut Queue) -> bool {
         self.sleeping.store(true, Ordering::SeqCst);
         fence(Ordering::SeqCst);
@@ -413,7 +426,7 @@ impl Shared {
             if !self.announce_sleep(&mut q) {
                 continue;
             }
-            q = match self.ready.wait_timeout(q, left) {
+            q = match self.ready.wait_timeout(q, left.min(IDLE_LOOK)) {
                 Ok((q, _)) => q,
                 Err(p) => p.into_inner().0,
             };
@@ -542,4 +555,11 @@ pub(crate) fn encoder(root: String, origin: Origin) -> Arc<crate::outbox::Encode
             id: event.id,
         }
     })
+}
+
+#[cfg(all(test, feature = "decisions"))]
+#[test]
+fn a_staged_placement_is_two_cache_lines() {
+    // What `emit` writes per placement, to memory the drainer reads next: keep it small.
+    assert!(std::mem::size_of::<Staged>() <= 128, "{} bytes", std::mem::size_of::<Staged>());
 }

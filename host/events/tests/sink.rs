@@ -1,5 +1,5 @@
 //! `emit` from many threads at once: every event arrives once, ids are unique and follow the file's
-//! order, and each thread's events keep their order.
+//! order, each thread's events keep their order, and so do events that cause one another.
 
 use std::time::Duration;
 
@@ -71,4 +71,62 @@ fn a_jsonl_sink_spills_and_reads_back_in_order() {
         i += 1;
     }
     assert_eq!(i, N);
+}
+
+/// Events that cause one another across threads (A emits, then hands over to B, which emits) keep
+/// that order in the file: staging is one ring for all emitting threads, not one per thread.
+#[test]
+fn events_keep_their_causal_order_across_threads() {
+    const ROUNDS: u64 = 2_000;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events.jsonl");
+    let origin = Origin { source: "wasmsched/test/scheduler".into(), id_prefix: "h".into() };
+    let sink = EventSink::jsonl(&path, origin, OutboxConfig::default()).unwrap();
+    let emit = |sink: &EventSink, n: u64| {
+        sink.emit(Payload::QueueShareChanged(QueueShareChanged { queue: format!("q-{n}"), ..Default::default() }))
+    };
+    let (to_b, at_b) = std::sync::mpsc::channel::<u64>();
+    let (to_a, at_a) = std::sync::mpsc::channel::<u64>();
+    std::thread::scope(|s| {
+        let b_sink = sink.clone();
+        s.spawn(move || {
+            while let Ok(n) = at_b.recv() {
+                emit(&b_sink, n + 1);
+                to_a.send(n + 2).unwrap();
+            }
+        });
+        let mut n = 0;
+        for _ in 0..ROUNDS {
+            emit(&sink, n);
+            to_b.send(n).unwrap();
+            n = at_a.recv().unwrap();
+        }
+        drop(to_b);
+    });
+    let stats = sink.close(Duration::from_secs(60));
+    assert_eq!((stats.delivered, stats.dropped), (2 * ROUNDS, 0), "{stats:?}");
+    let mut reader = JsonlReader::open(&path).unwrap();
+    let mut n = 0u64;
+    while let Some(e) = reader.next_event().unwrap() {
+        let Payload::QueueShareChanged(q) = e.payload else { panic!("{:?}", e.payload) };
+        assert_eq!(q.queue, format!("q-{n}"), "the file follows the hand-overs");
+        n += 1;
+    }
+    assert_eq!(n, 2 * ROUNDS);
+}
+
+/// A drainer that went idle wakes for the next event: one event at a time, each waited for, after
+/// pauses of different lengths (some land while the drainer is falling asleep).
+#[test]
+fn an_idle_drainer_wakes_for_each_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events.jsonl");
+    let origin = Origin { source: "wasmsched/test/scheduler".into(), id_prefix: "w".into() };
+    let sink = EventSink::jsonl(&path, origin, OutboxConfig::default()).unwrap();
+    for i in 0..200u64 {
+        std::thread::sleep(Duration::from_micros(i % 7 * 700));
+        sink.emit(Payload::QueueShareChanged(QueueShareChanged { queue: format!("q-{i}"), ..Default::default() }));
+        assert!(sink.flush(Duration::from_secs(10)), "event {i} not written within 10 s: {:?}", sink.stats());
+    }
+    assert_eq!(sink.close(Duration::from_secs(10)).delivered, 200);
 }
