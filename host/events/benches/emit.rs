@@ -2,8 +2,11 @@
 //!
 //! - `emit/payload`: build the `task-scheduled` [`Payload`](wasmsched_events::Payload) (six
 //!   strings and a vector) and `emit_at` it with `Timestamp::now`, as `decisions::publish` did before session 22.
-//! - `emit/packed`: `decisions::publish` itself, which packs the same facts in one allocation and
-//!   stamps them with the coarse wall clock.
+//! - `emit/packed`: `decisions::publish` itself, which packs the same facts into a 120-byte
+//!   record and stamps them with the coarse wall clock. Its names here (74 bytes) are longer than
+//!   the record holds inline (48), so they take one allocation.
+//! - `emit/packed-inline`: the same with a short policy set name (48 bytes of names, like the
+//!   openb simulation's): no allocation.
 //!
 //! Both publish to a JSONL sink whose drainer runs, and both are paced: between two timed
 //! emissions the thread does ~10 µs of other work, as a scheduler does between decisions (an
@@ -93,6 +96,15 @@ fn emit(c: &mut Criterion) {
             paced(iters, &mut scratch, || {
                 let d = Decision { task: &task, outcome: Ok((&placement, node)), evaluated: 5000, attempt: 1 };
                 decisions::publish(Some(&sink), None, d, &policy);
+            })
+        })
+    });
+    let short = PolicySetRef { name: "fgd".into(), version: 3 };
+    g.bench_function("packed-inline", |b| {
+        b.iter_custom(|iters| {
+            paced(iters, &mut scratch, || {
+                let d = Decision { task: &task, outcome: Ok((&placement, node)), evaluated: 5000, attempt: 1 };
+                decisions::publish(Some(&sink), None, d, &short);
             })
         })
     });
