@@ -12,6 +12,7 @@
 #![allow(unsafe_code)]
 
 use std::cell::UnsafeCell;
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -31,6 +32,9 @@ unsafe impl<T: Send> Sync for SpinLock<T> {}
 /// Holds the lock; releases it when dropped.
 pub(crate) struct Guard<'a, T> {
     lock: &'a SpinLock<T>,
+    /// Makes the guard `Sync` only where `T` is: a shared guard hands out `&T` to every thread
+    /// that holds it (`&SpinLock<T>` alone would make it `Sync` for any `T: Send`).
+    _access: PhantomData<&'a mut T>,
 }
 
 impl<T> SpinLock<T> {
@@ -49,7 +53,7 @@ impl<T> SpinLock<T> {
                 std::thread::yield_now();
             }
         }
-        Guard { lock: self }
+        Guard { lock: self, _access: PhantomData }
     }
 }
 
