@@ -116,17 +116,25 @@ fn events_keep_their_causal_order_across_threads() {
 }
 
 /// A drainer that went idle wakes for the next event: one event at a time, each waited for, after
-/// pauses of different lengths (some land while the drainer is falling asleep).
+/// pauses of different lengths (some land while the drainer is falling asleep). Without the
+/// wake-up an event would wait for the drainer's next periodic look (every 50 ms): the median
+/// wait tells the two apart while tolerating a loaded machine's outliers.
 #[test]
 fn an_idle_drainer_wakes_for_each_event() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("events.jsonl");
     let origin = Origin { source: "wasmsched/test/scheduler".into(), id_prefix: "w".into() };
     let sink = EventSink::jsonl(&path, origin, OutboxConfig::default()).unwrap();
+    let mut waits = Vec::new();
     for i in 0..200u64 {
         std::thread::sleep(Duration::from_micros(i % 7 * 700));
+        let t = std::time::Instant::now();
         sink.emit(Payload::QueueShareChanged(QueueShareChanged { queue: format!("q-{i}"), ..Default::default() }));
         assert!(sink.flush(Duration::from_secs(10)), "event {i} not written within 10 s: {:?}", sink.stats());
+        waits.push(t.elapsed());
     }
     assert_eq!(sink.close(Duration::from_secs(10)).delivered, 200);
+    waits.sort();
+    let median = waits[waits.len() / 2];
+    assert!(median < Duration::from_millis(15), "median wait {median:?}: the drainer was not woken");
 }
