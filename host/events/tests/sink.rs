@@ -1,29 +1,51 @@
 //! `emit` from many threads at once: every event arrives once, ids are unique and follow the file's
 //! order, each thread's events keep their order, and so do events that cause one another.
 
-use std::time::Duration;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use wasmsched_events::schema::{Payload, QueueShareChanged};
 use wasmsched_events::{EventSink, JsonlReader, Origin, OutboxConfig};
+
+/// A JSONL sink in a fresh directory (kept alive by the returned guard), ids `<prefix>-<n>`.
+fn jsonl_sink(
+    prefix: &str,
+    outbox: impl FnOnce(&std::path::Path) -> OutboxConfig,
+) -> (tempfile::TempDir, PathBuf, EventSink) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events.jsonl");
+    let origin = Origin { source: "wasmsched/test/scheduler".into(), id_prefix: prefix.into() };
+    let sink = EventSink::jsonl(&path, origin, outbox(dir.path())).unwrap();
+    (dir, path, sink)
+}
+
+/// An event that carries `label` (as a queue name; any payload kind would do).
+fn emit_labelled(sink: &EventSink, label: String) {
+    sink.emit(Payload::QueueShareChanged(QueueShareChanged { queue: label, ..Default::default() }));
+}
+
+/// The file's events as (id, label), in file order.
+fn read_labels(path: &std::path::Path) -> Vec<(String, String)> {
+    let mut reader = JsonlReader::open(path).unwrap();
+    let mut out = Vec::new();
+    while let Some(e) = reader.next_event().unwrap() {
+        let Payload::QueueShareChanged(q) = e.payload else { panic!("{:?}", e.payload) };
+        out.push((e.id, q.queue));
+    }
+    out
+}
 
 #[test]
 fn concurrent_emitters_lose_nothing_and_keep_their_own_order() {
     const THREADS: u64 = 4;
     const EACH: u64 = 20_000;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("events.jsonl");
-    let origin = Origin { source: "wasmsched/test/scheduler".into(), id_prefix: "c".into() };
-    let sink = EventSink::jsonl(&path, origin, OutboxConfig::default()).unwrap();
+    let (_dir, path, sink) = jsonl_sink("c", |_| OutboxConfig::default());
     std::thread::scope(|s| {
         for t in 0..THREADS {
             let sink = sink.clone();
             s.spawn(move || {
                 for i in 0..EACH {
-                    // The queue name carries (thread, index); any payload kind would do.
-                    sink.emit(Payload::QueueShareChanged(QueueShareChanged {
-                        queue: format!("t{t}-{i}"),
-                        ..Default::default()
-                    }));
+                    emit_labelled(&sink, format!("t{t}-{i}"));
                 }
             });
         }
@@ -32,19 +54,16 @@ fn concurrent_emitters_lose_nothing_and_keep_their_own_order() {
     let n = THREADS * EACH;
     assert_eq!((stats.emitted, stats.delivered, stats.dropped, stats.pending), (n, n, 0, 0), "{stats:?}");
 
-    let mut reader = JsonlReader::open(&path).unwrap();
+    let events = read_labels(&path);
+    assert_eq!(events.len() as u64, n);
     let mut next = [0u64; THREADS as usize];
-    let mut count = 0u64;
-    while let Some(e) = reader.next_event().unwrap() {
-        count += 1;
-        assert_eq!(e.id, format!("c-{count}"), "ids follow the file's order");
-        let Payload::QueueShareChanged(q) = e.payload else { panic!("{:?}", e.payload) };
-        let (t, i) = q.queue[1..].split_once('-').unwrap();
+    for (k, (id, label)) in events.iter().enumerate() {
+        assert_eq!(*id, format!("c-{}", k + 1), "ids follow the file's order");
+        let (t, i) = label[1..].split_once('-').unwrap();
         let (t, i): (usize, u64) = (t.parse().unwrap(), i.parse().unwrap());
         assert_eq!(i, next[t], "thread {t}'s events in order");
         next[t] += 1;
     }
-    assert_eq!(count, n);
 }
 
 /// A JSONL sink whose outbox overflows to a spill directory (a disk slower than the scheduler):
@@ -52,25 +71,19 @@ fn concurrent_emitters_lose_nothing_and_keep_their_own_order() {
 #[test]
 fn a_jsonl_sink_spills_and_reads_back_in_order() {
     const N: u64 = 20_000;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("events.jsonl");
-    let origin = Origin { source: "wasmsched/test/scheduler".into(), id_prefix: "s".into() };
-    let outbox = OutboxConfig { max_events: 16, spill_dir: Some(dir.path().join("spill")), ..OutboxConfig::default() };
-    let sink = EventSink::jsonl(&path, origin, outbox).unwrap();
+    let (_dir, path, sink) = jsonl_sink("s", |dir| OutboxConfig {
+        max_events: 16,
+        spill_dir: Some(dir.join("spill")),
+        ..OutboxConfig::default()
+    });
     for i in 0..N {
-        sink.emit(Payload::QueueShareChanged(QueueShareChanged { queue: format!("q-{i}"), ..Default::default() }));
+        emit_labelled(&sink, format!("q-{i}"));
     }
     let stats = sink.close(Duration::from_secs(60));
     assert!(stats.spilled > 0, "the outbox never spilled: {stats:?}");
     assert_eq!((stats.emitted, stats.delivered, stats.dropped, stats.pending), (N, N, 0, 0), "{stats:?}");
-    let mut reader = JsonlReader::open(&path).unwrap();
-    let mut i = 0u64;
-    while let Some(e) = reader.next_event().unwrap() {
-        let Payload::QueueShareChanged(q) = e.payload else { panic!("{:?}", e.payload) };
-        assert_eq!(q.queue, format!("q-{i}"));
-        i += 1;
-    }
-    assert_eq!(i, N);
+    let labels: Vec<String> = read_labels(&path).into_iter().map(|(_, l)| l).collect();
+    assert_eq!(labels, (0..N).map(|i| format!("q-{i}")).collect::<Vec<_>>());
 }
 
 /// Events that cause one another across threads (A emits, then hands over to B, which emits) keep
@@ -78,26 +91,20 @@ fn a_jsonl_sink_spills_and_reads_back_in_order() {
 #[test]
 fn events_keep_their_causal_order_across_threads() {
     const ROUNDS: u64 = 2_000;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("events.jsonl");
-    let origin = Origin { source: "wasmsched/test/scheduler".into(), id_prefix: "h".into() };
-    let sink = EventSink::jsonl(&path, origin, OutboxConfig::default()).unwrap();
-    let emit = |sink: &EventSink, n: u64| {
-        sink.emit(Payload::QueueShareChanged(QueueShareChanged { queue: format!("q-{n}"), ..Default::default() }))
-    };
+    let (_dir, path, sink) = jsonl_sink("h", |_| OutboxConfig::default());
     let (to_b, at_b) = std::sync::mpsc::channel::<u64>();
     let (to_a, at_a) = std::sync::mpsc::channel::<u64>();
     std::thread::scope(|s| {
         let b_sink = sink.clone();
         s.spawn(move || {
             while let Ok(n) = at_b.recv() {
-                emit(&b_sink, n + 1);
+                emit_labelled(&b_sink, format!("q-{}", n + 1));
                 to_a.send(n + 2).unwrap();
             }
         });
         let mut n = 0;
         for _ in 0..ROUNDS {
-            emit(&sink, n);
+            emit_labelled(&sink, format!("q-{n}"));
             to_b.send(n).unwrap();
             n = at_a.recv().unwrap();
         }
@@ -105,14 +112,12 @@ fn events_keep_their_causal_order_across_threads() {
     });
     let stats = sink.close(Duration::from_secs(60));
     assert_eq!((stats.delivered, stats.dropped), (2 * ROUNDS, 0), "{stats:?}");
-    let mut reader = JsonlReader::open(&path).unwrap();
-    let mut n = 0u64;
-    while let Some(e) = reader.next_event().unwrap() {
-        let Payload::QueueShareChanged(q) = e.payload else { panic!("{:?}", e.payload) };
-        assert_eq!(q.queue, format!("q-{n}"), "the file follows the hand-overs");
-        n += 1;
-    }
-    assert_eq!(n, 2 * ROUNDS);
+    let labels: Vec<String> = read_labels(&path).into_iter().map(|(_, l)| l).collect();
+    assert_eq!(
+        labels,
+        (0..2 * ROUNDS).map(|n| format!("q-{n}")).collect::<Vec<_>>(),
+        "the file follows the hand-overs"
+    );
 }
 
 /// A drainer that went idle wakes for the next event: one event at a time, each waited for, after
@@ -121,15 +126,12 @@ fn events_keep_their_causal_order_across_threads() {
 /// wait tells the two apart while tolerating a loaded machine's outliers.
 #[test]
 fn an_idle_drainer_wakes_for_each_event() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("events.jsonl");
-    let origin = Origin { source: "wasmsched/test/scheduler".into(), id_prefix: "w".into() };
-    let sink = EventSink::jsonl(&path, origin, OutboxConfig::default()).unwrap();
+    let (_dir, _path, sink) = jsonl_sink("w", |_| OutboxConfig::default());
     let mut waits = Vec::new();
     for i in 0..200u64 {
         std::thread::sleep(Duration::from_micros(i % 7 * 700));
-        let t = std::time::Instant::now();
-        sink.emit(Payload::QueueShareChanged(QueueShareChanged { queue: format!("q-{i}"), ..Default::default() }));
+        let t = Instant::now();
+        emit_labelled(&sink, format!("q-{i}"));
         assert!(sink.flush(Duration::from_secs(10)), "event {i} not written within 10 s: {:?}", sink.stats());
         waits.push(t.elapsed());
     }
