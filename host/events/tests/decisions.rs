@@ -2,6 +2,8 @@
 //! builders describe, whatever shortcut it takes on the scheduling thread.
 #![cfg(feature = "decisions")]
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -9,7 +11,7 @@ use wasmsched_api::{DeviceShare, Task};
 use wasmsched_core::{Diagnosis, Placement};
 use wasmsched_events::decisions::{self, Decision};
 use wasmsched_events::schema::{Payload, PolicySetRef};
-use wasmsched_events::{EventSink, JsonlReader, Origin, OutboxConfig, Timestamp};
+use wasmsched_events::{JsonlReader, OutboxConfig, Timestamp};
 
 fn task(id: &str, group: Option<&str>) -> Task {
     Task {
@@ -34,10 +36,7 @@ fn placement(gpus: u32) -> Placement {
 
 #[test]
 fn published_placements_and_diagnoses_read_back_as_the_builders_describe() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("events.jsonl");
-    let origin = Origin { source: "wasmsched/test/scheduler".into(), id_prefix: "d".into() };
-    let sink = EventSink::jsonl(&path, origin, OutboxConfig::default()).unwrap();
+    let (_dir, path, sink) = support::jsonl_sink("events.jsonl", "d", |_| OutboxConfig::default());
     let policy = PolicySetRef { name: "fit+pack".into(), version: 12 };
 
     let mut want = Vec::new();

@@ -3,7 +3,7 @@
 mod support;
 
 use wasmsched_events::schema::{Event, Kind};
-use wasmsched_events::{EventSink, JsonlReader, Origin, OutboxConfig, json_schema};
+use wasmsched_events::{JsonlReader, OutboxConfig, json_schema};
 
 #[test]
 fn samples_cover_every_kind_in_order() {
@@ -17,10 +17,7 @@ fn samples_cover_every_kind_in_order() {
 
 #[test]
 fn every_kind_round_trips_through_a_jsonl_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("sub/events.jsonl");
-    let origin = Origin { source: "wasmsched/test/scheduler".into(), id_prefix: "t".into() };
-    let sink = EventSink::jsonl(&path, origin, OutboxConfig::default()).unwrap();
+    let (_dir, path, sink) = support::jsonl_sink("sub/events.jsonl", "t", |_| OutboxConfig::default());
     for (i, p) in support::samples().into_iter().enumerate() {
         sink.emit_at(wasmsched_events::Timestamp(1_700_000_000_000 + i as u64), p);
     }

@@ -1,23 +1,13 @@
 //! `emit` from many threads at once: every event arrives once, ids are unique and follow the file's
 //! order, each thread's events keep their order, and so do events that cause one another.
 
-use std::path::PathBuf;
+mod support;
+
 use std::time::{Duration, Instant};
 
+use support::jsonl_sink;
 use wasmsched_events::schema::{Payload, QueueShareChanged};
-use wasmsched_events::{EventSink, JsonlReader, Origin, OutboxConfig};
-
-/// A JSONL sink in a fresh directory (kept alive by the returned guard), ids `<prefix>-<n>`.
-fn jsonl_sink(
-    prefix: &str,
-    outbox: impl FnOnce(&std::path::Path) -> OutboxConfig,
-) -> (tempfile::TempDir, PathBuf, EventSink) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("events.jsonl");
-    let origin = Origin { source: "wasmsched/test/scheduler".into(), id_prefix: prefix.into() };
-    let sink = EventSink::jsonl(&path, origin, outbox(dir.path())).unwrap();
-    (dir, path, sink)
-}
+use wasmsched_events::{EventSink, JsonlReader, OutboxConfig};
 
 /// An event that carries `label` (as a queue name; any payload kind would do).
 fn emit_labelled(sink: &EventSink, label: String) {
@@ -39,7 +29,7 @@ fn read_labels(path: &std::path::Path) -> Vec<(String, String)> {
 fn concurrent_emitters_lose_nothing_and_keep_their_own_order() {
     const THREADS: u64 = 4;
     const EACH: u64 = 20_000;
-    let (_dir, path, sink) = jsonl_sink("c", |_| OutboxConfig::default());
+    let (_dir, path, sink) = jsonl_sink("events.jsonl", "c", |_| OutboxConfig::default());
     std::thread::scope(|s| {
         for t in 0..THREADS {
             let sink = sink.clone();
@@ -71,7 +61,7 @@ fn concurrent_emitters_lose_nothing_and_keep_their_own_order() {
 #[test]
 fn a_jsonl_sink_spills_and_reads_back_in_order() {
     const N: u64 = 20_000;
-    let (_dir, path, sink) = jsonl_sink("s", |dir| OutboxConfig {
+    let (_dir, path, sink) = jsonl_sink("events.jsonl", "s", |dir| OutboxConfig {
         max_events: 16,
         spill_dir: Some(dir.join("spill")),
         ..OutboxConfig::default()
@@ -91,7 +81,7 @@ fn a_jsonl_sink_spills_and_reads_back_in_order() {
 #[test]
 fn events_keep_their_causal_order_across_threads() {
     const ROUNDS: u64 = 2_000;
-    let (_dir, path, sink) = jsonl_sink("h", |_| OutboxConfig::default());
+    let (_dir, path, sink) = jsonl_sink("events.jsonl", "h", |_| OutboxConfig::default());
     let (to_b, at_b) = std::sync::mpsc::channel::<u64>();
     let (to_a, at_a) = std::sync::mpsc::channel::<u64>();
     std::thread::scope(|s| {
@@ -126,7 +116,7 @@ fn events_keep_their_causal_order_across_threads() {
 /// wait tells the two apart while tolerating a loaded machine's outliers.
 #[test]
 fn an_idle_drainer_wakes_for_each_event() {
-    let (_dir, _path, sink) = jsonl_sink("w", |_| OutboxConfig::default());
+    let (_dir, _path, sink) = jsonl_sink("events.jsonl", "w", |_| OutboxConfig::default());
     let mut waits = Vec::new();
     for i in 0..200u64 {
         std::thread::sleep(Duration::from_micros(i % 7 * 700));

@@ -1,4 +1,5 @@
-//! Test support: a real `nats-server` on a free port, and one sample payload of every kind.
+//! Test support: a real `nats-server` on a free port, one sample payload of every kind, and JSONL
+//! sinks in temporary directories.
 #![allow(dead_code)]
 
 use std::net::{TcpListener, TcpStream};
@@ -7,7 +8,21 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use wasmsched_events::schema::*;
-use wasmsched_events::{NatsConfig, Timestamp};
+use wasmsched_events::{EventSink, NatsConfig, Origin, OutboxConfig, Timestamp};
+
+/// A JSONL sink writing `file` in a fresh directory (kept while the returned guard lives), ids
+/// `<prefix>-<n>`; `outbox` may place a spill directory in that directory.
+pub fn jsonl_sink(
+    file: &str,
+    prefix: &str,
+    outbox: impl FnOnce(&std::path::Path) -> OutboxConfig,
+) -> (tempfile::TempDir, PathBuf, EventSink) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(file);
+    let origin = Origin { source: "wasmsched/test/scheduler".into(), id_prefix: prefix.into() };
+    let sink = EventSink::jsonl(&path, origin, outbox(dir.path())).unwrap();
+    (dir, path, sink)
+}
 
 /// A `nats-server` child process with JetStream, stopped on drop.
 pub struct NatsServer {
