@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use ahash::RandomState;
+use hashbrown::HashTable;
 use wasmsched_sdk::prelude::*;
 
 use crate::frag::{TypicalPod, gradient_score, measure};
@@ -48,6 +49,7 @@ struct StateKey {
 
 /// One node's last seen state, its fragmentation, and its results per shape id.
 struct NodeEntry {
+    name: String,
     cpu_left: u64,
     model_name: String,
     model: u16,
@@ -65,7 +67,7 @@ impl NodeEntry {
             && self.cpu_left == view::cpu_left(node)
             && self.lefts.len() == node.gpus.len()
             && self.lefts.iter().copied().eq(view::lefts(node))
-            && self.model_name == view::model(node)
+            && same_text(&self.model_name, view::model(node))
     }
 }
 
@@ -115,8 +117,10 @@ pub(crate) struct Fgd {
     measure: Measure,
     shapes: Vec<Shape>,
     last_shape: usize,
-    /// Node name → index into `entries`, so that a lookup hashes the name once.
-    index: HashMap<String, usize, RandomState>,
+    /// Indices into `entries`, hashed by node name: a lookup hashes the name once and compares it
+    /// with [`same_text`].
+    index: HashTable<usize>,
+    names: RandomState,
     entries: Vec<NodeEntry>,
 }
 
@@ -142,7 +146,8 @@ impl Fgd {
             measure: Measure { typical, models: Vec::new(), memo: HashMap::with_hasher(hasher()), epoch: 0 },
             shapes: Vec::new(),
             last_shape: 0,
-            index: HashMap::with_hasher(hasher()),
+            index: HashTable::new(),
+            names: hasher(),
             entries: Vec::new(),
         })
     }
@@ -169,14 +174,17 @@ impl Fgd {
     /// The score of `node` for `task`, and for a GPU-sharing task the GPU it should take.
     pub(crate) fn evaluate(&mut self, task: &Task, node: &Node) -> (u32, Option<u32>) {
         let shape = self.shape_id(task);
-        let at = match self.index.get(node.name.as_str()) {
+        let hash = self.names.hash_one(node.name.as_str());
+        let entries = &mut self.entries;
+        let at = match self.index.find(hash, |&i| same_text(&entries[i].name, &node.name)) {
             Some(&at) => at,
             None => {
-                if self.entries.len() >= MAX_NODES {
+                if entries.len() >= MAX_NODES {
                     self.index.clear();
-                    self.entries.clear();
+                    entries.clear();
                 }
-                self.entries.push(NodeEntry {
+                entries.push(NodeEntry {
+                    name: node.name.clone(),
                     cpu_left: u64::MAX,
                     model_name: String::new(),
                     model: 0,
@@ -185,8 +193,9 @@ impl Fgd {
                     before: 0.0,
                     results: Vec::new(),
                 });
-                self.index.insert(node.name.clone(), self.entries.len() - 1);
-                self.entries.len() - 1
+                let names = &self.names;
+                self.index.insert_unique(hash, entries.len() - 1, |&i| names.hash_one(entries[i].name.as_str()));
+                entries.len() - 1
             }
         };
         let entry = &mut self.entries[at];
@@ -213,6 +222,22 @@ impl Fgd {
         entry.results[shape] = (u64::from(score) << 32) | u64::from(gpu.unwrap_or(NO_GPU));
         (score, gpu)
     }
+}
+
+/// String equality by 8-byte words. `==` on strings calls `memcmp`, which in Wasm is the C
+/// library's byte loop; this runs twice for every node of every decision (node name, GPU model).
+fn same_text(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    if n < 8 {
+        return a.iter().zip(b).all(|(x, y)| x == y);
+    }
+    let word = |s: &[u8], at: usize| u64::from_le_bytes(s[at..at + 8].try_into().unwrap_or_default());
+    // Whole words, then the last eight bytes (overlapping the last word when n is not a multiple).
+    (0..n - 8).step_by(8).all(|at| word(a, at) == word(b, at)) && word(a, n - 8) == word(b, n - 8)
 }
 
 /// Score one placement: the fragmentation change if `shape` lands on the node; for a sharing pod,
@@ -261,4 +286,25 @@ fn gradient(
         }
     }
     (gradient_score(before, measure.fragmented(cpu_after, model, &after)), None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_text;
+
+    #[test]
+    fn same_text_is_string_equality_at_every_length_and_position() {
+        for n in 0..40 {
+            let a: String = (0..n).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+            assert!(same_text(&a, &a.clone()), "{n}");
+            assert!(!same_text(&a, &format!("{a}x")) && !same_text(&format!("{a}x"), &a), "{n}: lengths differ");
+            for at in 0..n {
+                let mut b = a.clone().into_bytes();
+                b[at] = b'Z';
+                let b = String::from_utf8(b).unwrap();
+                assert!(!same_text(&a, &b), "{n} bytes, differing at {at}");
+            }
+        }
+        assert!(same_text("A100-SXM4-80GB", "A100-SXM4-80GB") && !same_text("A100-SXM4-80GB", "A100-SXM4-40GB"));
+    }
 }
