@@ -80,17 +80,12 @@ mod packed {
 
     impl Text {
         fn part(&self, i: usize) -> &str {
-            let bounds = |ends: &[usize; 6]| (if i == 0 { 0 } else { ends[i - 1] }, ends[i]);
-            match self {
-                Text::Inline { ends, bytes } => {
-                    let (start, end) = bounds(&ends.map(usize::from));
-                    bytes.get(start..end).and_then(|b| std::str::from_utf8(b).ok()).unwrap_or_default()
-                }
-                Text::Heap { ends, text } => {
-                    let (start, end) = bounds(&ends.map(|e| e as usize));
-                    text.get(start..end).unwrap_or_default()
-                }
-            }
+            let (text, ends): (&[u8], [usize; 6]) = match self {
+                Text::Inline { ends, bytes } => (bytes, ends.map(usize::from)),
+                Text::Heap { ends, text } => (text.as_bytes(), ends.map(|e| e as usize)),
+            };
+            let start = if i == 0 { 0 } else { ends[i - 1] };
+            text.get(start..ends[i]).and_then(|b| std::str::from_utf8(b).ok()).unwrap_or_default()
         }
     }
 
