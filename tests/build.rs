@@ -10,6 +10,7 @@ fn main() {
         "wasmsched-fixture-raw-garbage",
         "wasmsched-fixture-legacy-mirror",
         "wasmsched-fixture-wrong-contract",
+        "wasmsched-fixture-wrong-signature",
         "wasmsched-example-gpu-model-affinity",
     ]) {
         let name = package

@@ -56,10 +56,52 @@ fn bad_configuration_is_refused_with_the_plugins_reason() {
 }
 
 #[test]
-fn a_panic_during_init_is_a_config_error_not_a_crash() {
+fn a_panic_during_init_is_a_load_error_that_names_it_not_a_crash() {
     let e = load_err(&fixtures::read(fixtures::HOSTILE), "init-panics", "init-panic");
-    assert!(matches!(e, LoadError::Config { .. }), "{e}");
-    assert!(e.to_string().contains("hostile plugin panics during init"), "{e}");
+    assert!(matches!(e, LoadError::Init { .. }), "{e}");
+    assert!(
+        e.to_string().contains("init failed") && e.to_string().contains("hostile plugin panics during init"),
+        "{e}"
+    );
+    assert!(
+        !e.to_string().contains("configuration rejected"),
+        "a trap is not the plugin's verdict on its configuration: {e}"
+    );
+}
+
+#[test]
+fn an_export_with_the_wrong_signature_is_named_with_its_expected_type() {
+    let e = load_err(&fixtures::read(fixtures::WRONG_SIGNATURE), "wrong-signature", "");
+    assert!(matches!(e, LoadError::Contract { .. }), "{e}");
+    let text = e.to_string();
+    assert!(text.contains("export wasmsched:policy/plugin@0.2.0 does not have the contract's types"), "{text}");
+    // The type checker's words: what it expected and what it found.
+    assert!(text.contains("expected"), "{text}");
+}
+
+#[test]
+fn a_component_over_the_size_limit_is_refused_before_it_is_read_or_compiled() {
+    let rt = wasmsched_runtime::Runtime::new(wasmsched_runtime::RuntimeConfig {
+        max_component_bytes: 1024,
+        ..Default::default()
+    })
+    .unwrap();
+    let fit = wasmsched_plugins::RESOURCE_FIT;
+    let e = rt.load(fit.wasm, crate::unhurried("resource-fit")).unwrap_err();
+    assert!(matches!(e, LoadError::TooLarge { limit: 1024, .. }), "{e}");
+    assert!(e.to_string().contains("over the limit of 1024 bytes"), "{e}");
+
+    // A 64 GiB sparse file: reading it would take minutes and all memory; the size check is at once.
+    let dir = tempfile::tempdir().unwrap();
+    let huge = dir.path().join("huge.wasm");
+    std::fs::File::create(&huge).unwrap().set_len(64 << 30).unwrap();
+    let started = std::time::Instant::now();
+    let e = wasmsched_runtime::read_component(&huge, wasmsched_runtime::DEFAULT_MAX_COMPONENT_BYTES).unwrap_err();
+    assert!(matches!(e, LoadError::TooLarge { size, .. } if size == 64 << 30), "{e}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "took {:?}", started.elapsed());
+    let small = dir.path().join("fit.wasm");
+    std::fs::write(&small, fit.wasm).unwrap();
+    assert_eq!(wasmsched_runtime::read_component(&small, 1 << 20).unwrap(), fit.wasm);
 }
 
 #[test]

@@ -849,3 +849,65 @@ fn a_baseline_older_than_a_probation_is_not_compared_with() {
     let label = format!("packing@{last}");
     assert!(registry.status().history.iter().all(|h| h.label != label || h.outcome != Outcome::RolledBack));
 }
+
+/// The synthetic sample with every task renamed `evil-…`, so the hostile fixture misbehaves.
+fn evil_sample() -> wasmsched_registry::Sample {
+    let mut sample = wasmsched_registry::Sample::synthetic();
+    for t in &mut sample.tasks {
+        t.id = t.id.replace("smoke", "evil");
+    }
+    sample
+}
+
+/// The smoke gate calls the preempt and fair-share plugins, which placing the sample never
+/// reaches: a set whose fair-share plugin answers an error, or whose preempt plugin answers a
+/// plan that points nowhere, is refused offline instead of faulting once live.
+#[test]
+fn the_smoke_gate_calls_preempt_and_fair_share_too() {
+    let hostile = fixtures::read(fixtures::HOSTILE);
+    let digest = digest_of(&hostile);
+    let spec = |victims: &str, shares: &str| {
+        format!(
+            "name: guarded\nplugins:\n  fit: {{ source: \"builtin:resource-fit\", deadline_ms: 2000 }}\n  victims: {{ source: \"file:h.wasm\", digest: \"{digest}\", config: {victims}, deadline_ms: 2000 }}\n  shares: {{ source: \"file:h.wasm\", digest: \"{digest}\", config: {shares}, deadline_ms: 2000 }}\nstages:\n  filter: [fit]\n  preempt: victims\n  fair_share: shares\n"
+        )
+    };
+    let preparer = Preparer::new(runtime());
+    let prepare = |victims: &str, shares: &str| {
+        preparer.prepare(
+            &fetched(&spec(victims, shares), &[("victims", &hostile), ("shares", &hostile)]),
+            1,
+            &evil_sample(),
+        )
+    };
+    prepare("ok", "ok").expect("well-behaved preempt and fair share pass");
+    let e = prepare("ok", "guest-error").expect_err("a failing fair share is refused").to_string();
+    assert!(e.contains("fair-share on the sample cluster") && e.contains("refuses to compute shares"), "{e}");
+    let e = prepare("bad-victims", "ok").expect_err("a garbage preemption plan is refused").to_string();
+    assert!(e.contains("preempt on the sample cluster") && e.contains("(bad-output)"), "{e}");
+}
+
+/// `exercise` (what `plugin check` runs) calls every stage the plugin exports and reports each
+/// answer or fault on its own.
+#[test]
+fn exercise_calls_every_exported_stage_and_reports_each_fault() {
+    use wasmsched_api::Stage;
+    use wasmsched_core::{FaultKind, PolicyPlugin};
+    let rt = runtime();
+    let hostile = fixtures::read(fixtures::HOSTILE);
+    let sample = evil_sample();
+    let ok = rt.load(&hostile, crate::unhurried("ok").with_config("ok")).unwrap();
+    let runs = wasmsched_registry::exercise(&ok, ok.stages(), &sample);
+    let stages: Vec<Stage> = runs.iter().map(|r| r.stage).collect();
+    assert_eq!(stages, [Stage::Filter, Stage::Score, Stage::Preempt, Stage::FairShare]);
+    for r in &runs {
+        let answer = r.outcome.as_ref().unwrap_or_else(|f| panic!("{}: {f}", r.stage));
+        assert!(!answer.is_empty());
+    }
+    assert!(runs[0].outcome.as_ref().unwrap().contains("4 of 4 nodes fit"), "{:?}", runs[0].outcome);
+
+    let panicking = rt.load(&hostile, crate::unhurried("panicking").with_config("panic")).unwrap();
+    let runs = wasmsched_registry::exercise(&panicking, panicking.stages(), &sample);
+    let kinds: Vec<Option<FaultKind>> = runs.iter().map(|r| r.outcome.as_ref().err().map(|f| f.kind)).collect();
+    // Filter, score and preempt panic on evil tasks; its fair share does not look at tasks.
+    assert_eq!(kinds, [Some(FaultKind::Trap), Some(FaultKind::Trap), Some(FaultKind::Trap), None]);
+}

@@ -7,6 +7,7 @@ mod fair_share;
 mod hostile;
 mod hot_reload;
 mod mutated;
+mod reports;
 mod runtime;
 mod topology;
 

@@ -106,6 +106,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     let uses_nvml = args.smi.is_none();
     let source = source(args.smi.clone());
     let sink = args.sink.open("agent")?;
+    let grace = args.sink.grace();
     let mut agent = Agent::new(&args.node, sink);
     let (xid_tx, xid_rx) = channel();
     // Health needs NVML; without it the agent still reports the topology.
@@ -161,10 +162,11 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             Err(RecvTimeoutError::Disconnected) => std::thread::sleep(interval),
         }
     }
-    if let Some(stats) = finish(agent.into_sink()) {
+    let stats = finish(agent.into_sink(), grace);
+    if let Some(stats) = &stats {
         tracing::info!(delivered = stats.delivered, dropped = stats.dropped, "events closed");
     }
-    Ok(())
+    wasmsched_events::cli::delivered(stats.as_ref())
 }
 
 /// The Kubernetes Node object the agent writes its report on.

@@ -584,7 +584,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(sink) => runtimes.iter().map(|(name, set)| interleaved(set, &scenario, sink, args.repeat, name)).collect(),
         None => Vec::new(),
     };
-    let stats = events_cmd::finish(sink);
+    let stats = events_cmd::finish(sink, args.sink.grace());
     let mut gangs = Vec::new();
     if args.gangs > 0 && args.gang_size > 0 {
         for (name, set) in &runtimes {
@@ -666,7 +666,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
-        return Ok(());
+        return events_cmd::delivered(stats.as_ref());
     }
     println!(
         "wasmsched bench: {} nodes, {} existing pods, {} pods to schedule; {}; {} nodes to find; median of {}",
@@ -740,10 +740,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             q.share_error_max
         );
     }
-    if let (Some(d), Some(s)) = (&report.events_destination, stats) {
+    if let (Some(d), Some(s)) = (&report.events_destination, &stats) {
         println!("events to {d}: {} emitted, {} delivered, {} dropped", s.emitted, s.delivered, s.dropped);
     }
-    Ok(())
+    events_cmd::delivered(stats.as_ref())
 }
 
 #[cfg(test)]

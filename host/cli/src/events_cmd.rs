@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-pub use wasmsched_events::cli::{Nats, Sink, finish};
+pub use wasmsched_events::cli::{Nats, Sink, delivered, finish};
 use wasmsched_events::schema::{Kind, Payload, TaskScheduled};
 use wasmsched_events::{EventSink, Filter, JsonlReader, Origin, OutboxConfig, Stats, TailOptions, json_schema, tail};
 

@@ -280,7 +280,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             sink.emit_at(wasmsched_events::Timestamp(t.saturating_mul(1000)), payload);
         }
     }
-    let event_stats = crate::events_cmd::finish(events);
+    let event_stats = crate::events_cmd::finish(events, args.sink.grace());
     let report = Report {
         jobs: jobs.len(),
         skipped: &skipped,
@@ -374,7 +374,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
-        return Ok(());
+        return crate::events_cmd::delivered(report.events.as_ref());
     }
     println!(
         "wasmsched replay: {} jobs, {} ({}), {:.2} s; horizon {} s; {} placement attempts",
@@ -453,5 +453,5 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             println!("  {n:>6}  {why}");
         }
     }
-    Ok(())
+    crate::events_cmd::delivered(report.events.as_ref())
 }

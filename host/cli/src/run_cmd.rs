@@ -66,6 +66,7 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("tokio runtime")?;
     let events = args.sink.open("scheduler")?;
+    let grace = args.sink.grace();
     let preparer = Preparer::new(Arc::new(Runtime::new(crate::policy::runtime_config()).context("Wasm runtime")?));
     let (initial, mut sources) = initial_policy(args.policy.as_deref())?;
     let registry = policy::registry(&preparer, &initial, events.clone(), args.policy_warm_up)
@@ -115,8 +116,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     drop(control);
     drop(registry);
-    wasmsched_events::cli::finish(events);
-    result
+    let stats = wasmsched_events::cli::finish(events, grace);
+    result?;
+    wasmsched_events::cli::delivered(stats.as_ref())
 }
 
 /// Watches `sources` for new versions every `poll_seconds`, when there are any.

@@ -125,7 +125,7 @@ pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
         decisions::publish(events.as_ref(), None, decision, &policy);
     });
     let replay_seconds = t.elapsed().as_secs_f64();
-    let event_stats = events_cmd::finish(events);
+    let event_stats = events_cmd::finish(events, args.sink.grace());
     let columns = replay::allocation_columns(&run, 130);
     let native_replay_seconds = if args.compare_native {
         let set = policy_set(None, &args.policy, args.seed, &typical)?;
@@ -160,7 +160,7 @@ pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
-        return Ok(());
+        return events_cmd::delivered(report.events.as_ref());
     }
     println!(
         "wasmsched simulate: {} pods on {} nodes ({} GPUs), seed {}, tune {}, {} ({})",
@@ -203,5 +203,5 @@ pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
             cell(report.fragmentation_by_arrived_percent[pct])
         );
     }
-    Ok(())
+    events_cmd::delivered(report.events.as_ref())
 }

@@ -108,6 +108,20 @@ fn wrong_credentials_fail_fast_and_an_unreachable_server_does_not_stall_the_run(
     assert!(std::fs::read_dir(&spill).unwrap().count() > 0);
 }
 
+/// With the server away to the end and nowhere to keep the events, the run still reports, then
+/// fails with the count of what was lost: a run that lost its events does not exit 0.
+#[test]
+fn a_run_that_drops_its_events_exits_non_zero_and_says_how_many() {
+    let url = format!("nats://127.0.0.1:{}", free_port());
+    let o = wasmsched(&["simulate", "--native", "--json", "--tune", "0.05", "--nats", &url, "--events-grace", "0.5"]);
+    assert!(!o.status.success(), "exit status must tell the events were lost");
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).expect("the report is printed first");
+    let decisions = report["placed"].as_u64().unwrap() + report["failed"].as_u64().unwrap();
+    assert_eq!(report["events"]["dropped"], decisions, "{report}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(&format!("events lost: {decisions} of {decisions} dropped")), "{err}");
+}
+
 #[test]
 fn events_schema_prints_the_documented_schema() {
     let printed = ok(wasmsched(&["events", "schema"]));
@@ -168,7 +182,12 @@ fn replay_publishes_preemptions_with_their_rule_and_checkpoint_and_gang_timeouts
         })
         .collect();
     let victims: Vec<&str> = preempted.iter().map(|p| p.0.as_str()).collect();
-    assert_eq!(preempted.len(), 3, "one per preemption, none for the broken gang's other member: {preempted:?}");
+    assert_eq!(preempted.len(), 3, "one per preemption: {preempted:?}");
+    // The fourth eviction: the broken gang's other member, as its own event.
+    let evicted: Vec<&serde_json::Value> =
+        events.iter().filter(|e| e["type"] == "io.wasmsched.task.evicted.v1").collect();
+    assert_eq!(evicted.len(), 1, "{evicted:?}");
+    assert_eq!(evicted[0]["data"]["reason"], "gang-broken");
     assert!(victims[0].starts_with("batch-fill-") && victims[1].starts_with("prod-low-"), "{victims:?}");
     assert_eq!(&preempted[0].1[..], "prod-train-0");
     assert_eq!((&preempted[0].2[..], &preempted[0].3[..]), ("elastic-shrink", "not-checkpointable"));

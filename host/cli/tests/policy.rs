@@ -51,3 +51,23 @@ fn the_example_policy_set_passes_every_gate() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("policy set packing passes every gate"));
 }
+
+/// `plugin check` loads a component and calls every stage it exports, one line per stage.
+#[test]
+fn plugin_check_calls_every_stage_and_reports_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let wasm = dir.path().join("fit.wasm");
+    std::fs::write(&wasm, wasmsched_plugins::RESOURCE_FIT.wasm).unwrap();
+    let out = wasmsched(&["plugin", "check", wasm.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("budgets  10ms CPU per call"), "{stdout}");
+    let filter = stdout.lines().find(|l| l.trim_start().starts_with("filter")).expect("a line for the filter stage");
+    assert!(filter.contains(" ok ") && filter.contains("nodes fit"), "{filter}");
+
+    // Not a component: a clear error and a failure exit.
+    std::fs::write(&wasm, b"not wasm").unwrap();
+    let out = wasmsched(&["plugin", "check", wasm.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a valid WebAssembly component"));
+}

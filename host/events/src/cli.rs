@@ -2,7 +2,7 @@
 //! `bench`, the node agent), as clap arguments. Behind the `cli` feature.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 
@@ -23,6 +23,11 @@ pub struct Sink {
     /// Spill the outbox to this directory when memory is full (and at exit), instead of dropping.
     #[arg(long, value_name = "DIR")]
     pub spill_dir: Option<PathBuf>,
+    /// At exit, how long to wait for undelivered events, reconnecting to a server that is away
+    /// at the shortest back-off; what is still undelivered then is spilled (`--spill-dir`) or
+    /// dropped, and dropped events make the command fail.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    pub events_grace: f64,
 }
 
 /// How to reach NATS (for publishing and for `events tail`).
@@ -99,26 +104,58 @@ impl Sink {
     }
 }
 
-/// Flush and close `sink` at the end of a command, reporting what was not delivered.
-pub fn finish(sink: Option<EventSink>) -> Option<Stats> {
-    let sink = sink?;
-    // Wait for delivery while the destination is reachable (up to 30 s); an unreachable one gets
-    // 2 s, then what is left is spilled (with --spill-dir) or counted as dropped.
-    let started = Instant::now();
-    while !sink.flush(Duration::from_millis(250)) {
-        let waited = started.elapsed();
-        if waited > Duration::from_secs(30) || (!sink.stats().connected && waited > Duration::from_secs(2)) {
-            break;
-        }
+impl Sink {
+    /// The shutdown grace (`--events-grace`).
+    pub fn grace(&self) -> Duration {
+        Duration::try_from_secs_f64(self.events_grace).unwrap_or(Duration::ZERO)
     }
-    let stats = sink.close(Duration::ZERO);
-    if stats.pending > 0 || stats.dropped > 0 {
+}
+
+/// Flush and close `sink` at the end of a command: wait up to `grace` for delivery (a server that
+/// is away is retried at the shortest back-off meanwhile), then spill or drop what is left
+/// ([`EventSink::shutdown`]). Call [`delivered`] on the result once the command's report is out.
+pub fn finish(sink: Option<EventSink>, grace: Duration) -> Option<Stats> {
+    let stats = sink?.shutdown(grace);
+    if stats.pending > 0 || stats.dropped > 0 || stats.lost_by_server > 0 {
         tracing::warn!(
             pending = stats.pending,
             dropped = stats.dropped,
+            lost_by_server = stats.lost_by_server,
             error = stats.last_error.as_deref().unwrap_or(""),
             "not every event was delivered"
         );
     }
     Some(stats)
+}
+
+/// An error when events were lost (dropped, or lost by the server after it acknowledged them),
+/// saying how many and where the undelivered rest is: a command that lost events must not exit 0.
+pub fn delivered(stats: Option<&Stats>) -> anyhow::Result<()> {
+    let Some(s) = stats else { return Ok(()) };
+    if s.lost() == 0 {
+        if s.pending > 0 {
+            let dir = s.spill_dir.as_ref().map_or_else(|| "?".into(), |d| d.display().to_string());
+            tracing::warn!(
+                events = s.pending,
+                spill_dir = %dir,
+                "events not yet delivered are kept in the spill directory; the next run with --spill-dir {dir} publishes them"
+            );
+        }
+        return Ok(());
+    }
+    let kept = match (&s.spill_dir, s.pending) {
+        (_, 0) => String::new(),
+        (Some(dir), n) => format!("; {n} undelivered are kept in {} for the next run with --spill-dir", dir.display()),
+        (None, n) => format!("; {n} still undelivered"),
+    };
+    let why = s.last_error.as_deref().map(|e| format!(" (last error: {e})")).unwrap_or_default();
+    anyhow::bail!(
+        "events lost: {} of {} dropped{}{kept}{why}",
+        s.dropped,
+        s.emitted,
+        match s.lost_by_server {
+            0 => String::new(),
+            n => format!(", {n} lost by the server after it acknowledged them"),
+        }
+    )
 }

@@ -3,9 +3,9 @@
 
 use crate::record::{PackedScheduled, Record, ScheduledView, TaskView};
 use crate::schema::{
-    AlertSeverity, CheckpointOutcome, FaultKind, GpuShare, GroupTimedOut, Payload, PluginFault, PolicySetRef,
-    PreemptReason, ScoreSummary, Stage, StageReason, TaskPreempted, TaskRef, TaskScheduled, TaskTopologyAlert,
-    TaskUnschedulable,
+    AlertSeverity, CheckpointOutcome, EvictedReason, FaultKind, GpuShare, GroupTimedOut, Payload, PluginFault,
+    PolicySetRef, PreemptReason, ScoreSummary, Stage, StageReason, TaskEvicted, TaskPreempted, TaskRef, TaskScheduled,
+    TaskTopologyAlert, TaskUnschedulable,
 };
 use crate::{EventSink, Timestamp};
 use wasmsched_api::{Stage as CoreStage, Task};
@@ -215,6 +215,14 @@ pub struct CycleFacts<'a> {
 /// Checkpoint requests and evictions for other reasons (a broken gang, a lost node) have no event
 /// of their own: the preemption that caused them has one.
 pub fn cycle(d: &CycleDecision, facts: &CycleFacts<'_>, nodes: &NodeTable, policy: &PolicySetRef) -> Vec<Payload> {
+    let mut out = decision(d, facts, nodes, policy);
+    // One `plugin-fault` per fault the decision carries: the same count as every report's.
+    out.extend(d.faults().iter().map(|f| fault(f, policy)));
+    out
+}
+
+/// The events of the decision itself, without its faults.
+fn decision(d: &CycleDecision, facts: &CycleFacts<'_>, nodes: &NodeTable, policy: &PolicySetRef) -> Vec<Payload> {
     match d {
         CycleDecision::Bound { node, devices, score, feasible, .. } => {
             let placement = Placement {
@@ -255,13 +263,20 @@ pub fn cycle(d: &CycleDecision, facts: &CycleFacts<'_>, nodes: &NodeTable, polic
                 waited_seconds: facts.waited_seconds,
             })]
         }
-        CycleDecision::Fault(f) => vec![fault(f, policy)],
-        CycleDecision::Evicted { .. } | CycleDecision::PreemptionRequested { .. } => Vec::new(),
+        CycleDecision::Evicted { node, reason, .. } => vec![Payload::TaskEvicted(TaskEvicted {
+            task: task_ref(facts.task),
+            node: node.clone(),
+            reason: match reason {
+                EvictReason::NodeLost => EvictedReason::NodeLost,
+                EvictReason::GangBroken | EvictReason::Preempted { .. } => EvictedReason::GangBroken,
+            },
+        })],
+        CycleDecision::Fault(_) | CycleDecision::PreemptionRequested { .. } => Vec::new(),
     }
 }
 
 /// `task-unschedulable` from a cycle's explanation (node reasons, then the queue's, the gang's and
-/// preemption's), and one `plugin-fault` per fault seen.
+/// preemption's).
 fn explained(task: &Task, e: &Explanation, policy: &PolicySetRef) -> Vec<Payload> {
     let mut reasons = e.nodes.as_ref().map(node_reasons).unwrap_or_default();
     let other = |stage: Stage, reason: String| StageReason { stage, reason, nodes: 0 };
@@ -271,12 +286,10 @@ fn explained(task: &Task, e: &Explanation, policy: &PolicySetRef) -> Vec<Payload
     );
     reasons.extend(e.pod_affinity.clone().map(|a| other(Stage::Filter, a)));
     reasons.extend(e.preemption.clone().map(|p| other(Stage::Preempt, p)));
-    let mut out = vec![Payload::TaskUnschedulable(TaskUnschedulable {
+    vec![Payload::TaskUnschedulable(TaskUnschedulable {
         task: task_ref(task),
         reasons,
         policy_set: policy.clone(),
         attempt: e.attempts,
-    })];
-    out.extend(e.nodes.iter().flat_map(|d| &d.faults).map(|f| fault(f, policy)));
-    out
+    })]
 }

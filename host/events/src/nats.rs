@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Error;
 use crate::filter::Filter;
-use crate::outbox::{Item, OutboxConfig};
+use crate::outbox::{Encoded, Item, OutboxConfig};
 use crate::schema::Event;
 use crate::sink::{EventSink, Origin, Shared, subject_token};
 
@@ -66,6 +66,10 @@ pub struct NatsConfig {
     /// A server error for the same event this many times in a row gives the event up (counted as
     /// `rejected`, logged): a poison event must not stall the stream.
     pub max_rejections: u32,
+    /// Acknowledged events kept (their wire form) so that a server that comes back without them
+    /// (restarted with an empty store, or a shorter stream) gets them again. Beyond this many,
+    /// such losses are counted (`lost_by_server`) and reported, not repaired. 0 keeps none.
+    pub resend_window: usize,
 }
 
 impl Default for NatsConfig {
@@ -84,6 +88,7 @@ impl Default for NatsConfig {
             backoff_max_ms: 5_000,
             startup_wait_ms: 3_000,
             max_rejections: 3,
+            resend_window: 10_000,
         }
     }
 }
@@ -292,11 +297,12 @@ impl NatsConfig {
 
     /// Create the stream, or check that the existing one captures our subjects and bring its
     /// retention to the configured values.
-    async fn ensure_stream(&self, js: &jetstream::Context) -> Result<(), Error> {
+    async fn ensure_stream(&self, js: &jetstream::Context) -> Result<StreamState, Error> {
         let want = self.stream_config();
         match js.get_stream(&want.name).await {
             Ok(mut s) => {
                 let info = s.info().await.map_err(|e| Error::JetStream(format!("stream {} info: {e}", want.name)))?;
+                let state = StreamState::of(info);
                 let have = info.config.clone();
                 let ours = &want.subjects[0];
                 if !have.subjects.iter().any(|s| s == ours || s == ">" || covers(s, ours)) {
@@ -322,18 +328,94 @@ impl NatsConfig {
                         .map_err(|e| Error::JetStream(format!("update stream {}: {e}", want.name)))?;
                     tracing::info!(stream = %want.name, "updated the events stream's retention");
                 }
-                Ok(())
+                Ok(state)
             }
             Err(e) if matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(j) if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND) =>
             {
-                js.create_stream(want.clone())
+                let mut created = js
+                    .create_stream(want.clone())
                     .await
                     .map_err(|e| Error::JetStream(format!("create stream {}: {e}", want.name)))?;
                 tracing::info!(stream = %want.name, subjects = ?want.subjects, "created the events stream");
-                Ok(())
+                let info =
+                    created.info().await.map_err(|e| Error::JetStream(format!("stream {} info: {e}", want.name)))?;
+                Ok(StreamState::of(info))
             }
             Err(e) => Err(Error::JetStream(format!("look up stream {}: {e}", want.name))),
         }
+    }
+}
+
+/// What identifies the stream's contents: when it was created, and its last sequence number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct StreamState {
+    created: i128,
+    last_sequence: u64,
+}
+
+impl StreamState {
+    fn of(info: &stream::Info) -> StreamState {
+        StreamState { created: info.created.unix_timestamp_nanos(), last_sequence: info.state.last_sequence }
+    }
+}
+
+/// What the drainer remembers of the stream across sessions, to notice a server that lost
+/// events it had acknowledged: the stream was created anew (a restart with an empty store), or
+/// its last sequence is below one it acknowledged.
+struct Acked {
+    /// The stream as of the last session.
+    stream: Option<StreamState>,
+    /// The highest sequence acknowledged to us in that stream.
+    highest: u64,
+    /// Acknowledgements received since the stream was (last) created.
+    count: u64,
+    /// The last acknowledged events (sequence and wire form), oldest first.
+    recent: VecDeque<(u64, Encoded)>,
+    window: usize,
+}
+
+impl Acked {
+    fn new(window: usize) -> Acked {
+        Acked { stream: None, highest: 0, count: 0, recent: VecDeque::with_capacity(window.min(1 << 16)), window }
+    }
+
+    fn record(&mut self, sequence: u64, event: &Encoded) {
+        self.highest = self.highest.max(sequence);
+        self.count += 1;
+        if self.window == 0 {
+            return;
+        }
+        if self.recent.len() == self.window {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((sequence, event.clone()));
+    }
+
+    /// A session found `now`: if the server lost acknowledged events, re-send what is kept of
+    /// them (ahead of everything else) and count the rest as lost.
+    fn check(&mut self, now: StreamState, shared: &Shared, stream: &str) {
+        let Some(before) = self.stream.replace(now) else { return };
+        let recreated = before.created != now.created;
+        if !recreated && now.last_sequence >= self.highest {
+            return;
+        }
+        // Recreated: everything acknowledged in the old stream is gone; else the tail past its
+        // last sequence (other publishers' messages may be in there too: an upper bound).
+        let (floor, gone) =
+            if recreated { (0, self.count) } else { (now.last_sequence, self.highest - now.last_sequence) };
+        let again: Vec<Encoded> =
+            std::mem::take(&mut self.recent).into_iter().filter(|(seq, _)| *seq > floor).map(|(_, e)| e).collect();
+        let lost = gone.saturating_sub(again.len() as u64);
+        tracing::error!(
+            stream,
+            acknowledged_then_lost = gone,
+            resent = again.len(),
+            lost,
+            "the NATS server lost events it had acknowledged (restarted with an empty or older store); re-sending what the outbox kept"
+        );
+        self.highest = now.last_sequence;
+        self.count = if recreated { 0 } else { self.count.saturating_sub(gone) };
+        shared.resend(again, lost);
     }
 }
 
@@ -393,6 +475,7 @@ fn drain(shared: Arc<Shared>, config: NatsConfig, first: std::sync::mpsc::Sender
     let mut first = Some(first);
     let mut backoff = Duration::from_millis(config.backoff_min_ms);
     let mut rejections: (String, u32) = (String::new(), 0);
+    let mut acked = Acked::new(config.resend_window);
     loop {
         let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
             Ok(rt) => rt,
@@ -401,7 +484,7 @@ fn drain(shared: Arc<Shared>, config: NatsConfig, first: std::sync::mpsc::Sender
                 break;
             }
         };
-        let end = rt.block_on(session(&shared, &config, &*encode, &mut first, &mut rejections));
+        let end = rt.block_on(session(&shared, &config, &*encode, &mut first, &mut rejections, &mut acked));
         // Dropping the runtime drops the client's connection task and everything it buffered.
         drop(rt);
         shared.set_connected(false);
@@ -420,12 +503,21 @@ fn drain(shared: Arc<Shared>, config: NatsConfig, first: std::sync::mpsc::Sender
                 if let Some(tx) = first.take() {
                     let _ = tx.send(Err(e));
                 }
-                // Sleep in short steps so that close is prompt.
-                let until = std::time::Instant::now() + backoff;
-                while !shared.is_closed() && std::time::Instant::now() < until {
+                // Sleep in short steps so that close is prompt; shutting down, retry at the
+                // shortest back-off (a server coming back within the grace gets everything).
+                let shortest = Duration::from_millis(config.backoff_min_ms);
+                let started = std::time::Instant::now();
+                while !shared.is_closed() && started.elapsed() < backoff {
+                    if shared.in_a_hurry() && started.elapsed() >= shortest {
+                        break;
+                    }
                     std::thread::sleep(Duration::from_millis(20));
                 }
-                backoff = (backoff * 2).min(Duration::from_millis(config.backoff_max_ms));
+                backoff = if shared.in_a_hurry() {
+                    shortest
+                } else {
+                    (backoff * 2).min(Duration::from_millis(config.backoff_max_ms))
+                };
             }
         }
         if shared.session_succeeded() {
@@ -444,6 +536,7 @@ async fn session(
     encode: &crate::outbox::Encoder,
     first: &mut Option<std::sync::mpsc::Sender<FirstOutcome>>,
     rejections: &mut (String, u32),
+    acked: &mut Acked,
 ) -> End {
     let connected_once = Arc::new(AtomicBool::new(false));
     let disconnected = Arc::new(tokio::sync::Notify::new());
@@ -483,8 +576,9 @@ async fn session(
         .max_ack_inflight(config.max_in_flight)
         .backpressure_on_inflight(true)
         .build(client.clone());
-    if let Err(e) = config.ensure_stream(&js).await {
-        return End::Failed(e);
+    match config.ensure_stream(&js).await {
+        Ok(state) => acked.check(state, shared, &config.stream_name()),
+        Err(e) => return End::Failed(e),
     }
     shared.set_connected(true);
     shared.set_error(None);
@@ -549,6 +643,7 @@ async fn session(
                 let (mut item, _) = inflight.pop_front().expect("front exists");
                 match result {
                     Ok(ack) => {
+                        acked.record(ack.sequence, item.encoded(encode));
                         // Ack whatever else is already acknowledged in one go: one lock, not one per event.
                         let mut done = vec![item];
                         let mut duplicates = u64::from(ack.duplicate);
@@ -556,7 +651,9 @@ async fn session(
                             match next.now_or_never() {
                                 Some(Ok(ack)) => {
                                     duplicates += u64::from(ack.duplicate);
-                                    done.push(inflight.pop_front().expect("front exists").0);
+                                    let (mut next, _) = inflight.pop_front().expect("front exists");
+                                    acked.record(ack.sequence, next.encoded(encode));
+                                    done.push(next);
                                 }
                                 // An error is handled when it is awaited at the front.
                                 Some(Err(e)) => {

@@ -124,9 +124,13 @@ impl Spill {
         self.dir.join(format!("{id:020}.seg"))
     }
 
-    /// Open `dir`, recovering segments a previous process left behind.
-    fn open(dir: &Path) -> io::Result<(Spill, u64)> {
+    /// Open `dir`, recovering segments a previous process left behind. A segment whose events
+    /// are for another destination (its first subject outside `subject_root`) would be refused
+    /// there (JetStream: no stream for those subjects) and block this run's own events behind it:
+    /// it is moved to `dir/aside/<its subject root>/`, with a warning that says how to publish it.
+    fn open(dir: &Path, subject_root: &str) -> io::Result<(Spill, u64)> {
         fs::create_dir_all(dir)?;
+        set_aside_foreign_segments(dir, subject_root)?;
         let mut ids: Vec<u64> = fs::read_dir(dir)?
             .filter_map(|e| e.ok())
             .filter_map(|e| e.file_name().to_str()?.strip_suffix(".seg")?.parse().ok())
@@ -280,6 +284,55 @@ impl Spill {
     }
 }
 
+/// The subject root (`<prefix>.<cluster>`, or empty for a JSONL sink) of a spill record's subject
+/// `<root>.<kind>.<namespace>` (kinds and namespace tokens have no dots).
+fn root_of(subject: &str) -> &str {
+    let mut dots = subject.rmatch_indices('.').map(|(i, _)| i);
+    match (dots.next(), dots.next()) {
+        (Some(_), Some(before_kind)) => &subject[..before_kind],
+        _ => "",
+    }
+}
+
+/// Move the segments in `dir` whose first record is for another subject root to
+/// `dir/aside/<root>/`, where a run for that destination can publish them (`--spill-dir`).
+fn set_aside_foreign_segments(dir: &Path, subject_root: &str) -> io::Result<()> {
+    let mut foreign: std::collections::BTreeMap<String, (u64, Vec<PathBuf>)> = Default::default();
+    for entry in fs::read_dir(dir)?.filter_map(|e| e.ok()) {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "seg") {
+            continue;
+        }
+        let mut first = Vec::new();
+        BufReader::new(File::open(&path)?).read_until(b'\n', &mut first)?;
+        let Some(rec) = parse_record(&first) else { continue };
+        let root = root_of(&rec.subject);
+        if root != subject_root {
+            let records = fs::read(&path)?.iter().filter(|&&b| b == b'\n').count() as u64;
+            let e = foreign.entry(if root.is_empty() { "jsonl".into() } else { root.to_owned() }).or_default();
+            e.0 += records;
+            e.1.push(path);
+        }
+    }
+    for (root, (records, paths)) in foreign {
+        let aside = dir.join("aside").join(&root);
+        fs::create_dir_all(&aside)?;
+        for path in paths {
+            let name = path.file_name().expect("a segment file has a name");
+            fs::rename(&path, aside.join(name))?;
+        }
+        tracing::warn!(
+            events = records,
+            destination = %root,
+            moved_to = %aside.display(),
+            "the spill directory held events for another destination; they were moved aside, not \
+             published here (publish them with a run for that destination and --spill-dir {})",
+            aside.display()
+        );
+    }
+    Ok(())
+}
+
 /// One spill record: `subject TAB id TAB json LF` (none of the three contains a tab or newline).
 /// Returns the bytes written.
 fn write_record(w: &mut impl Write, rec: &Encoded) -> io::Result<u64> {
@@ -315,10 +368,12 @@ pub(crate) struct Outbox {
 
 impl Outbox {
     /// Returns the outbox and how many spilled events were recovered from a previous run.
-    pub fn new(config: OutboxConfig, encode: std::sync::Arc<Encoder>) -> io::Result<(Outbox, u64)> {
+    /// Spilled events of another destination (subjects outside `subject_root`: another cluster,
+    /// or a JSONL sink's) are moved aside, never published here (see [`Spill::open`]).
+    pub fn new(config: OutboxConfig, subject_root: &str, encode: std::sync::Arc<Encoder>) -> io::Result<(Outbox, u64)> {
         let (spill, recovered) = match &config.spill_dir {
             Some(dir) => {
-                let (s, n) = Spill::open(dir)?;
+                let (s, n) = Spill::open(dir, subject_root)?;
                 (Some(s), n)
             }
             None => (None, 0),
@@ -390,6 +445,14 @@ impl Outbox {
         self.mem.drain(..n).collect()
     }
 
+    /// Put events the destination lost back at the front, in their order (they were acked, so
+    /// they are not among the taken ones).
+    pub fn resend(&mut self, events: Vec<Encoded>) {
+        for e in events.into_iter().rev() {
+            self.mem.push_front(Item { body: Body::Encoded(e), segment: None });
+        }
+    }
+
     /// Put undelivered items back at the front, in their order.
     pub fn requeue(&mut self, items: Vec<Item>) {
         self.taken -= items.len();
@@ -413,7 +476,12 @@ impl Outbox {
     /// Move everything still in memory to disk, ahead of what is already there (at shutdown while
     /// the server is away). Returns the number of events that could not be kept.
     pub fn spill_all(&mut self) -> usize {
-        let Some(spill) = self.spill.as_mut() else { return self.mem.len() + self.taken };
+        let Some(spill) = self.spill.as_mut() else {
+            // Nowhere to keep them: they are gone, and no longer held.
+            let lost = self.mem.len() + self.taken;
+            self.mem.clear();
+            return lost;
+        };
         // In memory: first the events that never reached disk (older than anything on disk), then
         // records read back from disk, which stay in their segments and are read again by the next
         // process. So the former go to a new segment placed before every existing one.

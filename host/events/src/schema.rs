@@ -56,6 +56,10 @@ pub enum Payload {
     /// A running task was evicted to make room.
     #[serde(rename = "io.wasmsched.task.preempted.v1")]
     TaskPreempted(TaskPreempted),
+    /// A running task was stopped for another reason than preemption: its gang fell below
+    /// min-member, or its node went away.
+    #[serde(rename = "io.wasmsched.task.evicted.v1")]
+    TaskEvicted(TaskEvicted),
     /// A gang did not reach min-member within its timeout.
     #[serde(rename = "io.wasmsched.group.timed-out.v1")]
     GroupTimedOut(GroupTimedOut),
@@ -103,6 +107,8 @@ pub enum Kind {
     TaskTopologyAlert,
     /// [`Payload::TaskPreempted`]
     TaskPreempted,
+    /// [`Payload::TaskEvicted`]
+    TaskEvicted,
     /// [`Payload::GroupTimedOut`]
     GroupTimedOut,
     /// [`Payload::QueueShareChanged`]
@@ -129,11 +135,12 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in declaration order.
-    pub const ALL: [Kind; 15] = [
+    pub const ALL: [Kind; 16] = [
         Kind::TaskScheduled,
         Kind::TaskUnschedulable,
         Kind::TaskTopologyAlert,
         Kind::TaskPreempted,
+        Kind::TaskEvicted,
         Kind::GroupTimedOut,
         Kind::QueueShareChanged,
         Kind::PolicyLoaded,
@@ -154,6 +161,7 @@ impl Kind {
             Kind::TaskUnschedulable => "task-unschedulable",
             Kind::TaskTopologyAlert => "task-topology-alert",
             Kind::TaskPreempted => "task-preempted",
+            Kind::TaskEvicted => "task-evicted",
             Kind::GroupTimedOut => "group-timed-out",
             Kind::QueueShareChanged => "queue-share-changed",
             Kind::PolicyLoaded => "policy-loaded",
@@ -194,6 +202,7 @@ impl Payload {
             Payload::TaskUnschedulable(_) => Kind::TaskUnschedulable,
             Payload::TaskTopologyAlert(_) => Kind::TaskTopologyAlert,
             Payload::TaskPreempted(_) => Kind::TaskPreempted,
+            Payload::TaskEvicted(_) => Kind::TaskEvicted,
             Payload::GroupTimedOut(_) => Kind::GroupTimedOut,
             Payload::QueueShareChanged(_) => Kind::QueueShareChanged,
             Payload::PolicyLoaded(_) => Kind::PolicyLoaded,
@@ -216,6 +225,7 @@ impl Payload {
             Payload::TaskUnschedulable(e) => task(&e.task),
             Payload::TaskTopologyAlert(e) => task(&e.task),
             Payload::TaskPreempted(e) => task(&e.victim),
+            Payload::TaskEvicted(e) => task(&e.task),
             Payload::GroupTimedOut(e) => (e.group.clone(), Some(e.namespace.clone())),
             Payload::QueueShareChanged(e) => (e.queue.clone(), None),
             Payload::PolicyLoaded(e) => (e.policy_set.name.clone(), None),
@@ -237,6 +247,7 @@ impl Payload {
             Payload::TaskUnschedulable(e) => Some(&e.task),
             Payload::TaskTopologyAlert(e) => Some(&e.task),
             Payload::TaskPreempted(e) => Some(&e.victim),
+            Payload::TaskEvicted(e) => Some(&e.task),
             _ => None,
         }
     }
@@ -266,6 +277,7 @@ impl Event {
             Payload::TaskPreempted(e) => {
                 format!("{} on {} by {} ({:?}, checkpoint {:?})", e.victim, e.node, e.preemptor, e.reason, e.checkpoint)
             }
+            Payload::TaskEvicted(e) => format!("{} from {} ({:?})", e.task, e.node, e.reason),
             Payload::GroupTimedOut(e) => {
                 format!(
                     "{}/{} placed {} of min {} after {} s",
@@ -485,6 +497,28 @@ pub struct TaskPreempted {
     pub checkpoint: CheckpointOutcome,
     /// Grace period the victim was given, in seconds.
     pub grace_seconds: u64,
+}
+
+/// Data of `io.wasmsched.task.evicted.v1`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TaskEvicted {
+    /// The evicted task.
+    pub task: TaskRef,
+    /// Node it ran on.
+    pub node: String,
+    /// Why.
+    pub reason: EvictedReason,
+}
+
+/// Why a task was evicted other than by preemption.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum EvictedReason {
+    /// Another member of its gang was evicted and the gang fell below min-member: the rest go
+    /// too, so no half gang holds GPUs.
+    GangBroken,
+    /// Its node was removed or no longer has room for it.
+    NodeLost,
 }
 
 /// Data of `io.wasmsched.group.timed-out.v1`.

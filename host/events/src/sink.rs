@@ -30,7 +30,8 @@ use crate::time::Timestamp;
 pub struct Stats {
     /// Events passed to `emit`.
     pub emitted: u64,
-    /// Events written (JSONL) or acknowledged by JetStream.
+    /// Events written (JSONL) or acknowledged by JetStream (less any the server lost afterwards):
+    /// `emitted = delivered + dropped + lost_by_server + pending`.
     pub delivered: u64,
     /// Events dropped because the outbox (memory and spill) was full.
     pub dropped: u64,
@@ -43,12 +44,25 @@ pub struct Stats {
     pub duplicates: u64,
     /// Events the server rejected repeatedly and that were given up (counted, logged).
     pub rejected: u64,
+    /// Events JetStream had acknowledged and then lost (a server that came back with an empty or
+    /// shorter stream) beyond what the sink could re-send: gone for good.
+    pub lost_by_server: u64,
     /// Events held now (memory, in flight, spill).
     pub pending: u64,
+    /// Where undelivered events are kept across restarts (the spill directory), if anywhere.
+    pub spill_dir: Option<std::path::PathBuf>,
     /// Whether the destination is reachable now.
     pub connected: bool,
     /// The last delivery or connection error.
     pub last_error: Option<String>,
+}
+
+impl Stats {
+    /// Events lost for good: dropped, or lost by the server after it acknowledged them. A command
+    /// whose sink lost any fails (events spilled for the next run are not lost).
+    pub fn lost(&self) -> u64 {
+        self.dropped + self.lost_by_server
+    }
 }
 
 /// Events `emit` can stage for the drainer before it moves them into the outbox itself: ~15 ms
@@ -71,6 +85,7 @@ struct Counters {
     recovered: AtomicU64,
     duplicates: AtomicU64,
     rejected: AtomicU64,
+    lost_by_server: AtomicU64,
 }
 
 /// Dropped events not yet reported by an `events-dropped` event.
@@ -114,11 +129,15 @@ pub(crate) struct Shared {
     pub(crate) notify: tokio::sync::Notify,
     counters: Counters,
     pub(crate) closed: AtomicBool,
+    /// Shutting down: a drainer waiting to reconnect retries at once and keeps retrying at the
+    /// shortest back-off, so that a destination coming back within the grace gets every event.
+    hurry: AtomicBool,
     connected: AtomicBool,
     /// Set when a session got as far as publishing, so the reconnect back-off restarts small.
     session_ok: AtomicBool,
     last_error: Mutex<Option<String>>,
     drop_reason: String,
+    spill_dir: Option<std::path::PathBuf>,
 }
 
 /// Identity of the events a sink emits.
@@ -193,7 +212,8 @@ impl EventSink {
             ),
             None => format!("outbox full ({} events in memory, spill disabled)", outbox.max_events),
         };
-        let (outbox, recovered) = Outbox::new(outbox, encoder(subject_root, origin))?;
+        let spill_dir = outbox.spill_dir.clone();
+        let (outbox, recovered) = Outbox::new(outbox, &subject_root, encoder(subject_root.clone(), origin))?;
         if recovered > 0 {
             tracing::info!(events = recovered, "recovered spilled events from a previous run");
         }
@@ -208,10 +228,12 @@ impl EventSink {
             notify: tokio::sync::Notify::new(),
             counters: Counters { recovered: AtomicU64::new(recovered), ..Default::default() },
             closed: AtomicBool::new(false),
+            hurry: AtomicBool::new(false),
             connected: AtomicBool::new(false),
             session_ok: AtomicBool::new(false),
             last_error: Mutex::new(None),
             drop_reason,
+            spill_dir,
         });
         let for_thread = shared.clone();
         let thread =
@@ -275,7 +297,9 @@ impl EventSink {
             recovered: c.recovered.load(Ordering::Relaxed),
             duplicates: c.duplicates.load(Ordering::Relaxed),
             rejected: c.rejected.load(Ordering::Relaxed),
+            lost_by_server: c.lost_by_server.load(Ordering::Relaxed),
             pending,
+            spill_dir: self.shared.spill_dir.clone(),
             connected: self.shared.connected.load(Ordering::Relaxed),
             last_error: self.shared.last_error.lock().map(|e| e.clone()).unwrap_or_default(),
         }
@@ -299,6 +323,16 @@ impl EventSink {
             };
         }
         true
+    }
+
+    /// The end of a run: wait up to `grace` for every event to be delivered, retrying a
+    /// destination that is away at once and then at the shortest back-off (so a server that comes
+    /// back within the grace gets everything), then [`EventSink::close`].
+    pub fn shutdown(self, grace: Duration) -> Stats {
+        self.shared.hurry.store(true, Ordering::SeqCst);
+        self.shared.notify.notify_one();
+        self.flush(grace);
+        self.close(Duration::ZERO)
     }
 
     /// Flush for up to `timeout`, then stop the drainer; events still undelivered are spilled to
@@ -388,6 +422,20 @@ impl Shared {
 
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Whether the sink is shutting down (see [`Shared::hurry`]).
+    pub(crate) fn in_a_hurry(&self) -> bool {
+        self.hurry.load(Ordering::SeqCst)
+    }
+
+    /// Put `events`, which the destination had acknowledged and then lost, back at the front of
+    /// the outbox (oldest first), and count `lost` more that can no longer be re-sent: neither is
+    /// delivered any more.
+    pub(crate) fn resend(&self, events: Vec<crate::outbox::Encoded>, lost: u64) {
+        self.counters.delivered.fetch_sub(events.len() as u64 + lost, Ordering::Relaxed);
+        self.counters.lost_by_server.fetch_add(lost, Ordering::Relaxed);
+        self.lock().outbox.resend(events);
     }
 
     /// Take up to `max` items without waiting.

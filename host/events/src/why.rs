@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use crate::schema::{Event, Payload, PreemptReason, StageReason};
+use crate::schema::{Event, EvictedReason, Payload, PreemptReason, StageReason};
 use crate::time::Timestamp;
 
 /// What the stream says about one task so far.
@@ -39,6 +39,15 @@ pub enum TaskState {
         node: String,
         /// The rule that allowed it.
         reason: PreemptReason,
+        /// When.
+        at: Timestamp,
+    },
+    /// Stopped because its gang broke or its node went away; it waits to be placed again.
+    Evicted {
+        /// The node it left.
+        node: String,
+        /// Why.
+        reason: EvictedReason,
         /// When.
         at: Timestamp,
     },
@@ -84,6 +93,9 @@ impl Why {
                     at: event.time,
                 };
             }
+            Payload::TaskEvicted(e) if e.task.id == self.task => {
+                self.state = TaskState::Evicted { node: e.node.clone(), reason: e.reason, at: event.time };
+            }
             Payload::GroupTimedOut(e)
                 if self.group.as_ref().is_some_and(|(ns, g)| *ns == e.namespace && *g == e.group) =>
             {
@@ -121,6 +133,12 @@ impl fmt::Display for Why {
             TaskState::Preempted { by, node, reason, at } => write!(
                 f,
                 "{}: preempted on {node} at {at} for {by} ({}); waiting to be placed again",
+                self.task,
+                serde_json::to_value(reason).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
+            )?,
+            TaskState::Evicted { node, reason, at } => write!(
+                f,
+                "{}: evicted from {node} at {at} ({}); waiting to be placed again",
                 self.task,
                 serde_json::to_value(reason).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
             )?,

@@ -20,6 +20,7 @@
 
 pub mod control;
 mod error;
+mod exercise;
 mod object_store;
 mod prepare;
 mod registry;
@@ -28,6 +29,7 @@ mod spec;
 mod watch;
 
 pub use error::{PrepareError, SourceError, SpecError};
+pub use exercise::{StageRun, exercise};
 pub use object_store::{MAX_OBJECT_BYTES, ObjectStoreSource, push};
 pub use prepare::{PluginInfo, PolicyVersion, Preparer, Sample};
 pub use registry::{ControlError, Decision, HistoryEntry, Outcome, Registry, ShadowStats, Status, WindowStats};

@@ -277,10 +277,10 @@ impl Preparer {
 
         let set = build_set(spec, version, &loaded);
         if probes.is_empty() {
-            smoke_test(&set, spec, sample)?;
+            smoke_test(&set, spec, &loaded, sample)?;
         } else {
             let probed = loaded.iter().map(|(&n, p)| (n, probes.get(n).unwrap_or(p).clone())).collect();
-            smoke_test(&build_set(spec, version, &probed), spec, sample)?;
+            smoke_test(&build_set(spec, version, &probed), spec, &probed, sample)?;
             let kept: Vec<&str> = plugins.iter().filter(|p| p.kept_from.is_some()).map(|p| p.name.as_str()).collect();
             tracing::info!(set = %spec.name, version, kept = ?kept, "unchanged plugins kept from the live version");
         }
@@ -343,10 +343,24 @@ fn stages_of(spec: &PolicySetSpec, plugin: &str) -> Vec<Stage> {
     stages
 }
 
-/// Place up to `spec.smoke.tasks` sample tasks: any plugin fault (even of a fail-open plugin) or
+/// Place up to `spec.smoke.tasks` sample tasks, then call the preempt and fair-share plugins
+/// (which placing does not reach) once each: any plugin fault (even of a fail-open plugin) or
 /// a decision over the time limit fails the version. Unschedulable tasks are fine: the sample
 /// cluster may be full.
-fn smoke_test(set: &PolicySet, spec: &PolicySetSpec, sample: &Sample) -> Result<(), PrepareError> {
+fn smoke_test(
+    set: &PolicySet,
+    spec: &PolicySetSpec,
+    plugins: &BTreeMap<&str, Arc<dyn PolicyPlugin>>,
+    sample: &Sample,
+) -> Result<(), PrepareError> {
+    for (name, stage) in [(&spec.stages.preempt, Stage::Preempt), (&spec.stages.fair_share, Stage::FairShare)] {
+        let Some(plugin) = name.as_deref().and_then(|n| plugins.get(n)) else { continue };
+        for run in crate::exercise::exercise(&**plugin, &[stage], sample) {
+            if let Err(fault) = run.outcome {
+                return Err(PrepareError::Smoke(format!("{stage} on the sample cluster: {fault}")));
+            }
+        }
+    }
     let limit = Duration::from_secs_f64(spec.smoke.max_decision_ms / 1e3);
     // Warm-up: each fresh instance's first call copies the whole sample cluster into its mirror,
     // which on a large cluster can take longer than a call's deadline. That cost is the mirror's,

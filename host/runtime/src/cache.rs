@@ -23,6 +23,8 @@ pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
 
 pub(crate) struct ArtifactCache {
     dir: Option<PathBuf>,
+    /// Largest artefact compiled or read back; larger ones are refused.
+    max_bytes: u64,
     engine_hash: String,
     memory: Mutex<HashMap<String, Component>>,
 }
@@ -36,13 +38,18 @@ pub(crate) enum Origin {
 }
 
 impl ArtifactCache {
-    pub(crate) fn new(engine: &Engine, dir: Option<PathBuf>) -> Result<Self, LoadError> {
+    pub(crate) fn new(engine: &Engine, dir: Option<PathBuf>, max_bytes: u64) -> Result<Self, LoadError> {
         if let Some(dir) = &dir {
             std::fs::create_dir_all(dir).map_err(|source| LoadError::Cache { path: dir.clone(), source })?;
         }
         let mut h = DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut h);
-        Ok(ArtifactCache { dir, engine_hash: format!("{:016x}", h.finish()), memory: Mutex::new(HashMap::new()) })
+        Ok(ArtifactCache {
+            dir,
+            max_bytes,
+            engine_hash: format!("{:016x}", h.finish()),
+            memory: Mutex::new(HashMap::new()),
+        })
     }
 
     pub(crate) fn get_or_compile(
@@ -56,13 +63,20 @@ impl ArtifactCache {
             return Ok((c.clone(), Origin::Memory));
         }
         let disk = self.dir.as_deref().map(|d| d.join(format!("{key}.cwasm")));
-        let (component, origin) = match disk.as_deref().and_then(|p| load_verified(engine, p)) {
+        let (component, origin) = match disk.as_deref().and_then(|p| load_verified(engine, p, self.max_bytes)) {
             Some(c) => (c, Origin::Disk),
             None => {
                 let artifact = engine.precompile_component(wasm).map_err(|e| LoadError::Compile {
                     plugin: plugin.into(),
                     message: first_line(&format!("{e:#}")),
                 })?;
+                if artifact.len() as u64 > self.max_bytes {
+                    return Err(LoadError::ArtifactTooLarge {
+                        plugin: plugin.into(),
+                        size: artifact.len() as u64,
+                        limit: self.max_bytes,
+                    });
+                }
                 if let Some(path) = &disk {
                     store(path, &artifact);
                 }
@@ -91,7 +105,12 @@ fn deserialize(engine: &Engine, artifact: &[u8]) -> Result<Component, String> {
     unsafe { Component::deserialize(engine, artifact) }.map_err(|e| format!("{e:#}"))
 }
 
-fn load_verified(engine: &Engine, path: &Path) -> Option<Component> {
+fn load_verified(engine: &Engine, path: &Path, max_bytes: u64) -> Option<Component> {
+    // An artefact over the limit is never read: the disk cache is not trusted with memory either.
+    if std::fs::metadata(path).ok()?.len() > max_bytes {
+        tracing::warn!(path = %path.display(), "cached artifact over the size limit; ignored");
+        return None;
+    }
     let artifact = std::fs::read(path).ok()?;
     let digest = std::fs::read_to_string(path.with_extension("sha256")).ok()?;
     if digest.trim() != sha256_hex(&artifact) {

@@ -1,6 +1,7 @@
 //! The runtime: engine, epoch ticker, linker and artifact cache.
 
-use std::path::PathBuf;
+use std::io::Read;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -38,7 +39,18 @@ pub struct RuntimeConfig {
     /// is called as one without it (`mirror-usage`, then `filter` or `score`): for measuring what
     /// it saves in one run (`bench --compare-placement`) and for testing both paths.
     pub placement_calls: bool,
+    /// Largest component accepted, in bytes: checked before a file is read and before bytes are
+    /// compiled. Compiling takes several times a component's size in memory; the built-in
+    /// policies are well under 1 MiB, a Python policy (its interpreter inside) about 20 MiB.
+    pub max_component_bytes: u64,
+    /// Largest compiled artefact accepted, in bytes (from the compiler or the disk cache).
+    pub max_artifact_bytes: u64,
 }
+
+/// Default [`RuntimeConfig::max_component_bytes`].
+pub const DEFAULT_MAX_COMPONENT_BYTES: u64 = 48 << 20;
+/// Default [`RuntimeConfig::max_artifact_bytes`].
+pub const DEFAULT_MAX_ARTIFACT_BYTES: u64 = 256 << 20;
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
@@ -49,6 +61,8 @@ impl Default for RuntimeConfig {
             cache_dir: None,
             deadlines: true,
             placement_calls: true,
+            max_component_bytes: DEFAULT_MAX_COMPONENT_BYTES,
+            max_artifact_bytes: DEFAULT_MAX_ARTIFACT_BYTES,
         }
     }
 }
@@ -86,12 +100,21 @@ impl Runtime {
 
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| LoadError::Runtime(format!("{e:#}")))?;
+        // WASI's monotonic clock lets a guest park the thread on the host's real clock, out of
+        // reach of every deadline; ours is frozen and never waits (`host.rs`).
+        linker.allow_shadowing(true);
+        wasmtime_wasi::p2::bindings::clocks::monotonic_clock::add_to_linker::<HostState, HasSelf<HostState>>(
+            &mut linker,
+            |s| s,
+        )
+        .map_err(|e| LoadError::Runtime(format!("{e:#}")))?;
+        linker.allow_shadowing(false);
         host::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(|e| LoadError::Runtime(format!("{e:#}")))?;
         topology::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(|e| LoadError::Runtime(format!("{e:#}")))?;
 
-        let cache = ArtifactCache::new(&engine, config.cache_dir.clone())?;
+        let cache = ArtifactCache::new(&engine, config.cache_dir.clone(), config.max_artifact_bytes)?;
         let ticker_stop = Arc::new(AtomicBool::new(false));
         if config.deadlines {
             let engine = engine.clone();
@@ -124,7 +147,17 @@ impl Runtime {
     /// plugin's configuration. Nothing is shared with other plugins, so a failed load leaves
     /// everything else untouched.
     pub fn load(&self, wasm: &[u8], config: PluginConfig) -> Result<WasmPlugin, LoadError> {
+        let (size, limit) = (wasm.len() as u64, self.config.max_component_bytes);
+        if size > limit {
+            return Err(LoadError::TooLarge { plugin: config.name, size, limit });
+        }
         WasmPlugin::load(self, wasm, config)
+    }
+
+    /// Read a component file, refusing one over [`RuntimeConfig::max_component_bytes`] before
+    /// reading it (and one that grows past the limit while it is read).
+    pub fn read_component(&self, path: &Path) -> Result<Vec<u8>, LoadError> {
+        read_component(path, self.config.max_component_bytes)
     }
 }
 
@@ -132,4 +165,22 @@ impl Drop for Runtime {
     fn drop(&mut self) {
         self.ticker_stop.store(true, Ordering::Relaxed);
     }
+}
+
+/// Read the component file at `path`, refusing one over `limit` bytes before reading it (and one
+/// that grows past the limit while it is read).
+pub fn read_component(path: &Path, limit: u64) -> Result<Vec<u8>, LoadError> {
+    let io = |source| LoadError::Read { path: path.to_path_buf(), source };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let too_large = |size| LoadError::TooLarge { plugin: path.display().to_string(), size, limit };
+    let size = file.metadata().map_err(io)?.len();
+    if size > limit {
+        return Err(too_large(size));
+    }
+    let mut bytes = Vec::with_capacity(size as usize);
+    file.take(limit + 1).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 > limit {
+        return Err(too_large(bytes.len() as u64));
+    }
+    Ok(bytes)
 }

@@ -23,13 +23,51 @@ pub enum LoadError {
         /// What is missing or mismatched.
         message: String,
     },
-    /// The plugin rejected its configuration (or trapped while reading it).
+    /// The plugin's `init` returned an error: it rejected its configuration.
     #[error("plugin {plugin}: configuration rejected: {message}")]
     Config {
         /// Plugin name.
         plugin: String,
         /// The plugin's message.
         message: String,
+    },
+    /// Instantiation or `init` failed without an answer: a trap, the deadline, the memory cap, an
+    /// exit. The message names the cause.
+    #[error("plugin {plugin}: {message}")]
+    Init {
+        /// Plugin name.
+        plugin: String,
+        /// What went wrong, in words.
+        message: String,
+    },
+    /// The component file is larger than the runtime accepts.
+    #[error("plugin {plugin}: the component is {size} bytes, over the limit of {limit} bytes")]
+    TooLarge {
+        /// Plugin name (or file).
+        plugin: String,
+        /// Its size in bytes.
+        size: u64,
+        /// The limit in bytes.
+        limit: u64,
+    },
+    /// A component file cannot be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The compiled artefact is larger than the runtime accepts.
+    #[error("plugin {plugin}: compiled, it is {size} bytes, over the limit of {limit} bytes")]
+    ArtifactTooLarge {
+        /// Plugin name.
+        plugin: String,
+        /// Its size in bytes.
+        size: u64,
+        /// The limit in bytes.
+        limit: u64,
     },
     /// The runtime's own configuration is invalid.
     #[error("runtime configuration: {0}")]

@@ -1,10 +1,13 @@
-//! Per-instance host state: the deny-all WASI context, the memory limiter and the `host` imports.
+//! Per-instance host state: the deny-all WASI context, the memory limiter, the call's budget and
+//! the `host` imports.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use wasmtime::ResourceLimiter;
-use wasmtime::component::ResourceTable;
+use wasmtime::component::{Resource, ResourceTable};
+use wasmtime_wasi::p2::bindings::clocks::monotonic_clock;
+use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 use wasmtime_wasi::{Deterministic, HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
 
 use wasmsched_api::topology::TopologyView;
@@ -16,6 +19,9 @@ use crate::bindings::wasmsched::policy::topology::{self, GpuLink, GpuSet, NumaPo
 const MAX_LOG_BYTES: usize = 1024;
 /// Log lines a single call may emit; the rest are counted and dropped.
 const MAX_LOGS_PER_CALL: u32 = 16;
+/// WASI handles (streams, pollables, sockets) one instance may hold at once. A policy needs a
+/// handful; without a cap a guest could fill host memory, which the memory cap does not see.
+pub(crate) const MAX_HANDLES: usize = 1024;
 
 pub(crate) struct HostState {
     plugin: Arc<str>,
@@ -27,6 +33,10 @@ pub(crate) struct HostState {
     pub(crate) last_error: Option<String>,
     /// Answers `topology` imports during the current call (the node table's snapshot).
     pub(crate) topology: Option<Arc<dyn TopologyView>>,
+    /// The running guest call's budget, read by the epoch-deadline callback.
+    pub(crate) budget: crate::budget::Budget,
+    /// Set when the callback cut a call: what it had used.
+    pub(crate) overrun: Option<crate::budget::Overrun>,
 }
 
 impl HostState {
@@ -42,23 +52,66 @@ impl HostState {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .build();
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(MAX_HANDLES);
         HostState {
             plugin,
             wasi,
-            table: ResourceTable::new(),
-            limiter: MemoryLimiter { max_bytes: memory_limit, hit: false },
+            table,
+            limiter: MemoryLimiter { max_bytes: memory_limit, asked: None },
             logs_this_call: 0,
             last_error: None,
             topology: None,
+            budget: crate::budget::Budget::default(),
+            overrun: None,
         }
     }
 
     /// Reset per-call state before a call.
     pub(crate) fn begin_call(&mut self) {
         self.logs_this_call = 0;
-        self.limiter.hit = false;
+        self.limiter.asked = None;
         self.last_error = None;
+        self.overrun = None;
     }
+
+    /// A pollable that is ready at once: see the `monotonic_clock::Host` impl.
+    fn already_due(&mut self) -> wasmtime::Result<Resource<DynPollable>> {
+        let due = self.table.push(AlreadyDue)?;
+        subscribe(&mut self.table, due)
+    }
+}
+
+/// The guest's monotonic clock, replacing WASI's own. Time is frozen at zero for a plugin, and a
+/// plugin may not wait: WASI's `subscribe-duration`/`subscribe-instant` would park the calling
+/// thread on the host's real clock (a `sleep` in the guest), where no epoch deadline can reach it
+/// because the guest runs no code. Here every subscription is due at once, so a sleep returns
+/// immediately, `poll` never blocks, and a guest that waits in a loop spins in its own code, where
+/// its CPU budget cuts it.
+impl monotonic_clock::Host for HostState {
+    fn now(&mut self) -> wasmtime::Result<u64> {
+        Ok(HostMonotonicClock::now(&FrozenClock))
+    }
+
+    fn resolution(&mut self) -> wasmtime::Result<u64> {
+        Ok(HostMonotonicClock::resolution(&FrozenClock))
+    }
+
+    fn subscribe_instant(&mut self, _when: u64) -> wasmtime::Result<Resource<DynPollable>> {
+        self.already_due()
+    }
+
+    fn subscribe_duration(&mut self, _duration: u64) -> wasmtime::Result<Resource<DynPollable>> {
+        self.already_due()
+    }
+}
+
+/// A clock subscription that is always due.
+struct AlreadyDue;
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for AlreadyDue {
+    async fn ready(&mut self) {}
 }
 
 impl WasiView for HostState {
@@ -139,17 +192,18 @@ pub(crate) fn truncate(mut s: String, max: usize) -> String {
     s
 }
 
-/// Caps linear memory; remembers whether the cap was hit so a following trap is reported as a
-/// memory fault rather than a generic one.
+/// Caps linear memory; remembers what a refused growth asked for, so that a following trap is
+/// reported as a memory fault (with the cap and the request) rather than a generic one.
 pub(crate) struct MemoryLimiter {
-    max_bytes: usize,
-    pub(crate) hit: bool,
+    pub(crate) max_bytes: usize,
+    /// The size in bytes a refused growth asked for, since the call began.
+    pub(crate) asked: Option<usize>,
 }
 
 impl ResourceLimiter for MemoryLimiter {
     fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
         if desired > self.max_bytes {
-            self.hit = true;
+            self.asked = Some(desired);
             return Ok(false);
         }
         Ok(true)

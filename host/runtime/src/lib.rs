@@ -14,10 +14,13 @@
 //! - [`PluginMetrics`]: calls, faults by kind and latency histograms per stage.
 //!
 //! # Sandbox and budgets
-//! Every call runs under an epoch deadline (default 10 ms) and a memory cap (default 64 MiB), and
-//! under fuel when the runtime is deterministic (the simulator). Plugins see no filesystem,
-//! network, environment, arguments or real clock (WASI clocks are frozen at zero, randomness is a
-//! fixed sequence). A trap, an exhausted budget or a malformed answer discards the instance (the
+//! Every call runs under a CPU-time deadline (default 10 ms of its thread's CPU, checked when the
+//! epoch deadline fires, so time spent waiting for a CPU is not charged; `budget.rs`) with a
+//! wall-clock ceiling, and a memory cap (default 64 MiB), and under fuel when the runtime is
+//! deterministic (the simulator). Plugins see no filesystem, network, environment, arguments or
+//! real clock (WASI clocks are frozen at zero, randomness is a fixed sequence), and cannot wait:
+//! every clock subscription is due at once, so no WASI call parks the thread out of the deadline's
+//! reach. Component files, compiled artefacts and WASI handles are bounded too. A trap, an exhausted budget or a malformed answer discards the instance (the
 //! next call gets a fresh one), is recorded in metrics and reported to the fault observer, and the
 //! caller applies the plugin's failure policy. Repeated failures open a circuit breaker.
 //!
@@ -34,6 +37,7 @@
 
 mod bindings;
 mod breaker;
+mod budget;
 mod cache;
 mod engine;
 mod error;
@@ -42,7 +46,7 @@ mod metrics;
 mod plugin;
 
 pub use breaker::BreakerConfig;
-pub use engine::{Runtime, RuntimeConfig};
+pub use engine::{DEFAULT_MAX_ARTIFACT_BYTES, DEFAULT_MAX_COMPONENT_BYTES, Runtime, RuntimeConfig, read_component};
 pub use error::LoadError;
 pub use metrics::{FaultObserver, LatencySnapshot, PluginMetrics, StageSnapshot};
 pub use plugin::{PluginConfig, WasmPlugin};

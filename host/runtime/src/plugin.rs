@@ -11,30 +11,33 @@ use wasmsched_core::{
     CallContext, Changes, FailurePolicy, FaultKind, NodeTable, PluginFault, PolicyPlugin, Slot, validate,
 };
 use wasmtime::component::InstancePre;
-use wasmtime::{Engine, Store, Trap};
+use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 
 use crate::bindings::{
     self, fair_share, fair_share_delta, filter, mirror, mirror_usage, placement, plugin, preempt, score, select_devices,
 };
 use crate::breaker::{Breaker, BreakerConfig};
+use crate::budget::{self, Budget};
 use crate::cache::sha256_hex;
 use crate::engine::Runtime;
 use crate::error::LoadError;
-use crate::host::{HostState, truncate};
+use crate::host::{HostState, MAX_HANDLES, truncate};
 use crate::metrics::{FaultObserver, PluginMetrics};
 
 /// Fuel per call when the runtime is deterministic and the plugin sets none: roughly a second of
 /// guest work, far above any sane policy call.
 const DEFAULT_FUEL: u64 = 1_000_000_000;
-/// Wall-clock backstop per call when the runtime is deterministic. Fuel is the budget there; the
-/// configured deadline would make results depend on machine load, so only a hang outside guest
-/// code (which fuel cannot see) is cut, and late.
+/// Backstop per call when the runtime is deterministic. Fuel is the budget there; the configured
+/// deadline would make results depend on machine load, so only a hang outside guest code (which
+/// fuel cannot see) is cut, and late.
 const DETERMINISTIC_BACKSTOP: Duration = Duration::from_secs(30);
+/// The least wall-clock ceiling of a call: a call descheduled this long is cut even under its
+/// CPU budget (see [`PluginConfig::wall_ceiling`]).
+const MIN_WALL_CEILING: Duration = Duration::from_secs(1);
 
-/// The least wall-clock time instantiation and `init` get, whatever the call deadline: they run
-/// off the decision path (loading, replacing a faulted instance), and ten 10 ms deadlines were
-/// too little for a fresh instance on a loaded 2-vCPU machine ("trapped during init: interrupt"
-/// for a well-behaved plugin). Still bounded, so a plugin whose `init` loops fails to load.
+/// The least CPU time instantiation and `init` get, whatever the call deadline: they run off
+/// the decision path (loading, replacing a faulted instance). Still bounded, so a plugin whose
+/// `init` loops fails to load.
 const INIT_BUDGET: Duration = Duration::from_secs(1);
 /// Nodes per `mirror.upsert` call during a full sync; bounds the size of one call.
 const SYNC_CHUNK: usize = 512;
@@ -51,8 +54,13 @@ pub struct PluginConfig {
     pub name: String,
     /// Configuration text handed to the plugin's `init` (JSON by convention).
     pub config: String,
-    /// Wall-clock budget of one call.
+    /// Budget of one call: the CPU time its thread may spend in it (time the thread waits for a
+    /// CPU does not count), measured with the granularity of the runtime's epoch tick.
     pub deadline: Duration,
+    /// Wall-clock ceiling of one call, whatever its CPU use (a call stalled outside the guest, or
+    /// a machine so loaded that the thread barely runs). `None`: 100 × `deadline`, and at least
+    /// 1 s.
+    pub wall_ceiling: Option<Duration>,
     /// Cap on the instance's linear memory, in bytes.
     pub memory_limit: usize,
     /// Fuel per call when the runtime is deterministic.
@@ -70,6 +78,7 @@ impl PluginConfig {
             name: name.into(),
             config: String::new(),
             deadline: Duration::from_millis(10),
+            wall_ceiling: None,
             memory_limit: 64 << 20,
             fuel: None,
             failure: FailurePolicy::FailClosed,
@@ -87,6 +96,17 @@ impl PluginConfig {
     pub fn with_deadline(mut self, deadline: Duration) -> Self {
         self.deadline = deadline;
         self
+    }
+
+    /// Set the wall-clock ceiling of one call.
+    pub fn with_wall_ceiling(mut self, ceiling: Duration) -> Self {
+        self.wall_ceiling = Some(ceiling);
+        self
+    }
+
+    /// The wall-clock ceiling in force: the configured one, or the default for the deadline.
+    pub fn effective_wall_ceiling(&self) -> Duration {
+        self.wall_ceiling.unwrap_or_else(|| self.deadline.saturating_mul(100).max(MIN_WALL_CEILING)).max(self.deadline)
     }
 
     /// Set the memory cap.
@@ -171,6 +191,8 @@ enum CallError {
     Bad(String),
     /// The mirror refused the usage changes sent along with a `placement` call; nothing ran.
     OutOfStep(String),
+    /// An export's functions do not have the contract's types (found when instantiating).
+    Contract(String),
 }
 
 impl CallError {
@@ -178,7 +200,7 @@ impl CallError {
     fn into_message(self) -> String {
         match self {
             CallError::Wasm(e) => describe_wasm_error(&e, None),
-            CallError::Guest(m) | CallError::Bad(m) | CallError::OutOfStep(m) => m,
+            CallError::Guest(m) | CallError::Bad(m) | CallError::OutOfStep(m) | CallError::Contract(m) => m,
         }
     }
 }
@@ -196,6 +218,12 @@ struct Blueprint {
     engine: Engine,
     pre: InstancePre<HostState>,
     indices: Indices,
+    /// CPU budget of one guest call.
+    deadline: Duration,
+    /// Wall-clock ceiling of one guest call.
+    ceiling: Duration,
+    /// The runtime's epoch tick.
+    tick: Duration,
     epoch_ticks: u64,
     /// Instantiation and `init`: ten calls' worth, and at least [`INIT_BUDGET`].
     init_scale: u64,
@@ -206,6 +234,9 @@ impl Blueprint {
     /// Arm the per-call budgets on `store`; `scale` stretches them (initialisation, full sync).
     fn arm(&self, store: &mut Store<HostState>, scale: u64) {
         store.set_epoch_deadline(self.epoch_ticks * scale);
+        let cpu = self.deadline.saturating_mul(u32::try_from(scale).unwrap_or(u32::MAX));
+        // A stretched budget (init, a full sync) keeps the ceiling unless twice its CPU is more.
+        store.data_mut().budget = Budget::start(cpu, self.ceiling.max(cpu.saturating_mul(2)), self.tick);
         if let Some(fuel) = self.fuel {
             // Fuel is enabled on the engine whenever `self.fuel` is set.
             let _ = store.set_fuel(fuel.saturating_mul(scale));
@@ -215,30 +246,85 @@ impl Blueprint {
     fn instantiate(&self) -> Result<(Live, plugin::PluginInfo), CallError> {
         let mut store = Store::new(&self.engine, HostState::new(self.name.clone(), self.config.memory_limit));
         store.limiter(|s| &mut s.limiter);
-        store.epoch_deadline_trap();
+        let tick = self.tick;
+        // Runs on the guest's thread when the epoch deadline passes: cut the call only if it
+        // used its CPU budget (or reached the wall-clock ceiling), else extend the deadline.
+        store.epoch_deadline_callback(move |mut ctx| match ctx.data().budget.check() {
+            budget::Verdict::Continue(left) => Ok(UpdateDeadline::Continue(
+                u64::try_from(left.as_nanos().div_ceil(tick.as_nanos())).unwrap_or(1).max(1),
+            )),
+            budget::Verdict::Cut(overrun) => {
+                ctx.data_mut().overrun = Some(overrun);
+                Ok(UpdateDeadline::Interrupt)
+            }
+        });
         store.data_mut().begin_call();
         self.arm(&mut store, self.init_scale);
         let instance = self.pre.instantiate(&mut store)?;
         let ix = &self.indices;
-        let plugin = ix.plugin.load(&mut store, &instance)?;
+        // Loading an export checks its functions' types against the contract.
+        fn typed(iface: &'static str) -> impl Fn(wasmtime::Error) -> CallError {
+            move |e: wasmtime::Error| {
+                CallError::Contract(format!(
+                    "export wasmsched:policy/{iface}@{} does not have the contract's types: {e:#}",
+                    wasmsched_api::CONTRACT_VERSION
+                ))
+            }
+        }
+        let plugin = ix.plugin.load(&mut store, &instance).map_err(typed("plugin"))?;
         let mut live = Live {
-            mirror: ix.mirror.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
-            mirror_usage: ix.mirror_usage.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
-            filter: ix.filter.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
-            score: ix.score.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
-            placement: ix.placement.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
-            select_devices: ix.select_devices.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
-            preempt: ix.preempt.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
-            fair_share: ix.fair_share.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
-            fair_share_delta: ix.fair_share_delta.as_ref().map(|i| i.load(&mut store, &instance)).transpose()?,
+            mirror: ix.mirror.as_ref().map(|i| i.load(&mut store, &instance)).transpose().map_err(typed("mirror"))?,
+            mirror_usage: ix
+                .mirror_usage
+                .as_ref()
+                .map(|i| i.load(&mut store, &instance))
+                .transpose()
+                .map_err(typed("mirror-usage"))?,
+            filter: ix.filter.as_ref().map(|i| i.load(&mut store, &instance)).transpose().map_err(typed("filter"))?,
+            score: ix.score.as_ref().map(|i| i.load(&mut store, &instance)).transpose().map_err(typed("score"))?,
+            placement: ix
+                .placement
+                .as_ref()
+                .map(|i| i.load(&mut store, &instance))
+                .transpose()
+                .map_err(typed("placement"))?,
+            select_devices: ix
+                .select_devices
+                .as_ref()
+                .map(|i| i.load(&mut store, &instance))
+                .transpose()
+                .map_err(typed("select-devices"))?,
+            preempt: ix
+                .preempt
+                .as_ref()
+                .map(|i| i.load(&mut store, &instance))
+                .transpose()
+                .map_err(typed("preempt"))?,
+            fair_share: ix
+                .fair_share
+                .as_ref()
+                .map(|i| i.load(&mut store, &instance))
+                .transpose()
+                .map_err(typed("fair-share"))?,
+            fair_share_delta: ix
+                .fair_share_delta
+                .as_ref()
+                .map(|i| i.load(&mut store, &instance))
+                .transpose()
+                .map_err(typed("fair-share-delta"))?,
             store,
             synced: None,
             shares: None,
         };
         let info = match plugin.call_init(&mut live.store, &self.config.config) {
             Ok(r) => r.map_err(CallError::Guest)?,
-            // Keep the panic message the guest logged before trapping.
-            Err(e) => return Err(CallError::Bad(describe_wasm_error(&e, live.store.data().last_error.as_deref()))),
+            Err(e) => {
+                let (kind, message) = explain(&e, live.store.data());
+                return Err(CallError::Bad(match kind {
+                    FaultKind::Deadline => format!("init exceeded its deadline: {message}"),
+                    _ => format!("init failed: {message}"),
+                }));
+            }
         };
         Ok((live, info))
     }
@@ -278,17 +364,36 @@ impl WasmPlugin {
         let plugin = plugin::GuestIndices::new(&pre).map_err(|e| {
             contract(&name, format!("does not export wasmsched:policy/plugin (wrong world or contract version): {e:#}"))
         })?;
+        // An interface the component does not export is simply absent; one it exports without
+        // every function of the contract is refused, naming it.
+        let optional = |iface: &str, found: wasmtime::Result<()>| -> Result<bool, LoadError> {
+            let exported = format!("wasmsched:policy/{iface}@{}", wasmsched_api::CONTRACT_VERSION);
+            match found {
+                Ok(()) => Ok(true),
+                Err(_) if pre.component().get_export_index(None, &exported).is_none() => Ok(false),
+                Err(e) => Err(contract(&name, format!("export {exported}: {e:#}"))),
+            }
+        };
+        macro_rules! optional {
+            ($module:ident, $iface:literal) => {{
+                let found = $module::GuestIndices::new(&pre);
+                match optional($iface, found.as_ref().map(|_| ()).map_err(|e| wasmtime::format_err!("{e:#}")))? {
+                    true => found.ok(),
+                    false => None,
+                }
+            }};
+        }
         let indices = Indices {
             plugin,
-            mirror: mirror::GuestIndices::new(&pre).ok(),
-            mirror_usage: mirror_usage::GuestIndices::new(&pre).ok(),
-            filter: filter::GuestIndices::new(&pre).ok(),
-            score: score::GuestIndices::new(&pre).ok(),
-            placement: if rt.config.placement_calls { placement::GuestIndices::new(&pre).ok() } else { None },
-            select_devices: select_devices::GuestIndices::new(&pre).ok(),
-            preempt: preempt::GuestIndices::new(&pre).ok(),
-            fair_share: fair_share::GuestIndices::new(&pre).ok(),
-            fair_share_delta: fair_share_delta::GuestIndices::new(&pre).ok(),
+            mirror: optional!(mirror, "mirror"),
+            mirror_usage: optional!(mirror_usage, "mirror-usage"),
+            filter: optional!(filter, "filter"),
+            score: optional!(score, "score"),
+            placement: if rt.config.placement_calls { optional!(placement, "placement") } else { None },
+            select_devices: optional!(select_devices, "select-devices"),
+            preempt: optional!(preempt, "preempt"),
+            fair_share: optional!(fair_share, "fair-share"),
+            fair_share_delta: optional!(fair_share_delta, "fair-share-delta"),
         };
         let tick = rt.config.epoch_tick.as_nanos().max(1);
         // Round up and add one tick: the current tick may be about to end.
@@ -298,23 +403,30 @@ impl WasmPlugin {
         let init_ticks = u64::try_from(INIT_BUDGET.as_nanos().div_ceil(tick)).unwrap_or(u64::MAX / 16);
         let init_scale = init_ticks.div_ceil(epoch_ticks).max(10);
         let fuel = rt.config.deterministic.then(|| config.fuel.unwrap_or(DEFAULT_FUEL));
+        let ceiling = if rt.config.deterministic { deadline } else { config.effective_wall_ceiling() };
         let blueprint = Blueprint {
             name: name.clone(),
             config,
             engine: rt.engine.clone(),
             pre,
             indices,
+            deadline,
+            ceiling,
+            tick: rt.config.epoch_tick,
             epoch_ticks,
             init_scale,
             fuel,
         };
 
-        let (live, info) = blueprint.instantiate().map_err(|e| LoadError::Config {
-            plugin: name.to_string(),
-            message: match e {
-                CallError::Guest(m) | CallError::OutOfStep(m) => m,
-                CallError::Bad(m) => format!("trapped during init: {m}"),
-                CallError::Wasm(e) => format!("could not instantiate: {}", describe_wasm_error(&e, None)),
+        let (live, info) = blueprint.instantiate().map_err(|e| match e {
+            CallError::Guest(message) | CallError::OutOfStep(message) => {
+                LoadError::Config { plugin: name.to_string(), message }
+            }
+            CallError::Bad(message) => LoadError::Init { plugin: name.to_string(), message },
+            CallError::Contract(message) => LoadError::Contract { plugin: name.to_string(), message },
+            CallError::Wasm(e) => LoadError::Init {
+                plugin: name.to_string(),
+                message: format!("could not instantiate: {}", describe_wasm_error(&e, None)),
             },
         })?;
         let mut stages: Vec<Stage> = info.stages.into_iter().map(bindings::stage_in).collect();
@@ -483,8 +595,7 @@ impl WasmPlugin {
             }
             (result, _) => result,
         };
-        let elapsed = started.elapsed();
-        self.metrics.call(stage, Some(elapsed));
+        self.metrics.call(stage, Some(started.elapsed()));
         match result {
             Ok(r) => {
                 self.breaker.lock().unwrap_or_else(|e| e.into_inner()).success();
@@ -494,10 +605,10 @@ impl WasmPlugin {
                 let host = live.store.data();
                 let (kind, message) = match e {
                     CallError::Guest(m) => (FaultKind::GuestError, m),
-                    CallError::Bad(m) => (FaultKind::BadOutput, m),
+                    CallError::Bad(m) | CallError::Contract(m) => (FaultKind::BadOutput, m),
                     // Only a stage call with nodes sends usage along; it retries after a refusal.
                     CallError::OutOfStep(m) => (FaultKind::BadOutput, format!("mirror out of step: {m}")),
-                    CallError::Wasm(e) => classify(&e, host.limiter.hit, host.last_error.as_deref(), elapsed),
+                    CallError::Wasm(e) => explain(&e, host),
                 };
                 // Never reuse an instance that failed: its state is suspect.
                 *slot = None;
@@ -673,13 +784,35 @@ fn stage_error(e: placement::StageError) -> CallError {
     }
 }
 
-/// Turn a wasmtime error into a fault kind and message.
-fn classify(e: &wasmtime::Error, memory_hit: bool, last_error: Option<&str>, elapsed: Duration) -> (FaultKind, String) {
+/// Turn a wasmtime error into a fault kind and a message that names the cause in words.
+fn explain(e: &wasmtime::Error, host: &HostState) -> (FaultKind, String) {
+    if let Some(exit) = e.downcast_ref::<wasmtime_wasi::I32Exit>() {
+        return (FaultKind::Trap, format!("the plugin exited with status {}", exit.0));
+    }
+    if let Some(table) = e.downcast_ref::<wasmtime::component::ResourceTableError>()
+        && matches!(table, wasmtime::component::ResourceTableError::Full)
+    {
+        return (FaultKind::Trap, format!("the plugin opened more than {MAX_HANDLES} WASI handles at once"));
+    }
+    let last_error = host.last_error.as_deref();
     match e.downcast_ref::<Trap>() {
-        Some(Trap::Interrupt) => (FaultKind::Deadline, format!("deadline exceeded after {elapsed:?}")),
+        Some(Trap::Interrupt) => match host.overrun {
+            Some(o) => (FaultKind::Deadline, format!("deadline exceeded: {o}")),
+            None => (FaultKind::Deadline, "deadline exceeded".into()),
+        },
         Some(Trap::OutOfFuel) => (FaultKind::Fuel, "fuel exhausted".into()),
-        _ if memory_hit => (FaultKind::Memory, format!("memory limit reached: {}", describe_wasm_error(e, last_error))),
-        _ => (FaultKind::Trap, describe_wasm_error(e, last_error)),
+        _ => match host.limiter.asked {
+            Some(asked) => (
+                FaultKind::Memory,
+                format!(
+                    "memory limit reached: asked for {} MiB of linear memory, the cap is {} MiB ({})",
+                    asked.div_ceil(1 << 20),
+                    host.limiter.max_bytes >> 20,
+                    describe_wasm_error(e, last_error)
+                ),
+            ),
+            None => (FaultKind::Trap, describe_wasm_error(e, last_error)),
+        },
     }
 }
 
@@ -727,7 +860,7 @@ impl PolicyPlugin for WasmPlugin {
                 // Discarded like after a failed call; a fresh instance syncs in full on first use.
                 let message = match e {
                     CallError::Wasm(e) => describe_wasm_error(&e, live.store.data().last_error.as_deref()),
-                    CallError::Guest(m) | CallError::Bad(m) | CallError::OutOfStep(m) => m,
+                    CallError::Guest(m) | CallError::Bad(m) | CallError::OutOfStep(m) | CallError::Contract(m) => m,
                 };
                 tracing::warn!(plugin = %self.blueprint.name, "catching up the mirror failed: {message}");
                 *slot = None;

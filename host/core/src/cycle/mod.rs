@@ -213,6 +213,20 @@ pub enum Decision {
     Fault(PluginFault),
 }
 
+impl Decision {
+    /// Every plugin fault this decision carries: its own (`Fault`), those of fail-open plugins
+    /// skipped while placing (`Bound`), and those seen in a failed attempt (`Unschedulable`).
+    /// Reports and event streams count faults through this one method, so they agree.
+    pub fn faults(&self) -> &[PluginFault] {
+        match self {
+            Decision::Bound { faults, .. } => faults,
+            Decision::Unschedulable { explanation, .. } => explanation.nodes.as_ref().map_or(&[], |d| &d.faults),
+            Decision::Fault(f) => std::slice::from_ref(f),
+            Decision::PreemptionRequested { .. } | Decision::Evicted { .. } | Decision::TimedOut { .. } => &[],
+        }
+    }
+}
+
 /// Errors of driver calls that name something the core does not know.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CoreError {

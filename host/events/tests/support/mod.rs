@@ -95,6 +95,23 @@ impl NatsServer {
         self.spawn();
     }
 
+    /// Start again on the same port with an empty store: everything it had acknowledged is gone.
+    pub fn restart_empty(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(self.dir.path().join("js"));
+        self.spawn();
+    }
+
+    /// Whether the server is running.
+    pub fn is_up(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Start it again after [`NatsServer::kill`] (same port and store).
+    pub fn start_again(&mut self) {
+        self.spawn();
+    }
+
     /// A sink configuration for this server.
     pub fn config(&self) -> NatsConfig {
         NatsConfig { url: self.url(), cluster: "test".into(), startup_wait_ms: 5_000, ..Default::default() }
@@ -152,6 +169,11 @@ pub fn samples() -> Vec<Payload> {
             reason: PreemptReason::Priority,
             checkpoint: CheckpointOutcome::Done,
             grace_seconds: 30,
+        }),
+        Payload::TaskEvicted(TaskEvicted {
+            task: task("worker-3", "team-b"),
+            node: "node-4".into(),
+            reason: EvictedReason::GangBroken,
         }),
         Payload::GroupTimedOut(GroupTimedOut {
             group: "g9".into(),

@@ -363,9 +363,9 @@ pub fn run_observed(
                     // Given up: forget it so its name and pods are free again.
                     let _ = core.finish(&jobs[j].name);
                 }
-                (Decision::Fault(_), _) => faults += 1,
                 _ => {}
             }
+            faults += d.faults().len();
             observe(TimedDecision {
                 at: now,
                 decision: d,

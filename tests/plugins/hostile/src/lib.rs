@@ -5,6 +5,14 @@
 //! `guest-error`, `log-spam`, `init-panic`, and for the preempt stage `bad-victims` (indexes out of
 //! range) and `useless-victims` (a plan that frees nothing). Anything else is a rejected
 //! configuration.
+//!
+//! Ways to wait, through WASI itself rather than the SDK: `sleep` (std's sleep, 2 s),
+//! `sleep-forever` (sleeps of an hour in a loop), `wait-instant` (a pollable for the end of time,
+//! blocked on), `poll-many` (`poll` over a far-off clock and stdin), `stdin` (a blocking read),
+//! `socket` (a TCP socket's pollable), `handles` (pollables that are never dropped), `exit`
+//! (`std::process::exit(3)`); in `init`: `init-sleep` (sleeps forever), `init-loop`, `init-memory`.
+//! `burn` spins for as many iterations as the task id says after `evil-` (`evil-200000`), for
+//! measuring budgets.
 
 use wasmsched_sdk::prelude::*;
 
@@ -20,11 +28,77 @@ impl Plugin for Hostile {
         let mode = config.trim().to_string();
         match mode.as_str() {
             "ok" | "probe" | "loop" | "memory" | "recurse" | "panic" | "huge-reason" | "score-out-of-range"
-            | "log-spam" | "guest-error" | "bad-victims" | "useless-victims" => Ok(Hostile { mode }),
+            | "log-spam" | "guest-error" | "bad-victims" | "useless-victims" | "sleep" | "sleep-forever"
+            | "wait-instant" | "poll-many" | "stdin" | "socket" | "handles" | "exit" | "burn" => Ok(Hostile { mode }),
             "init-panic" => panic!("hostile plugin panics during init"),
+            "init-sleep" => loop {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+            },
+            "init-loop" => {
+                spin(u64::MAX);
+                Err("unreachable".into())
+            }
+            "init-memory" => {
+                let hoard = vec![7u8; 256 << 20];
+                Err(format!("unreachable {}", std::hint::black_box(&hoard).len()))
+            }
             other => Err(format!("unknown hostile mode {other:?}")),
         }
     }
+}
+
+/// Spin for `iterations` rounds of a generator the optimiser cannot see through.
+fn spin(iterations: u64) -> u64 {
+    let mut x: u64 = 1;
+    for _ in 0..iterations {
+        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+    }
+    x
+}
+
+/// Natively there is no WASI to wait on.
+#[cfg(not(target_family = "wasm"))]
+fn wait(_mode: &str) -> Option<Verdict> {
+    None
+}
+
+/// Wait in one of the ways WASI offers; `None` if the wait returned.
+#[cfg(target_family = "wasm")]
+fn wait(mode: &str) -> Option<Verdict> {
+    use wasip2::clocks::monotonic_clock;
+    match mode {
+        "sleep" => std::thread::sleep(std::time::Duration::from_secs(2)),
+        "sleep-forever" => loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        },
+        "wait-instant" => monotonic_clock::subscribe_instant(u64::MAX).block(),
+        "poll-many" => {
+            let far = monotonic_clock::subscribe_duration(u64::MAX / 2);
+            let stdin = wasip2::cli::stdin::get_stdin();
+            let readable = stdin.subscribe();
+            let ready = wasip2::io::poll::poll(&[&far, &readable]);
+            return Some(Verdict::unfit(format!("poll answered {ready:?}")));
+        }
+        "stdin" => {
+            let read = wasip2::cli::stdin::get_stdin().blocking_read(1);
+            return Some(Verdict::unfit(format!("stdin answered {}", read.is_ok())));
+        }
+        "socket" => {
+            use wasip2::sockets::{network::IpAddressFamily, tcp_create_socket::create_tcp_socket};
+            if let Ok(socket) = create_tcp_socket(IpAddressFamily::Ipv4) {
+                socket.subscribe().block();
+            }
+        }
+        "handles" => {
+            let mut held = Vec::new();
+            loop {
+                held.push(monotonic_clock::subscribe_duration(1));
+                std::hint::black_box(&held);
+            }
+        }
+        _ => {}
+    }
+    None
 }
 
 #[inline(never)]
@@ -43,10 +117,16 @@ impl Hostile {
         }
         match self.mode.as_str() {
             "loop" => {
-                let mut x: u64 = 1;
-                loop {
-                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-                }
+                spin(u64::MAX);
+                None
+            }
+            "burn" => {
+                let iterations = task.id.trim_start_matches("evil-").parse().unwrap_or(0);
+                Some(Verdict::unfit(format!("burnt {}", spin(iterations) & 1)))
+            }
+            "exit" => std::process::exit(3),
+            "sleep" | "sleep-forever" | "wait-instant" | "poll-many" | "stdin" | "socket" | "handles" => {
+                Some(wait(&self.mode).unwrap_or_else(|| Verdict::unfit(format!("{} returned", self.mode))))
             }
             "memory" => {
                 let mut hoard: Vec<Vec<u8>> = Vec::new();
