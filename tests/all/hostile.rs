@@ -254,6 +254,17 @@ fn hoarding_wasi_handles_is_a_named_fault() {
 }
 
 #[test]
+fn a_huge_random_request_is_refused_by_name_not_allocated() {
+    assert_contained_within(
+        "random-huge",
+        Stage::Filter,
+        FaultKind::Trap,
+        "a host call failed: requested len 1099511627776 exceeds limit 1048576",
+        Duration::from_secs(2),
+    );
+}
+
+#[test]
 fn exiting_is_a_named_fault_not_the_end_of_the_host() {
     assert_contained_within(
         "exit",

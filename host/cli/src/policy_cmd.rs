@@ -121,7 +121,7 @@ pub fn run(cmd: Command) -> anyhow::Result<()> {
         }
         Command::Check { path } => check(path),
         Command::Push { file, name, bucket, nats } => {
-            let bytes = wasmsched_runtime::read_component(&file, wasmsched_runtime::DEFAULT_MAX_COMPONENT_BYTES)?;
+            let bytes = wasmsched_runtime::read_component(&file, wasmsched_runtime::component_limit())?;
             let size = wasmsched_registry::push(&nats_config(&nats)?, &bucket, &name, &bytes)?;
             println!("pushed {name} ({size} bytes) to bucket {bucket}\ndigest {}", digest_of(&bytes));
             Ok(())

@@ -99,12 +99,11 @@ impl DirSource {
                 Ok(ArtifactRef::File(file)) => {
                     // Refused before it is read when it is over the runtime's component limit.
                     let path = base.join(file);
-                    let bytes =
-                        wasmsched_runtime::read_component(&path, wasmsched_runtime::DEFAULT_MAX_COMPONENT_BYTES)
-                            .map_err(|e| SourceError::Fetch {
-                                what: format!("reading {}", path.display()),
-                                message: e.to_string(),
-                            })?;
+                    let bytes = wasmsched_runtime::read_component(&path, wasmsched_runtime::component_limit())
+                        .map_err(|e| SourceError::Fetch {
+                            what: format!("reading {}", path.display()),
+                            message: e.to_string(),
+                        })?;
                     artifacts.insert(name.clone(), Arc::from(bytes));
                 }
                 Ok(ArtifactRef::Object(object)) => {

@@ -47,8 +47,19 @@ pub struct RuntimeConfig {
     pub max_artifact_bytes: u64,
 }
 
-/// Default [`RuntimeConfig::max_component_bytes`].
+/// Default [`RuntimeConfig::max_component_bytes`] unless `WASMSCHED_MAX_COMPONENT_MIB` says
+/// otherwise (see [`component_limit`]).
 pub const DEFAULT_MAX_COMPONENT_BYTES: u64 = 48 << 20;
+
+/// The largest component accepted: `WASMSCHED_MAX_COMPONENT_MIB` when set to a number of MiB,
+/// else [`DEFAULT_MAX_COMPONENT_BYTES`]. Every reader of component files (the runtime, policy
+/// sources, `policy push`) uses this one limit, so raising it is one setting.
+pub fn component_limit() -> u64 {
+    std::env::var("WASMSCHED_MAX_COMPONENT_MIB")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(DEFAULT_MAX_COMPONENT_BYTES, |mib| mib.saturating_mul(1 << 20))
+}
 /// Default [`RuntimeConfig::max_artifact_bytes`].
 pub const DEFAULT_MAX_ARTIFACT_BYTES: u64 = 256 << 20;
 
@@ -61,7 +72,7 @@ impl Default for RuntimeConfig {
             cache_dir: None,
             deadlines: true,
             placement_calls: true,
-            max_component_bytes: DEFAULT_MAX_COMPONENT_BYTES,
+            max_component_bytes: component_limit(),
             max_artifact_bytes: DEFAULT_MAX_ARTIFACT_BYTES,
         }
     }

@@ -22,6 +22,8 @@ const MAX_LOGS_PER_CALL: u32 = 16;
 /// WASI handles (streams, pollables, sockets) one instance may hold at once. A policy needs a
 /// handful; without a cap a guest could fill host memory, which the memory cap does not see.
 pub(crate) const MAX_HANDLES: usize = 1024;
+/// Random bytes one WASI call may ask for (the host allocates them outside the memory cap).
+const MAX_RANDOM_BYTES: u64 = 1 << 20;
 
 pub(crate) struct HostState {
     plugin: Arc<str>,
@@ -48,6 +50,8 @@ impl HostState {
             .secure_random(Deterministic::new(vec![0x5a, 0x17, 0xc3, 0x9e]))
             .insecure_random(Deterministic::new(vec![0x3c, 0xa5, 0x0f, 0x71]))
             .insecure_random_seed(0x7761_736d_7363_6865_6400)
+            // A request is a host allocation the memory cap does not see: keep it small.
+            .max_random_size(MAX_RANDOM_BYTES)
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)

@@ -46,7 +46,9 @@ mod metrics;
 mod plugin;
 
 pub use breaker::BreakerConfig;
-pub use engine::{DEFAULT_MAX_ARTIFACT_BYTES, DEFAULT_MAX_COMPONENT_BYTES, Runtime, RuntimeConfig, read_component};
+pub use engine::{
+    DEFAULT_MAX_ARTIFACT_BYTES, DEFAULT_MAX_COMPONENT_BYTES, Runtime, RuntimeConfig, component_limit, read_component,
+};
 pub use error::LoadError;
 pub use metrics::{FaultObserver, LatencySnapshot, PluginMetrics, StageSnapshot};
 pub use plugin::{PluginConfig, WasmPlugin};

@@ -819,7 +819,9 @@ fn explain(e: &wasmtime::Error, host: &HostState) -> (FaultKind, String) {
 fn describe_wasm_error(e: &wasmtime::Error, last_error: Option<&str>) -> String {
     let first = match e.downcast_ref::<Trap>() {
         Some(trap) => trap.to_string(),
-        None => format!("{e}"),
+        // A host function refused the call (a WASI limit): its reason, not the wasm backtrace
+        // wrapped around it.
+        None => format!("a host call failed: {}", e.root_cause().to_string().lines().next().unwrap_or_default()),
     };
     match last_error {
         Some(msg) => format!("{first} ({msg})"),

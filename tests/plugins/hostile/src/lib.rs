@@ -9,7 +9,8 @@
 //! Ways to wait, through WASI itself rather than the SDK: `sleep` (std's sleep, 2 s),
 //! `sleep-forever` (sleeps of an hour in a loop), `wait-instant` (a pollable for the end of time,
 //! blocked on), `poll-many` (`poll` over a far-off clock and stdin), `stdin` (a blocking read),
-//! `socket` (a TCP socket's pollable), `handles` (pollables that are never dropped), `exit`
+//! `socket` (a TCP socket's pollable), `handles` (pollables that are never dropped),
+//! `random-huge` (a terabyte of random bytes in one call), `exit`
 //! (`std::process::exit(3)`); in `init`: `init-sleep` (sleeps forever), `init-loop`, `init-memory`.
 //! `burn` spins for as many iterations as the task id says after `evil-` (`evil-200000`), for
 //! measuring budgets.
@@ -29,7 +30,9 @@ impl Plugin for Hostile {
         match mode.as_str() {
             "ok" | "probe" | "loop" | "memory" | "recurse" | "panic" | "huge-reason" | "score-out-of-range"
             | "log-spam" | "guest-error" | "bad-victims" | "useless-victims" | "sleep" | "sleep-forever"
-            | "wait-instant" | "poll-many" | "stdin" | "socket" | "handles" | "exit" | "burn" => Ok(Hostile { mode }),
+            | "wait-instant" | "poll-many" | "stdin" | "socket" | "handles" | "exit" | "burn" | "random-huge" => {
+                Ok(Hostile { mode })
+            }
             "init-panic" => panic!("hostile plugin panics during init"),
             "init-sleep" => loop {
                 std::thread::sleep(std::time::Duration::from_secs(3600));
@@ -89,6 +92,10 @@ fn wait(mode: &str) -> Option<Verdict> {
                 socket.subscribe().block();
             }
         }
+        "random-huge" => {
+            let bytes = wasip2::random::random::get_random_bytes(1 << 40);
+            return Some(Verdict::unfit(format!("got {} random bytes", bytes.len())));
+        }
         "handles" => {
             let mut held = Vec::new();
             loop {
@@ -125,7 +132,8 @@ impl Hostile {
                 Some(Verdict::unfit(format!("burnt {}", spin(iterations) & 1)))
             }
             "exit" => std::process::exit(3),
-            "sleep" | "sleep-forever" | "wait-instant" | "poll-many" | "stdin" | "socket" | "handles" => {
+            "sleep" | "sleep-forever" | "wait-instant" | "poll-many" | "stdin" | "socket" | "handles"
+            | "random-huge" => {
                 Some(wait(&self.mode).unwrap_or_else(|| Verdict::unfit(format!("{} returned", self.mode))))
             }
             "memory" => {
