@@ -5,6 +5,14 @@
 //! under `charts/wasmsched/crds/`; a test fails when the two drift. Validation the API server can do
 //! (minimums, enumerations, CEL rules) lives in the schema so a bad object is refused at `kubectl
 //! apply` with a message, not discovered by the scheduler later.
+//!
+//! What a real API server accepts is narrower than what a schema can say: it estimates each CEL
+//! rule's worst-case cost from the bounds of what the rule reads (an unbounded list of unbounded
+//! strings makes even a linear rule too expensive, a quadratic one by orders of magnitude), refuses
+//! a rule naming a field the schema does not declare, and warns about formats it does not know. So
+//! every list and string here is bounded, uniqueness is a list-map key rather than a rule, required
+//! fields are `required` rather than `has()` rules, and unsigned formats are written as Kubernetes
+//! ones ([`crds`]); the tests check these shapes on every generated CRD.
 
 use std::collections::BTreeMap;
 
@@ -41,7 +49,7 @@ pub type ResourceList = BTreeMap<String, Quantity>;
 pub struct QueueSpec {
     /// The parent queue; a root queue has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self.size() > 0").message("parent must not be empty"))]
+    #[schemars(length(min = 1, max = 253))]
     pub parent: Option<String>,
     /// Weight among siblings (≥ 1).
     #[serde(default = "one")]
@@ -59,8 +67,10 @@ pub struct QueueSpec {
     pub admission: Option<QueueAdmission>,
     /// Quota per `ResourceFlavor` (Kueue's per-flavor nominal quota), in the order the queue's pods
     /// try the flavors; empty: its parent's flavors (a root's: every flavor).
+    /// A flavor is listed once: the list is a map keyed by name, which the API server checks
+    /// without a (quadratic) rule.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[x_kube(validation = Rule::new("self.all(f, self.exists_one(g, g.name == f.name))").message("a flavor is listed once"))]
+    #[schemars(length(max = 64), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub flavors: Vec<FlavorQuota>,
 }
 
@@ -88,6 +98,7 @@ pub struct Quota {
 #[serde(rename_all = "camelCase")]
 pub struct FlavorQuota {
     /// The `ResourceFlavor`.
+    #[schemars(length(min = 1, max = 253))]
     pub name: String,
     /// The quota on its nodes.
     #[serde(flatten)]
@@ -187,6 +198,7 @@ pub struct PodGroupSpec {
     /// The queue the group is submitted to (`default` when absent). Fixed once set: moving a running
     /// job between queues would corrupt both queues' accounting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
     #[x_kube(validation = Rule::new("self == oldSelf").message("queue is immutable"))]
     pub queue: Option<String>,
     /// Priority among the queue's jobs (higher first). When absent: the value of
@@ -196,6 +208,7 @@ pub struct PodGroupSpec {
     /// A `PriorityClass` whose value is the group's priority (Volcano's field); a class that does
     /// not exist leaves the members' priority in force.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
     pub priority_class_name: Option<String>,
     /// How long the members may wait for the gang to be complete and placeable before the group is
     /// marked timed out (and its members' reservations released).
@@ -204,6 +217,7 @@ pub struct PodGroupSpec {
     pub schedule_timeout_seconds: Option<u32>,
     /// Place all members inside one value of this node label (e.g. a rack or NVLink domain).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 317))]
     pub topology_key: Option<String>,
 }
 
@@ -257,9 +271,8 @@ pub struct PodGroupStatus {
 #[serde(rename_all = "camelCase")]
 pub struct SchedulingPolicySpec {
     /// The policy set document (see `docs/hot-reload.md`); the scheduler validates it fully and
-    /// reports a rejection in the status.
-    #[schemars(schema_with = "free_form_object")]
-    #[x_kube(validation = Rule::new("has(self.name) && has(self.plugins) && has(self.stages)").message("a policy set needs name, plugins and stages"))]
+    /// reports a rejection in the status. The schema only requires its three top-level fields.
+    #[schemars(schema_with = "policy_set_document")]
     pub policy_set: serde_json::Value,
     /// Components by the file name a `file:` source uses, each from a ConfigMap's `binaryData`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -299,10 +312,18 @@ fn yes() -> bool {
     true
 }
 
-fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+/// A policy-set document: `name`, `plugins` and `stages` declared and required (the rest of the
+/// document is the scheduler's to validate).
+fn policy_set_document(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "object",
         "x-kubernetes-preserve-unknown-fields": true,
+        "required": ["name", "plugins", "stages"],
+        "properties": {
+            "name": { "type": "string", "minLength": 1, "maxLength": 253 },
+            "plugins": { "type": "object", "x-kubernetes-preserve-unknown-fields": true },
+            "stages": { "type": "object", "x-kubernetes-preserve-unknown-fields": true },
+        },
     })
 }
 
@@ -312,7 +333,45 @@ pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensi
     [Queue::crd(), ResourceFlavor::crd(), PodGroup::crd(), SchedulingPolicy::crd()]
         .into_iter()
         .map(|crd| merge_crds(vec![crd], "v1alpha1").expect("one version per CRD"))
+        .map(|mut crd| {
+            for version in &mut crd.spec.versions {
+                if let Some(schema) = version.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut()) {
+                    let mut json = serde_json::to_value(&*schema).expect("a schema serializes");
+                    kubernetes_formats(&mut json);
+                    *schema = serde_json::from_value(json).expect("still a schema");
+                }
+            }
+            crd
+        })
         .collect()
+}
+
+/// Rewrite what schemars writes for Rust types into what the API server knows: unsigned integer
+/// formats (`uint32`, which it warns about on every apply) become `int32`/`int64` with a minimum
+/// of 0, and the many copies of `Quantity`'s page-long description become one line.
+fn kubernetes_formats(schema: &mut serde_json::Value) {
+    use serde_json::{Value, json};
+    match schema {
+        Value::Object(map) => {
+            let signed = match map.get("format").and_then(Value::as_str) {
+                Some("uint8" | "uint16" | "uint32") => Some("int32"),
+                Some("uint" | "uint64") => Some("int64"),
+                _ => None,
+            };
+            if let Some(format) = signed {
+                map.insert("format".into(), json!(format));
+                map.entry("minimum").or_insert(json!(0));
+            }
+            if map.get("x-kubernetes-int-or-string") == Some(&json!(true))
+                && map.get("description").and_then(Value::as_str).is_some_and(|d| d.starts_with("Quantity is"))
+            {
+                map.insert("description".into(), json!("A Kubernetes quantity, e.g. `8`, `500m`, `16Gi`."));
+            }
+            map.values_mut().for_each(kubernetes_formats);
+        }
+        Value::Array(items) => items.iter_mut().for_each(kubernetes_formats),
+        _ => {}
+    }
 }
 
 /// The CRDs as the multi-document YAML checked in at `charts/wasmsched/crds/crds.yaml`.
