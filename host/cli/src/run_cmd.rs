@@ -138,8 +138,13 @@ fn watch_sources(
 fn initial_policy(dir: Option<&Path>) -> anyhow::Result<(Fetched, Vec<Box<dyn Source>>)> {
     Ok(match dir {
         Some(dir) => {
-            let source = DirSource::new(dir);
-            let fetched = source.fetch().with_context(|| format!("policy set in {}", dir.display()))?;
+            // Polled, not fetched: the source then knows this content, and the watcher's first
+            // poll does not offer the same set again as version 2.
+            let mut source = DirSource::new(dir);
+            let fetched = source
+                .poll()
+                .with_context(|| format!("policy set in {}", dir.display()))?
+                .context("a first poll returns the content")?;
             (fetched, vec![Box::new(source)])
         }
         None => (policy::default_policy(), vec![]),
@@ -218,4 +223,18 @@ async fn shutdown_signal() {
 fn hostname() -> anyhow::Result<String> {
     let name = std::fs::read_to_string("/proc/sys/kernel/hostname").context("reading the hostname")?;
     Ok(name.trim().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The set loaded at start is the watcher's baseline: nothing changed, nothing offered.
+    #[test]
+    fn the_policy_loaded_at_start_is_not_offered_again_by_the_watcher() {
+        let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/policies/packing"));
+        let (fetched, mut sources) = initial_policy(Some(dir)).unwrap();
+        assert_eq!(fetched.spec.name, "packing");
+        assert!(sources[0].poll().unwrap().is_none(), "the unchanged set came back as a new version");
+    }
 }

@@ -812,7 +812,13 @@ impl Scheduler {
                 self.stale_nodes.insert(node);
             }
         }
-        tracing::info!(adopted = running.len(), pending = self.ours.len() - running.len(), "taking over");
+        let (adopted, pending) = (running.len(), self.ours.len() - running.len());
+        if *self.leader.borrow() {
+            tracing::info!(adopted, pending, "leading: took over the running pods of ours");
+        } else {
+            // A standby only keeps its view current; it takes over when it gets the lease.
+            tracing::info!(adopted, pending, "standing by: running pods of ours known");
+        }
         self.adopted = Some(Instant::now());
         self.dirty = true;
     }
@@ -1174,7 +1180,16 @@ impl Scheduler {
             } else {
                 Err(EffectError::NotLeader)
             };
-            let _ = done.send(Done::Bind { id, result, took: started.elapsed(), decided_in });
+            let took = started.elapsed();
+            let bound = result.is_ok();
+            let _ = done.send(Done::Bind { id, result, took, decided_in });
+            if bound {
+                tracing::info!(pod = %key, node = %node, gpus = devices.len(), "bound");
+                // What `kubectl describe pod` users look for, as kube-scheduler writes it; after
+                // the bind is reported, so it never delays the next decision.
+                let note = format!("Successfully assigned {}/{} to {node}", key.namespace, key.name);
+                effects.event(&key, Some(&uid), EventType::Normal, "Scheduled", &note).await;
+            }
         });
     }
 
@@ -1196,6 +1211,7 @@ impl Scheduler {
                 }
                 match effects.evict(&key).await {
                     Ok(()) => {
+                        tracing::info!(pod = %key, reason = %note, "evicted");
                         effects.event(&key, None, EventType::Normal, "Preempted", &note).await;
                         return;
                     }

@@ -121,6 +121,19 @@ async fn gpu_pods_are_bound_once_each_with_distinct_devices() {
     used.sort();
     used.dedup();
     assert_eq!(used.len(), total, "a GPU was given twice: {used:?}");
+    // Each bind is followed by the `Scheduled` event `kubectl describe pod` users look for.
+    eventually("a Scheduled event per bind", Duration::from_secs(10), || {
+        names.iter().all(|n| {
+            api.state().events.iter().any(|e| {
+                e["reason"] == "Scheduled"
+                    && e["regarding"]["name"] == n.as_str()
+                    && e["note"]
+                        .as_str()
+                        .is_some_and(|m| m.starts_with(&format!("Successfully assigned ml/{n} to gpu-")))
+            })
+        })
+    })
+    .await;
     // A pod that does not fit anywhere now gets the condition and an event, and no bind.
     api.put(Kind::Pod, pod("ml", "too-big", NAME, 8, "4", "32Gi"));
     eventually("PodScheduled=False", Duration::from_secs(20), || {

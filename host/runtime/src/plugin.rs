@@ -263,55 +263,28 @@ impl Blueprint {
         let instance = self.pre.instantiate(&mut store)?;
         let ix = &self.indices;
         // Loading an export checks its functions' types against the contract.
-        fn typed(iface: &'static str) -> impl Fn(wasmtime::Error) -> CallError {
-            move |e: wasmtime::Error| {
-                CallError::Contract(format!(
-                    "export wasmsched:policy/{iface}@{} does not have the contract's types: {e:#}",
-                    wasmsched_api::CONTRACT_VERSION
-                ))
-            }
+        let typed = |iface: &str, e: wasmtime::Error| {
+            CallError::Contract(format!(
+                "export wasmsched:policy/{iface}@{} does not have the contract's types: {e:#}",
+                wasmsched_api::CONTRACT_VERSION
+            ))
+        };
+        macro_rules! load {
+            ($field:ident, $iface:literal) => {
+                ix.$field.as_ref().map(|i| i.load(&mut store, &instance)).transpose().map_err(|e| typed($iface, e))?
+            };
         }
-        let plugin = ix.plugin.load(&mut store, &instance).map_err(typed("plugin"))?;
+        let plugin = ix.plugin.load(&mut store, &instance).map_err(|e| typed("plugin", e))?;
         let mut live = Live {
-            mirror: ix.mirror.as_ref().map(|i| i.load(&mut store, &instance)).transpose().map_err(typed("mirror"))?,
-            mirror_usage: ix
-                .mirror_usage
-                .as_ref()
-                .map(|i| i.load(&mut store, &instance))
-                .transpose()
-                .map_err(typed("mirror-usage"))?,
-            filter: ix.filter.as_ref().map(|i| i.load(&mut store, &instance)).transpose().map_err(typed("filter"))?,
-            score: ix.score.as_ref().map(|i| i.load(&mut store, &instance)).transpose().map_err(typed("score"))?,
-            placement: ix
-                .placement
-                .as_ref()
-                .map(|i| i.load(&mut store, &instance))
-                .transpose()
-                .map_err(typed("placement"))?,
-            select_devices: ix
-                .select_devices
-                .as_ref()
-                .map(|i| i.load(&mut store, &instance))
-                .transpose()
-                .map_err(typed("select-devices"))?,
-            preempt: ix
-                .preempt
-                .as_ref()
-                .map(|i| i.load(&mut store, &instance))
-                .transpose()
-                .map_err(typed("preempt"))?,
-            fair_share: ix
-                .fair_share
-                .as_ref()
-                .map(|i| i.load(&mut store, &instance))
-                .transpose()
-                .map_err(typed("fair-share"))?,
-            fair_share_delta: ix
-                .fair_share_delta
-                .as_ref()
-                .map(|i| i.load(&mut store, &instance))
-                .transpose()
-                .map_err(typed("fair-share-delta"))?,
+            mirror: load!(mirror, "mirror"),
+            mirror_usage: load!(mirror_usage, "mirror-usage"),
+            filter: load!(filter, "filter"),
+            score: load!(score, "score"),
+            placement: load!(placement, "placement"),
+            select_devices: load!(select_devices, "select-devices"),
+            preempt: load!(preempt, "preempt"),
+            fair_share: load!(fair_share, "fair-share"),
+            fair_share_delta: load!(fair_share_delta, "fair-share-delta"),
             store,
             synced: None,
             shares: None,
