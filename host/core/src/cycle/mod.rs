@@ -1193,11 +1193,18 @@ impl SchedulerCore {
         if explanation.pod_affinity.is_none() {
             explanation.pod_affinity = affinity;
         }
+        // Every node refused it for a reason eviction cannot change (a taint, a selector, another
+        // GPU model): like kube-scheduler, do not try, and add no preemption hint to those reasons.
+        let hopeless = explanation.queue.is_none()
+            && explanation.gang.is_none()
+            && explanation.pod_affinity.is_none()
+            && explanation.nodes.as_ref().is_some_and(|d| d.faults.is_empty() && !d.preemption_may_help());
         match (self.entries[name].spec.preemption, set.preempt()) {
             (PreemptionPolicy::Never, _) => {
                 explanation.preemption = Some("not allowed for this workload (preemption policy Never)".into());
             }
             (_, None) => {}
+            (PreemptionPolicy::LowerPriority, Some(_)) if hopeless => {}
             (PreemptionPolicy::LowerPriority, Some(_)) => match preempt::preempt(self, set, name, now, out) {
                 Ok(()) => return,
                 Err(reason) => explanation.preemption = Some(reason),

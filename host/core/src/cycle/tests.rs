@@ -1747,3 +1747,36 @@ fn a_new_policy_version_retries_parked_work_and_the_same_version_does_not() {
     let d = c.schedule(&pool("training", 2), 30);
     assert_eq!(bound(&d), ["j"], "{d:?}");
 }
+
+/// Every node refuses the task for a reason eviction cannot change (another pool, like a taint or
+/// a selector): preemption is not tried and its hint is not appended to the reasons; where
+/// eviction would help, the hint stays.
+#[test]
+fn no_preemption_hint_where_no_eviction_could_help() {
+    let mut c = core(vec![queue("q", 1)], &[]);
+    let mut node = gpu_node("n", 8);
+    node.labels.push(("pool".into(), "training".into()));
+    c.upsert_node(node, 0);
+    // The pool filter first, as a taint or selector check is: its reason is the one shown.
+    let with_pool = |pool: &str, version: u64| {
+        PolicySet::builder()
+            .filter(Arc::new(NativePlugin::<Pool>::new(pool, 1).unwrap()))
+            .filter(Arc::new(NativePlugin::<ResourceFit>::new("", 1).unwrap()))
+            .score(Arc::new(NativePlugin::<AllocationScore>::new(r#"{"strategy":"most"}"#, 1).unwrap()), 1)
+            .fair_share(Arc::new(NativePlugin::<FairSharePolicy>::new("", 1).unwrap()))
+            .preempt(Arc::new(NativePlugin::<PriorityPreempt>::new("", 1).unwrap()))
+            .version(version)
+            .build()
+    };
+    c.submit(job("low", "q", 0, 8), 0).unwrap();
+    assert_eq!(bound(&c.schedule(&with_pool("training", 1), 0)), ["low"]);
+    c.submit(job("high", "q", 10, 8), 1).unwrap();
+    let d = c.schedule(&with_pool("serving", 1), 1);
+    assert!(evicted(&d).is_empty(), "{d:?}");
+    let why = c.explain("high").unwrap();
+    assert!(why.to_string().contains("another pool"), "{why}");
+    assert_eq!(why.preemption, None, "no hint where eviction cannot help: {why}");
+    // Same task, a pool it may use, full of lower-priority work: preemption is tried (and works).
+    let d = c.schedule(&with_pool("training", 2), 2);
+    assert_eq!(evicted(&d), ["low"], "{d:?}");
+}
