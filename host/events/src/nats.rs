@@ -399,13 +399,15 @@ impl Acked {
         if !recreated && now.last_sequence >= self.highest {
             return;
         }
-        // Recreated: everything acknowledged in the old stream is gone; else the tail past its
-        // last sequence (other publishers' messages may be in there too: an upper bound).
-        let (floor, gone) =
-            if recreated { (0, self.count) } else { (now.last_sequence, self.highest - now.last_sequence) };
-        let again: Vec<Encoded> =
-            std::mem::take(&mut self.recent).into_iter().filter(|(seq, _)| *seq > floor).map(|(_, e)| e).collect();
-        let lost = gone.saturating_sub(again.len() as u64);
+        // Recreated: everything acknowledged in the old stream is gone. Else the tail past its last
+        // sequence is: what we kept of it goes again; if the window reaches back past that point,
+        // nothing else of ours was there (the sequences in between may be other publishers').
+        let floor = if recreated { 0 } else { now.last_sequence };
+        let covered = self.recent.front().is_some_and(|(seq, _)| *seq <= floor.saturating_add(1));
+        let kept = self.recent.iter().position(|(seq, _)| *seq > floor).unwrap_or(self.recent.len());
+        let again: Vec<Encoded> = self.recent.drain(kept..).map(|(_, e)| e).collect();
+        let gone = if recreated { self.count } else { (self.highest - floor).max(again.len() as u64) };
+        let lost = if covered { 0 } else { gone.saturating_sub(again.len() as u64) };
         tracing::error!(
             stream,
             acknowledged_then_lost = gone,
@@ -414,7 +416,7 @@ impl Acked {
             "the NATS server lost events it had acknowledged (restarted with an empty or older store); re-sending what the outbox kept"
         );
         self.highest = now.last_sequence;
-        self.count = if recreated { 0 } else { self.count.saturating_sub(gone) };
+        self.count = if recreated { 0 } else { self.count.saturating_sub(again.len() as u64 + lost) };
         shared.resend(again, lost);
     }
 }

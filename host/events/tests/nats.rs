@@ -500,6 +500,47 @@ fn a_server_that_comes_back_empty_gets_what_it_had_acknowledged_again() {
     }
 }
 
+/// A server restored from an older copy of its store has a stream shorter than what it
+/// acknowledged: the tail past its last sequence is re-sent, and nothing is counted as lost when
+/// the sink kept all of it.
+#[test]
+fn a_server_restored_from_an_older_store_gets_the_missing_tail_again() {
+    let mut server = NatsServer::start(&[]);
+    let config = NatsConfig { backoff_max_ms: 200, ..server.config() };
+    let sink = EventSink::nats(config.clone(), origin("older"), OutboxConfig::default()).unwrap();
+    emit_range(&sink, 0, 1_000);
+    wait_delivered(&sink, 1_000);
+    // Copy the store while the server is down (a backup), then publish more and restore it.
+    server.kill();
+    let store = server.dir.path().join("js");
+    let backup = server.dir.path().join("backup");
+    copy_dir(&store, &backup);
+    server.start_again();
+    emit_range(&sink, 1_000, 500);
+    wait_delivered(&sink, 1_500);
+    server.kill();
+    std::fs::remove_dir_all(&store).unwrap();
+    copy_dir(&backup, &store);
+    server.start_again();
+    emit_range(&sink, 1_500, 10);
+    let stats = sink.shutdown(Duration::from_secs(20));
+    assert_eq!((stats.delivered, stats.lost_by_server, stats.dropped, stats.pending), (1_510, 0, 0, 0), "{stats:?}");
+    assert_eq!(unique_ids(&config).len(), 1_510, "the 500 the restored store lacked were sent again");
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
 /// A spill directory holding another cluster's backlog (its stream is not this server's) is set
 /// aside with a message; this run's events go out at once.
 #[test]
