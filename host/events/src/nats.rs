@@ -379,7 +379,8 @@ impl Acked {
         Acked { stream: None, highest: 0, count: 0, recent: VecDeque::with_capacity(window.min(1 << 16)), window }
     }
 
-    fn record(&mut self, sequence: u64, event: &Encoded) {
+    /// An acknowledgement of `item`, which is delivered: its wire form is kept (moved, not copied).
+    fn record(&mut self, sequence: u64, item: &mut Item, encode: &crate::outbox::Encoder) {
         self.highest = self.highest.max(sequence);
         self.count += 1;
         if self.window == 0 {
@@ -388,7 +389,7 @@ impl Acked {
         if self.recent.len() == self.window {
             self.recent.pop_front();
         }
-        self.recent.push_back((sequence, event.clone()));
+        self.recent.push_back((sequence, item.take_encoded(encode)));
     }
 
     /// A session found `now`: if the server lost acknowledged events, re-send what is kept of
@@ -645,7 +646,7 @@ async fn session(
                 let (mut item, _) = inflight.pop_front().expect("front exists");
                 match result {
                     Ok(ack) => {
-                        acked.record(ack.sequence, item.encoded(encode));
+                        acked.record(ack.sequence, &mut item, encode);
                         // Ack whatever else is already acknowledged in one go: one lock, not one per event.
                         let mut done = vec![item];
                         let mut duplicates = u64::from(ack.duplicate);
@@ -654,7 +655,7 @@ async fn session(
                                 Some(Ok(ack)) => {
                                     duplicates += u64::from(ack.duplicate);
                                     let (mut next, _) = inflight.pop_front().expect("front exists");
-                                    acked.record(ack.sequence, next.encoded(encode));
+                                    acked.record(ack.sequence, &mut next, encode);
                                     done.push(next);
                                 }
                                 // An error is handled when it is awaited at the front.

@@ -74,6 +74,17 @@ pub(crate) struct Item {
 }
 
 impl Item {
+    /// The wire form, moved out of a delivered item (which keeps only its spill segment, all an
+    /// ack needs): keeping it for a re-send then costs no copy.
+    pub fn take_encoded(&mut self, encode: &Encoder) -> Encoded {
+        self.encoded(encode);
+        let empty = Encoded { subject: String::new(), id: String::new(), json: Bytes::new() };
+        match std::mem::replace(&mut self.body, Body::Encoded(empty)) {
+            Body::Encoded(e) => e,
+            Body::Pending(_) => unreachable!("encoded above"),
+        }
+    }
+
     /// The wire form, encoding on first use.
     pub fn encoded(&mut self, encode: &Encoder) -> &Encoded {
         if matches!(self.body, Body::Pending(_)) {
