@@ -784,6 +784,10 @@ fn explain(e: &wasmtime::Error, host: &HostState) -> (FaultKind, String) {
                     describe_wasm_error(e, last_error)
                 ),
             ),
+            // During a call, an error that is not a trap came from a host function the guest called.
+            None if e.downcast_ref::<Trap>().is_none() => {
+                (FaultKind::Trap, format!("a host call failed: {}", describe_wasm_error(e, last_error)))
+            }
             None => (FaultKind::Trap, describe_wasm_error(e, last_error)),
         },
     }
@@ -792,9 +796,9 @@ fn explain(e: &wasmtime::Error, host: &HostState) -> (FaultKind, String) {
 fn describe_wasm_error(e: &wasmtime::Error, last_error: Option<&str>) -> String {
     let first = match e.downcast_ref::<Trap>() {
         Some(trap) => trap.to_string(),
-        // A host function refused the call (a WASI limit): its reason, not the wasm backtrace
-        // wrapped around it.
-        None => format!("a host call failed: {}", e.root_cause().to_string().lines().next().unwrap_or_default()),
+        // Not a trap (a link error, or a host function refusing a call): the reason, not the wasm
+        // backtrace wrapped around it.
+        None => e.root_cause().to_string().lines().next().unwrap_or_default().to_string(),
     };
     match last_error {
         Some(msg) => format!("{first} ({msg})"),
