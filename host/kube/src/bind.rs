@@ -126,6 +126,17 @@ impl Effects {
         Ok(())
     }
 
+    /// Records the node a preemptor waits for (`status.nominatedNodeName`, as kube-scheduler
+    /// sets it): `kubectl get pod -o wide` shows it while its victims terminate.
+    pub async fn nominate(&self, key: &PodKey, node: &str) -> Result<(), EffectError> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
+        let patch = serde_json::json!({"status": {"nominatedNodeName": node}});
+        pods.patch_status(&key.name, &PatchParams::default(), &Patch::Strategic(&patch))
+            .await
+            .map(drop)
+            .map_err(EffectError::from_kube)
+    }
+
     /// Asks a victim that can checkpoint to do so: the annotation names who needs the room and
     /// the deadline after which it is evicted anyway; a `Preempting` event says the same to people.
     pub async fn request_checkpoint(&self, key: &PodKey, preemptor: &str, deadline: &str) -> Result<(), EffectError> {

@@ -68,7 +68,8 @@ impl SchedulerConfig {
             lease: None,
             // About 100–200 ms of Wasm placement on a 5,000-node cluster: binds start and the
             // watch streams are read while a large backlog is worked through.
-            core: CoreConfig { max_attempts_per_cycle: Some(64), ..CoreConfig::default() },
+            // An eviction is a graceful deletion: a victim holds its GPUs until its pod is gone.
+            core: CoreConfig { max_attempts_per_cycle: Some(64), await_termination: true, ..CoreConfig::default() },
             resubmit_after: Duration::from_secs(10),
         }
     }
@@ -136,7 +137,8 @@ pub struct Scheduler {
     /// A pod of ours has pod (anti-)affinity terms of its own: the core needs every other pod's
     /// labels; until then only others' pods with anti-affinity (their terms apply to everyone).
     all_pod_labels: bool,
-    /// Victims being evicted: what they hold is the preemptor's already.
+    /// Victims evicted and not gone yet: the core holds their room (as terminating) until their
+    /// pod is deleted, so the node's background leaves them out.
     evicting: AHashSet<String>,
     /// Pods or groups not to submit before this core time (refused, or a gang that timed out).
     not_before: AHashMap<String, u64>,
@@ -519,7 +521,9 @@ impl Scheduler {
     fn pod_gone(&mut self, id: &str) {
         self.ours.remove(id);
         self.reported.remove(id);
-        self.evicting.remove(id);
+        if self.evicting.remove(id) && self.core.terminated(id) {
+            self.dirty = true;
+        }
         if self.core.remove_task(id).is_ok() {
             self.dirty = true;
         }
@@ -549,6 +553,20 @@ impl Scheduler {
             }
         };
         let after = self.cache.node_of(&id).map(String::from);
+        if ours && pod.metadata.deletion_timestamp.is_some() && matches!(phase, PodPhase::Bound | PodPhase::Relabelled)
+        {
+            // Terminating: it holds its room until it is gone, like anyone's pod, and is never
+            // taken over or chosen as a victim again (a victim of ours is the core's already).
+            self.ours.remove(&id);
+            self.reported.remove(&id);
+            if self.core.owner_of(&id).is_some() {
+                let _ = self.core.remove_task(&id);
+                if let Some(node) = after {
+                    self.stale(node);
+                }
+            }
+            return;
+        }
         if matches!(phase, PodPhase::Relabelled) {
             if self.core.owner_of(&id).is_some() {
                 // Ours: the core holds the labels inter-pod affinity reads of its members.
@@ -602,7 +620,7 @@ impl Scheduler {
                 }
             }
             PodPhase::Other => {
-                if self.ours.contains_key(&id) && !self.cache.holds(&id) {
+                if (self.ours.contains_key(&id) || self.evicting.contains(&id)) && !self.cache.holds(&id) {
                     self.pod_gone(&id);
                 }
                 if let Some(node) = before.filter(|_| !self.cache.holds(&id)) {
@@ -1000,6 +1018,7 @@ impl Scheduler {
     /// Carries out the core's decisions, in order.
     fn carry_out(&mut self, decisions: Vec<Decision>, live: &Arc<PolicyVersion>, each: Duration) {
         let policy = policy_ref(live);
+        let mut nominated = AHashSet::new();
         for d in decisions {
             match &d {
                 Decision::Bound { workload, task, node, devices, score, feasible, faults } => {
@@ -1095,11 +1114,14 @@ impl Scheduler {
                     }
                     let _ = workload;
                     // Evicted pods do not come back (their controller makes new ones): the core
-                    // forgets them now, and what they hold is the preemptor's already.
+                    // forgets the task now and holds its room as terminating until the pod is gone.
                     let _ = self.core.remove_task(task);
                     if !matches!(reason, EvictReason::NodeLost) {
                         self.evicting.insert(task.clone());
                         self.start_eviction(task, reason);
+                    }
+                    if let EvictReason::Preempted { preemptor, .. } = reason {
+                        nominated.insert(preemptor.clone());
                     }
                 }
                 Decision::TimedOut { workload } => {
@@ -1132,6 +1154,34 @@ impl Scheduler {
                         }
                     }
                 }
+            }
+        }
+        for workload in nominated {
+            self.nominate(&workload);
+        }
+    }
+
+    /// A preemptor waits for its victims to go: its pods say so, and name the node(s) kept for
+    /// them in `status.nominatedNodeName`, as kube-scheduler's do.
+    fn nominate(&mut self, workload: &str) {
+        let Some(nodes) = self.core.nomination(workload) else { return };
+        let Some(waiting): Option<Vec<Task>> =
+            self.core.members_of(workload).map(|m| m.filter(|(_, placed)| !placed).map(|(t, _)| t.clone()).collect())
+        else {
+            return;
+        };
+        let message = self.core.explain(workload).map(reason).unwrap_or_default();
+        tracing::info!(workload, nodes = ?nodes, "nominated: waiting for its victims to go");
+        for (i, task) in waiting.iter().enumerate() {
+            let Some(uid) = self.ours.get(&task.id).map(|f| f.uid.clone()) else { continue };
+            self.report_one(&task.id, &uid, &message);
+            if let (Some(node), true) = (nodes.get(i % nodes.len().max(1)), *self.leader.borrow()) {
+                let (effects, key, node) = (self.effects.clone(), key_of(task), node.clone());
+                tokio::spawn(async move {
+                    if let Err(e) = effects.nominate(&key, &node).await {
+                        tracing::debug!(pod = %key, error = %e, "could not record the nominated node");
+                    }
+                });
             }
         }
     }
@@ -1234,7 +1284,10 @@ impl Scheduler {
             Done::Bind { id, result, took, decided_in } => self.bind_done(id, result, took, decided_in),
             Done::EvictionAbandoned { id } => {
                 tracing::warn!(pod = %id, "gave up evicting; it counts as running again");
+                // The core stops holding its room as terminating; the node shows it as anyone's
+                // pod, and a preemptor waiting for it tries again (elsewhere, or other victims).
                 self.evicting.remove(&id);
+                self.core.terminated(&id);
                 if let Some(node) = self.cache.node_of(&id).map(String::from) {
                     self.stale(node);
                 }

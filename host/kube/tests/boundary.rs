@@ -329,8 +329,54 @@ async fn eviction_respects_the_disruption_budget() {
     );
     assert!(api.get(Kind::Pod, "ml/guarded").is_some(), "a refused eviction leaves the pod running");
     effects.evict(&key("free")).await.expect("an unguarded pod is evicted");
-    assert!(api.get(Kind::Pod, "ml/free").is_none());
+    // A graceful deletion: terminating first, gone once its kubelet stopped it.
+    let terminating = api.get(Kind::Pod, "ml/free").expect("still there while it terminates");
+    assert_eq!(terminating["metadata"]["deletionGracePeriodSeconds"], 30);
+    eventually("the pod gone", Duration::from_secs(10), || api.get(Kind::Pod, "ml/free").is_none()).await;
     assert!(matches!(effects.evict(&key("free")).await, Err(EffectError::NotFound(_))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preemptor_waits_nominated_while_its_victim_terminates_and_lower_priority_waits_too() {
+    let api = FakeApi::new();
+    // The victim's kubelet does not stop it by itself (a long grace period, a finalizer).
+    api.state().termination = None;
+    api.put(Kind::Node, gpu_node("gpu-0", 8, &[]));
+    let mut low = pod("ml", "low", NAME, 8, "4", "32Gi");
+    low["spec"]["priority"] = json!(0);
+    api.put(Kind::Pod, low);
+    let run = start(&api, "a", None);
+    eventually("low bound", Duration::from_secs(30), || node_of(&api, "ml/low").is_some()).await;
+    let mut high = pod("ml", "high", NAME, 8, "4", "32Gi");
+    high["spec"]["priority"] = json!(10);
+    api.put(Kind::Pod, high);
+    eventually("low evicted", Duration::from_secs(20), || !api.state().evictions.is_empty()).await;
+    assert_eq!(api.state().evictions, [("ml/low".to_string(), 201)]);
+    eventually("high nominated", Duration::from_secs(10), || {
+        api.get(Kind::Pod, "ml/high").is_some_and(|p| p["status"]["nominatedNodeName"] == "gpu-0")
+    })
+    .await;
+    eventually("high says why it waits", Duration::from_secs(10), || {
+        condition_of(&api, "ml/high").is_some_and(|m| m.contains("1 to terminate on gpu-0"))
+    })
+    .await;
+    // Someone of lower priority arrives while the victim terminates.
+    let mut mid = pod("ml", "mid", NAME, 8, "4", "32Gi");
+    mid["spec"]["priority"] = json!(5);
+    api.put(Kind::Pod, mid);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(api.get(Kind::Pod, "ml/low").is_some(), "the victim still terminates");
+    let binds: Vec<String> = api.binds().iter().map(|b| b.pod.clone()).collect();
+    assert_eq!(binds, ["ml/low"], "nothing bound to GPUs a terminating pod still holds");
+    // Its kubelet stops it: the preemptor binds to the room, the lower-priority pod does not.
+    assert!(api.finish_termination("ml/low"));
+    eventually("high bound", Duration::from_secs(20), || node_of(&api, "ml/high").is_some()).await;
+    assert_eq!(gpus_of(&api, "ml/high"), (0..8).collect::<Vec<u32>>());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(node_of(&api, "ml/mid"), None);
+    assert_eq!(api.state().evictions.len(), 1, "the preemptor never evicts the lower-priority pod twice");
+    run.stop().await;
+    assert_chart_rbac_allows(&api);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

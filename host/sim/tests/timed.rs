@@ -472,3 +472,31 @@ fn pod_affinity_spreads_replicas_and_keeps_a_sidecar_waiting_for_its_peer_in_a_r
         assert!(e.contains(why), "{why}: {e}");
     }
 }
+
+#[test]
+fn an_evicted_job_holds_its_gpu_while_it_terminates_and_its_preemptor_starts_after() {
+    let scenario = |termination: u64| {
+        format!(
+            r#"{{
+  "nodes": [{{"name": "n1", "cpu_milli": 8000, "memory_mib": 65536, "gpus": 1, "model": "T4"}}],
+  "queues": ["a"],
+  "jobs": [
+    {{"name": "low",  "arrival": 0, "duration": 100, "gpus": 1, "gpu_milli": 1000, "queue": "a", "termination_seconds": {termination}}},
+    {{"name": "high", "arrival": 5, "duration": 10,  "gpus": 1, "gpu_milli": 1000, "queue": "a", "priority": 10}},
+    {{"name": "mid",  "arrival": 6, "duration": 10,  "gpus": 1, "gpu_milli": 1000, "queue": "a", "priority": 5}}
+  ]
+}}"#
+        )
+    };
+    for (termination, high_starts) in [(0, 5), (20, 25)] {
+        let s = Scenario::parse("s.json", &scenario(termination)).unwrap();
+        let r = timed::run(&full_set(), &s.node_table(), &queue_tree(&s.queues).unwrap(), &s.jobs).unwrap();
+        let at = |name: &str| &r.jobs[s.jobs.iter().position(|j| j.name == name).unwrap()];
+        assert_eq!(at("high").start, Some(high_starts), "termination {termination} s: {:?}", r.jobs);
+        // The lower-priority arrival never takes the room kept for the preemptor.
+        assert!(at("mid").start.is_some_and(|t| t >= high_starts + 10), "{:?}", r.jobs);
+        // While the victim terminates its GPU counts as in use.
+        let busy = r.utilisation.iter().filter(|(t, _)| (5..high_starts).contains(t)).all(|(_, pct)| *pct == 100.0);
+        assert!(busy, "{:?}", r.utilisation);
+    }
+}

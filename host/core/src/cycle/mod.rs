@@ -38,6 +38,11 @@
 //! Victims that can checkpoint are asked to ([`Decision::PreemptionRequested`]) and evicted when
 //! they report [`SchedulerCore::checkpoint_done`] or their grace period ends; the preemptor waits
 //! nominated meanwhile. A victim whose group would drop below min-member takes its whole group.
+//! With [`CoreConfig::await_termination`] (Kubernetes: an eviction is a graceful deletion) an
+//! evicted member's room stays in use until [`SchedulerCore::terminated`], and the preemptor waits
+//! nominated for that too. Room freed for a nominated workload is held for it against equal and
+//! lower priorities, not against higher ones; while it waits it may still be placed elsewhere
+//! (without evicting more), and once its victims are gone it goes first.
 
 mod explain;
 mod failures;
@@ -95,6 +100,12 @@ pub struct CoreConfig {
     /// cycle so binds start and watch events are read while a large backlog is worked through;
     /// [`SchedulerCore::more_ready`] says when the next cycle should follow at once.
     pub max_attempts_per_cycle: Option<usize>,
+    /// An evicted member's room stays in use until the driver reports it gone
+    /// ([`SchedulerCore::terminated`]), and its preemptor waits nominated until then. A Kubernetes
+    /// eviction is a graceful deletion (30 s by default, longer with finalizers): binding the
+    /// preemptor at once would hand the victims' GPUs out twice. `false` treats an eviction as
+    /// instant (trace replays that do not model termination).
+    pub await_termination: bool,
 }
 
 impl Default for CoreConfig {
@@ -109,6 +120,7 @@ impl Default for CoreConfig {
             max_preemption_candidates: 100,
             reuse_failures: true,
             max_attempts_per_cycle: None,
+            await_termination: false,
         }
     }
 }
@@ -193,7 +205,8 @@ pub enum Decision {
         /// Eviction time if it does not report a checkpoint first.
         deadline: u64,
     },
-    /// Stop `task`; its resources are already released here.
+    /// Stop `task`. Its room is released here, or with [`CoreConfig::await_termination`] held
+    /// until the driver reports it gone ([`SchedulerCore::terminated`]).
     Evicted {
         /// Its workload.
         workload: String,
@@ -316,6 +329,15 @@ struct Hold {
     devices: Vec<DeviceShare>,
 }
 
+/// An evicted member still terminating ([`CoreConfig::await_termination`]): what it holds stays
+/// bound on the table until the driver reports it gone.
+#[derive(Clone, Debug)]
+struct Terminating {
+    hold: Hold,
+    /// The workload it makes room for, while that one waits nominated: the room becomes its hold.
+    preemptor: Option<String>,
+}
+
 #[derive(Clone, Debug)]
 struct Entry {
     spec: Workload,
@@ -416,6 +438,10 @@ pub struct SchedulerCore {
     /// only the allocations, requests and usage that changed instead of rebuilding every state
     /// (the stage is asked after every bind or eviction of a cycle).
     share_input: Option<Vec<wasmsched_api::QueueState>>,
+    /// Evicted members still terminating, oldest first ([`CoreConfig::await_termination`]). A task
+    /// may be there twice: evicted work is queued again and may be placed and evicted again before
+    /// its first copy has stopped (a simulator's restart; on Kubernetes a new pod).
+    terminating: Vec<Terminating>,
 }
 
 impl SchedulerCore {
@@ -445,6 +471,7 @@ impl SchedulerCore {
             reserves: OnceLock::new(),
             policy_version: None,
             share_input: None,
+            terminating: Vec::new(),
         }
     }
 
@@ -541,6 +568,10 @@ impl SchedulerCore {
                 self.entries.get_mut(&w).expect("listed").holds.remove(i);
             }
         }
+        // A terminating pod is still there, whatever the node now says it has room for.
+        for t in self.terminating.iter().filter(|t| t.hold.node == name) {
+            self.nodes.update_usage(slot, |n| bind_fact(n, &t.hold.task, &t.hold.devices));
+        }
         self.unpark_all();
         out
     }
@@ -554,6 +585,8 @@ impl SchedulerCore {
         for e in self.entries.values_mut() {
             e.holds.retain(|h| h.node != name);
         }
+        // Its pods are gone with it: a preemptor waiting for them only may go elsewhere.
+        self.terminating.retain(|t| t.hold.node != name);
         self.foreign_pods.remove(name);
         self.foreign_anti.remove(name);
         self.nodes.remove(name);
@@ -644,6 +677,7 @@ impl SchedulerCore {
             }
         }
         self.release_holds(&e.holds);
+        self.forget_nomination(workload);
         for t in &e.spec.members {
             self.owner.remove(&t.id);
         }
@@ -713,7 +747,7 @@ impl SchedulerCore {
         let mut at = |t: u64| next = Some(next.map_or(t, |n: u64| n.min(t)));
         for e in self.entries.values() {
             match e.phase {
-                Phase::Pending if !self.is_parked(e) => at(e.not_before),
+                Phase::Pending | Phase::Preempting if !self.is_parked(e) => at(e.not_before),
                 _ => {}
             }
             if e.phase == Phase::Pending && e.spec.is_group() {
@@ -743,25 +777,25 @@ impl SchedulerCore {
         self.advance(now, &mut out);
         (self.capacity, self.flavor_nodes) = self.cluster_capacity();
 
-        let mut nominated: Vec<&Entry> = self
-            .entries
-            .values()
-            .filter(|e| {
-                e.phase == Phase::Preempting
-                    && e.waiting_for.iter().all(|(w, i)| {
-                        self.entries
-                            .get(w)
-                            .and_then(|v| v.members.get(*i)?.as_ref())
-                            .is_none_or(|m| m.leaving.is_none())
-                    })
-            })
-            .collect();
+        let mut nominated: Vec<&Entry> = self.entries.values().filter(|e| e.phase == Phase::Preempting).collect();
         nominated.sort_by_key(|e| (std::cmp::Reverse(e.spec.priority), e.seq));
-        let nominated: Vec<String> = nominated.into_iter().map(|e| e.spec.name.clone()).collect();
-        for name in nominated {
-            let holds = std::mem::take(&mut self.entries.get_mut(&name).expect("listed").holds);
-            self.release_holds(&holds);
-            self.attempt(set, &name, now, &mut out);
+        let nominated: Vec<(String, bool)> =
+            nominated.into_iter().map(|e| (e.spec.name.clone(), self.victims_gone(e))).collect();
+        for (name, gone) in nominated {
+            let e = self.entries.get_mut(&name).expect("listed");
+            if gone {
+                // Its victims have left: it goes first, on the room kept for it, preempting
+                // again if that room was taken by someone who outranks it.
+                let holds = std::mem::take(&mut e.holds);
+                e.phase = Phase::Pending;
+                e.waiting_for.clear();
+                self.release_holds(&holds);
+                self.attempt(set, &name, now, &mut out, true);
+            } else if e.parked_at != Some(self.epoch) && e.not_before <= now {
+                // Still waiting (a long grace period, a finalizer): like kube-scheduler's nominated
+                // pods, it takes room elsewhere if some appears, never evicting more meanwhile.
+                self.attempt(set, &name, now, &mut out, false);
+            }
         }
 
         // Eligible pending work by leaf queue, best first. Fair share sees the demand of *all*
@@ -828,7 +862,7 @@ impl SchedulerCore {
             }
             let from = out.len();
             budget -= 1;
-            self.attempt(set, &name, now, &mut out);
+            self.attempt(set, &name, now, &mut out, true);
             let changed = out[from..].iter().any(|d| !matches!(d, Decision::Unschedulable { .. } | Decision::Fault(_)));
             if changed {
                 order = None;
@@ -1096,7 +1130,42 @@ impl SchedulerCore {
     }
 
     /// Try to place one workload (its unplaced members), preempting if it may.
-    fn attempt(&mut self, set: &PolicySet, name: &str, now: u64, out: &mut Vec<Decision>) {
+    /// Try to place workload `name` (and to preempt for it when `may_preempt`). Room kept for
+    /// nominated workloads of lower priority is open to it: they do not hold back work that
+    /// outranks them, and wait for their victims again (or preempt anew) if it takes the room.
+    fn attempt(&mut self, set: &PolicySet, name: &str, now: u64, out: &mut Vec<Decision>, may_preempt: bool) {
+        let priority = self.entries[name].spec.priority;
+        let outranked: Vec<String> = self
+            .entries
+            .values()
+            .filter(|e| e.phase == Phase::Preempting && e.spec.priority < priority && !e.holds.is_empty())
+            .map(|e| e.spec.name.clone())
+            .collect();
+        let mut borrowed = Vec::new();
+        for w in outranked {
+            let holds = std::mem::take(&mut self.entries.get_mut(&w).expect("listed").holds);
+            self.release_holds(&holds);
+            borrowed.push((w, holds));
+        }
+        self.attempt_within_holds(set, name, now, out, may_preempt);
+        for (w, holds) in borrowed {
+            for h in holds {
+                let Some(slot) = self.nodes.slot_of(&h.node) else { continue };
+                if matches!(self.nodes.update_usage(slot, |n| bind(n, &h.task, &h.devices)), Some(Ok(()))) {
+                    self.entries.get_mut(&w).expect("listed").holds.push(h);
+                }
+            }
+        }
+    }
+
+    fn attempt_within_holds(
+        &mut self,
+        set: &PolicySet,
+        name: &str,
+        now: u64,
+        out: &mut Vec<Decision>,
+        may_preempt: bool,
+    ) {
         let mut explanation = Explanation { attempts: self.entries[name].attempts, ..Default::default() };
         let mut quota = Vec::new();
         let mut best_placed = None;
@@ -1200,6 +1269,7 @@ impl SchedulerCore {
             && explanation.pod_affinity.is_none()
             && explanation.nodes.as_ref().is_some_and(|d| d.faults.is_empty() && !d.preemption_may_help());
         match (self.entries[name].spec.preemption, set.preempt()) {
+            _ if !may_preempt => explanation.preemption = Some(self.waiting_message(name)),
             (PreemptionPolicy::Never, _) => {
                 explanation.preemption = Some("not allowed for this workload (preemption policy Never)".into());
             }
@@ -1221,7 +1291,7 @@ impl SchedulerCore {
         let backoff = self.config.backoff_initial_seconds.saturating_mul(1 << exp).min(self.config.backoff_max_seconds);
         e.not_before = now.saturating_add(backoff);
         e.parked_at = Some(self.epoch);
-        e.phase = if e.placed() > 0 { e.phase } else { Phase::Pending };
+        e.phase = if e.placed() > 0 || e.phase == Phase::Preempting { e.phase } else { Phase::Pending };
         if e.spec.members.iter().any(|m| !m.pod_terms().affinity.is_empty()) {
             self.affinity_parked.insert(name.to_string());
         }
@@ -1264,6 +1334,10 @@ impl SchedulerCore {
             e.members[i] = Some(Member { slot, node: node.clone(), devices, started: now, leaving: None, flavor });
             self.index_add(&node, name);
         }
+        // Placed elsewhere while it waited nominated: the room kept for it is everyone's again.
+        let holds = std::mem::take(&mut self.entries.get_mut(name).expect("committed workloads exist").holds);
+        self.release_holds(&holds);
+        self.forget_nomination(name);
         let e = self.entries.get_mut(name).expect("committed workloads exist");
         e.phase = Phase::Running;
         e.waiting_for.clear();
@@ -1405,9 +1479,16 @@ impl SchedulerCore {
     /// Evict a placed member for good.
     fn evict(&mut self, wl: &str, idx: usize, reason: EvictReason, now: u64, out: &mut Vec<Decision>) {
         let Some(m) = self.unbind(wl, idx) else { return };
-        if let EvictReason::Preempted { preemptor, .. } = &reason {
-            let task = self.entries[wl].spec.members[idx].clone();
-            self.hold(preemptor, &m, task);
+        let task = self.entries[wl].spec.members[idx].clone();
+        match &reason {
+            // Nobody stops a pod on a node that is gone or shrank under it: nothing to wait for.
+            EvictReason::NodeLost => {}
+            EvictReason::Preempted { preemptor, .. } if self.config.await_termination => {
+                self.leave_terminating(&m, task, Some(preemptor));
+            }
+            EvictReason::GangBroken if self.config.await_termination => self.leave_terminating(&m, task, None),
+            EvictReason::Preempted { preemptor, .. } => self.hold(preemptor, &m, task),
+            EvictReason::GangBroken => {}
         }
         let task = self.entries[wl].spec.members[idx].id.clone();
         out.push(Decision::Evicted { workload: wl.into(), task, node: m.node, reason });
@@ -1442,12 +1523,106 @@ impl SchedulerCore {
 
     /// Keep what an evicted victim freed bound for its preemptor while that one still waits.
     fn hold(&mut self, preemptor: &str, m: &Member, task: wasmsched_api::Task) {
+        self.hold_for(preemptor, Hold { node: m.node.clone(), task, devices: m.devices.clone() });
+    }
+
+    fn hold_for(&mut self, preemptor: &str, hold: Hold) {
         if self.entries.get(preemptor).is_none_or(|p| p.phase != Phase::Preempting) {
             return;
         }
-        if matches!(self.nodes.update_usage(m.slot, |n| bind(n, &task, &m.devices)), Some(Ok(()))) {
-            let hold = Hold { node: m.node.clone(), task, devices: m.devices.clone() };
+        let Some(slot) = self.nodes.slot_of(&hold.node) else { return };
+        if matches!(self.nodes.update_usage(slot, |n| bind(n, &hold.task, &hold.devices)), Some(Ok(()))) {
             self.entries.get_mut(preemptor).expect("checked").holds.push(hold);
+        }
+    }
+
+    /// An evicted member keeps its room bound until the driver reports it gone.
+    fn leave_terminating(&mut self, m: &Member, task: wasmsched_api::Task, preemptor: Option<&str>) {
+        self.nodes.update_usage(m.slot, |n| bind_fact(n, &task, &m.devices));
+        let preemptor = preemptor
+            .filter(|p| self.entries.get(*p).is_some_and(|e| e.phase == Phase::Preempting))
+            .map(str::to_string);
+        let hold = Hold { node: m.node.clone(), task, devices: m.devices.clone() };
+        self.terminating.push(Terminating { hold, preemptor });
+    }
+
+    /// An evicted task is gone from its node (its pod deleted, or its eviction given up): its room
+    /// is free, or kept for the preemptor that still waits for it. `false` when it was not
+    /// terminating (evicted without [`CoreConfig::await_termination`], or reported already).
+    pub fn terminated(&mut self, task: &str) -> bool {
+        let Some(i) = self.terminating.iter().position(|t| t.hold.task.id == task) else { return false };
+        let Terminating { hold, preemptor } = self.terminating.remove(i);
+        if let Some(slot) = self.nodes.slot_of(&hold.node) {
+            self.nodes.update_usage(slot, |n| release(n, &hold.task, &hold.devices));
+        }
+        if let Some(p) = preemptor {
+            self.hold_for(&p, hold);
+        }
+        self.unpark_all();
+        true
+    }
+
+    /// For a workload waiting nominated (its victims checkpointing or terminating), the nodes
+    /// where room is made or kept for it; `None` when it is not waiting.
+    pub fn nomination(&self, workload: &str) -> Option<Vec<String>> {
+        let e = self.entries.get(workload).filter(|e| e.phase == Phase::Preempting)?;
+        let leaving = e.waiting_for.iter().filter_map(|(w, i)| self.entries.get(w)?.members.get(*i)?.as_ref());
+        let terminating = self.terminating.iter().filter(|t| t.preemptor.as_deref() == Some(workload));
+        let mut nodes: Vec<String> = leaving
+            .map(|m| m.node.clone())
+            .chain(terminating.map(|t| t.hold.node.clone()))
+            .chain(e.holds.iter().map(|h| h.node.clone()))
+            .collect();
+        nodes.sort();
+        nodes.dedup();
+        Some(nodes)
+    }
+
+    /// Tasks evicted and still terminating, with the node each holds room on.
+    pub fn terminating(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.terminating.iter().map(|t| (t.hold.task.id.as_str(), t.hold.node.as_str()))
+    }
+
+    /// Whether every victim of nominated workload `e` has left: none still checkpointing, none
+    /// still terminating.
+    fn victims_gone(&self, e: &Entry) -> bool {
+        let name = e.spec.name.as_str();
+        e.waiting_for.iter().all(|(w, i)| {
+            self.entries.get(w).and_then(|v| v.members.get(*i)?.as_ref()).is_none_or(|m| m.leaving.is_none())
+        }) && !self.terminating.iter().any(|t| t.preemptor.as_deref() == Some(name))
+    }
+
+    /// Why nominated workload `name` still waits: its victims checkpointing and terminating.
+    fn waiting_message(&self, name: &str) -> String {
+        let Some(e) = self.entries.get(name) else { return String::new() };
+        let checkpointing = e
+            .waiting_for
+            .iter()
+            .filter(|(w, i)| {
+                self.entries.get(w).and_then(|v| v.members.get(*i)?.as_ref()).is_some_and(|m| m.leaving.is_some())
+            })
+            .count();
+        let terminating: Vec<&Terminating> =
+            self.terminating.iter().filter(|t| t.preemptor.as_deref() == Some(name)).collect();
+        let mut parts = Vec::new();
+        if checkpointing > 0 {
+            parts.push(format!("{checkpointing} to checkpoint"));
+        }
+        if !terminating.is_empty() {
+            let mut nodes: Vec<&str> = terminating.iter().map(|t| t.hold.node.as_str()).collect();
+            nodes.sort_unstable();
+            nodes.dedup();
+            parts.push(format!("{} to terminate on {}", terminating.len(), nodes.join(", ")));
+        }
+        format!("nominated: waiting for its victims ({})", parts.join(", "))
+    }
+
+    /// `name` no longer waits for room: victims still terminating free it for everyone.
+    fn forget_nomination(&mut self, name: &str) {
+        for t in &mut self.terminating {
+            if t.preemptor.as_deref() == Some(name) {
+                t.preemptor = None;
+            }
         }
     }
 

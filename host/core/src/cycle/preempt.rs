@@ -216,16 +216,15 @@ fn preempt_with(
     };
 
     // Commit: victims that can checkpoint are asked to and keep running until they report or
-    // their grace period ends; the rest leave now.
+    // their grace period ends; the rest are evicted now. With graceful termination the preemptor
+    // waits nominated for every victim to be gone, their room in use until then.
     let grace = |core: &SchedulerCore, w: &str| {
         let v = &core.entries[w];
         if v.spec.checkpointable { v.spec.grace_seconds.unwrap_or(core.config.checkpoint_grace_seconds) } else { 0 }
     };
-    let waits = taken.iter().any(|(w, _, _)| grace(core, w) > 0);
+    let waits = core.config.await_termination || taken.iter().any(|(w, _, _)| grace(core, w) > 0);
     if waits {
         unplace(core, &members, &placed);
-    }
-    if waits {
         core.entries.get_mut(name).expect("preemptor exists").phase = Phase::Preempting;
     }
     // Which rule lets each victim go, on the whole plan: the victims are released at this point,
@@ -257,8 +256,10 @@ fn preempt_with(
             out.push(Decision::PreemptionRequested { workload: w.clone(), task, preemptor: name.into(), deadline });
             waiting_for.push((w, i));
         } else {
-            if waits {
-                let victim = core.entries[&w].spec.members[i].clone();
+            let victim = core.entries[&w].spec.members[i].clone();
+            if core.config.await_termination {
+                core.leave_terminating(&m, victim, Some(name));
+            } else if waits {
                 core.hold(name, &m, victim);
             }
             out.push(Decision::Evicted {
@@ -277,9 +278,13 @@ fn preempt_with(
     }
     core.unpark_all();
     if waits {
+        // Nothing changed for it since it was decided: parked until the cluster changes.
+        let epoch = core.epoch;
         let e = core.entries.get_mut(name).expect("preemptor exists");
-        e.explanation.preemption = Some(format!("waiting for {} victims to checkpoint", waiting_for.len()));
+        e.parked_at = Some(epoch);
         e.waiting_for = waiting_for;
+        let message = core.waiting_message(name);
+        core.entries.get_mut(name).expect("preemptor exists").explanation.preemption = Some(message);
     } else {
         core.commit(name, placed, flavor, now, out);
     }

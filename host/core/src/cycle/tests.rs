@@ -733,6 +733,9 @@ fn check_accounting(c: &SchedulerCore) {
             *per_node.entry(h.node.clone()).or_default() += h.task.gpu.total_milli();
         }
     }
+    for t in &c.terminating {
+        *per_node.entry(t.hold.node.clone()).or_default() += t.hold.task.gpu.total_milli();
+    }
     // The node index matches the members.
     let mut index: AHashMap<String, AHashMap<String, u32>> = AHashMap::new();
     for (name, e) in &c.entries {
@@ -769,14 +772,22 @@ fn check_accounting(c: &SchedulerCore) {
 #[test]
 fn churn_keeps_accounting_exact_loses_nothing_and_never_preempts_back_and_forth() {
     for seed in 1..=6u64 {
-        churn_run(seed, false);
+        churn_run(seed, false, false);
     }
 }
 
 #[test]
 fn churn_with_flavors_keeps_every_flavor_s_accounting_exact() {
     for seed in 1..=6u64 {
-        churn_run(seed, true);
+        churn_run(seed, true, false);
+    }
+}
+
+#[test]
+fn churn_with_graceful_termination_never_hands_out_a_terminating_victim_s_gpus() {
+    for seed in 1..=6u64 {
+        churn_run(seed, false, true);
+        churn_run(seed, true, true);
     }
 }
 
@@ -804,8 +815,9 @@ fn checkpoint_one(c: &mut SchedulerCore, now: u64) {
 }
 
 /// Random submissions, completions and checkpoints; with `flavored`, the 8-GPU nodes are flavor
-/// `big` and the 4-GPU ones `small`, with quotas per flavor.
-fn churn_run(seed: u64, flavored: bool) {
+/// `big` and the 4-GPU ones `small`, with quotas per flavor; with `graceful`, evicted members
+/// terminate at random later steps (every device is checked exact at each step).
+fn churn_run(seed: u64, flavored: bool, graceful: bool) {
     {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let mut capped = queue("capped", 1);
@@ -831,6 +843,8 @@ fn churn_run(seed: u64, flavored: bool) {
         } else {
             core(vec![capped, guaranteed, queue("free", 1)], &refs)
         };
+        c.config.await_termination = graceful;
+        let mut terminations = 0usize;
         let set = full();
         let mut submitted = 0usize;
         let mut finished = 0usize;
@@ -878,10 +892,18 @@ fn churn_run(seed: u64, flavored: bool) {
             if rng.below(5) == 0 {
                 checkpoint_one(&mut c, t);
             }
+            if graceful && rng.below(2) == 0 {
+                let gone = c.terminating().next().map(|(task, _)| task.to_string());
+                if let Some(task) = gone {
+                    assert!(c.terminated(&task));
+                    terminations += 1;
+                }
+            }
             check_accounting(&c);
             assert_eq!(c.entries.len() + finished, submitted, "seed {seed}: nothing is lost");
         }
         assert!(!pairs.is_empty(), "seed {seed}: the churn exercised preemption");
+        assert_eq!(graceful, terminations > 0, "seed {seed}: terminations exercised only when graceful");
     }
 }
 
@@ -1779,4 +1801,127 @@ fn no_preemption_hint_where_no_eviction_could_help() {
     // Same task, a pool it may use, full of lower-priority work: preemption is tried (and works).
     let d = c.schedule(&with_pool("training", 2), 2);
     assert_eq!(evicted(&d), ["low"], "{d:?}");
+}
+
+/// A core whose evictions are graceful deletions, as on Kubernetes.
+fn graceful(nodes: &[(&str, u32)]) -> SchedulerCore {
+    let config = CoreConfig { await_termination: true, ..CoreConfig::default() };
+    let mut c = SchedulerCore::new(QueueTree::new(vec![queue("q", 1)]).unwrap(), config);
+    for (name, gpus) in nodes {
+        c.upsert_node(gpu_node(name, *gpus), 0);
+    }
+    c
+}
+
+#[test]
+fn a_preemptor_waits_nominated_until_its_victims_are_gone_and_nobody_lower_takes_the_room() {
+    let mut c = graceful(&[("n", 8)]);
+    c.submit(job("low", "q", 0, 8), 0).unwrap();
+    c.schedule(&full(), 0);
+    c.submit(job("high", "q", 10, 8), 1).unwrap();
+    let d = c.schedule(&full(), 1);
+    assert_eq!(evicted(&d), ["low"]);
+    assert!(bound(&d).is_empty(), "bound while its victim still holds the GPUs: {d:?}");
+    assert_eq!(c.status("high").unwrap().phase, Phase::Preempting);
+    assert!(c.explain("high").unwrap().to_string().contains("1 to terminate on n"), "{}", c.explain("high").unwrap());
+    assert_eq!(c.terminating().collect::<Vec<_>>(), [("low", "n")]);
+    check_accounting(&c);
+    // The victim's room is in use while it terminates: the node has nothing free.
+    assert_eq!(c.nodes().get(c.nodes().slot_of("n").unwrap()).unwrap().allocated.gpu_milli, 8000);
+    // Someone of lower priority arriving meanwhile gets nothing, neither now nor once it is gone.
+    c.submit(job("mid", "q", 5, 8), 2).unwrap();
+    for t in 2..5 {
+        assert!(bound(&c.schedule(&full(), t)).is_empty(), "t={t}");
+    }
+    assert!(c.terminated("low"));
+    assert!(!c.terminated("low"), "reported once");
+    check_accounting(&c);
+    let d = c.schedule(&full(), 5);
+    assert_eq!(bound(&d), ["high"], "{d:?}");
+    assert_eq!(c.status("mid").unwrap().phase, Phase::Pending);
+    check_accounting(&c);
+}
+
+#[test]
+fn a_higher_priority_arrival_may_take_the_room_kept_for_a_nominated_workload() {
+    let mut c = graceful(&[("n0", 8), ("n1", 8)]);
+    c.submit(job("low0", "q", 0, 8), 0).unwrap();
+    c.submit(job("low1", "q", 0, 8), 0).unwrap();
+    c.schedule(&full(), 0);
+    let mut pair = gang("pair", "q", 2, 2, 8);
+    pair.priority = 10;
+    c.submit(pair, 1).unwrap();
+    let d = c.schedule(&full(), 1);
+    assert_eq!(evicted(&d).len(), 2, "{d:?}");
+    assert!(bound(&d).is_empty());
+    // One victim is gone: its room is kept for the gang, not for equal or lower priority.
+    c.terminated("low0");
+    c.submit(job("peer", "q", 10, 8), 2).unwrap();
+    assert!(bound(&c.schedule(&full(), 2)).is_empty());
+    check_accounting(&c);
+    // Work that outranks the gang takes it.
+    c.submit(job("top", "q", 20, 8), 3).unwrap();
+    let d = c.schedule(&full(), 3);
+    assert_eq!(bound(&d), ["top"], "{d:?}");
+    check_accounting(&c);
+    // The gang's other victim goes: one node is not enough, it does not run half placed.
+    c.terminated("low1");
+    let d = c.schedule(&full(), 4);
+    assert!(!bound(&d).iter().any(|t| t.starts_with("pair")), "{d:?}");
+    check_accounting(&c);
+}
+
+#[test]
+fn a_victim_that_never_goes_does_not_stop_its_preemptor_running_elsewhere() {
+    let mut c = graceful(&[("n0", 8), ("n1", 8)]);
+    c.submit(job("low", "q", 0, 8), 0).unwrap();
+    c.submit(job("guard", "q", 0, 8), 0).unwrap();
+    c.schedule(&full(), 0);
+    c.set_preemptible("guard", false).unwrap();
+    c.submit(job("high", "q", 10, 8), 1).unwrap();
+    let d = c.schedule(&full(), 1);
+    assert_eq!(evicted(&d), ["low"]);
+    // A finalizer keeps the victim; meanwhile the other node frees up.
+    c.finish("guard").unwrap();
+    let at = c.next_wakeup().expect("the nominated workload is retried after its back-off");
+    let d = c.schedule(&full(), at);
+    assert_eq!(bound(&d), ["high"], "placed where there is room, evicting nothing more: {d:?}");
+    assert!(evicted(&d).is_empty());
+    // When the victim finally goes, its room is everyone's: here the evicted job's, back in its
+    // queue (the core re-queues evicted work).
+    c.terminated("low");
+    assert_eq!(bound(&c.schedule(&full(), at + 1)), ["low"]);
+    check_accounting(&c);
+}
+
+#[test]
+fn a_nominated_node_that_disappears_sends_the_preemptor_elsewhere() {
+    let mut c = graceful(&[("n0", 8), ("n1", 8)]);
+    c.submit(job("low", "q", 0, 8), 0).unwrap();
+    c.submit(job("guard", "q", 0, 8), 0).unwrap();
+    c.schedule(&full(), 0);
+    c.set_preemptible("guard", false).unwrap();
+    c.submit(job("high", "q", 10, 8), 1).unwrap();
+    assert_eq!(evicted(&c.schedule(&full(), 1)), ["low"]);
+    c.remove_node("n0", 2);
+    assert_eq!(c.terminating().count(), 0, "its pods went with it");
+    c.upsert_node(gpu_node("n2", 8), 2);
+    let d = c.schedule(&full(), 2);
+    assert_eq!(bound(&d), ["high"], "{d:?}");
+    check_accounting(&c);
+}
+
+#[test]
+fn a_broken_gang_s_members_terminate_too_and_a_lost_node_s_do_not() {
+    let mut c = graceful(&[("n0", 8), ("n1", 8)]);
+    c.submit(gang("g", "q", 2, 2, 8), 0).unwrap();
+    c.schedule(&full(), 0);
+    let d = c.remove_node("n0", 1);
+    assert_eq!(evicted(&d).len(), 2, "the node's member is lost, the other breaks: {d:?}");
+    assert_eq!(c.terminating().collect::<Vec<_>>(), [("g-1", "n1")], "only the broken member is stopped");
+    check_accounting(&c);
+    c.submit(job("next", "q", 0, 8), 2).unwrap();
+    assert!(bound(&c.schedule(&full(), 2)).is_empty());
+    c.terminated("g-1");
+    assert_eq!(bound(&c.schedule(&full(), 3)), ["next"]);
 }

@@ -5,6 +5,10 @@
 //! for expired versions, the `pods/binding` subresource with Kubernetes' conflict rules, status
 //! patches, events, evictions guarded by a disruption budget, and Leases with optimistic
 //! concurrency. Faults (status codes, latency) can be injected per route.
+//!
+//! As strict as a real API server where one proved to differ: evicting a pod bound to a node is a
+//! graceful deletion (a `deletionTimestamp` and grace period first; the pod is gone only when its
+//! kubelet has stopped it), while an unbound pod is deleted at once.
 
 #![allow(dead_code)]
 
@@ -120,6 +124,9 @@ pub struct State {
     pub protected: Vec<String>,
     /// Latency added to every bind.
     pub bind_latency: Duration,
+    /// How long the "kubelet" takes to stop an evicted pod after its graceful deletion starts;
+    /// `None`: never by itself (a finalizer, a long grace period) until [`FakeApi::finish_termination`].
+    pub termination: Option<Duration>,
     pub lists: BTreeMap<Kind, u32>,
     /// Time spent building list responses: the API server's share of a cold start.
     pub list_time: Duration,
@@ -284,7 +291,19 @@ impl State {
 
 impl FakeApi {
     pub fn new() -> FakeApi {
-        FakeApi::default()
+        let api = FakeApi::default();
+        // Containers that stop promptly on SIGTERM: gone a moment after the eviction.
+        api.state().termination = Some(Duration::from_millis(300));
+        api
+    }
+
+    /// The kubelet has stopped a pod in graceful deletion: it is deleted now. `false` when there
+    /// was no such pod.
+    pub fn finish_termination(&self, id: &str) -> bool {
+        let mut s = self.state();
+        let terminating =
+            s.objects.get(&(Kind::Pod, id.to_string())).is_some_and(|p| !p["metadata"]["deletionTimestamp"].is_null());
+        terminating && s.delete(Kind::Pod, id).is_some()
     }
 
     /// A `kube::Client` talking to this fake, whose requests are recorded as `name`'s.
@@ -538,6 +557,9 @@ impl FakeApi {
             conditions.push(c.clone());
         }
         pod["status"]["conditions"] = json!(conditions);
+        if let Some(node) = patch["status"].get("nominatedNodeName") {
+            pod["status"]["nominatedNodeName"] = node.clone();
+        }
         let pod = s.upsert(Kind::Pod, pod);
         respond(200, &pod)
     }
@@ -586,13 +608,30 @@ impl FakeApi {
                 &status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget."),
             );
         }
-        match s.delete(Kind::Pod, &id) {
-            Some(_) => {
-                s.evictions.push((id, 201));
-                respond(201, &status(201, "", ""))
-            }
-            None => respond(404, &status(404, "NotFound", &format!("pods \"{name}\" not found"))),
+        let Some(mut pod) = s.objects.get(&(Kind::Pod, id.clone())).cloned() else {
+            return respond(404, &status(404, "NotFound", &format!("pods \"{name}\" not found")));
+        };
+        s.evictions.push((id.clone(), 201));
+        if pod["spec"]["nodeName"].as_str().is_none_or(str::is_empty) {
+            // No kubelet runs it: deleted at once.
+            s.delete(Kind::Pod, &id);
+            return respond(201, &status(201, "", ""));
         }
+        if pod["metadata"]["deletionTimestamp"].is_null() {
+            let grace = pod["spec"]["terminationGracePeriodSeconds"].as_u64().unwrap_or(30);
+            let at = k8s_openapi::jiff::Timestamp::now() + Duration::from_secs(grace);
+            pod["metadata"]["deletionTimestamp"] = json!(at.to_string());
+            pod["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+            s.upsert(Kind::Pod, pod);
+            if let Some(after) = s.termination {
+                let api = self.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(after).await;
+                    api.finish_termination(&id);
+                });
+            }
+        }
+        respond(201, &status(201, "", ""))
     }
 
     fn lease(&self, m: &Method, ns: &str, name: Option<&str>, body: Value, client: String) -> Response<Body> {

@@ -2,8 +2,12 @@
 //! and leave, driven through the same [`SchedulerCore`] as production — queues with fair share and
 //! quotas, gangs and elastic jobs, preemption with checkpoints — in virtual time (seconds).
 //!
+//! Evictions are graceful, as on Kubernetes: an evicted replica keeps its GPUs for its job's
+//! `termination_seconds` (default 0) and its preemptor waits nominated until it has stopped
+//! ([`CoreConfig::await_termination`] is always on here).
+//!
 //! The loop only advances to instants where something happens: an arrival, a departure, a
-//! checkpoint finishing, or the core's own [`SchedulerCore::next_wakeup`] (a back-off ending, a
+//! checkpoint finishing, an evicted replica stopping, or the core's own [`SchedulerCore::next_wakeup`] (a back-off ending, a
 //! grace period or gang timeout running out). Waiting work is never polled: the core retries it
 //! after the cluster changed. A run is deterministic for deterministic policies.
 //!
@@ -176,6 +180,8 @@ struct Agenda {
     departures: BinaryHeap<Reverse<(u64, usize, u32)>>,
     /// (time, task id)
     checkpoints: BinaryHeap<Reverse<(u64, String)>>,
+    /// (time, task id, GPU milli-units it holds until then)
+    terminations: BinaryHeap<Reverse<(u64, String, u64)>>,
 }
 
 /// [`run`] with the policy sets of `policies`, explicit core settings, calling `observe` after
@@ -188,6 +194,7 @@ pub fn run_observed(
     config: &CoreConfig,
     mut observe: impl FnMut(TimedDecision<'_>),
 ) -> Result<TimedRun, ReplayError> {
+    let config = CoreConfig { await_termination: true, ..config.clone() };
     let mut core = SchedulerCore::new(queues.clone(), config.clone());
     *core.topologies_mut() = nodes.topologies().clone();
     let mut capacity = 0u64;
@@ -237,6 +244,7 @@ pub fn run_observed(
             arrivals.get(next_arrival).map(|&i| jobs[i].arrival),
             agenda.departures.peek().map(|Reverse((t, _, _))| *t),
             agenda.checkpoints.peek().map(|Reverse((t, _))| *t),
+            agenda.terminations.peek().map(|Reverse((t, _, _))| *t),
             policies.next_change_after(now),
         ]
         .into_iter()
@@ -273,6 +281,15 @@ pub fn run_observed(
             if let Ok(d) = core.checkpoint_done(&task, now) {
                 decisions.extend(d);
             }
+        }
+        while let Some(Reverse((t, _, _))) = agenda.terminations.peek() {
+            if *t != now {
+                break;
+            }
+            let Some(Reverse((_, task, gpu_milli))) = agenda.terminations.pop() else { break };
+            core.terminated(&task);
+            used = used.saturating_sub(gpu_milli);
+            last_change = now;
         }
         while let Some(&i) = arrivals.get(next_arrival) {
             if jobs[i].arrival != now {
@@ -328,13 +345,19 @@ pub fn run_observed(
                         }
                     }
                 }
-                (Decision::Evicted { reason, .. }, Some(j)) => {
+                (Decision::Evicted { reason, task, .. }, Some(j)) => {
                     evictions += 1;
                     last_change = now;
                     let s = &mut state[j];
                     s.placed = s.placed.saturating_sub(1);
                     s.gpu_milli = s.gpu_milli.saturating_sub(jobs[j].replica_gpu_milli());
-                    used = used.saturating_sub(jobs[j].replica_gpu_milli());
+                    // Its GPUs stay in use until it has stopped (a lost node's pods stop with it).
+                    if matches!(reason, EvictReason::NodeLost) {
+                        used = used.saturating_sub(jobs[j].replica_gpu_milli());
+                    } else {
+                        let at = now.saturating_add(jobs[j].termination_seconds.unwrap_or(0));
+                        agenda.terminations.push(Reverse((at, task.clone(), jobs[j].replica_gpu_milli())));
+                    }
                     if let Some(since) = s.active_since
                         && s.placed < workloads[j].min_member as u32
                     {

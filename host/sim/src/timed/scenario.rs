@@ -69,6 +69,10 @@ pub struct Job {
     /// Grace period it is given to checkpoint (s); default the core's (30 s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grace_seconds: Option<u64>,
+    /// How long an evicted replica takes to stop (s): its GPUs stay in use meanwhile and its
+    /// preemptor waits, as on Kubernetes, where an eviction is a graceful deletion. Default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination_seconds: Option<u64>,
     /// A gang not placed within this long is given up (s); default the core's (600 s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<u64>,
@@ -211,6 +215,7 @@ impl Default for Job {
             preempts: true,
             checkpoint_seconds: None,
             grace_seconds: None,
+            termination_seconds: None,
             timeout: None,
             labels: BTreeMap::new(),
             pod_affinity: None,
@@ -676,6 +681,7 @@ fn job_problem(j: &Job, tree: &QueueTree, jobs: &mut BTreeSet<String>, tasks: &m
         ("duration", j.duration),
         ("checkpoint_seconds", j.checkpoint_seconds),
         ("grace_seconds", j.grace_seconds),
+        ("termination_seconds", j.termination_seconds),
         ("timeout", j.timeout),
     ];
     if let Some((what, t)) = times.iter().find_map(|(w, t)| t.filter(|&t| t > MAX_SECONDS).map(|t| (w, t))) {
