@@ -12,7 +12,7 @@ use wasmsched_kube::extender::Extender;
 use wasmsched_kube::leader::LeaseConfig;
 use wasmsched_kube::metrics::{self, Metrics};
 use wasmsched_kube::policy_source::PolicyObjectSource;
-use wasmsched_kube::{Scheduler, SchedulerConfig, policy};
+use wasmsched_kube::{ClientRate, Clients, Scheduler, SchedulerConfig, policy};
 use wasmsched_registry::{DirSource, Fetched, Preparer, Source, Watcher};
 use wasmsched_runtime::Runtime;
 
@@ -58,6 +58,13 @@ pub struct Args {
     /// Binds in flight at most.
     #[arg(long, default_value_t = 16)]
     bind_concurrency: usize,
+    /// Requests per second to the API server (kube-scheduler's `clientConnection.qps`); 0: no
+    /// limit. The Lease has a client of its own, outside this limit.
+    #[arg(long, default_value_t = 50.0)]
+    kube_api_qps: f64,
+    /// Requests that may go at once after a quiet spell (`clientConnection.burst`).
+    #[arg(long, default_value_t = 100)]
+    kube_api_burst: u32,
     #[command(flatten)]
     sink: wasmsched_events::cli::Sink,
 }
@@ -72,9 +79,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let registry = policy::registry(&preparer, &initial, events.clone(), args.policy_warm_up)
         .context("preparing the first policy set")?;
     tracing::info!(policy = %registry.current().label(), "policy set live");
-    let client = runtime
-        .block_on(kube::Client::try_default())
+    let rate = ClientRate { qps: args.kube_api_qps, burst: args.kube_api_burst };
+    let clients = runtime
+        .block_on(Clients::infer(rate))
         .context("connecting to the Kubernetes API (kubeconfig or in-cluster)")?;
+    let client = clients.api.clone();
     if let Some(name) = &args.policy_object {
         let handle = runtime.handle().clone();
         let source = PolicyObjectSource::new(client.clone(), name, &args.lease_namespace, handle, registry.clone());
@@ -99,7 +108,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             };
             config.lease = Some(LeaseConfig::new(&args.lease_name, &args.lease_namespace, &identity));
         }
-        let mut scheduler = Scheduler::new(client, registry.clone(), metrics, config);
+        let mut scheduler = Scheduler::new(clients, registry.clone(), metrics, config);
         if let Some(events) = events.clone() {
             scheduler = scheduler.with_events(events);
         }

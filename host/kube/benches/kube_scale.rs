@@ -104,7 +104,7 @@ fn main() {
         let preparer = Preparer::new(Arc::new(Runtime::new(RuntimeConfig::default()).unwrap()));
         let registry = policy::registry(&preparer, &policy::default_policy(), None, 0).unwrap();
         let metrics = Metrics::new("wasmsched");
-        let scheduler = Scheduler::new(api.client("bench"), registry, metrics.clone(), SchedulerConfig::new("wasmsched"));
+        let scheduler = Scheduler::new(api.clients("bench", None), registry, metrics.clone(), SchedulerConfig::new("wasmsched"));
         let (stop, stopped) = watch::channel(false);
         let started = Instant::now();
         let task = tokio::spawn(scheduler.run(stopped));

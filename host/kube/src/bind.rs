@@ -3,6 +3,7 @@
 //! condition and a `FailedScheduling` event for a pod that cannot be placed, and evictions.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -10,6 +11,7 @@ use kube::api::{EvictParams, Patch, PatchParams, PostParams};
 pub use kube::runtime::events::EventType;
 use kube::runtime::events::{Event, Recorder, Reporter};
 use kube::{Api, Client};
+use tokio::sync::Semaphore;
 use wasmsched_api::DeviceShare;
 
 use crate::convert::{GPU_IDS_ANNOTATION, NUMA_NODE_ANNOTATION, PodKey, gpu_ids};
@@ -25,9 +27,10 @@ pub enum EffectError {
     /// 404: the pod is gone.
     #[error("not found: {0}")]
     NotFound(String),
-    /// 429 (eviction refused by a PodDisruptionBudget, or throttled).
+    /// 429 (eviction refused by a PodDisruptionBudget, or throttled), with the server's
+    /// `Retry-After` when it gave one.
     #[error("refused for now: {0}")]
-    TooManyRequests(String),
+    TooManyRequests(String, Option<std::time::Duration>),
     /// Other failures (5xx, transport): retried after back-off.
     #[error("{0}")]
     Retryable(String),
@@ -37,16 +40,32 @@ pub enum EffectError {
 }
 
 impl EffectError {
+    /// How long the server asked to wait before trying again (a 429's `Retry-After`).
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            EffectError::TooManyRequests(_, Some(after)) => Some(*after),
+            _ => None,
+        }
+    }
+
     fn from_kube(e: kube::Error) -> EffectError {
         match e {
             kube::Error::Api(s) if s.code == 409 => EffectError::Conflict(s.message),
             kube::Error::Api(s) if s.code == 404 => EffectError::NotFound(s.message),
-            kube::Error::Api(s) if s.code == 429 => EffectError::TooManyRequests(s.message),
+            kube::Error::Api(s) if s.code == 429 => {
+                let after = s.details.as_ref().map(|d| d.retry_after_seconds).filter(|s| *s > 0);
+                EffectError::TooManyRequests(s.message, after.map(|s| std::time::Duration::from_secs(s.into())))
+            }
             kube::Error::Api(s) => EffectError::Retryable(format!("{} {}: {}", s.code, s.reason, s.message)),
             other => EffectError::Retryable(other.to_string()),
         }
     }
 }
+
+/// Events queued or in flight at most; more are dropped, as kube-scheduler's event broadcaster
+/// drops them when its queue is full: events are best effort, and a storm of them must neither
+/// grow memory nor hold anything up.
+const EVENTS_QUEUED: usize = 1000;
 
 /// Writes decisions to the API server.
 #[derive(Clone)]
@@ -54,13 +73,27 @@ pub struct Effects {
     client: Client,
     recorder: Recorder,
     scheduler_name: String,
+    event_slots: Arc<Semaphore>,
 }
 
 impl Effects {
     /// Effects written as `scheduler_name` (the events' reporting controller).
     pub fn new(client: Client, scheduler_name: &str, instance: &str) -> Effects {
         let reporter = Reporter { controller: scheduler_name.into(), instance: Some(instance.into()) };
-        Effects { recorder: Recorder::new(client.clone(), reporter), client, scheduler_name: scheduler_name.into() }
+        Effects {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            scheduler_name: scheduler_name.into(),
+            event_slots: Arc::new(Semaphore::new(EVENTS_QUEUED)),
+        }
+    }
+
+    /// Kubernetes events through `client` (kube-scheduler's event client: a rate limit of its own,
+    /// so events never delay binds).
+    pub fn with_event_client(mut self, client: Client, instance: &str) -> Effects {
+        let reporter = Reporter { controller: self.scheduler_name.clone(), instance: Some(instance.into()) };
+        self.recorder = Recorder::new(client, reporter);
+        self
     }
 
     /// Binds the pod `key` (incarnation `uid`) to `node`, recording its GPUs and, when they share
@@ -151,6 +184,10 @@ impl Effects {
 
     /// Records a Kubernetes event about a pod, best effort (a lost event is logged, never retried).
     pub async fn event(&self, key: &PodKey, uid: Option<&str>, type_: EventType, reason: &str, note: &str) {
+        let Ok(_slot) = self.event_slots.try_acquire() else {
+            tracing::debug!(pod = %key, reason, "event dropped: {EVENTS_QUEUED} already queued");
+            return;
+        };
         let reference = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Pod".into()),

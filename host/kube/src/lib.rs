@@ -11,7 +11,10 @@
 //!   carry out its decisions.
 //! - [`bind`]: the API effects — `pods/binding` with the GPU ids, `PodScheduled` and events,
 //!   evictions through the Eviction API.
+//! - [`pod_status`]: why each pending pod waits (`PodScheduled=False`), coalesced and retried.
 //! - [`status`]: what the scheduler reports on `Queue` and `PodGroup` objects.
+//! - [`throttle`]: the client's rate and burst (kube-scheduler's `clientConnection`), and the
+//!   Lease's own client.
 //! - [`extender`]: the same policy set behind kube-scheduler's extender protocol, for clusters that
 //!   keep kube-scheduler.
 //! - [`leader`]: one active replica, on a `coordination.k8s.io` Lease.
@@ -30,12 +33,15 @@ pub mod disruption;
 pub mod extender;
 pub mod leader;
 pub mod metrics;
+pub mod pod_status;
 pub mod policy;
 pub mod policy_source;
 pub mod priorities;
 pub mod queues;
 pub mod scheduler;
 pub mod status;
+pub mod throttle;
 pub mod workloads;
 
 pub use scheduler::{Scheduler, SchedulerConfig};
+pub use throttle::{ClientRate, Clients};

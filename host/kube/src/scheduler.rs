@@ -38,9 +38,11 @@ use crate::crd::{PodGroup, PodGroupPhase, Queue, QueueStatus, ResourceFlavor};
 use crate::disruption::Budgets;
 use crate::leader::{Elector, LeaseConfig};
 use crate::metrics::{BindLabels, Metrics, QueueLabels};
+use crate::pod_status::PodStatusWriter;
 use crate::priorities::PriorityClasses;
 use crate::queues::{Flavors, Queues};
 use crate::status::{self, StatusWriter};
+use crate::throttle::Clients;
 use crate::workloads::{self, GroupInfo, PodFacts, group_key};
 
 /// How the scheduler runs.
@@ -114,6 +116,8 @@ struct Synced {
 pub struct Scheduler {
     config: SchedulerConfig,
     client: Client,
+    /// The Lease's own client: renewals never queue behind `client`'s writes.
+    election_client: Client,
     registry: Arc<Registry>,
     metrics: Arc<Metrics>,
     effects: Effects,
@@ -156,6 +160,9 @@ pub struct Scheduler {
     wakeup_at: Instant,
     status: StatusWriter,
     status_at: Instant,
+    /// `PodScheduled=False` on pending pods: coalesced, ordered, retried (started by `run`, with
+    /// the leadership it follows).
+    pod_status: Option<PodStatusWriter>,
     /// Why the last queue change was refused.
     queue_error: Option<String>,
     leader: watch::Receiver<bool>,
@@ -179,10 +186,14 @@ const STATUS_EVERY: Duration = Duration::from_secs(2);
 const QUEUE_SYNC_GRACE: Duration = Duration::from_secs(5);
 
 impl Scheduler {
-    /// A scheduler for `client`'s cluster, deciding with `registry`'s live policy set.
-    pub fn new(client: Client, registry: Arc<Registry>, metrics: Arc<Metrics>, config: SchedulerConfig) -> Scheduler {
+    /// A scheduler for the cluster of `clients`, deciding with `registry`'s live policy set.
+    pub fn new(clients: Clients, registry: Arc<Registry>, metrics: Arc<Metrics>, config: SchedulerConfig) -> Scheduler {
+        let Clients { api: client, events, election: election_client } = clients;
         let identity = config.lease.as_ref().map_or_else(|| config.scheduler_name.clone(), |l| l.identity.clone());
-        let effects = Effects::new(client.clone(), &config.scheduler_name, &identity);
+        let mut effects = Effects::new(client.clone(), &config.scheduler_name, &identity);
+        if let Some(events) = events {
+            effects = effects.with_event_client(events, &identity);
+        }
         let status_client = client.clone();
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let (always, leader) = watch::channel(config.lease.is_none());
@@ -194,6 +205,7 @@ impl Scheduler {
             core: SchedulerCore::new(tree, config.core.clone()),
             config,
             client,
+            election_client,
             registry,
             metrics,
             effects,
@@ -222,6 +234,7 @@ impl Scheduler {
             wakeup_at: Instant::now(),
             status: StatusWriter::new(status_client),
             status_at: Instant::now(),
+            pod_status: None,
             queue_error: None,
             leader,
             _always_leader: Some(always),
@@ -245,13 +258,14 @@ impl Scheduler {
     pub async fn run(mut self, mut stop: watch::Receiver<bool>) -> anyhow::Result<()> {
         let (stop_election, election) = match self.config.lease.clone() {
             Some(lease) => {
-                let (elector, leader) = Elector::new(self.client.clone(), lease);
+                let (elector, leader) = Elector::new(self.election_client.clone(), lease);
                 self.leader = leader;
                 let (tx, rx) = watch::channel(false);
                 (Some(tx), Some(tokio::spawn(elector.run(rx))))
             }
             None => (None, None),
         };
+        self.pod_status = Some(PodStatusWriter::start(self.effects.clone(), self.leader.clone()));
         let nodes = watch_stream(Api::<KubeNode>::all(self.client.clone()), watcher::Config::default());
         // Finished pods hold nothing; leaving them out of the list is most of a big cluster's pods.
         let pod_config = watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed");
@@ -520,7 +534,7 @@ impl Scheduler {
     /// One of our pods finished or was deleted: it leaves the core (its gang keeps running).
     fn pod_gone(&mut self, id: &str) {
         self.ours.remove(id);
-        self.reported.remove(id);
+        self.unreport(id);
         if self.evicting.remove(id) && self.core.terminated(id) {
             self.dirty = true;
         }
@@ -558,7 +572,7 @@ impl Scheduler {
             // Terminating: it holds its room until it is gone, like anyone's pod, and is never
             // taken over or chosen as a victim again (a victim of ours is the core's already).
             self.ours.remove(&id);
-            self.reported.remove(&id);
+            self.unreport(&id);
             if self.core.owner_of(&id).is_some() {
                 let _ = self.core.remove_task(&id);
                 if let Some(node) = after {
@@ -590,7 +604,7 @@ impl Scheduler {
             PodPhase::Bound | PodPhase::Relabelled => {
                 if ours && let Ok(task) = crate::convert::bound_task(pod) {
                     self.ours.insert(id.clone(), PodFacts::new(pod, task));
-                    self.reported.remove(&id);
+                    self.unreport(&id);
                 }
                 match self.core.placement_of(&id) {
                     Some(node) if Some(node) == after.as_deref() => {
@@ -979,7 +993,12 @@ impl Scheduler {
                 continue;
             };
             if ids.len() < info.min_member {
-                let msg = format!("pod group {key}: {} of {} members present", ids.len(), info.min_member);
+                // The same words on every member however many have arrived (one write each); the
+                // count is on the PodGroup's status, written at most every few seconds.
+                let msg = format!(
+                    "pod group {key}: waiting for its {} members to exist (the PodGroup's status counts them)",
+                    info.min_member
+                );
                 self.report(&ids, &msg);
                 continue;
             }
@@ -1207,12 +1226,18 @@ impl Scheduler {
             return;
         }
         self.reported.insert(id.to_string(), message.to_string());
-        let (effects, key, message, uid) = (self.effects.clone(), key_of_id(id), message.to_string(), uid.to_string());
-        tokio::spawn(async move {
-            if let Err(e) = effects.unschedulable(&key, &uid, &message).await {
-                tracing::debug!(pod = %key, error = %e, "could not record PodScheduled=False");
-            }
-        });
+        if let Some(writer) = &self.pod_status {
+            writer.unschedulable(id, key_of_id(id), uid, message);
+        }
+    }
+
+    /// Pod `id` no longer waits (bound, gone): nothing more is written about why it did.
+    fn unreport(&mut self, id: &str) {
+        if self.reported.remove(id).is_some()
+            && let Some(writer) = &self.pod_status
+        {
+            writer.forget(id);
+        }
     }
 
     fn start_bind(&mut self, pod: &PodFacts, node: String, devices: Vec<DeviceShare>, decided_in: Duration) {
@@ -1222,7 +1247,7 @@ impl Scheduler {
         let (key, uid, id) = (key_of(&pod.task), pod.uid.clone(), pod.task.id.clone());
         let binds = self.binds.clone();
         tokio::spawn(async move {
-            let _permit = binds.acquire_owned().await;
+            let permit = binds.acquire_owned().await;
             let started = Instant::now();
             // Checked at the last moment: a replica that lost the lease writes nothing more.
             let result = if *leader.borrow() {
@@ -1233,6 +1258,8 @@ impl Scheduler {
             let took = started.elapsed();
             let bound = result.is_ok();
             let _ = done.send(Done::Bind { id, result, took, decided_in });
+            // The next bind may start: the event below waits for its own client's rate.
+            drop(permit);
             if bound {
                 tracing::info!(pod = %key, node = %node, gpus = devices.len(), "bound");
                 // What `kubectl describe pod` users look for, as kube-scheduler writes it; after
@@ -1302,7 +1329,7 @@ impl Scheduler {
             Err(EffectError::Conflict(_)) => ("conflict", "error"),
             Err(EffectError::NotFound(_)) => ("not_found", "error"),
             Err(EffectError::NotLeader) => ("not_leader", "error"),
-            Err(EffectError::Retryable(_) | EffectError::TooManyRequests(_)) => ("retry", "error"),
+            Err(EffectError::Retryable(_) | EffectError::TooManyRequests(..)) => ("retry", "error"),
         };
         self.metrics.binds.get_or_create(&BindLabels { result: label }).inc();
         self.metrics.attempt(attempt, decided_in + took);
@@ -1331,7 +1358,8 @@ impl Scheduler {
                     self.stale(node);
                 }
                 if retry {
-                    let at = self.now() + self.config.core.backoff_initial_seconds.max(1);
+                    let wait = e.retry_after().map_or(0, |d| d.as_secs());
+                    let at = self.now() + self.config.core.backoff_initial_seconds.max(1).max(wait);
                     let wait_key = self.ours.get(&id).and_then(|f| group_key(&f.task)).unwrap_or_else(|| id.clone());
                     self.not_before.insert(wait_key, at);
                 }

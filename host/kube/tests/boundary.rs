@@ -9,14 +9,15 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::fake_api::{FakeApi, Fault, Kind, gpu_node, pod};
+use support::fake_api::{Apf, FakeApi, Fault, Kind, gpu_node, pod};
 use tokio::sync::watch;
 use wasmsched_events::{EventSink, Origin, OutboxConfig};
 use wasmsched_kube::bind::{EffectError, Effects};
 use wasmsched_kube::convert::{GPU_IDS_ANNOTATION, PodKey, parse_gpu_ids};
 use wasmsched_kube::leader::LeaseConfig;
 use wasmsched_kube::metrics::Metrics;
-use wasmsched_kube::{Scheduler, SchedulerConfig, policy};
+use wasmsched_kube::pod_status::PodStatusWriter;
+use wasmsched_kube::{ClientRate, Clients, Scheduler, SchedulerConfig, policy};
 use wasmsched_registry::{Preparer, Registry};
 use wasmsched_runtime::{Runtime, RuntimeConfig};
 
@@ -50,6 +51,14 @@ fn start(api: &FakeApi, client: &str, lease: Option<LeaseConfig>) -> Running {
 }
 
 fn start_with_events(api: &FakeApi, client: &str, lease: Option<LeaseConfig>, events: Option<EventSink>) -> Running {
+    start_full(api.clients(client, None), lease, events)
+}
+
+fn start_clients(clients: Clients, lease: Option<LeaseConfig>) -> Running {
+    start_full(clients, lease, None)
+}
+
+fn start_full(clients: Clients, lease: Option<LeaseConfig>, events: Option<EventSink>) -> Running {
     // Logs show in a failing test's output (RUST_LOG=debug for more).
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
@@ -58,7 +67,7 @@ fn start_with_events(api: &FakeApi, client: &str, lease: Option<LeaseConfig>, ev
     let metrics = Metrics::new(NAME);
     let mut config = SchedulerConfig::new(NAME);
     config.lease = lease;
-    let mut scheduler = Scheduler::new(api.client(client), registry(), metrics.clone(), config);
+    let mut scheduler = Scheduler::new(clients, registry(), metrics.clone(), config);
     if let Some(sink) = events {
         scheduler = scheduler.with_events(sink);
     }
@@ -324,7 +333,7 @@ async fn eviction_respects_the_disruption_budget() {
     let key = |name: &str| PodKey { namespace: "ml".into(), name: name.into() };
     let refused = effects.evict(&key("guarded")).await;
     assert!(
-        matches!(refused, Err(EffectError::TooManyRequests(ref m)) if m.contains("disruption budget")),
+        matches!(refused, Err(EffectError::TooManyRequests(ref m, _)) if m.contains("disruption budget")),
         "{refused:?}"
     );
     assert!(api.get(Kind::Pod, "ml/guarded").is_some(), "a refused eviction leaves the pod running");
@@ -469,7 +478,7 @@ async fn a_gang_of_a_priority_class_waits_for_its_members_then_preempts_a_checkp
     };
     api.put(Kind::Pod, member("train-0"));
     eventually("waiting for members", Duration::from_secs(20), || {
-        condition_of(&api, "ml/train-0").is_some_and(|m| m.contains("1 of 2 members present"))
+        condition_of(&api, "ml/train-0").is_some_and(|m| m.contains("waiting for its 2 members to exist"))
     })
     .await;
     api.put(Kind::Pod, member("train-1"));
@@ -921,7 +930,8 @@ async fn with_warm_up_a_new_policy_version_goes_live_between_cycles() {
     }
     let registry = policy::registry(preparer(), &policy::default_policy(), None, 16).expect("prepares");
     let metrics = Metrics::new(NAME);
-    let scheduler = Scheduler::new(api.client("a"), registry.clone(), metrics.clone(), SchedulerConfig::new(NAME));
+    let scheduler =
+        Scheduler::new(api.clients("a", None), registry.clone(), metrics.clone(), SchedulerConfig::new(NAME));
     let (stop, rx) = watch::channel(false);
     let run = Running { stop, task: tokio::spawn(scheduler.run(rx)), metrics };
     api.put(Kind::Pod, pod("ml", "first", NAME, 1, "1", "1Gi"));
@@ -942,4 +952,105 @@ async fn with_warm_up_a_new_policy_version_goes_live_between_cycles() {
     eventually("the staged version live", Duration::from_secs(20), || registry.current().version == offered).await;
     assert_eq!(registry.status().history[0].outcome, wasmsched_registry::Outcome::Probation);
     run.stop().await;
+}
+
+/// APF as the chart's FlowSchemas set it up, with the service accounts' level (where status writes
+/// go) throttled hard: `qps` requests per second, bursts of as many.
+fn tight_apf(qps: f64) -> Apf {
+    let rules = support::chart_flow_schemas();
+    assert!(
+        rules.iter().any(|(l, _, r, _)| l == "leader-election" && r == "leases")
+            && rules.iter().any(|(l, _, r, _)| l == "workload-high" && r == "pods/binding"),
+        "the chart's FlowSchemas parse: {rules:?}"
+    );
+    Apf::new(rules, &[("workload-low", qps, qps), ("workload-high", 200.0, 200.0), ("leader-election", 10.0, 10.0)])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_storm_writes_each_member_s_status_at_most_twice_and_never_throttles_the_lease() {
+    let api = FakeApi::new();
+    api.enable_apf(tight_apf(10.0));
+    for n in 0..8 {
+        api.put(Kind::Node, gpu_node(&format!("gpu-{n}"), 8, &[]));
+    }
+    api.put(Kind::PodGroup, json!({"metadata": {"name": "storm", "namespace": "ml"}, "spec": {"minMember": 60}}));
+    let lease = LeaseConfig {
+        lease_duration: Duration::from_secs(3),
+        renew_deadline: Duration::from_secs(2),
+        retry_period: Duration::from_millis(250),
+        ..LeaseConfig::new("wasmsched", "kube-system", "a")
+    };
+    // The scheduler's own client is slow too (20 requests per second): its queue is long.
+    let rate = ClientRate { qps: 20.0, burst: 20 };
+    let clients = api.clients("a", Some(rate));
+    let run = start_clients(clients, Some(lease));
+    eventually("a leads", Duration::from_secs(30), || run.metrics.leader.get() == 1).await;
+    let members: Vec<String> = (0..60).map(|i| format!("storm-{i:02}")).collect();
+    for name in &members {
+        let mut p = pod("ml", name, NAME, 1, "1", "1Gi");
+        p["metadata"]["labels"]["scheduling.wasmsched.io/pod-group"] = json!("storm");
+        api.put(Kind::Pod, p);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eventually("the gang bound", Duration::from_secs(60), || {
+        members.iter().all(|m| node_of(&api, &format!("ml/{m}")).is_some())
+    })
+    .await;
+    assert_eq!(run.metrics.leader.get(), 1, "leadership held through the storm");
+    run.stop().await;
+    let s = api.state();
+    let per_member: Vec<usize> =
+        members.iter().map(|m| s.status_patches.iter().filter(|(id, _)| *id == format!("ml/{m}")).count()).collect();
+    let attempted = s.requests.iter().filter(|(v, _, r)| v == "patch" && r == "pods/status").count();
+    eprintln!(
+        "status writes per member: max {} total {} (attempts incl. 429: {attempted}); 429s: {}",
+        per_member.iter().max().unwrap(),
+        per_member.iter().sum::<usize>(),
+        s.throttled.len()
+    );
+    assert!(per_member.iter().all(|n| *n <= 2), "at most two status writes per member: {per_member:?}");
+    assert!(s.throttled.iter().all(|(level, ..)| level != "leader-election"), "{:?}", s.throttled);
+    assert!(s.lease_times.iter().all(|(_, code)| *code != 429));
+    let renewals: Vec<Instant> = s.lease_times.iter().map(|(t, _)| *t).collect();
+    let longest = renewals.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+    assert!(longest < Duration::from_secs(2), "renewals never waited past the renew deadline: {longest:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_reasons_are_coalesced_latest_wins_in_order_and_retried_after_429() {
+    let api = FakeApi::new();
+    api.enable_apf(tight_apf(5.0));
+    let names: Vec<String> = (0..10).map(|i| format!("p{i}")).collect();
+    for n in &names {
+        api.put(Kind::Pod, pod("ml", n, NAME, 1, "1", "1Gi"));
+    }
+    let uid =
+        |n: &str| api.get(Kind::Pod, &format!("ml/{n}")).unwrap()["metadata"]["uid"].as_str().unwrap_or("").to_string();
+    let effects = Effects::new(api.client("a"), NAME, "a");
+    let (_leader_tx, leader) = watch::channel(true);
+    let writer = PodStatusWriter::start(effects, leader);
+    for round in 1..=5 {
+        for n in &names {
+            let key = PodKey { namespace: "ml".into(), name: n.clone() };
+            writer.unschedulable(&format!("ml/{n}"), key, &uid(n), &format!("reason {round}"));
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    eventually("every pod shows its latest reason", Duration::from_secs(30), || {
+        names.iter().all(|n| condition_of(&api, &format!("ml/{n}")).as_deref() == Some("reason 5"))
+    })
+    .await;
+    let s = api.state();
+    assert!(!s.throttled.is_empty(), "the level was throttled (else this tests nothing)");
+    for n in &names {
+        let rounds: Vec<u32> = s
+            .status_patches
+            .iter()
+            .filter(|(id, _)| *id == format!("ml/{n}"))
+            .map(|(_, p)| p["status"]["conditions"][0]["message"].as_str().unwrap()[7..].parse().unwrap())
+            .collect();
+        assert!(rounds.windows(2).all(|w| w[0] < w[1]), "{n}: never an older reason after a newer: {rounds:?}");
+        assert!(rounds.len() < 5, "{n}: reasons that changed before their write went out were coalesced: {rounds:?}");
+        assert_eq!(rounds.last(), Some(&5));
+    }
 }

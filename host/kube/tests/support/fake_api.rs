@@ -8,7 +8,10 @@
 //!
 //! As strict as a real API server where one proved to differ: evicting a pod bound to a node is a
 //! graceful deletion (a `deletionTimestamp` and grace period first; the pod is gone only when its
-//! kubelet has stopped it), while an unbound pod is deleted at once.
+//! kubelet has stopped it), while an unbound pod is deleted at once; with API Priority and
+//! Fairness on ([`FakeApi::enable_apf`]), each request is classified into a priority level by the
+//! chart's FlowSchemas (else the service accounts' `workload-low`) and answered `429` with
+//! `Retry-After: 1` when its level is over its rate.
 
 #![allow(dead_code)]
 
@@ -124,6 +127,12 @@ pub struct State {
     pub protected: Vec<String>,
     /// Latency added to every bind.
     pub bind_latency: Duration,
+    /// API Priority and Fairness, when on.
+    pub apf: Option<Apf>,
+    /// Requests answered 429 by APF: (priority level, verb, resource).
+    pub throttled: Vec<(String, String, String)>,
+    /// When each Lease write was answered, with its status.
+    pub lease_times: Vec<(Instant, u16)>,
     /// How long the "kubelet" takes to stop an evicted pod after its graceful deletion starts;
     /// `None`: never by itself (a finalizer, a long grace period) until [`FakeApi::finish_termination`].
     pub termination: Option<Duration>,
@@ -133,6 +142,46 @@ pub struct State {
     pub watches: BTreeMap<Kind, u32>,
     /// Every request as RBAC sees it: (verb, API group, resource[/subresource]).
     pub requests: Vec<(String, String, String)>,
+}
+
+/// API Priority and Fairness, as far as a client can see it: per priority level a rate (a token
+/// bucket of seats per second); a request over it is rejected with 429, never queued.
+pub struct Apf {
+    /// `(level, API group, resource, verb)` in matching order; unmatched requests go to
+    /// `workload-low`, where a service account's requests land by default.
+    pub rules: Vec<(String, String, String, String)>,
+    /// Per level: requests per second and burst. A level not named is unlimited.
+    pub limits: BTreeMap<String, (f64, f64)>,
+    buckets: BTreeMap<String, (f64, Instant)>,
+}
+
+impl Apf {
+    pub fn new(rules: Vec<(String, String, String, String)>, limits: &[(&str, f64, f64)]) -> Apf {
+        let limits = limits.iter().map(|(l, qps, burst)| (l.to_string(), (*qps, *burst))).collect();
+        Apf { rules, limits, buckets: BTreeMap::new() }
+    }
+
+    fn level(&self, (verb, group, resource): &(String, String, String)) -> String {
+        self.rules
+            .iter()
+            .find(|(_, g, r, v)| g == group && r == resource && v == verb)
+            .map_or_else(|| "workload-low".to_string(), |(l, ..)| l.clone())
+    }
+
+    /// Whether a request of `level` is admitted now.
+    fn admit(&mut self, level: &str) -> bool {
+        let Some(&(qps, burst)) = self.limits.get(level) else { return true };
+        let now = Instant::now();
+        let (tokens, at) = self.buckets.entry(level.to_string()).or_insert((burst, now));
+        *tokens = (*tokens + now.duration_since(*at).as_secs_f64() * qps).min(burst);
+        *at = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 /// The fake API server. Cheap to clone; every clone shares the state.
@@ -311,6 +360,24 @@ impl FakeApi {
         kube::Client::new(FakeService { api: self.clone(), client: name.to_string() }, "default")
     }
 
+    /// The scheduler's clients as `wasmsched run` builds them, recorded as `name`'s: the API
+    /// client limited to `rate` (kube-scheduler's defaults unless given), the Lease's on its own.
+    pub fn clients(&self, name: &str, rate: Option<wasmsched_kube::ClientRate>) -> wasmsched_kube::Clients {
+        use tower::Layer;
+        let layer = wasmsched_kube::throttle::ThrottleLayer::new(rate.unwrap_or_default());
+        let service = layer.layer(FakeService { api: self.clone(), client: name.to_string() });
+        wasmsched_kube::Clients {
+            api: kube::Client::new(service, "default"),
+            events: None,
+            election: self.client(name),
+        }
+    }
+
+    /// API Priority and Fairness from now on.
+    pub fn enable_apf(&self, apf: Apf) {
+        self.state().apf = Some(apf);
+    }
+
     pub fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap()
     }
@@ -355,7 +422,27 @@ impl FakeApi {
         let q = query(&parts.uri);
         let m = &parts.method;
         let call = authorization(m, &path, &q);
-        self.state().requests.push(call);
+        {
+            let mut s = self.state();
+            s.requests.push(call.clone());
+            // Long-running watches are exempt from APF's limits, as on a real server.
+            if call.0 != "watch"
+                && let Some(apf) = s.apf.as_mut()
+            {
+                let level = apf.level(&call);
+                if !apf.admit(&level) {
+                    s.throttled.push((level, call.0.clone(), call.2.clone()));
+                    if call.2 == "leases" {
+                        s.lease_times.push((Instant::now(), 429));
+                    }
+                    let mut body = status(429, "TooManyRequests", "too many requests, please try again later");
+                    body["details"] = json!({"retryAfterSeconds": 1});
+                    let mut r = respond(429, &body);
+                    r.headers_mut().insert(http::header::RETRY_AFTER, "1".parse().unwrap());
+                    return r;
+                }
+            }
+        }
         match path.as_slice() {
             ["api", "v1", "nodes"] => self.collection(Kind::Node, &q),
             ["api", "v1", "pods"] => self.collection(Kind::Pod, &q),
@@ -659,6 +746,7 @@ impl FakeApi {
                     return respond(409, &status(409, "AlreadyExists", "leases already exists"));
                 }
                 s.lease_writes.push((client, holder, 201));
+                s.lease_times.push((Instant::now(), 201));
                 let l = s.upsert(Kind::Lease, lease);
                 respond(201, &l)
             }
@@ -678,6 +766,7 @@ impl FakeApi {
                     );
                 }
                 s.lease_writes.push((client, holder, 200));
+                s.lease_times.push((Instant::now(), 200));
                 let mut lease = body;
                 lease["metadata"]["namespace"] = json!(ns);
                 let l = s.upsert(Kind::Lease, lease);

@@ -8,13 +8,23 @@ use fake_api::FakeApi;
 /// The grants of the Helm chart's roles in `template` (under `templates/`, its template expressions
 /// replaced by a placeholder) whose name (`released…`) passes `role`: (API group, resource, verb).
 pub fn chart_grants(template: &str, role: &dyn Fn(&str) -> bool) -> Vec<(String, String, String)> {
+    let plain = chart_plain(template);
+    chart_rules(&plain, &|kind, name| matches!(kind, "ClusterRole" | "Role") && role(name))
+        .into_iter()
+        .map(|(_, g, r, v)| (g, r, v))
+        .collect()
+}
+
+/// `template` (under `templates/`) as plain YAML: template expressions on a line of their own
+/// dropped, the rest replaced by a placeholder.
+fn chart_plain(template: &str) -> String {
     let path = format!("{}/../../charts/wasmsched/templates/{template}", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(path).unwrap();
     let mut plain = String::new();
     for line in text.lines() {
         let t = line.trim_start();
         if t.starts_with("{{") && t.ends_with("}}") {
-            continue; // control flow and includes on a line of their own
+            continue;
         }
         let mut out = String::new();
         let mut rest = line;
@@ -28,12 +38,49 @@ pub fn chart_grants(template: &str, role: &dyn Fn(&str) -> bool) -> Vec<(String,
         plain.push_str(&out);
         plain.push('\n');
     }
+    plain
+}
+
+/// The FlowSchemas of the chart (`flowcontrol.yaml`): (priority level, API group, resource, verb)
+/// for each resource rule, in matching precedence order (lowest first).
+pub fn chart_flow_schemas() -> Vec<(String, String, String, String)> {
+    let plain = chart_plain("flowcontrol.yaml");
+    let mut docs: Vec<(i64, serde_yaml_ng::Value)> = plain
+        .split("\n---\n")
+        .filter_map(|d| serde_yaml_ng::from_str::<serde_yaml_ng::Value>(d).ok())
+        .filter(|v| v["kind"] == "FlowSchema")
+        .map(|v| (v["spec"]["matchingPrecedence"].as_i64().unwrap_or(1000), v))
+        .collect();
+    docs.sort_by_key(|(p, _)| *p);
+    let mut out = Vec::new();
+    for (_, v) in docs {
+        let level = v["spec"]["priorityLevelConfiguration"]["name"].as_str().unwrap_or_default().to_string();
+        for rule in v["spec"]["rules"].as_sequence().into_iter().flatten() {
+            for r in rule["resourceRules"].as_sequence().into_iter().flatten() {
+                let list = |k: &str| -> Vec<String> {
+                    r[k].as_sequence().into_iter().flatten().filter_map(|x| x.as_str().map(String::from)).collect()
+                };
+                for g in list("apiGroups") {
+                    for res in list("resources") {
+                        for verb in list("verbs") {
+                            out.push((level.clone(), g.clone(), res.clone(), verb));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Rules `(kind, API group, resource, verb)` of the documents in `plain` whose kind and name pass.
+fn chart_rules(plain: &str, keep: &dyn Fn(&str, &str) -> bool) -> Vec<(String, String, String, String)> {
     let mut grants = Vec::new();
     for doc in plain.split("\n---\n") {
         let v: serde_yaml_ng::Value = serde_yaml_ng::from_str(doc).unwrap();
         let kind = v["kind"].as_str().unwrap_or_default();
         let name = v["metadata"]["name"].as_str().unwrap_or_default();
-        if !matches!(kind, "ClusterRole" | "Role") || !role(name) {
+        if !keep(kind, name) {
             continue;
         }
         for rule in v["rules"].as_sequence().into_iter().flatten() {
@@ -43,7 +90,7 @@ pub fn chart_grants(template: &str, role: &dyn Fn(&str) -> bool) -> Vec<(String,
             for g in list("apiGroups") {
                 for r in list("resources") {
                     for verb in list("verbs") {
-                        grants.push((g.clone(), r.clone(), verb));
+                        grants.push((kind.to_string(), g.clone(), r.clone(), verb));
                     }
                 }
             }
