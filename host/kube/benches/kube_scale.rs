@@ -2,7 +2,10 @@
 //! `tests/support/fake_api.rs`): cache memory and cold start at 5,000 nodes / 150,000 pods, and the
 //! binds per second the scheduler issues with a realistic API latency.
 //!
-//! `cargo bench -p wasmsched-kube --bench kube_scale [-- NODES PODS PENDING BIND_LATENCY_MS OURS_PERCENT]`
+//! `cargo bench -p wasmsched-kube --bench kube_scale [-- NODES PODS PENDING BIND_LATENCY_MS OURS_PERCENT QPS]`
+//!
+//! `QPS` is the scheduler's client rate (`--kube-api-qps`, burst twice that); 0, the default
+//! here, lifts the limit so the figure is the scheduler's own capacity.
 
 #![allow(clippy::print_stdout)]
 
@@ -56,6 +59,8 @@ fn main() {
     let latency_ms = args.get(3).copied().unwrap_or(5) as u64;
     // Bound pods placed by this scheduler before a restart (taken over at start), in percent.
     let ours_percent = args.get(4).copied().unwrap_or(0).min(100);
+    let qps = args.get(5).copied().unwrap_or(0);
+    let rate = wasmsched_kube::ClientRate { qps: qps as f64, burst: (qps * 2).max(1) as u32 };
 
     // 1. The cache alone: objects converted and dropped one at a time, so the RSS growth is what
     //    the scheduler keeps.
@@ -104,7 +109,7 @@ fn main() {
         let preparer = Preparer::new(Arc::new(Runtime::new(RuntimeConfig::default()).unwrap()));
         let registry = policy::registry(&preparer, &policy::default_policy(), None, 0).unwrap();
         let metrics = Metrics::new("wasmsched");
-        let scheduler = Scheduler::new(api.clients("bench", None), registry, metrics.clone(), SchedulerConfig::new("wasmsched"));
+        let scheduler = Scheduler::new(api.clients("bench", Some(rate)), registry, metrics.clone(), SchedulerConfig::new("wasmsched"));
         let (stop, stopped) = watch::channel(false);
         let started = Instant::now();
         let task = tokio::spawn(scheduler.run(stopped));
