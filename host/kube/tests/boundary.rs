@@ -1054,3 +1054,27 @@ async fn pod_reasons_are_coalesced_latest_wins_in_order_and_retried_after_429() 
         assert_eq!(rounds.last(), Some(&5));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_a_terminating_pod_of_ours_holds_its_gpus_and_is_not_taken_over() {
+    let api = FakeApi::new();
+    api.put(Kind::Node, gpu_node("gpu-0", 8, &[]));
+    // Evicted before the restart, still stopping (a finalizer, a long grace period).
+    let mut leaving = pod("ml", "leaving", NAME, 8, "4", "32Gi");
+    leaving["spec"]["nodeName"] = json!("gpu-0");
+    leaving["metadata"]["deletionTimestamp"] = json!("2026-11-25T12:00:30Z");
+    leaving["metadata"]["deletionGracePeriodSeconds"] = json!(30);
+    leaving["metadata"]["annotations"] = json!({ GPU_IDS_ANNOTATION: "0,1,2,3,4,5,6,7" });
+    api.put(Kind::Pod, leaving);
+    let mut next = pod("ml", "next", NAME, 8, "4", "32Gi");
+    next["spec"]["priority"] = json!(100);
+    api.put(Kind::Pod, next);
+    let run = start(&api, "a", None);
+    eventually("next says why it waits", Duration::from_secs(20), || condition_of(&api, "ml/next").is_some()).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(node_of(&api, "ml/next"), None, "bound to GPUs a terminating pod still holds");
+    assert!(api.state().evictions.is_empty(), "a terminating pod is never a victim again");
+    assert!(api.finish_termination("ml/leaving"));
+    eventually("next bound once it is gone", Duration::from_secs(20), || node_of(&api, "ml/next").is_some()).await;
+    run.stop().await;
+}
