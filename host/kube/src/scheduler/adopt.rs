@@ -1,0 +1,115 @@
+//! Taking over after a start or a fail-over: the core sees every node and the running pods of
+//! ours, placed before, as its own.
+
+use super::*;
+
+impl Scheduler {
+    /// Once nodes and pods are listed (and queues, or the grace for them passed): the core sees
+    /// every node and takes over the pods of ours that already run — placed before a restart.
+    pub(super) fn maybe_adopt(&mut self) {
+        if self.listing.adopted.is_some() || !(self.listing.synced.nodes && self.listing.synced.pods) {
+            return;
+        }
+        let listed = self.listing.synced.queues
+            && self.listing.synced.flavors
+            && self.listing.synced.priority_classes
+            && self.listing.synced.budgets;
+        if !listed && self.timers.clock.elapsed() < QUEUE_SYNC_GRACE {
+            return;
+        }
+        let now = self.now();
+        let running: AHashSet<String> = self.ours.iter().filter(|(_, f)| f.bound).map(|(id, _)| id.clone()).collect();
+        self.next.stale_nodes.clear();
+        let names: Vec<String> = self.cache.node_names().map(String::from).collect();
+        for name in names {
+            if let Some(node) = self.background(&name, &running) {
+                self.observe(node, now);
+            }
+        }
+        let mut singles = Vec::new();
+        let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for id in &running {
+            match group_key(&self.ours[id].task) {
+                Some(g) => groups.entry(g).or_default().push(id.clone()),
+                None => singles.push(id.clone()),
+            }
+        }
+        let mut refused = Vec::new();
+        for id in singles {
+            let w = workloads::single(&self.ours[&id], &self.objects.priority_classes);
+            let placed: Vec<_> = self.placed(std::slice::from_ref(&id));
+            if let Err(e) = self.core.adopt(w, &placed, now) {
+                refused.push((id, e.to_string()));
+            }
+        }
+        for (key, bound) in groups {
+            // Its pending members join it; they are placed as capacity allows.
+            let pending: Vec<String> = self
+                .ours
+                .iter()
+                .filter(|(_, f)| !f.bound && group_key(&f.task).as_deref() == Some(key.as_str()))
+                .map(|(id, _)| id.clone())
+                .collect();
+            let info = self.objects.groups.get(&key).cloned().unwrap_or(GroupInfo {
+                min_member: bound.len(),
+                topology_key: None,
+                queue: None,
+                priority: None,
+                priority_class: None,
+                timeout_seconds: None,
+            });
+            let members: Vec<&PodFacts> = bound.iter().chain(&pending).map(|id| &self.ours[id]).collect();
+            let w = workloads::gang(&key, &info, &members, &self.objects.priority_classes);
+            let placed = self.placed(&bound);
+            if let Err(e) = self.core.adopt(w, &placed, now) {
+                refused.extend(bound.into_iter().map(|id| (id, e.to_string())));
+            }
+        }
+        for (id, error) in refused {
+            // Not taken over: it still runs, and counts as others' usage.
+            tracing::warn!(pod = %id, %error, "a running pod of ours was not taken over");
+            if let Some(node) = self.cache.node_of(&id).map(String::from) {
+                self.next.stale_nodes.insert(node);
+            }
+        }
+        let (adopted, pending) = (running.len(), self.ours.len() - running.len());
+        if *self.leader.borrow() {
+            tracing::info!(adopted, pending, "leading: took over the running pods of ours");
+        } else {
+            // A standby only keeps its view current; it takes over when it gets the lease.
+            tracing::info!(adopted, pending, "standing by: running pods of ours known");
+        }
+        self.listing.adopted = Some(Instant::now());
+        self.next.dirty = true;
+    }
+
+    /// A follower that becomes the leader starts its core afresh: the pods the previous leader
+    /// bound meanwhile are taken over like after a restart, so they count in their queues.
+    pub(super) fn take_over_again(&mut self) {
+        tracing::info!("leading: taking over the pods bound meanwhile");
+        let tree = match self.objects.queues.tree(&self.objects.flavors).0 {
+            Ok(tree) => tree,
+            Err(_) => {
+                Queues::default().tree(&Flavors::default()).0.expect("the implicit default queue alone is a valid tree")
+            }
+        };
+        self.core = SchedulerCore::new(tree, self.config.core.clone());
+        self.listing.adopted = None;
+        self.next.not_before.clear();
+        self.reports.reported.clear();
+        self.reports.attempts.clear();
+        self.in_flight.evicting.clear();
+        self.next.stale_nodes.clear();
+        self.objects.withdrawn.clear();
+        self.next.dirty = true;
+    }
+
+    pub(super) fn placed(&self, ids: &[String]) -> Vec<(String, String, Vec<DeviceShare>)> {
+        ids.iter()
+            .filter_map(|id| {
+                let (node, devices) = self.cache.holding(id)?;
+                Some((id.clone(), node.to_string(), devices.to_vec()))
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,383 @@
+//! Carrying out the core's decisions on the API server: binds, evictions, checkpoint requests,
+//! nominations, why a pod waits, and the events of each decision.
+
+use super::*;
+
+/// What every decision of one `carry_out` shares: the policy version that decided, its reference
+/// for events, and the decision time per decision.
+pub(super) struct Carried<'a> {
+    live: &'a Arc<PolicyVersion>,
+    policy: &'a PolicySetRef,
+    each: Duration,
+}
+
+impl Scheduler {
+    /// Carries out the core's decisions, in order.
+    pub(super) fn carry_out(&mut self, decisions: Vec<Decision>, live: &Arc<PolicyVersion>, each: Duration) {
+        let policy = policy_ref(live);
+        let mut nominated = AHashSet::new();
+        for d in decisions {
+            let at = Carried { live, policy: &policy, each };
+            match &d {
+                Decision::Bound { .. } => self.bound(&d, &at),
+                Decision::Unschedulable { .. } => self.unschedulable(&d, &at),
+                Decision::PreemptionRequested { .. } => self.ask_for_checkpoint(&d),
+                Decision::Evicted { .. } => nominated.extend(self.evicted(&d, &at)),
+                Decision::TimedOut { .. } => self.timed_out(&d, &at),
+                Decision::Fault(_) => self.fault(&d, &at),
+            }
+        }
+        for workload in nominated {
+            self.nominate(&workload);
+        }
+    }
+
+    /// A bind decided: assumed in the cache, recorded, its events held until the bind succeeds.
+    pub(super) fn bound(&mut self, d: &Decision, at: &Carried<'_>) {
+        let Decision::Bound { workload, task, node, devices, score, feasible, faults } = d else {
+            return;
+        };
+        let (live, policy, each) = (at.live, at.policy, at.each);
+        let Some(facts) = self.ours.get(task).cloned() else {
+            tracing::warn!(pod = %task, "bound a pod that is gone; the bind will fail");
+            return;
+        };
+        let attempt = self.reports.attempts.remove(workload).unwrap_or(0) + 1;
+        if let Some(slot) = self.cache.nodes().slot_of(node) {
+            let placement = Placement {
+                node: slot,
+                devices: devices.clone(),
+                score: *score,
+                feasible: *feasible,
+                skipped_faults: faults.clone(),
+            };
+            let observed =
+                Observed { task: &facts.task, nodes: self.cache.nodes(), result: &Ok(placement), latency: each };
+            self.registry.record(live, observed);
+            self.cache.assume(slot, &facts.task, devices);
+        }
+        if self.reports.events.is_some() {
+            let cycle_facts = self.facts(&facts.task, attempt);
+            let payloads = decisions::cycle(d, &cycle_facts, self.cache.nodes(), policy);
+            self.reports.unconfirmed.insert(task.clone(), payloads);
+        }
+        self.reports.decided += 1;
+        self.start_bind(&facts, node.clone(), devices.clone(), each);
+    }
+
+    /// A failed attempt: recorded, published, and each waiting pod told why.
+    pub(super) fn unschedulable(&mut self, d: &Decision, at: &Carried<'_>) {
+        let Decision::Unschedulable { workload, explanation } = d else {
+            return;
+        };
+        let (live, policy, each) = (at.live, at.policy, at.each);
+        let Some(waiting): Option<Vec<Task>> =
+            self.core.members_of(workload).map(|m| m.filter(|(_, placed)| !placed).map(|(t, _)| t.clone()).collect())
+        else {
+            return;
+        };
+        self.reports.attempts.insert(workload.clone(), explanation.attempts);
+        for _ in &waiting {
+            self.metrics.attempt("unschedulable", each);
+        }
+        if let (Some(first), Some(diagnosis)) = (waiting.first(), &explanation.nodes) {
+            let result = Err(Unschedulable { diagnosis: diagnosis.clone() });
+            let observed = Observed { task: first, nodes: self.cache.nodes(), result: &result, latency: each };
+            self.registry.record(live, observed);
+        }
+        if let (Some(sink), Some(first)) = (&self.reports.events, waiting.first()) {
+            for p in decisions::cycle(d, &self.facts(first, explanation.attempts), self.cache.nodes(), policy) {
+                sink.emit(p);
+            }
+        }
+        let ids: Vec<String> = waiting.iter().map(|t| t.id.clone()).collect();
+        self.report(&ids, &reason(explanation));
+    }
+
+    /// A victim that can checkpoint is asked to (its deadline as wall-clock time).
+    pub(super) fn ask_for_checkpoint(&mut self, d: &Decision) {
+        let Decision::PreemptionRequested { task, preemptor, deadline, .. } = d else {
+            return;
+        };
+        let wall = k8s_openapi::jiff::Timestamp::now() + Duration::from_secs(deadline.saturating_sub(self.now()));
+        let (effects, key, preemptor) = (self.effects.clone(), key_of_id(task), preemptor.clone());
+        if *self.leader.borrow() {
+            tokio::spawn(async move {
+                if let Err(e) = effects.request_checkpoint(&key, &preemptor, &wall.to_string()).await {
+                    tracing::warn!(pod = %key, error = %e, "could not ask for a checkpoint; evicted at the deadline");
+                }
+            });
+        }
+    }
+
+    /// A victim evicted: published, forgotten by the core (its room held as terminating) and
+    /// evicted through the API. Returns the preemptor that now waits nominated.
+    pub(super) fn evicted(&mut self, d: &Decision, at: &Carried<'_>) -> Option<String> {
+        let Decision::Evicted { workload, task, reason, .. } = d else {
+            return None;
+        };
+        let policy = at.policy;
+        if let Some(sink) = &self.reports.events
+            && let Some(victim) = self.ours.get(task)
+        {
+            let preemptor = match reason {
+                EvictReason::Preempted { preemptor, .. } => {
+                    self.core.members_of(preemptor).and_then(|mut m| m.next().map(|(t, _)| t.clone()))
+                }
+                _ => None,
+            };
+            let grace = victim.checkpoint.map(|g| g.unwrap_or(self.config.core.checkpoint_grace_seconds));
+            let facts =
+                CycleFacts { preemptor: preemptor.as_ref(), grace_seconds: grace, ..self.facts(&victim.task, 0) };
+            for p in decisions::cycle(d, &facts, self.cache.nodes(), policy) {
+                sink.emit(p);
+            }
+        }
+        let _ = workload;
+        // Evicted pods do not come back (their controller makes new ones): the core
+        // forgets the task now and holds its room as terminating until the pod is gone.
+        let _ = self.core.remove_task(task);
+        if !matches!(reason, EvictReason::NodeLost) {
+            self.in_flight.evicting.insert(task.clone());
+            self.start_eviction(task, reason);
+        }
+        if let EvictReason::Preempted { preemptor, .. } = reason {
+            return Some(preemptor.clone());
+        }
+        None
+    }
+
+    /// A gang given up for now: published, reported, and submitted again after a while.
+    pub(super) fn timed_out(&mut self, d: &Decision, at: &Carried<'_>) {
+        let Decision::TimedOut { workload } = d else {
+            return;
+        };
+        let policy = at.policy;
+        let members: Vec<Task> =
+            self.core.members_of(workload).map(|m| m.map(|(t, _)| t.clone()).collect()).unwrap_or_default();
+        if let (Some(sink), Some(first)) = (&self.reports.events, members.first()) {
+            let status = self.core.status(workload);
+            let facts = CycleFacts {
+                min_member: members.len() as u32,
+                placed: status.map_or(0, |s| s.explanation.gang.map_or(0, |g| g.0 as u32)),
+                ..self.facts(first, 0)
+            };
+            for p in decisions::cycle(d, &facts, self.cache.nodes(), policy) {
+                sink.emit(p);
+            }
+        }
+        // Given up for a while, not for good: pods in Kubernetes wait as long as they exist.
+        let _ = self.core.finish(workload);
+        let retry = self.now() + self.config.resubmit_after.as_secs().max(1);
+        self.next.not_before.insert(workload.clone(), retry);
+        let ids: Vec<String> = members.iter().map(|t| t.id.clone()).collect();
+        self.report(&ids, &format!("pod group {workload} timed out waiting to be placed; retrying"));
+    }
+
+    /// A plugin fault the cycle recovered from: logged and published.
+    pub(super) fn fault(&mut self, d: &Decision, at: &Carried<'_>) {
+        let Decision::Fault(f) = d else { return };
+        let policy = at.policy;
+        tracing::warn!(fault = %f, "plugin fault");
+        if let Some(sink) = &self.reports.events {
+            let any = Task::default();
+            for p in decisions::cycle(d, &self.facts(&any, 0), self.cache.nodes(), policy) {
+                sink.emit(p);
+            }
+        }
+    }
+
+    /// A preemptor waits for its victims to go: its pods say so, and name the node(s) kept for
+    /// them in `status.nominatedNodeName`, as kube-scheduler's do.
+    pub(super) fn nominate(&mut self, workload: &str) {
+        let Some(nodes) = self.core.nomination(workload) else { return };
+        let Some(waiting): Option<Vec<Task>> =
+            self.core.members_of(workload).map(|m| m.filter(|(_, placed)| !placed).map(|(t, _)| t.clone()).collect())
+        else {
+            return;
+        };
+        let message = self.core.explain(workload).map(reason).unwrap_or_default();
+        tracing::info!(workload, nodes = ?nodes, "nominated: waiting for its victims to go");
+        for (i, task) in waiting.iter().enumerate() {
+            let Some(uid) = self.ours.get(&task.id).map(|f| f.uid.clone()) else { continue };
+            self.report_one(&task.id, &uid, &message);
+            if let (Some(node), true) = (nodes.get(i % nodes.len().max(1)), *self.leader.borrow()) {
+                let (effects, key, node) = (self.effects.clone(), key_of(task), node.clone());
+                tokio::spawn(async move {
+                    if let Err(e) = effects.nominate(&key, &node).await {
+                        tracing::debug!(pod = %key, error = %e, "could not record the nominated node");
+                    }
+                });
+            }
+        }
+    }
+
+    pub(super) fn facts<'a>(&self, task: &'a Task, attempt: u32) -> CycleFacts<'a> {
+        CycleFacts { task, preemptor: None, grace_seconds: None, attempt, min_member: 1, placed: 0, waited_seconds: 0 }
+    }
+
+    /// `PodScheduled=False` with `message` on each pod, when it says something new.
+    pub(super) fn report(&mut self, ids: &[String], message: &str) {
+        for id in ids {
+            let Some(uid) = self.ours.get(id).map(|f| f.uid.clone()) else { continue };
+            self.report_one(id, &uid, message);
+        }
+    }
+
+    pub(super) fn report_one(&mut self, id: &str, uid: &str, message: &str) {
+        if self.reports.reported.get(id).is_some_and(|m| m == message) {
+            return;
+        }
+        tracing::debug!(pod = %id, reason = message, "unschedulable");
+        if !*self.leader.borrow() {
+            return;
+        }
+        self.reports.reported.insert(id.to_string(), message.to_string());
+        if let Some(writer) = &self.reports.pod_status {
+            writer.unschedulable(id, key_of_id(id), uid, message);
+        }
+    }
+
+    /// Pod `id` no longer waits (bound, gone): nothing more is written about why it did.
+    pub(super) fn unreport(&mut self, id: &str) {
+        if self.reports.reported.remove(id).is_some()
+            && let Some(writer) = &self.reports.pod_status
+        {
+            writer.forget(id);
+        }
+    }
+
+    pub(super) fn start_bind(&mut self, pod: &PodFacts, node: String, devices: Vec<DeviceShare>, decided_in: Duration) {
+        let (effects, leader, done) = (self.effects.clone(), self.leader.clone(), self.in_flight.done_tx.clone());
+        let nodes = self.cache.nodes();
+        let numa = nodes.slot_of(&node).and_then(|s| nodes.get(s)).and_then(|n| convert::numa_of(n, &devices));
+        let (key, uid, id) = (key_of(&pod.task), pod.uid.clone(), pod.task.id.clone());
+        let binds = self.in_flight.binds.clone();
+        tokio::spawn(async move {
+            let permit = binds.acquire_owned().await;
+            let started = Instant::now();
+            // Checked at the last moment: a replica that lost the lease writes nothing more.
+            let result = if *leader.borrow() {
+                effects.bind(&key, &uid, &node, &devices, numa).await
+            } else {
+                Err(EffectError::NotLeader)
+            };
+            let took = started.elapsed();
+            let bound = result.is_ok();
+            let _ = done.send(Done::Bind { id, result, took, decided_in });
+            // The next bind may start: the event below waits for its own client's rate.
+            drop(permit);
+            if bound {
+                tracing::info!(pod = %key, node = %node, gpus = devices.len(), "bound");
+                // What `kubectl describe pod` users look for, as kube-scheduler writes it; after
+                // the bind is reported, so it never delays the next decision.
+                let note = format!("Successfully assigned {}/{} to {node}", key.namespace, key.name);
+                effects.event(&key, Some(&uid), EventType::Normal, "Scheduled", &note).await;
+            }
+        });
+    }
+
+    /// Evicts a victim through the Eviction API, retrying refusals (a disruption budget) with
+    /// back-off for a while; if it never goes, it counts again as running.
+    pub(super) fn start_eviction(&mut self, id: &str, reason: &EvictReason) {
+        let (effects, leader, done) = (self.effects.clone(), self.leader.clone(), self.in_flight.done_tx.clone());
+        let (key, id) = (key_of_id(id), id.to_string());
+        let note = match reason {
+            EvictReason::Preempted { preemptor, .. } => format!("preempted by {preemptor}"),
+            EvictReason::GangBroken => "its pod group fell below min-member".to_string(),
+            EvictReason::NodeLost => "its node is gone".to_string(),
+        };
+        tokio::spawn(async move {
+            let mut wait = Duration::from_secs(1);
+            for attempt in 0..20 {
+                if !*leader.borrow() {
+                    break;
+                }
+                match effects.evict(&key).await {
+                    Ok(()) => {
+                        tracing::info!(pod = %key, reason = %note, "evicted");
+                        effects.event(&key, None, EventType::Normal, "Preempted", &note).await;
+                        return;
+                    }
+                    Err(EffectError::NotFound(_)) => return,
+                    Err(e) => {
+                        if attempt == 0 {
+                            tracing::warn!(pod = %key, error = %e, "eviction refused; retrying with back-off");
+                        }
+                    }
+                }
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(10));
+            }
+            let _ = done.send(Done::EvictionAbandoned { id });
+        });
+    }
+
+    pub(super) fn done(&mut self, done: Done) {
+        match done {
+            Done::Bind { id, result, took, decided_in } => self.bind_done(id, result, took, decided_in),
+            Done::EvictionAbandoned { id } => {
+                tracing::warn!(pod = %id, "gave up evicting; it counts as running again");
+                // The core stops holding its room as terminating; the node shows it as anyone's
+                // pod, and a preemptor waiting for it tries again (elsewhere, or other victims).
+                self.in_flight.evicting.remove(&id);
+                self.core.terminated(&id);
+                if let Some(node) = self.cache.node_of(&id).map(String::from) {
+                    self.stale(node);
+                }
+            }
+        }
+    }
+
+    pub(super) fn bind_done(
+        &mut self,
+        id: String,
+        result: Result<(), EffectError>,
+        took: Duration,
+        decided_in: Duration,
+    ) {
+        self.metrics.bind_duration.observe(took.as_secs_f64());
+        let (label, attempt) = match &result {
+            Ok(()) => ("ok", "scheduled"),
+            Err(EffectError::Conflict(_)) => ("conflict", "error"),
+            Err(EffectError::NotFound(_)) => ("not_found", "error"),
+            Err(EffectError::NotLeader) => ("not_leader", "error"),
+            Err(EffectError::Retryable(_) | EffectError::TooManyRequests(..)) => ("retry", "error"),
+        };
+        self.metrics.binds.get_or_create(&BindLabels { result: label }).inc();
+        self.metrics.attempt(attempt, decided_in + took);
+        let events = self.reports.unconfirmed.remove(&id);
+        match result {
+            Ok(()) => {
+                if let (Some(sink), Some(events)) = (&self.reports.events, events) {
+                    for e in events {
+                        sink.emit(e);
+                    }
+                }
+            }
+            Err(e) => {
+                // Bound elsewhere or gone (409/404): the watch stream says what is true, never
+                // retried. Otherwise the pod waits a back-off and is submitted again.
+                let retry = !matches!(e, EffectError::Conflict(_) | EffectError::NotFound(_));
+                tracing::info!(pod = %id, error = %e, retry, "bind failed");
+                self.cache.forget_assumed(&id);
+                if self.core.placement_of(&id).is_some() {
+                    let _ = self.core.remove_task(&id);
+                }
+                // The watch may already have shown it bound (by another scheduler, possibly to the
+                // very node we chose): it runs there as others' usage, which the core sees only
+                // once that node is shown to it again.
+                if let Some(node) = self.cache.node_of(&id).map(String::from) {
+                    self.stale(node);
+                }
+                if retry {
+                    let wait = e.retry_after().map_or(0, |d| d.as_secs());
+                    let at = self.now() + self.config.core.backoff_initial_seconds.max(1).max(wait);
+                    let wait_key = self.ours.get(&id).and_then(|f| group_key(&f.task)).unwrap_or_else(|| id.clone());
+                    self.next.not_before.insert(wait_key, at);
+                }
+                self.next.dirty = true;
+            }
+        }
+    }
+}

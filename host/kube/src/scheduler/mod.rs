@@ -1,0 +1,446 @@
+//! The scheduling loop against a cluster. Watch streams feed two views: the [`Cache`] (every pod's
+//! usage on every node, plus binds in flight) and the [`SchedulerCore`] (this scheduler's pods as
+//! workloads in their queues; each node as what everyone else leaves free). The leader runs the
+//! core's cycle whenever something changed or one of its timers is due, and carries out its
+//! decisions: binds, `PodScheduled=False` with the explanation, checkpoint requests, evictions
+//! through the Eviction API. Non-leaders keep both views warm so a fail-over is instant.
+//!
+//! One task owns the views (no locks on the hot path); API writes run concurrently, binds at most
+//! `bind_concurrency` at once, and report back on a channel.
+//!
+//! The loop's parts, in the order data flows through them:
+//! - `view`: the watch handlers — the cache, our pods, pod groups, queues, flavors, priority
+//!   classes and disruption budgets, and which nodes the core must see again;
+//! - `adopt`: taking over after a start or a fail-over (running pods of ours become the core's);
+//! - `cycle`: one cycle — nodes refreshed, waiting pods submitted, victims offered, the core decides;
+//! - `effects`: each decision carried out (bind, evict, ask for a checkpoint, nominate, report why);
+//! - `statuses`: `Queue` and `PodGroup` status and the gauges, every few seconds.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ahash::{AHashMap, AHashSet};
+use futures_util::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client, ResourceExt};
+use tokio::sync::{Semaphore, mpsc, watch};
+use wasmsched_api::{DeviceShare, Node, Task};
+use wasmsched_core::{
+    CoreConfig, Decision, EvictReason, Explanation, Phase, Placement, RunningPod, SchedulerCore, Unschedulable,
+    flavored_amount, release,
+};
+use wasmsched_events::EventSink;
+use wasmsched_events::decisions::{self, CycleFacts};
+use wasmsched_events::schema::{Payload, PolicySetRef};
+use wasmsched_registry::{Decision as Observed, PolicyVersion, Registry};
+
+use crate::bind::{EffectError, Effects, EventType};
+use crate::cache::{Cache, PodPhase, pod_id};
+use crate::convert::{self, PodKey};
+use crate::crd::{PodGroup, PodGroupPhase, Queue, QueueStatus, ResourceFlavor};
+use crate::disruption::Budgets;
+use crate::leader::{Elector, LeaseConfig};
+use crate::metrics::{BindLabels, Metrics, QueueLabels};
+use crate::pod_status::PodStatusWriter;
+use crate::priorities::PriorityClasses;
+use crate::queues::{Flavors, Queues};
+use crate::status::{self, StatusWriter};
+use crate::throttle::Clients;
+use crate::workloads::{self, GroupInfo, PodFacts, group_key};
+
+mod adopt;
+mod cycle;
+mod effects;
+mod statuses;
+mod view;
+
+/// How the scheduler runs.
+#[derive(Clone, Debug)]
+pub struct SchedulerConfig {
+    /// Pods with this `spec.schedulerName` are ours.
+    pub scheduler_name: String,
+    /// Binds in flight at most.
+    pub bind_concurrency: usize,
+    /// Leader election; `None` runs as the only replica.
+    pub lease: Option<LeaseConfig>,
+    /// The cycle's tunables (back-off, gang timeout, checkpoint grace, …).
+    pub core: CoreConfig,
+    /// How long pods that could not be submitted (unknown queue, a gang that timed out) wait before
+    /// they are tried again.
+    pub resubmit_after: Duration,
+}
+
+impl SchedulerConfig {
+    /// Defaults for `scheduler_name`: 16 binds in flight, no election, the core's defaults.
+    pub fn new(scheduler_name: &str) -> SchedulerConfig {
+        SchedulerConfig {
+            scheduler_name: scheduler_name.into(),
+            bind_concurrency: 16,
+            lease: None,
+            // About 100–200 ms of Wasm placement on a 5,000-node cluster: binds start and the
+            // watch streams are read while a large backlog is worked through.
+            // An eviction is a graceful deletion: a victim holds its GPUs until its pod is gone.
+            core: CoreConfig { max_attempts_per_cycle: Some(64), await_termination: true, ..CoreConfig::default() },
+            resubmit_after: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What API writes report back to the loop.
+enum Done {
+    Bind {
+        id: String,
+        result: Result<(), EffectError>,
+        took: Duration,
+        decided_in: Duration,
+    },
+    /// An eviction was refused until we gave up: the victim still runs and counts again.
+    EvictionAbandoned {
+        id: String,
+    },
+}
+
+/// A re-list in progress: what it has listed so far.
+#[derive(Default)]
+struct Relist {
+    nodes: Option<AHashSet<String>>,
+    pods: Option<AHashSet<String>>,
+    queues: Option<AHashSet<String>>,
+    flavors: Option<AHashSet<String>>,
+    priority_classes: Option<AHashSet<String>>,
+    budgets: Option<AHashSet<String>>,
+}
+
+#[derive(Default, Clone, Copy, PartialEq, Eq)]
+struct Synced {
+    nodes: bool,
+    pods: bool,
+    queues: bool,
+    flavors: bool,
+    priority_classes: bool,
+    budgets: bool,
+}
+
+/// The scheduler: the two views, the policy registry and the API effects.
+pub struct Scheduler {
+    config: SchedulerConfig,
+    client: Client,
+    /// The Lease's own client: renewals never queue behind `client`'s writes.
+    election_client: Client,
+    registry: Arc<Registry>,
+    metrics: Arc<Metrics>,
+    effects: Effects,
+    cache: Cache,
+    core: SchedulerCore,
+    /// Our pods (pending and bound), by `namespace/name`.
+    ours: AHashMap<String, PodFacts>,
+    objects: Objects,
+    listing: Listing,
+    next: Next,
+    timers: Timers,
+    reports: Reports,
+    in_flight: InFlight,
+    leader: watch::Receiver<bool>,
+    /// Holds leadership at `true` when there is no election.
+    _always_leader: Option<watch::Sender<bool>>,
+}
+
+/// The cluster's scheduling objects besides nodes and pods, as the watches last showed them.
+#[derive(Default)]
+struct Objects {
+    groups: AHashMap<String, GroupInfo>,
+    queues: Queues,
+    flavors: Flavors,
+    priority_classes: PriorityClasses,
+    budgets: Budgets,
+    /// Workloads withdrawn as victims: a disruption budget protects one of their pods.
+    withdrawn: AHashSet<String>,
+    /// Why the last queue change was refused.
+    queue_error: Option<String>,
+}
+
+/// How far the watches have listed, and when the running pods were taken over.
+#[derive(Default)]
+struct Listing {
+    relist: Relist,
+    synced: Synced,
+    /// Synced since then; bound pods of ours were taken over by the core at that moment.
+    adopted: Option<Instant>,
+}
+
+/// What the next cycle must do before it decides.
+struct Next {
+    /// Something changed that may change a decision.
+    dirty: bool,
+    /// Nodes whose usage by others changed: the core sees them again before the next cycle.
+    stale_nodes: AHashSet<String>,
+    /// A pod of ours has pod (anti-)affinity terms of its own: the core needs every other pod's
+    /// labels; until then only others' pods with anti-affinity (their terms apply to everyone).
+    all_pod_labels: bool,
+    /// Pods or groups not to submit before this core time (refused, or a gang that timed out).
+    not_before: AHashMap<String, u64>,
+}
+
+/// The loop's clocks.
+struct Timers {
+    /// Core time counts whole seconds from here.
+    clock: Instant,
+    last_cycle: Instant,
+    gauges_at: Instant,
+    /// [`SchedulerCore::next_wakeup`] as of `wakeup_at`.
+    core_wakeup: Option<u64>,
+    wakeup_at: Instant,
+    status_at: Instant,
+}
+
+/// What is written about the decisions: object status, why pods wait, decision events.
+struct Reports {
+    status: StatusWriter,
+    /// `PodScheduled=False` on pending pods: coalesced, ordered, retried (started by `run`, with
+    /// the leadership it follows).
+    pod_status: Option<PodStatusWriter>,
+    /// Last reason written on each pending pod: the condition is patched only when it changes.
+    reported: AHashMap<String, String>,
+    /// Failed attempts per workload, for the `task-scheduled` event's attempt number.
+    attempts: AHashMap<String, u32>,
+    /// `task-scheduled` events waiting for their bind to succeed.
+    unconfirmed: AHashMap<String, Vec<Payload>>,
+    events: Option<EventSink>,
+    /// Pods decided so far.
+    decided: u64,
+}
+
+/// API writes under way.
+struct InFlight {
+    /// Binds in flight at most.
+    binds: Arc<Semaphore>,
+    done_tx: mpsc::UnboundedSender<Done>,
+    done_rx: mpsc::UnboundedReceiver<Done>,
+    /// Victims evicted and not gone yet: the core holds their room (as terminating) until their
+    /// pod is deleted, so the node's background leaves them out.
+    evicting: AHashSet<String>,
+}
+
+/// How often the leader brings `Queue` and `PodGroup` status up to date.
+const STATUS_EVERY: Duration = Duration::from_secs(2);
+
+/// Adoption (and so the first cycle) waits this long for the Queue, PriorityClass and
+/// PodDisruptionBudget lists: priorities and protected victims are known before anything is
+/// decided (a cluster without the CRD never sends the first; RBAC may deny the others).
+const QUEUE_SYNC_GRACE: Duration = Duration::from_secs(5);
+
+impl Scheduler {
+    /// A scheduler for the cluster of `clients`, deciding with `registry`'s live policy set.
+    pub fn new(clients: Clients, registry: Arc<Registry>, metrics: Arc<Metrics>, config: SchedulerConfig) -> Scheduler {
+        let Clients { api: client, events, election: election_client } = clients;
+        let identity = config.lease.as_ref().map_or_else(|| config.scheduler_name.clone(), |l| l.identity.clone());
+        let mut effects = Effects::new(client.clone(), &config.scheduler_name, &identity);
+        if let Some(events) = events {
+            effects = effects.with_event_client(events, &identity);
+        }
+        let status_client = client.clone();
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let (always, leader) = watch::channel(config.lease.is_none());
+        metrics.observe_policies(registry.clone());
+        let queues = Queues::default();
+        let tree = queues.tree(&Flavors::default()).0.expect("the implicit default queue alone is a valid tree");
+        let now = Instant::now();
+        Scheduler {
+            in_flight: InFlight {
+                binds: Arc::new(Semaphore::new(config.bind_concurrency.max(1))),
+                done_tx,
+                done_rx,
+                evicting: AHashSet::new(),
+            },
+            core: SchedulerCore::new(tree, config.core.clone()),
+            config,
+            client,
+            election_client,
+            registry,
+            metrics,
+            effects,
+            cache: Cache::new(),
+            ours: AHashMap::new(),
+            objects: Objects { queues, ..Objects::default() },
+            listing: Listing::default(),
+            next: Next {
+                dirty: true,
+                stale_nodes: AHashSet::new(),
+                all_pod_labels: false,
+                not_before: AHashMap::new(),
+            },
+            timers: Timers {
+                clock: now,
+                last_cycle: now,
+                gauges_at: now,
+                core_wakeup: None,
+                wakeup_at: now,
+                status_at: now,
+            },
+            reports: Reports {
+                status: StatusWriter::new(status_client),
+                pod_status: None,
+                reported: AHashMap::new(),
+                attempts: AHashMap::new(),
+                unconfirmed: AHashMap::new(),
+                events: None,
+                decided: 0,
+            },
+            leader,
+            _always_leader: Some(always),
+        }
+    }
+
+    /// Publishes every decision (`task-scheduled` once bound, `task-unschedulable` with the
+    /// reasons of every stage, `task-preempted`, `group-timed-out`, plugin faults) on `events`.
+    pub fn with_events(mut self, events: EventSink) -> Scheduler {
+        self.reports.events = Some(events);
+        self
+    }
+
+    /// Runs until `stop` changes (or its sender is dropped): starts the election if configured,
+    /// watches, decides and binds; on stop, waits for binds in flight and releases the lease.
+    pub async fn run(mut self, mut stop: watch::Receiver<bool>) -> anyhow::Result<()> {
+        let (stop_election, election) = match self.config.lease.clone() {
+            Some(lease) => {
+                let (elector, leader) = Elector::new(self.election_client.clone(), lease);
+                self.leader = leader;
+                let (tx, rx) = watch::channel(false);
+                (Some(tx), Some(tokio::spawn(elector.run(rx))))
+            }
+            None => (None, None),
+        };
+        self.reports.pod_status = Some(PodStatusWriter::start(self.effects.clone(), self.leader.clone()));
+        let nodes = watch_stream(Api::<KubeNode>::all(self.client.clone()), watcher::Config::default());
+        // Finished pods hold nothing; leaving them out of the list is most of a big cluster's pods.
+        let pod_config = watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed");
+        let pods = watch_stream(Api::<Pod>::all(self.client.clone()), pod_config);
+        let groups = watch_stream(Api::<PodGroup>::all(self.client.clone()), watcher::Config::default());
+        let queues = watch_stream(Api::<Queue>::all(self.client.clone()), watcher::Config::default());
+        let flavors = watch_stream(Api::<ResourceFlavor>::all(self.client.clone()), watcher::Config::default());
+        let classes = watch_stream(Api::<PriorityClass>::all(self.client.clone()), watcher::Config::default());
+        let budgets = watch_stream(Api::<PodDisruptionBudget>::all(self.client.clone()), watcher::Config::default());
+        tokio::pin!(nodes, pods, groups, queues, flavors, classes, budgets);
+        let mut was_leading = false;
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            self.metrics.beat();
+            let leading = *self.leader.borrow();
+            self.metrics.leader.set(i64::from(leading));
+            if leading && !was_leading && self.listing.adopted.is_some() {
+                self.take_over_again();
+            }
+            was_leading = leading;
+            self.maybe_adopt();
+            let ready = self.listing.adopted.is_some();
+            // The core's next timer walks every workload: asked at most every 200 ms (its
+            // clock has whole seconds) and after each cycle, not on every watch event.
+            if self.timers.wakeup_at.elapsed() >= Duration::from_millis(200)
+                || self.timers.wakeup_at < self.timers.last_cycle
+            {
+                self.timers.core_wakeup = self.core.next_wakeup();
+                self.timers.wakeup_at = Instant::now();
+            }
+            let resubmit = self.next.not_before.values().copied().min();
+            let wakeup = match (self.timers.core_wakeup, resubmit) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            // Core time moves in whole seconds: a timer never runs the cycle twice in one (work
+            // the fair-share plugin left unserved is due at once, every time).
+            let wakeup = wakeup.map(|t| {
+                (self.timers.clock + Duration::from_secs(t)).max(self.timers.last_cycle + Duration::from_secs(1))
+            });
+            let due = wakeup.is_some_and(|w| w <= Instant::now());
+            let runnable = leading && ready && (self.next.dirty || due);
+            tokio::select! {
+                biased;
+                _ = stop.changed() => break,
+                Some(done) = self.in_flight.done_rx.recv() => self.done(done),
+                Some(event) = nodes.next() => self.node_event(event),
+                Some(event) = pods.next() => self.pod_event(event),
+                Some(event) = groups.next() => self.group_event(event),
+                Some(event) = queues.next() => self.queue_event(event),
+                Some(event) = flavors.next() => self.flavor_event(event),
+                Some(event) = classes.next() => self.priority_class_event(event),
+                Some(event) = budgets.next() => self.budget_event(event),
+                Ok(()) = self.leader.changed() => self.next.dirty = true,
+                _ = std::future::ready(()), if runnable => self.cycle(),
+                _ = sleep_until(wakeup), if leading && ready && wakeup.is_some() => {}
+                _ = tick.tick() => {}
+            }
+            self.metrics.set_ready(self.listing.synced.nodes && self.listing.synced.pods);
+            if self.timers.gauges_at.elapsed() >= Duration::from_millis(500) {
+                self.update_gauges();
+            }
+            if leading && ready && self.timers.status_at.elapsed() >= STATUS_EVERY {
+                self.write_statuses();
+            } else if !leading {
+                self.reports.status.reset();
+            }
+        }
+        tracing::info!(decided = self.reports.decided, "stopping: waiting for binds in flight");
+        let _ = tokio::time::timeout(
+            Duration::from_secs(10),
+            self.in_flight.binds.acquire_many(self.config.bind_concurrency.max(1) as u32),
+        )
+        .await;
+        if let (Some(tx), Some(election)) = (stop_election, election) {
+            let _ = tx.send(true);
+            let _ = election.await;
+        }
+        Ok(())
+    }
+
+    /// Core time: whole seconds since this scheduler started.
+    fn now(&self) -> u64 {
+        self.timers.clock.elapsed().as_secs()
+    }
+
+    /// Pods decided so far.
+    pub fn decided(&self) -> u64 {
+        self.reports.decided
+    }
+}
+
+/// The condition's message: the explanation without its attempt count, so it changes only when
+/// the reason does.
+fn reason(e: &Explanation) -> String {
+    Explanation { attempts: 0, retry_at: None, ..e.clone() }.to_string()
+}
+
+fn policy_ref(live: &wasmsched_registry::PolicyVersion) -> PolicySetRef {
+    PolicySetRef { name: live.spec.name.clone(), version: live.version }
+}
+
+fn key_of(task: &Task) -> PodKey {
+    let name = task.id.split_once('/').map_or(task.id.as_str(), |(_, n)| n);
+    PodKey { namespace: task.namespace.clone(), name: name.to_string() }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn key_of_id(id: &str) -> PodKey {
+    let (namespace, name) = id.split_once('/').unwrap_or(("default", id));
+    PodKey { namespace: namespace.into(), name: name.into() }
+}
+
+/// A watch stream that re-lists on `410 Gone` and backs off on errors (kube-runtime's watcher),
+/// yielding errors so they are logged rather than ending the stream.
+fn watch_stream<K>(api: Api<K>, config: watcher::Config) -> impl Stream<Item = watcher::Result<Event<K>>> + Send
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    watcher::watcher(api, config).default_backoff()
+}

@@ -1,0 +1,94 @@
+//! What the leader reports on `Queue` and `PodGroup` objects every few seconds, and the gauges
+//! that walk every pod.
+
+use super::*;
+
+impl Scheduler {
+    /// `Queue` and `PodGroup` status: allocation, counts, phase and the reason (leader only).
+    pub(super) fn write_statuses(&mut self) {
+        self.timers.status_at = Instant::now();
+        let shares = self.core.queue_shares();
+        let counts = self.core.queue_tasks();
+        let (_, errors) = self.objects.queues.tree(&self.objects.flavors);
+        let names: Vec<String> = self.objects.queues.names().map(String::from).collect();
+        for name in names {
+            let status = match shares.iter().position(|s| s.name == name) {
+                Some(i) => QueueStatus {
+                    conditions: vec![status::condition("Ready", true, "Accepted", "in the queue tree")],
+                    allocated: status::resource_list(&shares[i].allocated),
+                    flavors: self
+                        .core
+                        .queues()
+                        .flavors()
+                        .iter()
+                        .map(|f| {
+                            (f.name.clone(), status::resource_list(&flavored_amount(&shares[i].allocated, &f.name)))
+                        })
+                        .filter(|(_, list)| !list.is_empty())
+                        .collect(),
+                    pending: counts[i].0 as u32,
+                    running: counts[i].1 as u32,
+                },
+                None => {
+                    let message = errors
+                        .get(&name)
+                        .or(self.objects.queue_error.as_ref())
+                        .map_or("not in the queue tree", String::as_str)
+                        .to_string();
+                    QueueStatus {
+                        conditions: vec![status::condition("Ready", false, "Rejected", &message)],
+                        ..QueueStatus::default()
+                    }
+                }
+            };
+            self.reports.status.queue(&name, status);
+        }
+        // Pods of each group the core does not have yet: (waiting, bound).
+        let mut outside: AHashMap<String, (u32, u32)> = AHashMap::new();
+        for (id, f) in &self.ours {
+            if let Some(g) = group_key(&f.task)
+                && self.core.owner_of(id).is_none()
+            {
+                let c = outside.entry(g).or_default();
+                if f.bound { c.1 += 1 } else { c.0 += 1 }
+            }
+        }
+        let keys: Vec<(String, usize)> = self.objects.groups.iter().map(|(k, i)| (k.clone(), i.min_member)).collect();
+        for (key, min) in keys {
+            let status = match self.core.status(&key) {
+                Some(s) => {
+                    let pending = self.core.members_of(&key).map_or(0, |m| m.filter(|(_, placed)| !placed).count());
+                    let phase = match s.phase {
+                        Phase::Running => PodGroupPhase::Running,
+                        Phase::TimedOut => PodGroupPhase::TimedOut,
+                        Phase::Pending | Phase::Preempting => PodGroupPhase::Pending,
+                    };
+                    let message = match phase {
+                        PodGroupPhase::Running => format!("{} members running (min {min})", s.running),
+                        _ => reason(&s.explanation),
+                    };
+                    status::group_status(phase, s.running as u32, pending as u32, &message)
+                }
+                None => {
+                    let (waiting, bound) = outside.get(&key).copied().unwrap_or_default();
+                    let message = format!("{} of {min} members present", waiting + bound);
+                    let phase = if bound as usize >= min { PodGroupPhase::Running } else { PodGroupPhase::Pending };
+                    status::group_status(phase, bound, waiting, &message)
+                }
+            };
+            self.reports.status.group(&key, status);
+        }
+    }
+
+    /// Gauges that walk every pod: at most twice a second, never per event.
+    pub(super) fn update_gauges(&mut self) {
+        self.timers.gauges_at = Instant::now();
+        self.metrics.cache_nodes.set(self.cache.nodes().len() as i64);
+        self.metrics.cache_pods.set(self.cache.holders() as i64);
+        let (active, backoff, parked) = self.core.pending_tasks(self.now());
+        let waiting = self.ours.iter().filter(|(id, f)| !f.bound && self.core.owner_of(id).is_none()).count();
+        for (queue, n) in [("active", active), ("backoff", backoff), ("unschedulable", parked), ("gated", waiting)] {
+            self.metrics.pending.get_or_create(&QueueLabels { queue }).set(n as i64);
+        }
+    }
+}
