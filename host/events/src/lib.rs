@@ -23,7 +23,6 @@ mod outbox;
 mod record;
 pub mod schema;
 mod sink;
-mod spin;
 mod time;
 mod why;
 

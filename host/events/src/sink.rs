@@ -12,8 +12,10 @@
 //! Staging is what a placement costs the scheduling thread, so it is built to write and not to
 //! wait: the ring is single-producer (a push is plain stores; a multi-producer channel's
 //! compare-and-swap and slot check read lines the drainer last wrote), emitting threads take turns
-//! through a [spin lock](crate::spin) whose release does not wait for those stores, and `emit`
-//! does not fence before looking whether the drainer sleeps (see [`IDLE_LOOK`]).
+//! through an ordinary `Mutex` (one thread emits nearly every event, so it is all but
+//! uncontended; a custom spin lock saved under half a point of a decision, not worth `unsafe`:
+//! BENCHMARKS.md, session 25), and `emit` does not fence before looking whether the drainer sleeps
+//! (see [`IDLE_LOOK`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -114,7 +116,7 @@ struct Queue {
 pub(crate) struct Shared {
     /// `emit`'s way in while there is room; the lock only orders emitting threads (the drainer
     /// never takes it).
-    staging: crate::spin::SpinLock<rtrb::Producer<Staged>>,
+    staging: Mutex<rtrb::Producer<Staged>>,
     /// Events passed to `emit`.
     emitted: AtomicU64,
     /// The drainer is waiting for events: the next `emit` wakes it. Otherwise `emit` does not
@@ -219,7 +221,7 @@ impl EventSink {
         }
         let (staging, staged) = rtrb::RingBuffer::new(STAGING.min(outbox.max_events()));
         let shared = Arc::new(Shared {
-            staging: crate::spin::SpinLock::new(staging),
+            staging: Mutex::new(staging),
             emitted: AtomicU64::new(0),
             sleeping: AtomicBool::new(false),
             queue: Mutex::new(Queue { outbox, staged, next_seq: 1, unreported: None }),
@@ -259,7 +261,7 @@ impl EventSink {
     pub(crate) fn emit_record_at(&self, time: Timestamp, record: Record) {
         let shared = &self.shared;
         let pushed = {
-            let mut staging = shared.staging.lock();
+            let mut staging = shared.staging.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             // Emitting threads are serialised by the lock: no read-modify-write needed.
             shared.emitted.store(shared.emitted.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
             staging.push(Staged { time, record })
