@@ -118,7 +118,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             tracing::info!("shutting down");
             let _ = stop.send(true);
         });
-        scheduler.run(stopped).await
+        scheduler.run(stopped).await;
+        anyhow::Ok(())
     });
     if let Some(w) = watcher {
         w.stop();

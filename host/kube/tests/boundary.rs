@@ -35,14 +35,14 @@ fn registry() -> Arc<Registry> {
 
 struct Running {
     stop: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    task: tokio::task::JoinHandle<()>,
     metrics: Arc<Metrics>,
 }
 
 impl Running {
     async fn stop(self) {
         let _ = self.stop.send(true);
-        tokio::time::timeout(Duration::from_secs(20), self.task).await.expect("stops in time").unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(20), self.task).await.expect("stops in time").unwrap();
     }
 }
 

@@ -305,7 +305,7 @@ impl Scheduler {
 
     /// Runs until `stop` changes (or its sender is dropped): starts the election if configured,
     /// watches, decides and binds; on stop, waits for binds in flight and releases the lease.
-    pub async fn run(mut self, mut stop: watch::Receiver<bool>) -> anyhow::Result<()> {
+    pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
         let (stop_election, election) = match self.config.lease.clone() {
             Some(lease) => {
                 let (elector, leader) = Elector::new(self.election_client.clone(), lease);
@@ -395,7 +395,6 @@ impl Scheduler {
             let _ = tx.send(true);
             let _ = election.await;
         }
-        Ok(())
     }
 
     /// Core time: whole seconds since this scheduler started.
