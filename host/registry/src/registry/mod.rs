@@ -5,6 +5,11 @@
 //! the probation watch and the shadow run). Everything else — preparation, shadow verdicts,
 //! rollback — happens through the registry on other threads or inside `record`, never by
 //! mutating a version in place.
+//!
+//! Here: the live swap (offer, go live, promote, roll back, reject). Beside it: `shadow` (the
+//! candidate compared decision by decision), `probation` (the watch after a swap and what trips a
+//! rollback), `history` (what happened to each version), `sampling` (cluster samples and catching a
+//! prepared version up with the loop's nodes).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,6 +28,18 @@ use crate::error::PrepareError;
 use crate::prepare::{PolicyVersion, Preparer, Sample};
 use crate::source::Fetched;
 use crate::spec::{RollbackSpec, ShadowSpec};
+
+mod history;
+mod probation;
+mod sampling;
+mod shadow;
+
+pub use history::{HistoryEntry, Outcome};
+use history::{push_history, update_history};
+pub use probation::WindowStats;
+use probation::{Baseline, Probation, Window};
+use shadow::ShadowRun;
+pub use shadow::ShadowStats;
 
 /// Recent tasks kept for smoke tests.
 const RECENT_TASKS: usize = 64;
@@ -62,198 +79,6 @@ impl Decision<'_> {
             Err(u) => !u.diagnosis.faults.is_empty(),
         }
     }
-}
-
-/// Statistics of one window of decisions.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct WindowStats {
-    /// Decisions.
-    pub decisions: u64,
-    /// Share with a plugin fault.
-    pub fault_rate: f64,
-    /// Share unschedulable.
-    pub unschedulable_rate: f64,
-    /// 99th-percentile decision latency, milliseconds.
-    pub p99_ms: f64,
-}
-
-#[derive(Default)]
-struct Window {
-    latencies_us: Vec<u32>,
-    faults: u64,
-    unschedulable: u64,
-}
-
-impl Window {
-    fn push(&mut self, d: &Decision<'_>) {
-        self.latencies_us.push(d.latency.as_micros().min(u32::MAX as u128) as u32);
-        self.faults += u64::from(d.faulted());
-        self.unschedulable += u64::from(d.result.is_err());
-    }
-
-    fn len(&self) -> u64 {
-        self.latencies_us.len() as u64
-    }
-
-    fn close(&mut self) -> WindowStats {
-        let n = self.latencies_us.len();
-        let stats = if n == 0 {
-            WindowStats::default()
-        } else {
-            let rank = ((n as f64 * 0.99).ceil() as usize).clamp(1, n) - 1;
-            let (_, p99, _) = self.latencies_us.select_nth_unstable(rank);
-            WindowStats {
-                decisions: n as u64,
-                fault_rate: self.faults as f64 / n as f64,
-                unschedulable_rate: self.unschedulable as f64 / n as f64,
-                p99_ms: f64::from(*p99) / 1e3,
-            }
-        };
-        *self = Window::default();
-        stats
-    }
-}
-
-/// Watch over a version after it went live.
-struct Probation {
-    version: u64,
-    spec: RollbackSpec,
-    seen: u64,
-    window: Window,
-}
-
-/// Rolling statistics of the live version once it is past probation (the baseline the next
-/// version is compared with).
-#[derive(Default)]
-struct Baseline {
-    version: u64,
-    window: Window,
-    last: Option<WindowStats>,
-    /// The decision count when `last` closed: a baseline older than a probation (and a window)
-    /// is not compared with ([`Baseline::fresh_for`]).
-    last_at: u64,
-}
-
-impl Baseline {
-    /// `last`, if it closed within `spec.probation + spec.window` decisions before decision `n`:
-    /// long enough for one version's whole probation after a swap. Older (a run of versions each
-    /// replaced while on probation), the cluster and workload it saw may differ too much from
-    /// today's for the relative checks (p99 ratio, unschedulable rise) to mean anything; only
-    /// the absolute ones apply. (The bench that swaps every 10 ms rolled back for an
-    /// "unschedulable rise" against the empty cluster of its first window.)
-    fn fresh_for(&self, spec: &RollbackSpec, n: u64) -> Option<&WindowStats> {
-        self.last.as_ref().filter(|_| n.saturating_sub(self.last_at) <= spec.probation.saturating_add(spec.window))
-    }
-
-    fn close(&mut self, n: u64) {
-        self.last = Some(self.window.close());
-        self.last_at = n;
-    }
-}
-
-struct ShadowRun {
-    candidate: Arc<PolicyVersion>,
-    spec: ShadowSpec,
-    started: Instant,
-    offered: u64,
-    compared: u64,
-    identical: u64,
-    faults: u64,
-    both_placed: u64,
-    score_delta_sum: f64,
-    examples: Vec<DecisionDiff>,
-    reported: u64,
-}
-
-impl ShadowRun {
-    fn stats(&self) -> ShadowStats {
-        ShadowStats {
-            compared: self.compared,
-            identical_share: if self.compared == 0 { 1.0 } else { self.identical as f64 / self.compared as f64 },
-            fault_rate: if self.compared == 0 { 0.0 } else { self.faults as f64 / self.compared as f64 },
-            mean_score_delta: if self.both_placed == 0 { 0.0 } else { self.score_delta_sum / self.both_placed as f64 },
-            seconds: self.started.elapsed().as_secs_f64(),
-        }
-    }
-
-    fn done(&self) -> bool {
-        self.compared >= self.spec.decisions
-            || (self.compared > 0 && self.started.elapsed().as_secs_f64() >= self.spec.seconds)
-    }
-
-    fn verdict(&self) -> Result<(), String> {
-        let s = self.stats();
-        if s.identical_share < self.spec.min_identical {
-            return Err(format!(
-                "{:.1}% identical placements < min_identical {:.1}% over {} decisions",
-                s.identical_share * 100.0,
-                self.spec.min_identical * 100.0,
-                s.compared
-            ));
-        }
-        if s.fault_rate > self.spec.max_fault_rate {
-            return Err(format!(
-                "fault rate {:.2}% > max_fault_rate {:.2}% over {} decisions",
-                s.fault_rate * 100.0,
-                self.spec.max_fault_rate * 100.0,
-                s.compared
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// A shadow run's comparison so far.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct ShadowStats {
-    /// Decisions compared.
-    pub compared: u64,
-    /// Share placed on the same node (both unschedulable counts as identical).
-    pub identical_share: f64,
-    /// Share on which a shadow plugin faulted.
-    pub fault_rate: f64,
-    /// Mean absolute difference of the two sets' normalised scores (0..=100), over decisions both
-    /// placed.
-    pub mean_score_delta: f64,
-    /// Seconds since the run began.
-    pub seconds: f64,
-}
-
-/// What happened to a version.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Outcome {
-    /// Live now, watched until its probation ends.
-    Probation,
-    /// Live now, past probation (or the first version).
-    Live,
-    /// Prepared, running beside the live version.
-    Shadow,
-    /// Passed its shadow run; waits for `policy promote`.
-    Ready,
-    /// Was live, then replaced by a newer version.
-    Superseded,
-    /// Was live and tripped a threshold (or was rolled back by hand).
-    RolledBack,
-    /// Failed a gate; never went live.
-    Rejected,
-    /// Prepared and due to go live, its mirrors catching up first (registries with warm-up).
-    Staged,
-}
-
-/// One line of the history.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct HistoryEntry {
-    /// `name@version`.
-    pub label: String,
-    /// Where it came from.
-    pub origin: String,
-    /// What became of it.
-    pub outcome: Outcome,
-    /// Why (rejections and rollbacks), or how it went live.
-    pub reason: String,
-    /// Seconds since the Unix epoch of the last change.
-    pub at: f64,
 }
 
 /// Everything `policy status` shows.
@@ -381,27 +206,6 @@ impl Registry {
         self
     }
 
-    /// With warm-up: let the staged version catch up with `nodes` a step, and make it live when
-    /// it has. Call from the scheduling loop before [`Registry::current`]; without a staged
-    /// version this is an atomic load.
-    pub fn warm(&self, nodes: &NodeTable) {
-        let Some(max_changes) = self.warm_up else { return };
-        if !self.staged.load(Ordering::Acquire) {
-            return;
-        }
-        let Some(staged) = self.lock().staged.as_ref().map(|(v, _)| v.clone()) else { return };
-        if !staged.set.catch_up(nodes, max_changes) {
-            return;
-        }
-        let mut inner = self.lock();
-        // Replaced by a newer one meanwhile: that one warms next time.
-        if let Some((v, how)) = inner.staged.take_if(|(v, _)| Arc::ptr_eq(v, &staged)) {
-            self.staged.store(false, Ordering::Release);
-            let previous = self.go_live(&mut inner, v, &how);
-            inner.retired.push(previous);
-        }
-    }
-
     /// The version to use for the next cycle. Cheap (a read lock and a reference count).
     pub fn current(&self) -> Arc<PolicyVersion> {
         self.live.read().unwrap_or_else(|e| e.into_inner()).clone()
@@ -420,52 +224,6 @@ impl Registry {
         if let Some(sink) = &self.events {
             sink.emit(payload);
         }
-    }
-
-    /// Whether the scheduling loop should hand over a cluster sample ([`Registry::offer_sample`]):
-    /// one was asked for, or the last one is stale. An atomic load.
-    pub fn wants_sample(&self) -> bool {
-        self.sample_wanted.load(Ordering::Relaxed)
-    }
-
-    /// Keep a snapshot of the live cluster for smoke tests.
-    pub fn offer_sample(&self, nodes: &NodeTable) {
-        self.sample_wanted.store(false, Ordering::Relaxed);
-        // A snapshot keeps the live table's identity: a version smoke-tested on it starts with
-        // mirrors that need only the live table's later deltas.
-        let snapshot = Arc::new(nodes.snapshot());
-        let mut inner = self.lock();
-        let tasks = inner.recent_tasks.iter().cloned().collect();
-        inner.sample = Some((Sample { nodes: snapshot, tasks }, Instant::now()));
-    }
-
-    /// The sample a smoke test uses now: the last one offered (with the most recent tasks), else
-    /// the synthetic one.
-    pub fn sample(&self) -> Sample {
-        self.sample_taken().0
-    }
-
-    /// [`Registry::sample`], and when the loop took it (`None`: the synthetic one).
-    fn sample_taken(&self) -> (Sample, Option<Instant>) {
-        let inner = self.lock();
-        let taken = inner.sample.as_ref().map(|(_, at)| *at);
-        let sample = match &inner.sample {
-            Some((sample, at)) => {
-                if at.elapsed() > SAMPLE_MAX_AGE {
-                    self.sample_wanted.store(true, Ordering::Relaxed);
-                }
-                let mut sample = sample.clone();
-                if !inner.recent_tasks.is_empty() {
-                    sample.tasks = inner.recent_tasks.iter().rev().cloned().collect();
-                }
-                if sample.tasks.is_empty() {
-                    sample.tasks = Sample::synthetic().tasks;
-                }
-                sample
-            }
-            None => Sample::synthetic(),
-        };
-        (sample, taken)
     }
 
     /// Feed one decision made with `used`: the probation watch, the baseline and the shadow run.
@@ -493,111 +251,6 @@ impl Registry {
             let outcome = place(&candidate.set, d.nodes, d.task, 0);
             let mut inner = self.lock();
             self.compare(&mut inner, used, &candidate, &d, &outcome);
-        }
-    }
-
-    /// Probation and baseline bookkeeping; rolls back when a window trips.
-    fn watch(&self, inner: &mut Inner, used: &Arc<PolicyVersion>, d: &Decision<'_>, n: u64) {
-        if let Some(p) = &mut inner.probation
-            && p.version == used.version
-        {
-            p.window.push(d);
-            p.seen += 1;
-            if p.window.len() < p.spec.window {
-                return;
-            }
-            let stats = p.window.close();
-            let spec = p.spec.clone();
-            let finished = p.seen >= spec.probation;
-            let baseline = inner.baseline.fresh_for(&spec, n);
-            if baseline.is_none() && inner.baseline.last.is_some() {
-                tracing::debug!(set = %used.label(), "baseline older than a probation: relative checks skipped");
-            }
-            if let Some(reason) = trip(&spec, &stats, baseline) {
-                self.roll_back(inner, &reason);
-            } else if finished {
-                inner.probation = None;
-                inner.last_good = used.clone();
-                inner.baseline =
-                    Baseline { version: used.version, window: Window::default(), last: Some(stats), last_at: n };
-                update_history(inner, used, Outcome::Live, "passed probation");
-                tracing::info!(set = %used.label(), "policy set passed probation");
-            }
-            return;
-        }
-        let b = &mut inner.baseline;
-        if b.version == used.version {
-            b.window.push(d);
-            if b.window.len() >= used.spec.rollback.window {
-                b.close(n);
-            }
-        }
-    }
-
-    fn compare(
-        &self,
-        inner: &mut Inner,
-        used: &Arc<PolicyVersion>,
-        candidate: &Arc<PolicyVersion>,
-        d: &Decision<'_>,
-        shadow: &Result<Placement, Unschedulable>,
-    ) {
-        let Some(run) = &mut inner.shadow else { return };
-        if run.candidate.version != candidate.version {
-            return; // replaced while this decision was compared
-        }
-        run.compared += 1;
-        let faulted = match shadow {
-            Ok(p) => !p.skipped_faults.is_empty(),
-            Err(u) => !u.diagnosis.faults.is_empty(),
-        };
-        run.faults += u64::from(faulted);
-        let node = |r: &Result<Placement, Unschedulable>| r.as_ref().ok().map(|p| p.node);
-        let (live_node, shadow_node) = (node(d.result), node(shadow));
-        let live_score = d.result.as_ref().ok().map(|p| normalised(p.score, used));
-        let shadow_score = shadow.as_ref().ok().map(|p| normalised(p.score, candidate));
-        if let (Some(a), Some(b)) = (live_score, shadow_score) {
-            run.both_placed += 1;
-            run.score_delta_sum += (f64::from(a) - f64::from(b)).abs();
-        }
-        if live_node == shadow_node {
-            run.identical += 1;
-        } else if run.examples.len() < SHADOW_EXAMPLES {
-            let name = |s: Option<u32>| s.and_then(|s| d.nodes.get(s)).map(|n| n.name.clone());
-            run.examples.push(DecisionDiff {
-                task: task_ref(d.task),
-                live: name(live_node),
-                shadow: name(shadow_node),
-                live_score,
-                shadow_score,
-            });
-        }
-        let done = run.done();
-        if done || run.compared - run.reported >= SHADOW_REPORT_EVERY {
-            let report = PolicyShadowDiff {
-                live: used.reference(),
-                shadow: candidate.reference(),
-                decisions: run.compared - run.reported,
-                differing: run.compared - run.identical,
-                mean_score_delta_milli: (run.stats().mean_score_delta * 1e3) as u64,
-                shadow_faults: run.faults,
-                examples: std::mem::take(&mut run.examples),
-            };
-            run.reported = run.compared;
-            self.emit(Payload::PolicyShadowDiff(report));
-        }
-        if done {
-            let run = inner.shadow.take().expect("a shadow run");
-            match run.verdict() {
-                Ok(()) if run.spec.auto_promote => self.swap_in(inner, run.candidate, "passed its shadow run"),
-                Ok(()) => {
-                    update_history(inner, &run.candidate, Outcome::Ready, "passed its shadow run; waits for promote");
-                    inner.ready = Some(run.candidate);
-                }
-                Err(reason) => {
-                    self.reject(inner, &run.candidate.label(), &run.candidate.origin, PrepareError::Shadow(reason))
-                }
-            }
         }
     }
 
@@ -759,56 +412,6 @@ impl Registry {
         Ok(version)
     }
 
-    /// Bring a prepared version's plugin mirrors up to the live cluster here, off the scheduling
-    /// loop: they are synced to the sample it was smoke-tested on, as old as its preparation, and
-    /// its first decisions would otherwise replay every change since. Only while the loop is
-    /// deciding (decisions were recorded since the preparation began): a fresh sample is awaited
-    /// ([`Registry::fresh_sample`]), else any sample newer than the one the preparation used
-    /// (`taken`; `None`: the synthetic one) serves; an idle loop has no latency to protect.
-    fn catch_up_to_live(&self, version: &PolicyVersion, taken: Option<Instant>, busy_before: u64) {
-        if self.decisions.load(Ordering::Relaxed) == busy_before {
-            return;
-        }
-        if let Some(nodes) = self.fresh_sample(taken) {
-            version.set.catch_up_apart_from(&self.current().set, &nodes, usize::MAX);
-        }
-    }
-
-    /// The same for a version prepared or used earlier (installed, promoted, rolled back to): its
-    /// mirrors are as old as its last use, and its first live decision would replay every change
-    /// since (or resend every node, once that is more than the table's log keeps). Plugins already
-    /// at or past the sample's state skip it (no step back).
-    fn catch_up_earlier_version(&self, version: &PolicyVersion) {
-        if let Some(nodes) = self.fresh_sample(None) {
-            version.set.catch_up_apart_from(&self.current().set, &nodes, usize::MAX);
-        }
-    }
-
-    /// A sample the loop hands over from now on, awaited while it is deciding, at most
-    /// [`FRESH_SAMPLE_WAIT`]; a loop that decides nothing within [`IDLE_LOOP_WAIT`] offers none
-    /// and is not waited for. Failing that, the newest sample taken after `fallback_after` (`None`:
-    /// any).
-    fn fresh_sample(&self, fallback_after: Option<Instant>) -> Option<Arc<NodeTable>> {
-        let busy_before = self.decisions.load(Ordering::Relaxed);
-        let asked = Instant::now();
-        self.sample_wanted.store(true, Ordering::Relaxed);
-        let newer_than = |t: Option<Instant>| {
-            let inner = self.lock();
-            inner.sample.as_ref().filter(|(_, at)| t.is_none_or(|t| *at > t)).map(|(s, _)| s.nodes.clone())
-        };
-        loop {
-            if let Some(nodes) = newer_than(Some(asked)) {
-                return Some(nodes);
-            }
-            let waited = asked.elapsed();
-            let idle = waited >= IDLE_LOOP_WAIT && self.decisions.load(Ordering::Relaxed) == busy_before;
-            if idle || waited >= FRESH_SAMPLE_WAIT {
-                return newer_than(fallback_after);
-            }
-            std::thread::sleep(Duration::from_micros(200));
-        }
-    }
-
     /// Make an already prepared version live now, skipping its shadow run (benchmarks, tests and
     /// embedders that prepare versions themselves). Its mirrors are caught up first, on the
     /// calling thread.
@@ -899,100 +502,5 @@ impl Registry {
             source_errors: inner.source_errors.clone(),
             history: inner.history.iter().cloned().collect(),
         }
-    }
-}
-
-/// The first threshold `stats` crosses, as a reason.
-fn trip(spec: &RollbackSpec, stats: &WindowStats, baseline: Option<&WindowStats>) -> Option<String> {
-    if stats.fault_rate > spec.max_fault_rate {
-        return Some(format!(
-            "fault rate {:.2}% > {:.2}% over {} decisions",
-            stats.fault_rate * 100.0,
-            spec.max_fault_rate * 100.0,
-            stats.decisions
-        ));
-    }
-    if let Some(max) = spec.max_p99_ms
-        && stats.p99_ms > max
-    {
-        return Some(format!("p99 latency {:.3} ms > {max} ms over {} decisions", stats.p99_ms, stats.decisions));
-    }
-    if let Some(base) = baseline {
-        if let Some(ratio) = spec.max_p99_ratio
-            && base.p99_ms > 0.0
-            && stats.p99_ms > base.p99_ms * ratio
-        {
-            return Some(format!(
-                "p99 latency {:.3} ms > {ratio}× the previous set's {:.3} ms",
-                stats.p99_ms, base.p99_ms
-            ));
-        }
-        if let Some(rise) = spec.max_unschedulable_increase
-            && stats.unschedulable_rate > base.unschedulable_rate + rise
-        {
-            return Some(format!(
-                "unschedulable {:.1}% > previous set's {:.1}% + {:.1} points",
-                stats.unschedulable_rate * 100.0,
-                base.unschedulable_rate * 100.0,
-                rise * 100.0
-            ));
-        }
-    }
-    None
-}
-
-fn push_history(inner: &mut Inner, v: &PolicyVersion, outcome: Outcome, reason: &str) {
-    if inner.history.len() == HISTORY {
-        inner.history.pop_back();
-    }
-    inner.history.push_front(HistoryEntry {
-        label: v.label(),
-        origin: v.origin.clone(),
-        outcome,
-        reason: reason.into(),
-        at: now(),
-    });
-}
-
-/// Update the most recent entry of `v` (or add one).
-fn update_history(inner: &mut Inner, v: &PolicyVersion, outcome: Outcome, reason: &str) {
-    let label = v.label();
-    match inner.history.iter_mut().find(|h| h.label == label) {
-        Some(h) => {
-            h.outcome = outcome;
-            h.reason = reason.into();
-            h.at = now();
-        }
-        None => push_history(inner, v, outcome, reason),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn p99_is_the_nearest_rank() {
-        let mut w = Window { latencies_us: (1..=1000).collect(), faults: 10, ..Window::default() };
-        let s = w.close();
-        assert_eq!(s.p99_ms, 0.990);
-        assert_eq!(s.fault_rate, 0.01);
-        assert_eq!(w.len(), 0, "closing starts a new window");
-    }
-
-    #[test]
-    fn thresholds_name_what_tripped() {
-        let spec = RollbackSpec { max_p99_ms: Some(2.0), ..RollbackSpec::default() };
-        let ok = WindowStats { decisions: 500, fault_rate: 0.0, unschedulable_rate: 0.1, p99_ms: 1.0 };
-        assert_eq!(trip(&spec, &ok, Some(&ok)), None);
-        let faults = WindowStats { fault_rate: 0.02, ..ok.clone() };
-        assert!(trip(&spec, &faults, None).unwrap().starts_with("fault rate 2.00% > 1.00%"));
-        let slow = WindowStats { p99_ms: 2.5, ..ok.clone() };
-        assert!(trip(&spec, &slow, None).unwrap().starts_with("p99 latency 2.500 ms > 2 ms"));
-        let base = WindowStats { p99_ms: 0.1, ..ok.clone() };
-        assert!(trip(&spec, &ok, Some(&base)).unwrap().contains("5× the previous"));
-        let unsched = WindowStats { unschedulable_rate: 0.5, ..ok.clone() };
-        assert!(trip(&spec, &unsched, Some(&ok)).unwrap().starts_with("unschedulable 50.0%"));
-        assert_eq!(trip(&spec, &unsched, None), None, "no baseline, no relative checks");
     }
 }
