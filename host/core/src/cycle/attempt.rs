@@ -1,0 +1,241 @@
+//! One workload's attempt: quota, then placement (all-or-nothing at min-member), else preemption;
+//! a success is committed, and elastic workloads grow into idle capacity.
+
+use super::*;
+
+impl SchedulerCore {
+    /// Try to place one workload (its unplaced members), preempting if it may.
+    /// Try to place workload `name` (and to preempt for it when `may_preempt`). Room kept for
+    /// nominated workloads of lower priority is open to it: they do not hold back work that
+    /// outranks them, and wait for their victims again (or preempt anew) if it takes the room.
+    pub(super) fn attempt(
+        &mut self,
+        set: &PolicySet,
+        name: &str,
+        now: u64,
+        out: &mut Vec<Decision>,
+        may_preempt: bool,
+    ) {
+        let priority = self.entries[name].spec.priority;
+        let outranked: Vec<String> = self
+            .entries
+            .values()
+            .filter(|e| e.phase == Phase::Preempting && e.spec.priority < priority && !e.holds.is_empty())
+            .map(|e| e.spec.name.clone())
+            .collect();
+        let mut borrowed = Vec::new();
+        for w in outranked {
+            let holds = std::mem::take(&mut self.entries.get_mut(&w).expect("listed").holds);
+            self.release_holds(&holds);
+            borrowed.push((w, holds));
+        }
+        self.attempt_within_holds(set, name, now, out, may_preempt);
+        for (w, holds) in borrowed {
+            for h in holds {
+                let Some(slot) = self.nodes.slot_of(&h.node) else { continue };
+                if matches!(self.nodes.update_usage(slot, |n| bind(n, &h.task, &h.devices)), Some(Ok(()))) {
+                    self.entries.get_mut(&w).expect("listed").holds.push(h);
+                }
+            }
+        }
+    }
+
+    pub(super) fn attempt_within_holds(
+        &mut self,
+        set: &PolicySet,
+        name: &str,
+        now: u64,
+        out: &mut Vec<Decision>,
+        may_preempt: bool,
+    ) {
+        let mut explanation = Explanation { attempts: self.entries[name].attempts, ..Default::default() };
+        let mut quota = Vec::new();
+        let mut best_placed = None;
+        let mut affinity = None;
+        for flavor in self.flavor_choices(self.entries[name].leaf) {
+            let e = &self.entries[name];
+            let min = e.spec.min_member;
+            let within = self.nodes_of(flavor);
+            let on = match self.flavor_name(flavor) {
+                Some(f) => format!("flavor {f}: "),
+                None if within.is_some() => "nodes of no flavor: ".into(),
+                None => String::new(),
+            };
+            if within.is_some_and(<[Slot]>::is_empty) {
+                if flavor.is_some() {
+                    quota.push(format!("{on}no nodes"));
+                }
+                continue;
+            }
+            let (admitted, limiter) = self.admitted_members(e, flavor);
+            if admitted < min {
+                let limiter = limiter.unwrap_or_default();
+                quota.push(format!("{on}{limiter}: {admitted} of the {min} required members fit its quota"));
+                continue;
+            }
+            let members: Result<Vec<_>, String> =
+                e.spec.members[..admitted].iter().map(|t| self.prepare(t, flavor, &mut affinity)).collect();
+            let members = match members {
+                Ok(members) => members,
+                Err(reason) => {
+                    explanation.pod_affinity = Some(reason);
+                    continue;
+                }
+            };
+            let within = within.map(<[Slot]>::to_vec);
+            let nodes_to_find =
+                self.config.percentage_of_nodes_to_score.map(|p| feasible_nodes_to_find(self.nodes.len(), Some(p)));
+            let group = GroupSpec {
+                name,
+                members: &members,
+                min_member: min,
+                topology: e.spec.topology.as_ref(),
+                nodes_to_find,
+                within: within.as_deref(),
+                adjust: None,
+            };
+            let is_group = e.spec.is_group();
+            let result = if is_group && e.spec.members.iter().any(|m| !m.pod_terms().is_empty()) {
+                // Members with pod (anti-)affinity see the members placed before them too.
+                let flavored: Vec<_> = e.spec.members[..admitted].iter().map(|t| self.in_flavor(t, flavor)).collect();
+                let mut nodes = std::mem::take(&mut self.nodes);
+                let result = {
+                    let running = self.running_pods(false);
+                    let adjust = |table: &NodeTable, i: usize, so_far: &[(usize, Slot)]| {
+                        if so_far.is_empty() {
+                            return None;
+                        }
+                        let mut all = running.clone();
+                        for (j, slot) in so_far {
+                            all.push(pod_affinity::Running::task(&table.get(*slot)?.name, &members[*j]));
+                        }
+                        pod_affinity::resolve(table, &all, &flavored[i]).ok().flatten().map(|(t, _)| t)
+                    };
+                    place_group(set, &mut nodes, &GroupSpec { adjust: Some(Adjust(&adjust)), ..group }, 0)
+                };
+                self.nodes = nodes;
+                result
+            } else {
+                place_group(set, &mut self.nodes, &group, 0)
+            };
+            match result {
+                Ok(placed) => {
+                    self.commit(name, placed.placed, flavor, now, out);
+                    return;
+                }
+                Err(GangError::Unschedulable { placed, diagnosis, .. }) => {
+                    if best_placed.is_none_or(|b| placed > b) {
+                        best_placed = Some(placed);
+                        if is_group {
+                            explanation.gang = Some((placed, min));
+                        }
+                        explanation.nodes = Some(diagnosis);
+                    }
+                }
+                Err(err @ GangError::Invalid { .. }) => {
+                    // normalise() rules this out; keep the workload pending with the reason.
+                    quota.push(err.to_string());
+                }
+            }
+        }
+        if !quota.is_empty() {
+            explanation.queue = Some(quota.join("; "));
+        }
+        if explanation.pod_affinity.is_none() {
+            explanation.pod_affinity = affinity;
+        }
+        // Every node refused it for a reason eviction cannot change (a taint, a selector, another
+        // GPU model): like kube-scheduler, do not try, and add no preemption hint to those reasons.
+        let hopeless = explanation.queue.is_none()
+            && explanation.gang.is_none()
+            && explanation.pod_affinity.is_none()
+            && explanation.nodes.as_ref().is_some_and(|d| d.faults.is_empty() && !d.preemption_may_help());
+        match (self.entries[name].spec.preemption, set.preempt()) {
+            _ if !may_preempt => explanation.preemption = Some(self.waiting_message(name)),
+            (PreemptionPolicy::Never, _) => {
+                explanation.preemption = Some("not allowed for this workload (preemption policy Never)".into());
+            }
+            (_, None) => {}
+            (PreemptionPolicy::LowerPriority, Some(_)) if hopeless => {}
+            (PreemptionPolicy::LowerPriority, Some(_)) => match preempt::preempt(self, set, name, now, out) {
+                Ok(()) => return,
+                Err(reason) => explanation.preemption = Some(reason),
+            },
+        }
+        self.unschedulable(name, explanation, now, out);
+    }
+
+    /// Record members bound on the table as running.
+    pub(super) fn commit(
+        &mut self,
+        name: &str,
+        placed: Vec<(usize, Placement)>,
+        flavor: Option<usize>,
+        now: u64,
+        out: &mut Vec<Decision>,
+    ) {
+        let leaf = self.entries[name].leaf;
+        let flavor = self.flavor_name(flavor).map(str::to_string);
+        if placed.iter().any(|(i, _)| !self.entries[name].spec.members[*i].labels.is_empty()) {
+            self.wake_affinity_waiters();
+        }
+        for (i, Placement { node: slot, devices, score, feasible, skipped_faults }) in placed {
+            let node = self.nodes.get(slot).map(|n| n.name.clone()).unwrap_or_default();
+            let task = self.entries[name].spec.members[i].clone();
+            self.account(leaf, &demand_in(&task, flavor.as_deref(), &self.queues), true);
+            out.push(Decision::Bound {
+                workload: name.into(),
+                task: task.id.clone(),
+                node: node.clone(),
+                devices: devices.clone(),
+                score,
+                feasible,
+                faults: skipped_faults,
+            });
+            let e = self.entries.get_mut(name).expect("committed workloads exist");
+            let flavor = flavor.clone();
+            e.members[i] = Some(Member { slot, node: node.clone(), devices, started: now, leaving: None, flavor });
+            self.index_add(&node, name);
+        }
+        // Placed elsewhere while it waited nominated: the room kept for it is everyone's again.
+        let holds = std::mem::take(&mut self.entries.get_mut(name).expect("committed workloads exist").holds);
+        self.release_holds(&holds);
+        self.forget_nomination(name);
+        let e = self.entries.get_mut(name).expect("committed workloads exist");
+        e.phase = Phase::Running;
+        e.waiting_for.clear();
+        e.attempts = 0;
+        e.explanation = Explanation::default();
+    }
+
+    /// Elastic growth: members beyond min-member take idle capacity, within quota.
+    pub(super) fn grow(&mut self, set: &PolicySet, now: u64, out: &mut Vec<Decision>) {
+        let mut growing: Vec<&Entry> =
+            self.entries.values().filter(|e| e.phase == Phase::Running && e.placed() < e.spec.members.len()).collect();
+        growing.sort_by_key(|e| (std::cmp::Reverse(e.spec.priority), e.seq));
+        let growing: Vec<String> = growing.into_iter().map(|e| e.spec.name.clone()).collect();
+        for name in growing {
+            let unplaced: Vec<usize> =
+                (0..self.entries[&name].members.len()).filter(|&i| self.entries[&name].members[i].is_none()).collect();
+            let e = &self.entries[&name];
+            let flavor = e.flavor().and_then(|f| self.queues.flavors().iter().position(|x| x.name == f));
+            let within = self.nodes_of(flavor).map(<[Slot]>::to_vec);
+            for i in unplaced {
+                let e = &self.entries[&name];
+                let Ok(task) = self.prepare(&e.spec.members[i], flavor, &mut None) else { break };
+                if !self.within_capability(e.leaf, &demand_in(&task, self.flavor_name(flavor), &self.queues)) {
+                    break;
+                }
+                let placed = match &within {
+                    None => place(set, &self.nodes, &task, 0),
+                    Some(slots) => place_among(set, &self.nodes, &task, 0, slots),
+                };
+                let Ok(p) = placed else { break };
+                if !matches!(self.nodes.update_usage(p.node, |n| bind(n, &task, &p.devices)), Some(Ok(()))) {
+                    break;
+                }
+                self.commit(&name, vec![(i, p)], flavor, now, out);
+            }
+        }
+    }
+}

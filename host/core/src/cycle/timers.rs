@@ -1,0 +1,116 @@
+//! Time in the cycle: back-off and parking after a failed attempt, grace periods and gang
+//! timeouts running out, and the next moment something is due.
+
+use super::*;
+
+impl SchedulerCore {
+    /// The earliest time something happens without outside input (a back-off ends, a grace
+    /// period runs out, a gang times out), so a driver can sleep until then instead of polling.
+    pub fn next_wakeup(&self) -> Option<u64> {
+        let mut next: Option<u64> = None;
+        let mut at = |t: u64| next = Some(next.map_or(t, |n: u64| n.min(t)));
+        for e in self.entries.values() {
+            match e.phase {
+                Phase::Pending | Phase::Preempting if !self.is_parked(e) => at(e.not_before),
+                _ => {}
+            }
+            if e.phase == Phase::Pending && e.spec.is_group() {
+                at(e.since.saturating_add(self.timeout_of(e)));
+            }
+            for m in e.members.iter().flatten() {
+                if let Some(l) = &m.leaving {
+                    at(l.deadline);
+                }
+            }
+        }
+        next
+    }
+
+    pub(super) fn timeout_of(&self, e: &Entry) -> u64 {
+        e.spec.timeout_seconds.unwrap_or(self.config.gang_timeout_seconds)
+    }
+
+    /// Let time pass: usage decays and accrues, grace periods and gang timeouts expire.
+    pub(super) fn advance(&mut self, now: u64, out: &mut Vec<Decision>) {
+        if now > self.usage_at {
+            let dt = (now - self.usage_at) as f64;
+            let decay = 0.5f64.powf(dt / self.config.usage_half_life_seconds.max(1) as f64);
+            for (u, a) in self.usage.iter_mut().zip(&self.allocated) {
+                *u = *u * decay + a.gpu_milli as f64 * dt;
+            }
+            self.usage_at = now;
+        }
+        let expired: Vec<(String, usize, Leaving)> = self
+            .entries
+            .iter()
+            .flat_map(|(name, e)| {
+                e.members.iter().enumerate().filter_map(move |(i, m)| {
+                    let l = m.as_ref()?.leaving.as_ref()?;
+                    (l.deadline <= now).then(|| (name.clone(), i, l.clone()))
+                })
+            })
+            .collect();
+        for (wl, i, Leaving { preemptor, kind, .. }) in expired {
+            self.evict(&wl, i, EvictReason::Preempted { preemptor, kind, checkpointed: false }, now, out);
+        }
+        let timed_out: Vec<String> = self
+            .entries
+            .values()
+            .filter(|e| {
+                e.phase == Phase::Pending && e.spec.is_group() && now >= e.since.saturating_add(self.timeout_of(e))
+            })
+            .map(|e| e.spec.name.clone())
+            .collect();
+        for name in timed_out {
+            let e = self.entries.get_mut(&name).expect("listed above");
+            e.phase = Phase::TimedOut;
+            e.explanation.queue = Some(format!("gang timed out after {} s unplaced", now - e.since));
+            out.push(Decision::TimedOut { workload: name });
+        }
+    }
+
+    /// Record a failed attempt: back off, park until the cluster changes, explain.
+    pub(super) fn unschedulable(
+        &mut self,
+        name: &str,
+        mut explanation: Explanation,
+        now: u64,
+        out: &mut Vec<Decision>,
+    ) {
+        let e = self.entries.get_mut(name).expect("attempted workloads exist");
+        e.attempts += 1;
+        let exp = e.attempts.saturating_sub(1).min(30);
+        let backoff = self.config.backoff_initial_seconds.saturating_mul(1 << exp).min(self.config.backoff_max_seconds);
+        e.not_before = now.saturating_add(backoff);
+        e.parked_at = Some(self.epoch);
+        e.phase = if e.placed() > 0 || e.phase == Phase::Preempting { e.phase } else { Phase::Pending };
+        if e.spec.members.iter().any(|m| !m.pod_terms().affinity.is_empty()) {
+            self.affinity_parked.insert(name.to_string());
+        }
+        explanation.attempts = e.attempts;
+        explanation.retry_at = Some(e.not_before);
+        e.explanation = explanation.clone();
+        debug!(workload = name, %explanation, "unschedulable");
+        out.push(Decision::Unschedulable { workload: name.into(), explanation });
+    }
+
+    /// The cluster changed: everything parked may be tried again (after its back-off).
+    pub(super) fn unpark_all(&mut self) {
+        self.epoch += 1;
+        self.affinity_parked.clear();
+    }
+
+    /// A pod with labels started: parked work with required pod affinity may be tried again
+    /// (after its back-off), since that pod may be the one it waits for.
+    pub(super) fn wake_affinity_waiters(&mut self) {
+        for name in std::mem::take(&mut self.affinity_parked) {
+            if let Some(e) = self.entries.get_mut(&name) {
+                e.parked_at = None;
+            }
+        }
+    }
+
+    pub(super) fn is_parked(&self, e: &Entry) -> bool {
+        e.parked_at == Some(self.epoch)
+    }
+}
