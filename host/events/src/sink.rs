@@ -14,7 +14,7 @@
 //! compare-and-swap and slot check read lines the drainer last wrote), emitting threads take turns
 //! through an ordinary `Mutex` (one thread emits nearly every event, so it is all but
 //! uncontended; a custom spin lock saved under half a point of a decision, not worth `unsafe`:
-//! BENCHMARKS.md, session 25), and `emit` does not fence before looking whether the drainer sleeps
+//! docs/benchmarks-history.md, session 25), and `emit` does not fence before looking whether the drainer sleeps
 //! (see [`IDLE_LOOK`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};

@@ -30,7 +30,7 @@ pub struct RuntimeConfig {
     pub cache_dir: Option<PathBuf>,
     /// Enforce wall-clock deadlines (the default). Epoch interruption puts a check at every guest
     /// function entry and loop header: 5–10 % of Wasm throughput in `wasmsched bench`
-    /// (BENCHMARKS.md, session 20). Off, nothing bounds a call's run time but fuel (`deterministic`): only for
+    /// (docs/benchmarks-history.md, session 20). Off, nothing bounds a call's run time but fuel (`deterministic`): only for
     /// measuring what the checks cost (`bench --compare-deadlines`), never for plugins one does not
     /// trust.
     pub deadlines: bool,
