@@ -17,7 +17,7 @@ fn fixture(name: &str) -> NodeTopology {
     smi::parse(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
-/// The "PCIe-pair box" of the topology article: NVLink pairs, PIX inside a NUMA node, SYS across.
+/// The "PCIe-pair box" (docs/topology.md): NVLink pairs, PIX inside a NUMA node, SYS across.
 fn pcie_pairs() -> NodeTopology {
     let mut text = String::from("\tGPU0\tGPU1\tGPU2\tGPU3\tGPU4\tGPU5\tGPU6\tGPU7\tCPU Affinity\tNUMA Affinity\n");
     for i in 0..8 {
@@ -111,7 +111,7 @@ fn device_selection_takes_the_exact_best_set() {
     let (nodes, slots) = cluster();
     let (wasm, native) = both("");
     for plugin in [&wasm, &native] {
-        // The article's counter-example: {0,4,5} free, 2 wanted → the NVLink pair {4,5}.
+        // The counter-example to a greedy choice: {0,4,5} free, 2 wanted → the NVLink pair {4,5}.
         let got = plugin.select_devices(CallContext { worker: 0, nodes: &nodes }, &gpus(2), slots[3]).unwrap().unwrap();
         assert_eq!(got.iter().map(|d| d.gpu).collect::<Vec<_>>(), [4, 5], "{}", plugin.name());
         // Unknown topology: the default lowest-index choice.

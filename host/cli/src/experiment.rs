@@ -13,7 +13,7 @@ use wasmsched_sim::trace;
 
 use crate::policy::{PAPER_POLICIES, policy_set};
 
-/// The 17 workloads of the paper's grid (`openb-protocol.md` §0).
+/// The 17 workloads of the paper's grid (`docs/openb-protocol.md` §0).
 pub const PAPER_TRACES: [&str; 17] = [
     "default",
     "cpu050",

@@ -27,7 +27,7 @@ fn shows_a_topology_and_its_labels() {
 
 #[test]
 fn chooses_gpus_and_says_why_the_others_lose() {
-    // The article's example: NVLink pairs, GPUs {0,4,5} free, 2 wanted → {4,5}, not {0,4} over SYS.
+    // The classic example: NVLink pairs, GPUs {0,4,5} free, 2 wanted → {4,5}, not {0,4} over SYS.
     let doc = json(wasmsched(&["topo", &fixture("pcie-6gpu-pix-pairs.txt"), "-k", "2", "--free", "0,4,5", "--json"]));
     assert_eq!(doc["choice"]["gpus"], serde_json::json!([4, 5]));
     assert_eq!(doc["candidates"], 3);

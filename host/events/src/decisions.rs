@@ -61,7 +61,7 @@ pub fn publish(sink: Option<&EventSink>, time: Option<Timestamp>, d: Decision<'_
     }
 }
 
-/// Publish a topology alert about a placement (S19 of the topology article).
+/// Publish a topology alert about a placement (scenario S19 of docs/topology.md).
 pub fn publish_alert(
     sink: Option<&EventSink>,
     time: Timestamp,

@@ -1,5 +1,5 @@
 //! The kube-scheduler extender over real HTTP, its cache fed by the fake API server's watches
-//! (a mock at the Kubernetes HTTP boundary): digest-002 S14 (filter with node names and reasons,
+//! (a mock at the Kubernetes HTTP boundary): scenario S14 (filter with node names and reasons,
 //! prioritize in 0–10, bind with GPU ids and the NUMA node) and S15 (two 4-GPU binds on an 8-GPU
 //! node get disjoint sets, a third fails, concurrent binds never share a GPU).
 

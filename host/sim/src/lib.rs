@@ -2,7 +2,7 @@
 //! time, with no I/O beyond reading the trace, so a run is deterministic for a given seed.
 //!
 //! It runs the FGD paper's "submit until X % of GPU capacity has arrived" experiment (see
-//! `shared/design/openb-protocol.md`, §2 and §5) with any [`PolicySet`], measuring allocation and
+//! `docs/openb-protocol.md`, §2 and §5) with any [`PolicySet`], measuring allocation and
 //! fragmentation after every pod; the paper's six policies are the `gpu-share-score` plugin.
 //!
 //! # Core concepts

@@ -1,5 +1,5 @@
 //! The submit-until-X % experiment: every pod is submitted once, in order; it is placed with the
-//! policy set or fails; nothing is deleted (`openb-protocol.md` §3 and §5).
+//! policy set or fails; nothing is deleted (`docs/openb-protocol.md` §3 and §5).
 
 use wasmsched_api::{Node, Task};
 use wasmsched_core::{NodeTable, Placement, PolicySet, Unschedulable, bind, place};
@@ -209,7 +209,7 @@ fn np_round2(x: f64) -> f64 {
 
 /// The paper's table row: GPU allocation ratio (percent of capacity) at arrived workload
 /// 0..=`max_column` percent, each the mean over the events whose rounded arrival equals the column
-/// (or within ±1 when none does); `None` where no event is near (`openb-protocol.md` §5.2).
+/// (or within ±1 when none does); `None` where no event is near (`docs/openb-protocol.md` §5.2).
 pub fn allocation_columns(run: &Run, max_column: usize) -> Vec<Option<f64>> {
     let gpus = run.capacity_milli as f64 / 1000.0;
     columns(run, max_column, |p| round2((p.used_milli as f64 / gpus) / 10.0), |v| np_round2(mean(v)))

@@ -1,4 +1,4 @@
-//! Workload construction of the FGD experiment (`openb-protocol.md` §2): seeded shuffle, tuning to
+//! Workload construction of the FGD experiment (`docs/openb-protocol.md` §2): seeded shuffle, tuning to
 //! a share of GPU capacity, and random node ranks for tie-breaking.
 
 use wasmsched_api::{GPU_MILLI, Node};
@@ -76,7 +76,7 @@ pub fn build(pods: &[TracePod], nodes: &[Node], seed: u64, tune: f64) -> Workloa
     Workload { nodes: table, pods: order, capacity_milli }
 }
 
-/// The FGD target workload of a trace (`openb-protocol.md` §4.6.1): the most popular pod shapes
+/// The FGD target workload of a trace (`docs/openb-protocol.md` §4.6.1): the most popular pod shapes
 /// covering 95 % of the trace's pods, from the whole original trace (not the tuned list).
 pub fn target_workload(pods: &[TracePod]) -> Vec<TypicalPod> {
     let jobs: Vec<Job> = pods.iter().map(|p| Job::from_trace(p, 1.0)).collect();

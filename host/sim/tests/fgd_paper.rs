@@ -19,7 +19,7 @@ fn paper_set(config: &str) -> PolicySet {
         .build()
 }
 
-/// `openb-protocol.md` §6: nodes A (2 GPUs, rank 0) and B (1 GPU, rank 1); pods P1..P4.
+/// `docs/openb-protocol.md` §6: nodes A (2 GPUs, rank 0) and B (1 GPU, rank 1); pods P1..P4.
 fn worked_example() -> (wasmsched_core::NodeTable, Vec<trace::TracePod>) {
     let nodes = trace::parse_nodes(
         "nodes",

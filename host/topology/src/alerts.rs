@@ -1,4 +1,4 @@
-//! Placement alerts (the article's monitoring section): a multi-GPU placement that spans NUMA
+//! Placement alerts: a multi-GPU placement that spans NUMA
 //! nodes is a **warning** ("topology mismatch"); one whose estimated all-reduce is slower than a
 //! threshold is **critical** ("communication bottleneck").
 
@@ -39,8 +39,8 @@ pub struct Thresholds {
 }
 
 impl Default for Thresholds {
-    /// 100 MB (the article's example buffer) and 5 ms: an NVLink or single-switch PCIe set stays
-    /// below (0.16–4.6 ms on the article's box), a cross-socket 4-GPU set does not (5.9 ms).
+    /// 100 MB (an example buffer) and 5 ms: an NVLink or single-switch PCIe set stays
+    /// below (0.16–4.6 ms on the PCIe-pair box), a cross-socket 4-GPU set does not (5.9 ms).
     fn default() -> Self {
         Thresholds { data_mb: 100.0, allreduce_ms: 5.0 }
     }

@@ -1,7 +1,7 @@
 //! What the node agent writes on a Node object and the scheduler reads back: one JSON annotation
 //! with the complete topology (every GPU, every pair), and capability labels for node selectors.
 //!
-//! Keys live under `wasmsched.io/`: the `kubernetes.io` and `k8s.io` prefixes the article uses are
+//! Keys live under `wasmsched.io/`: the `kubernetes.io` and `k8s.io` prefixes are
 //! reserved for Kubernetes itself.
 
 use std::collections::BTreeMap;

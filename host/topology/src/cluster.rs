@@ -37,7 +37,7 @@ pub struct Tiers {
 
 impl Default for Tiers {
     /// zone → spine → rack; intra-rack 100 GB/s / 100 µs and cross-rack 50 GB/s / 500 µs are the
-    /// article's sample cluster, the outer tiers halve again.
+    /// sample cluster, the outer tiers halve again.
     fn default() -> Self {
         let tier = |name: &str, label: &str, bandwidth_gbps: f64, latency_us: f64| Tier {
             name: name.into(),

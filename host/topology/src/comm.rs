@@ -13,7 +13,7 @@ pub enum Collective {
     AllReduce,
     /// Ring all-gather.
     AllGather,
-    /// Ring reduce-scatter (the article's code used the whole buffer; it is `(n−1)/n`).
+    /// Ring reduce-scatter (each rank sends `(n−1)/n` of the buffer, not all of it).
     ReduceScatter,
 }
 

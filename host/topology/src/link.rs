@@ -100,10 +100,10 @@ pub struct Cost {
     pub latency_us: f64,
 }
 
-/// What each link class costs; configurable, with the defaults of the topology article
+/// What each link class costs; configurable, with commonly published defaults
 /// (`docs/topology.md` lists them with their sources).
 ///
-/// NVLink bandwidth scales with the bond count: `NV12` at 50 GB/s per link is the article's 600 GB/s
+/// NVLink bandwidth scales with the bond count: `NV12` at 50 GB/s per link is 600 GB/s
 /// (A100), `NV18` is H100's 900 GB/s, `NV1`/`NV2` are DGX-1's 50/100 GB/s.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -124,13 +124,13 @@ pub struct LinkCosts {
     pub node: Cost,
     /// `SYS`.
     pub sys: Cost,
-    /// Between two nodes (the article's InfiniBand class), used by cluster locality estimates.
+    /// Between two nodes (an InfiniBand class), used by cluster locality estimates.
     pub network: Cost,
 }
 
 impl Default for LinkCosts {
     fn default() -> Self {
-        // The article gives one PCIe class (32 GB/s, 5 µs) and SYS (25 GB/s, 10 µs); PXB, PHB and NODE
+        // Common cost tables give one PCIe class (32 GB/s, 5 µs) and SYS (25 GB/s, 10 µs); PXB, PHB and NODE
         // sit between them in the order nvidia-smi's legend defines, so that a longer PCIe path is
         // never preferred over a shorter one.
         LinkCosts {
@@ -163,7 +163,7 @@ impl LinkCosts {
         }
     }
 
-    /// Latency normalised to a direct NVLink hop (the article's distance: NVLink 1, NVSwitch 2,
+    /// Latency normalised to a direct NVLink hop (a common distance table: NVLink 1, NVSwitch 2,
     /// PCIe 5, SYS 10, cross-node 50).
     pub fn distance(&self, link: Link) -> f64 {
         self.cost(link).latency_us / self.nvlink_latency_us

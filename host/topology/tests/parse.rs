@@ -17,7 +17,7 @@ const NV: fn(u8) -> Link = |links| Link::NvLink { links, switched: false };
 #[test]
 fn h100_nvswitch_node_with_a_nic() {
     let t = parse("h100-sxm-8gpu-nv18.txt");
-    // The header starts with a tab; it must not be counted as a GPU row (the article's bug B1).
+    // The header starts with a tab; it must not be counted as a GPU row (a classic parsing bug).
     assert_eq!(t.len(), 8);
     assert_eq!(t.link(0, 7), Some(Link::NvLink { links: 18, switched: true }));
     assert_eq!(t.interconnect(), "nvswitch");
@@ -45,7 +45,7 @@ fn a100_pcie_with_nvlink_bridge_pairs() {
 fn pcie_classes_are_kept_apart() {
     let t = parse("pcie-6gpu-pix-pairs.txt");
     assert_eq!(t.link(0, 1), Some(Link::Pix));
-    // NODE is within one NUMA node across host bridges, not cross-node (the article's bug B2).
+    // NODE is within one NUMA node across host bridges, not cross-node (a classic misreading).
     assert_eq!(t.link(0, 2), Some(Link::Node));
     assert_eq!(t.link(0, 4), Some(Link::Sys));
     assert_eq!(t.interconnect(), "pcie");

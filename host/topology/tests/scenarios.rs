@@ -1,5 +1,5 @@
-//! The acceptance scenarios of the topology article (`digest-002.md` §8), with the corrected
-//! behaviour where the article's code is wrong (S8–S20). Node layouts are written as
+//! The acceptance scenarios S1–S20 (listed in `docs/topology.md`), with the corrected behaviour
+//! where a naive greedy implementation is wrong (S8–S20). Node layouts are written as
 //! `nvidia-smi topo -m` text, so every scenario also goes through the parser.
 
 use std::collections::BTreeMap;
@@ -59,7 +59,7 @@ fn pick(t: &NodeTopology, free: &[u32], k: u32, policy: NumaPolicy) -> Result<Ve
 }
 
 #[test]
-fn s1_cost_tables_are_the_articles_defaults() {
+fn s1_cost_tables_are_the_published_defaults() {
     let costs = LinkCosts::default();
     let nv12 = Link::NvLink { links: 12, switched: false };
     let switch12 = Link::NvLink { links: 12, switched: true };
@@ -99,7 +99,7 @@ fn s4_intra_node_allreduce_estimates() {
     assert!(close(estimate(&[0, 1, 2, 3]), 4.5776));
     assert!(close(estimate(&[0, 1, 4, 5]), 5.8594));
     assert!(close(estimate(&[0, 1, 2, 3, 4, 5, 6, 7]), 6.8359));
-    // Reduce-scatter moves half of an all-reduce (the article's code moved the whole buffer).
+    // Reduce-scatter moves half of an all-reduce (not the whole buffer).
     let rs = ring_ms(Collective::ReduceScatter, 4, 100.0, 32.0, 0.0);
     assert!(close(rs * 2.0, ring_ms(Collective::AllReduce, 4, 100.0, 32.0, 0.0)));
     // The latency term adds α per ring step.
@@ -112,7 +112,7 @@ fn s4_intra_node_allreduce_estimates() {
 #[test]
 fn s8_the_optimum_respects_availability() {
     let t = pcie_pair_box();
-    // The article's greedy gives {0,4} (SYS) and {0,2,4,5} (distance 46).
+    // A naive greedy gives {0,4} (SYS) and {0,2,4,5} (distance 46).
     assert_eq!(pick(&t, &[0, 4, 5], 2, NumaPolicy::BestEffort), Ok(vec![4, 5]));
     let p = Prepared::new(&t, &LinkCosts::default());
     let four = p.select(mask(&[0, 2, 4, 5, 6, 7]), 4, NumaPolicy::BestEffort).unwrap();
@@ -148,7 +148,7 @@ fn s10_single_numa_best_fit_keeps_the_whole_numa_node() {
     let t = dgx_like();
     let free = [0, 1, 2, 3, 6, 7];
     let two = pick(&t, &free, 2, NumaPolicy::SingleNumaNode).unwrap();
-    assert_eq!(two, vec![6, 7], "the article's first fit takes NUMA0");
+    assert_eq!(two, vec![6, 7], "first fit takes NUMA0");
     let rest: Vec<u32> = free.iter().copied().filter(|g| !two.contains(g)).collect();
     assert_eq!(pick(&t, &rest, 4, NumaPolicy::SingleNumaNode), Ok(vec![0, 1, 2, 3]));
 }
@@ -239,7 +239,7 @@ fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 
 #[test]
 fn s6_s17_s18_cluster_locality() {
-    // The article's sample: 2 racks × 4 nodes, 8 GPUs each, one ToR switch per rack.
+    // A sample cluster: 2 racks × 4 nodes, 8 GPUs each, one ToR switch per rack.
     let tiers = Tiers::default();
     let mut nodes: Vec<(String, BTreeMap<String, String>, u32)> = Vec::new();
     for r in 0..2 {

@@ -1,4 +1,4 @@
-//! GPU fragmentation with respect to a target workload (FGD paper §4; `openb-protocol.md` §4.6).
+//! GPU fragmentation with respect to a target workload (FGD paper §4; `docs/openb-protocol.md` §4.6).
 //!
 //! Idle GPU share on a node is *fragmented* for a typical pod when that pod could not use it: the
 //! node lacks CPU, the GPU model is wrong, too few GPUs have enough free share, or the share sits

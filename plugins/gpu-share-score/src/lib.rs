@@ -1,6 +1,6 @@
 //! `gpu-share-score`: the six node scorers compared by the FGD paper ("Beware of Fragmentation:
 //! Scheduling GPU-Sharing Workloads with Fragmentation Gradient Descent", USENIX ATC'23), each with
-//! its GPU choice inside the node, as specified in `openb-protocol.md` §3.5 and §4.
+//! its GPU choice inside the node, as specified in `docs/openb-protocol.md` §3.5 and §4.
 //!
 //! One component, the policy chosen by configuration (JSON):
 //!

@@ -79,7 +79,7 @@ impl SchedulerCore {
         (admitted, limiter)
     }
 
-    /// The leaf queue's admission limits (digest Q3–Q5, in that order of the article's checks:
+    /// The leaf queue's admission limits (Q3–Q5, in this order:
     /// job count, GPUs, priority). Running workloads count towards the job limit.
     pub(super) fn admit(&self, w: &Workload, leaf: usize) -> Result<(), WorkloadError> {
         let Some(spec) = self.queues.get(leaf) else { return Ok(()) };

@@ -1871,16 +1871,22 @@ fn a_higher_priority_arrival_may_take_the_room_kept_for_a_nominated_workload() {
     check_accounting(&c);
 }
 
-#[test]
-fn a_victim_that_never_goes_does_not_stop_its_preemptor_running_elsewhere() {
+/// Two full nodes: `low` on n0, `guard` (not preemptible) on n1; `high` has evicted `low` and
+/// waits nominated while it terminates.
+fn high_waits_for_low_on_n0() -> SchedulerCore {
     let mut c = graceful(&[("n0", 8), ("n1", 8)]);
     c.submit(job("low", "q", 0, 8), 0).unwrap();
     c.submit(job("guard", "q", 0, 8), 0).unwrap();
     c.schedule(&full(), 0);
     c.set_preemptible("guard", false).unwrap();
     c.submit(job("high", "q", 10, 8), 1).unwrap();
-    let d = c.schedule(&full(), 1);
-    assert_eq!(evicted(&d), ["low"]);
+    assert_eq!(evicted(&c.schedule(&full(), 1)), ["low"]);
+    c
+}
+
+#[test]
+fn a_victim_that_never_goes_does_not_stop_its_preemptor_running_elsewhere() {
+    let mut c = high_waits_for_low_on_n0();
     // A finalizer keeps the victim; meanwhile the other node frees up.
     c.finish("guard").unwrap();
     let at = c.next_wakeup().expect("the nominated workload is retried after its back-off");
@@ -1896,13 +1902,7 @@ fn a_victim_that_never_goes_does_not_stop_its_preemptor_running_elsewhere() {
 
 #[test]
 fn a_nominated_node_that_disappears_sends_the_preemptor_elsewhere() {
-    let mut c = graceful(&[("n0", 8), ("n1", 8)]);
-    c.submit(job("low", "q", 0, 8), 0).unwrap();
-    c.submit(job("guard", "q", 0, 8), 0).unwrap();
-    c.schedule(&full(), 0);
-    c.set_preemptible("guard", false).unwrap();
-    c.submit(job("high", "q", 10, 8), 1).unwrap();
-    assert_eq!(evicted(&c.schedule(&full(), 1)), ["low"]);
+    let mut c = high_waits_for_low_on_n0();
     c.remove_node("n0", 2);
     assert_eq!(c.terminating().count(), 0, "its pods went with it");
     c.upsert_node(gpu_node("n2", 8), 2);

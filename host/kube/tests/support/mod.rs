@@ -57,16 +57,7 @@ pub fn chart_flow_schemas() -> Vec<(String, String, String, String)> {
         let level = v["spec"]["priorityLevelConfiguration"]["name"].as_str().unwrap_or_default().to_string();
         for rule in v["spec"]["rules"].as_sequence().into_iter().flatten() {
             for r in rule["resourceRules"].as_sequence().into_iter().flatten() {
-                let list = |k: &str| -> Vec<String> {
-                    r[k].as_sequence().into_iter().flatten().filter_map(|x| x.as_str().map(String::from)).collect()
-                };
-                for g in list("apiGroups") {
-                    for res in list("resources") {
-                        for verb in list("verbs") {
-                            out.push((level.clone(), g.clone(), res.clone(), verb));
-                        }
-                    }
-                }
+                out.extend(expand(r, &level));
             }
         }
     }
@@ -84,19 +75,26 @@ fn chart_rules(plain: &str, keep: &dyn Fn(&str, &str) -> bool) -> Vec<(String, S
             continue;
         }
         for rule in v["rules"].as_sequence().into_iter().flatten() {
-            let list = |k: &str| -> Vec<String> {
-                rule[k].as_sequence().into_iter().flatten().filter_map(|x| x.as_str().map(String::from)).collect()
-            };
-            for g in list("apiGroups") {
-                for r in list("resources") {
-                    for verb in list("verbs") {
-                        grants.push((kind.to_string(), g.clone(), r.clone(), verb));
-                    }
-                }
-            }
+            grants.extend(expand(rule, kind));
         }
     }
     grants
+}
+
+/// A rule's `apiGroups` × `resources` × `verbs`, each as `(tag, group, resource, verb)`.
+fn expand(rule: &serde_yaml_ng::Value, tag: &str) -> Vec<(String, String, String, String)> {
+    let list = |k: &str| -> Vec<String> {
+        rule[k].as_sequence().into_iter().flatten().filter_map(|x| x.as_str().map(String::from)).collect()
+    };
+    let mut out = Vec::new();
+    for g in list("apiGroups") {
+        for r in list("resources") {
+            for verb in list("verbs") {
+                out.push((tag.to_string(), g.clone(), r.clone(), verb));
+            }
+        }
+    }
+    out
 }
 
 /// Every request sent to `api` is one the chart's roles in `template` that pass `role` allow.
