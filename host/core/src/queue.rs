@@ -34,7 +34,7 @@ pub struct QueueSpec {
     pub flavors: Vec<String>,
 }
 
-/// Limits checked when a workload is submitted to a leaf queue (digest Q3–Q5): a workload they
+/// Limits checked when a workload is submitted to a leaf queue: a workload they
 /// refuse never waits in the queue; the submitter gets the reason.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Admission {

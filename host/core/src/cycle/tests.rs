@@ -1,4 +1,4 @@
-//! The cycle on the digests' scenarios (queues Q6/D3, gangs G1/G2/G8/G9, quotas, preemption P5,
+//! The cycle scenario by scenario (queues Q6/D3, gangs G1/G2/G8/G9, quotas, preemption P5,
 //! reclaim, DRF D1), with the built-in policies linked natively. `tests/all/cycle.rs` runs the same
 //! rules with the Wasm components.
 
