@@ -17,12 +17,18 @@ impl SchedulerCore {
         may_preempt: bool,
     ) {
         let priority = self.entries[name].spec.priority;
-        let outranked: Vec<String> = self
-            .entries
-            .values()
-            .filter(|e| e.phase == Phase::Preempting && e.spec.priority < priority && !e.holds.is_empty())
-            .map(|e| e.spec.name.clone())
+        let mut outranked: Vec<String> = self
+            .holders
+            .iter()
+            .filter(|w| {
+                self.entries
+                    .get(*w)
+                    .is_some_and(|e| e.phase == Phase::Preempting && e.spec.priority < priority && !e.holds.is_empty())
+            })
+            .cloned()
             .collect();
+        // In name order, as a walk of every workload would find them: replays stay deterministic.
+        outranked.sort_unstable();
         let mut borrowed = Vec::new();
         for w in outranked {
             let holds = std::mem::take(&mut self.entries.get_mut(&w).expect("listed").holds);
@@ -200,6 +206,7 @@ impl SchedulerCore {
         // Placed elsewhere while it waited nominated: the room kept for it is everyone's again.
         let holds = std::mem::take(&mut self.entries.get_mut(name).expect("committed workloads exist").holds);
         self.release_holds(&holds);
+        self.holders.remove(name);
         self.forget_nomination(name);
         let e = self.entries.get_mut(name).expect("committed workloads exist");
         e.phase = Phase::Running;

@@ -455,6 +455,9 @@ pub struct SchedulerCore {
     /// may be there twice: evicted work is queued again and may be placed and evicted again before
     /// its first copy has stopped (a simulator's restart; on Kubernetes a new pod).
     terminating: Vec<Terminating>,
+    /// Workloads that may hold room for themselves (a superset: checked before use), so an attempt
+    /// looks for holds it may borrow among these few instead of walking every workload.
+    holders: ahash::AHashSet<String>,
 }
 
 impl SchedulerCore {
@@ -485,6 +488,7 @@ impl SchedulerCore {
             policy_version: None,
             share_input: None,
             terminating: Vec::new(),
+            holders: ahash::AHashSet::new(),
         }
     }
 
@@ -673,6 +677,7 @@ impl SchedulerCore {
             }
         }
         self.release_holds(&e.holds);
+        self.holders.remove(workload);
         self.forget_nomination(workload);
         for t in &e.spec.members {
             self.owner.remove(&t.id);

@@ -16,6 +16,7 @@ impl SchedulerCore {
         let Some(slot) = self.nodes.slot_of(&hold.node) else { return };
         if matches!(self.nodes.update_usage(slot, |n| bind(n, &hold.task, &hold.devices)), Some(Ok(()))) {
             self.entries.get_mut(preemptor).expect("checked").holds.push(hold);
+            self.holders.insert(preemptor.to_string());
         }
     }
 
