@@ -138,11 +138,18 @@ impl Effects {
 
     /// Marks a pod unschedulable (`PodScheduled=False`, reason `Unschedulable`, with the message
     /// kube-scheduler users know: `0/N nodes are available: …`) and records a `FailedScheduling`
-    /// event.
-    pub async fn unschedulable(&self, key: &PodKey, uid: &str, message: &str) -> Result<(), EffectError> {
+    /// event. A preemptor waiting for its victims also gets `status.nominatedNodeName`, as
+    /// kube-scheduler sets it (`kubectl get pod -o wide` shows it), in the same write.
+    pub async fn unschedulable(
+        &self,
+        key: &PodKey,
+        uid: &str,
+        message: &str,
+        nominated: Option<&str>,
+    ) -> Result<(), EffectError> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
         let now = k8s_openapi::jiff::Timestamp::now();
-        let patch = serde_json::json!({
+        let mut patch = serde_json::json!({
             "status": { "conditions": [{
                 "type": "PodScheduled",
                 "status": "False",
@@ -151,23 +158,15 @@ impl Effects {
                 "lastTransitionTime": now.to_string(),
             }]}
         });
+        if let Some(node) = nominated {
+            patch["status"]["nominatedNodeName"] = node.into();
+        }
         pods.patch_status(&key.name, &PatchParams::default(), &Patch::Strategic(&patch))
             .await
             .map_err(EffectError::from_kube)?;
         // An event is best effort: the condition above is the record.
         self.event(key, Some(uid), EventType::Warning, "FailedScheduling", message).await;
         Ok(())
-    }
-
-    /// Records the node a preemptor waits for (`status.nominatedNodeName`, as kube-scheduler
-    /// sets it): `kubectl get pod -o wide` shows it while its victims terminate.
-    pub async fn nominate(&self, key: &PodKey, node: &str) -> Result<(), EffectError> {
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
-        let patch = serde_json::json!({"status": {"nominatedNodeName": node}});
-        pods.patch_status(&key.name, &PatchParams::default(), &Patch::Strategic(&patch))
-            .await
-            .map(drop)
-            .map_err(EffectError::from_kube)
     }
 
     /// Asks a victim that can checkpoint to do so: the annotation names who needs the room and

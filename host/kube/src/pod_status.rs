@@ -25,7 +25,7 @@ const IN_FLIGHT: usize = 8;
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 enum Command {
-    Set { id: String, key: PodKey, uid: String, message: String },
+    Set { id: String, key: PodKey, uid: String, message: String, nominated: Option<String> },
     Forget { id: String },
 }
 
@@ -43,9 +43,11 @@ impl PodStatusWriter {
         PodStatusWriter { tx }
     }
 
-    /// Pod `id` (`key`, incarnation `uid`) waits because of `message`.
-    pub fn unschedulable(&self, id: &str, key: PodKey, uid: &str, message: &str) {
-        let command = Command::Set { id: id.into(), key, uid: uid.into(), message: message.into() };
+    /// Pod `id` (`key`, incarnation `uid`) waits because of `message` (nominated to a node while
+    /// its victims go, when `nominated`).
+    pub fn unschedulable(&self, id: &str, key: PodKey, uid: &str, message: &str, nominated: Option<&str>) {
+        let nominated = nominated.map(String::from);
+        let command = Command::Set { id: id.into(), key, uid: uid.into(), message: message.into(), nominated };
         let _ = self.tx.send(command);
     }
 
@@ -59,6 +61,7 @@ struct Pending {
     key: PodKey,
     uid: String,
     message: String,
+    nominated: Option<String>,
 }
 
 struct Worker {
@@ -114,8 +117,8 @@ impl Worker {
 
     fn apply(&mut self, command: Command) {
         match command {
-            Command::Set { id, key, uid, message } => {
-                self.latest.insert(id.clone(), Pending { key, uid, message });
+            Command::Set { id, key, uid, message, nominated } => {
+                self.latest.insert(id.clone(), Pending { key, uid, message, nominated });
                 self.mark_due(id);
             }
             Command::Forget { id } => {
@@ -143,7 +146,8 @@ impl Worker {
             self.in_flight.insert(id.clone());
             let effects = self.effects.clone();
             self.writes.spawn(async move {
-                let result = effects.unschedulable(&pending.key, &pending.uid, &pending.message).await;
+                let (key, uid, nominated) = (&pending.key, &pending.uid, pending.nominated.as_deref());
+                let result = effects.unschedulable(key, uid, &pending.message, nominated).await;
                 (id, pending, result)
             });
         }

@@ -1032,7 +1032,7 @@ async fn pod_reasons_are_coalesced_latest_wins_in_order_and_retried_after_429() 
     for round in 1..=5 {
         for n in &names {
             let key = PodKey { namespace: "ml".into(), name: n.clone() };
-            writer.unschedulable(&format!("ml/{n}"), key, &uid(n), &format!("reason {round}"));
+            writer.unschedulable(&format!("ml/{n}"), key, &uid(n), &format!("reason {round}"), None);
         }
         tokio::time::sleep(Duration::from_millis(30)).await;
     }

@@ -200,15 +200,9 @@ impl Scheduler {
         tracing::info!(workload, nodes = ?nodes, "nominated: waiting for its victims to go");
         for (i, task) in waiting.iter().enumerate() {
             let Some(uid) = self.ours.get(&task.id).map(|f| f.uid.clone()) else { continue };
-            self.report_one(&task.id, &uid, &message);
-            if let (Some(node), true) = (nodes.get(i % nodes.len().max(1)), *self.leader.borrow()) {
-                let (effects, key, node) = (self.effects.clone(), key_of(task), node.clone());
-                tokio::spawn(async move {
-                    if let Err(e) = effects.nominate(&key, &node).await {
-                        tracing::debug!(pod = %key, error = %e, "could not record the nominated node");
-                    }
-                });
-            }
+            // One write with the reason: the node of a gang's member is a hint, round robin.
+            let node = nodes.get(i % nodes.len().max(1)).map(String::as_str);
+            self.report_one(&task.id, &uid, &message, node);
         }
     }
 
@@ -220,11 +214,11 @@ impl Scheduler {
     pub(super) fn report(&mut self, ids: &[String], message: &str) {
         for id in ids {
             let Some(uid) = self.ours.get(id).map(|f| f.uid.clone()) else { continue };
-            self.report_one(id, &uid, message);
+            self.report_one(id, &uid, message, None);
         }
     }
 
-    pub(super) fn report_one(&mut self, id: &str, uid: &str, message: &str) {
+    pub(super) fn report_one(&mut self, id: &str, uid: &str, message: &str, nominated: Option<&str>) {
         if self.reports.reported.get(id).is_some_and(|m| m == message) {
             return;
         }
@@ -234,7 +228,7 @@ impl Scheduler {
         }
         self.reports.reported.insert(id.to_string(), message.to_string());
         if let Some(writer) = &self.reports.pod_status {
-            writer.unschedulable(id, key_of_id(id), uid, message);
+            writer.unschedulable(id, key_of_id(id), uid, message, nominated);
         }
     }
 

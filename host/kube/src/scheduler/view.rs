@@ -127,7 +127,7 @@ impl Scheduler {
                         self.pod_gone(&id);
                     }
                     let uid = pod.metadata.uid.clone().unwrap_or_default();
-                    self.report_one(&id, &uid, &format!("wasmsched cannot schedule this pod: {e}"));
+                    self.report_one(&id, &uid, &format!("wasmsched cannot schedule this pod: {e}"), None);
                 }
                 return;
             }
