@@ -110,3 +110,9 @@ pub const ALL: [BuiltIn; 15] = [
 pub fn by_name(name: &str) -> Option<BuiltIn> {
     ALL.into_iter().find(|b| b.name == name)
 }
+
+/// Every built-in as `(name, component, default configuration)`: what a policy registry's table is
+/// made of (`wasmsched_registry::BuiltIns` collects it), without this crate knowing the registry.
+pub fn table() -> impl Iterator<Item = (&'static str, &'static [u8], &'static str)> {
+    ALL.into_iter().map(|b| (b.name, b.wasm, b.config))
+}

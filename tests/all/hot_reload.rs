@@ -107,7 +107,7 @@ fn fetched(spec: &str, artifacts: &[(&str, &[u8])]) -> Fetched {
 
 /// A registry with the packing set live, events to a JSONL file (the sink is returned to flush).
 fn registry(events: &Path) -> (Arc<Registry>, Preparer, EventSink) {
-    let preparer = Preparer::new(runtime());
+    let preparer = Preparer::new(runtime(), wasmsched_plugins::table().collect());
     let sink =
         EventSink::jsonl(events, Origin { source: "test".into(), id_prefix: "t".into() }, OutboxConfig::default())
             .unwrap();
@@ -583,7 +583,7 @@ fn a_new_version_with_the_same_filter_keeps_its_verdicts_and_a_changed_filter_st
 
 #[test]
 fn with_warm_up_a_new_version_catches_up_in_bounded_steps_before_it_goes_live() {
-    let preparer = Preparer::new(runtime());
+    let preparer = Preparer::new(runtime(), wasmsched_plugins::table().collect());
     let mut rng = Rng::new(5);
     let mut nodes = generate::cluster(&mut rng, 50);
     let slots: Vec<Slot> = nodes.slots().collect();
@@ -630,7 +630,7 @@ fn with_warm_up_a_new_version_catches_up_in_bounded_steps_before_it_goes_live() 
 fn a_version_prepared_while_the_loop_decides_is_caught_up_before_it_goes_live() {
     // Every plugin loaded anew: this loop records decisions without calling the live plugins, so
     // kept ones (the same spec keeps both) would be as far behind as the live version's.
-    let preparer = Preparer::new(runtime()).keep_unchanged(false);
+    let preparer = Preparer::new(runtime(), wasmsched_plugins::table().collect()).keep_unchanged(false);
     let mut rng = Rng::new(6);
     let nodes = generate::cluster(&mut rng, 50);
     let slots: Vec<Slot> = nodes.slots().collect();
@@ -692,7 +692,7 @@ fn a_version_prepared_while_the_loop_decides_is_caught_up_before_it_goes_live() 
 
 #[test]
 fn a_version_installed_again_or_rolled_back_to_is_caught_up_before_it_goes_live() {
-    let preparer = Preparer::new(runtime());
+    let preparer = Preparer::new(runtime(), wasmsched_plugins::table().collect());
     let mut rng = Rng::new(8);
     let mut nodes = generate::cluster(&mut rng, 50);
     let slots: Vec<Slot> = nodes.slots().collect();
@@ -789,7 +789,9 @@ fn a_new_version_keeps_the_live_instances_of_the_plugins_it_does_not_change() {
     lp.run(&registry, 50, "ok");
     let tasks: Vec<Task> = (0..20).map(|_| lp.next_task("cmp")).collect();
     let sample = wasmsched_registry::Sample { nodes: Arc::new(lp.nodes.snapshot()), tasks: tasks.clone() };
-    let cold = Preparer::new(runtime()).prepare(&fetched(&spread, &[]), 99, &sample).unwrap();
+    let cold = Preparer::new(runtime(), wasmsched_plugins::table().collect())
+        .prepare(&fetched(&spread, &[]), 99, &sample)
+        .unwrap();
     for t in &tasks {
         let kept = place(&registry.current().set, &lp.nodes, t, 0).map(|p| p.node);
         assert_eq!(kept, place(&cold.set, &lp.nodes, t, 0).map(|p| p.node), "{}", t.id);
@@ -871,7 +873,7 @@ fn the_smoke_gate_calls_preempt_and_fair_share_too() {
             "name: guarded\nplugins:\n  fit: {{ source: \"builtin:resource-fit\", deadline_ms: 2000 }}\n  victims: {{ source: \"file:h.wasm\", digest: \"{digest}\", config: {victims}, deadline_ms: 2000 }}\n  shares: {{ source: \"file:h.wasm\", digest: \"{digest}\", config: {shares}, deadline_ms: 2000 }}\nstages:\n  filter: [fit]\n  preempt: victims\n  fair_share: shares\n"
         )
     };
-    let preparer = Preparer::new(runtime());
+    let preparer = Preparer::new(runtime(), wasmsched_plugins::table().collect());
     let prepare = |victims: &str, shares: &str| {
         preparer.prepare(
             &fetched(&spec(victims, shares), &[("victims", &hostile), ("shares", &hostile)]),

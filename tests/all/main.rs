@@ -7,9 +7,14 @@ mod fair_share;
 mod hostile;
 mod hot_reload;
 mod mutated;
+mod registry_nats;
 mod reports;
 mod runtime;
 mod topology;
+
+/// A real `nats-server` per test, shared with the events crate's tests.
+#[path = "../../host/events/tests/all/support/mod.rs"]
+mod nats_support;
 
 use std::sync::{Arc, Mutex};
 

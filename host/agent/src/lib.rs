@@ -8,7 +8,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use anyhow::Context;
 use wasmsched_events::EventSink;
 use wasmsched_events::schema::{GpuHealth, NodeGpuHealthChanged, NodeInventoryChanged, Payload};
 use wasmsched_nvml::{Health, Session, XidEvent};
@@ -16,6 +15,47 @@ use wasmsched_topology::NodeTopology;
 use wasmsched_topology::annotation::{self, TOPOLOGY_ANNOTATION};
 
 pub use wasmsched_topology::annotation::{DEGRADED_ANNOTATION, UNHEALTHY_ANNOTATION};
+
+/// What discovering a node or writing its report can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// NVML could not be opened or asked.
+    #[error(transparent)]
+    Nvml(#[from] wasmsched_nvml::Error),
+    /// A file could not be read or written.
+    #[error("{what} {path}: {source}")]
+    File {
+        /// What was being done (`reading`, `writing`, …).
+        what: &'static str,
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// `nvidia-smi topo -m` text could not be parsed.
+    #[error("parsing {path}: {source}")]
+    Smi {
+        /// The file.
+        path: String,
+        /// Why.
+        source: wasmsched_topology::Error,
+    },
+    /// The Node object could not be read or patched.
+    #[error("{what} node {node}: {source}")]
+    Kube {
+        /// `reading` or `patching`.
+        what: &'static str,
+        /// The node.
+        node: String,
+        /// Why.
+        source: kube::Error,
+    },
+}
+
+fn file_error(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> AgentError {
+    let path = path.display().to_string();
+    move |source| AgentError::File { what, path, source }
+}
 
 /// Where the node's GPUs come from.
 pub enum Source {
@@ -37,7 +77,7 @@ pub struct Discovery {
 
 impl Source {
     /// Discovers the node now.
-    pub fn discover(&self) -> anyhow::Result<Discovery> {
+    pub fn discover(&self) -> Result<Discovery, AgentError> {
         match self {
             Source::Nvml => {
                 let session = Session::open()?;
@@ -46,9 +86,9 @@ impl Source {
                 Ok(Discovery { topology, driver: inventory.driver.clone(), inventory: Some(inventory) })
             }
             Source::Smi(path) => {
-                let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-                let topology =
-                    wasmsched_topology::smi::parse(&text).with_context(|| format!("parsing {}", path.display()))?;
+                let text = std::fs::read_to_string(path).map_err(file_error("reading", path))?;
+                let topology = wasmsched_topology::smi::parse(&text)
+                    .map_err(|source| AgentError::Smi { path: path.display().to_string(), source })?;
                 Ok(Discovery { topology, driver: String::new(), inventory: None })
             }
         }
@@ -66,14 +106,14 @@ pub struct NodeReport {
 
 impl NodeReport {
     /// Writes `annotations.json` and `labels.json` into `dir` (atomically: write then rename).
-    pub fn write(&self, dir: &Path) -> anyhow::Result<()> {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    pub fn write(&self, dir: &Path) -> Result<(), AgentError> {
+        std::fs::create_dir_all(dir).map_err(file_error("creating", dir))?;
         for (name, map) in [("annotations.json", &self.annotations), ("labels.json", &self.labels)] {
             let path = dir.join(name);
             let tmp = dir.join(format!(".{name}.tmp"));
-            std::fs::write(&tmp, serde_json::to_vec_pretty(map)?)
-                .with_context(|| format!("writing {}", tmp.display()))?;
-            std::fs::rename(&tmp, &path).with_context(|| format!("renaming to {}", path.display()))?;
+            let json = serde_json::to_vec_pretty(map).expect("a map of strings is JSON");
+            std::fs::write(&tmp, json).map_err(file_error("writing", &tmp))?;
+            std::fs::rename(&tmp, &path).map_err(file_error("renaming to", &path))?;
         }
         Ok(())
     }
@@ -210,7 +250,6 @@ fn wire(h: Health) -> GpuHealth {
 pub mod node_object {
     use std::collections::BTreeMap;
 
-    use anyhow::Context;
     use k8s_openapi::api::core::v1::Node;
     use kube::api::{Api, Patch, PatchParams};
     use serde_json::{Map, Value, json};
@@ -218,7 +257,7 @@ pub mod node_object {
         DEGRADED_ANNOTATION, LABEL_PREFIX, TOPOLOGY_ANNOTATION, UNHEALTHY_ANNOTATION,
     };
 
-    use super::NodeReport;
+    use super::{AgentError, NodeReport};
 
     /// The merge patch that makes `current` (the node's labels and annotations) carry `report`:
     /// the report's keys set, and the keys the agent owns but no longer reports (a GPU healthy
@@ -255,16 +294,14 @@ pub mod node_object {
     }
 
     /// Patches the node `name` with `report` (read, compare, merge-patch).
-    pub async fn write(client: &kube::Client, name: &str, report: &NodeReport) -> anyhow::Result<bool> {
+    pub async fn write(client: &kube::Client, name: &str, report: &NodeReport) -> Result<bool, AgentError> {
+        let kube_error = |what| move |source| AgentError::Kube { what, node: name.to_string(), source };
         let nodes: Api<Node> = Api::all(client.clone());
-        let node = nodes.get(name).await.with_context(|| format!("reading node {name}"))?;
+        let node = nodes.get(name).await.map_err(kube_error("reading"))?;
         let labels = node.metadata.labels.unwrap_or_default();
         let annotations = node.metadata.annotations.unwrap_or_default();
         let Some(p) = patch(report, &labels, &annotations) else { return Ok(false) };
-        nodes
-            .patch(name, &PatchParams::default(), &Patch::Merge(&p))
-            .await
-            .with_context(|| format!("patching node {name}"))?;
+        nodes.patch(name, &PatchParams::default(), &Patch::Merge(&p)).await.map_err(kube_error("patching"))?;
         Ok(true)
     }
 

@@ -142,7 +142,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             Err(e) if !args.once => {
                 tracing::error!(error = %format!("{e:#}"), "discovery failed; keeping the last report")
             }
-            Err(e) => return Err(e.context("discovery")),
+            Err(e) => return Err(anyhow::Error::new(e).context("discovery")),
         }
         if args.once {
             break;
@@ -168,7 +168,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(stats) = &stats {
         tracing::info!(delivered = stats.delivered, dropped = stats.dropped, "events closed");
     }
-    wasmsched_events::cli::delivered(stats.as_ref())
+    Ok(wasmsched_events::cli::delivered(stats.as_ref())?)
 }
 
 /// The Kubernetes Node object the agent writes its report on.

@@ -2,7 +2,7 @@
 //! JetStream, report files written), and the health path fed with XID events (NVML's event source
 //! needs a GPU; everything after it is the real code).
 
-#[path = "../../events/tests/support/mod.rs"]
+#[path = "../../events/tests/all/support/mod.rs"]
 mod support;
 
 use std::process::Command;

@@ -2,6 +2,7 @@
 //! 1,000 existing pods, 10,000 pods to schedule), with the policy set native and as Wasm, and with
 //! events off and on, all in one run so that the ratios compare like with like.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -502,18 +503,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let scenario = Scenario { base, pods, find };
 
     let runtime = (!args.native_only)
-        .then(|| Runtime::new(crate::policy::runtime_config()))
+        .then(|| Runtime::new(crate::policy::runtime_config()).map(Arc::new))
         .transpose()
         .context("starting the Wasm runtime")?;
     let wasm = runtime.as_ref().map(|rt| policy_set(Some(rt), &args.score, args.seed, &[])).transpose()?;
     let unbounded_runtime = (!args.native_only && args.compare_deadlines)
-        .then(|| Runtime::new(RuntimeConfig { deadlines: false, ..crate::policy::runtime_config() }))
+        .then(|| Runtime::new(RuntimeConfig { deadlines: false, ..crate::policy::runtime_config() }).map(Arc::new))
         .transpose()
         .context("starting the Wasm runtime without deadlines")?;
     let unbounded =
         unbounded_runtime.as_ref().map(|rt| policy_set(Some(rt), &args.score, args.seed, &[])).transpose()?;
     let plain_runtime = (!args.native_only && args.compare_placement)
-        .then(|| Runtime::new(RuntimeConfig { placement_calls: false, ..crate::policy::runtime_config() }))
+        .then(|| {
+            Runtime::new(RuntimeConfig { placement_calls: false, ..crate::policy::runtime_config() }).map(Arc::new)
+        })
         .transpose()
         .context("starting the Wasm runtime without placement calls")?;
     let plain = plain_runtime.as_ref().map(|rt| policy_set(Some(rt), &args.score, args.seed, &[])).transpose()?;
@@ -597,11 +600,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let mut queue_churn = Vec::new();
     if args.queues > 0 {
-        let natives = crate::policy::cycle_policy_set(None, wasmsched_plugins::PROPORTION)?;
-        let wasm = runtime
-            .as_ref()
-            .map(|rt| crate::policy::cycle_policy_set(Some(rt), wasmsched_plugins::PROPORTION))
-            .transpose()?;
+        let natives = crate::policy::cycle_policy_set(None, "proportion")?;
+        let wasm = runtime.as_ref().map(|rt| crate::policy::cycle_policy_set(Some(rt), "proportion")).transpose()?;
         let mut sets = vec![("native", natives.clone())];
         if let Some(w) = &wasm {
             sets.push(("wasm", w.clone()));

@@ -5,7 +5,12 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-pub use wasmsched_events::cli::{Nats, Sink, delivered, finish};
+pub use wasmsched_events::cli::{Nats, Sink, finish};
+
+/// [`wasmsched_events::cli::delivered`] as a command's result: lost events fail the command.
+pub fn delivered(stats: Option<&wasmsched_events::Stats>) -> anyhow::Result<()> {
+    Ok(wasmsched_events::cli::delivered(stats)?)
+}
 use wasmsched_events::schema::{Kind, Payload, TaskScheduled};
 use wasmsched_events::{EventSink, Filter, JsonlReader, Origin, OutboxConfig, Stats, TailOptions, json_schema, tail};
 

@@ -138,9 +138,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for e in &skipped_rows {
         tracing::warn!("skipped malformed row: {e}");
     }
-    let runtime = crate::policy::replay_runtime(args.native)?.map(std::sync::Arc::new);
+    let runtime = crate::policy::replay_runtime(args.native)?;
     // Sets of the operator's: gated once here, prepared per experiment (instances are per set).
-    let preparer = runtime.clone().map(wasmsched_registry::Preparer::new);
+    let preparer = runtime.clone().map(|rt| wasmsched_registry::Preparer::new(rt, crate::policy::builtins()));
     let mut custom: std::collections::BTreeMap<String, wasmsched_registry::Fetched> = Default::default();
     for named in &args.policy_sets {
         let preparer = preparer.as_ref().context("policy sets run as Wasm components")?;
@@ -156,10 +156,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // Fail on a bad policy name before the grid starts.
     for p in &policies {
         policy_set(
-            runtime.as_deref(),
+            runtime.as_ref(),
             p,
             0,
-            &[wasmsched_plugin_gpu_share_score::TypicalPod {
+            &[wasmsched_api::fragmentation::TypicalPod {
                 cpu_milli: 0,
                 milli: 0,
                 count: 0,
@@ -180,7 +180,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 .prepare(fetched, 1, &wasmsched_registry::Sample::synthetic())
                 .map(|v| v.set)
                 .map_err(|e| anyhow::anyhow!("policy set {policy}: {e}")),
-            _ => policy_set(runtime.as_deref(), policy, seed, typical),
+            _ => policy_set(runtime.as_ref(), policy, seed, typical),
         },
         |p| bar.show(p),
     )?;

@@ -26,6 +26,20 @@ pub enum Command {
         /// The spec file, or a directory holding `policy.yaml`.
         path: PathBuf,
     },
+    /// Print a built-in policy set as the document `simulate --policy NAME` loads: a starting
+    /// point for a set of your own (`fgd` is shown without its target workload, which
+    /// `simulate` derives from the trace).
+    Builtin {
+        /// The score policy: random, dot-prod, gpu-clustering, gpu-packing, best-fit, fgd,
+        /// least-allocated, most-allocated or gpu-topology.
+        name: String,
+        /// Add a fair-share stage: proportion, drf or decayed-usage.
+        #[arg(long, value_name = "POLICY")]
+        fair_share: Option<String>,
+        /// Add priority preemption.
+        #[arg(long)]
+        preempt: bool,
+    },
     /// Store a file (a component or a spec) in the NATS object store bucket schedulers watch.
     Push {
         /// The file.
@@ -114,6 +128,16 @@ fn nats_config(nats: &wasmsched_events::cli::Nats) -> anyhow::Result<wasmsched_e
 
 pub fn run(cmd: Command) -> anyhow::Result<()> {
     match cmd {
+        Command::Builtin { name, fair_share, preempt } => {
+            let options = crate::policy::SetOptions {
+                score: Some(&name),
+                fair_share: fair_share.as_deref(),
+                preempt,
+                ..Default::default()
+            };
+            print!("{}", crate::policy::builtin_set(&options)?);
+            Ok(())
+        }
         Command::Digest { file } => {
             let bytes = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
             println!("{}", digest_of(&bytes));
@@ -197,7 +221,7 @@ fn print_status(s: &serde_json::Value) {
 fn check(path: PathBuf) -> anyhow::Result<()> {
     let fetched = DirSource::new(&path).fetch()?;
     let rt = Arc::new(Runtime::new(crate::policy::runtime_config())?);
-    let v = Preparer::new(rt).prepare(&fetched, 1, &Sample::synthetic())?;
+    let v = Preparer::new(rt, crate::policy::builtins()).prepare(&fetched, 1, &Sample::synthetic())?;
     println!("policy set {} passes every gate ({:.1} ms)", v.spec.name, v.prepare_time.as_secs_f64() * 1e3);
     for p in &v.plugins {
         let stages: Vec<_> = p.stages.iter().map(|s| s.as_str()).collect();
@@ -287,7 +311,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
             // already holds the compiled component (written by the warm-up load above).
             let config =
                 RuntimeConfig { cache_dir: cached.then(|| cache.path().to_path_buf()), ..RuntimeConfig::default() };
-            let preparer = Preparer::new(Arc::new(Runtime::new(config)?));
+            let preparer = Preparer::new(Arc::new(Runtime::new(config)?), crate::policy::builtins());
             let registry = initial_registry(&preparer)?;
             let _ = std::fs::remove_file(src.path().join(SPEC_FILE));
             let mut source = DirSource::new(src.path());
@@ -310,8 +334,8 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
     }
 
     // Decision latency with and without swaps, alternating phases in one run.
-    let preparer =
-        Preparer::new(Arc::new(Runtime::new(crate::policy::runtime_config())?)).keep_unchanged(!args.reload_all);
+    let preparer = Preparer::new(Arc::new(Runtime::new(crate::policy::runtime_config())?), crate::policy::builtins())
+        .keep_unchanged(!args.reload_all);
     let registry = initial_registry(&preparer)?;
     let registry = Arc::new(if args.warm_up > 0 { registry.with_warm_up(args.warm_up) } else { registry });
     let mut rng = Rng::new(42);

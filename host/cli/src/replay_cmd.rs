@@ -187,12 +187,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let tree = tree.map_err(anyhow::Error::msg)?;
     let typical = timed::target_workload(&jobs);
-    let runtime = crate::policy::replay_runtime(args.native)?.map(Arc::new);
+    let runtime = crate::policy::replay_runtime(args.native)?;
     let initial = match &args.policy_set {
         Some(path) => Initial::File(path.clone()),
         None => Initial::BuiltIn {
             set: replay_policy_set(
-                runtime.as_deref(),
+                runtime.as_ref(),
                 &args.policy,
                 args.seed,
                 &typical,
@@ -202,7 +202,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             name: args.policy.clone(),
         },
     };
-    let preparer = runtime.clone().map(wasmsched_registry::Preparer::new);
+    let preparer = runtime.clone().map(|rt| wasmsched_registry::Preparer::new(rt, crate::policy::builtins()));
     // Smoke tests run on the replayed cluster with its first jobs.
     let sample = wasmsched_registry::Sample {
         nodes: Arc::new(table.snapshot()),

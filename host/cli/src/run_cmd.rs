@@ -74,7 +74,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("tokio runtime")?;
     let events = args.sink.open("scheduler")?;
     let grace = args.sink.grace();
-    let preparer = Preparer::new(Arc::new(Runtime::new(crate::policy::runtime_config()).context("Wasm runtime")?));
+    let preparer = Preparer::new(
+        Arc::new(Runtime::new(crate::policy::runtime_config()).context("Wasm runtime")?),
+        crate::policy::builtins(),
+    );
     let (initial, mut sources) = initial_policy(args.policy.as_deref())?;
     let registry = policy::registry(&preparer, &initial, events.clone(), args.policy_warm_up)
         .context("preparing the first policy set")?;
@@ -128,7 +131,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     drop(registry);
     let stats = wasmsched_events::cli::finish(events, grace);
     result?;
-    wasmsched_events::cli::delivered(stats.as_ref())
+    crate::events_cmd::delivered(stats.as_ref())
 }
 
 /// Watches `sources` for new versions every `poll_seconds`, when there are any.
@@ -181,15 +184,17 @@ pub struct ExtenderArgs {
 /// Serves kube-scheduler's extender verbs until SIGTERM or Ctrl-C.
 pub fn extender(args: ExtenderArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("tokio runtime")?;
-    let preparer = Preparer::new(Arc::new(Runtime::new(crate::policy::runtime_config()).context("Wasm runtime")?));
+    let preparer = Preparer::new(
+        Arc::new(Runtime::new(crate::policy::runtime_config()).context("Wasm runtime")?),
+        crate::policy::builtins(),
+    );
     let (initial, sources) = initial_policy(args.policy.as_deref())?;
     // The extender decides per request, with no loop to warm a staged version: swaps at once.
     let registry = policy::registry(&preparer, &initial, None, 0).context("preparing the first policy set")?;
     tracing::info!(policy = %registry.current().label(), "policy set live");
     let watcher = watch_sources(&registry, preparer, sources, args.policy_poll_seconds)?;
-    let client = runtime
-        .block_on(kube::Client::try_default())
-        .context("connecting to the Kubernetes API (kubeconfig or in-cluster)")?;
+    let client =
+        runtime.block_on(Extender::connect()).context("connecting to the Kubernetes API (kubeconfig or in-cluster)")?;
     let result = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await

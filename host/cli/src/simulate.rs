@@ -99,15 +99,13 @@ pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
             format!("resource-fit + {}", args.policy),
         ),
         Some(path) => {
-            let runtime = runtime
-                .map(std::sync::Arc::new)
-                .ok_or_else(|| anyhow::anyhow!("policy sets run as Wasm components"))?;
+            let runtime = runtime.clone().ok_or_else(|| anyhow::anyhow!("policy sets run as Wasm components"))?;
             let sample = wasmsched_registry::Sample {
                 nodes: std::sync::Arc::new(work.nodes.snapshot()),
                 tasks: work.pods.iter().take(16).map(|p| p.to_task()).collect(),
             };
             let initial = crate::replay_policies::Initial::File(path.clone());
-            let preparer = wasmsched_registry::Preparer::new(runtime);
+            let preparer = wasmsched_registry::Preparer::new(runtime, crate::policy::builtins());
             let live = crate::replay_policies::ReplayPolicies::prepare(initial, &[], Some(&preparer), &sample)?
                 .live
                 .swap_remove(0);

@@ -16,9 +16,10 @@ use std::collections::BTreeMap;
 
 use wasmsched_api::Task;
 
-use crate::alloc::{bind, release};
+use crate::node_accounting::{bind, release};
 use crate::node_table::{NodeTable, Slot};
-use crate::placement::{Diagnosis, Placement, PolicySet, place_among, place_sampled_among};
+use crate::placement::{Diagnosis, Placement, place_among, place_sampled_among};
+use crate::policy_set::PolicySet;
 
 /// Keep a group inside the smallest topology domain that can hold it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -23,6 +23,25 @@
 //! - [`Topologies`]: GPU topologies by node, which plugins query through the `topology` import
 //!   (natively through the same view, installed around every call).
 //!
+//! # Where each stage lives
+//! | stage | file |
+//! |---|---|
+//! | cluster state | `node_table.rs`, `node_accounting.rs` (bind/release), `topology.rs`, `cycle/live.rs` |
+//! | what users submit | `cycle/workload.rs`, `queue.rs`, `flavor.rs` |
+//! | admission and quotas | `cycle/quota.rs`, `cycle/flavors.rs` |
+//! | fair share (host side) | `cycle/fair_share.rs` |
+//! | the policy set | `policy_set.rs` |
+//! | filter | `placement/filter.rs`, `placement/verdict_cache.rs`, `cycle/pod_affinity.rs` |
+//! | score | `placement/score.rs` |
+//! | device selection | `placement/devices.rs` (GPU topology answers: `topology.rs`) |
+//! | one task / one gang | `placement/mod.rs`, `gang.rs` |
+//! | one workload's attempt | `cycle/attempt.rs`, `cycle/failures.rs` |
+//! | preemption | `cycle/preempt.rs`, `cycle/nomination.rs`, `cycle/eviction.rs` |
+//! | back-off and timers | `cycle/timers.rs` |
+//! | accounting | `cycle/accounting.rs` |
+//! | why work waits | `cycle/explain.rs` |
+//! | carrying decisions out (drivers) | `effects.rs` |
+//!
 //! # Example
 //! ```
 //! use std::sync::Arc;
@@ -49,32 +68,35 @@
 //! assert_eq!(nodes.get(placement.node).unwrap().name, "big");
 //! ```
 
-mod alloc;
 mod cycle;
+mod effects;
 mod flavor;
 mod gang;
 mod native;
+mod node_accounting;
 mod node_table;
 mod placement;
 mod plugin;
+mod policy_set;
 mod queue;
 mod topology;
-mod verdicts;
 
-pub use alloc::{AllocError, bind, bind_fact, default_select_devices, release};
 pub use cycle::{
     CoreConfig, CoreError, Decision, EvictReason, Explanation, Phase, PreemptKind, PreemptionPolicy, QueueShare,
     RunningPod, SchedulerCore, Workload, WorkloadError, WorkloadStatus,
 };
+pub use effects::{Effects, carry_out};
 pub use flavor::{Flavor, add_flavored, flavored_amount, flavored_resource};
 pub use gang::{Adjust, GangError, GangPlacement, GroupSpec, TopologyConstraint, place_group};
 pub use native::NativePlugin;
+pub use node_accounting::{AllocError, bind, bind_fact, release};
 pub use node_table::{Changes, NodeTable, Slot};
 pub use placement::{
-    Diagnosis, NodeVerdict, Placement, PolicySet, PolicySetBuilder, Sampled, Unschedulable, feasible_nodes_to_find,
+    Diagnosis, NodeVerdict, Placement, Sampled, Unschedulable, default_select_devices, feasible_nodes_to_find,
     filter_each, place, place_among, place_sampled, place_sampled_among, score_each, select_devices_on,
 };
 pub use plugin::{CallContext, FailurePolicy, FaultKind, PluginFault, PolicyPlugin, validate};
+pub use policy_set::{PolicySet, PolicySetBuilder};
 pub use queue::{Admission, QueueError, QueueSpec, QueueTree};
 pub use topology::{DEFAULT_REFERENCE_MBPS, Topologies, apply_node_facts};
 

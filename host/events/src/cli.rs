@@ -4,9 +4,34 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Context;
-
 use crate::{EventSink, NatsAuth, NatsConfig, Origin, OutboxConfig, Stats};
+
+/// What the shared event options can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum OptionsError {
+    /// `--nats-config` could not be read.
+    #[error("read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// `--nats-config` is not valid NATS settings.
+    #[error("{path}: invalid NATS settings: {source}")]
+    Settings {
+        /// The file.
+        path: String,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// The settings are inconsistent, or the sink could not be opened.
+    #[error("events: {0}")]
+    Events(#[from] crate::Error),
+    /// Events were lost: how many, and where the undelivered rest is.
+    #[error("events lost: {0}")]
+    Lost(String),
+}
 
 /// Where a scheduling command publishes its decisions. Without `--events` or `--nats`, none.
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -55,12 +80,14 @@ pub struct Nats {
 
 impl Nats {
     /// The NATS configuration, if NATS was asked for.
-    pub fn config(&self) -> anyhow::Result<Option<NatsConfig>> {
+    pub fn config(&self) -> Result<Option<NatsConfig>, OptionsError> {
         let mut config = match &self.nats_config {
             Some(path) => {
-                let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+                let path_text = || path.display().to_string();
+                let text =
+                    std::fs::read_to_string(path).map_err(|source| OptionsError::Read { path: path_text(), source })?;
                 serde_json::from_str::<NatsConfig>(&text)
-                    .with_context(|| format!("{}: invalid NATS settings", path.display()))?
+                    .map_err(|source| OptionsError::Settings { path: path_text(), source })?
             }
             None if self.nats.is_some() => NatsConfig::default(),
             None => return Ok(None),
@@ -87,7 +114,7 @@ impl Nats {
 
 impl Sink {
     /// Open the configured sink; `component` names the emitter in `source`.
-    pub fn open(&self, component: &str) -> anyhow::Result<Option<EventSink>> {
+    pub fn open(&self, component: &str) -> Result<Option<EventSink>, OptionsError> {
         let outbox =
             OutboxConfig { max_events: self.outbox_events, spill_dir: self.spill_dir.clone(), ..Default::default() };
         if let Some(config) = self.nats.config()? {
@@ -95,12 +122,12 @@ impl Sink {
                 source: format!("wasmsched/{}/{component}", config.cluster),
                 id_prefix: Origin::unique_prefix(),
             };
-            return Ok(Some(EventSink::nats(config, origin, outbox).context("events")?));
+            return Ok(Some(EventSink::nats(config, origin, outbox)?));
         }
         let Some(path) = &self.events else { return Ok(None) };
         let cluster = self.nats.cluster.clone().unwrap_or_else(|| "local".into());
         let origin = Origin { source: format!("wasmsched/{cluster}/{component}"), id_prefix: Origin::unique_prefix() };
-        Ok(Some(EventSink::jsonl(path, origin, outbox).context("events")?))
+        Ok(Some(EventSink::jsonl(path, origin, outbox)?))
     }
 }
 
@@ -130,7 +157,7 @@ pub fn finish(sink: Option<EventSink>, grace: Duration) -> Option<Stats> {
 
 /// An error when events were lost (dropped, or lost by the server after it acknowledged them),
 /// saying how many and where the undelivered rest is: a command that lost events must not exit 0.
-pub fn delivered(stats: Option<&Stats>) -> anyhow::Result<()> {
+pub fn delivered(stats: Option<&Stats>) -> Result<(), OptionsError> {
     let Some(s) = stats else { return Ok(()) };
     if s.lost() == 0 {
         if s.pending > 0 {
@@ -149,13 +176,9 @@ pub fn delivered(stats: Option<&Stats>) -> anyhow::Result<()> {
         (None, n) => format!("; {n} still undelivered"),
     };
     let why = s.last_error.as_deref().map(|e| format!(" (last error: {e})")).unwrap_or_default();
-    anyhow::bail!(
-        "events lost: {} of {} dropped{}{kept}{why}",
-        s.dropped,
-        s.emitted,
-        match s.lost_by_server {
-            0 => String::new(),
-            n => format!(", {n} lost by the server after it acknowledged them"),
-        }
-    )
+    let by_server = match s.lost_by_server {
+        0 => String::new(),
+        n => format!(", {n} lost by the server after it acknowledged them"),
+    };
+    Err(OptionsError::Lost(format!("{} of {} dropped{by_server}{kept}{why}", s.dropped, s.emitted)))
 }

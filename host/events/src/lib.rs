@@ -19,6 +19,7 @@ pub mod decisions;
 mod filter;
 mod jsonl;
 mod nats;
+pub mod nats_io;
 mod outbox;
 mod record;
 pub mod schema;
@@ -80,4 +81,7 @@ pub enum Error {
     /// The events configuration is invalid.
     #[error("invalid events configuration: {0}")]
     Config(String),
+    /// No answer in time (what was asked, and how long was waited).
+    #[error("{0}")]
+    Timeout(String),
 }

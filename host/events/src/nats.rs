@@ -713,11 +713,7 @@ pub fn tail(
     on_event: impl FnMut(Event) -> bool,
 ) -> Result<u64, Error> {
     config.validate()?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::Io { what: "start a runtime".into(), source: e })?;
-    rt.block_on(tail_async(config, filter, options, on_event))
+    crate::nats_io::io()?.block_on(tail_async(config, filter, options, on_event))
 }
 
 async fn tail_async(

@@ -1,5 +1,5 @@
 //! The Kubernetes path at scale, against the fake API server (a mock at the HTTP boundary; see
-//! `tests/support/fake_api.rs`): cache memory and cold start at 5,000 nodes / 150,000 pods, and the
+//! `tests/all/support/fake_api.rs`): cache memory and cold start at 5,000 nodes / 150,000 pods, and the
 //! binds per second the scheduler issues with a realistic API latency.
 //!
 //! `cargo bench -p wasmsched-kube --bench kube_scale [-- NODES PODS PENDING BIND_LATENCY_MS OURS_PERCENT QPS]`
@@ -9,7 +9,7 @@
 
 #![allow(clippy::print_stdout)]
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/all/support/mod.rs"]
 mod support;
 
 use std::sync::Arc;
@@ -106,7 +106,7 @@ fn main() {
             api.put(Kind::Pod, pod("bench", &format!("new-{i}"), "wasmsched", (i % 2) as u32, "1", "4Gi"));
         }
         api.state().bind_latency = Duration::from_millis(latency_ms);
-        let preparer = Preparer::new(Arc::new(Runtime::new(RuntimeConfig::default()).unwrap()));
+        let preparer = Preparer::new(Arc::new(Runtime::new(RuntimeConfig::default()).unwrap()), wasmsched_plugins::table().collect());
         let registry = policy::registry(&preparer, &policy::default_policy(), None, 0).unwrap();
         let metrics = Metrics::new("wasmsched");
         let scheduler = Scheduler::new(api.clients("bench", Some(rate)), registry, metrics.clone(), SchedulerConfig::new("wasmsched"));

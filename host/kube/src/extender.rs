@@ -113,6 +113,12 @@ pub struct Extender {
 }
 
 impl Extender {
+    /// A client from the usual kubeconfig or in-cluster configuration, without a client-side
+    /// rate: the extender writes only the binds kube-scheduler asks it for.
+    pub async fn connect() -> Result<Client, kube::Error> {
+        Client::try_default().await
+    }
+
     /// An extender for `client`'s cluster deciding with `registry`'s live set; `name` is who
     /// events and bindings are attributed to.
     pub fn new(client: Client, registry: Arc<Registry>, name: &str) -> Arc<Extender> {

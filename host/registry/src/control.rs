@@ -5,12 +5,11 @@
 //! are JSON: `{"op":"status"}` → `{"ok":true,"result":…}` or `{"ok":false,"error":"…"}`.
 
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use wasmsched_events::NatsConfig;
+use wasmsched_events::nats_io::{self, Responder};
 
 use crate::error::SourceError;
 use crate::registry::Registry;
@@ -70,60 +69,21 @@ fn answer(registry: &Registry, body: &[u8]) -> Reply {
     }
 }
 
+/// How long subscribing may take at start.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Answers control requests until dropped.
 pub struct ControlServer {
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    handle: Option<JoinHandle<()>>,
+    _responder: Responder,
 }
 
 impl ControlServer {
     /// Connect and subscribe; returns once the subscription is in place.
     pub fn start(nats: &NatsConfig, registry: Arc<Registry>) -> Result<ControlServer, SourceError> {
-        let err = |e: &dyn std::fmt::Display| SourceError::Fetch {
-            what: format!("control on {}", nats.url),
-            message: e.to_string(),
-        };
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| err(&e))?;
-        let (client, mut sub) = rt.block_on(async {
-            let client = nats.connect().await.map_err(|e| err(&e))?;
-            let sub = client.subscribe(subject(nats)).await.map_err(|e| err(&e))?;
-            client.flush().await.map_err(|e| err(&e))?;
-            Ok::<_, SourceError>((client, sub))
-        })?;
-        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
-        let handle = std::thread::Builder::new()
-            .name("wasmsched-policy-control".into())
-            .spawn(move || {
-                rt.block_on(async move {
-                    loop {
-                        tokio::select! {
-                            _ = &mut stopped => return,
-                            msg = sub.next() => {
-                                let Some(msg) = msg else { return };
-                                let Some(reply_to) = msg.reply else { continue };
-                                let reply = answer(&registry, &msg.payload);
-                                let body = serde_json::to_vec(&reply).unwrap_or_default();
-                                if let Err(e) = client.publish(reply_to, body.into()).await {
-                                    tracing::warn!(error = %e, "cannot answer a policy control request");
-                                }
-                            }
-                        }
-                    }
-                })
-            })
-            .map_err(|e| err(&e))?;
-        Ok(ControlServer { stop: Some(stop), handle: Some(handle) })
-    }
-}
-
-impl Drop for ControlServer {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
+        let answer = move |body: &[u8]| serde_json::to_vec(&answer(&registry, body)).unwrap_or_default();
+        let responder = Responder::start(nats, &subject(nats), START_TIMEOUT, answer)
+            .map_err(|e| SourceError::Fetch { what: format!("control on {}", nats.url), message: e.to_string() })?;
+        Ok(ControlServer { _responder: responder })
     }
 }
 
@@ -133,14 +93,12 @@ pub fn request(nats: &NatsConfig, op: Op, timeout: Duration) -> Result<Reply, So
         what: format!("policy {op:?} via {}", nats.url),
         message: e.to_string(),
     };
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| err(&e))?;
-    rt.block_on(async {
-        let client = nats.connect().await.map_err(|e| err(&e))?;
-        let body = serde_json::to_vec(&Request { op }).unwrap_or_default();
-        let msg = tokio::time::timeout(timeout, client.request(subject(nats), body.into()))
-            .await
-            .map_err(|_| err(&"no scheduler answered (is one running with this --nats and cluster?)"))?
-            .map_err(|e| err(&e))?;
-        serde_json::from_slice(&msg.payload).map_err(|e| err(&format!("malformed reply: {e}")))
-    })
+    let body = serde_json::to_vec(&Request { op }).unwrap_or_default();
+    let reply = nats_io::request(nats, &subject(nats), body, timeout).map_err(|e| match e {
+        wasmsched_events::Error::Timeout(_) => {
+            err(&"no scheduler answered (is one running with this --nats and cluster?)")
+        }
+        e => err(&e),
+    })?;
+    serde_json::from_slice(&reply).map_err(|e| err(&format!("malformed reply: {e}")))
 }

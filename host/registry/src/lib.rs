@@ -18,6 +18,7 @@
 //!
 //! The file format and the lifecycle are documented in `docs/hot-reload.md`.
 
+mod builtins;
 pub mod control;
 mod error;
 mod exercise;
@@ -28,10 +29,11 @@ mod source;
 mod spec;
 mod watch;
 
+pub use builtins::{BuiltIn, BuiltIns};
 pub use error::{PrepareError, SourceError, SpecError};
 pub use exercise::{StageRun, exercise};
 pub use object_store::{MAX_OBJECT_BYTES, ObjectStoreSource, push};
-pub use prepare::{PluginInfo, PolicyVersion, Preparer, Sample};
+pub use prepare::{PluginInfo, PolicyVersion, Preparer, Sample, build_set};
 pub use registry::{ControlError, Decision, HistoryEntry, Outcome, Registry, ShadowStats, Status, WindowStats};
 pub use source::{DirSource, Fetched, SPEC_FILE, Source, fingerprint};
 pub use spec::{

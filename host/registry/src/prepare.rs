@@ -10,6 +10,7 @@ use wasmsched_core::{NodeTable, PolicyPlugin, PolicySet, place};
 use wasmsched_events::schema::{PluginRef, PolicyLoaded, PolicySetRef, Stage as EventStage};
 use wasmsched_runtime::{PluginConfig, PluginMetrics, Runtime, WasmPlugin};
 
+use crate::BuiltIns;
 use crate::error::PrepareError;
 use crate::source::Fetched;
 use crate::spec::{ArtifactRef, PolicySetSpec, digest_of};
@@ -125,6 +126,14 @@ pub struct Sample {
 }
 
 impl Sample {
+    /// No cluster and no tasks: the smoke test then only checks that the preemption and
+    /// fair-share plugins answer, and places nothing. For a set that must start from its plugins'
+    /// initial state: a replay that must be reproducible (a seeded `random` score draws from its
+    /// generator on every call).
+    pub fn none() -> Sample {
+        Sample { nodes: Arc::new(NodeTable::new()), tasks: Vec::new() }
+    }
+
     /// A small synthetic cluster (four 8-GPU nodes) and tasks of 0 to 8 GPUs, used before the
     /// scheduler has offered a real sample.
     pub fn synthetic() -> Sample {
@@ -166,14 +175,15 @@ impl Sample {
 #[derive(Clone)]
 pub struct Preparer {
     runtime: Arc<Runtime>,
+    builtins: Arc<BuiltIns>,
     keep_unchanged: bool,
 }
 
 impl Preparer {
-    /// Prepare with `runtime`, keeping the live version's unchanged plugins
-    /// ([`Preparer::prepare_beside`]).
-    pub fn new(runtime: Arc<Runtime>) -> Preparer {
-        Preparer { runtime, keep_unchanged: true }
+    /// Prepare with `runtime`, `builtin:` sources taken from `builtins`, keeping the live
+    /// version's unchanged plugins ([`Preparer::prepare_beside`]).
+    pub fn new(runtime: Arc<Runtime>, builtins: BuiltIns) -> Preparer {
+        Preparer { runtime, builtins: Arc::new(builtins), keep_unchanged: true }
     }
 
     /// Load every plugin of every version anew, changed or not (`false`): fresh instances for
@@ -204,7 +214,9 @@ impl Preparer {
         live: Option<&PolicyVersion>,
     ) -> Result<PolicyVersion, PrepareError> {
         let started = Instant::now();
-        let spec = &fetched.spec;
+        let mut spec = fetched.spec.clone();
+        spec.resolve_builtins(&self.builtins)?;
+        let spec = &spec;
         // What the set calls, and what the smoke test calls instead (kept plugins only).
         let mut loaded: BTreeMap<&str, Arc<dyn PolicyPlugin>> = BTreeMap::new();
         let mut probes: BTreeMap<&str, Arc<dyn PolicyPlugin>> = BTreeMap::new();
@@ -212,7 +224,7 @@ impl Preparer {
         for (name, p) in &spec.plugins {
             let load_err = |message: String| PrepareError::Load { plugin: name.clone(), message };
             let bytes: &[u8] = match ArtifactRef::parse(&p.source).map_err(load_err)? {
-                ArtifactRef::BuiltIn(b) => wasmsched_plugins::by_name(&b).map(|b| b.wasm).unwrap_or_default(),
+                ArtifactRef::BuiltIn(b) => self.builtins.get(&b).map_err(load_err)?.wasm,
                 _ => fetched
                     .artifacts
                     .get(name)
@@ -296,8 +308,10 @@ impl Preparer {
     }
 }
 
-/// The set `spec` describes, over `loaded` (by local name).
-fn build_set(spec: &PolicySetSpec, version: u64, loaded: &BTreeMap<&str, Arc<dyn PolicyPlugin>>) -> PolicySet {
+/// The set `spec` describes, over `loaded` (by local name; every plugin a stage names must be
+/// there). The registry assembles every version this way; a binary that runs a spec's plugins
+/// natively (a benchmark baseline) assembles them through it too.
+pub fn build_set(spec: &PolicySetSpec, version: u64, loaded: &BTreeMap<&str, Arc<dyn PolicyPlugin>>) -> PolicySet {
     let mut builder = PolicySet::builder().version(version);
     for f in &spec.stages.filter {
         let plugin = loaded[f.as_str()].clone();

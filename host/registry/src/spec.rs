@@ -19,7 +19,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use wasmsched_core::FailurePolicy;
 
-use crate::error::SpecError;
+use crate::BuiltIns;
+use crate::error::{PrepareError, SpecError};
 
 /// A policy set as written: plugins, the stages they serve, and the gates a new version passes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -217,7 +218,8 @@ impl Default for RollbackSpec {
 /// Where a plugin's component comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ArtifactRef {
-    /// Compiled into the scheduler (`wasmsched_plugins::ALL`).
+    /// Compiled into the binary ([`crate::BuiltIns`]; whether the name exists is checked when
+    /// the set is prepared, against the binary's table).
     BuiltIn(String),
     /// A file, relative to the spec's directory.
     File(String),
@@ -233,13 +235,7 @@ impl ArtifactRef {
             return Err(format!("source {s:?} names nothing"));
         }
         match scheme {
-            "builtin" => {
-                if wasmsched_plugins::by_name(rest).is_none() {
-                    let names: Vec<_> = wasmsched_plugins::ALL.iter().map(|b| b.name).collect();
-                    return Err(format!("no built-in plugin {rest:?} (built-ins: {})", names.join(", ")));
-                }
-                Ok(ArtifactRef::BuiltIn(rest.into()))
-            }
+            "builtin" => Ok(ArtifactRef::BuiltIn(rest.into())),
             "file" => Ok(ArtifactRef::File(rest.into())),
             "object" => Ok(ArtifactRef::Object(rest.into())),
             other => Err(format!("source {s:?}: unknown scheme {other:?} (use builtin:, file: or object:)")),
@@ -410,19 +406,29 @@ impl PolicySetSpec {
         self.plugins.keys().map(String::as_str).collect()
     }
 
-    /// The configuration text of plugin `name` (`None` for an unknown name).
+    /// The configuration text of plugin `name` (`None` for an unknown name). A built-in's default
+    /// configuration counts once [`PolicySetSpec::resolve_builtins`] has filled it in.
     pub fn config_text(&self, name: &str) -> Option<String> {
         let p = self.plugins.get(name)?;
         Some(match &p.config {
             Some(serde_yaml_ng::Value::String(s)) => s.clone(),
             Some(v) => serde_json::to_string(v).unwrap_or_default(),
-            None => match ArtifactRef::parse(&p.source) {
-                Ok(ArtifactRef::BuiltIn(b)) => {
-                    wasmsched_plugins::by_name(&b).map(|b| b.config.to_string()).unwrap_or_default()
-                }
-                _ => String::new(),
-            },
+            None => String::new(),
         })
+    }
+
+    /// Check every `builtin:` source against `builtins` and write each one's default
+    /// configuration where the set gives none, so the set says exactly what runs (and two
+    /// built-ins of one component with different defaults never look alike).
+    pub fn resolve_builtins(&mut self, builtins: &BuiltIns) -> Result<(), PrepareError> {
+        for (name, p) in &mut self.plugins {
+            let Ok(ArtifactRef::BuiltIn(b)) = ArtifactRef::parse(&p.source) else { continue };
+            let builtin = builtins.get(&b).map_err(|message| PrepareError::Load { plugin: name.clone(), message })?;
+            if p.config.is_none() && !builtin.default_config.is_empty() {
+                p.config = Some(serde_yaml_ng::Value::String(builtin.default_config.into()));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -477,12 +483,28 @@ stages:
     }
 
     #[test]
+    fn built_ins_are_checked_and_their_defaults_written_against_the_binarys_table() {
+        let table =
+            BuiltIns::none().with("resource-fit", b"", "").with("most-allocated", b"", r#"{"strategy":"most"}"#);
+        let mut spec =
+            PolicySetSpec::parse("good.yaml", &GOOD.replace("    config: { strategy: most }\n", "")).unwrap();
+        assert_eq!(spec.config_text("pack").unwrap(), "", "no default before resolving");
+        spec.resolve_builtins(&table).unwrap();
+        assert_eq!(spec.config_text("pack").unwrap(), r#"{"strategy":"most"}"#);
+        assert_eq!(spec.config_text("fit").unwrap(), "");
+
+        let mut unknown =
+            PolicySetSpec::parse("g.yaml", &GOOD.replace("builtin:most-allocated", "builtin:nope")).unwrap();
+        let err = unknown.resolve_builtins(&table).unwrap_err().to_string();
+        assert_eq!(err, "plugin pack: no built-in plugin \"nope\" (built-ins: most-allocated, resource-fit)");
+    }
+
+    #[test]
     fn every_broken_rule_is_named() {
         let cases = [
             (GOOD.replace("name: packing", "name: Packing"), "name \"Packing\""),
             (GOOD.replace("[fit]", "[fitt]"), "stages.filter: no plugin \"fitt\""),
             (GOOD.replace("weight: 2", "weight: 0"), "weight 0"),
-            (GOOD.replace("builtin:most-allocated", "builtin:nope"), "no built-in plugin \"nope\""),
             (GOOD.replace("builtin:most-allocated", "file:x.wasm"), "digest missing"),
             (GOOD.replace("builtin:most-allocated", "ftp:x"), "unknown scheme \"ftp\""),
             (GOOD.replace("deadline_ms: 5", "deadline_ms: 0"), "deadline_ms 0"),

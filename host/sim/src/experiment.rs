@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use wasmsched_api::Node;
+use wasmsched_api::fragmentation::TypicalPod;
 use wasmsched_core::PolicySet;
-use wasmsched_plugin_gpu_share_score::TypicalPod;
 
 use crate::replay;
 use crate::trace::TracePod;

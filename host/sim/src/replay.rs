@@ -1,9 +1,10 @@
 //! The submit-until-X % experiment: every pod is submitted once, in order; it is placed with the
 //! policy set or fails; nothing is deleted (`docs/openb-protocol.md` §3 and §5).
 
+use wasmsched_api::fragmentation::{TypicalPod, measure};
+use wasmsched_api::gpu_affinity::{affinity_recorded, record_affinity};
 use wasmsched_api::{Node, Task};
 use wasmsched_core::{NodeTable, Placement, PolicySet, Unschedulable, bind, place};
-use wasmsched_plugin_gpu_share_score::{TypicalPod, affinity_recorded, measure, record_affinity};
 
 use crate::trace::TracePod;
 

@@ -4,7 +4,7 @@
 use wasmsched_api::{GPU_MILLI, Node};
 use wasmsched_core::NodeTable;
 
-use wasmsched_plugin_gpu_share_score::TypicalPod;
+use wasmsched_api::fragmentation::TypicalPod;
 
 use crate::generate::Rng;
 use crate::timed::{self, Job};

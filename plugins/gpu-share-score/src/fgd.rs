@@ -9,7 +9,7 @@ use ahash::RandomState;
 use hashbrown::HashTable;
 use wasmsched_sdk::prelude::*;
 
-use crate::frag::{TypicalPod, gradient_score, measure};
+use crate::fragmentation::{TypicalPod, gradient_score, measure};
 use crate::view;
 
 /// Bounds on the caches, so that a cluster with endless distinct pod shapes or node states cannot

@@ -39,6 +39,8 @@
 
 mod affinity;
 pub mod batch;
+pub mod fragmentation;
+pub mod gpu_affinity;
 mod model;
 mod stages;
 pub mod topology;

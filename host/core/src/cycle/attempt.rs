@@ -31,16 +31,23 @@ impl SchedulerCore {
         outranked.sort_unstable();
         let mut borrowed = Vec::new();
         for w in outranked {
-            let holds = std::mem::take(&mut self.entries.get_mut(&w).expect("listed").holds);
+            let Some(e) = self.entries.get_mut(&w) else { continue };
+            let holds = std::mem::take(&mut e.holds);
             self.release_holds(&holds);
             borrowed.push((w, holds));
         }
         self.attempt_within_holds(set, name, now, out, may_preempt);
         for (w, holds) in borrowed {
+            // A holder that is gone meanwhile gets nothing back (its room was released above).
+            if !self.entries.contains_key(&w) {
+                continue;
+            }
             for h in holds {
                 let Some(slot) = self.nodes.slot_of(&h.node) else { continue };
-                if matches!(self.nodes.update_usage(slot, |n| bind(n, &h.task, &h.devices)), Some(Ok(()))) {
-                    self.entries.get_mut(&w).expect("listed").holds.push(h);
+                if matches!(self.nodes.update_usage(slot, |n| bind(n, &h.task, &h.devices)), Some(Ok(())))
+                    && let Some(e) = self.entries.get_mut(&w)
+                {
+                    e.holds.push(h);
                 }
             }
         }

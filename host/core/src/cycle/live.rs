@@ -6,7 +6,7 @@
 use wasmsched_api::{DeviceShare, Node, Task};
 
 use super::{CoreError, Decision, Member, Misfit, Phase, SchedulerCore, Workload, WorkloadError, demand_in};
-use crate::alloc::bind_fact;
+use crate::node_accounting::bind_fact;
 use crate::queue::QueueTree;
 
 impl SchedulerCore {
@@ -232,7 +232,7 @@ impl SchedulerCore {
         self.deserved = None;
         self.share_input = None;
         for (name, leaf) in leaves {
-            let e = self.entries.get_mut(&name).expect("listed above");
+            let Some(e) = self.entries.get_mut(&name) else { continue };
             e.leaf = leaf;
             let held: Vec<_> =
                 (0..e.members.len()).filter(|&i| e.members[i].is_some()).map(|i| e.held(i, &self.queues)).collect();

@@ -71,11 +71,12 @@ use ahash::AHashMap;
 use tracing::{debug, warn};
 use wasmsched_api::{DeviceShare, Node, Resources, ShareDecision};
 
-use crate::alloc::{bind, bind_fact, release};
 use crate::gang::{Adjust, GangError, GroupSpec, place_group};
+use crate::node_accounting::{bind, bind_fact, release};
 use crate::node_table::{NodeTable, Slot};
-use crate::placement::{Placement, PolicySet, feasible_nodes_to_find, place, place_among};
+use crate::placement::{Placement, feasible_nodes_to_find, place, place_among};
 use crate::plugin::PluginFault;
+use crate::policy_set::PolicySet;
 use crate::queue::{QueueTree, UnusedReserves, fits};
 
 pub use explain::Explanation;
@@ -581,8 +582,10 @@ impl SchedulerCore {
             .collect();
         for (w, i) in holds.into_iter().rev() {
             let h = self.entries[&w].holds[i].clone();
-            if !matches!(self.nodes.update_usage(slot, |n| bind(n, &h.task, &h.devices)), Some(Ok(()))) {
-                self.entries.get_mut(&w).expect("listed").holds.remove(i);
+            if !matches!(self.nodes.update_usage(slot, |n| bind(n, &h.task, &h.devices)), Some(Ok(())))
+                && let Some(e) = self.entries.get_mut(&w)
+            {
+                e.holds.remove(i);
             }
         }
         // A terminating pod is still there, whatever the node now says it has room for.
@@ -757,7 +760,8 @@ impl SchedulerCore {
         let nominated: Vec<(String, bool)> =
             nominated.into_iter().map(|e| (e.spec.name.clone(), self.victims_gone(e))).collect();
         for (name, gone) in nominated {
-            let e = self.entries.get_mut(&name).expect("listed");
+            // An earlier one's attempt may have ended this one (its victims' room taken back).
+            let Some(e) = self.entries.get_mut(&name) else { continue };
             if gone {
                 // Its victims have left: it goes first, on the room kept for it, preempting
                 // again if that room was taken by someone who outranks it.

@@ -18,10 +18,11 @@ use std::sync::Arc;
 use wasmsched_api::{PreemptCandidate, Resources, Task, Victim};
 
 use super::{Decision, Entry, EvictReason, Leaving, Member, Phase, PreemptKind, SchedulerCore, demand_in};
-use crate::alloc::{bind, release};
+use crate::node_accounting::{bind, release};
 use crate::node_table::Slot;
-use crate::placement::{Placement, PolicySet, place, place_among};
+use crate::placement::{Placement, place, place_among};
 use crate::plugin::{CallContext, PolicyPlugin};
+use crate::policy_set::PolicySet;
 use crate::queue::fits;
 
 /// Tries per member before giving up on plans that do not verify.

@@ -67,7 +67,7 @@ fn core(queues: Vec<QueueSpec>, nodes: &[(&str, u32)]) -> SchedulerCore {
     c
 }
 
-fn builder() -> crate::placement::PolicySetBuilder {
+fn builder() -> crate::policy_set::PolicySetBuilder {
     PolicySet::builder()
         .filter(Arc::new(NativePlugin::<ResourceFit>::new("", 1).unwrap()))
         .score(Arc::new(NativePlugin::<AllocationScore>::new(r#"{"strategy":"most"}"#, 1).unwrap()), 1)

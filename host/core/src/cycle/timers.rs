@@ -62,7 +62,7 @@ impl SchedulerCore {
             .map(|e| e.spec.name.clone())
             .collect();
         for name in timed_out {
-            let e = self.entries.get_mut(&name).expect("listed above");
+            let Some(e) = self.entries.get_mut(&name) else { continue };
             e.phase = Phase::TimedOut;
             e.explanation.queue = Some(format!("gang timed out after {} s unplaced", now - e.since));
             out.push(Decision::TimedOut { workload: name });

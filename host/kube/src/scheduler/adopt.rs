@@ -73,7 +73,7 @@ impl Scheduler {
             }
         }
         let (adopted, pending) = (running.len(), self.ours.len() - running.len());
-        if *self.leader.borrow() {
+        if *self.leadership.leader.borrow() {
             tracing::info!(adopted, pending, "leading: took over the running pods of ours");
         } else {
             // A standby only keeps its view current; it takes over when it gets the lease.

@@ -167,13 +167,13 @@ impl Scheduler {
         let now = self.now();
         // With warm-up, a staged version catches up a step on the table the last cycle decided
         // on, and goes live here, between cycles, once it has (a no-op otherwise).
-        self.registry.warm(self.core.nodes());
-        let live = self.registry.current();
+        self.shared.registry.warm(self.core.nodes());
+        let live = self.shared.registry.current();
         let refreshed = self.refresh_nodes(now);
         self.carry_out(refreshed, &live, Duration::ZERO);
         // The table the cycle decides on: a version prepared on it needs only its later deltas.
-        if self.registry.wants_sample() {
-            self.registry.offer_sample(self.core.nodes());
+        if self.shared.registry.wants_sample() {
+            self.shared.registry.offer_sample(self.core.nodes());
         }
         self.submit_pending(now);
         self.offer_victims();

@@ -2,6 +2,7 @@
 //! nominations, why a pod waits, and the events of each decision.
 
 use super::*;
+use wasmsched_core::PluginFault;
 
 /// What every decision of one `carry_out` shares: the policy version that decided, its reference
 /// for events, and the decision time per decision.
@@ -11,22 +12,55 @@ pub(super) struct Carried<'a> {
     each: Duration,
 }
 
+/// The core's decisions of one cycle, carried out on the API server through the
+/// [`wasmsched_core::Effects`]
+/// trait the simulator's replay implements too. Preemptors left waiting are nominated once, after
+/// all the cycle's evictions.
+struct Carrier<'s, 'a> {
+    scheduler: &'s mut Scheduler,
+    at: Carried<'a>,
+    nominated: AHashSet<String>,
+}
+
+impl wasmsched_core::Effects for Carrier<'_, '_> {
+    fn bind(&mut self, d: &Decision, _: &str, _: &str, _: &str, _: &[DeviceShare]) {
+        self.scheduler.bound(d, &self.at);
+    }
+
+    fn unschedulable(&mut self, d: &Decision, workload: &str, explanation: &Explanation) {
+        self.scheduler.unschedulable(d, workload, explanation, &self.at);
+    }
+
+    fn request_checkpoint(&mut self, _: &Decision, task: &str, preemptor: &str, deadline: u64) {
+        self.scheduler.ask_for_checkpoint(task, preemptor, deadline);
+    }
+
+    fn evict(&mut self, d: &Decision, _: &str, task: &str, _: &str, reason: &EvictReason) {
+        self.scheduler.evicted(d, task, reason, &self.at);
+        if let EvictReason::Preempted { preemptor, .. } = reason {
+            self.nominated.insert(preemptor.clone());
+        }
+    }
+
+    fn timed_out(&mut self, d: &Decision, workload: &str) {
+        self.scheduler.timed_out(d, workload, &self.at);
+    }
+
+    fn fault(&mut self, d: &Decision, fault: &PluginFault) {
+        self.scheduler.fault(d, fault, &self.at);
+    }
+}
+
 impl Scheduler {
     /// Carries out the core's decisions, in order.
     pub(super) fn carry_out(&mut self, decisions: Vec<Decision>, live: &Arc<PolicyVersion>, each: Duration) {
         let policy = policy_ref(live);
-        let mut nominated = AHashSet::new();
-        for d in decisions {
-            let at = Carried { live, policy: &policy, each };
-            match &d {
-                Decision::Bound { .. } => self.bound(&d, &at),
-                Decision::Unschedulable { .. } => self.unschedulable(&d, &at),
-                Decision::PreemptionRequested { .. } => self.ask_for_checkpoint(&d),
-                Decision::Evicted { .. } => nominated.extend(self.evicted(&d, &at)),
-                Decision::TimedOut { .. } => self.timed_out(&d, &at),
-                Decision::Fault(_) => self.fault(&d, &at),
-            }
+        let mut carrier =
+            Carrier { scheduler: self, at: Carried { live, policy: &policy, each }, nominated: AHashSet::new() };
+        for d in &decisions {
+            wasmsched_core::carry_out(d, &mut carrier);
         }
+        let nominated = std::mem::take(&mut carrier.nominated);
         for workload in nominated {
             self.nominate(&workload);
         }
@@ -53,7 +87,7 @@ impl Scheduler {
             };
             let observed =
                 Observed { task: &facts.task, nodes: self.cache.nodes(), result: &Ok(placement), latency: each };
-            self.registry.record(live, observed);
+            self.shared.registry.record(live, observed);
             self.cache.assume(slot, &facts.task, devices);
         }
         if self.reports.events.is_some() {
@@ -66,24 +100,21 @@ impl Scheduler {
     }
 
     /// A failed attempt: recorded, published, and each waiting pod told why.
-    pub(super) fn unschedulable(&mut self, d: &Decision, at: &Carried<'_>) {
-        let Decision::Unschedulable { workload, explanation } = d else {
-            return;
-        };
+    pub(super) fn unschedulable(&mut self, d: &Decision, workload: &str, explanation: &Explanation, at: &Carried<'_>) {
         let (live, policy, each) = (at.live, at.policy, at.each);
         let Some(waiting): Option<Vec<Task>> =
             self.core.members_of(workload).map(|m| m.filter(|(_, placed)| !placed).map(|(t, _)| t.clone()).collect())
         else {
             return;
         };
-        self.reports.attempts.insert(workload.clone(), explanation.attempts);
+        self.reports.attempts.insert(workload.to_string(), explanation.attempts);
         for _ in &waiting {
-            self.metrics.attempt("unschedulable", each);
+            self.shared.metrics.attempt("unschedulable", each);
         }
         if let (Some(first), Some(diagnosis)) = (waiting.first(), &explanation.nodes) {
             let result = Err(Unschedulable { diagnosis: diagnosis.clone() });
             let observed = Observed { task: first, nodes: self.cache.nodes(), result: &result, latency: each };
-            self.registry.record(live, observed);
+            self.shared.registry.record(live, observed);
         }
         if let (Some(sink), Some(first)) = (&self.reports.events, waiting.first()) {
             for p in decisions::cycle(d, &self.facts(first, explanation.attempts), self.cache.nodes(), policy) {
@@ -95,13 +126,10 @@ impl Scheduler {
     }
 
     /// A victim that can checkpoint is asked to (its deadline as wall-clock time).
-    pub(super) fn ask_for_checkpoint(&mut self, d: &Decision) {
-        let Decision::PreemptionRequested { task, preemptor, deadline, .. } = d else {
-            return;
-        };
+    pub(super) fn ask_for_checkpoint(&mut self, task: &str, preemptor: &str, deadline: u64) {
         let wall = k8s_openapi::jiff::Timestamp::now() + Duration::from_secs(deadline.saturating_sub(self.now()));
-        let (effects, key, preemptor) = (self.effects.clone(), key_of_id(task), preemptor.clone());
-        if *self.leader.borrow() {
+        let (effects, key, preemptor) = (self.api.effects.clone(), key_of_id(task), preemptor.to_string());
+        if *self.leadership.leader.borrow() {
             tokio::spawn(async move {
                 if let Err(e) = effects.request_checkpoint(&key, &preemptor, &wall.to_string()).await {
                     tracing::warn!(pod = %key, error = %e, "could not ask for a checkpoint; evicted at the deadline");
@@ -111,11 +139,8 @@ impl Scheduler {
     }
 
     /// A victim evicted: published, forgotten by the core (its room held as terminating) and
-    /// evicted through the API. Returns the preemptor that now waits nominated.
-    pub(super) fn evicted(&mut self, d: &Decision, at: &Carried<'_>) -> Option<String> {
-        let Decision::Evicted { workload, task, reason, .. } = d else {
-            return None;
-        };
+    /// evicted through the API.
+    pub(super) fn evicted(&mut self, d: &Decision, task: &str, reason: &EvictReason, at: &Carried<'_>) {
         let policy = at.policy;
         if let Some(sink) = &self.reports.events
             && let Some(victim) = self.ours.get(task)
@@ -133,25 +158,17 @@ impl Scheduler {
                 sink.emit(p);
             }
         }
-        let _ = workload;
         // Evicted pods do not come back (their controller makes new ones): the core
         // forgets the task now and holds its room as terminating until the pod is gone.
         let _ = self.core.remove_task(task);
         if !matches!(reason, EvictReason::NodeLost) {
-            self.in_flight.evicting.insert(task.clone());
+            self.in_flight.evicting.insert(task.to_string());
             self.start_eviction(task, reason);
         }
-        if let EvictReason::Preempted { preemptor, .. } = reason {
-            return Some(preemptor.clone());
-        }
-        None
     }
 
     /// A gang given up for now: published, reported, and submitted again after a while.
-    pub(super) fn timed_out(&mut self, d: &Decision, at: &Carried<'_>) {
-        let Decision::TimedOut { workload } = d else {
-            return;
-        };
+    pub(super) fn timed_out(&mut self, d: &Decision, workload: &str, at: &Carried<'_>) {
         let policy = at.policy;
         let members: Vec<Task> =
             self.core.members_of(workload).map(|m| m.map(|(t, _)| t.clone()).collect()).unwrap_or_default();
@@ -169,16 +186,15 @@ impl Scheduler {
         // Given up for a while, not for good: pods in Kubernetes wait as long as they exist.
         let _ = self.core.finish(workload);
         let retry = self.now() + self.config.resubmit_after.as_secs().max(1);
-        self.next.not_before.insert(workload.clone(), retry);
+        self.next.not_before.insert(workload.to_string(), retry);
         let ids: Vec<String> = members.iter().map(|t| t.id.clone()).collect();
         self.report(&ids, &format!("pod group {workload} timed out waiting to be placed; retrying"));
     }
 
     /// A plugin fault the cycle recovered from: logged and published.
-    pub(super) fn fault(&mut self, d: &Decision, at: &Carried<'_>) {
-        let Decision::Fault(f) = d else { return };
+    pub(super) fn fault(&mut self, d: &Decision, fault: &PluginFault, at: &Carried<'_>) {
         let policy = at.policy;
-        tracing::warn!(fault = %f, "plugin fault");
+        tracing::warn!(fault = %fault, "plugin fault");
         if let Some(sink) = &self.reports.events {
             let any = Task::default();
             for p in decisions::cycle(d, &self.facts(&any, 0), self.cache.nodes(), policy) {
@@ -223,7 +239,7 @@ impl Scheduler {
             return;
         }
         tracing::debug!(pod = %id, reason = message, "unschedulable");
-        if !*self.leader.borrow() {
+        if !*self.leadership.leader.borrow() {
             return;
         }
         self.reports.reported.insert(id.to_string(), message.to_string());
@@ -242,7 +258,8 @@ impl Scheduler {
     }
 
     pub(super) fn start_bind(&mut self, pod: &PodFacts, node: String, devices: Vec<DeviceShare>, decided_in: Duration) {
-        let (effects, leader, done) = (self.effects.clone(), self.leader.clone(), self.in_flight.done_tx.clone());
+        let (effects, leader, done) =
+            (self.api.effects.clone(), self.leadership.leader.clone(), self.in_flight.done_tx.clone());
         let nodes = self.cache.nodes();
         let numa = nodes.slot_of(&node).and_then(|s| nodes.get(s)).and_then(|n| convert::numa_of(n, &devices));
         let (key, uid, id) = (key_of(&pod.task), pod.uid.clone(), pod.task.id.clone());
@@ -274,7 +291,8 @@ impl Scheduler {
     /// Evicts a victim through the Eviction API, retrying refusals (a disruption budget) with
     /// back-off for a while; if it never goes, it counts again as running.
     pub(super) fn start_eviction(&mut self, id: &str, reason: &EvictReason) {
-        let (effects, leader, done) = (self.effects.clone(), self.leader.clone(), self.in_flight.done_tx.clone());
+        let (effects, leader, done) =
+            (self.api.effects.clone(), self.leadership.leader.clone(), self.in_flight.done_tx.clone());
         let (key, id) = (key_of_id(id), id.to_string());
         let note = match reason {
             EvictReason::Preempted { preemptor, .. } => format!("preempted by {preemptor}"),
@@ -330,7 +348,7 @@ impl Scheduler {
         took: Duration,
         decided_in: Duration,
     ) {
-        self.metrics.bind_duration.observe(took.as_secs_f64());
+        self.shared.metrics.bind_duration.observe(took.as_secs_f64());
         let (label, attempt) = match &result {
             Ok(()) => ("ok", "scheduled"),
             Err(EffectError::Conflict(_)) => ("conflict", "error"),
@@ -338,8 +356,8 @@ impl Scheduler {
             Err(EffectError::NotLeader) => ("not_leader", "error"),
             Err(EffectError::Retryable(_) | EffectError::TooManyRequests(..)) => ("retry", "error"),
         };
-        self.metrics.binds.get_or_create(&BindLabels { result: label }).inc();
-        self.metrics.attempt(attempt, decided_in + took);
+        self.shared.metrics.binds.get_or_create(&BindLabels { result: label }).inc();
+        self.shared.metrics.attempt(attempt, decided_in + took);
         let events = self.reports.unconfirmed.remove(&id);
         match result {
             Ok(()) => {

@@ -129,12 +129,8 @@ struct Synced {
 /// The scheduler: the two views, the policy registry and the API effects.
 pub struct Scheduler {
     config: SchedulerConfig,
-    client: Client,
-    /// The Lease's own client: renewals never queue behind `client`'s writes.
-    election_client: Client,
-    registry: Arc<Registry>,
-    metrics: Arc<Metrics>,
-    effects: Effects,
+    api: ApiClients,
+    shared: Shared,
     cache: Cache,
     core: SchedulerCore,
     /// Our pods (pending and bound), by `namespace/name`.
@@ -145,9 +141,32 @@ pub struct Scheduler {
     timers: Timers,
     reports: Reports,
     in_flight: InFlight,
+    leadership: Leadership,
+}
+
+/// How the scheduler reaches the API server.
+struct ApiClients {
+    /// Watches and status writes.
+    client: Client,
+    /// The Lease's own client: renewals never queue behind `client`'s writes.
+    election: Client,
+    /// Binds, evictions, checkpoint requests and Kubernetes events.
+    effects: Effects,
+}
+
+/// What the scheduler shares with the rest of the process: the policy registry (which set is
+/// live, what it decided) and the metrics the exporter serves.
+struct Shared {
+    registry: Arc<Registry>,
+    metrics: Arc<Metrics>,
+}
+
+/// Whether this replica leads (writes to the API server) and, without an election, what keeps it
+/// leading.
+struct Leadership {
     leader: watch::Receiver<bool>,
     /// Holds leadership at `true` when there is no election.
-    _always_leader: Option<watch::Sender<bool>>,
+    _always: Option<watch::Sender<bool>>,
 }
 
 /// The cluster's scheduling objects besides nodes and pods, as the watches last showed them.
@@ -259,11 +278,8 @@ impl Scheduler {
             },
             core: SchedulerCore::new(tree, config.core.clone()),
             config,
-            client,
-            election_client,
-            registry,
-            metrics,
-            effects,
+            api: ApiClients { client, election: election_client, effects },
+            shared: Shared { registry, metrics },
             cache: Cache::new(),
             ours: AHashMap::new(),
             objects: Objects { queues, ..Objects::default() },
@@ -291,8 +307,7 @@ impl Scheduler {
                 events: None,
                 decided: 0,
             },
-            leader,
-            _always_leader: Some(always),
+            leadership: Leadership { leader, _always: Some(always) },
         }
     }
 
@@ -308,31 +323,33 @@ impl Scheduler {
     pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
         let (stop_election, election) = match self.config.lease.clone() {
             Some(lease) => {
-                let (elector, leader) = Elector::new(self.election_client.clone(), lease);
-                self.leader = leader;
+                let (elector, leader) = Elector::new(self.api.election.clone(), lease);
+                self.leadership.leader = leader;
                 let (tx, rx) = watch::channel(false);
                 (Some(tx), Some(tokio::spawn(elector.run(rx))))
             }
             None => (None, None),
         };
-        self.reports.pod_status = Some(PodStatusWriter::start(self.effects.clone(), self.leader.clone()));
-        let nodes = watch_stream(Api::<KubeNode>::all(self.client.clone()), watcher::Config::default());
+        self.reports.pod_status =
+            Some(PodStatusWriter::start(self.api.effects.clone(), self.leadership.leader.clone()));
+        let nodes = watch_stream(Api::<KubeNode>::all(self.api.client.clone()), watcher::Config::default());
         // Finished pods hold nothing; leaving them out of the list is most of a big cluster's pods.
         let pod_config = watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed");
-        let pods = watch_stream(Api::<Pod>::all(self.client.clone()), pod_config);
-        let groups = watch_stream(Api::<PodGroup>::all(self.client.clone()), watcher::Config::default());
-        let queues = watch_stream(Api::<Queue>::all(self.client.clone()), watcher::Config::default());
-        let flavors = watch_stream(Api::<ResourceFlavor>::all(self.client.clone()), watcher::Config::default());
-        let classes = watch_stream(Api::<PriorityClass>::all(self.client.clone()), watcher::Config::default());
-        let budgets = watch_stream(Api::<PodDisruptionBudget>::all(self.client.clone()), watcher::Config::default());
+        let pods = watch_stream(Api::<Pod>::all(self.api.client.clone()), pod_config);
+        let groups = watch_stream(Api::<PodGroup>::all(self.api.client.clone()), watcher::Config::default());
+        let queues = watch_stream(Api::<Queue>::all(self.api.client.clone()), watcher::Config::default());
+        let flavors = watch_stream(Api::<ResourceFlavor>::all(self.api.client.clone()), watcher::Config::default());
+        let classes = watch_stream(Api::<PriorityClass>::all(self.api.client.clone()), watcher::Config::default());
+        let budgets =
+            watch_stream(Api::<PodDisruptionBudget>::all(self.api.client.clone()), watcher::Config::default());
         tokio::pin!(nodes, pods, groups, queues, flavors, classes, budgets);
         let mut was_leading = false;
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            self.metrics.beat();
-            let leading = *self.leader.borrow();
-            self.metrics.leader.set(i64::from(leading));
+            self.shared.metrics.beat();
+            let leading = *self.leadership.leader.borrow();
+            self.shared.metrics.leader.set(i64::from(leading));
             if leading && !was_leading && self.listing.adopted.is_some() {
                 self.take_over_again();
             }
@@ -370,12 +387,12 @@ impl Scheduler {
                 Some(event) = flavors.next() => self.flavor_event(event),
                 Some(event) = classes.next() => self.priority_class_event(event),
                 Some(event) = budgets.next() => self.budget_event(event),
-                Ok(()) = self.leader.changed() => self.next.dirty = true,
+                Ok(()) = self.leadership.leader.changed() => self.next.dirty = true,
                 _ = std::future::ready(()), if runnable => self.cycle(),
                 _ = sleep_until(wakeup), if leading && ready && wakeup.is_some() => {}
                 _ = tick.tick() => {}
             }
-            self.metrics.set_ready(self.listing.synced.nodes && self.listing.synced.pods);
+            self.shared.metrics.set_ready(self.listing.synced.nodes && self.listing.synced.pods);
             if self.timers.gauges_at.elapsed() >= Duration::from_millis(500) {
                 self.update_gauges();
             }

@@ -83,12 +83,12 @@ impl Scheduler {
     /// Gauges that walk every pod: at most twice a second, never per event.
     pub(super) fn update_gauges(&mut self) {
         self.timers.gauges_at = Instant::now();
-        self.metrics.cache_nodes.set(self.cache.nodes().len() as i64);
-        self.metrics.cache_pods.set(self.cache.holders() as i64);
+        self.shared.metrics.cache_nodes.set(self.cache.nodes().len() as i64);
+        self.shared.metrics.cache_pods.set(self.cache.holders() as i64);
         let (active, backoff, parked) = self.core.pending_tasks(self.now());
         let waiting = self.ours.iter().filter(|(id, f)| !f.bound && self.core.owner_of(id).is_none()).count();
         for (queue, n) in [("active", active), ("backoff", backoff), ("unschedulable", parked), ("gated", waiting)] {
-            self.metrics.pending.get_or_create(&QueueLabels { queue }).set(n as i64);
+            self.shared.metrics.pending.get_or_create(&QueueLabels { queue }).set(n as i64);
         }
     }
 }

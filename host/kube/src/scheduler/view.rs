@@ -32,8 +32,8 @@ impl Scheduler {
             Err(e) => tracing::warn!(error = %e, "node watch failed; retrying"),
         }
         // Until the core has nodes (before the first cycle), the cache's are the sample.
-        if self.registry.wants_sample() && self.core.nodes().is_empty() {
-            self.registry.offer_sample(self.cache.nodes());
+        if self.shared.registry.wants_sample() && self.core.nodes().is_empty() {
+            self.shared.registry.offer_sample(self.cache.nodes());
         }
     }
 
@@ -177,7 +177,7 @@ impl Scheduler {
                         if self.ours.get(&id).is_some_and(|f| f.checkpointed) {
                             let now = self.now();
                             if let Ok(decisions) = self.core.checkpoint_done(&id, now) {
-                                let live = self.registry.current();
+                                let live = self.shared.registry.current();
                                 self.carry_out(decisions, &live, Duration::ZERO);
                             }
                         }

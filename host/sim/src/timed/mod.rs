@@ -16,17 +16,19 @@
 //! checkpointed (`checkpoint_seconds`, within the grace period), else it starts over. Replicas
 //! above the minimum (elastic) do not make it finish sooner.
 
+mod effects;
 mod metrics;
 mod scenario;
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BTreeMap;
 
-use ahash::AHashMap;
 use serde::Serialize;
 use wasmsched_api::Task;
-use wasmsched_core::{CoreConfig, Decision, EvictReason, NodeTable, PolicySet, QueueTree, SchedulerCore};
-use wasmsched_plugin_gpu_share_score::{TypicalPod, typical_pods};
+use wasmsched_api::fragmentation::{TypicalPod, typical_pods};
+use wasmsched_core::{CoreConfig, Decision, NodeTable, PolicySet, QueueTree, SchedulerCore, carry_out};
+
+use effects::{Driver, JobState, Jobs, Progress};
 
 pub use metrics::QueueStats;
 pub use scenario::{
@@ -157,33 +159,6 @@ pub struct TimedDecision<'a> {
     pub policy_version: u64,
 }
 
-/// A job's state during the replay.
-#[derive(Clone, Debug, Default)]
-struct JobState {
-    /// Replicas placed now.
-    placed: u32,
-    /// Since when it has run (at least its minimum of replicas), if it does.
-    active_since: Option<u64>,
-    /// Seconds of running kept from earlier stints (checkpointed).
-    progress: u64,
-    /// Bumped whenever a scheduled departure becomes stale.
-    generation: u32,
-    /// GPU milli-units its placed replicas hold.
-    gpu_milli: u64,
-    finished: bool,
-}
-
-/// Instants something is due, earliest first.
-#[derive(Default)]
-struct Agenda {
-    /// (time, job, generation)
-    departures: BinaryHeap<Reverse<(u64, usize, u32)>>,
-    /// (time, task id)
-    checkpoints: BinaryHeap<Reverse<(u64, String)>>,
-    /// (time, task id, GPU milli-units it holds until then)
-    terminations: BinaryHeap<Reverse<(u64, String, u64)>>,
-}
-
 /// [`run`] with the policy sets of `policies`, explicit core settings, calling `observe` after
 /// every decision.
 pub fn run_observed(
@@ -204,47 +179,25 @@ pub fn run_observed(
             core.upsert_node(n.clone(), 0);
         }
     }
-    let by_name: AHashMap<&str, usize> = jobs.iter().enumerate().map(|(i, j)| (j.name.as_str(), i)).collect();
-    let workloads: Vec<_> = jobs.iter().map(Job::workload).collect();
-    let mut task_of: AHashMap<String, (usize, usize)> = AHashMap::new();
-    for (j, w) in workloads.iter().enumerate() {
-        for (m, t) in w.members.iter().enumerate() {
-            task_of.insert(t.id.clone(), (j, m));
-        }
-    }
+    let lookup = Jobs::new(jobs);
     let mut arrivals: Vec<usize> = (0..jobs.len()).collect();
     arrivals.sort_by_key(|&i| (jobs[i].arrival, i));
     let mut next_arrival = 0;
-    let mut state = vec![JobState::default(); jobs.len()];
-    let mut agenda = Agenda::default();
-    let mut out: Vec<JobOutcome> = jobs
-        .iter()
-        .map(|j| JobOutcome {
-            queue: j.queue.clone(),
-            arrival: j.arrival,
-            start: None,
-            end: None,
-            evictions: 0,
-            waiting_reason: None,
-        })
-        .collect();
-    let (mut used, mut attempts, mut evictions, mut timed_out, mut faults) = (0u64, 0usize, 0usize, 0usize, 0usize);
+    let mut progress = Progress::new(jobs);
     let mut utilisation = Vec::new();
     let mut now = 0;
     let mut last_version = None;
     // When the policy set last changed (a rollout is a change for the core's wake-ups, not for
     // the horizon: retrying changes nothing by itself).
     let mut rollout = 0u64;
-    // The core's wake-ups alone (back-offs of work that is not parked) end once nothing changes.
-    let mut last_change = 0u64;
     let longest_timeout = jobs.iter().filter_map(|j| j.timeout).max().unwrap_or(0).max(config.gang_timeout_seconds);
     let idle_limit = longest_timeout.max(config.backoff_max_seconds).saturating_mul(2).max(60);
     loop {
         let external = [
             arrivals.get(next_arrival).map(|&i| jobs[i].arrival),
-            agenda.departures.peek().map(|Reverse((t, _, _))| *t),
-            agenda.checkpoints.peek().map(|Reverse((t, _))| *t),
-            agenda.terminations.peek().map(|Reverse((t, _, _))| *t),
+            progress.agenda.departures.peek().map(|Reverse((t, _, _))| *t),
+            progress.agenda.checkpoints.peek().map(|Reverse((t, _))| *t),
+            progress.agenda.terminations.peek().map(|Reverse((t, _, _))| *t),
             policies.next_change_after(now),
         ]
         .into_iter()
@@ -253,54 +206,57 @@ pub fn run_observed(
         let wakeup = core
             .next_wakeup()
             .map(|t| t.max(now.saturating_add(1)))
-            .filter(|&t| t <= last_change.max(rollout).saturating_add(idle_limit));
+            // The core's wake-ups alone (back-offs of work that is not parked) end once nothing
+            // changes.
+            .filter(|&t| t <= progress.last_change.max(rollout).saturating_add(idle_limit));
         now = match (external, wakeup) {
             (None, None) => break,
             (a, b) => a.unwrap_or(u64::MAX).min(b.unwrap_or(u64::MAX)),
         };
 
         let mut decisions: Vec<Decision> = Vec::new();
-        while let Some(&Reverse((t, j, generation))) = agenda.departures.peek() {
+        let p = &mut progress;
+        while let Some(&Reverse((t, j, generation))) = p.agenda.departures.peek() {
             if t != now {
                 break;
             }
-            agenda.departures.pop();
-            if state[j].generation == generation && !state[j].finished && core.finish(&jobs[j].name).is_ok() {
-                used -= state[j].gpu_milli;
-                state[j] = JobState { finished: true, ..JobState::default() };
-                out[j].end = Some(now);
-                last_change = now;
+            p.agenda.departures.pop();
+            if p.state[j].generation == generation && !p.state[j].finished && core.finish(&jobs[j].name).is_ok() {
+                p.used -= p.state[j].gpu_milli;
+                p.state[j] = JobState { finished: true, ..JobState::default() };
+                p.out[j].end = Some(now);
+                p.last_change = now;
             }
         }
-        while let Some(Reverse((t, _))) = agenda.checkpoints.peek() {
+        while let Some(Reverse((t, _))) = p.agenda.checkpoints.peek() {
             if *t != now {
                 break;
             }
-            let Some(Reverse((_, task))) = agenda.checkpoints.pop() else { break };
+            let Some(Reverse((_, task))) = p.agenda.checkpoints.pop() else { break };
             // Already evicted when its grace period ran out first: nothing to report.
             if let Ok(d) = core.checkpoint_done(&task, now) {
                 decisions.extend(d);
             }
         }
-        while let Some(Reverse((t, _, _))) = agenda.terminations.peek() {
+        while let Some(Reverse((t, _, _))) = p.agenda.terminations.peek() {
             if *t != now {
                 break;
             }
-            let Some(Reverse((_, task, gpu_milli))) = agenda.terminations.pop() else { break };
+            let Some(Reverse((_, task, gpu_milli))) = p.agenda.terminations.pop() else { break };
             core.terminated(&task);
-            used = used.saturating_sub(gpu_milli);
-            last_change = now;
+            p.used = p.used.saturating_sub(gpu_milli);
+            p.last_change = now;
         }
         while let Some(&i) = arrivals.get(next_arrival) {
             if jobs[i].arrival != now {
                 break;
             }
             next_arrival += 1;
-            match core.submit(workloads[i].clone(), now) {
-                Ok(()) => last_change = now,
+            match core.submit(lookup.workloads[i].clone(), now) {
+                Ok(()) => p.last_change = now,
                 // Its queue's admission limits turned it away: it never waits; its outcome says why.
                 Err(wasmsched_core::WorkloadError::Refused { reason, .. }) => {
-                    out[i].waiting_reason = Some(format!("refused: {reason}"));
+                    p.out[i].waiting_reason = Some(format!("refused: {reason}"));
                 }
                 Err(e) => return Err(ReplayError::Job { job: jobs[i].name.clone(), reason: e.to_string() }),
             }
@@ -313,82 +269,10 @@ pub fn run_observed(
         decisions.extend(core.schedule(set, now));
 
         for d in &decisions {
-            let (task, job) = match d {
-                Decision::Bound { task, .. }
-                | Decision::Evicted { task, .. }
-                | Decision::PreemptionRequested { task, .. } => match task_of.get(task) {
-                    Some(&(j, m)) => (Some(&workloads[j].members[m]), Some(j)),
-                    None => (None, None),
-                },
-                Decision::Unschedulable { workload, .. } | Decision::TimedOut { workload } => {
-                    let j = by_name.get(workload.as_str()).copied();
-                    (j.map(|j| &workloads[j].members[0]), j)
-                }
-                Decision::Fault(_) => (None, None),
-            };
-            match (d, job) {
-                (Decision::Bound { .. }, Some(j)) => {
-                    attempts += 1;
-                    last_change = now;
-                    let s = &mut state[j];
-                    s.placed += 1;
-                    s.gpu_milli += jobs[j].replica_gpu_milli();
-                    used += jobs[j].replica_gpu_milli();
-                    let min = workloads[j].min_member as u32;
-                    if s.active_since.is_none() && s.placed >= min {
-                        s.active_since = Some(now);
-                        out[j].start.get_or_insert(now);
-                        out[j].waiting_reason = None;
-                        if let Some(d) = jobs[j].duration {
-                            let left = d.saturating_sub(s.progress);
-                            agenda.departures.push(Reverse((now.saturating_add(left), j, s.generation)));
-                        }
-                    }
-                }
-                (Decision::Evicted { reason, task, .. }, Some(j)) => {
-                    evictions += 1;
-                    last_change = now;
-                    let s = &mut state[j];
-                    s.placed = s.placed.saturating_sub(1);
-                    s.gpu_milli = s.gpu_milli.saturating_sub(jobs[j].replica_gpu_milli());
-                    // Its GPUs stay in use until it has stopped (a lost node's pods stop with it).
-                    if matches!(reason, EvictReason::NodeLost) {
-                        used = used.saturating_sub(jobs[j].replica_gpu_milli());
-                    } else {
-                        let at = now.saturating_add(jobs[j].termination_seconds.unwrap_or(0));
-                        agenda.terminations.push(Reverse((at, task.clone(), jobs[j].replica_gpu_milli())));
-                    }
-                    if let Some(since) = s.active_since
-                        && s.placed < workloads[j].min_member as u32
-                    {
-                        let kept = matches!(reason, EvictReason::Preempted { checkpointed: true, .. });
-                        s.progress = if kept { s.progress + (now - since) } else { 0 };
-                        s.active_since = None;
-                        s.generation += 1;
-                        out[j].evictions += 1;
-                    }
-                }
-                (Decision::PreemptionRequested { task, deadline, .. }, Some(j)) => {
-                    if let Some(c) = jobs[j].checkpoint_seconds
-                        && now.saturating_add(c) < *deadline
-                    {
-                        agenda.checkpoints.push(Reverse((now.saturating_add(c), task.clone())));
-                    }
-                }
-                (Decision::Unschedulable { explanation, .. }, Some(j)) => {
-                    attempts += 1;
-                    out[j].waiting_reason = Some(metrics::main_reason(explanation));
-                }
-                (Decision::TimedOut { .. }, Some(j)) => {
-                    timed_out += 1;
-                    last_change = now;
-                    out[j].waiting_reason = Some(format!("gang timed out after {} s", now - jobs[j].arrival));
-                    // Given up: forget it so its name and pods are free again.
-                    let _ = core.finish(&jobs[j].name);
-                }
-                _ => {}
-            }
-            faults += d.faults().len();
+            let mut driver = Driver { jobs: &lookup, progress: &mut progress, core: &mut core, now };
+            carry_out(d, &mut driver);
+            progress.counts.faults += d.faults().len();
+            let (task, job) = lookup.of(d);
             observe(TimedDecision {
                 at: now,
                 decision: d,
@@ -398,11 +282,11 @@ pub fn run_observed(
                 policy_version: set.version(),
             });
         }
-        let pct = if capacity > 0 { 100.0 * used as f64 / capacity as f64 } else { 0.0 };
+        let pct = if capacity > 0 { 100.0 * progress.used as f64 / capacity as f64 } else { 0.0 };
         utilisation.push((now, pct));
     }
     // Retries that changed nothing after the last real change are not part of the replay.
-    let horizon = last_change;
+    let horizon = progress.last_change;
     utilisation.retain(|&(t, _)| t <= horizon);
-    Ok(metrics::summarise(jobs, out, utilisation, metrics::Counts { attempts, evictions, timed_out, faults }, horizon))
+    Ok(metrics::summarise(jobs, progress.out, utilisation, progress.counts, horizon))
 }

@@ -7,12 +7,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use serde::{Deserialize, Deserializer, Serialize};
+use wasmsched_api::fragmentation::Spec;
 use wasmsched_api::{
     GpuRequest, MAX_PREFERRED_WEIGHT, PodAffinity, PodAffinityTerm, Resources, SelectorOperator, SelectorRequirement,
     Task,
 };
 use wasmsched_core::{Flavor, NodeTable, PreemptionPolicy, QueueError, QueueSpec, QueueTree, Workload, add_flavored};
-use wasmsched_plugin_gpu_share_score::Spec;
 use wasmsched_topology::NodeTopology;
 
 use crate::trace::{TraceError, TracePod, gpu_node};

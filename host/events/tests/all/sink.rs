@@ -1,7 +1,7 @@
 //! `emit` from many threads at once: every event arrives once, ids are unique and follow the file's
 //! order, each thread's events keep their order, and so do events that cause one another.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -4,8 +4,7 @@
 //! live, invalid, rejected, missing component — is written to the object's status while the live
 //! version runs on.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 
@@ -64,7 +63,8 @@ fn condition(api: &FakeApi, kind: &str) -> Value {
 async fn a_policy_object_goes_live_through_the_gates_and_reports_what_they_decided() {
     assert!(DEFAULT_POLICY.contains("gpu-packing"), "the test starts from the default set");
     let api = FakeApi::new();
-    let preparer = Preparer::new(Arc::new(Runtime::new(RuntimeConfig::default()).unwrap()));
+    let preparer =
+        Preparer::new(Arc::new(Runtime::new(RuntimeConfig::default()).unwrap()), wasmsched_plugins::table().collect());
     let registry = policy::registry(&preparer, &policy::default_policy(), None, 0).unwrap();
     let mut source = PolicyObjectSource::new(
         api.client("scheduler"),

@@ -4,7 +4,7 @@
 //! is not trusted here (objects of other schedulers, older CRD versions, edits during upgrades).
 //! `MUTATIONS=N` runs N per object instead of the default.
 
-mod support;
+use crate::support;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 

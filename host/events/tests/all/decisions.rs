@@ -1,8 +1,7 @@
 //! The placement hot path (`decisions::publish`) writes exactly the events the plain payload
 //! builders describe, whatever shortcut it takes on the scheduling thread.
-#![cfg(feature = "decisions")]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! check what the scheduler sends and how it reacts to what a real API server answers — conflicts,
 //! expired watches, throttling, a lost lease, a disruption budget.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -26,7 +26,12 @@ const NAME: &str = "wasmsched";
 /// One runtime for the whole test binary, so the built-in components compile once.
 fn preparer() -> &'static Preparer {
     static P: OnceLock<Preparer> = OnceLock::new();
-    P.get_or_init(|| Preparer::new(Arc::new(Runtime::new(RuntimeConfig::default()).expect("runtime"))))
+    P.get_or_init(|| {
+        Preparer::new(
+            Arc::new(Runtime::new(RuntimeConfig::default()).expect("runtime")),
+            wasmsched_plugins::table().collect(),
+        )
+    })
 }
 
 fn registry() -> Arc<Registry> {

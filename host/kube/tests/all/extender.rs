@@ -3,7 +3,7 @@
 //! prioritize in 0–10, bind with GPU ids and the NUMA node) and S15 (two 4-GPU binds on an 8-GPU
 //! node get disjoint sets, a third fails, concurrent binds never share a GPU).
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,7 +32,10 @@ stages:
 "#;
 
 fn registry() -> Arc<Registry> {
-    let preparer = Preparer::new(Arc::new(Runtime::new(RuntimeConfig::default()).expect("runtime")));
+    let preparer = Preparer::new(
+        Arc::new(Runtime::new(RuntimeConfig::default()).expect("runtime")),
+        wasmsched_plugins::table().collect(),
+    );
     let fetched = Fetched {
         spec: PolicySetSpec::parse("extender", POLICY).unwrap(),
         origin: "test".into(),
@@ -45,7 +48,7 @@ fn registry() -> Arc<Registry> {
 /// An 8 × H100 node with its real `nvidia-smi topo -m` (GPUs 0–3 on NUMA 0, 4–7 on NUMA 1) in
 /// the agent's annotation.
 fn h100_node(name: &str) -> Value {
-    let text = include_str!("../../topology/tests/fixtures/h100-sxm-8gpu-nv18.txt");
+    let text = include_str!("../../../topology/tests/fixtures/h100-sxm-8gpu-nv18.txt");
     let topology = wasmsched_topology::smi::parse(text).unwrap();
     let mut node = gpu_node(name, 8, &[]);
     node["metadata"]["annotations"][TOPOLOGY_ANNOTATION] = json!(to_annotation(&topology));

@@ -1,8 +1,7 @@
 //! The object store source and the control endpoint against a real `nats-server` (started per test
 //! on a free port).
 
-#[path = "../../events/tests/support/mod.rs"]
-mod support;
+use crate::nats_support as support;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +17,8 @@ const INITIAL: &str =
     "name: packing\nplugins:\n  fit: { source: \"builtin:resource-fit\" }\nstages:\n  filter: [fit]\n";
 
 fn registry() -> (Arc<Registry>, Preparer) {
-    let preparer = Preparer::new(Arc::new(Runtime::new(RuntimeConfig::default()).unwrap()));
+    let preparer =
+        Preparer::new(Arc::new(Runtime::new(RuntimeConfig::default()).unwrap()), wasmsched_plugins::table().collect());
     let fetched = wasmsched_registry::Fetched {
         spec: PolicySetSpec::parse("initial", INITIAL).unwrap(),
         origin: "initial".into(),
@@ -64,11 +64,7 @@ fn pushed_artifacts_go_live_from_the_bucket_and_a_vanished_bucket_changes_nothin
     assert!(registry.status().history[0].reason.contains("digest mismatch"));
 
     // The bucket disappears: a clear error, and scheduling state is untouched.
-    let client_rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    client_rt.block_on(async {
-        let client = nats.connect().await.unwrap();
-        async_nats::jetstream::new(client).delete_object_store("policies").await.unwrap();
-    });
+    wasmsched_events::nats_io::Bucket::new(nats.clone(), "policies").delete(Duration::from_secs(10)).unwrap();
     poll_once(&registry, &preparer, &mut source);
     let errors = registry.status().source_errors;
     assert!(errors[0].0 == "object:policies/policy.yaml" && errors[0].1.contains("policies"), "{errors:?}");

@@ -1,12 +1,14 @@
 //! GPU fragmentation with respect to a target workload (FGD paper §4; `docs/openb-protocol.md` §4.6).
 //!
+//! It lives here, beside the model, because two sides need the very same numbers: the `fgd` scorer
+//! (a plugin) descends its gradient, and the simulator reports the cluster's fragmentation. Neither
+//! depends on the other.
+//!
 //! Idle GPU share on a node is *fragmented* for a typical pod when that pod could not use it: the
 //! node lacks CPU, the GPU model is wrong, too few GPUs have enough free share, or the share sits
 //! on GPUs too small for the pod. A node's fragmentation is the popularity-weighted sum over the
 //! target workload. Float accumulation follows the paper's simulator exactly, so scores truncated
 //! to integers tie (or not) the same way.
-
-use serde::{Deserialize, Serialize};
 
 /// The shape of a pod, as the target workload counts it (memory is not part of it).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -22,8 +24,10 @@ pub struct Spec {
 }
 
 /// One popular pod shape and its weight in the target workload.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+///
+/// With the `serde` feature it is (de)serialisable, as the `fgd` scorer's configuration carries it.
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(deny_unknown_fields))]
 pub struct TypicalPod {
     /// CPU request (milli-cores).
     pub cpu_milli: u64,
@@ -32,7 +36,7 @@ pub struct TypicalPod {
     /// Number of GPUs.
     pub count: u32,
     /// Allowed GPU models; empty for any.
-    #[serde(default)]
+    #[cfg_attr(feature = "serde", serde(default))]
     pub models: Vec<String>,
     /// Popularity weight; the weights of a target workload sum to 1.
     pub weight: f64,

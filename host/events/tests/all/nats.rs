@@ -1,6 +1,6 @@
 //! The NATS JetStream sink against a real `nats-server` (started per test on a free port).
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

@@ -137,7 +137,7 @@ fn malformed_scenarios_are_rejected_with_a_reason() {
             "not a valid GPU request",
         ),
         (SCENARIO.replace("\"priority\": 10", "\"priority\": 10, \"colour\": 1"), "unknown field"),
-        // Times whose sums could overflow (found by host/sim/tests/mutated_scenarios.rs).
+        // Times whose sums could overflow (found by `damaged_scenarios_are_refused_or_replayed` in tests/all/mutated.rs).
         (
             SCENARIO.replace("\"arrival\": 4", "\"arrival\": 18446744073709551615"),
             "arrival 18446744073709551615 s is beyond",

@@ -12,7 +12,7 @@ fn checked_in_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../charts/wasmsched/crds/crds.yaml")
 }
 
-/// Regenerate with `WASMSCHED_BLESS=1 cargo test -p wasmsched-kube --test crds` (or
+/// Regenerate with `WASMSCHED_BLESS=1 cargo test -p wasmsched-kube --test all crds::` (or
 /// `wasmsched crds > charts/wasmsched/crds/crds.yaml`).
 #[test]
 fn checked_in_crds_match_the_types() {

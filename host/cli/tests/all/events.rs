@@ -1,8 +1,7 @@
 //! Events through the real command: `simulate` publishes every decision (to a JSONL file or a real
 //! `nats-server`), and `events tail` reads and filters them back.
 
-#[path = "../../events/tests/support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::process::{Command, Output};
 

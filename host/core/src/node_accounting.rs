@@ -1,6 +1,7 @@
-//! Resource accounting on a node: default device choice, bind and release.
+//! Resource accounting on a node: bind a task (with its devices) and release it, refusing
+//! anything that would over-commit the node.
 
-use wasmsched_api::{DeviceShare, GPU_MILLI, Node, Rejection, Task};
+use wasmsched_api::{DeviceShare, GPU_MILLI, Node, Task};
 
 use crate::plugin::validate;
 
@@ -27,13 +28,6 @@ pub enum AllocError {
         /// The resource.
         resource: String,
     },
-}
-
-/// Device selection used when the policy set has no device-selection plugin:
-/// [`wasmsched_api::default_devices`] (lowest-index whole GPUs; best fit for a share), the same
-/// rule plugins fall back to.
-pub fn default_select_devices(task: &Task, node: &Node) -> Result<Vec<DeviceShare>, Rejection> {
-    wasmsched_api::default_devices(&task.gpu, node)
 }
 
 fn insufficient(task: &Task, node: &Node, resource: &str) -> AllocError {
@@ -135,6 +129,7 @@ fn add_extended(list: &mut Vec<(String, u64)>, name: &str, delta: i128) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::placement::default_select_devices;
     use wasmsched_api::{GpuDevice, GpuRequest, Resources};
 
     fn node() -> Node {

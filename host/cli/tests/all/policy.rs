@@ -44,6 +44,25 @@ fn a_pinned_set_passes_check_and_a_tampered_one_names_the_gate() {
     assert!(!out.status.success());
 }
 
+/// A built-in set printed by `policy builtin` is an operator's starting point: it passes every
+/// gate as it is.
+#[test]
+fn a_printed_builtin_set_passes_every_gate() {
+    let out = wasmsched(&["policy", "builtin", "gpu-topology", "--fair-share", "drf", "--preempt"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc = String::from_utf8(out.stdout).unwrap();
+    assert!(doc.contains("select_devices: gpu-topology") && doc.contains("fair_share: drf"), "{doc}");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("policy.yaml"), &doc).unwrap();
+    let out = wasmsched(&["policy", "check", dir.path().to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("policy set gpu-topology passes every gate"));
+
+    let out = wasmsched(&["policy", "builtin", "fdg"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("unknown score policy \"fdg\""), "{stderr}");
+}
+
 #[test]
 fn the_example_policy_set_passes_every_gate() {
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/policies/packing");

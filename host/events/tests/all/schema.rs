@@ -1,6 +1,6 @@
 //! The schema: every kind round-trips through JSON, and the checked-in JSON Schema is current.
 
-mod support;
+use crate::support;
 
 use wasmsched_events::schema::{Event, Kind};
 use wasmsched_events::{JsonlReader, OutboxConfig, json_schema};
@@ -80,7 +80,7 @@ fn a_malformed_line_names_file_and_line_and_reading_goes_on() {
 }
 
 /// `docs/events.schema.json` is generated from the types; regenerate with
-/// `WASMSCHED_BLESS=1 cargo test -p wasmsched-events --test schema`.
+/// `WASMSCHED_BLESS=1 cargo test -p wasmsched-events --test all schema::`.
 #[test]
 fn the_checked_in_json_schema_is_current() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/events.schema.json");

@@ -1,0 +1,13 @@
+//! The CLI crate's integration tests, as one binary: each extra test binary links the
+//! crate's dependencies again. They run the real `wasmsched` binary.
+
+mod bench;
+mod cache;
+mod events;
+mod experiment;
+mod policy;
+mod policy_bench;
+mod run;
+#[path = "../../../events/tests/all/support/mod.rs"]
+mod support;
+mod topo;

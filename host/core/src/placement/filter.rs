@@ -1,0 +1,109 @@
+//! The filter stage: each filter of the set in order, on the nodes the previous ones passed.
+
+use wasmsched_api::Task;
+
+use super::Run;
+use crate::node_table::{NodeTable, Slot};
+use crate::placement::Unschedulable;
+use crate::plugin::{CallContext, FailurePolicy, PluginFault};
+use crate::policy_set::PolicySet;
+
+/// One node's verdict under a set's filters: `None` when it passes, else the first rejecting
+/// plugin's reason and whether preemption could not help.
+pub type NodeVerdict = Option<(String, bool)>;
+
+/// Each of `candidates`' verdicts under `set`'s filters, in order (a node rejected by one filter is
+/// not shown to the next). For callers that answer per node — a kube-scheduler extender's
+/// `filter` — rather than pick one. A fail-open plugin's fault skips it; a fail-closed one is the
+/// error.
+pub fn filter_each(
+    set: &PolicySet,
+    nodes: &NodeTable,
+    task: &Task,
+    worker: usize,
+    candidates: &[Slot],
+) -> Result<Vec<NodeVerdict>, PluginFault> {
+    let ctx = CallContext { worker, nodes };
+    let mut verdicts: Vec<NodeVerdict> = vec![None; candidates.len()];
+    let mut alive: Vec<usize> = (0..candidates.len()).filter(|&i| nodes.get(candidates[i]).is_some()).collect();
+    for i in (0..candidates.len()).filter(|&i| nodes.get(candidates[i]).is_none()) {
+        verdicts[i] = Some(("node not found".into(), true));
+    }
+    for filter in &set.filters {
+        if alive.is_empty() {
+            break;
+        }
+        let slots: Vec<Slot> = alive.iter().map(|&i| candidates[i]).collect();
+        match filter.filter(ctx, task, &slots, usize::MAX) {
+            Ok(batch) => {
+                alive.retain(|&i| {
+                    let k = slots.iter().position(|&s| s == candidates[i]).expect("asked about it");
+                    match usize::from(batch.codes[k]) {
+                        0 => true,
+                        code => {
+                            let r = &batch.reasons[code - 1];
+                            verdicts[i] = Some((format!("{} ({})", r.reason, filter.name()), r.unresolvable));
+                            false
+                        }
+                    }
+                });
+            }
+            Err(_) if filter.failure_policy() == FailurePolicy::FailOpen => {}
+            Err(fault) => return Err(fault),
+        }
+    }
+    Ok(verdicts)
+}
+
+impl Run {
+    /// Run the filters in order, each on the survivors of the previous; an empty result is not an
+    /// error here (the caller decides), a fail-closed fault is. The last filter may stop once
+    /// `enough` nodes fit: the survivors are then the first `enough` in order, and nodes after
+    /// the last of them were not looked at.
+    pub(super) fn filter_chain(
+        &mut self,
+        set: &PolicySet,
+        ctx: CallContext<'_>,
+        task: &Task,
+        mut candidates: Vec<Slot>,
+        enough: usize,
+    ) -> Result<Vec<Slot>, Unschedulable> {
+        let last = set.filters.len().saturating_sub(1);
+        for (at, filter) in set.filters.iter().enumerate() {
+            if candidates.is_empty() {
+                break;
+            }
+            let enough = if at == last { enough } else { usize::MAX };
+            match filter.filter(ctx, task, &candidates, enough) {
+                Ok(batch) => {
+                    // Count per reason code first: one diagnosis entry per distinct reason, not per node.
+                    let mut per_code = vec![0usize; batch.reasons.len() + 1];
+                    let mut kept = 0;
+                    // Shorter than the candidates only when it stopped at the `enough`-th fit.
+                    for i in 0..batch.codes.len().min(candidates.len()) {
+                        let code = usize::from(batch.codes[i]);
+                        per_code[code] += 1;
+                        if code == 0 {
+                            candidates[kept] = candidates[i];
+                            kept += 1;
+                        }
+                    }
+                    candidates.truncate(kept);
+                    for (r, &n) in batch.reasons.iter().zip(&per_code[1..]) {
+                        if n > 0 {
+                            let e = self
+                                .diagnosis
+                                .rejections
+                                .entry((filter.name().to_string(), r.reason.clone()))
+                                .or_insert((0, r.unresolvable));
+                            e.0 += n;
+                        }
+                    }
+                }
+                Err(fault) if filter.failure_policy() == FailurePolicy::FailOpen => self.skipped.push(fault),
+                Err(fault) => return Err(self.fail(fault)),
+            }
+        }
+        Ok(candidates)
+    }
+}

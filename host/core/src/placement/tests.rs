@@ -1,0 +1,164 @@
+use std::sync::Arc;
+
+use wasmsched_api::{GpuDevice, GpuRequest, Node, Resources};
+
+use super::*;
+use crate::native::NativePlugin;
+
+#[test]
+fn feasible_nodes_to_find_follows_kube_scheduler() {
+    assert_eq!(feasible_nodes_to_find(50, None), 50);
+    assert_eq!(feasible_nodes_to_find(1000, None), 420);
+    assert_eq!(feasible_nodes_to_find(5000, None), 500);
+    assert_eq!(feasible_nodes_to_find(20_000, None), 1000, "floor of 5 %");
+    assert_eq!(feasible_nodes_to_find(1000, Some(1)), 100, "never fewer than 100");
+    assert_eq!(feasible_nodes_to_find(1000, Some(100)), 1000);
+    assert_eq!(feasible_nodes_to_find(1000, Some(0)), 420, "0 means adaptive");
+}
+
+fn table(n: usize, gpus_every: usize) -> NodeTable {
+    let mut t = NodeTable::new();
+    for i in 0..n {
+        let gpus = u32::from(i % gpus_every == 0);
+        t.upsert(Node {
+            name: format!("n{i:04}"),
+            allocatable: Resources {
+                cpu_milli: 8000,
+                memory_bytes: 1 << 36,
+                gpu_milli: u64::from(gpus) * 1000,
+                extended: vec![],
+            },
+            gpus: (0..gpus).map(|g| GpuDevice { index: g, free_milli: 1000, ..Default::default() }).collect(),
+            ..Default::default()
+        });
+    }
+    t
+}
+
+fn set() -> PolicySet {
+    PolicySet::builder()
+        .filter(Arc::new(NativePlugin::<wasmsched_plugin_resource_fit::ResourceFit>::new("", 1).unwrap()))
+        .build()
+}
+
+#[test]
+fn sampling_stops_early_and_rotates() {
+    let t = table(1000, 1);
+    let task = Task::default();
+    let a = place_sampled(&set(), &t, &task, 0, 0, 100);
+    assert_eq!(a.examined, 100);
+    assert_eq!(a.result.as_ref().unwrap().node, 0);
+    let b = place_sampled(&set(), &t, &task, 0, 950, 100);
+    assert_eq!(b.examined, 100);
+    assert_eq!(b.result.unwrap().node, 0, "the window wraps: slots 950..999 and 0..49, lowest slot wins ties");
+    let c = place_sampled(&set(), &t, &task, 0, 300, 100);
+    assert_eq!(c.result.unwrap().node, 300);
+}
+
+#[test]
+fn sampling_keeps_looking_when_few_nodes_fit_and_matches_place_when_exhaustive() {
+    let t = table(1000, 10);
+    let gpu = Task { gpu: GpuRequest { count: 1, milli_per_gpu: 1000, ..Default::default() }, ..Default::default() };
+    let s = place_sampled(&set(), &t, &gpu, 0, 0, 50);
+    // Slots 0, 10, ..., 490 fit: the 50th feasible node is the 491st examined.
+    assert_eq!(s.examined, 491, "only every 10th node fits");
+    assert_eq!(s.result.unwrap().feasible, 50);
+    let big = Task { gpu: GpuRequest { count: 2, milli_per_gpu: 1000, ..Default::default() }, ..Default::default() };
+    let s = place_sampled(&set(), &t, &big, 0, 123, 100);
+    assert_eq!(s.examined, 1000);
+    let e = s.result.unwrap_err();
+    assert_eq!(e, place(&set(), &t, &big, 0).unwrap_err());
+    assert_eq!(e.diagnosis.candidates, 1000);
+}
+
+/// Filter calls a scan of `n` nodes makes when every `every`-th fits (0: none), looking for `want`.
+fn calls(n: usize, every: usize, want: usize) -> usize {
+    let fits_before = |k: usize| if every == 0 { 0 } else { k.div_ceil(every) };
+    let (mut examined, mut calls) = (0, 0);
+    while examined < n && fits_before(examined) < want {
+        examined += next_window(want - fits_before(examined), examined, fits_before(examined)).min(n - examined);
+        calls += 1;
+    }
+    calls
+}
+
+#[test]
+fn a_sparse_cluster_costs_a_few_filter_calls_not_one_per_32_nodes() {
+    assert_eq!(calls(5000, 1, 500), 1, "everything fits: one call");
+    // Windows of the missing count (at least 32) took 1 + 441 / 32 = 15 calls here.
+    assert!(calls(5000, 10, 50) <= 3, "{}", calls(5000, 10, 50));
+    assert!(calls(5000, 3, 500) <= 3, "{}", calls(5000, 3, 500));
+    // Nothing fits: the window doubles, ~log2(5000 / 32) calls instead of 157.
+    assert!(calls(5000, 0, 500) <= 9, "{}", calls(5000, 0, 500));
+}
+
+/// The sampled scan must pick exactly what placing among the first `find` feasible nodes in scan
+/// order picks, whatever sizes the filter calls had: checked against a node-by-node scan.
+#[test]
+fn sampling_places_among_the_first_feasible_nodes_in_scan_order() {
+    let mut t = NodeTable::new();
+    for i in 0..700u64 {
+        let gpu = i % 3 == 0 || i % 7 == 0;
+        t.upsert(Node {
+            name: format!("n{i:04}"),
+            allocatable: Resources {
+                cpu_milli: 8000,
+                memory_bytes: 1 << 36,
+                gpu_milli: if gpu { 1000 } else { 0 },
+                extended: vec![],
+            },
+            allocated: Resources { cpu_milli: (i * 37 % 8) * 1000, ..Default::default() },
+            gpus: if gpu {
+                vec![GpuDevice { index: 0, free_milli: [1000, 0, 500][(i % 5 % 3) as usize], ..Default::default() }]
+                    .into()
+            } else {
+                Vec::new().into()
+            },
+            ..Default::default()
+        });
+    }
+    let occupied = t.occupied().to_vec();
+    let cpu = Task { request: Resources { cpu_milli: 3000, ..Default::default() }, ..Default::default() };
+    let gpu = Task { gpu: GpuRequest { count: 1, milli_per_gpu: 1000, ..Default::default() }, ..Default::default() };
+    let scored = {
+        let score = NativePlugin::<wasmsched_plugin_allocation_score::AllocationScore>::new("", 1).unwrap();
+        let fit = NativePlugin::<wasmsched_plugin_resource_fit::ResourceFit>::new("", 1).unwrap();
+        PolicySet::builder().filter(Arc::new(fit)).score(Arc::new(score), 1).build()
+    };
+    for task in [&cpu, &gpu] {
+        for (start, find) in [(0, 100), (123, 100), (650, 40), (5, 1), (0, 700), (399, 250)] {
+            let sampled = place_sampled(&scored, &t, task, 0, start, find);
+            let order: Vec<Slot> = (0..occupied.len()).map(|i| occupied[(start + i) % occupied.len()]).collect();
+            let verdicts = filter_each(&scored, &t, task, 0, &order).unwrap();
+            let fits: Vec<usize> = (0..order.len()).filter(|&i| verdicts[i].is_none()).take(find).collect();
+            let examined = if fits.len() == find { fits[find - 1] + 1 } else { order.len() };
+            assert_eq!(sampled.examined, examined, "start {start}, find {find}");
+            // Ties go to the lowest slot, wherever the scan started.
+            let mut chosen: Vec<Slot> = fits.iter().map(|&i| order[i]).collect();
+            chosen.sort_unstable();
+            assert_eq!(sampled.result, place_among(&scored, &t, task, 0, &chosen), "start {start}, find {find}");
+        }
+    }
+}
+
+#[test]
+fn per_node_verdicts_scores_and_devices_answer_an_extender() {
+    // n0000 has a GPU, n0001 none, n0002 a GPU but cordoned; slot 9 does not exist.
+    let mut t = table(3, 2);
+    t.upsert(Node { name: "n0002".into(), unschedulable: true, ..t.get(0).unwrap().clone() });
+    let gpu = Task { gpu: GpuRequest { count: 1, milli_per_gpu: 1000, ..Default::default() }, ..Default::default() };
+    let v = filter_each(&set(), &t, &gpu, 0, &[0, 1, 2, 9]).unwrap();
+    assert_eq!(v[0], None);
+    assert_eq!(v[1], Some(("node has no GPU (resource-fit)".into(), true)));
+    assert_eq!(v[2], Some(("node is cordoned (resource-fit)".into(), true)));
+    assert_eq!(v[3], Some(("node not found".into(), true)));
+    let score = Arc::new(
+        NativePlugin::<wasmsched_plugin_allocation_score::AllocationScore>::new(r#"{"strategy":"least"}"#, 1).unwrap(),
+    );
+    let scored = PolicySet::builder().score(score, 2).build();
+    let totals = score_each(&scored, &t, &gpu, 0, &[0, 1]).unwrap();
+    assert_eq!(totals.len(), 2);
+    assert!(totals.iter().all(|s| s % 2 == 0), "weighted: {totals:?}");
+    assert_eq!(select_devices_on(&set(), &t, &gpu, 0, 0).unwrap().len(), 1);
+    assert!(select_devices_on(&set(), &t, &gpu, 0, 1).is_err(), "no GPU there");
+}

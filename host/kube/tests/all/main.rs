@@ -1,0 +1,9 @@
+//! The kube crate's integration tests, as one binary: each extra test binary links the
+//! crate's dependencies again, which is most of a clean test build's time.
+
+mod boundary;
+mod crds;
+mod extender;
+mod mutated;
+mod policy_object;
+mod support;

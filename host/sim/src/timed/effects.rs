@@ -1,0 +1,208 @@
+//! The replay's effects: what each of the core's decisions does to the jobs — replicas placed and
+//! stopped, departures and checkpoints put on the agenda, the counts the report gives. The
+//! Kubernetes loop carries out the same decisions through the same [`Effects`] trait.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use ahash::AHashMap;
+use wasmsched_api::{DeviceShare, Task};
+use wasmsched_core::{Decision, Effects, EvictReason, Explanation, PluginFault, SchedulerCore, Workload};
+
+use super::metrics::{self, Counts};
+use super::{Job, JobOutcome};
+
+/// A job's state during the replay.
+#[derive(Clone, Debug, Default)]
+pub(super) struct JobState {
+    /// Replicas placed now.
+    pub(super) placed: u32,
+    /// Since when it has run (at least its minimum of replicas), if it does.
+    pub(super) active_since: Option<u64>,
+    /// Seconds of running kept from earlier stints (checkpointed).
+    pub(super) progress: u64,
+    /// Bumped whenever a scheduled departure becomes stale.
+    pub(super) generation: u32,
+    /// GPU milli-units its placed replicas hold.
+    pub(super) gpu_milli: u64,
+    pub(super) finished: bool,
+}
+
+/// Instants something is due, earliest first.
+#[derive(Default)]
+pub(super) struct Agenda {
+    /// (time, job, generation)
+    pub(super) departures: BinaryHeap<Reverse<(u64, usize, u32)>>,
+    /// (time, task id)
+    pub(super) checkpoints: BinaryHeap<Reverse<(u64, String)>>,
+    /// (time, task id, GPU milli-units it holds until then)
+    pub(super) terminations: BinaryHeap<Reverse<(u64, String, u64)>>,
+}
+
+/// The jobs and their workloads, and which job a task or workload belongs to.
+pub(super) struct Jobs<'a> {
+    pub(super) jobs: &'a [Job],
+    pub(super) workloads: Vec<Workload>,
+    by_name: AHashMap<&'a str, usize>,
+    task_of: AHashMap<String, (usize, usize)>,
+}
+
+impl<'a> Jobs<'a> {
+    pub(super) fn new(jobs: &'a [Job]) -> Jobs<'a> {
+        let by_name = jobs.iter().enumerate().map(|(i, j)| (j.name.as_str(), i)).collect();
+        let workloads: Vec<_> = jobs.iter().map(Job::workload).collect();
+        let mut task_of = AHashMap::new();
+        for (j, w) in workloads.iter().enumerate() {
+            for (m, t) in w.members.iter().enumerate() {
+                task_of.insert(t.id.clone(), (j, m));
+            }
+        }
+        Jobs { jobs, workloads, by_name, task_of }
+    }
+
+    /// The task a decision names (or the first member of the workload it names) and its job.
+    pub(super) fn of(&self, d: &Decision) -> (Option<&Task>, Option<usize>) {
+        match d {
+            Decision::Bound { task, .. }
+            | Decision::Evicted { task, .. }
+            | Decision::PreemptionRequested { task, .. } => match self.task_of.get(task) {
+                Some(&(j, m)) => (Some(&self.workloads[j].members[m]), Some(j)),
+                None => (None, None),
+            },
+            Decision::Unschedulable { workload, .. } | Decision::TimedOut { workload } => {
+                let j = self.by_name.get(workload.as_str()).copied();
+                (j.map(|j| &self.workloads[j].members[0]), j)
+            }
+            Decision::Fault(_) => (None, None),
+        }
+    }
+
+    fn job_of_task(&self, task: &str) -> Option<usize> {
+        self.task_of.get(task).map(|&(j, _)| j)
+    }
+
+    fn job_of_workload(&self, workload: &str) -> Option<usize> {
+        self.by_name.get(workload).copied()
+    }
+}
+
+/// Everything the replay keeps about its jobs while it runs.
+pub(super) struct Progress {
+    pub(super) state: Vec<JobState>,
+    pub(super) agenda: Agenda,
+    pub(super) out: Vec<JobOutcome>,
+    pub(super) counts: Counts,
+    /// GPU milli-units in use (evicted replicas until they stop).
+    pub(super) used: u64,
+    /// The last instant the cluster changed.
+    pub(super) last_change: u64,
+}
+
+impl Progress {
+    pub(super) fn new(jobs: &[Job]) -> Progress {
+        let out = jobs
+            .iter()
+            .map(|j| JobOutcome {
+                queue: j.queue.clone(),
+                arrival: j.arrival,
+                start: None,
+                end: None,
+                evictions: 0,
+                waiting_reason: None,
+            })
+            .collect();
+        Progress {
+            state: vec![JobState::default(); jobs.len()],
+            agenda: Agenda::default(),
+            out,
+            counts: Counts { attempts: 0, evictions: 0, timed_out: 0, faults: 0 },
+            used: 0,
+            last_change: 0,
+        }
+    }
+}
+
+/// The core's decisions of one instant, carried out on the replay's jobs.
+pub(super) struct Driver<'a, 'j> {
+    pub(super) jobs: &'a Jobs<'j>,
+    pub(super) progress: &'a mut Progress,
+    pub(super) core: &'a mut SchedulerCore,
+    pub(super) now: u64,
+}
+
+impl Effects for Driver<'_, '_> {
+    fn bind(&mut self, _: &Decision, _: &str, task: &str, _: &str, _: &[DeviceShare]) {
+        let Some(j) = self.jobs.job_of_task(task) else { return };
+        let (job, workload, now, p) = (&self.jobs.jobs[j], &self.jobs.workloads[j], self.now, &mut *self.progress);
+        p.counts.attempts += 1;
+        p.last_change = now;
+        let s = &mut p.state[j];
+        s.placed += 1;
+        s.gpu_milli += job.replica_gpu_milli();
+        p.used += job.replica_gpu_milli();
+        let min = workload.min_member as u32;
+        if s.active_since.is_none() && s.placed >= min {
+            s.active_since = Some(now);
+            p.out[j].start.get_or_insert(now);
+            p.out[j].waiting_reason = None;
+            if let Some(d) = job.duration {
+                let left = d.saturating_sub(s.progress);
+                p.agenda.departures.push(Reverse((now.saturating_add(left), j, s.generation)));
+            }
+        }
+    }
+
+    fn unschedulable(&mut self, _: &Decision, workload: &str, explanation: &Explanation) {
+        let Some(j) = self.jobs.job_of_workload(workload) else { return };
+        self.progress.counts.attempts += 1;
+        self.progress.out[j].waiting_reason = Some(metrics::main_reason(explanation));
+    }
+
+    fn request_checkpoint(&mut self, _: &Decision, task: &str, _: &str, deadline: u64) {
+        let Some(j) = self.jobs.job_of_task(task) else { return };
+        if let Some(c) = self.jobs.jobs[j].checkpoint_seconds
+            && self.now.saturating_add(c) < deadline
+        {
+            self.progress.agenda.checkpoints.push(Reverse((self.now.saturating_add(c), task.to_string())));
+        }
+    }
+
+    fn evict(&mut self, _: &Decision, _: &str, task: &str, _: &str, reason: &EvictReason) {
+        let Some(j) = self.jobs.job_of_task(task) else { return };
+        let (job, workload, now, p) = (&self.jobs.jobs[j], &self.jobs.workloads[j], self.now, &mut *self.progress);
+        p.counts.evictions += 1;
+        p.last_change = now;
+        let s = &mut p.state[j];
+        s.placed = s.placed.saturating_sub(1);
+        s.gpu_milli = s.gpu_milli.saturating_sub(job.replica_gpu_milli());
+        // Its GPUs stay in use until it has stopped (a lost node's pods stop with it).
+        if matches!(reason, EvictReason::NodeLost) {
+            p.used = p.used.saturating_sub(job.replica_gpu_milli());
+        } else {
+            let at = now.saturating_add(job.termination_seconds.unwrap_or(0));
+            p.agenda.terminations.push(Reverse((at, task.to_string(), job.replica_gpu_milli())));
+        }
+        if let Some(since) = s.active_since
+            && s.placed < workload.min_member as u32
+        {
+            let kept = matches!(reason, EvictReason::Preempted { checkpointed: true, .. });
+            s.progress = if kept { s.progress + (now - since) } else { 0 };
+            s.active_since = None;
+            s.generation += 1;
+            p.out[j].evictions += 1;
+        }
+    }
+
+    fn timed_out(&mut self, _: &Decision, workload: &str) {
+        let Some(j) = self.jobs.job_of_workload(workload) else { return };
+        let p = &mut *self.progress;
+        p.counts.timed_out += 1;
+        p.last_change = self.now;
+        p.out[j].waiting_reason = Some(format!("gang timed out after {} s", self.now - self.jobs.jobs[j].arrival));
+        // Given up: forget it so its name and pods are free again.
+        let _ = self.core.finish(&self.jobs.jobs[j].name);
+    }
+
+    /// Counted with every decision's faults ([`Decision::faults`]), not here.
+    fn fault(&mut self, _: &Decision, _: &PluginFault) {}
+}
