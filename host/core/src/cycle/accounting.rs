@@ -6,13 +6,13 @@ use super::*;
 impl SchedulerCore {
     /// Add (or remove) `d` to a leaf queue and its ancestors.
     pub(super) fn account(&mut self, leaf: usize, d: &Resources, add: bool) {
-        self.reserves.take();
+        self.queue_use.reserves.take();
         let chain: Vec<usize> = self.queues.chain(leaf).collect();
         for q in chain {
-            self.allocated[q] = if add {
-                self.allocated[q].checked_add(d).unwrap_or_else(|| self.allocated[q].clone())
+            self.queue_use.allocated[q] = if add {
+                self.queue_use.allocated[q].checked_add(d).unwrap_or_else(|| self.queue_use.allocated[q].clone())
             } else {
-                self.allocated[q].saturating_sub(d)
+                self.queue_use.allocated[q].saturating_sub(d)
             };
         }
     }

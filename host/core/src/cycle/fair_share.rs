@@ -24,8 +24,13 @@ impl SchedulerCore {
         out: &mut Vec<Decision>,
     ) -> Option<Vec<usize>> {
         let plugin = set.fair_share()?;
-        let request: Vec<Resources> =
-            self.allocated.iter().zip(pending).map(|(a, p)| a.checked_add(p).unwrap_or_else(|| a.clone())).collect();
+        let request: Vec<Resources> = self
+            .queue_use
+            .allocated
+            .iter()
+            .zip(pending)
+            .map(|(a, p)| a.checked_add(p).unwrap_or_else(|| a.clone()))
+            .collect();
         // Reserves that lending limits keep for queues which do not ask for them are nobody's to
         // share: water-filling over them would promise other queues capacity they cannot take.
         let idle = self.queues.unused_reserves(&request);
@@ -33,12 +38,12 @@ impl SchedulerCore {
         let states = self.share_input(&request);
         match plugin.fair_share(0, states, &cluster) {
             Ok(ShareDecision { deserved, order }) => {
-                self.deserved = Some(deserved);
+                self.queue_use.deserved = Some(deserved);
                 Some(order.into_iter().map(|q| q as usize).filter(|&q| self.queues.is_leaf(q)).collect())
             }
             Err(fault) => {
                 warn!(%fault, "fair share failed; serving queues in tree order without reclaim");
-                self.deserved = None;
+                self.queue_use.deserved = None;
                 out.push(Decision::Fault(fault));
                 None
             }
@@ -47,8 +52,8 @@ impl SchedulerCore {
 
     /// The fair-share input for the current allocations and `request` (see `share_input`).
     pub(super) fn share_input(&mut self, request: &[Resources]) -> &[wasmsched_api::QueueState] {
-        let (allocated, usage) = (&self.allocated, &self.usage);
-        match &mut self.share_input {
+        let (allocated, usage) = (&self.queue_use.allocated, &self.queue_use.usage);
+        match &mut self.queue_use.share_input {
             Some(states) if states.len() == self.queues.len() => {
                 for (i, s) in states.iter_mut().enumerate() {
                     let fresh = (allocated.get(i), request.get(i), usage.get(i).copied().unwrap_or(0.0));
@@ -59,7 +64,7 @@ impl SchedulerCore {
             }
             input => *input = Some(self.queues.states(allocated, request, usage)),
         }
-        self.share_input.as_deref().expect("set above")
+        self.queue_use.share_input.as_deref().expect("set above")
     }
 
     /// Bound tasks' demand moves from pending to allocated, evicted ones' back.

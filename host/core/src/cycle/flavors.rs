@@ -6,7 +6,7 @@ impl SchedulerCore {
     /// The flavors to try for work of `leaf`, in order; `None` is the nodes of no flavor (or,
     /// without flavors, every node).
     pub(super) fn flavor_choices(&self, leaf: usize) -> Vec<Option<usize>> {
-        if self.flavor_nodes.is_empty() {
+        if self.last_cycle.flavor_nodes.is_empty() {
             return vec![None];
         }
         let mut out: Vec<Option<usize>> = self.queues.flavors_for(leaf).iter().map(|&f| Some(f)).collect();
@@ -16,8 +16,8 @@ impl SchedulerCore {
 
     /// The nodes of a flavor choice; `None` for every node when there are no flavors.
     pub(super) fn nodes_of(&self, flavor: Option<usize>) -> Option<&[Slot]> {
-        let i = flavor.unwrap_or(self.flavor_nodes.len().checked_sub(1)?);
-        self.flavor_nodes.get(i).map(Vec::as_slice)
+        let i = flavor.unwrap_or(self.last_cycle.flavor_nodes.len().checked_sub(1)?);
+        self.last_cycle.flavor_nodes.get(i).map(Vec::as_slice)
     }
 
     pub(super) fn flavor_name(&self, flavor: Option<usize>) -> Option<&str> {
@@ -28,7 +28,7 @@ impl SchedulerCore {
     /// flavor its queue may use (placement decides which; each flavor's share is capped by the
     /// queue's quota there, so a queue is never promised more than it may hold).
     pub(super) fn wanted(&self, e: &Entry, d: Resources) -> Resources {
-        if self.flavor_nodes.is_empty() {
+        if self.last_cycle.flavor_nodes.is_empty() {
             return d;
         }
         let mut out = d.clone();

@@ -88,7 +88,7 @@ impl SchedulerCore {
         }
         e.members.resize(spec.members.len(), None);
         if spec.members.iter().any(|m| !m.pod_terms().anti_affinity.is_empty()) {
-            self.anti_holders.insert(workload.into());
+            self.affinity.anti_holders.insert(workload.into());
         }
         e.spec = spec;
         e.parked_at = None;
@@ -222,15 +222,15 @@ impl SchedulerCore {
         let usage: Vec<f64> = (0..queues.len())
             .map(|q| {
                 let name = &queues.get(q).expect("in range").name;
-                self.queues.index_of(name).map_or(0.0, |old| self.usage[old])
+                self.queues.index_of(name).map_or(0.0, |old| self.queue_use.usage[old])
             })
             .collect();
-        self.allocated = vec![Default::default(); queues.len()];
-        self.reserves.take();
-        self.usage = usage;
+        self.queue_use.allocated = vec![Default::default(); queues.len()];
+        self.queue_use.reserves.take();
+        self.queue_use.usage = usage;
         self.queues = queues;
-        self.deserved = None;
-        self.share_input = None;
+        self.queue_use.deserved = None;
+        self.queue_use.share_input = None;
         for (name, leaf) in leaves {
             let Some(e) = self.entries.get_mut(&name) else { continue };
             e.leaf = leaf;

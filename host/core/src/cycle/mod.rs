@@ -412,26 +412,49 @@ pub struct SchedulerCore {
     queues: QueueTree,
     nodes: NodeTable,
     entries: BTreeMap<String, Entry>,
+    /// Task → its workload.
     owner: AHashMap<String, String>,
+    /// Submission order, for ties.
     seq: u64,
-    /// Per queue, its subtree's allocation (running and leaving members).
-    allocated: Vec<Resources>,
-    usage: Vec<f64>,
-    usage_at: u64,
-    deserved: Option<Vec<Resources>>,
-    /// Bumped on every change that may let parked work fit (capacity freed, node added).
-    epoch: u64,
-    /// The last cycle stopped at its attempt budget with work still ready.
-    truncated: bool,
     /// Per node, the workloads with members on it and how many.
     on_node: AHashMap<String, AHashMap<String, u32>>,
-    /// The nodes' allocatable total, taken at the start of each cycle: what lending queues'
-    /// reserves are kept free of.
-    capacity: Resources,
-    /// With resource flavors: per flavor, then for nodes of none, the slots of its nodes (taken
-    /// with `capacity`). Empty without flavors.
-    flavor_nodes: Vec<Vec<Slot>>,
-    /// Per node, the pods of others running there (for inter-pod affinity).
+    /// Evicted members still terminating, oldest first ([`CoreConfig::await_termination`]). A task
+    /// may be there twice: evicted work is queued again and may be placed and evicted again before
+    /// its first copy has stopped (a simulator's restart; on Kubernetes a new pod).
+    terminating: Vec<Terminating>,
+    /// Workloads that may hold room for themselves (a superset: checked before use), so an attempt
+    /// looks for holds it may borrow among these few instead of walking every workload.
+    holders: ahash::AHashSet<String>,
+    queue_use: QueueUse,
+    affinity: AffinityIndex,
+    last_cycle: LastCycle,
+}
+
+/// What each queue holds and is owed: the input of quotas and of the fair-share stage.
+#[derive(Debug)]
+struct QueueUse {
+    /// Per queue, its subtree's allocation (running and leaving members).
+    allocated: Vec<Resources>,
+    /// Per queue, decayed past usage (for `decayed-usage` fair share), as of `usage_at`.
+    usage: Vec<f64>,
+    usage_at: u64,
+    /// Per queue, the deserved share the fair-share stage last computed.
+    deserved: Option<Vec<Resources>>,
+    /// The unused reserves of lending queues and the roots' total allocation for the current
+    /// `allocated` (`None` inside: no queue keeps a reserve): computed on first use, dropped by
+    /// every change of `allocated`, so quota checks between two changes cost O(depth).
+    reserves: OnceLock<Option<(UnusedReserves, Resources)>>,
+    /// The fair-share stage's input as last sent, refreshed in place: names, parents, weights,
+    /// guarantees and limits change only with the tree (`set_queues` drops it), so a call copies
+    /// only the allocations, requests and usage that changed instead of rebuilding every state
+    /// (the stage is asked after every bind or eviction of a cycle).
+    share_input: Option<Vec<wasmsched_api::QueueState>>,
+}
+
+/// Others' pods, for inter-pod (anti-)affinity.
+#[derive(Debug, Default)]
+struct AffinityIndex {
+    /// Per node, the pods of others running there.
     foreign_pods: AHashMap<String, Vec<RunningPod>>,
     /// Of those, the ones with anti-affinity terms (every task is checked against them).
     foreign_anti: AHashMap<String, Vec<RunningPod>>,
@@ -440,25 +463,24 @@ pub struct SchedulerCore {
     /// Parked workloads with required pod affinity: a pod starting may be the one they wait for,
     /// which no capacity change would signal.
     affinity_parked: ahash::AHashSet<String>,
-    /// The unused reserves of lending queues and the roots' total allocation for the current
-    /// `allocated` (`None` inside: no queue keeps a reserve): computed on first use, dropped by
-    /// every change of `allocated`, so quota checks between two changes cost O(depth).
-    reserves: OnceLock<Option<(UnusedReserves, Resources)>>,
+}
+
+/// What the cycles so far have seen of the cluster and the policy.
+#[derive(Debug, Default)]
+struct LastCycle {
+    /// Bumped on every change that may let parked work fit (capacity freed, node added).
+    epoch: u64,
+    /// The last cycle stopped at its attempt budget with work still ready.
+    truncated: bool,
     /// The version of the policy set the last cycle ran: parked work was judged by that set, so
     /// another one (a hot reload) may place it.
     policy_version: Option<u64>,
-    /// The fair-share stage's input as last sent, refreshed in place: names, parents, weights,
-    /// guarantees and limits change only with the tree (`set_queues` drops it), so a call copies
-    /// only the allocations, requests and usage that changed instead of rebuilding every state
-    /// (the stage is asked after every bind or eviction of a cycle).
-    share_input: Option<Vec<wasmsched_api::QueueState>>,
-    /// Evicted members still terminating, oldest first ([`CoreConfig::await_termination`]). A task
-    /// may be there twice: evicted work is queued again and may be placed and evicted again before
-    /// its first copy has stopped (a simulator's restart; on Kubernetes a new pod).
-    terminating: Vec<Terminating>,
-    /// Workloads that may hold room for themselves (a superset: checked before use), so an attempt
-    /// looks for holds it may borrow among these few instead of walking every workload.
-    holders: ahash::AHashSet<String>,
+    /// The nodes' allocatable total, taken at the start of each cycle: what lending queues'
+    /// reserves are kept free of.
+    capacity: Resources,
+    /// With resource flavors: per flavor, then for nodes of none, the slots of its nodes (taken
+    /// with `capacity`). Empty without flavors.
+    flavor_nodes: Vec<Vec<Slot>>,
 }
 
 impl SchedulerCore {
@@ -472,24 +494,19 @@ impl SchedulerCore {
             entries: BTreeMap::new(),
             owner: AHashMap::new(),
             seq: 0,
-            allocated: vec![Resources::default(); n],
-            usage: vec![0.0; n],
-            usage_at: 0,
-            deserved: None,
-            epoch: 0,
-            truncated: false,
             on_node: AHashMap::new(),
-            capacity: Resources::default(),
-            flavor_nodes: Vec::new(),
-            foreign_pods: AHashMap::new(),
-            foreign_anti: AHashMap::new(),
-            anti_holders: ahash::AHashSet::new(),
-            affinity_parked: ahash::AHashSet::new(),
-            reserves: OnceLock::new(),
-            policy_version: None,
-            share_input: None,
             terminating: Vec::new(),
             holders: ahash::AHashSet::new(),
+            queue_use: QueueUse {
+                allocated: vec![Resources::default(); n],
+                usage: vec![0.0; n],
+                usage_at: 0,
+                deserved: None,
+                reserves: OnceLock::new(),
+                share_input: None,
+            },
+            affinity: AffinityIndex::default(),
+            last_cycle: LastCycle::default(),
         }
     }
 
@@ -607,8 +624,8 @@ impl SchedulerCore {
         }
         // Its pods are gone with it: a preemptor waiting for them only may go elsewhere.
         self.terminating.retain(|t| t.hold.node != name);
-        self.foreign_pods.remove(name);
-        self.foreign_anti.remove(name);
+        self.affinity.foreign_pods.remove(name);
+        self.affinity.foreign_anti.remove(name);
         self.nodes.remove(name);
         out
     }
@@ -642,7 +659,7 @@ impl SchedulerCore {
             self.owner.insert(m.id.clone(), workload.name.clone());
         }
         if workload.members.iter().any(|m| !m.pod_terms().anti_affinity.is_empty()) {
-            self.anti_holders.insert(workload.name.clone());
+            self.affinity.anti_holders.insert(workload.name.clone());
         }
         self.seq += 1;
         let n = workload.members.len();
@@ -670,7 +687,7 @@ impl SchedulerCore {
     /// A workload completed (or was deleted): its resources are released and it is forgotten.
     pub fn finish(&mut self, workload: &str) -> Result<(), CoreError> {
         let e = self.entries.remove(workload).ok_or_else(|| CoreError::UnknownWorkload(workload.into()))?;
-        self.anti_holders.remove(workload);
+        self.affinity.anti_holders.remove(workload);
         for (i, m) in e.members.iter().enumerate() {
             if let Some(m) = m {
                 self.index_remove(&m.node, workload);
@@ -731,9 +748,9 @@ impl SchedulerCore {
         (0..self.queues.len())
             .map(|i| QueueShare {
                 name: self.queues.get(i).map(|q| q.name.clone()).unwrap_or_default(),
-                allocated: self.allocated[i].clone(),
-                deserved: self.deserved.as_ref().and_then(|d| d.get(i).cloned()),
-                decayed_usage: self.usage[i],
+                allocated: self.queue_use.allocated[i].clone(),
+                deserved: self.queue_use.deserved.as_ref().and_then(|d| d.get(i).cloned()),
+                decayed_usage: self.queue_use.usage[i],
             })
             .collect()
     }
@@ -741,19 +758,19 @@ impl SchedulerCore {
     /// Whether the last cycle stopped at [`CoreConfig::max_attempts_per_cycle`] with workloads
     /// still ready to be tried: run the next one without waiting.
     pub fn more_ready(&self) -> bool {
-        self.truncated
+        self.last_cycle.truncated
     }
 
     /// Run one cycle at time `now` (seconds, never decreasing). A cycle runs one set from start
     /// to end; when `set` is another version than the last cycle's, everything parked may be tried
     /// again (after its back-off): its verdicts came from the old policies.
     pub fn schedule(&mut self, set: &PolicySet, now: u64) -> Vec<Decision> {
-        if self.policy_version.replace(set.version()).is_some_and(|v| v != set.version()) {
+        if self.last_cycle.policy_version.replace(set.version()).is_some_and(|v| v != set.version()) {
             self.unpark_all();
         }
         let mut out = Vec::new();
         self.advance(now, &mut out);
-        (self.capacity, self.flavor_nodes) = self.cluster_capacity();
+        (self.last_cycle.capacity, self.last_cycle.flavor_nodes) = self.cluster_capacity();
 
         let mut nominated: Vec<&Entry> = self.entries.values().filter(|e| e.phase == Phase::Preempting).collect();
         nominated.sort_by_key(|e| (std::cmp::Reverse(e.spec.priority), e.seq));
@@ -770,7 +787,7 @@ impl SchedulerCore {
                 e.waiting_for.clear();
                 self.release_holds(&holds);
                 self.attempt(set, &name, now, &mut out, true);
-            } else if e.parked_at != Some(self.epoch) && e.not_before <= now {
+            } else if e.parked_at != Some(self.last_cycle.epoch) && e.not_before <= now {
                 // Still waiting (a long grace period, a finalizer): like kube-scheduler's nominated
                 // pods, it takes room elsewhere if some appears, never evicting more meanwhile.
                 self.attempt(set, &name, now, &mut out, false);
@@ -800,16 +817,16 @@ impl SchedulerCore {
                 (leaf, v.into_iter().map(|e| e.spec.name.clone()).collect())
             })
             .collect();
-        let cluster = self.capacity.clone();
+        let cluster = self.last_cycle.capacity.clone();
         // The plugin's answer depends only on allocations and pending demand, which change only
         // when something binds or leaves: until then its last order stands.
         let mut order: Option<Option<Vec<usize>>> = None;
         let mut failures = Failures::default();
         let mut budget = self.config.max_attempts_per_cycle.unwrap_or(usize::MAX);
-        self.truncated = false;
+        self.last_cycle.truncated = false;
         while !lists.is_empty() {
             if budget == 0 {
-                self.truncated = true;
+                self.last_cycle.truncated = true;
                 break;
             }
             let leaf = if lists.len() == 1 && order.is_some() {

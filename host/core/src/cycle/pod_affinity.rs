@@ -61,14 +61,14 @@ impl SchedulerCore {
         self.wake_affinity_waiters();
         let anti: Vec<RunningPod> = pods.iter().filter(|p| !p.anti_affinity.is_empty()).cloned().collect();
         if anti.is_empty() {
-            self.foreign_anti.remove(node);
+            self.affinity.foreign_anti.remove(node);
         } else {
-            self.foreign_anti.insert(node.to_string(), anti);
+            self.affinity.foreign_anti.insert(node.to_string(), anti);
         }
         if pods.is_empty() {
-            self.foreign_pods.remove(node);
+            self.affinity.foreign_pods.remove(node);
         } else {
-            self.foreign_pods.insert(node.to_string(), pods);
+            self.affinity.foreign_pods.insert(node.to_string(), pods);
         }
     }
 
@@ -77,7 +77,7 @@ impl SchedulerCore {
     /// `Err` when an affinity term can be met nowhere.
     pub(super) fn resolve_pod_affinity(&self, task: &Task) -> Result<Option<(Task, String)>, String> {
         let own_terms = !task.pod_terms().is_empty();
-        if !own_terms && self.anti_holders.is_empty() && self.foreign_anti.is_empty() {
+        if !own_terms && self.affinity.anti_holders.is_empty() && self.affinity.foreign_anti.is_empty() {
             return Ok(None);
         }
         // Its own terms look at every running pod; the others' terms only at pods that have some.
@@ -88,7 +88,7 @@ impl SchedulerCore {
     pub(super) fn running_pods(&self, anti_only: bool) -> Vec<Running<'_>> {
         let mut out = Vec::new();
         let entries: Box<dyn Iterator<Item = &super::Entry>> = if anti_only {
-            Box::new(self.anti_holders.iter().filter_map(|w| self.entries.get(w)))
+            Box::new(self.affinity.anti_holders.iter().filter_map(|w| self.entries.get(w)))
         } else {
             Box::new(self.entries.values())
         };
@@ -99,7 +99,7 @@ impl SchedulerCore {
                 }
             }
         }
-        for (node, pods) in if anti_only { &self.foreign_anti } else { &self.foreign_pods } {
+        for (node, pods) in if anti_only { &self.affinity.foreign_anti } else { &self.affinity.foreign_pods } {
             out.extend(pods.iter().map(|p| Running {
                 node,
                 namespace: &p.namespace,

@@ -47,8 +47,8 @@ impl Preemptor<'_> {
     fn eligible(&self, core: &SchedulerCore) -> Vec<(String, usize)> {
         let preempted_by = core.entries.get(self.name).map_or(&[][..], |p| p.preempted_by.as_slice());
         // Only a preemptor that may reclaim asks whether a victim's queue is over its share.
-        let over_share: Vec<bool> = match (&core.deserved, self.may_reclaim) {
-            (Some(d), true) => core.allocated.iter().zip(d).map(|(a, d)| !fits(a, d)).collect(),
+        let over_share: Vec<bool> = match (&core.queue_use.deserved, self.may_reclaim) {
+            (Some(d), true) => core.queue_use.allocated.iter().zip(d).map(|(a, d)| !fits(a, d)).collect(),
             _ => Vec::new(),
         };
         core.entries
@@ -156,9 +156,10 @@ fn preempt_with(
         need.saturating_add_assign(&demand_in(m, flavor_name.as_deref(), &core.queues));
     }
     let may_reclaim = core
+        .queue_use
         .deserved
         .as_ref()
-        .is_some_and(|d| core.allocated[e.leaf].checked_add(&need).is_some_and(|t| fits(&t, &d[e.leaf])));
+        .is_some_and(|d| core.queue_use.allocated[e.leaf].checked_add(&need).is_some_and(|t| fits(&t, &d[e.leaf])));
     let who = Preemptor {
         name,
         leaf: e.leaf,
@@ -280,7 +281,7 @@ fn preempt_with(
     core.unpark_all();
     if waits {
         // Nothing changed for it since it was decided: parked until the cluster changes.
-        let epoch = core.epoch;
+        let epoch = core.last_cycle.epoch;
         let e = core.entries.get_mut(name).expect("preemptor exists");
         e.parked_at = Some(epoch);
         e.waiting_for = waiting_for;
@@ -526,7 +527,7 @@ fn guarantees_hold(core: &SchedulerCore, leaf: usize, chosen: &[(String, usize)]
     }
     removed.iter().all(|(&q, r)| {
         let Some(g) = core.queues.get(q).map(|s| &s.guarantee) else { return true };
-        let after = core.allocated[q].saturating_sub(r);
+        let after = core.queue_use.allocated[q].saturating_sub(r);
         let dims_ok = (r.cpu_milli == 0 || after.cpu_milli >= g.cpu_milli)
             && (r.memory_bytes == 0 || after.memory_bytes >= g.memory_bytes)
             && (r.gpu_milli == 0 || after.gpu_milli >= g.gpu_milli);

@@ -39,7 +39,7 @@ impl SchedulerCore {
         let mut limiter = None;
         for q in self.queues.chain(e.leaf) {
             let Some(cap) = self.queues.limit(q) else { continue };
-            let mut total = self.allocated[q].clone();
+            let mut total = self.queue_use.allocated[q].clone();
             let mut n = 0;
             for m in &e.spec.members {
                 match total.checked_add(&demand(m)) {
@@ -63,7 +63,7 @@ impl SchedulerCore {
             let mut n = 0;
             for m in &e.spec.members[..admitted] {
                 let Some(t) = extra.checked_add(&demand(m)) else { break };
-                if !reserves.admit(&t, &self.capacity) {
+                if !reserves.admit(&t, &self.last_cycle.capacity) {
                     break;
                 }
                 extra = t;
@@ -112,13 +112,15 @@ impl SchedulerCore {
     /// lending queues keep for themselves.
     pub(super) fn within_capability(&self, leaf: usize, extra: &Resources) -> bool {
         self.queues.chain(leaf).all(|q| {
-            self.queues.limit(q).is_none_or(|c| self.allocated[q].checked_add(extra).is_some_and(|t| fits(&t, c)))
+            self.queues
+                .limit(q)
+                .is_none_or(|c| self.queue_use.allocated[q].checked_add(extra).is_some_and(|t| fits(&t, c)))
         }) && self.leaves_reserves(leaf, extra)
     }
 
     /// Whether `extra` more for `leaf` keeps the unused reserves of queues outside its path free.
     pub(super) fn leaves_reserves(&self, leaf: usize, extra: &Resources) -> bool {
-        self.reserves_against(leaf).is_none_or(|r| r.admit(extra, &self.capacity))
+        self.reserves_against(leaf).is_none_or(|r| r.admit(extra, &self.last_cycle.capacity))
     }
 
     /// What lending queues keep from `leaf`'s work, what is allocated already, and how much more
@@ -126,6 +128,7 @@ impl SchedulerCore {
     /// only `leaf`'s own path allocates more.
     pub(super) fn reserves_against(&self, leaf: usize) -> Option<Reserves> {
         let (unused, used) = self
+            .queue_use
             .reserves
             .get_or_init(|| {
                 if !self.queues.has_reserves() {
@@ -133,16 +136,16 @@ impl SchedulerCore {
                 }
                 let mut used = Resources::default();
                 for q in (0..self.queues.len()).filter(|&q| self.queues.parent(q).is_none()) {
-                    used.saturating_add_assign(&self.allocated[q]);
+                    used.saturating_add_assign(&self.queue_use.allocated[q]);
                 }
-                Some((self.queues.unused_reserves(&self.allocated), used))
+                Some((self.queues.unused_reserves(&self.queue_use.allocated), used))
             })
             .as_ref()?;
         // Work within the guarantee of its queue or of any ancestor borrows nothing.
         let mut headroom = Resources::default();
         for q in self.queues.chain(leaf) {
             if let Some(spec) = self.queues.get(q) {
-                let room = spec.guarantee.saturating_sub(&self.allocated[q]);
+                let room = spec.guarantee.saturating_sub(&self.queue_use.allocated[q]);
                 headroom.cpu_milli = headroom.cpu_milli.max(room.cpu_milli);
                 headroom.memory_bytes = headroom.memory_bytes.max(room.memory_bytes);
                 headroom.gpu_milli = headroom.gpu_milli.max(room.gpu_milli);

@@ -751,7 +751,7 @@ fn check_accounting(c: &SchedulerCore) {
         assert_eq!(free + n.allocated.gpu_milli, n.allocatable.gpu_milli, "devices of {}", n.name);
     }
     for (q, held) in per_queue.iter().enumerate() {
-        assert_eq!(c.allocated[q].gpu_milli, *held, "queue {q}");
+        assert_eq!(c.queue_use.allocated[q].gpu_milli, *held, "queue {q}");
         if let Some(cap) = &c.queues.get(q).unwrap().capability {
             assert!(*held <= cap.gpu_milli, "queue {q} over capability");
         }
@@ -760,7 +760,7 @@ fn check_accounting(c: &SchedulerCore) {
             let held = per_flavor.get(&(q, f.name.clone())).copied().unwrap_or(0);
             // Only the qualified resources some quota names are counted at all.
             let counted = if c.queues.unbounded_flavored(&name) { 0 } else { held };
-            assert_eq!(c.allocated[q].extended(&name), counted, "queue {q}, flavor {}", f.name);
+            assert_eq!(c.queue_use.allocated[q].extended(&name), counted, "queue {q}, flavor {}", f.name);
             if let Some(limit) = c.queues.limit(q) {
                 let bound = limit.extended.iter().find(|(n, _)| *n == name).map_or(u64::MAX, |(_, v)| *v);
                 assert!(held <= bound, "queue {q} over its limit on flavor {}", f.name);
@@ -878,8 +878,8 @@ fn churn_run(seed: u64, flavored: bool, graceful: bool) {
                             v.spec.min_member,
                             v.spec.members.len(),
                             v.running(),
-                            c.allocated.iter().map(|a| a.gpu_milli).collect::<Vec<_>>(),
-                            c.deserved.as_ref().map(|d| d.iter().map(|a| a.gpu_milli).collect::<Vec<_>>())
+                            c.queue_use.allocated.iter().map(|a| a.gpu_milli).collect::<Vec<_>>(),
+                            c.queue_use.deserved.as_ref().map(|d| d.iter().map(|a| a.gpu_milli).collect::<Vec<_>>())
                         );
                     }
                     assert!(

@@ -32,13 +32,13 @@ impl SchedulerCore {
 
     /// Let time pass: usage decays and accrues, grace periods and gang timeouts expire.
     pub(super) fn advance(&mut self, now: u64, out: &mut Vec<Decision>) {
-        if now > self.usage_at {
-            let dt = (now - self.usage_at) as f64;
+        if now > self.queue_use.usage_at {
+            let dt = (now - self.queue_use.usage_at) as f64;
             let decay = 0.5f64.powf(dt / self.config.usage_half_life_seconds.max(1) as f64);
-            for (u, a) in self.usage.iter_mut().zip(&self.allocated) {
+            for (u, a) in self.queue_use.usage.iter_mut().zip(&self.queue_use.allocated) {
                 *u = *u * decay + a.gpu_milli as f64 * dt;
             }
-            self.usage_at = now;
+            self.queue_use.usage_at = now;
         }
         let expired: Vec<(String, usize, Leaving)> = self
             .entries
@@ -82,10 +82,10 @@ impl SchedulerCore {
         let exp = e.attempts.saturating_sub(1).min(30);
         let backoff = self.config.backoff_initial_seconds.saturating_mul(1 << exp).min(self.config.backoff_max_seconds);
         e.not_before = now.saturating_add(backoff);
-        e.parked_at = Some(self.epoch);
+        e.parked_at = Some(self.last_cycle.epoch);
         e.phase = if e.placed() > 0 || e.phase == Phase::Preempting { e.phase } else { Phase::Pending };
         if e.spec.members.iter().any(|m| !m.pod_terms().affinity.is_empty()) {
-            self.affinity_parked.insert(name.to_string());
+            self.affinity.affinity_parked.insert(name.to_string());
         }
         explanation.attempts = e.attempts;
         explanation.retry_at = Some(e.not_before);
@@ -96,14 +96,14 @@ impl SchedulerCore {
 
     /// The cluster changed: everything parked may be tried again (after its back-off).
     pub(super) fn unpark_all(&mut self) {
-        self.epoch += 1;
-        self.affinity_parked.clear();
+        self.last_cycle.epoch += 1;
+        self.affinity.affinity_parked.clear();
     }
 
     /// A pod with labels started: parked work with required pod affinity may be tried again
     /// (after its back-off), since that pod may be the one it waits for.
     pub(super) fn wake_affinity_waiters(&mut self) {
-        for name in std::mem::take(&mut self.affinity_parked) {
+        for name in std::mem::take(&mut self.affinity.affinity_parked) {
             if let Some(e) = self.entries.get_mut(&name) {
                 e.parked_at = None;
             }
@@ -111,6 +111,6 @@ impl SchedulerCore {
     }
 
     pub(super) fn is_parked(&self, e: &Entry) -> bool {
-        e.parked_at == Some(self.epoch)
+        e.parked_at == Some(self.last_cycle.epoch)
     }
 }
