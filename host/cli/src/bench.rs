@@ -67,7 +67,7 @@ pub struct Args {
     /// Only the native policy set.
     #[arg(long)]
     native_only: bool,
-    /// Also run every policy set with filter verdicts not reused (`crate::verdicts` in the core),
+    /// Also run every policy set with filter verdicts not reused (`placement::verdict_cache` in the core),
     /// to measure what reuse saves in the same run.
     #[arg(long)]
     compare_verdict_reuse: bool,
