@@ -78,7 +78,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", wasmsched_events::cli::error_line(e.as_ref()));
             ExitCode::FAILURE
         }
     }

@@ -158,6 +158,11 @@ fn run_why(args: WhyArgs) -> anyhow::Result<()> {
             true
         })?;
     }
+    // Not found is an error (exit status 1), as for any lookup a script may depend on.
+    if matches!(why.state(), wasmsched_events::TaskState::Unknown) {
+        let place = args.file.as_ref().map_or_else(|| "the stream".to_string(), |f| f.display().to_string());
+        anyhow::bail!("no events about task {} in {place}", args.task);
+    }
     println!("{why}");
     Ok(())
 }

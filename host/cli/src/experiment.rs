@@ -2,13 +2,14 @@
 //! figures it reports.
 
 use std::fmt::Write as _;
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
+
+use crate::chart::Axes;
 
 use anyhow::{Context, bail, ensure};
 use serde::Serialize;
-use wasmsched_sim::experiment::{self, Grid, MAX_COLUMN, Outcome, Progress, Row, Trace};
+use wasmsched_sim::experiment::{self, Grid, MAX_COLUMN, Outcome, Row, Trace};
 use wasmsched_sim::trace;
 
 use crate::policy::{PAPER_POLICIES, policy_set};
@@ -37,9 +38,11 @@ pub const PAPER_TRACES: [&str; 17] = [
 /// Arguments of `experiment`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Folder with `openb_node_list_gpu_node.csv` and `openb_pod_list_<trace>.csv`.
-    #[arg(long, default_value = "examples/traces/openb")]
-    data: PathBuf,
+    /// Folder with `openb_node_list_gpu_node.csv` and `openb_pod_list_<trace>.csv` (default: the
+    /// repository's `examples/traces/openb`, found from the current directory or from where this
+    /// binary was built).
+    #[arg(long, value_name = "DIR")]
+    data: Option<PathBuf>,
     /// Traces, comma-separated, or `paper` for the paper's 17.
     #[arg(long, default_value = "paper", value_delimiter = ',')]
     traces: Vec<String>,
@@ -49,8 +52,8 @@ pub struct Args {
     /// Seeds: a range `42-51` or a list `42,43`.
     #[arg(long, default_value = "42-51")]
     seeds: String,
-    /// Submit pods until this multiple of GPU capacity has arrived.
-    #[arg(long, default_value_t = 1.3)]
+    /// Submit pods until this multiple of GPU capacity has arrived (a positive number).
+    #[arg(long, default_value_t = 1.3, allow_negative_numbers = true)]
     tune: f64,
     /// Experiments run in parallel (default: one per core).
     #[arg(long)]
@@ -63,6 +66,9 @@ pub struct Args {
     /// once before the grid starts; each experiment gets its own instances.
     #[arg(long = "policy-set", value_name = "NAME=PATH", conflicts_with = "native")]
     policy_sets: Vec<crate::replay_policies::NamedSet>,
+    /// No progress bar (there is none anyway when stderr is not a terminal).
+    #[arg(long)]
+    quiet: bool,
     /// Run the policies natively instead of as Wasm components.
     #[arg(long)]
     native: bool,
@@ -119,19 +125,38 @@ fn expand(list: &[String], paper: &[&str]) -> Vec<String> {
     if list.len() == 1 && list[0] == "paper" { paper.iter().map(|s| s.to_string()).collect() } else { list.to_vec() }
 }
 
+/// Where the openb traces are when `--data` is not given: `examples/traces/openb` under the
+/// current directory or under any directory above this binary (a checkout's `target/release`).
+fn openb_data() -> anyhow::Result<PathBuf> {
+    const DIR: &str = "examples/traces/openb";
+    let here = std::env::current_dir().ok();
+    let exe = std::env::current_exe().ok();
+    let above_exe = exe.iter().flat_map(|e| e.ancestors().skip(1)).map(Path::to_path_buf);
+    here.into_iter()
+        .chain(above_exe)
+        .map(|d| d.join(DIR))
+        .find(|d| d.join("openb_node_list_gpu_node.csv").is_file())
+        .ok_or_else(|| {
+            anyhow::anyhow!("the openb traces ({DIR}) are neither under the current directory nor above this binary")
+        })
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
     ensure!(args.tune > 0.0 && args.tune.is_finite(), "--tune must be a positive number");
     let seeds = parse_seeds(&args.seeds).with_context(|| format!("--seeds {:?}", args.seeds))?;
     let policies = expand(&args.policies, &PAPER_POLICIES);
     let names = expand(&args.traces, &PAPER_TRACES);
-    let nodes = trace::load_nodes(&args.data.join("openb_node_list_gpu_node.csv"))?;
+    let data = match &args.data {
+        Some(dir) => dir.clone(),
+        None => openb_data().context("give --data DIR")?,
+    };
+    let nodes = trace::load_nodes(&data.join("openb_node_list_gpu_node.csv"))?;
     ensure!(!nodes.is_empty(), "the node list is empty");
     let mut traces = Vec::new();
     let mut skipped_rows = Vec::new();
     for name in &names {
-        let (pods, skipped) =
-            trace::load_pods_lenient(&args.data.join(format!("openb_pod_list_{name}.csv")), args.lenient)?;
+        let (pods, skipped) = trace::load_pods_lenient(&data.join(format!("openb_pod_list_{name}.csv")), args.lenient)?;
         skipped_rows.extend(skipped.iter().map(ToString::to_string));
         traces.push(Trace { name: name.clone(), pods });
     }
@@ -171,7 +196,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let jobs = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
     let policies: Vec<String> = policies.into_iter().chain(args.policy_sets.iter().map(|n| n.name.clone())).collect();
     let grid = Grid { nodes, traces, policies: policies.clone(), seeds: seeds.clone(), tune: args.tune };
-    let bar = ProgressBar::new();
+    let total = grid.traces.len() * grid.policies.len() * grid.seeds.len();
+    let bar = crate::progress::Progress::new(total as u64, "experiments", args.quiet);
     let outcomes = experiment::run(
         &grid,
         jobs,
@@ -182,9 +208,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("policy set {policy}: {e}")),
             _ => policy_set(runtime.as_ref(), policy, seed, typical),
         },
-        |p| bar.show(p),
+        |p| bar.at(p.done as u64),
     )?;
-    bar.finish();
+    drop(bar);
     if let Some(o) = outcomes.iter().find(|o| o.faulted > 0) {
         bail!("{} of {}'s pods failed by plugin faults on {} seed {}", o.faulted, o.policy, o.trace, o.seed);
     }
@@ -200,16 +226,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             policies.iter().map(|p| (p.clone(), experiment::mean_curve(&outcomes, name, p, column))).collect()
         };
         let seeds_note = format!("{} seed{}", seeds.len(), if seeds.len() == 1 { "" } else { "s" });
-        plot(
-            &args.out.join(format!("figures/allocation_{name}.svg")),
-            &format!("GPU allocation ratio, openb {name} ({seeds_note}, tune {})", args.tune),
-            "GPU allocation ratio (%)",
-            &curves(|o| &o.allocation),
-        )?;
+        let runtime = if args.native { "native" } else { "Wasm" };
+        let about = format!("openb {name} ({seeds_note}, tune {}, {runtime})", args.tune);
+        let allocation = curves(|o| &o.allocation);
+        for (file, axes, what) in [
+            (format!("figures/allocation_{name}.svg"), Axes::Full, "GPU allocation ratio"),
+            // Where the policies part: past 80 % arrived, between round bounds around the curves.
+            (format!("figures/allocation_{name}_zoom.svg"), Axes::ZoomFrom(80.0), "GPU allocation ratio, zoomed"),
+        ] {
+            plot(&args.out.join(file), &format!("{what}, {about}"), "GPU allocation ratio (%)", axes, &allocation)?;
+        }
         plot(
             &args.out.join(format!("figures/fragmentation_{name}.svg")),
-            &format!("Fragmented GPU share, openb {name} ({seeds_note})"),
+            &format!("Fragmented GPU share, {about}"),
             "fragmented GPU (% of capacity)",
+            Axes::Full,
             &curves(|o| &o.fragmentation),
         )?;
     }
@@ -323,52 +354,17 @@ fn write_table(path: &Path, rows: &[Row]) -> anyhow::Result<()> {
 }
 
 /// One curve per policy against arrived workload (%), like the paper's Fig. 9(a).
-fn plot(path: &Path, title: &str, y_label: &str, curves: &[(String, Vec<Option<f64>>)]) -> anyhow::Result<()> {
+/// Policies keep the paper's colours on every figure.
+fn plot(
+    path: &Path,
+    title: &str,
+    y_label: &str,
+    axes: Axes,
+    curves: &[(String, Vec<Option<f64>>)],
+) -> anyhow::Result<()> {
     let curves: Vec<(String, Vec<(f64, f64)>)> = curves
         .iter()
         .map(|(name, ys)| (name.clone(), ys.iter().enumerate().filter_map(|(x, y)| y.map(|y| (x as f64, y))).collect()))
         .collect();
-    crate::chart::lines(path, title, "arrived workload (% of GPU capacity)", y_label, &curves)
-}
-
-/// Progress on stderr: a bar redrawn in place on a terminal, a line per tenth otherwise.
-struct ProgressBar {
-    tty: bool,
-}
-
-impl ProgressBar {
-    fn new() -> Self {
-        ProgressBar { tty: std::io::stderr().is_terminal() }
-    }
-
-    fn show(&self, p: Progress) {
-        let eta = p.elapsed.mul_f64((p.total - p.done) as f64 / p.done.max(1) as f64);
-        let width = 30;
-        let filled = width * p.done / p.total.max(1);
-        let line = format!(
-            "[{}{}] {}/{} experiments, {} elapsed, ~{} left",
-            "#".repeat(filled),
-            "-".repeat(width - filled),
-            p.done,
-            p.total,
-            clock(p.elapsed),
-            clock(eta)
-        );
-        if self.tty {
-            eprint!("\r{line}");
-        } else if p.done == p.total || (p.done * 10 / p.total.max(1)) != ((p.done - 1) * 10 / p.total.max(1)) {
-            eprintln!("{line}");
-        }
-    }
-
-    fn finish(&self) {
-        if self.tty {
-            eprintln!();
-        }
-    }
-}
-
-fn clock(d: Duration) -> String {
-    let s = d.as_secs();
-    format!("{}:{:02}", s / 60, s % 60)
+    crate::chart::lines(path, title, ("arrived workload (% of GPU capacity)", y_label), axes, &PAPER_POLICIES, &curves)
 }

@@ -18,6 +18,7 @@ mod inputs;
 mod plugin_cmd;
 mod policy;
 mod policy_cmd;
+mod progress;
 mod replay_cmd;
 mod replay_policies;
 mod run_cmd;
@@ -100,7 +101,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", wasmsched_events::cli::error_line(e.as_ref()));
             ExitCode::FAILURE
         }
     }

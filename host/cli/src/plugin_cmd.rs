@@ -19,7 +19,7 @@ pub enum Command {
         /// Configuration text handed to the plugin's init.
         #[arg(long, default_value = "")]
         config: String,
-        /// Name to register it under (default: the file stem).
+        /// Name to register it under, as a policy set's local name would (default: the file stem).
         #[arg(long)]
         name: Option<String>,
     },
@@ -42,7 +42,10 @@ pub fn run(cmd: Command) -> anyhow::Result<()> {
             let t = Instant::now();
             let plugin = rt.load(&bytes, PluginConfig::new(&name).with_config(config))?;
             let config = plugin.config();
-            println!("plugin   {}", plugin.name());
+            match plugin.own_name() == plugin.name() {
+                true => println!("plugin   {}", plugin.own_name()),
+                false => println!("plugin   {} (registered here as {})", plugin.own_name(), plugin.name()),
+            }
             println!("stages   {}", plugin.stages().iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "));
             println!("sdk      {}", plugin.sdk_version());
             println!("sha256   {}", plugin.digest());

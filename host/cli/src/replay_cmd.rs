@@ -31,7 +31,7 @@ pub struct Args {
     #[arg(long)]
     pods: Option<PathBuf>,
     /// Divide openb arrival times by this factor (durations unchanged) to raise the load.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     compress: f64,
     /// Keep every N-th openb node (2 = half the cluster).
     #[arg(long, default_value_t = 1)]
@@ -68,6 +68,9 @@ pub struct Args {
     /// Print machine-readable JSON.
     #[arg(long)]
     json: bool,
+    /// No progress bar (there is none anyway when stderr is not a terminal).
+    #[arg(long)]
+    quiet: bool,
     /// Skip malformed jobs of a scenario (or malformed rows of an openb pod list) instead of
     /// stopping; each is reported (`skipped` in JSON).
     #[arg(long)]
@@ -101,7 +104,10 @@ struct Report<'a> {
     evictions: usize,
     gangs_timed_out: usize,
     plugin_faults: usize,
+    /// Time-weighted over the whole run (first to last event).
     utilisation_mean_percent: f64,
+    /// Time-weighted from the first arrival to the last: what the cluster did while work came in.
+    utilisation_mean_while_arriving_percent: f64,
     utilisation_peak_percent: f64,
     jain_fairness: f64,
     queues: &'a std::collections::BTreeMap<String, QueueStats>,
@@ -220,7 +226,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let no_task = Task::default();
     let t = Instant::now();
     let mut topology = (!table.topologies().is_empty()).then(TopologyStats::default);
+    // Progress in virtual time, up to the last arrival (what follows is the running jobs' tail).
+    let last_arrival = jobs.iter().map(|j| j.arrival).max().unwrap_or(0);
+    let progress = crate::progress::Progress::new(last_arrival, "virtual seconds of arrivals", args.quiet);
     let r = timed::run_observed(&policies.timeline(), &table, &tree, &jobs, &config, |d| {
+        progress.at(d.at.min(last_arrival));
         let at = wasmsched_events::Timestamp(d.at.saturating_mul(1000));
         *decisions_by_version.entry(d.policy_version).or_default() += 1;
         while let Some((_, payload)) = policy_events.next_if(|(t, _)| *t <= d.at) {
@@ -275,6 +285,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             sink.emit_at(at, event);
         }
     })?;
+    drop(progress);
     if let Some(sink) = events.as_ref() {
         for (t, payload) in policy_events {
             sink.emit_at(wasmsched_events::Timestamp(t.saturating_mul(1000)), payload);
@@ -307,6 +318,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         gangs_timed_out: r.timed_out,
         plugin_faults: r.faults,
         utilisation_mean_percent: r.utilisation_mean,
+        utilisation_mean_while_arriving_percent: r.utilisation_mean_while_arriving,
         utilisation_peak_percent: r.utilisation.iter().map(|u| u.1).fold(0.0, f64::max),
         jain_fairness: r.jain_fairness,
         queues: &r.queues,
@@ -339,9 +351,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let hours: Vec<(f64, f64)> = r.utilisation.iter().map(|&(t, u)| (t as f64 / 3600.0, u)).collect();
         crate::chart::lines(
             &out.join("utilisation.svg"),
-            &format!("GPU allocation over time ({})", args.policy),
-            "time (h)",
-            "GPU allocated (% of capacity)",
+            &format!("GPU allocation over time ({}, fair share {})", args.policy, args.fair_share),
+            ("time (h)", "GPU allocated (% of capacity)"),
+            crate::chart::Axes::Full,
+            &[],
             &[(args.policy.clone(), crate::chart::steps(&hours))],
         )?;
         // Queueing delay per queue as a CDF: the share of its started jobs that waited at most x.
@@ -366,9 +379,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         crate::chart::lines(
             &out.join("queue_delay.svg"),
-            &format!("Queueing delay by queue ({})", args.policy),
-            "waited (min)",
-            "started jobs that waited at most this long (%)",
+            &format!("Queueing delay by queue ({}, fair share {})", args.policy, args.fair_share),
+            ("waited (min)", "started jobs that waited at most this long (%)"),
+            crate::chart::Axes::Full,
+            &[],
             &curves,
         )?;
     }
@@ -411,8 +425,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     println!(
-        "GPU allocation: mean {:.2} %, peak {:.2} %; Jain's fairness over queues {:.3}\n",
-        report.utilisation_mean_percent, report.utilisation_peak_percent, report.jain_fairness
+        "GPU allocation: mean {:.2} % while jobs arrived ({:.2} % over the whole run), peak {:.2} %; \
+         Jain's fairness over queues {:.3}\n",
+        report.utilisation_mean_while_arriving_percent,
+        report.utilisation_mean_percent,
+        report.utilisation_peak_percent,
+        report.jain_fairness
     );
     println!(
         "{:<12} {:>7} {:>8} {:>8} {:>12} {:>10} {:>10} {:>12} {:>9} {:>8}",

@@ -22,11 +22,12 @@ pub struct Args {
     /// Seed of the shuffle, tuning and node ranks.
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Submit pods until this multiple of GPU capacity has arrived.
-    #[arg(long, default_value_t = 1.3)]
+    /// Submit pods until this multiple of GPU capacity has arrived (a positive number).
+    #[arg(long, default_value_t = 1.3, allow_negative_numbers = true)]
     tune: f64,
     /// Score policy: the FGD paper's random, dot-prod, gpu-clustering, gpu-packing, best-fit, fgd;
-    /// or kube-scheduler's least-allocated, most-allocated.
+    /// kube-scheduler's least-allocated, most-allocated; or gpu-topology (interconnect-aware, for
+    /// nodes with a known topology).
     #[arg(long, default_value = "fgd")]
     policy: String,
     /// Place with a policy set of your own instead of `resource-fit` + `--policy`: a directory with
@@ -42,6 +43,9 @@ pub struct Args {
     /// Also replay natively afterwards, report both times and check the results are identical.
     #[arg(long, conflicts_with = "native")]
     compare_native: bool,
+    /// No progress bar (there is none anyway when stderr is not a terminal).
+    #[arg(long)]
+    quiet: bool,
     /// Print machine-readable JSON instead of the table.
     #[arg(long)]
     json: bool,
@@ -72,13 +76,22 @@ struct Report {
     /// With `--compare-native`: Wasm replay time over native replay time.
     #[serde(skip_serializing_if = "Option::is_none")]
     wasm_over_native: Option<f64>,
-    /// GPU allocation ratio (%) at arrived workload 0..=130 % (null where no event is near).
-    allocation_ratio_by_arrived_percent: Vec<Option<f64>>,
-    /// Fragmented GPU share (% of capacity) for the trace's target workload, same columns.
-    fragmentation_by_arrived_percent: Vec<Option<f64>>,
+    /// The series, one row per percent of GPU capacity arrived, 0 to 130.
+    by_arrived_percent: Vec<ArrivedRow>,
     /// With `--events` or `--nats`: what the event sink did.
     #[serde(skip_serializing_if = "Option::is_none")]
     events: Option<wasmsched_events::Stats>,
+}
+
+/// The cluster when a given share of its GPU capacity had arrived as requests.
+#[derive(serde::Serialize)]
+struct ArrivedRow {
+    /// GPU requests arrived so far, % of the cluster's GPU capacity.
+    arrived_percent: usize,
+    /// GPUs allocated, % of capacity (null where no decision is near this point).
+    gpu_allocated_percent: Option<f64>,
+    /// Idle GPU share fragmented for the trace's target workload, % of capacity (null likewise).
+    gpu_fragmented_percent: Option<f64>,
 }
 
 pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
@@ -116,12 +129,27 @@ pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
     let setup_seconds = started.elapsed().as_secs_f64();
 
     let events = args.sink.open("simulator")?;
+    let runtime_name = if args.native { "native" } else { "wasm" };
+    if !args.json {
+        // The header first: piped to a file, it is there while the replay runs.
+        println!(
+            "wasmsched simulate: {} pods on {} nodes ({} GPUs), seed {}, tune {}, {policies} ({runtime_name})",
+            work.pods.len(),
+            work.nodes.len(),
+            work.capacity_milli / 1000,
+            args.seed,
+            args.tune
+        );
+    }
     let t = Instant::now();
+    let progress = crate::progress::Progress::new(work.pods.len() as u64, "pods", args.quiet);
     let run = replay::run_observed(&set, &work.nodes, &work.pods, &typical, |d| {
+        progress.step();
         let outcome = d.outcome.map(|(p, node)| (p, node.name.as_str())).map_err(|u| &u.diagnosis);
         let decision = decisions::Decision { task: d.task, outcome, evaluated: work.nodes.len(), attempt: 1 };
         decisions::publish(events.as_ref(), None, decision, &policy);
     });
+    drop(progress);
     let replay_seconds = t.elapsed().as_secs_f64();
     let event_stats = events_cmd::finish(events, args.sink.grace());
     let columns = replay::allocation_columns(&run, 130);
@@ -146,24 +174,28 @@ pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
         seed: args.seed,
         tune: args.tune,
         policies,
-        runtime: if args.native { "native" } else { "wasm" },
+        runtime: runtime_name,
         setup_seconds,
         replay_seconds,
         decisions_per_second: work.pods.len() as f64 / replay_seconds.max(1e-9),
         native_replay_seconds,
         wasm_over_native: native_replay_seconds.map(|n| replay_seconds / n.max(1e-9)),
-        allocation_ratio_by_arrived_percent: columns,
-        fragmentation_by_arrived_percent: replay::fragmentation_columns(&run, 130),
+        by_arrived_percent: columns
+            .into_iter()
+            .zip(replay::fragmentation_columns(&run, 130))
+            .enumerate()
+            .map(|(arrived_percent, (gpu_allocated_percent, gpu_fragmented_percent))| ArrivedRow {
+                arrived_percent,
+                gpu_allocated_percent,
+                gpu_fragmented_percent,
+            })
+            .collect(),
         events: event_stats,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return events_cmd::delivered(report.events.as_ref());
     }
-    println!(
-        "wasmsched simulate: {} pods on {} nodes ({} GPUs), seed {}, tune {}, {} ({})",
-        report.pods_submitted, report.nodes, report.gpus, report.seed, report.tune, report.policies, report.runtime
-    );
     println!(
         "placed {}, failed {} ({} by plugin faults); replay {:.2} s, {:.0} decisions/s; setup {:.2} s",
         report.placed,
@@ -194,11 +226,12 @@ pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
     }
     println!("\narrived (% of GPU capacity)   GPU allocated (%)   GPU fragmented (%)");
     let cell = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
-    for pct in (10..=130).step_by(10) {
+    for row in report.by_arrived_percent.iter().skip(10).step_by(10) {
         println!(
-            "  {pct:>4} %                     {:>7}             {:>7}",
-            cell(report.allocation_ratio_by_arrived_percent[pct]),
-            cell(report.fragmentation_by_arrived_percent[pct])
+            "  {:>4} %                     {:>7}             {:>7}",
+            row.arrived_percent,
+            cell(row.gpu_allocated_percent),
+            cell(row.gpu_fragmented_percent)
         );
     }
     events_cmd::delivered(report.events.as_ref())

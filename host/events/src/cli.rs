@@ -58,7 +58,7 @@ pub struct Sink {
 /// How to reach NATS (for publishing and for `events tail`).
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct Nats {
-    /// NATS server URL(s), comma-separated: publish to JetStream.
+    /// NATS server URL(s), comma-separated (JetStream).
     #[arg(long, value_name = "URL")]
     pub nats: Option<String>,
     /// NATS settings as JSON (see docs/events.md); the flags below override it.
@@ -181,4 +181,67 @@ pub fn delivered(stats: Option<&Stats>) -> Result<(), OptionsError> {
         n => format!(", {n} lost by the server after it acknowledged them"),
     };
     Err(OptionsError::Lost(format!("{} of {} dropped{by_server}{kept}{why}", s.dropped, s.emitted)))
+}
+
+/// An error and its causes on one line, each cause once, for a command's last words: many errors
+/// already end with their cause's text (`cannot read F: No such file…`), and printing the chain
+/// as it is would repeat it.
+pub fn error_line(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = String::new();
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+        cause = c.source();
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    /// An error that says its cause and also chains it, as `thiserror` types often do.
+    #[derive(Debug)]
+    struct Read(std::io::Error);
+
+    impl std::fmt::Display for Read {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "cannot read f.wasm: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Read {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    /// Adds context, chaining the error below.
+    #[derive(Debug)]
+    struct Context(&'static str, Box<dyn std::error::Error + 'static>);
+
+    impl std::fmt::Display for Context {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Context {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&*self.1)
+        }
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_said_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory (os error 2)");
+        let e = Context("plugin", Box::new(Read(io)));
+        assert_eq!(super::error_line(&e), "plugin: cannot read f.wasm: No such file or directory (os error 2)");
+        let plain = Context("outer", Box::new(std::io::Error::other("inner")));
+        assert_eq!(super::error_line(&plain), "outer: inner");
+    }
 }

@@ -259,7 +259,8 @@ impl Event {
         self.payload.kind()
     }
 
-    /// A one-line human summary, for `wasmsched events tail --format text`.
+    /// A one-line human summary, for `wasmsched events tail --format text`. Enumerations are
+    /// spelled as in the JSON (`elastic-shrink`, not `ElasticShrink`).
     pub fn summary(&self) -> String {
         let body = match &self.payload {
             Payload::TaskScheduled(e) => {
@@ -272,12 +273,21 @@ impl Event {
                 format!("{} attempt {}: {}", e.task, e.attempt, reasons.join("; "))
             }
             Payload::TaskTopologyAlert(e) => {
-                format!("{} on {} gpus {:?}: {:?} {}: {}", e.task, e.node, e.gpus, e.severity, e.alert, e.message)
+                format!(
+                    "{} on {} gpus {:?}: {} {}: {}",
+                    e.task,
+                    e.node,
+                    e.gpus,
+                    spelled(&e.severity),
+                    e.alert,
+                    e.message
+                )
             }
             Payload::TaskPreempted(e) => {
-                format!("{} on {} by {} ({:?}, checkpoint {:?})", e.victim, e.node, e.preemptor, e.reason, e.checkpoint)
+                let (reason, checkpoint) = (spelled(&e.reason), spelled(&e.checkpoint));
+                format!("{} on {} by {} ({reason}, checkpoint {checkpoint})", e.victim, e.node, e.preemptor)
             }
-            Payload::TaskEvicted(e) => format!("{} from {} ({:?})", e.task, e.node, e.reason),
+            Payload::TaskEvicted(e) => format!("{} from {} ({})", e.task, e.node, spelled(&e.reason)),
             Payload::GroupTimedOut(e) => {
                 format!(
                     "{}/{} placed {} of min {} after {} s",
@@ -295,9 +305,9 @@ impl Event {
             },
             Payload::PolicyRolledBack(e) => format!("{} -> {}: {}", e.from, e.to, e.reason),
             Payload::PolicyRejected(e) => format!("{} from {} failed {}: {}", e.policy_set, e.origin, e.gate, e.reason),
-            Payload::PluginFault(e) => format!("{} in {} ({:?}): {}", e.plugin, e.stage, e.fault, e.message),
+            Payload::PluginFault(e) => format!("{} in {} ({}): {}", e.plugin, e.stage, spelled(&e.fault), e.message),
             Payload::NodeGpuHealthChanged(e) => {
-                format!("{} gpu {} {:?} -> {:?}: {}", e.node, e.gpu, e.from, e.to, e.reason)
+                format!("{} gpu {} {} -> {}: {}", e.node, e.gpu, spelled(&e.from), spelled(&e.to), e.reason)
             }
             Payload::NodeInventoryChanged(e) => {
                 let unhealthy = if e.unhealthy_gpus.is_empty() {
@@ -312,6 +322,15 @@ impl Event {
             }
         };
         format!("{} {:<24} {}", self.time, self.kind().name(), body)
+    }
+}
+
+/// A value as the JSON spells it (an enumeration's kebab-case name), for text output.
+fn spelled<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => String::new(),
     }
 }
 

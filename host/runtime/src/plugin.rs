@@ -307,6 +307,9 @@ impl Blueprint {
 pub struct WasmPlugin {
     blueprint: Blueprint,
     stages: Vec<Stage>,
+    /// The name the component gives itself (`plugin-info.name`); it is registered under the
+    /// name its configuration gives.
+    own_name: String,
     sdk_version: String,
     digest: String,
     pool: Vec<Mutex<Option<Live>>>,
@@ -435,6 +438,7 @@ impl WasmPlugin {
         Ok(WasmPlugin {
             blueprint,
             stages,
+            own_name: info.name,
             sdk_version: info.sdk_version,
             digest: sha256_hex(wasm),
             pool,
@@ -442,6 +446,11 @@ impl WasmPlugin {
             metrics,
             observer: rt.observer.clone(),
         })
+    }
+
+    /// The name the component gives itself (its registered name is [`PolicyPlugin::name`]).
+    pub fn own_name(&self) -> &str {
+        &self.own_name
     }
 
     /// The SDK (or bindings) version the component reported.

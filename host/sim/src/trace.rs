@@ -8,14 +8,14 @@ use wasmsched_api::{GPU_MILLI, GpuDevice, GpuRequest, Node, Qos, Resources, Task
 /// A trace that cannot be read.
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
-    /// The file cannot be read.
-    #[error("{file}: {source}")]
+    /// The file cannot be read. The cause is part of the message, not a chained source, so a
+    /// report of the whole chain says it once.
+    #[error("{file}: {cause}")]
     Io {
         /// File.
         file: String,
         /// Cause.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A malformed value or row.
     #[error("{file}:{line}:{column}: {message}")]
@@ -148,7 +148,7 @@ fn malformed(file: &str, line: usize, column: usize, message: impl Into<String>)
 }
 
 fn read(path: &Path) -> Result<String, TraceError> {
-    std::fs::read_to_string(path).map_err(|source| TraceError::Io { file: path.display().to_string(), source })
+    std::fs::read_to_string(path).map_err(|cause| TraceError::Io { file: path.display().to_string(), cause })
 }
 
 /// Parse an openb node list (`sn,cpu_milli,memory_mib,gpu,model`). `file` names it in errors.

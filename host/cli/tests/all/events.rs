@@ -225,8 +225,10 @@ fn replay_publishes_preemptions_with_their_rule_and_checkpoint_and_gang_timeouts
     assert!(answer.contains("its gang timed out at 1970-01-01T00:07:40.000Z after waiting 60 s"), "{answer}");
     let answer = ok(wasmsched(&["events", "why", "prod-high", "--file", &file]));
     assert!(answer.starts_with("prod-high: scheduled on a100-"), "{answer}");
-    let answer = ok(wasmsched(&["events", "why", "nobody", "--file", &file]));
-    assert_eq!(answer.trim(), "nobody: no events about this task");
+    let unknown = wasmsched(&["events", "why", "nobody", "--file", &file]);
+    let stderr = String::from_utf8_lossy(&unknown.stderr);
+    assert!(!unknown.status.success() && unknown.stdout.is_empty(), "{stderr}");
+    assert!(stderr.contains("no events about task nobody in "), "{stderr}");
 }
 
 #[test]
@@ -347,9 +349,15 @@ fn simulate_with_a_policy_set_file_places_exactly_as_the_same_built_in_policies(
     let builtin = run(&["--policy", "most-allocated"]);
     assert!(file["policies"].as_str().unwrap().starts_with("policy set packing"), "{file}");
     assert!(file["placed"].as_u64().unwrap() > 1000, "{file}");
-    for key in ["placed", "failed", "allocation_ratio_by_arrived_percent", "fragmentation_by_arrived_percent"] {
+    for key in ["placed", "failed", "by_arrived_percent"] {
         assert_eq!(file[key], builtin[key], "{key}");
     }
+    // The series names its own columns: one row per percent arrived, 0 to 130.
+    let rows = file["by_arrived_percent"].as_array().unwrap();
+    assert_eq!(rows.len(), 131);
+    assert_eq!(rows[50]["arrived_percent"], 50);
+    assert!(rows[50]["gpu_allocated_percent"].as_f64().unwrap() > 0.0, "{}", rows[50]);
+    assert!(rows[50].get("gpu_fragmented_percent").is_some(), "{}", rows[50]);
     let o = wasmsched(&["simulate", "--policy-set", "examples/policies/packing", "--native"]);
     assert!(!o.status.success(), "policy sets run as Wasm");
     let o = wasmsched(&["simulate", "--policy-set", "/nonexistent/policy"]);

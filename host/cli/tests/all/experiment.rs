@@ -48,11 +48,17 @@ fn reduced_grid_orders_policies_like_the_paper_and_is_deterministic() {
         assert!(at_130(p) > at_130("random"), "{p} vs random");
     }
     assert!(at_130("fgd") > 94.0 && at_130("random") < 90.0, "fgd {} random {}", at_130("fgd"), at_130("random"));
-    for f in ["table.csv", "allocation.csv", "fragmentation.csv", "figures/allocation_default.svg"] {
-        assert!(wasm_dir.join(f).is_file(), "{f} written");
+    let figures = ["allocation_default.svg", "allocation_default_zoom.svg", "fragmentation_default.svg"];
+    for f in ["table.csv", "allocation.csv", "fragmentation.csv"].into_iter().chain(figures.map(|f| f)) {
+        let path = if f.ends_with(".svg") { wasm_dir.join("figures").join(f) } else { wasm_dir.join(f) };
+        assert!(path.is_file(), "{f} written");
     }
     let svg = std::fs::read_to_string(wasm_dir.join("figures/allocation_default.svg")).unwrap();
     assert!(svg.contains("fgd") && svg.matches("<polyline").count() >= 6, "one curve per policy with a legend");
+    for f in figures {
+        let svg = std::fs::read_to_string(wasm_dir.join("figures").join(f)).unwrap();
+        assert!(svg.contains("openb default (1 seed, tune 1.3, Wasm)"), "every parameter in the title of {f}");
+    }
 
     // Same experiments natively: every column of every series identical.
     let native_dir = out_dir("grid-native");
@@ -184,4 +190,35 @@ fn a_policy_set_of_ones_own_joins_the_grid_and_places_as_the_same_built_ins() {
     refused(&["--policy-set", "x=/nonexistent/policy"], "fetch gate");
     refused(&["--native", "--policy-set", "x=examples/policies/packing"], "cannot be used with");
     refused(&["--policy-set", "examples/policies/packing"], "expected NAME=PATH");
+}
+
+/// From any directory: the traces are found above the binary (a checkout's `target/`); a wrong
+/// `--data` names the file once and the flag.
+#[test]
+fn experiment_runs_from_any_directory_and_a_missing_trace_is_named_once() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let out = out_dir("grid-elsewhere");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["experiment", "--traces", "default", "--policies", "best-fit", "--seeds", "42"];
+        args.extend_from_slice(&["--native", "--json", "--out", out.to_str().unwrap()]);
+        args.extend_from_slice(extra);
+        Command::new(env!("CARGO_BIN_EXE_wasmsched")).current_dir(elsewhere.path()).args(&args).output().unwrap()
+    };
+    let o = run(&[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run(&["--data", "/nonexistent"]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{stderr}");
+    assert!(stderr.contains("/nonexistent/openb_node_list_gpu_node.csv"), "{stderr}");
+    assert_eq!(stderr.matches("No such file").count(), 1, "the cause once: {stderr}");
+}
+
+/// A negative number is a value the command refuses by name, not an unknown flag.
+#[test]
+fn a_negative_tune_is_refused_by_name() {
+    for command in ["simulate", "experiment"] {
+        let o = wasmsched(&[command, "--tune", "-1", "--native"]);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && stderr.contains("--tune must be a positive number"), "{command}: {stderr}");
+    }
 }

@@ -11,3 +11,4 @@ mod run;
 #[path = "../../../events/tests/all/support/mod.rs"]
 mod support;
 mod topo;
+mod tutorial;

@@ -81,8 +81,12 @@ fn plugin_check_calls_every_stage_and_reports_each() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("budgets  10ms CPU per call"), "{stdout}");
+    assert!(stdout.contains("plugin   resource-fit (registered here as fit)\n"), "its own name first: {stdout}");
     let filter = stdout.lines().find(|l| l.trim_start().starts_with("filter")).expect("a line for the filter stage");
     assert!(filter.contains(" ok ") && filter.contains("nodes fit"), "{filter}");
+
+    let named = wasmsched(&["plugin", "check", wasm.to_str().unwrap(), "--name", "resource-fit"]);
+    assert!(String::from_utf8_lossy(&named.stdout).contains("plugin   resource-fit\n"));
 
     // Not a component: a clear error and a failure exit.
     std::fs::write(&wasm, b"not wasm").unwrap();

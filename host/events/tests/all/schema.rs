@@ -49,6 +49,22 @@ fn every_kind_round_trips_through_a_jsonl_file() {
     let queue = read.iter().find(|e| e.kind() == Kind::QueueShareChanged).unwrap();
     assert_eq!(queue.namespace, None, "queue events are cluster-scoped");
     assert_eq!(read[0].time.to_string(), "2023-11-14T22:13:20.000Z");
+
+    // Text output spells every value as the JSON does: one spelling per value.
+    let summaries: Vec<String> = read.iter().map(Event::summary).collect();
+    let preempted = summaries.iter().find(|s| s.contains("task-preempted")).unwrap();
+    assert!(preempted.ends_with("(priority, checkpoint done)"), "{preempted}");
+    let evicted = summaries.iter().find(|s| s.contains("task-evicted")).unwrap();
+    assert!(evicted.ends_with("(gang-broken)"), "{evicted}");
+    for s in &summaries {
+        // CamelCase: a capital first and a capital after a small letter (`ElasticShrink`).
+        let camel = s.split(|c: char| !c.is_alphanumeric()).any(|w| {
+            let c: Vec<char> = w.chars().collect();
+            c.first().is_some_and(|c| c.is_uppercase())
+                && c.windows(2).any(|p| p[0].is_lowercase() && p[1].is_uppercase())
+        });
+        assert!(!camel, "a Rust variant name in text output: {s}");
+    }
 }
 
 #[test]

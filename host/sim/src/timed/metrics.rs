@@ -68,6 +68,24 @@ fn mean(v: &[u64]) -> f64 {
     if v.is_empty() { 0.0 } else { v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64 }
 }
 
+/// The mean of the step function `samples` (value from each instant to the next) over
+/// `[from, to]`; the value at `from` when the window is a single instant.
+fn time_weighted_mean(samples: &[(u64, f64)], (from, to): (u64, u64)) -> f64 {
+    let at = |t: u64| samples.iter().take_while(|s| s.0 <= t).last().map_or(0.0, |s| s.1);
+    if to <= from {
+        return at(from);
+    }
+    let mut total = 0.0;
+    let mut t = from;
+    let mut value = at(from);
+    for &(when, v) in samples.iter().filter(|s| s.0 > from && s.0 < to) {
+        total += value * (when - t) as f64;
+        (t, value) = (when, v);
+    }
+    total += value * (to - t) as f64;
+    total / (to - from) as f64
+}
+
 pub(super) fn summarise(
     jobs: &[Job],
     mut out: Vec<JobOutcome>,
@@ -113,12 +131,11 @@ pub(super) fn summarise(
     for o in out.iter().filter(|o| o.start.is_none()) {
         *waiting_by_reason.entry(o.waiting_reason.clone().unwrap_or_default()).or_insert(0) += 1;
     }
-    let span = utilisation.last().map_or(0, |l| l.0) - utilisation.first().map_or(0, |f| f.0);
-    let utilisation_mean = if span == 0 {
-        utilisation.last().map_or(0.0, |l| l.1)
-    } else {
-        utilisation.windows(2).map(|w| w[0].1 * (w[1].0 - w[0].0) as f64).sum::<f64>() / span as f64
-    };
+    let whole = (utilisation.first().map_or(0, |f| f.0), utilisation.last().map_or(0, |l| l.0));
+    let utilisation_mean = time_weighted_mean(&utilisation, whole);
+    let arriving =
+        (jobs.iter().map(|j| j.arrival).min().unwrap_or(0), jobs.iter().map(|j| j.arrival).max().unwrap_or(0));
+    let utilisation_mean_while_arriving = time_weighted_mean(&utilisation, arriving);
     let x: Vec<f64> = queues.values().map(|q| q.service_ratio).collect();
     let (s, s2) = x.iter().fold((0.0, 0.0), |(s, s2), v| (s + v, s2 + v * v));
     let jain_fairness = if s2 > 0.0 { s * s / (x.len() as f64 * s2) } else { 1.0 };
@@ -128,11 +145,28 @@ pub(super) fn summarise(
         waiting_by_reason,
         utilisation,
         utilisation_mean,
+        utilisation_mean_while_arriving,
         jain_fairness,
         attempts: counts.attempts,
         evictions: counts.evictions,
         timed_out: counts.timed_out,
         faults: counts.faults,
         horizon,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::time_weighted_mean;
+
+    #[test]
+    fn the_mean_weighs_each_value_by_how_long_it_held_within_the_window() {
+        // 0 % until 10 s, 50 % until 20 s, 100 % from then on.
+        let steps = [(0, 0.0), (10, 50.0), (20, 100.0)];
+        assert_eq!(time_weighted_mean(&steps, (0, 20)), 25.0);
+        assert_eq!(time_weighted_mean(&steps, (10, 30)), 75.0);
+        assert_eq!(time_weighted_mean(&steps, (5, 15)), 25.0);
+        assert_eq!(time_weighted_mean(&steps, (15, 15)), 50.0, "one instant: the value then");
+        assert_eq!(time_weighted_mean(&[], (0, 10)), 0.0);
     }
 }

@@ -71,6 +71,9 @@ pub struct TimedRun {
     pub utilisation: Vec<(u64, f64)>,
     /// Time-weighted mean GPU allocation (%) between the first and the last event.
     pub utilisation_mean: f64,
+    /// The same between the first and the last arrival: while work comes in, before a trace's
+    /// long tail of running jobs (which dominates the whole-run mean of a real trace).
+    pub utilisation_mean_while_arriving: f64,
     /// Jain's fairness index over the queues' service ratios (1 = perfectly even).
     pub jain_fairness: f64,
     /// Decisions taken: bindings plus failed attempts (a measure of the scheduler's work).

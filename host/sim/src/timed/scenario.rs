@@ -784,7 +784,7 @@ impl Scenario {
     /// ([`Scenario::parse_lenient`]).
     pub fn load_lenient(path: &Path, lenient: bool) -> Result<Loaded, TraceError> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| TraceError::Io { file: file.clone(), source: e })?;
+        let text = std::fs::read_to_string(path).map_err(|e| TraceError::Io { file: file.clone(), cause: e })?;
         let (scenario, skipped) = Scenario::parse_lenient(&file, &text, lenient)?;
         let dir = path.parent().unwrap_or(Path::new("."));
         let mut topologies = BTreeMap::new();
