@@ -39,8 +39,8 @@ pub const PAPER_TRACES: [&str; 17] = [
 #[derive(clap::Args)]
 pub struct Args {
     /// Folder with `openb_node_list_gpu_node.csv` and `openb_pod_list_<trace>.csv` (default: the
-    /// repository's `examples/traces/openb`, found from the current directory or from where this
-    /// binary was built).
+    /// repository's `examples/traces/openb`, under the current directory or in the checkout this
+    /// binary was built from).
     #[arg(long, value_name = "DIR")]
     data: Option<PathBuf>,
     /// Traces, comma-separated, or `paper` for the paper's 17.
@@ -126,18 +126,24 @@ fn expand(list: &[String], paper: &[&str]) -> Vec<String> {
 }
 
 /// Where the openb traces are when `--data` is not given: `examples/traces/openb` under the
-/// current directory or under any directory above this binary (a checkout's `target/release`).
+/// current directory, in the checkout this binary was built from, or under a directory above the
+/// binary (a checkout's `target/release`).
 fn openb_data() -> anyhow::Result<PathBuf> {
     const DIR: &str = "examples/traces/openb";
     let here = std::env::current_dir().ok();
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let exe = std::env::current_exe().ok();
     let above_exe = exe.iter().flat_map(|e| e.ancestors().skip(1)).map(Path::to_path_buf);
     here.into_iter()
+        .chain(std::iter::once(checkout))
         .chain(above_exe)
         .map(|d| d.join(DIR))
         .find(|d| d.join("openb_node_list_gpu_node.csv").is_file())
         .ok_or_else(|| {
-            anyhow::anyhow!("the openb traces ({DIR}) are neither under the current directory nor above this binary")
+            anyhow::anyhow!(
+                "the openb traces ({DIR}) are not under the current directory, the checkout this \
+                 binary was built from, or a directory above it"
+            )
         })
 }
 

@@ -192,7 +192,7 @@ fn a_policy_set_of_ones_own_joins_the_grid_and_places_as_the_same_built_ins() {
     refused(&["--policy-set", "examples/policies/packing"], "expected NAME=PATH");
 }
 
-/// From any directory: the traces are found above the binary (a checkout's `target/`); a wrong
+/// From any directory: the traces are found in the checkout the binary was built from; a wrong
 /// `--data` names the file once and the flag.
 #[test]
 fn experiment_runs_from_any_directory_and_a_missing_trace_is_named_once() {
