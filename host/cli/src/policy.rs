@@ -177,21 +177,20 @@ pub fn load_set(runtime: Option<&Arc<Runtime>>, document: &str) -> anyhow::Resul
     Ok(version.set)
 }
 
-/// `spec`'s plugins as the native crates, assembled as the registry assembles a set.
+/// `spec`'s plugins as the native crates, assembled as the registry assembles a set (built-in
+/// defaults resolved the way the registry resolves them).
 fn native_set(spec: &PolicySetSpec) -> anyhow::Result<PolicySet> {
+    let mut spec = spec.clone();
+    spec.resolve_builtins(&builtins())?;
     let mut plugins: BTreeMap<&str, Arc<dyn PolicyPlugin>> = BTreeMap::new();
     for (name, p) in &spec.plugins {
         let ArtifactRef::BuiltIn(builtin) = ArtifactRef::parse(&p.source).map_err(anyhow::Error::msg)? else {
             bail!("plugin {name}: only built-ins run natively");
         };
-        let default = wasmsched_plugins::by_name(&builtin).map(|b| b.config).unwrap_or_default();
-        let config = match spec.config_text(name) {
-            Some(c) if !c.is_empty() => c,
-            _ => default.to_string(),
-        };
+        let config = spec.config_text(name).unwrap_or_default();
         plugins.insert(name, native(&builtin, &config).with_context(|| format!("plugin {name}"))?);
     }
-    Ok(wasmsched_registry::build_set(spec, 1, &plugins))
+    Ok(wasmsched_registry::build_set(&spec, 1, &plugins))
 }
 
 /// The native plugin of built-in `name`, registered under that name.
