@@ -88,6 +88,9 @@ pub struct Args {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// No progress bar (there is none anyway when stderr is not a terminal).
+    #[arg(long)]
+    quiet: bool,
     /// Also run with events published here (`--events FILE` or `--nats URL`), to measure their cost.
     #[command(flatten)]
     sink: events_cmd::Sink,
@@ -551,6 +554,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for (name, set) in &runtimes {
         run_once(set, &warm, None, name);
     }
+    // Progress between measurements (never inside one): the runs, then the interleaved event
+    // runs, the gang runs and the queue churns.
+    let with_events = usize::from(sink.is_some());
+    let churn_sets = if args.queues == 0 {
+        0
+    } else {
+        (1 + usize::from(runtime.is_some())) * (1 + usize::from(args.compare_verdict_reuse))
+    };
+    let progress = crate::progress::Progress::new(
+        (runtimes.len() * args.repeat * (1 + with_events)
+            + runtimes.len() * with_events
+            + runtimes.len() * args.repeat * usize::from(args.gangs > 0 && args.gang_size > 0)
+            + churn_sets) as u64,
+        "measurements",
+        args.quiet,
+    );
     // Each repetition runs every runtime with events off and on back to back, alternating which
     // goes first, so drift on a noisy machine hits both alike; the ratio is taken per pair.
     let mut samples: Vec<Measured> = Vec::new();
@@ -560,6 +579,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let off = |samples: &mut Vec<Measured>| {
                 let m = run_once(set, &scenario, None, name);
                 samples.push(m.clone());
+                progress.step();
                 m
             };
             let Some(sink) = sink.as_ref() else {
@@ -571,6 +591,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 samples.push(m.clone());
                 // Let the drainer catch up so that it does not run into the next measurement.
                 sink.flush(Duration::from_secs(120));
+                progress.step();
                 m
             };
             let (a, b) = if r % 2 == 0 {
@@ -584,7 +605,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     let events_interleaved: Vec<Interleaved> = match sink.as_ref() {
-        Some(sink) => runtimes.iter().map(|(name, set)| interleaved(set, &scenario, sink, args.repeat, name)).collect(),
+        Some(sink) => runtimes
+            .iter()
+            .map(|(name, set)| {
+                let i = interleaved(set, &scenario, sink, args.repeat, name);
+                progress.step();
+                i
+            })
+            .collect(),
         None => Vec::new(),
     };
     let stats = events_cmd::finish(sink, args.sink.grace());
@@ -592,7 +620,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.gangs > 0 && args.gang_size > 0 {
         for (name, set) in &runtimes {
             let mut of: Vec<GangRun> = (0..args.repeat)
-                .map(|_| run_gangs(set, &scenario.base, args.gangs, args.gang_size, find, name))
+                .map(|_| {
+                    let g = run_gangs(set, &scenario.base, args.gangs, args.gang_size, find, name);
+                    progress.step();
+                    g
+                })
                 .collect();
             of.sort_by(|a, b| a.total_seconds.total_cmp(&b.total_seconds));
             gangs.push(of[of.len() / 2].clone());
@@ -622,8 +654,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 seed: args.seed,
             };
             queue_churn.push(crate::bench_queues::run(set, name, churn));
+            progress.step();
         }
     }
+    drop(progress);
     let mut runs = Vec::new();
     for (name, _) in &runtimes {
         for events in [false, true] {

@@ -78,6 +78,10 @@ pub struct Args {
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
+    /// Run nothing: draw the figures again from the CSVs and `summary.json` already in `--out`
+    /// (to get the PNGs or the zoomed charts of an earlier run without repeating it).
+    #[arg(long)]
+    redraw: bool,
 }
 
 #[derive(Serialize)]
@@ -148,6 +152,9 @@ fn openb_data() -> anyhow::Result<PathBuf> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if args.redraw {
+        return redraw(&args.out);
+    }
     let started = Instant::now();
     ensure!(args.tune > 0.0 && args.tune.is_finite(), "--tune must be a positive number");
     let seeds = parse_seeds(&args.seeds).with_context(|| format!("--seeds {:?}", args.seeds))?;
@@ -227,29 +234,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     write_series(&args.out.join("fragmentation_ratio.csv"), &outcomes, args.tune, |o| &o.fragmentation_ratio)?;
     let rows = experiment::table(&outcomes);
     write_table(&args.out.join("table.csv"), &rows)?;
-    for name in &names {
-        let curves = |column: fn(&Outcome) -> &[Option<f64>]| -> Vec<(String, Vec<Option<f64>>)> {
-            policies.iter().map(|p| (p.clone(), experiment::mean_curve(&outcomes, name, p, column))).collect()
-        };
-        let seeds_note = format!("{} seed{}", seeds.len(), if seeds.len() == 1 { "" } else { "s" });
-        let runtime = if args.native { "native" } else { "Wasm" };
-        let about = format!("openb {name} ({seeds_note}, tune {}, {runtime})", args.tune);
-        let allocation = curves(|o| &o.allocation);
-        for (file, axes, what) in [
-            (format!("figures/allocation_{name}.svg"), Axes::Full, "GPU allocation ratio"),
-            // Where the policies part: past 80 % arrived, between round bounds around the curves.
-            (format!("figures/allocation_{name}_zoom.svg"), Axes::ZoomFrom(80.0), "GPU allocation ratio, zoomed"),
-        ] {
-            plot(&args.out.join(file), &format!("{what}, {about}"), "GPU allocation ratio (%)", axes, &allocation)?;
-        }
-        plot(
-            &args.out.join(format!("figures/fragmentation_{name}.svg")),
-            &format!("Fragmented GPU share, {about}"),
-            "fragmented GPU (% of capacity)",
-            Axes::Full,
-            &curves(|o| &o.fragmentation),
-        )?;
-    }
+    let runtime = if args.native { "native" } else { "Wasm" };
+    let seeds_note = format!("{} seed{}", seeds.len(), if seeds.len() == 1 { "" } else { "s" });
+    draw_figures(&args.out, &names, &policies, &seeds_note, args.tune, runtime, &outcomes)?;
     let summary = Summary {
         experiments: outcomes.len(),
         traces: names,
@@ -361,6 +348,104 @@ fn write_table(path: &Path, rows: &[Row]) -> anyhow::Result<()> {
 
 /// One curve per policy against arrived workload (%), like the paper's Fig. 9(a).
 /// Policies keep the paper's colours on every figure.
+/// The figures of a grid: per trace, the allocation ratio (full and zoomed past 80 % arrived) and
+/// the fragmented share, each as SVG and PNG, titled with every parameter of the run.
+fn draw_figures(
+    out: &Path,
+    traces: &[String],
+    policies: &[String],
+    seeds_note: &str,
+    tune: f64,
+    runtime: &str,
+    outcomes: &[Outcome],
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out.join("figures")).with_context(|| format!("creating {}", out.display()))?;
+    for name in traces {
+        let curves = |column: fn(&Outcome) -> &[Option<f64>]| -> Vec<(String, Vec<Option<f64>>)> {
+            policies.iter().map(|p| (p.clone(), experiment::mean_curve(outcomes, name, p, column))).collect()
+        };
+        let about = format!("openb {name} ({seeds_note}, tune {tune}, {runtime})");
+        let allocation = curves(|o| &o.allocation);
+        for (file, axes, what) in [
+            (format!("figures/allocation_{name}.svg"), Axes::Full, "GPU allocation ratio"),
+            // Where the policies part: past 80 % arrived, between round bounds around the curves.
+            (format!("figures/allocation_{name}_zoom.svg"), Axes::ZoomFrom(80.0), "GPU allocation ratio, zoomed"),
+        ] {
+            plot(&out.join(file), &format!("{what}, {about}"), "GPU allocation ratio (%)", axes, &allocation)?;
+        }
+        plot(
+            &out.join(format!("figures/fragmentation_{name}.svg")),
+            &format!("Fragmented GPU share, {about}"),
+            "fragmented GPU (% of capacity)",
+            Axes::Full,
+            &curves(|o| &o.fragmentation),
+        )?;
+    }
+    Ok(())
+}
+
+/// `--redraw`: the outcomes read back from `allocation.csv` and `fragmentation.csv`, the run's
+/// parameters from `summary.json`, and the figures drawn from them.
+fn redraw(out: &Path) -> anyhow::Result<()> {
+    let summary_path = out.join("summary.json");
+    let text = std::fs::read_to_string(&summary_path)
+        .with_context(|| format!("reading {} (give --out the folder of an earlier run)", summary_path.display()))?;
+    #[derive(serde::Deserialize)]
+    struct Ran {
+        traces: Vec<String>,
+        policies: Vec<String>,
+        seeds: Vec<u64>,
+        tune: f64,
+        runtime: String,
+    }
+    let ran: Ran = serde_json::from_str(&text).with_context(|| format!("reading {}", summary_path.display()))?;
+    let allocation = read_series(&out.join("allocation.csv"))?;
+    let mut fragmentation = read_series(&out.join("fragmentation.csv"))?;
+    let outcomes: Vec<Outcome> = allocation
+        .into_iter()
+        .map(|(key, allocation)| Outcome {
+            fragmentation: fragmentation.remove(&key).unwrap_or_default(),
+            trace: key.0,
+            policy: key.1,
+            seed: key.2,
+            submitted: 0,
+            placed: 0,
+            faulted: 0,
+            total_gpus: 0,
+            allocation,
+            fragmentation_ratio: Vec::new(),
+            replay_time: std::time::Duration::ZERO,
+        })
+        .collect();
+    let runtime = if ran.runtime == "native" { "native" } else { "Wasm" };
+    let seeds_note = format!("{} seed{}", ran.seeds.len(), if ran.seeds.len() == 1 { "" } else { "s" });
+    draw_figures(out, &ran.traces, &ran.policies, &seeds_note, ran.tune, runtime, &outcomes)?;
+    println!("{} figures drawn again in {}", ran.traces.len() * 3 * 2, out.join("figures").display());
+    Ok(())
+}
+
+/// A series CSV as `write_series` writes it: (trace, policy, seed) → the value per column.
+type Series = std::collections::BTreeMap<(String, String, u64), Vec<Option<f64>>>;
+
+fn read_series(path: &Path) -> anyhow::Result<Series> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut series = Series::new();
+    for (n, line) in text.lines().enumerate().skip(1).filter(|(_, l)| !l.is_empty()) {
+        let cells: Vec<&str> = line.split(',').collect();
+        let bad =
+            || format!("{} line {}: not `workload,sc_policy,tune,seed,total_gpus,columns…`", path.display(), n + 1);
+        ensure!(cells.len() > 5, "{}", bad());
+        let seed: u64 = cells[3].parse().with_context(bad)?;
+        let values = cells[5..]
+            .iter()
+            .map(|c| if c.is_empty() { Ok(None) } else { c.parse::<f64>().map(Some) })
+            .collect::<Result<Vec<_>, _>>()
+            .with_context(bad)?;
+        series.insert((cells[0].to_string(), cells[1].to_string(), seed), values);
+    }
+    Ok(series)
+}
+
 fn plot(
     path: &Path,
     title: &str,

@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod bench_queues;
 mod chart;
+mod dra_cmd;
 mod events_cmd;
 mod experiment;
 mod inputs;
@@ -62,6 +63,9 @@ enum Command {
     Extender(run_cmd::ExtenderArgs),
     /// Print the CustomResourceDefinitions (Queue, PodGroup, SchedulingPolicy) as YAML.
     Crds,
+    /// Dynamic Resource Allocation (resource.k8s.io/v1) offline: which devices a claim would get.
+    #[command(subcommand)]
+    Dra(dra_cmd::Command),
     /// A node's GPU topology (from `nvidia-smi topo -m` or the agent's annotation), and which k
     /// GPUs a task would get on it, and why.
     Topo(topo_cmd::Args),
@@ -91,6 +95,7 @@ fn main() -> ExitCode {
         Command::Plugin(cmd) => plugin_cmd::run(cmd),
         Command::Policy(cmd) => policy_cmd::run(cmd).context("policy"),
         Command::Topo(args) => topo_cmd::run(args).context("topo"),
+        Command::Dra(cmd) => dra_cmd::run(cmd).context("dra"),
         Command::Run(args) => run_cmd::run(args).context("run"),
         Command::Extender(args) => run_cmd::extender(args).context("extender"),
         Command::Crds => {

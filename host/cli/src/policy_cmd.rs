@@ -108,6 +108,9 @@ pub struct BenchArgs {
     /// comparison's own noise floor on this machine.
     #[arg(long)]
     null_swaps: bool,
+    /// No progress bar (there is none anyway when stderr is not a terminal).
+    #[arg(long)]
+    quiet: bool,
     /// Swap interval during the swap phases, milliseconds.
     #[arg(long, default_value_t = 10)]
     swap_ms: u64,
@@ -303,6 +306,9 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
     let warm = Runtime::new(RuntimeConfig { cache_dir: Some(cache.path().to_path_buf()), ..RuntimeConfig::default() })?;
     warm.load(&wasm, wasmsched_runtime::PluginConfig::new("warm-up").with_config(r#"{"policy":"best-fit"}"#))?;
     drop(warm);
+    // Steps: each arrival-to-live run, then each phase of the latency comparison.
+    let progress =
+        crate::progress::Progress::new((2 * args.repeat + 3 * args.rounds.max(1)) as u64, "measurements", args.quiet);
     let mut rows = Vec::new();
     for cached in [false, true] {
         let mut times = Vec::new();
@@ -321,17 +327,20 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
             registry.offer(&fetched, &preparer).map_err(|e| anyhow::anyhow!("{e}"))?;
             assert_eq!(registry.current().spec.name, "arrived");
             times.push(arrived.elapsed().as_secs_f64() * 1e3);
+            progress.step();
         }
         rows.push((cached, median(times.clone()), times));
     }
-    for (cached, med, all) in &rows {
-        let all: Vec<String> = all.iter().map(|t| format!("{t:.1}")).collect();
-        println!(
-            "arrival to live, {}: median {med:.1} ms (runs: {} ms)",
-            if *cached { "cached compiled artifact" } else { "compiling" },
-            all.join(", ")
-        );
-    }
+    progress.suspend(|| {
+        for (cached, med, all) in &rows {
+            let all: Vec<String> = all.iter().map(|t| format!("{t:.1}")).collect();
+            println!(
+                "arrival to live, {}: median {med:.1} ms (runs: {} ms)",
+                if *cached { "cached compiled artifact" } else { "compiling" },
+                all.join(", ")
+            );
+        }
+    });
 
     // Decision latency with and without swaps, alternating phases in one run.
     let preparer = Preparer::new(Arc::new(Runtime::new(crate::policy::runtime_config())?), crate::policy::builtins())
@@ -409,8 +418,10 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
             if let Some(s) = swapper {
                 swaps[case] += s.join().map_err(|_| anyhow::anyhow!("swapper panicked"))??;
             }
+            progress.step();
         }
     }
+    drop(progress);
     let base_p99 = p99(latencies[0].all.clone());
     println!(
         "decision latency over {} nodes, {} decisions per case ({} rounds of {}), {} every {} ms, {}, {}:",

@@ -1,5 +1,5 @@
 //! Progress on stderr for the commands that can run longer than a moment (`simulate`, `replay`,
-//! `experiment`): a bar redrawn in place on a terminal; nothing when stderr is not a terminal
+//! `experiment`, `bench`, `policy bench`): a bar redrawn in place on a terminal; nothing when stderr is not a terminal
 //! (log files, CI) or with `--quiet`, so output that is kept stays exactly the report.
 
 use std::io::IsTerminal;
@@ -27,6 +27,14 @@ impl Progress {
     pub fn step(&self) {
         if let Some(bar) = &self.0 {
             bar.inc(1);
+        }
+    }
+
+    /// Run `f` (which prints to the terminal) with the bar hidden, so the two never interleave.
+    pub fn suspend<R>(&self, f: impl FnOnce() -> R) -> R {
+        match &self.0 {
+            Some(bar) => bar.suspend(f),
+            None => f(),
         }
     }
 

@@ -45,7 +45,11 @@ impl Budgets {
         let budget = Budget {
             selector: pdb.spec.as_ref().and_then(|s| s.selector.clone()),
             // No status yet: the disruption controller has not counted, so nothing is allowed.
-            allowed: pdb.status.as_ref().map_or(0, |s| u32::try_from(s.disruptions_allowed).unwrap_or(0)),
+            allowed: pdb
+                .status
+                .as_ref()
+                .and_then(|s| s.disruptions_allowed)
+                .map_or(0, |n| u32::try_from(n).unwrap_or(0)),
         };
         let key = format!("{namespace}/{}", pdb.name_any());
         self.budgets.insert(key, (namespace, budget.clone())).is_none_or(|(_, old)| old != budget)

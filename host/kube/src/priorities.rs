@@ -27,7 +27,7 @@ impl PriorityClasses {
     /// Records an added or changed class; whether anything the scheduler uses changed.
     pub fn apply(&mut self, pc: &PriorityClass) -> bool {
         let class = Class {
-            value: pc.value,
+            value: pc.value.unwrap_or(0),
             global_default: pc.global_default == Some(true),
             never_preempts: pc.preemption_policy.as_deref() == Some("Never"),
         };

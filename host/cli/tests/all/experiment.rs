@@ -58,7 +58,21 @@ fn reduced_grid_orders_policies_like_the_paper_and_is_deterministic() {
     for f in figures {
         let svg = std::fs::read_to_string(wasm_dir.join("figures").join(f)).unwrap();
         assert!(svg.contains("openb default (1 seed, tune 1.3, Wasm)"), "every parameter in the title of {f}");
+        let png = std::fs::read(wasm_dir.join("figures").join(f).with_extension("png")).unwrap();
+        assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000, "{f} as PNG too");
     }
+    // `--redraw` draws the same figures from the CSVs alone, without running anything.
+    let svg_before = std::fs::read(wasm_dir.join("figures/allocation_default_zoom.svg")).unwrap();
+    for f in figures {
+        std::fs::remove_file(wasm_dir.join("figures").join(f)).unwrap();
+    }
+    let o = wasmsched(&["experiment", "--redraw", "--out", wasm_dir.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read(wasm_dir.join("figures/allocation_default_zoom.svg")).unwrap(), svg_before);
+    let o = wasmsched(&["experiment", "--redraw", "--out", "/nonexistent/run"]);
+    assert!(
+        !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("give --out the folder of an earlier run")
+    );
 
     // Same experiments natively: every column of every series identical.
     let native_dir = out_dir("grid-native");

@@ -3,10 +3,12 @@
 
 mod bench;
 mod cache;
+mod dra;
 mod events;
 mod experiment;
 mod policy;
 mod policy_bench;
+mod replay;
 mod run;
 #[path = "../../../events/tests/all/support/mod.rs"]
 mod support;

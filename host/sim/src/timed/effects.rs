@@ -107,6 +107,7 @@ impl Progress {
                 arrival: j.arrival,
                 start: None,
                 end: None,
+                given_up: None,
                 evictions: 0,
                 waiting_reason: None,
             })
@@ -199,6 +200,7 @@ impl Effects for Driver<'_, '_> {
         p.counts.timed_out += 1;
         p.last_change = self.now;
         p.out[j].waiting_reason = Some(format!("gang timed out after {} s", self.now - self.jobs.jobs[j].arrival));
+        p.out[j].given_up = Some(self.now);
         // Given up: forget it so its name and pods are free again.
         let _ = self.core.finish(&self.jobs.jobs[j].name);
     }

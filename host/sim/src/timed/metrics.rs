@@ -70,20 +70,55 @@ fn mean(v: &[u64]) -> f64 {
 
 /// The mean of the step function `samples` (value from each instant to the next) over
 /// `[from, to]`; the value at `from` when the window is a single instant.
-fn time_weighted_mean(samples: &[(u64, f64)], (from, to): (u64, u64)) -> f64 {
-    let at = |t: u64| samples.iter().take_while(|s| s.0 <= t).last().map_or(0.0, |s| s.1);
+fn time_weighted_mean(samples: &[(u64, f64)], window: (u64, u64)) -> f64 {
+    let (from, to) = window;
     if to <= from {
-        return at(from);
+        return value_at(samples, from);
     }
+    integral(samples, window) / (to - from) as f64
+}
+
+/// The step function's value at `t`: the last sample at or before it (0 before the first).
+fn value_at(samples: &[(u64, f64)], t: u64) -> f64 {
+    let after = samples.partition_point(|s| s.0 <= t);
+    if after == 0 { 0.0 } else { samples[after - 1].1 }
+}
+
+/// The integral of the step function over `[from, to)`, visiting only the samples inside it.
+fn integral(samples: &[(u64, f64)], (from, to): (u64, u64)) -> f64 {
     let mut total = 0.0;
-    let mut t = from;
-    let mut value = at(from);
-    for &(when, v) in samples.iter().filter(|s| s.0 > from && s.0 < to) {
+    let (mut t, mut value) = (from, value_at(samples, from));
+    let first_inside = samples.partition_point(|s| s.0 <= from);
+    for &(when, v) in samples[first_inside..].iter().take_while(|s| s.0 < to) {
         total += value * (when - t) as f64;
         (t, value) = (when, v);
     }
-    total += value * (to - t) as f64;
-    total / (to - from) as f64
+    total + value * to.saturating_sub(t) as f64
+}
+
+/// The instants when at least one job had arrived and neither started nor been given up, as
+/// disjoint sorted windows. A job never started waits until it is given up, or to `horizon`.
+fn waiting_windows(out: &[JobOutcome], horizon: u64) -> Vec<(u64, u64)> {
+    let mut waits: Vec<(u64, u64)> = out
+        .iter()
+        .map(|o| (o.arrival, o.start.or(o.given_up).unwrap_or(horizon)))
+        .filter(|(from, to)| to > from)
+        .collect();
+    waits.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(waits.len());
+    for (from, to) in waits {
+        match merged.last_mut() {
+            Some(last) if from <= last.1 => last.1 = last.1.max(to),
+            _ => merged.push((from, to)),
+        }
+    }
+    merged
+}
+
+/// The time-weighted mean of `samples` over the union of `windows`; `None` when they are empty.
+fn mean_over_windows(samples: &[(u64, f64)], windows: &[(u64, u64)]) -> Option<f64> {
+    let length: u64 = windows.iter().map(|w| w.1 - w.0).sum();
+    (length > 0).then(|| windows.iter().map(|&w| integral(samples, w)).sum::<f64>() / length as f64)
 }
 
 pub(super) fn summarise(
@@ -136,6 +171,7 @@ pub(super) fn summarise(
     let arriving =
         (jobs.iter().map(|j| j.arrival).min().unwrap_or(0), jobs.iter().map(|j| j.arrival).max().unwrap_or(0));
     let utilisation_mean_while_arriving = time_weighted_mean(&utilisation, arriving);
+    let utilisation_mean_while_waiting = mean_over_windows(&utilisation, &waiting_windows(&out, horizon));
     let x: Vec<f64> = queues.values().map(|q| q.service_ratio).collect();
     let (s, s2) = x.iter().fold((0.0, 0.0), |(s, s2), v| (s + v, s2 + v * v));
     let jain_fairness = if s2 > 0.0 { s * s / (x.len() as f64 * s2) } else { 1.0 };
@@ -146,6 +182,7 @@ pub(super) fn summarise(
         utilisation,
         utilisation_mean,
         utilisation_mean_while_arriving,
+        utilisation_mean_while_waiting,
         jain_fairness,
         attempts: counts.attempts,
         evictions: counts.evictions,
@@ -157,7 +194,7 @@ pub(super) fn summarise(
 
 #[cfg(test)]
 mod tests {
-    use super::time_weighted_mean;
+    use super::{JobOutcome, mean_over_windows, time_weighted_mean, waiting_windows};
 
     #[test]
     fn the_mean_weighs_each_value_by_how_long_it_held_within_the_window() {
@@ -168,5 +205,27 @@ mod tests {
         assert_eq!(time_weighted_mean(&steps, (5, 15)), 25.0);
         assert_eq!(time_weighted_mean(&steps, (15, 15)), 50.0, "one instant: the value then");
         assert_eq!(time_weighted_mean(&[], (0, 10)), 0.0);
+    }
+
+    fn job(arrival: u64, start: Option<u64>, given_up: Option<u64>) -> JobOutcome {
+        JobOutcome { queue: "q".into(), arrival, start, end: None, given_up, evictions: 0, waiting_reason: None }
+    }
+
+    #[test]
+    fn work_waits_from_arrival_to_start_or_until_given_up_and_overlaps_count_once() {
+        let out = [
+            job(0, Some(0), None),   // never waited
+            job(5, Some(15), None),  // 5–15
+            job(10, Some(12), None), // inside the first wait
+            job(30, None, Some(40)), // a gang given up at 40
+            job(50, None, None),     // still waiting at the end
+        ];
+        assert_eq!(waiting_windows(&out, 60), vec![(5, 15), (30, 40), (50, 60)]);
+        // 0 % until 10 s, 50 % until 35 s, 100 % from then on.
+        let steps = [(0, 0.0), (10, 50.0), (35, 100.0)];
+        let mean = mean_over_windows(&steps, &waiting_windows(&out, 60)).unwrap();
+        // (5·0 + 5·50) + (5·50 + 5·100) + 10·100 over 30 s.
+        assert_eq!(mean, (250.0 + 750.0 + 1000.0) / 30.0);
+        assert_eq!(mean_over_windows(&steps, &waiting_windows(&out[..1], 60)), None, "nothing waited");
     }
 }

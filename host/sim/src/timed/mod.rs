@@ -52,6 +52,8 @@ pub struct JobOutcome {
     pub start: Option<u64>,
     /// End (s), if it finished within the replay.
     pub end: Option<u64>,
+    /// When its gang was given up after its timeout (s), if it was.
+    pub given_up: Option<u64>,
     /// Times it was stopped by eviction.
     pub evictions: u32,
     /// Why it was not running at the end, if it was not (its last explanation).
@@ -74,6 +76,10 @@ pub struct TimedRun {
     /// The same between the first and the last arrival: while work comes in, before a trace's
     /// long tail of running jobs (which dominates the whole-run mean of a real trace).
     pub utilisation_mean_while_arriving: f64,
+    /// The same over the instants when some job had arrived and not yet started (and was not given
+    /// up): how much of the cluster the scheduler kept busy while work was waiting for it — the
+    /// figure that says how well it packs. `None` when no job ever waited.
+    pub utilisation_mean_while_waiting: Option<f64>,
     /// Jain's fairness index over the queues' service ratios (1 = perfectly even).
     pub jain_fairness: f64,
     /// Decisions taken: bindings plus failed attempts (a measure of the scheduler's work).

@@ -1,0 +1,67 @@
+//! `wasmsched dra explain` on the objects NVIDIA's DRA driver publishes (`examples/dra`), through
+//! the real command.
+
+use std::process::{Command, Output};
+
+fn wasmsched(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_wasmsched"))
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .args(args)
+        .output()
+        .expect("run wasmsched")
+}
+
+#[test]
+fn explain_names_the_node_that_fits_and_why_each_other_does_not() {
+    let o = wasmsched(&[
+        "dra",
+        "explain",
+        "examples/dra/claim-four-a100-one-pcie-root.yaml",
+        "--objects",
+        "examples/dra/cluster.yaml",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("20 device(s) in complete pools, 6 held by other claims"), "{out}");
+    let line = |node: &str| out.lines().find(|l| l.starts_with(node)).unwrap_or_default().to_string();
+    assert!(line("dgx-a100-0 ").contains("fits: gpus: gpu.nvidia.com/dgx-a100-0 gpu-0, gpu-1, gpu-2, gpu-3"), "{out}");
+    assert!(line("dgx-a100-1 ").contains("8 device(s), 8 of the class, 8 selected, 2 free"), "{out}");
+    assert!(line("h100-0 ").contains("4 of the class, 0 selected"), "{out}");
+
+    let o = wasmsched(&[
+        "dra",
+        "explain",
+        "examples/dra/template-one-gpu-prefer-h100.yaml",
+        "--objects",
+        "examples/dra/cluster.yaml",
+        "--json",
+    ]);
+    assert!(o.status.success());
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(json["nodes_that_fit"], 3);
+    let results = &json["nodes"]["h100-0"]["allocation"]["devices"]["results"];
+    assert_eq!(results[0]["request"], "gpu/h100", "{json}");
+    assert_eq!(json["nodes"]["dgx-a100-0"]["allocation"]["devices"]["results"][0]["request"], "gpu/any");
+}
+
+#[test]
+fn a_claim_that_fits_nowhere_or_bad_objects_exit_non_zero_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let claim = dir.path().join("claim.yaml");
+    std::fs::write(
+        &claim,
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: nine}\nspec: {devices: {requests: [{name: gpus, exactly: {deviceClassName: gpu.nvidia.com, count: 9}}]}}\n",
+    )
+    .unwrap();
+    let o = wasmsched(&["dra", "explain", claim.to_str().unwrap(), "--objects", "examples/dra/cluster.yaml"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("claim nine fits on none of the 3 node(s)"));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("needs 9 device(s)"));
+
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "kind: ResourceSlice\nspec: {driver: 3}\n").unwrap();
+    let o = wasmsched(&["dra", "explain", claim.to_str().unwrap(), "--objects", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("bad.yaml: document 1: not a valid ResourceSlice"), "{err}");
+}

@@ -1,0 +1,528 @@
+//! The allocator: devices for a claim's requests on one node, with kube-scheduler's
+//! structured-parameters semantics — `exactly` (a count, or `All`; admin access) and
+//! `firstAvailable` (alternatives in order of preference), device-class and request selectors in
+//! CEL, and `matchAttribute`/`distinctAttribute` constraints across requests, searched depth first
+//! with backtracking.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, NodeSelector};
+use k8s_openapi::api::resource::v1::{
+    AllocationResult, DeviceAllocationResult, DeviceClass, DeviceConstraint, DeviceRequestAllocationResult,
+    DeviceSelector, ResourceClaimSpec,
+};
+
+use crate::inventory::{Attribute, DeviceId, Inventory, Reach};
+use crate::node_selector;
+use crate::selector::{DeviceValue, Environment, Selector, SelectorError, Selectors};
+
+/// The most search steps one claim on one node may take: a claim whose constraints no device set
+/// meets gives up here with a reason instead of trying every combination.
+pub const MAX_STEPS: usize = 100_000;
+
+/// Devices for a claim: one result per device, in request order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Allocation {
+    /// (request name — `request/subrequest` for a `firstAvailable` choice —, device, admin access).
+    pub results: Vec<(String, DeviceId, bool)>,
+    /// The nodes a pod using the claim may run on (`None`: any).
+    pub node_selector: Option<NodeSelector>,
+}
+
+impl Allocation {
+    /// The claim's `status.allocation`.
+    pub fn to_status(&self) -> AllocationResult {
+        AllocationResult {
+            devices: Some(DeviceAllocationResult {
+                results: Some(
+                    self.results
+                        .iter()
+                        .map(|(request, id, admin)| DeviceRequestAllocationResult {
+                            request: request.clone(),
+                            driver: id.driver.clone(),
+                            pool: id.pool.clone(),
+                            device: id.device.clone(),
+                            admin_access: admin.then_some(true),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+                config: None,
+            }),
+            node_selector: self.node_selector.clone(),
+            allocation_timestamp: None,
+        }
+    }
+}
+
+/// How many of the node's devices got how far for one request: what a person needs to see why it
+/// could not be met.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Funnel {
+    /// Devices usable from the node.
+    pub on_node: usize,
+    /// Of those, devices the class's selectors accept.
+    pub of_class: usize,
+    /// Of those, devices the request's own selectors accept.
+    pub selected: usize,
+    /// Of those, devices no other claim holds.
+    pub free: usize,
+}
+
+/// Why a claim cannot be allocated on a node.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum Unsatisfied {
+    /// The claim itself is malformed.
+    #[error("request {request}: {reason}")]
+    Invalid {
+        /// The request.
+        request: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A request names a DeviceClass that does not exist.
+    #[error("request {request}: device class {class:?} does not exist")]
+    NoClass {
+        /// The request.
+        request: String,
+        /// The class.
+        class: String,
+    },
+    /// A selector failed to compile or to run.
+    #[error("request {request}: {error}")]
+    Selector {
+        /// The request.
+        request: String,
+        /// The failure.
+        error: SelectorError,
+    },
+    /// Not enough devices pass the request's class, selectors and availability.
+    #[error(
+        "request {request}: needs {wanted} device(s) of class {class}; on this node {} device(s), {} of the class, {} selected, {} free",
+        funnel.on_node, funnel.of_class, funnel.selected, funnel.free
+    )]
+    TooFew {
+        /// The request (or its last alternative).
+        request: String,
+        /// The class.
+        class: String,
+        /// How many it wants (`all` for allocation mode All).
+        wanted: String,
+        /// How far the node's devices got.
+        funnel: Funnel,
+    },
+    /// Enough devices, but no set of them meets the claim's constraints.
+    #[error("no set of devices meets constraint {0}")]
+    Constraint(String),
+    /// The search took [`MAX_STEPS`] steps without an answer.
+    #[error("no allocation found within {MAX_STEPS} search steps (constraints over many devices)")]
+    TooManySteps,
+}
+
+/// One way to satisfy a request: the request itself (`exactly`) or one of its alternatives.
+#[derive(Clone, Debug)]
+struct Want {
+    /// Name in results: `request` or `request/subrequest`.
+    name: String,
+    /// The request's own name (constraints name it).
+    request: String,
+    count: Option<usize>,
+    admin: bool,
+    /// Candidate devices (indices into the inventory) on the node, in order.
+    candidates: Vec<usize>,
+}
+
+/// A constraint in the form the search checks.
+struct Rule<'c> {
+    requests: &'c [String],
+    attribute: &'c str,
+    distinct: bool,
+}
+
+impl Rule<'_> {
+    /// How a person reads it (only built when it cannot be met).
+    fn text(&self) -> String {
+        let kind = if self.distinct { "distinctAttribute" } else { "matchAttribute" };
+        let scope = if self.requests.is_empty() { "all requests".to_string() } else { self.requests.join(", ") };
+        format!("{kind} {} over {scope}", self.attribute)
+    }
+}
+
+/// The allocator over one cluster's devices and classes.
+pub struct Allocator {
+    inventory: Inventory,
+    /// Node-local devices by node, and the others (selector-reached or everywhere): a claim on a
+    /// node looks at its own devices only, not the whole cluster's.
+    by_node: HashMap<String, Vec<usize>>,
+    not_local: Vec<usize>,
+    values: Vec<DeviceValue>,
+    classes: HashMap<String, DeviceClass>,
+    env: Environment,
+    selectors: Selectors,
+    /// Per compiled selector (by its address: `selectors` keeps every one alive), the verdict on
+    /// each device: a device's attributes never change, so each selector runs at most once per
+    /// device.
+    verdicts: HashMap<usize, Vec<Option<Result<bool, SelectorError>>>>,
+}
+
+impl Allocator {
+    /// An allocator over `inventory`'s devices and the cluster's `classes`.
+    pub fn new(inventory: Inventory, classes: impl IntoIterator<Item = DeviceClass>) -> Allocator {
+        let values = inventory.devices().iter().map(DeviceValue::new).collect();
+        let mut by_node: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut not_local = Vec::new();
+        for (i, d) in inventory.devices().iter().enumerate() {
+            match &d.reach {
+                Reach::Node(n) => by_node.entry(n.clone()).or_default().push(i),
+                _ => not_local.push(i),
+            }
+        }
+        let classes = classes.into_iter().filter_map(|c| Some((c.metadata.name.clone()?, c))).collect();
+        Allocator {
+            inventory,
+            by_node,
+            not_local,
+            values,
+            classes,
+            env: Environment::default(),
+            selectors: Selectors::default(),
+            verdicts: HashMap::new(),
+        }
+    }
+
+    /// The devices and which are held.
+    pub fn inventory(&self) -> &Inventory {
+        &self.inventory
+    }
+
+    /// Mark an allocation's devices as held (after it was written), or release them.
+    pub fn hold(&mut self, allocation: &Allocation, held: bool) {
+        for (_, id, admin) in &allocation.results {
+            match (held, admin) {
+                (true, false) => self.inventory.hold(id.clone()),
+                (false, false) => self.inventory.release(id),
+                _ => {}
+            }
+        }
+    }
+
+    /// Devices for `claim` usable from `node`, or why there are none. Nothing is held: call
+    /// [`Allocator::hold`] once the allocation is written.
+    pub fn allocate(&mut self, claim: &ResourceClaimSpec, node: &Node) -> Result<Allocation, Unsatisfied> {
+        let local =
+            node.metadata.name.as_ref().and_then(|n| self.by_node.get(n)).map(Vec::as_slice).unwrap_or_default();
+        let devices = self.inventory.devices();
+        let mut on_node: Vec<usize> =
+            local.iter().chain(self.not_local.iter().filter(|&&i| devices[i].reachable_from(node))).copied().collect();
+        // Inventory order (pools by driver and name, devices as published), as kube-scheduler tries them.
+        on_node.sort_unstable();
+        let mut choices: Vec<Vec<Want>> = Vec::new();
+        for request in claim.devices.iter().flat_map(|d| d.requests.iter().flatten()) {
+            let alternatives = match (&request.exactly, &request.first_available) {
+                (Some(e), None) => vec![(
+                    request.name.clone(),
+                    e.device_class_name.clone(),
+                    e.selectors.clone().unwrap_or_default(),
+                    e.allocation_mode.clone(),
+                    e.count,
+                    e.admin_access == Some(true),
+                )],
+                (None, Some(subs)) if !subs.is_empty() => subs
+                    .iter()
+                    .map(|s| {
+                        (
+                            format!("{}/{}", request.name, s.name),
+                            s.device_class_name.clone(),
+                            s.selectors.clone().unwrap_or_default(),
+                            s.allocation_mode.clone(),
+                            s.count,
+                            false,
+                        )
+                    })
+                    .collect(),
+                _ => {
+                    return Err(Unsatisfied::Invalid {
+                        request: request.name.clone(),
+                        reason: "exactly one of `exactly` and a non-empty `firstAvailable` must be set".into(),
+                    });
+                }
+            };
+            let mut wants = Vec::new();
+            let mut last_failure = None;
+            for (name, class, selectors, mode, count, admin) in alternatives {
+                let count = match mode.as_deref().unwrap_or("ExactCount") {
+                    "ExactCount" => match count.unwrap_or(1) {
+                        n if n >= 1 => Some(n as usize),
+                        n => {
+                            return Err(Unsatisfied::Invalid {
+                                request: name,
+                                reason: format!("count {n} is below 1"),
+                            });
+                        }
+                    },
+                    "All" => None,
+                    other => {
+                        return Err(Unsatisfied::Invalid {
+                            request: name,
+                            reason: format!("allocation mode {other:?} is neither ExactCount nor All"),
+                        });
+                    }
+                };
+                let (candidates, funnel) = self.candidates(&name, &class, &selectors, admin, &on_node)?;
+                let enough = match count {
+                    Some(n) => candidates.len() >= n,
+                    None => !candidates.is_empty() && candidates.len() == funnel.selected,
+                };
+                if enough {
+                    wants.push(Want { name, request: request.name.clone(), count, admin, candidates });
+                } else {
+                    let wanted = count.map_or_else(|| "all".to_string(), |n| n.to_string());
+                    last_failure.get_or_insert(Unsatisfied::TooFew {
+                        request: name,
+                        class: class.clone(),
+                        wanted,
+                        funnel,
+                    });
+                }
+            }
+            if wants.is_empty() {
+                return Err(last_failure.expect("every alternative failed"));
+            }
+            choices.push(wants);
+        }
+        let rules = rules(claim.devices.as_ref().and_then(|d| d.constraints.as_deref()).unwrap_or_default());
+        let mut search = Search { allocator: self, choices: &choices, rules: &rules, picked: Vec::new(), steps: 0 };
+        match search.run(0)? {
+            Some(picked) => Ok(self.finish(picked)),
+            None => Err(Unsatisfied::Constraint(rules.iter().map(Rule::text).collect::<Vec<_>>().join(", "))),
+        }
+    }
+
+    fn finish(&self, picked: Vec<(&Want, usize)>) -> Allocation {
+        let devices = self.inventory.devices();
+        let mut node_selector = None;
+        for (_, i) in &picked {
+            match &devices[*i].reach {
+                Reach::Node(n) => node_selector = Some(node_selector::for_node(n)),
+                Reach::Selector(s) if node_selector.is_none() => node_selector = Some(s.clone()),
+                _ => {}
+            }
+        }
+        Allocation {
+            results: picked
+                .into_iter()
+                .map(|(want, i)| (want.name.clone(), devices[i].id.clone(), want.admin))
+                .collect(),
+            node_selector,
+        }
+    }
+
+    /// The devices on the node a request may get, in inventory order, and the funnel.
+    fn candidates(
+        &mut self,
+        request: &str,
+        class: &str,
+        selectors: &[DeviceSelector],
+        admin: bool,
+        on_node: &[usize],
+    ) -> Result<(Vec<usize>, Funnel), Unsatisfied> {
+        let Some(class_spec) = self.classes.get(class) else {
+            return Err(Unsatisfied::NoClass { request: request.into(), class: class.into() });
+        };
+        let compile = |selectors: &mut Selectors, list: &[DeviceSelector]| -> Result<Vec<Arc<Selector>>, Unsatisfied> {
+            list.iter()
+                .filter_map(|s| s.cel.as_ref())
+                .map(|c| selectors.get(&c.expression))
+                .collect::<Result<_, _>>()
+                .map_err(|error| Unsatisfied::Selector { request: request.into(), error })
+        };
+        let class_selectors = compile(
+            &mut self.selectors,
+            class_spec.spec.as_ref().and_then(|s| s.selectors.as_deref()).unwrap_or_default(),
+        )?;
+        let own = compile(&mut self.selectors, selectors)?;
+        let mut funnel = Funnel { on_node: on_node.len(), ..Funnel::default() };
+        let mut out = Vec::new();
+        for &i in on_node {
+            if !self.all_match(&class_selectors, i, request)? {
+                continue;
+            }
+            funnel.of_class += 1;
+            if !self.all_match(&own, i, request)? {
+                continue;
+            }
+            funnel.selected += 1;
+            let device = &self.inventory.devices()[i];
+            if admin || device.allow_multiple_allocations || !self.inventory.is_in_use(&device.id) {
+                funnel.free += 1;
+                out.push(i);
+            }
+        }
+        Ok((out, funnel))
+    }
+
+    fn all_match(&mut self, selectors: &[Arc<Selector>], device: usize, request: &str) -> Result<bool, Unsatisfied> {
+        let devices = self.values.len();
+        for s in selectors {
+            let table = self.verdicts.entry(Arc::as_ptr(s) as usize).or_insert_with(|| vec![None; devices]);
+            let verdict = table[device].get_or_insert_with(|| s.matches(&self.env, &self.values[device]));
+            match verdict {
+                Ok(true) => {}
+                Ok(false) => return Ok(false),
+                Err(error) => return Err(Unsatisfied::Selector { request: request.into(), error: error.clone() }),
+            }
+        }
+        Ok(true)
+    }
+}
+
+fn rules(constraints: &[DeviceConstraint]) -> Vec<Rule<'_>> {
+    constraints
+        .iter()
+        .filter_map(|c| {
+            let (attribute, distinct) = match (&c.match_attribute, &c.distinct_attribute) {
+                (Some(a), _) => (a.as_str(), false),
+                (None, Some(a)) => (a.as_str(), true),
+                _ => return None,
+            };
+            Some(Rule { requests: c.requests.as_deref().unwrap_or_default(), attribute, distinct })
+        })
+        .collect()
+}
+
+/// Depth-first search over the requests' alternatives and device choices.
+struct Search<'a> {
+    allocator: &'a Allocator,
+    choices: &'a [Vec<Want>],
+    rules: &'a [Rule<'a>],
+    /// (what it was picked for, device index) so far.
+    picked: Vec<(&'a Want, usize)>,
+    steps: usize,
+}
+
+/// A complete pick: each device with the alternative it serves.
+type Picked<'a> = Option<Vec<(&'a Want, usize)>>;
+
+impl<'a> Search<'a> {
+    /// Fill request `r` onwards; `Some` with the complete pick, `None` when nothing fits.
+    fn run(&mut self, r: usize) -> Result<Picked<'a>, Unsatisfied> {
+        if r == self.choices.len() {
+            return Ok(Some(self.picked.clone()));
+        }
+        let choices = self.choices;
+        for want in &choices[r] {
+            let start = self.picked.len();
+            if let Some(done) = self.fill(r, want, 0, start)? {
+                return Ok(Some(done));
+            }
+            self.picked.truncate(start);
+        }
+        Ok(None)
+    }
+
+    /// Pick devices for `want` from its candidates at `from` on, then go on to the next request.
+    fn fill(&mut self, r: usize, want: &'a Want, from: usize, start: usize) -> Result<Picked<'a>, Unsatisfied> {
+        self.steps += 1;
+        if self.steps > MAX_STEPS {
+            return Err(Unsatisfied::TooManySteps);
+        }
+        let have = self.picked.len() - start;
+        let need = want.count.unwrap_or(want.candidates.len());
+        if have == need {
+            return self.run(r + 1);
+        }
+        // Not enough candidates left to reach the count: prune.
+        if want.candidates.len() - from < need - have {
+            return Ok(None);
+        }
+        for k in from..want.candidates.len() {
+            let device = want.candidates[k];
+            if self.picked.iter().any(|(_, d)| *d == device) || !self.fits(want, device) {
+                if want.count.is_none() {
+                    // `All` takes every candidate: one that does not fit fails the request.
+                    return Ok(None);
+                }
+                continue;
+            }
+            self.picked.push((want, device));
+            if let Some(done) = self.fill(r, want, k + 1, start)? {
+                return Ok(Some(done));
+            }
+            self.picked.pop();
+            if want.count.is_none() {
+                return Ok(None);
+            }
+        }
+        Ok(None)
+    }
+
+    /// Whether `device`, picked for `want`, keeps every constraint that covers it.
+    fn fits(&self, want: &Want, device: usize) -> bool {
+        let devices = self.allocator.inventory.devices();
+        self.rules.iter().all(|rule| {
+            let covers = |request: &str, name: &str| {
+                rule.requests.is_empty() || rule.requests.iter().any(|q| q == request || q == name)
+            };
+            if !covers(&want.request, &want.name) {
+                return true;
+            }
+            let Some(value) = devices[device].attributes.get(rule.attribute) else {
+                // A constrained device must have the attribute.
+                return false;
+            };
+            self.picked.iter().filter(|(other, _)| covers(&other.request, &other.name)).all(|(_, other)| match devices
+                [*other]
+                .attributes
+                .get(rule.attribute)
+            {
+                Some(v) => same(v, value) != rule.distinct,
+                None => false,
+            })
+        })
+    }
+}
+
+/// Attribute equality as constraints compare: versions by precedence.
+fn same(a: &Attribute, b: &Attribute) -> bool {
+    match (a, b) {
+        (Attribute::Version(x), Attribute::Version(y)) => x.cmp_precedence(y).is_eq(),
+        _ => a == b,
+    }
+}
+
+/// For each node, the allocation a claim would get there or why it would get none.
+pub fn explain<'n>(
+    allocator: &mut Allocator,
+    claim: &ResourceClaimSpec,
+    nodes: &'n [Node],
+) -> BTreeMap<&'n str, Result<Allocation, Unsatisfied>> {
+    nodes
+        .iter()
+        .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
+        .map(|(name, node)| (name, allocator.allocate(claim, node)))
+        .collect()
+}
+
+impl fmt::Display for Allocation {
+    /// `request: driver/pool device, device; request: …`, one group per request and pool.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // ((request, driver, pool), devices)
+        type Group<'r> = ((&'r str, &'r str, &'r str), Vec<String>);
+        let mut groups: Vec<Group> = Vec::new();
+        for (request, id, admin) in &self.results {
+            let key = (request.as_str(), id.driver.as_str(), id.pool.as_str());
+            let device = if *admin { format!("{} (admin access)", id.device) } else { id.device.clone() };
+            match groups.last_mut() {
+                Some((k, devices)) if *k == key => devices.push(device),
+                _ => groups.push((key, vec![device])),
+            }
+        }
+        let parts: Vec<String> = groups
+            .iter()
+            .map(|((request, driver, pool), devices)| format!("{request}: {driver}/{pool} {}", devices.join(", ")))
+            .collect();
+        write!(f, "{}", parts.join("; "))
+    }
+}

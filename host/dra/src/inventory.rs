@@ -1,0 +1,249 @@
+//! The devices a cluster offers, from its ResourceSlices, assembled into pools the way
+//! kube-scheduler assembles them: per driver and pool name, only the newest generation, and only
+//! when all of that generation's slices are there.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use k8s_openapi::api::core::v1::{Node, NodeSelector};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+
+use crate::node_selector;
+use crate::quantity::Quantity;
+
+/// A device's identity in allocation results: driver, pool and device name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DeviceId {
+    /// The DRA driver (`gpu.nvidia.com`).
+    pub driver: String,
+    /// The pool, unique per driver (usually the node's name for node-local devices).
+    pub pool: String,
+    /// The device, unique within its pool (`gpu-0`).
+    pub device: String,
+}
+
+impl std::fmt::Display for DeviceId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}/{}", self.driver, self.pool, self.device)
+    }
+}
+
+/// A typed attribute value, as a slice publishes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Attribute {
+    /// `bool`.
+    Bool(bool),
+    /// `int`.
+    Int(i64),
+    /// `string`.
+    String(String),
+    /// `version` (semantic version 2.0).
+    Version(semver::Version),
+}
+
+/// Where a device can be used from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reach {
+    /// Only on this node.
+    Node(String),
+    /// On every node the selector matches (network-attached devices).
+    Selector(NodeSelector),
+    /// On every node.
+    AllNodes,
+}
+
+/// One device of a complete pool.
+#[derive(Clone, Debug)]
+pub struct Device {
+    /// Driver, pool, name.
+    pub id: DeviceId,
+    /// Attributes by fully qualified name (`gpu.nvidia.com/index`; names a slice gives without a
+    /// domain belong to its driver's).
+    pub attributes: BTreeMap<String, Attribute>,
+    /// Capacities by fully qualified name (`gpu.nvidia.com/memory`).
+    pub capacity: BTreeMap<String, Quantity>,
+    /// Where it can be used from.
+    pub reach: Reach,
+    /// The device may be allocated to several claims at once.
+    pub allow_multiple_allocations: bool,
+}
+
+impl Device {
+    /// Whether a pod on `node` can use it.
+    pub fn reachable_from(&self, node: &Node) -> bool {
+        match &self.reach {
+            Reach::Node(name) => node.metadata.name.as_deref() == Some(name.as_str()),
+            Reach::Selector(selector) => node_selector::matches(selector, node),
+            Reach::AllNodes => true,
+        }
+    }
+}
+
+/// Why a slice, or a pool, or a device, is not offered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// `driver/pool` (and the slice or device where it is one of them).
+    pub what: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// The devices of every complete pool, and which of them claims already hold.
+#[derive(Clone, Debug, Default)]
+pub struct Inventory {
+    devices: Vec<Device>,
+    /// Pools seen but not usable (`driver/pool` → why): incomplete, mixed, or invalid.
+    unusable_pools: BTreeMap<String, String>,
+    in_use: HashSet<DeviceId>,
+}
+
+impl Inventory {
+    /// Assemble the pools of `slices`; what cannot be used is returned with the reason.
+    pub fn from_slices<'a>(slices: impl IntoIterator<Item = &'a ResourceSlice>) -> (Inventory, Vec<Refusal>) {
+        let mut refusals = Vec::new();
+        let mut pools: BTreeMap<(String, String), Vec<&ResourceSlice>> = BTreeMap::new();
+        for slice in slices {
+            let spec = &slice.spec;
+            pools.entry((spec.driver.clone(), spec.pool.name.clone())).or_default().push(slice);
+        }
+        let mut inventory = Inventory::default();
+        for ((driver, pool), slices) in pools {
+            let key = format!("{driver}/{pool}");
+            let newest = slices.iter().map(|s| s.spec.pool.generation).max().unwrap_or(0);
+            let current: Vec<&ResourceSlice> =
+                slices.into_iter().filter(|s| s.spec.pool.generation == newest).collect();
+            let counts: BTreeSet<i64> = current.iter().map(|s| s.spec.pool.resource_slice_count).collect();
+            let why_not = if counts.len() > 1 {
+                Some(format!("its generation-{newest} slices disagree on the slice count ({counts:?})"))
+            } else if counts.first().is_some_and(|&n| n != current.len() as i64) {
+                Some(format!(
+                    "incomplete: {} of the {} slices of generation {newest} are published",
+                    current.len(),
+                    counts.first().copied().unwrap_or(0)
+                ))
+            } else {
+                None
+            };
+            if let Some(reason) = why_not {
+                refusals.push(Refusal { what: key.clone(), reason: reason.clone() });
+                inventory.unusable_pools.insert(key, reason);
+                continue;
+            }
+            let mut devices = Vec::new();
+            let mut names = HashSet::new();
+            let mut invalid = None;
+            for slice in &current {
+                for device in slice.spec.devices.iter().flatten() {
+                    if !names.insert(device.name.clone()) {
+                        invalid = Some(format!("device name {:?} appears twice", device.name));
+                        break;
+                    }
+                    match convert(&driver, &pool, slice, device) {
+                        Ok(d) => devices.push(d),
+                        Err(reason) => refusals.push(Refusal { what: format!("{key}/{}", device.name), reason }),
+                    }
+                }
+            }
+            if let Some(reason) = invalid {
+                refusals.push(Refusal { what: key.clone(), reason: reason.clone() });
+                inventory.unusable_pools.insert(key, reason);
+                continue;
+            }
+            inventory.devices.extend(devices);
+        }
+        (inventory, refusals)
+    }
+
+    /// Count the devices `claims` already have allocated (whoever allocated them) as in use.
+    /// Admin access does not hold a device.
+    pub fn hold_allocated<'a>(&mut self, claims: impl IntoIterator<Item = &'a ResourceClaim>) {
+        for claim in claims {
+            let results = claim.status.iter().flat_map(|s| &s.allocation).flat_map(|a| &a.devices);
+            for r in results.flat_map(|d| d.results.iter().flatten()) {
+                if r.admin_access != Some(true) {
+                    self.in_use.insert(DeviceId {
+                        driver: r.driver.clone(),
+                        pool: r.pool.clone(),
+                        device: r.device.clone(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Mark one device as held (an allocation just made).
+    pub fn hold(&mut self, id: DeviceId) {
+        self.in_use.insert(id);
+    }
+
+    /// Release a device (its claim was deallocated).
+    pub fn release(&mut self, id: &DeviceId) {
+        self.in_use.remove(id);
+    }
+
+    /// Whether a claim holds the device.
+    pub fn is_in_use(&self, id: &DeviceId) -> bool {
+        self.in_use.contains(id)
+    }
+
+    /// Every usable device, pools in (driver, pool) order, devices in slice order.
+    pub fn devices(&self) -> &[Device] {
+        &self.devices
+    }
+
+    /// Pools that exist but are not usable, and why.
+    pub fn unusable_pools(&self) -> &BTreeMap<String, String> {
+        &self.unusable_pools
+    }
+}
+
+fn convert(
+    driver: &str,
+    pool: &str,
+    slice: &ResourceSlice,
+    device: &k8s_openapi::api::resource::v1::Device,
+) -> Result<Device, String> {
+    let qualify = |name: &str| if name.contains('/') { name.to_string() } else { format!("{driver}/{name}") };
+    let mut attributes = BTreeMap::new();
+    for (name, value) in device.attributes.iter().flatten() {
+        let typed = match (value.bool, value.int, &value.string, &value.version) {
+            (Some(b), None, None, None) => Attribute::Bool(b),
+            (None, Some(i), None, None) => Attribute::Int(i),
+            (None, None, Some(s), None) => Attribute::String(s.clone()),
+            (None, None, None, Some(v)) => Attribute::Version(
+                semver::Version::parse(v)
+                    .map_err(|e| format!("attribute {name}: {v:?} is not a semantic version: {e}"))?,
+            ),
+            _ => return Err(format!("attribute {name}: exactly one of bool, int, string and version must be set")),
+        };
+        attributes.insert(qualify(name), typed);
+    }
+    let mut capacity = BTreeMap::new();
+    for (name, c) in device.capacity.iter().flatten() {
+        let q = Quantity::parse(&c.value.0).map_err(|e| format!("capacity {name}: {e}"))?;
+        capacity.insert(qualify(name), q);
+    }
+    let spec = &slice.spec;
+    let reach = if spec.per_device_node_selection == Some(true) {
+        reach_of(device.node_name.as_ref(), device.node_selector.as_ref(), device.all_nodes)
+            .ok_or("the slice selects nodes per device, and this device names none")?
+    } else {
+        reach_of(spec.node_name.as_ref(), spec.node_selector.as_ref(), spec.all_nodes)
+            .ok_or("the slice names no node, node selector or allNodes")?
+    };
+    Ok(Device {
+        id: DeviceId { driver: driver.to_string(), pool: pool.to_string(), device: device.name.clone() },
+        attributes,
+        capacity,
+        reach,
+        allow_multiple_allocations: device.allow_multiple_allocations == Some(true),
+    })
+}
+
+fn reach_of(node: Option<&String>, selector: Option<&NodeSelector>, all: Option<bool>) -> Option<Reach> {
+    match (node, selector, all) {
+        (Some(n), _, _) => Some(Reach::Node(n.clone())),
+        (None, Some(s), _) => Some(Reach::Selector(s.clone())),
+        (None, None, Some(true)) => Some(Reach::AllNodes),
+        _ => None,
+    }
+}

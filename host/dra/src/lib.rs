@@ -1,0 +1,20 @@
+//! Kubernetes Dynamic Resource Allocation (`resource.k8s.io/v1`), the way kube-scheduler's
+//! structured-parameters allocator does it: the devices drivers publish in ResourceSlices
+//! ([`inventory`]), CEL selectors over them ([`selector`]), and the allocator that gives a claim's
+//! requests devices on a node ([`allocator`]). Offline tools read the same objects from files
+//! ([`objects`]).
+//!
+//! No I/O against a cluster here: `wasmsched-kube` watches the objects and writes allocations.
+
+pub mod allocator;
+pub mod inventory;
+pub mod node_selector;
+pub mod objects;
+pub mod quantity;
+pub mod selector;
+
+pub use allocator::{Allocation, Allocator, Funnel, Unsatisfied, explain};
+pub use inventory::{Attribute, Device, DeviceId, Inventory, Reach, Refusal};
+pub use objects::{Objects, ObjectsError};
+pub use quantity::Quantity;
+pub use selector::{Selector, SelectorError};

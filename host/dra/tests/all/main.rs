@@ -1,0 +1,267 @@
+//! The allocator on the objects NVIDIA's DRA driver publishes (`examples/dra`), and on the input
+//! an outsider could send it: malformed pools, CEL that does not compile, fails, loops or is huge.
+
+use std::path::Path;
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::resource::v1::{ResourceClaimSpec, ResourceSlice};
+use wasmsched_dra::{Allocator, Attribute, Inventory, Objects, SelectorError, Unsatisfied, explain};
+
+fn examples() -> Objects {
+    let mut o = Objects::default();
+    o.read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/dra/cluster.yaml")).unwrap();
+    o
+}
+
+fn allocator(o: &Objects) -> Allocator {
+    let (mut inventory, refused) = Inventory::from_slices(&o.slices);
+    assert!(refused.is_empty(), "{refused:?}");
+    inventory.hold_allocated(&o.claims);
+    Allocator::new(inventory, o.classes.clone())
+}
+
+fn node<'a>(o: &'a Objects, name: &str) -> &'a Node {
+    o.nodes.iter().find(|n| n.metadata.name.as_deref() == Some(name)).unwrap()
+}
+
+fn claim(yaml: &str) -> ResourceClaimSpec {
+    serde_yaml_ng::from_str(yaml).unwrap()
+}
+
+fn gpus(count: u32, selector: &str, constraint: &str) -> ResourceClaimSpec {
+    let selectors = if selector.is_empty() {
+        String::new()
+    } else {
+        format!(", selectors: [{{cel: {{expression: {selector:?}}}}}]")
+    };
+    let constraints = if constraint.is_empty() { String::new() } else { format!("constraints: [{constraint}]") };
+    claim(&format!(
+        "devices: {{requests: [{{name: gpus, exactly: {{deviceClassName: gpu.nvidia.com, count: {count}{selectors}}}}}], {constraints}}}"
+    ))
+}
+
+fn attribute<'a>(a: &'a Allocator, device: &wasmsched_dra::DeviceId, name: &str) -> &'a Attribute {
+    let d = a.inventory().devices().iter().find(|d| &d.id == device).unwrap();
+    &d.attributes[name]
+}
+
+#[test]
+fn the_example_claim_gets_four_a100s_under_one_pcie_root_and_every_other_node_says_why_not() {
+    let o = examples();
+    let mut a = allocator(&o);
+    let mut given = Objects::default();
+    given
+        .read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/dra/claim-four-a100-one-pcie-root.yaml"))
+        .unwrap();
+    let verdicts = explain(&mut a, given.claims[0].spec.as_ref().unwrap(), &o.nodes);
+    let fit = verdicts["dgx-a100-0"].as_ref().unwrap();
+    assert_eq!(fit.results.len(), 4);
+    let roots: std::collections::BTreeSet<String> = fit
+        .results
+        .iter()
+        .map(|(_, id, _)| format!("{:?}", attribute(&a, id, "resource.kubernetes.io/pcieRoot")))
+        .collect();
+    assert_eq!(roots.len(), 1, "one PCIe root: {roots:?}");
+    assert!(fit.results.iter().all(|(request, id, admin)| request == "gpus" && id.pool == "dgx-a100-0" && !admin));
+    let status = fit.to_status();
+    let terms = &status.node_selector.unwrap().node_selector_terms;
+    assert_eq!(terms[0].match_fields.as_ref().unwrap()[0].values, Some(vec!["dgx-a100-0".to_string()]));
+    // Six of dgx-a100-1's GPUs are held by another claim: two left, under one root.
+    match &verdicts["dgx-a100-1"] {
+        Err(Unsatisfied::TooFew { funnel, wanted, .. }) => {
+            assert_eq!((funnel.on_node, funnel.of_class, funnel.selected, funnel.free), (8, 8, 8, 2));
+            assert_eq!(wanted, "4");
+        }
+        other => panic!("{other:?}"),
+    }
+    // The H100 node's GPUs are of the class but not A100s.
+    match &verdicts["h100-0"] {
+        Err(Unsatisfied::TooFew { funnel, .. }) => assert_eq!((funnel.of_class, funnel.selected), (4, 0)),
+        other => panic!("{other:?}"),
+    }
+    let text = verdicts["h100-0"].as_ref().unwrap_err().to_string();
+    assert!(text.contains("4 of the class, 0 selected"), "{text}");
+}
+
+#[test]
+fn constraints_match_or_separate_attributes_and_an_impossible_one_is_named() {
+    let o = examples();
+    let mut a = allocator(&o);
+    let dgx = node(&o, "dgx-a100-0");
+    let one_root = "{requests: [gpus], matchAttribute: resource.kubernetes.io/pcieRoot}";
+    // Four GPUs per root: five under one root cannot be had.
+    match a.allocate(&gpus(5, "", one_root), dgx) {
+        Err(Unsatisfied::Constraint(text)) => {
+            assert!(text.contains("matchAttribute resource.kubernetes.io/pcieRoot"), "{text}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let two_roots = a.allocate(&gpus(2, "", "{distinctAttribute: resource.kubernetes.io/pcieRoot}"), dgx).unwrap();
+    let roots: Vec<_> = two_roots
+        .results
+        .iter()
+        .map(|(_, id, _)| attribute(&a, id, "resource.kubernetes.io/pcieRoot").clone())
+        .collect();
+    assert_ne!(roots[0], roots[1]);
+    // A constraint on an attribute the devices lack cannot be met.
+    assert!(matches!(
+        a.allocate(&gpus(1, "", "{matchAttribute: example.com/missing}"), dgx),
+        Err(Unsatisfied::Constraint(_))
+    ));
+}
+
+#[test]
+fn first_available_takes_the_first_alternative_the_node_can_serve() {
+    let o = examples();
+    let mut a = allocator(&o);
+    let mut t = Objects::default();
+    t.read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/dra/template-one-gpu-prefer-h100.yaml"))
+        .unwrap();
+    let spec = t.templates[0].spec.as_ref().and_then(|s| s.spec.as_ref()).unwrap();
+    let on_h100 = a.allocate(spec, node(&o, "h100-0")).unwrap();
+    assert_eq!(on_h100.results[0].0, "gpu/h100");
+    let on_a100 = a.allocate(spec, node(&o, "dgx-a100-0")).unwrap();
+    assert_eq!(on_a100.results[0].0, "gpu/any");
+}
+
+#[test]
+fn all_mode_takes_every_matching_device_and_fails_if_any_is_held() {
+    let o = examples();
+    let mut a = allocator(&o);
+    let all =
+        claim("devices: {requests: [{name: gpus, exactly: {deviceClassName: gpu.nvidia.com, allocationMode: All}}]}");
+    assert_eq!(a.allocate(&all, node(&o, "h100-0")).unwrap().results.len(), 4);
+    assert!(matches!(a.allocate(&all, node(&o, "dgx-a100-1")), Err(Unsatisfied::TooFew { .. })));
+    // Admin access sees devices others hold, and holds none itself.
+    let admin = claim(
+        "devices: {requests: [{name: gpus, exactly: {deviceClassName: gpu.nvidia.com, count: 8, adminAccess: true}}]}",
+    );
+    let got = a.allocate(&admin, node(&o, "dgx-a100-1")).unwrap();
+    assert!(got.results.iter().all(|r| r.2));
+}
+
+#[test]
+fn held_devices_are_never_given_twice() {
+    let o = examples();
+    let mut a = allocator(&o);
+    let dgx = node(&o, "dgx-a100-0");
+    let first = a.allocate(&gpus(5, "", ""), dgx).unwrap();
+    a.hold(&first, true);
+    let second = a.allocate(&gpus(3, "", ""), dgx).unwrap();
+    a.hold(&second, true);
+    let ids: std::collections::BTreeSet<_> = first.results.iter().chain(&second.results).map(|r| r.1.clone()).collect();
+    assert_eq!(ids.len(), 8, "eight distinct GPUs");
+    assert!(matches!(a.allocate(&gpus(1, "", ""), dgx), Err(Unsatisfied::TooFew { .. })));
+    a.hold(&second, false);
+    assert_eq!(a.allocate(&gpus(3, "", ""), dgx).unwrap().results.len(), 3, "released devices are free again");
+}
+
+#[test]
+fn cel_sees_quantities_versions_and_missing_domains_as_kubernetes_does() {
+    let o = examples();
+    let mut a = allocator(&o);
+    let h100 = node(&o, "h100-0");
+    let dgx = node(&o, "dgx-a100-0");
+    let hopper = "device.attributes['gpu.nvidia.com'].cudaComputeCapability.isGreaterThan(semver('8.5.0'))";
+    assert!(a.allocate(&gpus(1, hopper, ""), h100).is_ok());
+    assert!(matches!(a.allocate(&gpus(1, hopper, ""), dgx), Err(Unsatisfied::TooFew { .. })));
+    let big = "device.capacity['gpu.nvidia.com'].memory.isGreaterThan(quantity('79Gi')) && device.capacity['gpu.nvidia.com'].memory.asInteger() == 85899345920";
+    assert!(a.allocate(&gpus(8, big, ""), dgx).is_ok());
+    // A domain no device has reads as an empty map, not an error.
+    let other = "!('model' in device.attributes['other.example.com'])";
+    assert!(a.allocate(&gpus(1, other, ""), dgx).is_ok());
+}
+
+#[test]
+fn bad_cel_is_a_reason_on_the_claim_never_a_panic() {
+    let o = examples();
+    let mut a = allocator(&o);
+    let dgx = node(&o, "dgx-a100-0");
+    let reason = |a: &mut Allocator, expression: &str| match a.allocate(&gpus(1, expression, ""), dgx) {
+        Err(Unsatisfied::Selector { error, .. }) => error,
+        other => panic!("{expression}: {other:?}"),
+    };
+    assert!(matches!(reason(&mut a, "device.driver =="), SelectorError::Compile { .. }));
+    match reason(&mut a, "device.attributes['gpu.nvidia.com'].nosuch == 1") {
+        SelectorError::Runtime { device, .. } => assert!(device.starts_with("gpu.nvidia.com/dgx-a100-0/gpu-")),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(reason(&mut a, "device.driver"), SelectorError::NotBoolean { .. }));
+    assert!(matches!(reason(&mut a, "quantity('lots') == quantity('1')"), SelectorError::Runtime { .. }));
+    // Hostile: over the length limit, nested past the depth limit, and a comprehension bomb.
+    assert!(matches!(reason(&mut a, &format!("'{}' == ''", "x".repeat(11_000))), SelectorError::TooLong(_)));
+    let deep = format!("{}true{}", "(".repeat(4_000), ")".repeat(4_000));
+    assert!(matches!(reason(&mut a, &deep), SelectorError::TooDeep { .. } | SelectorError::Compile { .. }));
+    let lists = format!("{}{} == []", "[".repeat(4_000), "]".repeat(4_000));
+    assert!(matches!(reason(&mut a, &lists), SelectorError::TooDeep { .. } | SelectorError::Compile { .. }));
+    // The parser folds a chain of negations: whatever it makes of one, it must not crash.
+    let _ = a.allocate(&gpus(1, &format!("{}true", "!".repeat(9_001)), ""), dgx);
+    let attrs = "device.attributes['gpu.nvidia.com']";
+    let bomb = format!("{attrs}.all(a, {attrs}.all(b, {attrs}.all(c, {attrs}.all(d, {attrs}.all(e, true)))))");
+    assert!(matches!(reason(&mut a, &bomb), SelectorError::TooCostly { .. }));
+    // The cluster keeps allocating after all of them.
+    assert!(a.allocate(&gpus(1, "", ""), dgx).is_ok());
+    // A class that does not exist is named.
+    let missing = claim("devices: {requests: [{name: x, exactly: {deviceClassName: tpu.example.com}}]}");
+    assert!(matches!(a.allocate(&missing, dgx), Err(Unsatisfied::NoClass { class, .. }) if class == "tpu.example.com"));
+}
+
+fn slice(yaml: &str) -> ResourceSlice {
+    serde_yaml_ng::from_str(yaml).unwrap()
+}
+
+#[test]
+fn only_complete_newest_valid_pools_are_offered() {
+    let device = |n: &str| format!("{{name: {n}, attributes: {{type: {{string: gpu}}}}}}");
+    let s = |pool: &str, generation: u32, count: u32, devices: &[&str]| {
+        slice(&format!(
+            "{{apiVersion: resource.k8s.io/v1, kind: ResourceSlice, metadata: {{name: {pool}-{generation}-{}}}, spec: {{driver: gpu.nvidia.com, nodeName: n1, pool: {{name: {pool}, generation: {generation}, resourceSliceCount: {count}}}, devices: [{}]}}}}",
+            devices.join(""),
+            devices.iter().map(|d| device(d)).collect::<Vec<_>>().join(", ")
+        ))
+    };
+    let slices = vec![
+        s("complete", 1, 1, &["a", "b"]),
+        s("upgraded", 1, 1, &["old"]),
+        s("upgraded", 2, 2, &["new-1"]),
+        s("upgraded", 2, 2, &["new-2"]),
+        s("incomplete", 3, 2, &["x"]),
+        s("duplicated", 1, 2, &["d"]),
+        s("duplicated", 1, 2, &["d"]),
+    ];
+    let (inventory, refused) = Inventory::from_slices(&slices);
+    let names: Vec<String> = inventory.devices().iter().map(|d| format!("{}/{}", d.id.pool, d.id.device)).collect();
+    assert_eq!(names, ["complete/a", "complete/b", "upgraded/new-1", "upgraded/new-2"]);
+    let why: std::collections::BTreeMap<&str, &str> =
+        refused.iter().map(|r| (r.what.as_str(), r.reason.as_str())).collect();
+    assert!(why["gpu.nvidia.com/incomplete"].contains("1 of the 2 slices"), "{why:?}");
+    assert!(why["gpu.nvidia.com/duplicated"].contains("appears twice"), "{why:?}");
+    // A device with an attribute of two types is refused alone; its pool stays.
+    let mixed = slice(
+        "{apiVersion: resource.k8s.io/v1, kind: ResourceSlice, metadata: {name: m}, spec: {driver: d.example.com, nodeName: n1, pool: {name: p, generation: 1, resourceSliceCount: 1}, devices: [{name: bad, attributes: {x: {int: 1, string: one}}}, {name: good}]}}",
+    );
+    let (inventory, refused) = Inventory::from_slices([&mixed]);
+    assert_eq!(inventory.devices().len(), 1);
+    assert!(refused[0].what.ends_with("/bad") && refused[0].reason.contains("exactly one"), "{refused:?}");
+}
+
+#[test]
+fn objects_come_as_lists_documents_or_json_and_bad_ones_are_located() {
+    let o = examples();
+    assert_eq!((o.classes.len(), o.nodes.len(), o.slices.len(), o.claims.len()), (1, 3, 3, 1));
+    let mut bad = Objects::default();
+    let err = bad
+        .add(
+            Path::new("x.yaml"),
+            "apiVersion: v1\nkind: Node\nmetadata: {name: a}\n---\nkind: ResourceSlice\nspec: 3\n",
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("x.yaml: document 2: not a valid ResourceSlice"), "{err}");
+    let mut json = Objects::default();
+    json.add(Path::new("j.json"), r#"{"kind": "ResourceSliceList", "items": [{"spec": {"driver": "d", "nodeName": "n", "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1}}}]}"#).unwrap();
+    assert_eq!(json.slices.len(), 1, "a typed list's items may leave out their kind");
+    let mut other = Objects::default();
+    other.add(Path::new("p.yaml"), "kind: Pod\nmetadata: {name: p}\n").unwrap();
+    assert_eq!(other.skipped.len(), 1);
+}
