@@ -101,7 +101,14 @@ impl Inventory {
     pub fn from_slices<'a>(slices: impl IntoIterator<Item = &'a ResourceSlice>) -> (Inventory, Vec<Refusal>) {
         let mut refusals = Vec::new();
         let mut pools: BTreeMap<(String, String), Vec<&ResourceSlice>> = BTreeMap::new();
+        // The same slice given twice (overlapping files) is one slice.
+        let mut seen = HashSet::new();
         for slice in slices {
+            if let Some(name) = &slice.metadata.name
+                && !seen.insert(name.clone())
+            {
+                continue;
+            }
             let spec = &slice.spec;
             pools.entry((spec.driver.clone(), spec.pool.name.clone())).or_default().push(slice);
         }
@@ -114,12 +121,17 @@ impl Inventory {
             let counts: BTreeSet<i64> = current.iter().map(|s| s.spec.pool.resource_slice_count).collect();
             let why_not = if counts.len() > 1 {
                 Some(format!("its generation-{newest} slices disagree on the slice count ({counts:?})"))
-            } else if counts.first().is_some_and(|&n| n != current.len() as i64) {
-                Some(format!(
-                    "incomplete: {} of the {} slices of generation {newest} are published",
-                    current.len(),
-                    counts.first().copied().unwrap_or(0)
-                ))
+            } else if let Some(&expected) = counts.first()
+                && expected != current.len() as i64
+            {
+                Some(if (current.len() as i64) < expected {
+                    format!(
+                        "incomplete: {} of the {expected} slices of generation {newest} are published",
+                        current.len()
+                    )
+                } else {
+                    format!("{} slices of generation {newest}, more than its count of {expected}", current.len())
+                })
             } else {
                 None
             };

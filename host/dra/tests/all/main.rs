@@ -213,10 +213,12 @@ fn slice(yaml: &str) -> ResourceSlice {
 #[test]
 fn only_complete_newest_valid_pools_are_offered() {
     let device = |n: &str| format!("{{name: {n}, attributes: {{type: {{string: gpu}}}}}}");
+    let made = std::cell::Cell::new(0);
     let s = |pool: &str, generation: u32, count: u32, devices: &[&str]| {
+        made.set(made.get() + 1);
         slice(&format!(
-            "{{apiVersion: resource.k8s.io/v1, kind: ResourceSlice, metadata: {{name: {pool}-{generation}-{}}}, spec: {{driver: gpu.nvidia.com, nodeName: n1, pool: {{name: {pool}, generation: {generation}, resourceSliceCount: {count}}}, devices: [{}]}}}}",
-            devices.join(""),
+            "{{apiVersion: resource.k8s.io/v1, kind: ResourceSlice, metadata: {{name: slice-{}}}, spec: {{driver: gpu.nvidia.com, nodeName: n1, pool: {{name: {pool}, generation: {generation}, resourceSliceCount: {count}}}, devices: [{}]}}}}",
+            made.get(),
             devices.iter().map(|d| device(d)).collect::<Vec<_>>().join(", ")
         ))
     };
@@ -228,14 +230,18 @@ fn only_complete_newest_valid_pools_are_offered() {
         s("incomplete", 3, 2, &["x"]),
         s("duplicated", 1, 2, &["d"]),
         s("duplicated", 1, 2, &["d"]),
+        s("too-many", 1, 1, &["m"]),
+        s("too-many", 1, 1, &["n"]),
     ];
-    let (inventory, refused) = Inventory::from_slices(&slices);
+    // The same slices given twice (overlapping files) count once.
+    let (inventory, refused) = Inventory::from_slices(slices.iter().chain(&slices));
     let names: Vec<String> = inventory.devices().iter().map(|d| format!("{}/{}", d.id.pool, d.id.device)).collect();
     assert_eq!(names, ["complete/a", "complete/b", "upgraded/new-1", "upgraded/new-2"]);
     let why: std::collections::BTreeMap<&str, &str> =
         refused.iter().map(|r| (r.what.as_str(), r.reason.as_str())).collect();
     assert!(why["gpu.nvidia.com/incomplete"].contains("1 of the 2 slices"), "{why:?}");
     assert!(why["gpu.nvidia.com/duplicated"].contains("appears twice"), "{why:?}");
+    assert!(why["gpu.nvidia.com/too-many"].contains("2 slices of generation 1, more than its count of 1"), "{why:?}");
     // A device with an attribute of two types is refused alone; its pool stays.
     let mixed = slice(
         "{apiVersion: resource.k8s.io/v1, kind: ResourceSlice, metadata: {name: m}, spec: {driver: d.example.com, nodeName: n1, pool: {name: p, generation: 1, resourceSliceCount: 1}, devices: [{name: bad, attributes: {x: {int: 1, string: one}}}, {name: good}]}}",
