@@ -121,17 +121,37 @@ pub enum Unsatisfied {
     TooManySteps,
 }
 
-/// One way to satisfy a request: the request itself (`exactly`) or one of its alternatives.
-#[derive(Clone, Debug)]
-struct Want {
+/// One way to satisfy a request: the request itself (`exactly`) or one of its alternatives, with
+/// its selectors compiled.
+#[derive(Debug)]
+struct Alternative {
     /// Name in results: `request` or `request/subrequest`.
     name: String,
     /// The request's own name (constraints name it).
     request: String,
+    class: String,
+    /// The class's selectors and the request's, as indices of the allocator's verdict tables.
+    class_selectors: Vec<usize>,
+    selectors: Vec<usize>,
     count: Option<usize>,
     admin: bool,
+}
+
+/// An alternative with the devices a node offers it.
+struct Want<'p> {
+    alt: &'p Alternative,
     /// Candidate devices (indices into the inventory) on the node, in order.
     candidates: Vec<usize>,
+}
+
+/// A selector's answer on one device, once it has been asked.
+type Verdict = Option<Result<bool, SelectorError>>;
+
+/// A claim checked and its selectors compiled once, to be tried on many nodes (what
+/// kube-scheduler's PreFilter does before Filter runs per node).
+pub struct PreparedClaim<'c> {
+    requests: Vec<Vec<Alternative>>,
+    rules: Vec<Rule<'c>>,
 }
 
 /// A constraint in the form the search checks.
@@ -161,10 +181,12 @@ pub struct Allocator {
     classes: HashMap<String, DeviceClass>,
     env: Environment,
     selectors: Selectors,
-    /// Per compiled selector (by its address: `selectors` keeps every one alive), the verdict on
-    /// each device: a device's attributes never change, so each selector runs at most once per
-    /// device.
-    verdicts: HashMap<usize, Vec<Option<Result<bool, SelectorError>>>>,
+    /// Per compiled selector, its verdict on each device: a device's attributes never change, so
+    /// each selector runs at most once per device. A claim finds its tables when it is prepared
+    /// (`table_of`), so trying it on a node is plain indexing.
+    verdicts: Vec<(Arc<Selector>, Vec<Verdict>)>,
+    /// A compiled selector's table, by the selector's address (`selectors` keeps each alive).
+    table_of: HashMap<usize, usize>,
 }
 
 impl Allocator {
@@ -188,7 +210,8 @@ impl Allocator {
             classes,
             env: Environment::default(),
             selectors: Selectors::default(),
-            verdicts: HashMap::new(),
+            verdicts: Vec::new(),
+            table_of: HashMap::new(),
         }
     }
 
@@ -211,21 +234,22 @@ impl Allocator {
     /// Devices for `claim` usable from `node`, or why there are none. Nothing is held: call
     /// [`Allocator::hold`] once the allocation is written.
     pub fn allocate(&mut self, claim: &ResourceClaimSpec, node: &Node) -> Result<Allocation, Unsatisfied> {
-        let local =
-            node.metadata.name.as_ref().and_then(|n| self.by_node.get(n)).map(Vec::as_slice).unwrap_or_default();
-        let devices = self.inventory.devices();
-        let mut on_node: Vec<usize> =
-            local.iter().chain(self.not_local.iter().filter(|&&i| devices[i].reachable_from(node))).copied().collect();
-        // Inventory order (pools by driver and name, devices as published), as kube-scheduler tries them.
-        on_node.sort_unstable();
-        let mut choices: Vec<Vec<Want>> = Vec::new();
+        let prepared = self.prepare(claim)?;
+        self.allocate_prepared(&prepared, node)
+    }
+
+    /// Check `claim` and compile its selectors, once for any number of nodes: a malformed
+    /// request, a missing class or a selector that does not compile is the same answer on every
+    /// node.
+    pub fn prepare<'c>(&mut self, claim: &'c ResourceClaimSpec) -> Result<PreparedClaim<'c>, Unsatisfied> {
+        let mut requests = Vec::new();
         for request in claim.devices.iter().flat_map(|d| d.requests.iter().flatten()) {
-            let alternatives = match (&request.exactly, &request.first_available) {
+            let shapes = match (&request.exactly, &request.first_available) {
                 (Some(e), None) => vec![(
                     request.name.clone(),
-                    e.device_class_name.clone(),
-                    e.selectors.clone().unwrap_or_default(),
-                    e.allocation_mode.clone(),
+                    &e.device_class_name,
+                    e.selectors.as_deref().unwrap_or_default(),
+                    e.allocation_mode.as_deref(),
                     e.count,
                     e.admin_access == Some(true),
                 )],
@@ -234,9 +258,9 @@ impl Allocator {
                     .map(|s| {
                         (
                             format!("{}/{}", request.name, s.name),
-                            s.device_class_name.clone(),
-                            s.selectors.clone().unwrap_or_default(),
-                            s.allocation_mode.clone(),
+                            &s.device_class_name,
+                            s.selectors.as_deref().unwrap_or_default(),
+                            s.allocation_mode.as_deref(),
                             s.count,
                             false,
                         )
@@ -249,10 +273,9 @@ impl Allocator {
                     });
                 }
             };
-            let mut wants = Vec::new();
-            let mut last_failure = None;
-            for (name, class, selectors, mode, count, admin) in alternatives {
-                let count = match mode.as_deref().unwrap_or("ExactCount") {
+            let mut alternatives = Vec::new();
+            for (name, class, selectors, mode, count, admin) in shapes {
+                let count = match mode.unwrap_or("ExactCount") {
                     "ExactCount" => match count.unwrap_or(1) {
                         n if n >= 1 => Some(n as usize),
                         n => {
@@ -270,19 +293,56 @@ impl Allocator {
                         });
                     }
                 };
-                let (candidates, funnel) = self.candidates(&name, &class, &selectors, admin, &on_node)?;
-                let enough = match count {
+                let Some(class_spec) = self.classes.get(class) else {
+                    return Err(Unsatisfied::NoClass { request: name, class: class.clone() });
+                };
+                let class_list = class_spec.spec.as_ref().and_then(|s| s.selectors.as_deref()).unwrap_or_default();
+                let class_selectors = compile(&mut self.selectors, class_list, &name)?;
+                let class_selectors = class_selectors.into_iter().map(|s| self.table(s)).collect();
+                let selectors = compile(&mut self.selectors, selectors, &name)?;
+                let selectors = selectors.into_iter().map(|s| self.table(s)).collect();
+                alternatives.push(Alternative {
+                    name,
+                    request: request.name.clone(),
+                    class: class.clone(),
+                    class_selectors,
+                    selectors,
+                    count,
+                    admin,
+                });
+            }
+            requests.push(alternatives);
+        }
+        let rules = rules(claim.devices.as_ref().and_then(|d| d.constraints.as_deref()).unwrap_or_default());
+        Ok(PreparedClaim { requests, rules })
+    }
+
+    /// Devices for a prepared claim usable from `node`, or why there are none.
+    pub fn allocate_prepared(&mut self, claim: &PreparedClaim, node: &Node) -> Result<Allocation, Unsatisfied> {
+        let local =
+            node.metadata.name.as_ref().and_then(|n| self.by_node.get(n)).map(Vec::as_slice).unwrap_or_default();
+        let devices = self.inventory.devices();
+        let mut on_node: Vec<usize> =
+            local.iter().chain(self.not_local.iter().filter(|&&i| devices[i].reachable_from(node))).copied().collect();
+        // Inventory order (pools by driver and name, devices as published), as kube-scheduler tries them.
+        on_node.sort_unstable();
+        let mut choices: Vec<Vec<Want>> = Vec::with_capacity(claim.requests.len());
+        for alternatives in &claim.requests {
+            let mut wants = Vec::new();
+            let mut last_failure = None;
+            for alt in alternatives {
+                let (candidates, funnel) = self.candidates(alt, &on_node)?;
+                let enough = match alt.count {
                     Some(n) => candidates.len() >= n,
                     None => !candidates.is_empty() && candidates.len() == funnel.selected,
                 };
                 if enough {
-                    wants.push(Want { name, request: request.name.clone(), count, admin, candidates });
+                    wants.push(Want { alt, candidates });
                 } else {
-                    let wanted = count.map_or_else(|| "all".to_string(), |n| n.to_string());
-                    last_failure.get_or_insert(Unsatisfied::TooFew {
-                        request: name,
-                        class: class.clone(),
-                        wanted,
+                    last_failure.get_or_insert_with(|| Unsatisfied::TooFew {
+                        request: alt.name.clone(),
+                        class: alt.class.clone(),
+                        wanted: alt.count.map_or_else(|| "all".to_string(), |n| n.to_string()),
                         funnel,
                     });
                 }
@@ -292,11 +352,11 @@ impl Allocator {
             }
             choices.push(wants);
         }
-        let rules = rules(claim.devices.as_ref().and_then(|d| d.constraints.as_deref()).unwrap_or_default());
-        let mut search = Search { allocator: self, choices: &choices, rules: &rules, picked: Vec::new(), steps: 0 };
+        let mut search =
+            Search { allocator: self, choices: &choices, rules: &claim.rules, picked: Vec::new(), steps: 0 };
         match search.run(0)? {
             Some(picked) => Ok(self.finish(picked)),
-            None => Err(Unsatisfied::Constraint(rules.iter().map(Rule::text).collect::<Vec<_>>().join(", "))),
+            None => Err(Unsatisfied::Constraint(claim.rules.iter().map(Rule::text).collect::<Vec<_>>().join(", "))),
         }
     }
 
@@ -313,49 +373,27 @@ impl Allocator {
         Allocation {
             results: picked
                 .into_iter()
-                .map(|(want, i)| (want.name.clone(), devices[i].id.clone(), want.admin))
+                .map(|(want, i)| (want.alt.name.clone(), devices[i].id.clone(), want.alt.admin))
                 .collect(),
             node_selector,
         }
     }
 
-    /// The devices on the node a request may get, in inventory order, and the funnel.
-    fn candidates(
-        &mut self,
-        request: &str,
-        class: &str,
-        selectors: &[DeviceSelector],
-        admin: bool,
-        on_node: &[usize],
-    ) -> Result<(Vec<usize>, Funnel), Unsatisfied> {
-        let Some(class_spec) = self.classes.get(class) else {
-            return Err(Unsatisfied::NoClass { request: request.into(), class: class.into() });
-        };
-        let compile = |selectors: &mut Selectors, list: &[DeviceSelector]| -> Result<Vec<Arc<Selector>>, Unsatisfied> {
-            list.iter()
-                .filter_map(|s| s.cel.as_ref())
-                .map(|c| selectors.get(&c.expression))
-                .collect::<Result<_, _>>()
-                .map_err(|error| Unsatisfied::Selector { request: request.into(), error })
-        };
-        let class_selectors = compile(
-            &mut self.selectors,
-            class_spec.spec.as_ref().and_then(|s| s.selectors.as_deref()).unwrap_or_default(),
-        )?;
-        let own = compile(&mut self.selectors, selectors)?;
+    /// The devices on the node an alternative may get, in inventory order, and the funnel.
+    fn candidates(&mut self, alt: &Alternative, on_node: &[usize]) -> Result<(Vec<usize>, Funnel), Unsatisfied> {
         let mut funnel = Funnel { on_node: on_node.len(), ..Funnel::default() };
         let mut out = Vec::new();
         for &i in on_node {
-            if !self.all_match(&class_selectors, i, request)? {
+            if !self.all_match(&alt.class_selectors, i, &alt.name)? {
                 continue;
             }
             funnel.of_class += 1;
-            if !self.all_match(&own, i, request)? {
+            if !self.all_match(&alt.selectors, i, &alt.name)? {
                 continue;
             }
             funnel.selected += 1;
             let device = &self.inventory.devices()[i];
-            if admin || device.allow_multiple_allocations || !self.inventory.is_in_use(&device.id) {
+            if alt.admin || device.allow_multiple_allocations || !self.inventory.is_in_use(&device.id) {
                 funnel.free += 1;
                 out.push(i);
             }
@@ -363,11 +401,21 @@ impl Allocator {
         Ok((out, funnel))
     }
 
-    fn all_match(&mut self, selectors: &[Arc<Selector>], device: usize, request: &str) -> Result<bool, Unsatisfied> {
-        let devices = self.values.len();
-        for s in selectors {
-            let table = self.verdicts.entry(Arc::as_ptr(s) as usize).or_insert_with(|| vec![None; devices]);
-            let verdict = table[device].get_or_insert_with(|| s.matches(&self.env, &self.values[device]));
+    /// The verdict table of `selector`, made on first use.
+    fn table(&mut self, selector: Arc<Selector>) -> usize {
+        let address = Arc::as_ptr(&selector) as usize;
+        if let Some(&t) = self.table_of.get(&address) {
+            return t;
+        }
+        self.verdicts.push((selector, vec![None; self.values.len()]));
+        self.table_of.insert(address, self.verdicts.len() - 1);
+        self.verdicts.len() - 1
+    }
+
+    fn all_match(&mut self, tables: &[usize], device: usize, request: &str) -> Result<bool, Unsatisfied> {
+        for &t in tables {
+            let (selector, verdicts) = &mut self.verdicts[t];
+            let verdict = verdicts[device].get_or_insert_with(|| selector.matches(&self.env, &self.values[device]));
             match verdict {
                 Ok(true) => {}
                 Ok(false) => return Ok(false),
@@ -376,6 +424,18 @@ impl Allocator {
         }
         Ok(true)
     }
+}
+
+fn compile(
+    selectors: &mut Selectors,
+    list: &[DeviceSelector],
+    request: &str,
+) -> Result<Vec<Arc<Selector>>, Unsatisfied> {
+    list.iter()
+        .filter_map(|s| s.cel.as_ref())
+        .map(|c| selectors.get(&c.expression))
+        .collect::<Result<_, _>>()
+        .map_err(|error| Unsatisfied::Selector { request: request.into(), error })
 }
 
 fn rules(constraints: &[DeviceConstraint]) -> Vec<Rule<'_>> {
@@ -395,15 +455,15 @@ fn rules(constraints: &[DeviceConstraint]) -> Vec<Rule<'_>> {
 /// Depth-first search over the requests' alternatives and device choices.
 struct Search<'a> {
     allocator: &'a Allocator,
-    choices: &'a [Vec<Want>],
+    choices: &'a [Vec<Want<'a>>],
     rules: &'a [Rule<'a>],
     /// (what it was picked for, device index) so far.
-    picked: Vec<(&'a Want, usize)>,
+    picked: Vec<(&'a Want<'a>, usize)>,
     steps: usize,
 }
 
 /// A complete pick: each device with the alternative it serves.
-type Picked<'a> = Option<Vec<(&'a Want, usize)>>;
+type Picked<'a> = Option<Vec<(&'a Want<'a>, usize)>>;
 
 impl<'a> Search<'a> {
     /// Fill request `r` onwards; `Some` with the complete pick, `None` when nothing fits.
@@ -423,13 +483,13 @@ impl<'a> Search<'a> {
     }
 
     /// Pick devices for `want` from its candidates at `from` on, then go on to the next request.
-    fn fill(&mut self, r: usize, want: &'a Want, from: usize, start: usize) -> Result<Picked<'a>, Unsatisfied> {
+    fn fill(&mut self, r: usize, want: &'a Want<'a>, from: usize, start: usize) -> Result<Picked<'a>, Unsatisfied> {
         self.steps += 1;
         if self.steps > MAX_STEPS {
             return Err(Unsatisfied::TooManySteps);
         }
         let have = self.picked.len() - start;
-        let need = want.count.unwrap_or(want.candidates.len());
+        let need = want.alt.count.unwrap_or(want.candidates.len());
         if have == need {
             return self.run(r + 1);
         }
@@ -440,7 +500,7 @@ impl<'a> Search<'a> {
         for k in from..want.candidates.len() {
             let device = want.candidates[k];
             if self.picked.iter().any(|(_, d)| *d == device) || !self.fits(want, device) {
-                if want.count.is_none() {
+                if want.alt.count.is_none() {
                     // `All` takes every candidate: one that does not fit fails the request.
                     return Ok(None);
                 }
@@ -451,7 +511,7 @@ impl<'a> Search<'a> {
                 return Ok(Some(done));
             }
             self.picked.pop();
-            if want.count.is_none() {
+            if want.alt.count.is_none() {
                 return Ok(None);
             }
         }
@@ -465,20 +525,18 @@ impl<'a> Search<'a> {
             let covers = |request: &str, name: &str| {
                 rule.requests.is_empty() || rule.requests.iter().any(|q| q == request || q == name)
             };
-            if !covers(&want.request, &want.name) {
+            if !covers(&want.alt.request, &want.alt.name) {
                 return true;
             }
             let Some(value) = devices[device].attributes.get(rule.attribute) else {
                 // A constrained device must have the attribute.
                 return false;
             };
-            self.picked.iter().filter(|(other, _)| covers(&other.request, &other.name)).all(|(_, other)| match devices
-                [*other]
-                .attributes
-                .get(rule.attribute)
-            {
-                Some(v) => same(v, value) != rule.distinct,
-                None => false,
+            self.picked.iter().filter(|(other, _)| covers(&other.alt.request, &other.alt.name)).all(|(_, other)| {
+                match devices[*other].attributes.get(rule.attribute) {
+                    Some(v) => same(v, value) != rule.distinct,
+                    None => false,
+                }
             })
         })
     }
@@ -498,10 +556,17 @@ pub fn explain<'n>(
     claim: &ResourceClaimSpec,
     nodes: &'n [Node],
 ) -> BTreeMap<&'n str, Result<Allocation, Unsatisfied>> {
+    let prepared = allocator.prepare(claim);
     nodes
         .iter()
         .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
-        .map(|(name, node)| (name, allocator.allocate(claim, node)))
+        .map(|(name, node)| {
+            let verdict = match &prepared {
+                Ok(p) => allocator.allocate_prepared(p, node),
+                Err(e) => Err(e.clone()),
+            };
+            (name, verdict)
+        })
         .collect()
 }
 

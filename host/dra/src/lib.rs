@@ -13,7 +13,7 @@ pub mod objects;
 pub mod quantity;
 pub mod selector;
 
-pub use allocator::{Allocation, Allocator, Funnel, Unsatisfied, explain};
+pub use allocator::{Allocation, Allocator, Funnel, PreparedClaim, Unsatisfied, explain};
 pub use inventory::{Attribute, Device, DeviceId, Inventory, Reach, Refusal};
 pub use objects::{Objects, ObjectsError};
 pub use quantity::Quantity;
