@@ -1,15 +1,7 @@
 //! `wasmsched dra explain` on the objects NVIDIA's DRA driver publishes (`examples/dra`), through
 //! the real command.
 
-use std::process::{Command, Output};
-
-fn wasmsched(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_wasmsched"))
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-        .args(args)
-        .output()
-        .expect("run wasmsched")
-}
+use super::wasmsched;
 
 #[test]
 fn explain_names_the_node_that_fits_and_why_each_other_does_not() {

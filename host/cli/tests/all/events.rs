@@ -7,13 +7,7 @@ use std::process::{Command, Output};
 
 use support::{NatsServer, free_port};
 
-fn wasmsched(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_wasmsched"))
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-        .args(args)
-        .output()
-        .expect("run wasmsched")
-}
+use super::wasmsched;
 
 fn ok(o: Output) -> String {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

@@ -5,13 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn wasmsched(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_wasmsched"))
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-        .args(args)
-        .output()
-        .expect("run wasmsched")
-}
+use super::wasmsched;
 
 fn out_dir(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);

@@ -14,3 +14,12 @@ mod run;
 mod support;
 mod topo;
 mod tutorial;
+
+/// Run the real `wasmsched` binary from the checkout's root (where `examples/` is).
+fn wasmsched(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_wasmsched"))
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .args(args)
+        .output()
+        .expect("run wasmsched")
+}

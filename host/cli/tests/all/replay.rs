@@ -1,14 +1,6 @@
 //! `wasmsched replay` on its defaults, through the real command.
 
-use std::process::{Command, Output};
-
-fn wasmsched(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_wasmsched"))
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-        .args(args)
-        .output()
-        .expect("run wasmsched")
-}
+use super::wasmsched;
 
 #[test]
 fn replay_without_arguments_makes_the_queues_contend() {
