@@ -91,8 +91,6 @@ pub struct Refusal {
 #[derive(Clone, Debug, Default)]
 pub struct Inventory {
     devices: Vec<Device>,
-    /// Pools seen but not usable (`driver/pool` → why): incomplete, mixed, or invalid.
-    unusable_pools: BTreeMap<String, String>,
     in_use: HashSet<DeviceId>,
 }
 
@@ -136,8 +134,7 @@ impl Inventory {
                 None
             };
             if let Some(reason) = why_not {
-                refusals.push(Refusal { what: key.clone(), reason: reason.clone() });
-                inventory.unusable_pools.insert(key, reason);
+                refusals.push(Refusal { what: key, reason });
                 continue;
             }
             let mut devices = Vec::new();
@@ -156,8 +153,7 @@ impl Inventory {
                 }
             }
             if let Some(reason) = invalid {
-                refusals.push(Refusal { what: key.clone(), reason: reason.clone() });
-                inventory.unusable_pools.insert(key, reason);
+                refusals.push(Refusal { what: key, reason });
                 continue;
             }
             inventory.devices.extend(devices);
@@ -200,11 +196,6 @@ impl Inventory {
     /// Every usable device, pools in (driver, pool) order, devices in slice order.
     pub fn devices(&self) -> &[Device] {
         &self.devices
-    }
-
-    /// Pools that exist but are not usable, and why.
-    pub fn unusable_pools(&self) -> &BTreeMap<String, String> {
-        &self.unusable_pools
     }
 }
 

@@ -141,7 +141,7 @@ impl Selector {
     pub fn matches(&self, env: &Environment, device: &DeviceValue) -> Result<bool, SelectorError> {
         let mut scope = env.root.new_inner_scope();
         let missing: Vec<&String> = self.domains.iter().filter(|d| !device.domains.contains(*d)).collect();
-        let value = if missing.is_empty() { device.value.clone() } else { device.with_empty_domains(&missing) };
+        let value = if missing.is_empty() { device.value.clone() } else { device.build(&missing) };
         scope.add_variable_from_value("device", value);
         let runtime = |message: String| SelectorError::Runtime {
             expression: self.expression.clone(),
@@ -176,16 +176,6 @@ impl Selectors {
         let compiled = Selector::compile(expression).map(Arc::new);
         self.compiled.insert(expression.to_string(), compiled.clone());
         compiled
-    }
-
-    /// Expressions compiled so far.
-    pub fn len(&self) -> usize {
-        self.compiled.len()
-    }
-
-    /// Whether none has been compiled.
-    pub fn is_empty(&self) -> bool {
-        self.compiled.is_empty()
     }
 }
 
@@ -337,6 +327,7 @@ impl DeviceValue {
         d
     }
 
+    /// The value, with an empty map for each of `empty`'s domains the device does not have.
     fn build(&self, empty: &[&String]) -> Value {
         let with_empty = |maps: &HashMap<String, HashMap<String, Value>>| -> Value {
             let mut all: HashMap<String, Value> =
@@ -351,10 +342,6 @@ impl DeviceValue {
         device.insert("attributes".into(), with_empty(&self.attributes));
         device.insert("capacity".into(), with_empty(&self.capacity));
         Value::from(device)
-    }
-
-    fn with_empty_domains(&self, missing: &[&String]) -> Value {
-        self.build(missing)
     }
 }
 
