@@ -11,7 +11,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Node, NodeSelector};
 use k8s_openapi::api::resource::v1::{
     AllocationResult, DeviceAllocationResult, DeviceClass, DeviceConstraint, DeviceRequestAllocationResult,
-    DeviceSelector, ResourceClaimSpec,
+    DeviceSelector, ResourceClaim, ResourceClaimSpec,
 };
 
 use crate::inventory::{Attribute, DeviceId, Inventory, Reach};
@@ -231,6 +231,20 @@ impl Allocator {
         }
     }
 
+    /// Count as held exactly the devices `claims` have allocated plus `more` (allocations written
+    /// and not seen yet): what a watch of the cluster's claims shows now. The verdict tables stay.
+    pub fn hold_only<'a>(
+        &mut self,
+        claims: impl IntoIterator<Item = &'a ResourceClaim>,
+        more: impl IntoIterator<Item = &'a Allocation>,
+    ) {
+        self.inventory.release_all();
+        self.inventory.hold_allocated(claims);
+        for allocation in more {
+            self.hold(allocation, true);
+        }
+    }
+
     /// Devices for `claim` usable from `node`, or why there are none. Nothing is held: call
     /// [`Allocator::hold`] once the allocation is written.
     pub fn allocate(&mut self, claim: &ResourceClaimSpec, node: &Node) -> Result<Allocation, Unsatisfied> {
@@ -319,6 +333,41 @@ impl Allocator {
 
     /// Devices for a prepared claim usable from `node`, or why there are none.
     pub fn allocate_prepared(&mut self, claim: &PreparedClaim, node: &Node) -> Result<Allocation, Unsatisfied> {
+        self.allocate_on(claim, node, true)
+    }
+
+    /// Devices `node` could give a prepared claim if none were held: whether the node's devices
+    /// can serve it at all (classes, selectors, counts, constraints), as for preemption.
+    pub fn compatible(&mut self, claim: &PreparedClaim, node: &Node) -> Result<Allocation, Unsatisfied> {
+        self.allocate_on(claim, node, false)
+    }
+
+    /// Per DeviceClass (by name), the devices usable from `node` that its selectors accept; a
+    /// selector that fails on a device leaves that device out of the class.
+    pub fn class_devices(&mut self, node: &Node) -> Vec<(String, Vec<DeviceId>)> {
+        let on_node = self.on_node(node);
+        let mut names: Vec<String> = self.classes.keys().cloned().collect();
+        names.sort();
+        let mut out = Vec::new();
+        for name in names {
+            let list = self.classes[&name].spec.as_ref().and_then(|s| s.selectors.clone()).unwrap_or_default();
+            let Ok(compiled) = compile(&mut self.selectors, &list, &name) else { continue };
+            let tables: Vec<usize> = compiled.into_iter().map(|s| self.table(s)).collect();
+            let mut ids = Vec::new();
+            for &i in &on_node {
+                if self.all_match(&tables, i, &name).unwrap_or(false) {
+                    ids.push(self.inventory.devices()[i].id.clone());
+                }
+            }
+            if !ids.is_empty() {
+                out.push((name, ids));
+            }
+        }
+        out
+    }
+
+    /// The devices usable from `node`, in inventory order.
+    fn on_node(&self, node: &Node) -> Vec<usize> {
         let local =
             node.metadata.name.as_ref().and_then(|n| self.by_node.get(n)).map(Vec::as_slice).unwrap_or_default();
         let devices = self.inventory.devices();
@@ -326,12 +375,17 @@ impl Allocator {
             local.iter().chain(self.not_local.iter().filter(|&&i| devices[i].reachable_from(node))).copied().collect();
         // Inventory order (pools by driver and name, devices as published), as kube-scheduler tries them.
         on_node.sort_unstable();
+        on_node
+    }
+
+    fn allocate_on(&mut self, claim: &PreparedClaim, node: &Node, only_free: bool) -> Result<Allocation, Unsatisfied> {
+        let on_node = self.on_node(node);
         let mut choices: Vec<Vec<Want>> = Vec::with_capacity(claim.requests.len());
         for alternatives in &claim.requests {
             let mut wants = Vec::new();
             let mut last_failure = None;
             for alt in alternatives {
-                let (candidates, funnel) = self.candidates(alt, &on_node)?;
+                let (candidates, funnel) = self.candidates(alt, &on_node, only_free)?;
                 let enough = match alt.count {
                     Some(n) => candidates.len() >= n,
                     None => !candidates.is_empty() && candidates.len() == funnel.selected,
@@ -380,7 +434,12 @@ impl Allocator {
     }
 
     /// The devices on the node an alternative may get, in inventory order, and the funnel.
-    fn candidates(&mut self, alt: &Alternative, on_node: &[usize]) -> Result<(Vec<usize>, Funnel), Unsatisfied> {
+    fn candidates(
+        &mut self,
+        alt: &Alternative,
+        on_node: &[usize],
+        only_free: bool,
+    ) -> Result<(Vec<usize>, Funnel), Unsatisfied> {
         let mut funnel = Funnel { on_node: on_node.len(), ..Funnel::default() };
         let mut out = Vec::new();
         for &i in on_node {
@@ -393,7 +452,7 @@ impl Allocator {
             }
             funnel.selected += 1;
             let device = &self.inventory.devices()[i];
-            if alt.admin || device.allow_multiple_allocations || !self.inventory.is_in_use(&device.id) {
+            if !only_free || alt.admin || device.allow_multiple_allocations || !self.inventory.is_in_use(&device.id) {
                 funnel.free += 1;
                 out.push(i);
             }

@@ -178,6 +178,11 @@ impl Inventory {
         }
     }
 
+    /// Forget which devices are held (before they are counted again from the claims).
+    pub fn release_all(&mut self) {
+        self.in_use.clear();
+    }
+
     /// Mark one device as held (an allocation just made).
     pub fn hold(&mut self, id: DeviceId) {
         self.in_use.insert(id);

@@ -14,7 +14,10 @@ use kube::{Api, Client};
 use tokio::sync::Semaphore;
 use wasmsched_api::DeviceShare;
 
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimConsumerReference};
+
 use crate::convert::{GPU_IDS_ANNOTATION, NUMA_NODE_ANNOTATION, PodKey, gpu_ids};
+use crate::dra::{ClaimWrite, FINALIZER};
 use crate::workloads::PREEMPTION_REQUESTED_ANNOTATION;
 
 /// How a bind (or eviction) failed, which decides what happens to the pod.
@@ -207,11 +210,165 @@ impl Effects {
         }
     }
 
+    /// Gives the pod `key` (incarnation `uid`) its claim as kube-scheduler does before a bind:
+    /// with `write.allocation`, the claim gets the delete-protection finalizer, then the
+    /// allocation and the pod in `status.reservedFor` in one status write; without, the claim must
+    /// be allocated already and only the reservation is added. Each write carries the
+    /// `resourceVersion` just read: a conflict reads the claim again and tries again; a claim
+    /// allocated by someone else in the meantime is a failure (nothing of ours is on it then).
+    pub async fn reserve_claim(&self, key: &PodKey, uid: &str, write: &ClaimWrite) -> Result<(), EffectError> {
+        let claims: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &write.namespace);
+        let mut last = None;
+        let mut waits = 0;
+        let mut tries = 0;
+        while tries < CLAIM_WRITE_TRIES {
+            tries += 1;
+            let mut claim = claims.get(&write.name).await.map_err(claim_error)?;
+            if claim.metadata.deletion_timestamp.is_some() {
+                return Err(EffectError::Retryable(format!("ResourceClaim {} is being deleted", write.name)));
+            }
+            let status = claim.status.get_or_insert_default();
+            let reserved = status.reserved_for.iter().flatten().any(|r| r.uid == uid);
+            match (&write.allocation, &status.allocation) {
+                // Our own earlier write (a retry after a lost answer).
+                (Some(_), Some(_)) if reserved => return Ok(()),
+                (Some(_), Some(_)) => {
+                    return Err(EffectError::Retryable(format!(
+                        "ResourceClaim {} was allocated by someone else in the meantime",
+                        write.name
+                    )));
+                }
+                (None, None) if write.after_ours && waits < CLAIM_ALLOCATION_WAITS => {
+                    // Another pod of ours is writing its allocation right now.
+                    waits += 1;
+                    tries -= 1;
+                    tokio::time::sleep(CLAIM_ALLOCATION_WAIT).await;
+                    continue;
+                }
+                (None, None) => {
+                    return Err(EffectError::Retryable(format!(
+                        "ResourceClaim {} was deallocated in the meantime",
+                        write.name
+                    )));
+                }
+                _ => {}
+            }
+            if reserved {
+                return Ok(());
+            }
+            if let Some(allocation) = &write.allocation {
+                let finalizers = claim.metadata.finalizers.get_or_insert_default();
+                if !finalizers.iter().any(|f| f == FINALIZER) {
+                    finalizers.push(FINALIZER.to_string());
+                    claim = match claims.replace(&write.name, &PostParams::default(), &claim).await {
+                        Ok(c) => c,
+                        Err(kube::Error::Api(s)) if s.code == 409 => {
+                            last = Some(s.message);
+                            continue;
+                        }
+                        Err(e) => return Err(claim_error(e)),
+                    };
+                }
+                claim.status.get_or_insert_default().allocation = Some(allocation.clone());
+            }
+            claim.status.get_or_insert_default().reserved_for.get_or_insert_default().push(
+                ResourceClaimConsumerReference {
+                    api_group: None,
+                    resource: "pods".into(),
+                    name: key.name.clone(),
+                    uid: uid.into(),
+                },
+            );
+            match claims.replace_status(&write.name, &PostParams::default(), &claim).await {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => last = Some(s.message),
+                Err(e) => return Err(claim_error(e)),
+            }
+        }
+        Err(EffectError::Retryable(format!(
+            "ResourceClaim {}: still conflicting after {CLAIM_WRITE_TRIES} tries: {}",
+            write.name,
+            last.unwrap_or_default()
+        )))
+    }
+
+    /// Writes each of a pod's claims in turn ([`Effects::reserve_claim`]); when one fails, those
+    /// written before it are taken back and the failure returned.
+    pub async fn reserve_claims(&self, key: &PodKey, uid: &str, writes: &[ClaimWrite]) -> Result<(), EffectError> {
+        for (i, write) in writes.iter().enumerate() {
+            if let Err(e) = self.reserve_claim(key, uid, write).await {
+                self.unreserve_claims(key, uid, &writes[..i]).await;
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes back what [`Effects::reserve_claims`] wrote (the bind failed), logging what could
+    /// not be: kube-scheduler leaves the same to the next attempt and the resource-claim controller.
+    pub async fn unreserve_claims(&self, key: &PodKey, uid: &str, writes: &[ClaimWrite]) {
+        for write in writes {
+            if let Err(e) = self.unreserve_claim(uid, write).await {
+                tracing::warn!(pod = %key, claim = %write.name, error = %e, "could not take back a claim's reservation");
+            }
+        }
+    }
+
+    /// Takes back what [`Effects::reserve_claim`] wrote for pod `uid` (its bind failed): the pod
+    /// leaves `status.reservedFor`, and a claim allocated by that write with no one else reserved
+    /// is deallocated. A claim that is gone needs nothing.
+    pub async fn unreserve_claim(&self, uid: &str, write: &ClaimWrite) -> Result<(), EffectError> {
+        let claims: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &write.namespace);
+        for _ in 0..CLAIM_WRITE_TRIES {
+            let mut claim = match claims.get(&write.name).await {
+                Ok(c) => c,
+                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+                Err(e) => return Err(claim_error(e)),
+            };
+            let status = claim.status.get_or_insert_default();
+            let reserved = status.reserved_for.get_or_insert_default();
+            let before = reserved.len();
+            reserved.retain(|r| r.uid != uid);
+            let ours_alone = write.allocation.is_some() && reserved.is_empty() && status.allocation == write.allocation;
+            if reserved.len() == before && !ours_alone {
+                return Ok(());
+            }
+            if reserved.is_empty() {
+                status.reserved_for = None;
+            }
+            if ours_alone {
+                status.allocation = None;
+            }
+            match claims.replace_status(&write.name, &PostParams::default(), &claim).await {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(e) => return Err(claim_error(e)),
+            }
+        }
+        Err(EffectError::Retryable(format!("ResourceClaim {}: could not take back the reservation", write.name)))
+    }
+
     /// Evicts a pod through the Eviction API, so PodDisruptionBudgets are respected: a refusal is
     /// [`EffectError::TooManyRequests`] and the victim keeps running.
     pub async fn evict(&self, key: &PodKey) -> Result<(), EffectError> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
         pods.evict(&key.name, &EvictParams::default()).await.map(drop).map_err(EffectError::from_kube)
+    }
+}
+
+/// How often a claim write is tried when others change the claim in between.
+const CLAIM_WRITE_TRIES: usize = 5;
+/// How long a reservation waits for the allocation another pod of ours is writing on the same
+/// claim: `CLAIM_ALLOCATION_WAITS` times `CLAIM_ALLOCATION_WAIT` at most.
+const CLAIM_ALLOCATION_WAITS: usize = 25;
+const CLAIM_ALLOCATION_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// A failed claim read or write: a pod whose claim write failed waits and is tried again (a 409
+/// on a claim is never "bound elsewhere").
+fn claim_error(e: kube::Error) -> EffectError {
+    match EffectError::from_kube(e) {
+        EffectError::Conflict(m) | EffectError::NotFound(m) => EffectError::Retryable(m),
+        other => other,
     }
 }
 

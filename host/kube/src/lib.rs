@@ -6,6 +6,8 @@
 //! - [`queues`]: `Queue` objects as the core's queue tree.
 //! - [`priorities`]: `PriorityClass` objects, for pod groups that name one.
 //! - [`workloads`]: our pods (and their `PodGroup`s) as the core's workloads.
+//! - [`dra`]: ResourceSlices, DeviceClasses and ResourceClaims: which nodes can serve a pod's
+//!   claims, and the allocations written on them before a bind.
 //! - [`disruption`]: `PodDisruptionBudget`s, which withdraw the pods they protect as victims.
 //! - [`scheduler`]: the loop — watch, run the core's cycle with the registry's live policy set,
 //!   carry out its decisions.
@@ -30,6 +32,7 @@ pub mod cache;
 pub mod convert;
 pub mod crd;
 pub mod disruption;
+pub mod dra;
 pub mod extender;
 pub mod leader;
 pub mod metrics;

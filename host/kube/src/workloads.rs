@@ -43,6 +43,8 @@ pub struct PodFacts {
     pub created: Option<k8s_openapi::jiff::Timestamp>,
     /// Its labels, for the disruption budgets that select it.
     pub labels: std::collections::BTreeMap<String, String>,
+    /// Its DRA claims (`spec.resourceClaims`, resolved as far as the pod's status says).
+    pub claims: Vec<crate::dra::ClaimRef>,
 }
 
 impl PodFacts {
@@ -66,6 +68,7 @@ impl PodFacts {
             bound: spec.and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty()),
             created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
             labels: pod.metadata.labels.clone().unwrap_or_default(),
+            claims: crate::dra::pod_claims(pod),
         }
     }
 

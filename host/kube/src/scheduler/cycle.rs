@@ -34,7 +34,7 @@ impl Scheduler {
 
     /// Node `name` as the core sees it: what pods the core does not manage hold. Members of the
     /// core (and `also`, pods about to be taken over) and victims being evicted are left out.
-    pub(super) fn background(&self, name: &str, also: &AHashSet<String>) -> Option<Node> {
+    pub(super) fn background(&mut self, name: &str, also: &AHashSet<String>) -> Option<Node> {
         let slot = self.cache.nodes().slot_of(name)?;
         let mut node = self.cache.nodes().get(slot)?.clone();
         for (id, task, devices) in self.cache.holders_on(name) {
@@ -42,7 +42,37 @@ impl Scheduler {
                 release(&mut node, task, devices);
             }
         }
+        // DRA devices by class: all of them, and those held by claims the core does not count
+        // through its own tasks' requests (others' claims, claims of pods gone or not ours).
+        let (core, counted) = (&self.core, &self.objects.dra_counted);
+        let counted_by_core = |claim: &str| counted.get(claim).is_some_and(|t| core.owner_of(t).is_some());
+        let capacity = self.objects.dra.capacity(name, &counted_by_core);
+        for (resource, devices, held) in &capacity {
+            add_extended(&mut node.allocatable, resource, *devices);
+            add_extended(&mut node.allocated, resource, *held);
+        }
+        // What the core sees now, for `dra_capacity_changed` to compare with.
+        if capacity.is_empty() {
+            self.objects.dra_capacity.remove(name);
+        } else {
+            self.objects.dra_capacity.insert(name.to_string(), capacity);
+        }
         Some(node)
+    }
+
+    /// DRA devices or their holds changed: the core sees again each node whose device counts
+    /// by class changed.
+    pub(super) fn dra_capacity_changed(&mut self) {
+        let names: Vec<String> = self.cache.node_names().map(String::from).collect();
+        let (core, counted) = (&self.core, &self.objects.dra_counted);
+        let counted_by_core = |claim: &str| counted.get(claim).is_some_and(|t| core.owner_of(t).is_some());
+        for name in names {
+            let now = self.objects.dra.capacity(&name, &counted_by_core);
+            let before = self.objects.dra_capacity.get(&name);
+            if before.map_or(!now.is_empty(), |b| *b != now) {
+                self.next.stale_nodes.insert(name);
+            }
+        }
     }
 
     pub(super) fn observe(&mut self, node: Node, now: u64) -> Vec<Decision> {
@@ -120,7 +150,11 @@ impl Scheduler {
         groups.sort_by_key(|(_, ids)| ids.iter().map(age).min());
         let retry = now + self.config.resubmit_after.as_secs().max(1);
         for id in singles {
-            if let Err(e) = self.core.submit(workloads::single(&self.ours[&id], &self.objects.priority_classes), now) {
+            let mut workload = workloads::single(&self.ours[&id], &self.objects.priority_classes);
+            if !self.restrict_to_claims(&id, &mut workload.members, retry) {
+                continue;
+            }
+            if let Err(e) = self.core.submit(workload, now) {
                 self.next.not_before.insert(id.clone(), retry);
                 self.report(&[id], &e.to_string());
             }
@@ -128,8 +162,11 @@ impl Scheduler {
         for (key, mut ids) in groups {
             ids.sort();
             if self.core.status(&key).is_some() {
-                let tasks =
+                let mut tasks: Vec<Task> =
                     ids.iter().map(|id| self.ours[id].task_with_priority(&self.objects.priority_classes)).collect();
+                if !self.restrict_to_claims(&key, &mut tasks, retry) {
+                    continue;
+                }
                 if let Err(e) = self.core.add_members(&key, tasks) {
                     self.next.not_before.insert(key, retry);
                     self.report(&ids, &e.to_string());
@@ -151,11 +188,78 @@ impl Scheduler {
                 continue;
             }
             let members: Vec<&PodFacts> = ids.iter().map(|id| &self.ours[id]).collect();
-            if let Err(e) =
-                self.core.submit(workloads::gang(&key, &info, &members, &self.objects.priority_classes), now)
-            {
+            let mut workload = workloads::gang(&key, &info, &members, &self.objects.priority_classes);
+            if !self.restrict_to_claims(&key, &mut workload.members, retry) {
+                continue;
+            }
+            if let Err(e) = self.core.submit(workload, now) {
                 self.next.not_before.insert(key, retry);
                 self.report(&ids, &e.to_string());
+            }
+        }
+    }
+
+    /// Each of `tasks` (the members of workload `key`) with DRA claims is restricted to the nodes
+    /// that can serve its claims now. `false` when some cannot be served anywhere: the members
+    /// are told why and wait until devices are added or freed (or `retry`, at the latest).
+    fn restrict_to_claims(&mut self, key: &str, tasks: &mut [Task], retry: u64) -> bool {
+        let mut any = false;
+        let mut refusal = None;
+        for task in tasks.iter_mut() {
+            let Some(facts) = self.ours.get(&task.id).filter(|f| !f.claims.is_empty()) else { continue };
+            any = true;
+            if !self.objects.dra.synced() {
+                refusal = Some(
+                    "waiting for the cluster's ResourceSlices, DeviceClasses and ResourceClaims to be listed".into(),
+                );
+                break;
+            }
+            match self.objects.dra.feasible_nodes(&task.namespace, &facts.claims, self.cache.node_names()) {
+                Ok(feasible) => crate::dra::restrict_to(task, feasible),
+                Err(reason) => {
+                    refusal = Some(reason);
+                    break;
+                }
+            }
+            // The devices its claims ask for, counted by class like extended resources: the core
+            // then never places more than a node has free, a gang's members included, quotas
+            // count them, and preemption frees them. A claim shared with a pod the core already
+            // counts it for is not counted twice.
+            for (claim, wants) in self.objects.dra.requests(&task.namespace, &facts.claims) {
+                let other = self.objects.dra_counted.get(&claim).filter(|t| **t != task.id);
+                if other.is_some_and(|t| self.core.owner_of(t).is_some()) {
+                    continue;
+                }
+                self.objects.dra_counted.insert(claim, task.id.clone());
+                for (resource, n) in wants {
+                    add_extended(&mut task.request, &resource, n);
+                }
+            }
+        }
+        if let Some(reason) = refusal {
+            self.next.not_before.insert(key.to_string(), retry);
+            self.next.dra_waiting.insert(key.to_string());
+            let ids: Vec<String> = tasks.iter().map(|t| t.id.clone()).collect();
+            self.report(&ids, &reason);
+            return false;
+        }
+        if any {
+            self.next.dra_submitted.insert(key.to_string());
+        }
+        true
+    }
+
+    /// Devices were added or freed (or a claim a pod waits for exists now): pods waiting on their
+    /// claims are tried again at once, and workloads submitted with the nodes their claims allowed
+    /// then, none of whose members is placed, are submitted again with the nodes they allow now.
+    fn dra_woken(&mut self) {
+        for key in self.next.dra_waiting.drain() {
+            self.next.not_before.remove(&key);
+        }
+        for workload in std::mem::take(&mut self.next.dra_submitted) {
+            let unplaced = self.core.members_of(&workload).is_some_and(|mut m| !m.any(|(_, placed)| placed));
+            if unplaced {
+                let _ = self.core.finish(&workload);
             }
         }
     }
@@ -163,6 +267,12 @@ impl Scheduler {
     /// One cycle: the core sees what changed, new pods are submitted, the core decides.
     pub(super) fn cycle(&mut self) {
         self.next.dirty = false;
+        if self.objects.dra.take_woken() {
+            self.dra_woken();
+        }
+        if self.objects.dra.take_capacity_changed() {
+            self.dra_capacity_changed();
+        }
         self.timers.last_cycle = Instant::now();
         let now = self.now();
         // With warm-up, a staged version catches up a step on the table the last cycle decided
@@ -182,5 +292,13 @@ impl Scheduler {
         let each = started.elapsed() / decisions.len().max(1) as u32;
         self.carry_out(decisions, &live, each);
         self.next.dirty |= self.core.more_ready();
+    }
+}
+
+/// `n` more of extended resource `name` in `r` (kept sorted by name).
+fn add_extended(r: &mut wasmsched_api::Resources, name: &str, n: u64) {
+    match r.extended.binary_search_by(|(k, _)| k.as_str().cmp(name)) {
+        Ok(i) => r.extended[i].1 += n,
+        Err(i) => r.extended.insert(i, (name.to_string(), n)),
     }
 }

@@ -20,11 +20,15 @@ struct Carrier<'s, 'a> {
     scheduler: &'s mut Scheduler,
     at: Carried<'a>,
     nominated: AHashSet<String>,
+    /// Workloads whose DRA claims could not all be served where they were placed, with why.
+    refused: AHashMap<String, String>,
 }
 
 impl wasmsched_core::Effects for Carrier<'_, '_> {
-    fn bind(&mut self, d: &Decision, _: &str, _: &str, _: &str, _: &[DeviceShare]) {
-        self.scheduler.bound(d, &self.at);
+    fn bind(&mut self, d: &Decision, workload: &str, _: &str, _: &str, _: &[DeviceShare]) {
+        if !self.refused.contains_key(workload) {
+            self.scheduler.bound(d, &self.at);
+        }
     }
 
     fn unschedulable(&mut self, d: &Decision, workload: &str, explanation: &Explanation) {
@@ -55,15 +59,86 @@ impl Scheduler {
     /// Carries out the core's decisions, in order.
     pub(super) fn carry_out(&mut self, decisions: Vec<Decision>, live: &Arc<PolicyVersion>, each: Duration) {
         let policy = policy_ref(live);
-        let mut carrier =
-            Carrier { scheduler: self, at: Carried { live, policy: &policy, each }, nominated: AHashSet::new() };
+        let refused = self.reserve_claims(&decisions);
+        let mut carrier = Carrier {
+            scheduler: self,
+            at: Carried { live, policy: &policy, each },
+            nominated: AHashSet::new(),
+            refused,
+        };
         for d in &decisions {
             wasmsched_core::carry_out(d, &mut carrier);
         }
         let nominated = std::mem::take(&mut carrier.nominated);
+        let refused = std::mem::take(&mut carrier.refused);
         for workload in nominated {
             self.nominate(&workload);
         }
+        for (workload, reason) in refused {
+            self.claims_refused(&workload, &decisions, &reason);
+        }
+    }
+
+    /// Before any bind of the cycle starts, the DRA claims of each pod it places are allocated on
+    /// the pod's node against the devices held now (an earlier placement may have taken them),
+    /// workload by workload: a workload whose claims cannot all be served places none of its pods
+    /// this cycle. The writes wait in `in_flight.claims` for their binds.
+    fn reserve_claims(&mut self, decisions: &[Decision]) -> AHashMap<String, String> {
+        let mut refused: AHashMap<String, String> = AHashMap::new();
+        let mut reserved: AHashMap<&str, Vec<&str>> = AHashMap::new();
+        for d in decisions {
+            let Decision::Bound { workload, task, node, .. } = d else { continue };
+            if refused.contains_key(workload) {
+                continue;
+            }
+            let Some(facts) = self.ours.get(task).filter(|f| !f.claims.is_empty()) else { continue };
+            match self.objects.dra.reserve(&facts.task.namespace, &facts.claims, node) {
+                Ok(writes) => {
+                    self.in_flight.claims.insert(task.clone(), writes);
+                    reserved.entry(workload).or_default().push(task);
+                }
+                Err(reason) => {
+                    for t in reserved.remove(workload.as_str()).unwrap_or_default() {
+                        if let Some(writes) = self.in_flight.claims.remove(t) {
+                            self.objects.dra.forget(&writes);
+                        }
+                    }
+                    refused.insert(workload.clone(), reason);
+                }
+            }
+        }
+        refused
+    }
+
+    /// The pods `workload` placed this cycle cannot have their claims where they were placed:
+    /// they are taken back (the whole workload when nothing of it ran before), told why, and
+    /// tried again after a back-off or as soon as devices are freed.
+    fn claims_refused(&mut self, workload: &str, decisions: &[Decision], reason: &str) {
+        let placed_now: Vec<String> = decisions
+            .iter()
+            .filter_map(|d| match d {
+                Decision::Bound { workload: w, task, .. } if w == workload => Some(task.clone()),
+                _ => None,
+            })
+            .collect();
+        let placed_before = self
+            .core
+            .members_of(workload)
+            .is_some_and(|m| m.filter(|(t, placed)| *placed && !placed_now.contains(&t.id)).count() > 0);
+        tracing::info!(workload, %reason, "placement taken back: its DRA claims cannot be served there now");
+        if placed_before {
+            for t in &placed_now {
+                let _ = self.core.remove_task(t);
+            }
+        } else {
+            let _ = self.core.finish(workload);
+            self.next.dra_submitted.remove(workload);
+        }
+        let at = self.now() + self.config.core.backoff_initial_seconds.max(1);
+        self.next.not_before.insert(workload.to_string(), at);
+        self.next.dra_waiting.insert(workload.to_string());
+        self.next.dirty = true;
+        self.report(&placed_now, reason);
     }
 
     /// A bind decided: assumed in the cache, recorded, its events held until the bind succeeds.
@@ -96,7 +171,8 @@ impl Scheduler {
             self.reports.unconfirmed.insert(task.clone(), payloads);
         }
         self.reports.decided += 1;
-        self.start_bind(&facts, node.clone(), devices.clone(), each);
+        let claims = self.in_flight.claims.remove(task).unwrap_or_default();
+        self.start_bind(&facts, node.clone(), devices.clone(), claims, each);
     }
 
     /// A failed attempt: recorded, published, and each waiting pod told why.
@@ -257,7 +333,15 @@ impl Scheduler {
         }
     }
 
-    pub(super) fn start_bind(&mut self, pod: &PodFacts, node: String, devices: Vec<DeviceShare>, decided_in: Duration) {
+    /// Binds a pod, its DRA claims written first (and taken back if the bind fails).
+    pub(super) fn start_bind(
+        &mut self,
+        pod: &PodFacts,
+        node: String,
+        devices: Vec<DeviceShare>,
+        claims: Vec<crate::dra::ClaimWrite>,
+        decided_in: Duration,
+    ) {
         let (effects, leader, done) =
             (self.api.effects.clone(), self.leadership.leader.clone(), self.in_flight.done_tx.clone());
         let nodes = self.cache.nodes();
@@ -268,14 +352,20 @@ impl Scheduler {
             let permit = binds.acquire_owned().await;
             let started = Instant::now();
             // Checked at the last moment: a replica that lost the lease writes nothing more.
-            let result = if *leader.borrow() {
-                effects.bind(&key, &uid, &node, &devices, numa).await
-            } else {
+            let result = if !*leader.borrow() {
                 Err(EffectError::NotLeader)
+            } else if let Err(e) = effects.reserve_claims(&key, &uid, &claims).await {
+                Err(e)
+            } else {
+                let bound = effects.bind(&key, &uid, &node, &devices, numa).await;
+                if bound.is_err() {
+                    effects.unreserve_claims(&key, &uid, &claims).await;
+                }
+                bound
             };
             let took = started.elapsed();
             let bound = result.is_ok();
-            let _ = done.send(Done::Bind { id, result, took, decided_in });
+            let _ = done.send(Done::Bind { id, claims, result, took, decided_in });
             // The next bind may start: the event below waits for its own client's rate.
             drop(permit);
             if bound {
@@ -327,7 +417,12 @@ impl Scheduler {
 
     pub(super) fn done(&mut self, done: Done) {
         match done {
-            Done::Bind { id, result, took, decided_in } => self.bind_done(id, result, took, decided_in),
+            Done::Bind { id, claims, result, took, decided_in } => {
+                if result.is_err() {
+                    self.objects.dra.release(&claims);
+                }
+                self.bind_done(id, result, took, decided_in)
+            }
             Done::EvictionAbandoned { id } => {
                 tracing::warn!(pod = %id, "gave up evicting; it counts as running again");
                 // The core stops holding its room as terminating; the node shows it as anyone's

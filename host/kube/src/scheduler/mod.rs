@@ -24,6 +24,7 @@ use ahash::{AHashMap, AHashSet};
 use futures_util::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -95,14 +96,14 @@ impl SchedulerConfig {
 enum Done {
     Bind {
         id: String,
+        /// What was to be written on its claims: taken back in the view when the bind failed.
+        claims: Vec<crate::dra::ClaimWrite>,
         result: Result<(), EffectError>,
         took: Duration,
         decided_in: Duration,
     },
     /// An eviction was refused until we gave up: the victim still runs and counts again.
-    EvictionAbandoned {
-        id: String,
-    },
+    EvictionAbandoned { id: String },
 }
 
 /// A re-list in progress: what it has listed so far.
@@ -181,6 +182,14 @@ struct Objects {
     withdrawn: AHashSet<String>,
     /// Why the last queue change was refused.
     queue_error: Option<String>,
+    /// ResourceSlices, DeviceClasses and ResourceClaims.
+    dra: crate::dra::Dra,
+    /// A DRA watch failed (said once).
+    dra_unserved: bool,
+    /// Claims whose devices the core counts through a task's requests, with that task.
+    dra_counted: AHashMap<String, String>,
+    /// DRA devices by class per node as the core last saw them: (resource, devices, held).
+    dra_capacity: AHashMap<String, Vec<(String, u64, u64)>>,
 }
 
 /// How far the watches have listed, and when the running pods were taken over.
@@ -203,6 +212,12 @@ struct Next {
     all_pod_labels: bool,
     /// Pods or groups not to submit before this core time (refused, or a gang that timed out).
     not_before: AHashMap<String, u64>,
+    /// Pods or groups waiting on their DRA claims (no node can serve them): tried again as soon as
+    /// devices are added or freed, not only after `not_before`.
+    dra_waiting: AHashSet<String>,
+    /// Workloads submitted with the nodes their claims allowed then: submitted again with fresh
+    /// nodes when devices are added or freed, while none of their members is placed.
+    dra_submitted: AHashSet<String>,
 }
 
 /// The loop's clocks.
@@ -240,6 +255,8 @@ struct InFlight {
     binds: Arc<Semaphore>,
     done_tx: mpsc::UnboundedSender<Done>,
     done_rx: mpsc::UnboundedReceiver<Done>,
+    /// DRA claim writes reserved for the cycle's binds, by pod, until each bind starts.
+    claims: AHashMap<String, Vec<crate::dra::ClaimWrite>>,
     /// Victims evicted and not gone yet: the core holds their room (as terminating) until their
     /// pod is deleted, so the node's background leaves them out.
     evicting: AHashSet<String>,
@@ -274,6 +291,7 @@ impl Scheduler {
                 binds: Arc::new(Semaphore::new(config.bind_concurrency.max(1))),
                 done_tx,
                 done_rx,
+                claims: AHashMap::new(),
                 evicting: AHashSet::new(),
             },
             core: SchedulerCore::new(tree, config.core.clone()),
@@ -289,6 +307,8 @@ impl Scheduler {
                 stale_nodes: AHashSet::new(),
                 all_pod_labels: false,
                 not_before: AHashMap::new(),
+                dra_waiting: AHashSet::new(),
+                dra_submitted: AHashSet::new(),
             },
             timers: Timers {
                 clock: now,
@@ -342,7 +362,10 @@ impl Scheduler {
         let classes = watch_stream(Api::<PriorityClass>::all(self.api.client.clone()), watcher::Config::default());
         let budgets =
             watch_stream(Api::<PodDisruptionBudget>::all(self.api.client.clone()), watcher::Config::default());
-        tokio::pin!(nodes, pods, groups, queues, flavors, classes, budgets);
+        let slices = watch_stream(Api::<ResourceSlice>::all(self.api.client.clone()), watcher::Config::default());
+        let device_classes = watch_stream(Api::<DeviceClass>::all(self.api.client.clone()), watcher::Config::default());
+        let claims = watch_stream(Api::<ResourceClaim>::all(self.api.client.clone()), watcher::Config::default());
+        tokio::pin!(nodes, pods, groups, queues, flavors, classes, budgets, slices, device_classes, claims);
         let mut was_leading = false;
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -387,6 +410,9 @@ impl Scheduler {
                 Some(event) = flavors.next() => self.flavor_event(event),
                 Some(event) = classes.next() => self.priority_class_event(event),
                 Some(event) = budgets.next() => self.budget_event(event),
+                Some(event) = slices.next() => self.dra_event(event, crate::dra::Dra::slice_event),
+                Some(event) = device_classes.next() => self.dra_event(event, crate::dra::Dra::class_event),
+                Some(event) = claims.next() => self.dra_event(event, crate::dra::Dra::claim_event),
                 Ok(()) = self.leadership.leader.changed() => self.next.dirty = true,
                 _ = std::future::ready(()), if runnable => self.cycle(),
                 _ = sleep_until(wakeup), if leading && ready && wakeup.is_some() => {}

@@ -27,6 +27,7 @@ impl Scheduler {
             Ok(Event::Apply(node)) => self.apply_node(&node),
             Ok(Event::Delete(node)) => {
                 self.cache.delete_node(&node.name_any());
+                self.objects.dra.delete_node(&node.name_any());
                 self.stale(node.name_any());
             }
             Err(e) => tracing::warn!(error = %e, "node watch failed; retrying"),
@@ -38,6 +39,7 @@ impl Scheduler {
     }
 
     pub(super) fn apply_node(&mut self, node: &KubeNode) {
+        self.objects.dra.apply_node(node);
         let before = self.cache.nodes().slot_of(&node.name_any()).and_then(|s| self.cache.nodes().get(s)).cloned();
         if let Err(e) = self.cache.apply_node(node) {
             tracing::warn!(node = %node.name_any(), error = %e, "ignoring a node that does not convert");
@@ -99,6 +101,9 @@ impl Scheduler {
 
     /// One of our pods finished or was deleted: it leaves the core (its gang keeps running).
     pub(super) fn pod_gone(&mut self, id: &str) {
+        if self.ours.get(id).is_some_and(|f| !f.claims.is_empty()) {
+            self.objects.dra_counted.retain(|_, task| task != id);
+        }
         self.ours.remove(id);
         self.unreport(id);
         if self.in_flight.evicting.remove(id) && self.core.terminated(id) {
@@ -163,7 +168,10 @@ impl Scheduler {
         match phase {
             PodPhase::Pending(task) => {
                 let facts = PodFacts::new(pod, *task);
-                let changed = self.ours.get(&id).is_none_or(|f| f.task != facts.task || f.uid != facts.uid);
+                let changed = self
+                    .ours
+                    .get(&id)
+                    .is_none_or(|f| f.task != facts.task || f.uid != facts.uid || f.claims != facts.claims);
                 self.ours.insert(id, facts);
                 self.next.dirty |= changed;
             }
@@ -295,6 +303,22 @@ impl Scheduler {
             }
         };
         self.next.dirty |= changed;
+    }
+
+    /// A DRA object changed. A cluster that does not serve `resource.k8s.io/v1` (older than 1.34,
+    /// or DRA turned off) is said once; the watch keeps trying quietly and pods with claims wait.
+    pub(super) fn dra_event<K>(&mut self, event: watcher::Result<Event<K>>, apply: fn(&mut crate::dra::Dra, Event<K>)) {
+        match event {
+            Ok(event) => {
+                apply(&mut self.objects.dra, event);
+                self.next.dirty = true;
+            }
+            Err(e) if !self.objects.dra_unserved => {
+                self.objects.dra_unserved = true;
+                tracing::warn!(error = %e, "cannot watch DRA objects (resource.k8s.io/v1); pods with ResourceClaims wait until it can");
+            }
+            Err(e) => tracing::debug!(error = %e, "DRA watch failed; retrying"),
+        }
     }
 
     /// The core takes the queue tree the objects describe, unless that would orphan work.

@@ -21,7 +21,7 @@ use wasmsched_kube::{ClientRate, Clients, Scheduler, SchedulerConfig, policy};
 use wasmsched_registry::{Preparer, Registry};
 use wasmsched_runtime::{Runtime, RuntimeConfig};
 
-const NAME: &str = "wasmsched";
+pub(crate) const NAME: &str = "wasmsched";
 
 /// One runtime for the whole test binary, so the built-in components compile once.
 fn preparer() -> &'static Preparer {
@@ -38,20 +38,20 @@ fn registry() -> Arc<Registry> {
     policy::registry(preparer(), &policy::default_policy(), None, 0).expect("default policy prepares")
 }
 
-struct Running {
+pub(crate) struct Running {
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
     metrics: Arc<Metrics>,
 }
 
 impl Running {
-    async fn stop(self) {
+    pub(crate) async fn stop(self) {
         let _ = self.stop.send(true);
         tokio::time::timeout(Duration::from_secs(20), self.task).await.expect("stops in time").unwrap();
     }
 }
 
-fn start(api: &FakeApi, client: &str, lease: Option<LeaseConfig>) -> Running {
+pub(crate) fn start(api: &FakeApi, client: &str, lease: Option<LeaseConfig>) -> Running {
     start_with_events(api, client, lease, None)
 }
 
@@ -80,7 +80,7 @@ fn start_full(clients: Clients, lease: Option<LeaseConfig>, events: Option<Event
     Running { stop, task: tokio::spawn(scheduler.run(rx)), metrics }
 }
 
-async fn eventually(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+pub(crate) async fn eventually(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     let started = Instant::now();
     while !f() {
         assert!(started.elapsed() < timeout, "timed out waiting for {what}");
@@ -88,7 +88,7 @@ async fn eventually(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) 
     }
 }
 
-fn node_of(api: &FakeApi, id: &str) -> Option<String> {
+pub(crate) fn node_of(api: &FakeApi, id: &str) -> Option<String> {
     api.get(Kind::Pod, id).and_then(|p| p["spec"]["nodeName"].as_str().map(String::from))
 }
 

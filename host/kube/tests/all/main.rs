@@ -3,6 +3,7 @@
 
 mod boundary;
 mod crds;
+mod dra;
 mod extender;
 mod mutated;
 mod policy_object;

@@ -45,6 +45,9 @@ pub enum Kind {
     ResourceFlavor,
     PriorityClass,
     PodDisruptionBudget,
+    ResourceSlice,
+    DeviceClass,
+    ResourceClaim,
 }
 
 impl Kind {
@@ -60,6 +63,9 @@ impl Kind {
             Kind::ResourceFlavor => "ResourceFlavorList",
             Kind::PriorityClass => "PriorityClassList",
             Kind::PodDisruptionBudget => "PodDisruptionBudgetList",
+            Kind::ResourceSlice => "ResourceSliceList",
+            Kind::DeviceClass => "DeviceClassList",
+            Kind::ResourceClaim => "ResourceClaimList",
         }
     }
     fn api_version(self) -> &'static str {
@@ -71,6 +77,7 @@ impl Kind {
             Kind::Lease => "coordination.k8s.io/v1",
             Kind::PriorityClass => "scheduling.k8s.io/v1",
             Kind::PodDisruptionBudget => "policy/v1",
+            Kind::ResourceSlice | Kind::DeviceClass | Kind::ResourceClaim => "resource.k8s.io/v1",
         }
     }
 }
@@ -142,6 +149,10 @@ pub struct State {
     pub watches: BTreeMap<Kind, u32>,
     /// Every request as RBAC sees it: (verb, API group, resource[/subresource]).
     pub requests: Vec<(String, String, String)>,
+    /// ResourceClaim status writes accepted: (claim, status written).
+    pub claim_writes: Vec<(String, Value)>,
+    /// The next ResourceClaim status writes that fail with a 500.
+    pub claim_faults: u32,
 }
 
 /// API Priority and Fairness, as far as a client can see it: per priority level a rate (a token
@@ -210,7 +221,13 @@ fn key_of(kind: Kind, obj: &Value) -> Key {
         Some(ns)
             if !matches!(
                 kind,
-                Kind::Node | Kind::SchedulingPolicy | Kind::Queue | Kind::ResourceFlavor | Kind::PriorityClass
+                Kind::Node
+                    | Kind::SchedulingPolicy
+                    | Kind::Queue
+                    | Kind::ResourceFlavor
+                    | Kind::PriorityClass
+                    | Kind::ResourceSlice
+                    | Kind::DeviceClass
             ) =>
         {
             (kind, format!("{ns}/{name}"))
@@ -317,6 +334,9 @@ impl State {
             Kind::ResourceFlavor => "ResourceFlavor",
             Kind::PriorityClass => "PriorityClass",
             Kind::PodDisruptionBudget => "PodDisruptionBudget",
+            Kind::ResourceSlice => "ResourceSlice",
+            Kind::DeviceClass => "DeviceClass",
+            Kind::ResourceClaim => "ResourceClaim",
         });
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
         if obj["metadata"]["uid"].is_null() {
@@ -453,6 +473,20 @@ impl FakeApi {
             }
             ["apis", "scheduling.k8s.io", "v1", "priorityclasses"] => self.collection(Kind::PriorityClass, &q),
             ["apis", "policy", "v1", "poddisruptionbudgets"] => self.collection(Kind::PodDisruptionBudget, &q),
+            ["apis", "resource.k8s.io", "v1", "resourceslices"] => self.collection(Kind::ResourceSlice, &q),
+            ["apis", "resource.k8s.io", "v1", "deviceclasses"] => self.collection(Kind::DeviceClass, &q),
+            ["apis", "resource.k8s.io", "v1", "resourceclaims"] => self.collection(Kind::ResourceClaim, &q),
+            ["apis", "resource.k8s.io", "v1", "namespaces", ns, "resourceclaims", name] if m == Method::GET => {
+                self.get_one(Kind::ResourceClaim, &format!("{ns}/{name}"))
+            }
+            ["apis", "resource.k8s.io", "v1", "namespaces", ns, "resourceclaims", name] if m == Method::PUT => {
+                self.update_claim(ns, name, body, false)
+            }
+            ["apis", "resource.k8s.io", "v1", "namespaces", ns, "resourceclaims", name, "status"]
+                if m == Method::PUT =>
+            {
+                self.update_claim(ns, name, body, true)
+            }
             ["apis", "scheduling.wasmsched.io", "v1alpha1", "queues", name, "status"] if m == Method::PATCH => {
                 self.merge_status(Kind::Queue, name, body)
             }
@@ -667,6 +701,83 @@ impl FakeApi {
         };
         obj["status"] = patch["status"].clone();
         let obj = s.upsert(kind, obj);
+        respond(200, &obj)
+    }
+
+    /// A ResourceClaim update (`status`: of its status subresource), as strict as the real API
+    /// server: the `resourceVersion` must be the stored one (409 otherwise); a status write
+    /// changes only the status and an update only the rest; `status.reservedFor` needs an
+    /// allocation, takes each pod once and no new pod while the claim is being deleted; an
+    /// allocation once written cannot change (only be cleared). Every accepted status write is
+    /// recorded in `claim_writes`.
+    fn update_claim(&self, ns: &str, name: &str, body: Value, status_write: bool) -> Response<Body> {
+        let mut s = self.state();
+        let key = format!("{ns}/{name}");
+        let Some(old) = s.objects.get(&(Kind::ResourceClaim, key.clone())).cloned() else {
+            return respond(
+                404,
+                &status(404, "NotFound", &format!("resourceclaims.resource.k8s.io \"{name}\" not found")),
+            );
+        };
+        if body["metadata"]["resourceVersion"] != old["metadata"]["resourceVersion"] {
+            let msg = format!(
+                "Operation cannot be fulfilled on resourceclaims.resource.k8s.io \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+            );
+            return respond(409, &status(409, "Conflict", &msg));
+        }
+        if s.claim_faults > 0 && status_write {
+            s.claim_faults -= 1;
+            return respond(500, &status(500, "InternalError", "etcdserver: request timed out"));
+        }
+        let mut new = old.clone();
+        if status_write {
+            let st = &body["status"];
+            let reserved: Vec<&Value> = st["reservedFor"].as_array().map(|a| a.iter().collect()).unwrap_or_default();
+            let invalid = |msg: &str| {
+                respond(
+                    422,
+                    &status(422, "Invalid", &format!("ResourceClaim.resource.k8s.io \"{name}\" is invalid: {msg}")),
+                )
+            };
+            if !reserved.is_empty() && st["allocation"].is_null() {
+                return invalid("status.reservedFor: Forbidden: may not be specified when `allocated` is not set");
+            }
+            let mut uids: Vec<&str> = reserved.iter().filter_map(|r| r["uid"].as_str()).collect();
+            uids.sort();
+            if uids.windows(2).any(|w| w[0] == w[1]) || uids.len() != reserved.len() {
+                return invalid("status.reservedFor: Duplicate value (or a consumer without a uid)");
+            }
+            if !old["metadata"]["deletionTimestamp"].is_null() {
+                let before: Vec<&str> = old["status"]["reservedFor"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|r| r["uid"].as_str())
+                    .collect();
+                if uids.iter().any(|u| !before.contains(u)) {
+                    return invalid(
+                        "status.reservedFor: Forbidden: new entries may not be added while `deletionTimestamp` is set",
+                    );
+                }
+            }
+            if !old["status"]["allocation"].is_null()
+                && !st["allocation"].is_null()
+                && old["status"]["allocation"] != st["allocation"]
+            {
+                return invalid("status.allocation: Invalid value: field is immutable");
+            }
+            // What the API server authorises besides the request itself (a synthetic subresource,
+            // cluster-wide): without it the write is refused with a 422.
+            if old["status"]["allocation"] != st["allocation"] || old["status"]["reservedFor"] != st["reservedFor"] {
+                s.requests.push(("update".into(), "resource.k8s.io".into(), "resourceclaims/binding".into()));
+            }
+            new["status"] = st.clone();
+            s.claim_writes.push((key, st.clone()));
+        } else {
+            new["metadata"] = body["metadata"].clone();
+            new["spec"] = old["spec"].clone();
+        }
+        let obj = s.upsert(Kind::ResourceClaim, new);
         respond(200, &obj)
     }
 

@@ -1,0 +1,602 @@
+//! Dynamic Resource Allocation (`resource.k8s.io/v1`) for this scheduler's pods: the cluster's
+//! ResourceSlices, DeviceClasses and ResourceClaims as the watches show them, which nodes can serve
+//! a pod's claims, and the allocations the scheduler writes on the claims before it binds.
+//!
+//! The order is kube-scheduler's: before a pod is tried, its claims must exist (a claim from a
+//! template is created by the resource-claim controller and named in the pod's
+//! `status.resourceClaimStatuses`); the nodes where its claims can all be allocated become a
+//! required node-affinity term on its task, so every policy — Wasm or native — places it among
+//! them; the placement is then allocated against the devices held right now (an earlier
+//! placement of the same cycle may have taken them), written on each claim (`status.allocation`
+//! and `status.reservedFor`, with the claim's `resourceVersion`) and only then is the pod bound.
+//! Devices allocated by any claim, whoever allocated it, are in use; allocations written here
+//! count as held until the watch shows them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ahash::AHashMap;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::resource::v1::{AllocationResult, DeviceClass, ResourceClaim, ResourceClaimSpec, ResourceSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
+use kube::runtime::watcher::Event;
+use wasmsched_api::{
+    MAX_PREFERRED_WEIGHT, NODE_NAME_FIELD, NodeSelectorTerm, PreferredTerm, SelectorOperator, SelectorRequirement, Task,
+};
+use wasmsched_dra::{Allocation, Allocator, DeviceId, Inventory, node_selector};
+
+/// The finalizer kube-scheduler puts on a claim it allocates: the claim is not deleted while
+/// allocated (the resource-claim controller removes it once the claim is deallocated).
+pub const FINALIZER: &str = "resource.kubernetes.io/delete-protection";
+
+/// The most pods one claim may be reserved for (`status.reservedFor`'s limit).
+pub const RESERVED_FOR_MAX: usize = 256;
+
+/// One entry of a pod's `spec.resourceClaims`, resolved to the claim it uses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimRef {
+    /// The name the pod's containers use.
+    pub name: String,
+    /// The ResourceClaim's name; `None` while the claim for a template does not exist yet.
+    pub claim: Option<String>,
+    /// The template the claim is made from, if any.
+    pub template: Option<String>,
+}
+
+/// The claims `pod` uses: by name, or the claim made from a template as the pod's status names it.
+pub fn pod_claims(pod: &Pod) -> Vec<ClaimRef> {
+    let statuses = pod.status.as_ref().and_then(|s| s.resource_claim_statuses.as_deref()).unwrap_or_default();
+    let spec = pod.spec.as_ref().and_then(|s| s.resource_claims.as_deref()).unwrap_or_default();
+    spec.iter()
+        .map(|c| match (&c.resource_claim_name, &c.resource_claim_template_name) {
+            (Some(name), _) => ClaimRef { name: c.name.clone(), claim: Some(name.clone()), template: None },
+            (None, template) => ClaimRef {
+                name: c.name.clone(),
+                claim: statuses.iter().find(|s| s.name == c.name).and_then(|s| s.resource_claim_name.clone()),
+                template: template.clone(),
+            },
+        })
+        .collect()
+}
+
+/// What is written on one claim before a pod is bound.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClaimWrite {
+    /// The claim's namespace.
+    pub namespace: String,
+    /// The claim's name.
+    pub name: String,
+    /// Devices allocated for it now; `None`: it was allocated already, the pod is only added to
+    /// `status.reservedFor`.
+    pub allocation: Option<AllocationResult>,
+    /// Its allocation is being written for another pod of ours (a shared claim, a gang's
+    /// members): the write waits a moment for it to land instead of failing at once.
+    pub after_ours: bool,
+}
+
+/// Objects of one kind by `namespace/name` (or `name`), with a re-list in progress.
+struct Store<K> {
+    objects: AHashMap<String, K>,
+    relist: Option<AHashMap<String, K>>,
+    synced: bool,
+}
+
+impl<K> Default for Store<K> {
+    fn default() -> Self {
+        Store { objects: AHashMap::new(), relist: None, synced: false }
+    }
+}
+
+fn key_of(meta: &ObjectMeta) -> String {
+    match &meta.namespace {
+        Some(ns) => format!("{ns}/{}", meta.name.as_deref().unwrap_or_default()),
+        None => meta.name.clone().unwrap_or_default(),
+    }
+}
+
+impl<K: kube::Resource + Clone> Store<K> {
+    /// Applies a watch event; the objects (before and after) it changed, or `None` for a
+    /// re-list's end (anything may have changed).
+    #[allow(clippy::type_complexity)]
+    fn on_event(&mut self, event: Event<K>) -> Option<Vec<(Option<K>, Option<K>)>> {
+        match event {
+            Event::Init => {
+                self.relist = Some(AHashMap::new());
+                Some(Vec::new())
+            }
+            Event::InitApply(o) => {
+                if let Some(listed) = self.relist.as_mut() {
+                    listed.insert(key_of(o.meta()), o);
+                }
+                Some(Vec::new())
+            }
+            Event::InitDone => {
+                if let Some(listed) = self.relist.take() {
+                    self.objects = listed;
+                }
+                self.synced = true;
+                None
+            }
+            Event::Apply(o) => {
+                let before = self.objects.insert(key_of(o.meta()), o.clone());
+                Some(vec![(before, Some(o))])
+            }
+            Event::Delete(o) => Some(vec![(self.objects.remove(&key_of(o.meta())), None)]),
+        }
+    }
+}
+
+/// The DRA objects, the allocator over them, and allocations written but not yet seen.
+#[derive(Default)]
+pub struct Dra {
+    slices: Store<ResourceSlice>,
+    classes: Store<DeviceClass>,
+    claims: Store<ResourceClaim>,
+    /// Nodes as node selectors see them (name and labels).
+    nodes: AHashMap<String, Node>,
+    /// Allocations this scheduler wrote (or is writing), by claim, until the watch shows them.
+    pending: AHashMap<String, Allocation>,
+    /// Rebuilt when slices, classes or nodes change.
+    allocator: Option<Allocator>,
+    /// The held devices must be counted again (claims changed).
+    holds_stale: bool,
+    /// Something changed that may let a pod that waits on its claims be placed: devices added or
+    /// freed, a class, or a claim created.
+    woke: bool,
+    /// Why the last pools were refused (logged when it changes).
+    refused: BTreeSet<String>,
+    /// Which claim holds each held device (admin access holds none).
+    holders: AHashMap<DeviceId, String>,
+    /// The devices or their holds changed since [`Dra::take_capacity_changed`].
+    capacity_changed: bool,
+}
+
+/// Where a pod's claims can go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Feasible {
+    /// The nodes.
+    pub nodes: Vec<String>,
+    /// Of those, the nodes that give each `firstAvailable` request its first choice (empty when
+    /// all or none do: no preference then).
+    pub preferred: Vec<String>,
+    /// They can be allocated there now (else only once devices are freed).
+    pub now: bool,
+}
+
+/// The extended-resource name under which the core counts a DeviceClass's devices: the name
+/// Kubernetes gives a class without an `extendedResourceName` of its own.
+pub fn class_resource(class: &str) -> String {
+    format!("deviceclass.resource.kubernetes.io/{class}")
+}
+
+/// Each device the claims' allocations (and the allocations being written) hold, with its claim.
+fn holders(
+    claims: &AHashMap<String, ResourceClaim>,
+    pending: &AHashMap<String, Allocation>,
+) -> AHashMap<DeviceId, String> {
+    let mut out = AHashMap::new();
+    for (key, claim) in claims {
+        let Some(devices) = allocation(claim).and_then(|a| a.devices.as_ref()) else { continue };
+        for r in devices.results.iter().flatten().filter(|r| r.admin_access != Some(true)) {
+            let id = DeviceId { driver: r.driver.clone(), pool: r.pool.clone(), device: r.device.clone() };
+            out.insert(id, key.clone());
+        }
+    }
+    for (key, a) in pending {
+        for (_, id, admin) in &a.results {
+            if !admin {
+                out.insert(id.clone(), key.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Allocates each prepared claim on `node` in turn, each holding its devices while the next looks
+/// (`only_free: false`: as if no device were held), then releases them all.
+fn together(
+    allocator: &mut Allocator,
+    prepared: &[wasmsched_dra::PreparedClaim<'_>],
+    node: &Node,
+    only_free: bool,
+) -> Result<Vec<Allocation>, wasmsched_dra::Unsatisfied> {
+    let mut made = Vec::new();
+    let mut result = Ok(());
+    for p in prepared {
+        let attempt = if only_free { allocator.allocate_prepared(p, node) } else { allocator.compatible(p, node) };
+        match attempt {
+            Ok(a) => {
+                allocator.hold(&a, true);
+                made.push(a);
+            }
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        }
+    }
+    for a in &made {
+        allocator.hold(a, false);
+    }
+    result.map(|()| made)
+}
+
+impl Dra {
+    /// Whether all three kinds have been listed: until then no pod with claims is tried.
+    pub fn synced(&self) -> bool {
+        self.slices.synced && self.classes.synced && self.claims.synced
+    }
+
+    /// Whether something changed since the last call that may let a waiting pod be placed.
+    pub fn take_woken(&mut self) -> bool {
+        std::mem::take(&mut self.woke)
+    }
+
+    /// A ResourceSlice changed: the devices are assembled again on next use.
+    pub fn slice_event(&mut self, event: Event<ResourceSlice>) {
+        if self.slices.on_event(event).is_none_or(|c| !c.is_empty()) {
+            self.allocator = None;
+            self.woke = true;
+        }
+    }
+
+    /// A DeviceClass changed: the selectors are compiled again on next use.
+    pub fn class_event(&mut self, event: Event<DeviceClass>) {
+        if self.classes.on_event(event).is_none_or(|c| !c.is_empty()) {
+            self.allocator = None;
+            self.woke = true;
+        }
+    }
+
+    /// A ResourceClaim changed: its devices are held or freed, a pod waiting for it may go on.
+    pub fn claim_event(&mut self, event: Event<ResourceClaim>) {
+        let changes = self.claims.on_event(event);
+        let Some(changes) = changes else {
+            // A re-list: what was pending and is now shown is no longer pending.
+            let claims = &self.claims.objects;
+            self.pending.retain(|k, _| claims.get(k).is_some_and(|c| allocation(c).is_none()));
+            self.holds_stale = true;
+            self.woke = true;
+            return;
+        };
+        for (before, after) in changes {
+            let held_before = before.as_ref().is_some_and(|c| allocation(c).is_some());
+            let held_after = after.as_ref().is_some_and(|c| allocation(c).is_some());
+            if held_before != held_after || held_after {
+                self.holds_stale = true;
+            }
+            // Freed devices, or a claim a pod waits for now exists.
+            if (held_before && !held_after) || before.is_none() {
+                self.woke = true;
+            }
+            match &after {
+                Some(c) if held_after => {
+                    self.pending.remove(&key_of(&c.metadata));
+                }
+                None => {
+                    if let Some(b) = &before {
+                        self.pending.remove(&key_of(&b.metadata));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// A node's labels, for the node selectors of pools and allocations.
+    pub fn apply_node(&mut self, node: &Node) {
+        let name = node.name_any();
+        let labels = node.metadata.labels.clone();
+        if self.nodes.get(&name).is_some_and(|n| n.metadata.labels == labels) {
+            return;
+        }
+        let bare = Node {
+            metadata: ObjectMeta { name: Some(name.clone()), labels, ..Default::default() },
+            ..Default::default()
+        };
+        self.nodes.insert(name, bare);
+        self.woke = true;
+    }
+
+    /// A node left.
+    pub fn delete_node(&mut self, name: &str) {
+        self.nodes.remove(name);
+    }
+
+    /// The allocator with the devices held right now.
+    fn allocator(&mut self) -> &mut Allocator {
+        let allocator = self.allocator.get_or_insert_with(|| {
+            let (inventory, refusals) = Inventory::from_slices(self.slices.objects.values());
+            let now: BTreeSet<String> = refusals.iter().map(|r| format!("{}: {}", r.what, r.reason)).collect();
+            for r in now.difference(&self.refused) {
+                tracing::warn!(refusal = %r, "DRA: leaving out devices that cannot be used");
+            }
+            self.refused = now;
+            self.holds_stale = true;
+            self.capacity_changed = true;
+            Allocator::new(inventory, self.classes.objects.values().cloned())
+        });
+        if std::mem::take(&mut self.holds_stale) {
+            allocator.hold_only(self.claims.objects.values(), self.pending.values());
+            self.holders = holders(&self.claims.objects, &self.pending);
+            self.capacity_changed = true;
+        }
+        allocator
+    }
+
+    /// The claims of a pod in `namespace`: each with its object, or why it cannot be used yet.
+    fn resolve(&self, namespace: &str, claims: &[ClaimRef]) -> Result<Vec<(String, ResourceClaim)>, String> {
+        let mut out = Vec::new();
+        for c in claims {
+            let Some(name) = &c.claim else {
+                let template = c.template.as_deref().unwrap_or("?");
+                return Err(format!(
+                    "waiting for the ResourceClaim of {:?} (from template {namespace}/{template}) to be created",
+                    c.name
+                ));
+            };
+            let key = format!("{namespace}/{name}");
+            let Some(claim) = self.claims.objects.get(&key) else {
+                return Err(format!("waiting for ResourceClaim {key} to exist"));
+            };
+            if claim.metadata.deletion_timestamp.is_some() {
+                return Err(format!("ResourceClaim {key} is being deleted"));
+            }
+            if claim.status.as_ref().and_then(|s| s.reserved_for.as_ref()).is_some_and(|r| r.len() >= RESERVED_FOR_MAX)
+            {
+                return Err(format!("ResourceClaim {key} is reserved for {RESERVED_FOR_MAX} pods already"));
+            }
+            out.push((key, claim.clone()));
+        }
+        Ok(out)
+    }
+
+    /// The node selector of `claim`'s allocation, if it has one (written, or being written here).
+    fn allocated(&self, key: &str, claim: &ResourceClaim) -> Option<Option<k8s_openapi::api::core::v1::NodeSelector>> {
+        match allocation(claim) {
+            Some(a) => Some(a.node_selector.clone()),
+            None => self.pending.get(key).map(|a| a.node_selector.clone()),
+        }
+    }
+
+    /// Where a pod's claims can go among `candidates`: the nodes where they can all be allocated
+    /// now (`now: true`); when there are none, the nodes whose devices could serve them were
+    /// some freed (`now: false`: preemption may free them, and the class counts the core sees
+    /// say how many are held). Claims allocated already go where their allocation allows. `Err`:
+    /// no node could ever serve them, or a claim is missing or malformed, with why.
+    pub fn feasible_nodes<'n>(
+        &mut self,
+        namespace: &str,
+        claims: &[ClaimRef],
+        candidates: impl Iterator<Item = &'n str>,
+    ) -> Result<Feasible, String> {
+        let resolved = self.resolve(namespace, claims)?;
+        let nodes: Vec<Node> = candidates.filter_map(|n| self.nodes.get(n).cloned()).collect();
+        let fixed: Vec<_> = resolved.iter().filter_map(|(k, c)| Some((k.clone(), self.allocated(k, c)?))).collect();
+        let open: Vec<&ResourceClaim> =
+            resolved.iter().filter(|(k, c)| self.allocated(k, c).is_none()).map(|(_, c)| c).collect();
+        let empty = ResourceClaimSpec::default();
+        let allocator = self.allocator();
+        let mut prepared = Vec::new();
+        for c in &open {
+            match allocator.prepare(c.spec.as_ref().unwrap_or(&empty)) {
+                Ok(p) => prepared.push(p),
+                Err(e) => return Err(format!("ResourceClaim {}: {e}", key_of(&c.metadata))),
+            }
+        }
+        // The first alternative of each `firstAvailable` request: nodes that can give every one
+        // its first choice are preferred, as kube-scheduler scores them.
+        let first_choices: BTreeSet<String> = open
+            .iter()
+            .flat_map(|c| c.spec.iter().flat_map(|s| &s.devices).flat_map(|d| d.requests.iter().flatten()))
+            .filter_map(|r| Some(format!("{}/{}", r.name, r.first_available.as_ref()?.first()?.name)))
+            .collect();
+        let mut reasons = Vec::new();
+        for only_free in [true, false] {
+            let mut why: BTreeMap<String, usize> = BTreeMap::new();
+            let mut feasible = Vec::new();
+            let mut preferred = Vec::new();
+            for node in &nodes {
+                if let Some((key, _)) =
+                    fixed.iter().find(|(_, sel)| sel.as_ref().is_some_and(|s| !node_selector::matches(s, node)))
+                {
+                    *why.entry(format!("ResourceClaim {key} is allocated to other nodes")).or_default() += 1;
+                    continue;
+                }
+                match together(allocator, &prepared, node, only_free) {
+                    Ok(made) => {
+                        let chosen = made.iter().flat_map(|a| &a.results).map(|(request, _, _)| request);
+                        if chosen.filter(|r| r.contains('/')).all(|r| first_choices.contains(r)) {
+                            preferred.push(node.name_any());
+                        }
+                        feasible.push(node.name_any());
+                    }
+                    Err(e) => *why.entry(e.to_string()).or_default() += 1,
+                }
+            }
+            if !feasible.is_empty() {
+                if preferred.len() == feasible.len() {
+                    preferred.clear();
+                }
+                return Ok(Feasible { nodes: feasible, preferred, now: only_free });
+            }
+            reasons.push(why);
+        }
+        // Why not now says more (how many devices are free) than why never, unless it is never.
+        let why = reasons.pop().unwrap_or_default();
+        let mut by_count: Vec<(usize, String)> = why.into_iter().map(|(r, n)| (n, r)).collect();
+        by_count.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        let parts: Vec<String> = by_count.iter().take(3).map(|(n, r)| format!("{n} node(s): {r}")).collect();
+        let more = if by_count.len() > 3 { format!("; {} other reasons", by_count.len() - 3) } else { String::new() };
+        Err(format!("0/{} nodes can serve its ResourceClaims: {}{more}", nodes.len(), parts.join("; ")))
+    }
+
+    /// What a pod's claims not allocated yet ask of each DeviceClass, as the core counts it:
+    /// `(claim, [(resource name, devices)])`: exact counts, and for `firstAvailable` alternatives
+    /// of one class the smallest of their counts. `All`, and alternatives across classes, are
+    /// checked when the claim is allocated, not counted. Admin access holds nothing.
+    pub fn requests(&self, namespace: &str, claims: &[ClaimRef]) -> Vec<(String, Vec<(String, u64)>)> {
+        let Ok(resolved) = self.resolve(namespace, claims) else { return Vec::new() };
+        let mut out = Vec::new();
+        for (key, claim) in &resolved {
+            if self.allocated(key, claim).is_some() {
+                continue;
+            }
+            let requests = claim.spec.iter().flat_map(|s| &s.devices).flat_map(|d| d.requests.iter().flatten());
+            let mut wants: Vec<(String, u64)> = Vec::new();
+            let exact = |mode: &Option<String>| mode.as_deref().is_none_or(|m| m == "ExactCount");
+            for r in requests {
+                if let Some(e) = &r.exactly {
+                    if exact(&e.allocation_mode) && e.admin_access != Some(true) {
+                        wants.push((class_resource(&e.device_class_name), e.count.unwrap_or(1).max(1) as u64));
+                    }
+                } else if let Some(alternatives) = &r.first_available
+                    && let Some(first) = alternatives.first()
+                    && alternatives
+                        .iter()
+                        .all(|a| a.device_class_name == first.device_class_name && exact(&a.allocation_mode))
+                {
+                    // Alternatives of one class: at least the smallest count of them.
+                    let fewest = alternatives.iter().map(|a| a.count.unwrap_or(1).max(1)).min().unwrap_or(1);
+                    wants.push((class_resource(&first.device_class_name), fewest as u64));
+                }
+            }
+            if !wants.is_empty() {
+                out.push((key.clone(), wants));
+            }
+        }
+        out
+    }
+
+    /// Per DeviceClass with devices usable from `node`: `(resource name, devices, held)`, where
+    /// held leaves out the devices of claims `counted_by_core` names (the core counts those
+    /// through the requests of the tasks it placed).
+    pub fn capacity(&mut self, node: &str, counted_by_core: &dyn Fn(&str) -> bool) -> Vec<(String, u64, u64)> {
+        let Some(node) = self.nodes.get(node).cloned() else { return Vec::new() };
+        self.allocator();
+        let holders = &self.holders;
+        let Some(allocator) = self.allocator.as_mut() else { return Vec::new() };
+        allocator
+            .class_devices(&node)
+            .into_iter()
+            .map(|(class, ids)| {
+                let held = ids.iter().filter(|id| holders.get(*id).is_some_and(|c| !counted_by_core(c))).count();
+                (class_resource(&class), ids.len() as u64, held as u64)
+            })
+            .collect()
+    }
+
+    /// Whether the devices held, or the devices themselves, changed since the last call: what
+    /// [`Dra::capacity`] says of nodes may have changed.
+    pub fn take_capacity_changed(&mut self) -> bool {
+        // Holds are counted again lazily: that they must be is already a change.
+        let changed = self.capacity_changed || self.holds_stale || self.allocator.is_none();
+        self.capacity_changed = false;
+        changed
+    }
+
+    /// The writes that give a pod its claims on `node`, with their devices held from now on; or
+    /// why `node` cannot serve them now (nothing is held then).
+    pub fn reserve(&mut self, namespace: &str, claims: &[ClaimRef], node: &str) -> Result<Vec<ClaimWrite>, String> {
+        let resolved = self.resolve(namespace, claims)?;
+        let Some(node_obj) = self.nodes.get(node).cloned() else {
+            return Err(format!("node {node} is gone"));
+        };
+        let mut writes = Vec::new();
+        let mut made: Vec<(String, Allocation)> = Vec::new();
+        let mut failure = None;
+        for (key, claim) in &resolved {
+            let name = claim.name_any();
+            if let Some(selector) = self.allocated(key, claim) {
+                if selector.as_ref().is_some_and(|s| !node_selector::matches(s, &node_obj)) {
+                    failure = Some(format!("ResourceClaim {key} is allocated to other nodes than {node}"));
+                    break;
+                }
+                let after_ours = allocation(claim).is_none();
+                writes.push(ClaimWrite { namespace: namespace.into(), name, allocation: None, after_ours });
+                continue;
+            }
+            let allocator = self.allocator();
+            match allocator.allocate(claim.spec.as_ref().unwrap_or(&ResourceClaimSpec::default()), &node_obj) {
+                Ok(a) => {
+                    allocator.hold(&a, true);
+                    writes.push(ClaimWrite {
+                        namespace: namespace.into(),
+                        name,
+                        allocation: Some(a.to_status()),
+                        after_ours: false,
+                    });
+                    made.push((key.clone(), a));
+                }
+                Err(e) => {
+                    failure = Some(format!("ResourceClaim {key} on {node}: {e}"));
+                    break;
+                }
+            }
+        }
+        if let Some(reason) = failure {
+            let allocator = self.allocator();
+            for (_, a) in &made {
+                allocator.hold(a, false);
+            }
+            return Err(reason);
+        }
+        self.pending.extend(made);
+        // Counted again with the new holders on next use.
+        self.holds_stale = true;
+        Ok(writes)
+    }
+
+    /// Writes that did not happen (the claim write or the bind failed): their devices are free
+    /// again, and pods waiting on devices are tried again.
+    pub fn release(&mut self, writes: &[ClaimWrite]) {
+        if self.forget(writes) {
+            self.woke = true;
+        }
+    }
+
+    /// Reservations of this cycle taken back before any was written (another member of the same
+    /// workload could not be served): nothing was freed that anyone waited for. Whether any
+    /// allocation was forgotten.
+    pub fn forget(&mut self, writes: &[ClaimWrite]) -> bool {
+        let mut freed = false;
+        for w in writes.iter().filter(|w| w.allocation.is_some()) {
+            freed |= self.pending.remove(&format!("{}/{}", w.namespace, w.name)).is_some();
+        }
+        if freed {
+            self.holds_stale = true;
+        }
+        freed
+    }
+}
+
+/// `status.allocation` of a claim.
+fn allocation(claim: &ResourceClaim) -> Option<&AllocationResult> {
+    claim.status.as_ref().and_then(|s| s.allocation.as_ref())
+}
+
+/// `task` restricted to where its claims can go: a `metadata.name In [...]` requirement in every
+/// required node-affinity term (a new term when it has none), and the nodes that give
+/// `firstAvailable` requests their first choice as a preferred term of the heaviest weight.
+pub fn restrict_to(task: &mut Task, feasible: Feasible) {
+    if !feasible.preferred.is_empty() {
+        let mut preferred = feasible.preferred;
+        preferred.sort();
+        let requirement =
+            SelectorRequirement { key: NODE_NAME_FIELD.to_string(), operator: SelectorOperator::In, values: preferred };
+        let preference = NodeSelectorTerm { match_expressions: Vec::new(), match_fields: vec![requirement] };
+        task.node_affinity.preferred.push(PreferredTerm { weight: MAX_PREFERRED_WEIGHT, preference });
+    }
+    let mut nodes = feasible.nodes;
+    nodes.sort();
+    let requirement =
+        SelectorRequirement { key: NODE_NAME_FIELD.to_string(), operator: SelectorOperator::In, values: nodes };
+    let terms = &mut task.node_affinity.required;
+    if terms.is_empty() {
+        terms.push(NodeSelectorTerm { match_expressions: Vec::new(), match_fields: vec![requirement] });
+    } else {
+        for t in terms.iter_mut() {
+            t.match_fields.push(requirement.clone());
+        }
+    }
+}
