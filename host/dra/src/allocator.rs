@@ -231,6 +231,16 @@ impl Allocator {
         }
     }
 
+    /// Hold one device (a tentative allocation being tried).
+    pub fn hold_device(&mut self, id: DeviceId) {
+        self.inventory.hold(id);
+    }
+
+    /// Release one device held with [`Allocator::hold_device`].
+    pub fn release_device(&mut self, id: &DeviceId) {
+        self.inventory.release(id);
+    }
+
     /// Count as held exactly the devices `claims` have allocated plus `more` (allocations written
     /// and not seen yet): what a watch of the cluster's claims shows now. The verdict tables stay.
     pub fn hold_only<'a>(

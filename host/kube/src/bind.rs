@@ -17,7 +17,7 @@ use wasmsched_api::DeviceShare;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimConsumerReference};
 
 use crate::convert::{GPU_IDS_ANNOTATION, NUMA_NODE_ANNOTATION, PodKey, gpu_ids};
-use crate::dra::{ClaimWrite, FINALIZER};
+use crate::dra::{ClaimWrite, FINALIZER, MadeClaim};
 use crate::workloads::PREEMPTION_REQUESTED_ANNOTATION;
 
 /// How a bind (or eviction) failed, which decides what happens to the pod.
@@ -294,21 +294,74 @@ impl Effects {
 
     /// Writes each of a pod's claims in turn ([`Effects::reserve_claim`]); when one fails, those
     /// written before it are taken back and the failure returned.
-    pub async fn reserve_claims(&self, key: &PodKey, uid: &str, writes: &[ClaimWrite]) -> Result<(), EffectError> {
-        for (i, write) in writes.iter().enumerate() {
-            if let Err(e) = self.reserve_claim(key, uid, write).await {
-                self.unreserve_claims(key, uid, &writes[..i]).await;
+    /// A claim still to be made for the pod's extended resources is created first (its name
+    /// replaces the placeholder in `writes`), and once all are written the pod's
+    /// `status.extendedResourceClaimStatus` names it with the container mappings, as the kubelet
+    /// reads them.
+    pub async fn reserve_claims(&self, key: &PodKey, uid: &str, writes: &mut [ClaimWrite]) -> Result<(), EffectError> {
+        for i in 0..writes.len() {
+            let result = match writes[i].create.clone() {
+                Some(made) => match self.create_claim(&made).await {
+                    Ok(name) => {
+                        writes[i].name = name;
+                        self.reserve_claim(key, uid, &writes[i]).await
+                    }
+                    Err(e) => Err(e),
+                },
+                None => self.reserve_claim(key, uid, &writes[i]).await,
+            };
+            if let Err(e) = result {
+                // A claim created here and not reserved is deleted with the rest.
+                let upto =
+                    if writes[i].create.is_some() && writes[i].name != placeholder(&writes[i]) { i + 1 } else { i };
+                self.unreserve_claims(key, uid, &writes[..upto]).await;
                 return Err(e);
             }
         }
+        if let Some(made) = writes.iter().find(|w| w.create.is_some()) {
+            let mappings = made.create.as_ref().map(|m| m.mappings.clone()).unwrap_or_default();
+            let patch = serde_json::json!({"status": {"extendedResourceClaimStatus": {
+                "resourceClaimName": made.name, "requestMappings": mappings}}});
+            let pods: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
+            if let Err(e) = pods.patch_status(&key.name, &PatchParams::default(), &Patch::Strategic(&patch)).await {
+                self.unreserve_claims(key, uid, writes).await;
+                return Err(EffectError::from_kube(e));
+            }
+        }
         Ok(())
+    }
+
+    /// Creates the claim for a pod's extended resources; the name the API server gave it.
+    async fn create_claim(&self, made: &MadeClaim) -> Result<String, EffectError> {
+        let namespace = made.claim.metadata.namespace.clone().unwrap_or_default();
+        let claims: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &namespace);
+        let mut claim = made.claim.clone();
+        claim.metadata.name = None;
+        // Allocated at once: protected from deletion while allocated, as any claim we allocate.
+        claim.metadata.finalizers = Some(vec![FINALIZER.to_string()]);
+        let created = claims.create(&PostParams::default(), &claim).await.map_err(claim_error)?;
+        created.metadata.name.ok_or_else(|| EffectError::Retryable("the API server named no claim".into()))
     }
 
     /// Takes back what [`Effects::reserve_claims`] wrote (the bind failed), logging what could
     /// not be: kube-scheduler leaves the same to the next attempt and the resource-claim controller.
     pub async fn unreserve_claims(&self, key: &PodKey, uid: &str, writes: &[ClaimWrite]) {
         for write in writes {
-            if let Err(e) = self.unreserve_claim(uid, write).await {
+            let made = write.create.is_some();
+            if made && write.name == placeholder(write) {
+                continue;
+            }
+            let mut result = self.unreserve_claim(uid, write).await;
+            if made && result.is_ok() {
+                // The claim made for the pod goes with the attempt, as kube-scheduler deletes it.
+                let claims: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &write.namespace);
+                result = match claims.delete(&write.name, &Default::default()).await {
+                    Ok(_) => Ok(()),
+                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                    Err(e) => Err(claim_error(e)),
+                };
+            }
+            if let Err(e) = result {
                 tracing::warn!(pod = %key, claim = %write.name, error = %e, "could not take back a claim's reservation");
             }
         }
@@ -354,6 +407,11 @@ impl Effects {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
         pods.evict(&key.name, &EvictParams::default()).await.map(drop).map_err(EffectError::from_kube)
     }
+}
+
+/// The placeholder name of a claim still to be made.
+fn placeholder(write: &ClaimWrite) -> String {
+    write.create.as_ref().and_then(|m| m.claim.metadata.name.clone()).unwrap_or_default()
 }
 
 /// How often a claim write is tried when others change the claim in between.

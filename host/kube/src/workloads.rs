@@ -45,6 +45,8 @@ pub struct PodFacts {
     pub labels: std::collections::BTreeMap<String, String>,
     /// Its DRA claims (`spec.resourceClaims`, resolved as far as the pod's status says).
     pub claims: Vec<crate::dra::ClaimRef>,
+    /// Its containers' requests, when one asks for an extended resource (DRA may serve those).
+    pub containers: Vec<crate::dra::extended::ContainerRequests>,
 }
 
 impl PodFacts {
@@ -69,6 +71,7 @@ impl PodFacts {
             created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
             labels: pod.metadata.labels.clone().unwrap_or_default(),
             claims: crate::dra::pod_claims(pod),
+            containers: crate::dra::extended::containers(pod),
         }
     }
 

@@ -1,6 +1,8 @@
 //! One cycle: the core sees the nodes that changed and the pods waiting, then decides.
 
 use super::*;
+use crate::convert::GPU_RESOURCE;
+use crate::dra::{ClaimRef, DraPod, MadeClaim, extended};
 
 impl Scheduler {
     /// Workloads whose eviction the disruption budgets would refuse (more of a budget's pods than
@@ -206,26 +208,65 @@ impl Scheduler {
         let mut any = false;
         let mut refusal = None;
         for task in tasks.iter_mut() {
-            let Some(facts) = self.ours.get(&task.id).filter(|f| !f.claims.is_empty()) else { continue };
-            any = true;
+            let Some(facts) = self.ours.get(&task.id) else { continue };
+            // Extended resources a DeviceClass serves (KEP-5004), through a claim made for the pod.
+            let names = facts.containers.iter().flat_map(|c| c.requests.keys()).filter(|n| extended::is_extended(n));
+            let served = self.objects.dra.classes_for(names.map(String::as_str));
+            if facts.claims.is_empty() && served.is_empty() {
+                continue;
+            }
             if !self.objects.dra.synced() {
+                any = true;
                 refusal = Some(
                     "waiting for the cluster's ResourceSlices, DeviceClasses and ResourceClaims to be listed".into(),
                 );
                 break;
             }
-            match self.objects.dra.feasible_nodes(&task.namespace, &facts.claims, self.cache.node_names()) {
-                Ok(feasible) => crate::dra::restrict_to(task, feasible),
+            let mut pod = DraPod { claims: facts.claims.clone(), made: None };
+            let mut candidates: Vec<&str> = self.cache.node_names().collect();
+            if !served.is_empty() {
+                // Only on nodes that do not offer the resources themselves (a device plugin).
+                let nodes = self.cache.nodes();
+                candidates.retain(|n| {
+                    let node = nodes.slot_of(n).and_then(|s| nodes.get(s));
+                    node.is_none_or(|node| !served.keys().any(|r| offers(node, r)))
+                });
+                let (name, uid) = (key_of(task).name, facts.uid.clone());
+                match self.objects.dra.made_claim_of(&task.namespace, &uid) {
+                    Some(claim) => pod.claims.push(ClaimRef {
+                        name: "extended resources".into(),
+                        claim: Some(claim),
+                        template: None,
+                    }),
+                    None => {
+                        pod.made = Some(MadeClaim::new(&task.namespace, &name, &uid, &facts.containers, &served));
+                    }
+                }
+            }
+            let made = pod.made.as_ref().map(|m| &m.claim);
+            match self.objects.dra.feasible_nodes(&task.namespace, &pod.claims, made, candidates.into_iter()) {
+                Ok(feasible) => {
+                    tracing::debug!(pod = %task.id, nodes = ?feasible.nodes, now = feasible.now, "DRA: where its claims can go");
+                    if served.contains_key(GPU_RESOURCE) {
+                        task.gpu = Default::default();
+                    }
+                    task.request.extended.retain(|(n, _)| !served.contains_key(n));
+                    crate::dra::restrict_to(task, feasible);
+                }
+                // Nothing of DRA's can serve it, but nodes offer its extended resources themselves.
+                Err(_) if facts.claims.is_empty() => continue,
                 Err(reason) => {
+                    any = true;
                     refusal = Some(reason);
                     break;
                 }
             }
+            any = true;
             // The devices its claims ask for, counted by class like extended resources: the core
             // then never places more than a node has free, a gang's members included, quotas
             // count them, and preemption frees them. A claim shared with a pod the core already
             // counts it for is not counted twice.
-            for (claim, wants) in self.objects.dra.requests(&task.namespace, &facts.claims) {
+            for (claim, wants) in self.objects.dra.requests(&task.namespace, &pod.claims, made) {
                 let other = self.objects.dra_counted.get(&claim).filter(|t| **t != task.id);
                 if other.is_some_and(|t| self.core.owner_of(t).is_some()) {
                     continue;
@@ -235,6 +276,7 @@ impl Scheduler {
                     add_extended(&mut task.request, &resource, n);
                 }
             }
+            self.objects.dra_pods.insert(task.id.clone(), pod);
         }
         if let Some(reason) = refusal {
             self.next.not_before.insert(key.to_string(), retry);
@@ -300,5 +342,14 @@ fn add_extended(r: &mut wasmsched_api::Resources, name: &str, n: u64) {
     match r.extended.binary_search_by(|(k, _)| k.as_str().cmp(name)) {
         Ok(i) => r.extended[i].1 += n,
         Err(i) => r.extended.insert(i, (name.to_string(), n)),
+    }
+}
+
+/// Whether `node` offers extended resource `name` itself (a device plugin's GPUs, say).
+fn offers(node: &Node, name: &str) -> bool {
+    if name == GPU_RESOURCE {
+        node.allocatable.gpu_milli > 0
+    } else {
+        node.allocatable.extended.iter().any(|(n, v)| n == name && *v > 0)
     }
 }

@@ -91,8 +91,8 @@ impl Scheduler {
             if refused.contains_key(workload) {
                 continue;
             }
-            let Some(facts) = self.ours.get(task).filter(|f| !f.claims.is_empty()) else { continue };
-            match self.objects.dra.reserve(&facts.task.namespace, &facts.claims, node) {
+            let (Some(facts), Some(pod)) = (self.ours.get(task), self.objects.dra_pods.get(task)) else { continue };
+            match self.objects.dra.reserve(&facts.task.namespace, &pod.claims, pod.made.as_ref(), node) {
                 Ok(writes) => {
                     self.in_flight.claims.insert(task.clone(), writes);
                     reserved.entry(workload).or_default().push(task);
@@ -339,7 +339,7 @@ impl Scheduler {
         pod: &PodFacts,
         node: String,
         devices: Vec<DeviceShare>,
-        claims: Vec<crate::dra::ClaimWrite>,
+        mut claims: Vec<crate::dra::ClaimWrite>,
         decided_in: Duration,
     ) {
         let (effects, leader, done) =
@@ -354,7 +354,7 @@ impl Scheduler {
             // Checked at the last moment: a replica that lost the lease writes nothing more.
             let result = if !*leader.borrow() {
                 Err(EffectError::NotLeader)
-            } else if let Err(e) = effects.reserve_claims(&key, &uid, &claims).await {
+            } else if let Err(e) = effects.reserve_claims(&key, &uid, &mut claims).await {
                 Err(e)
             } else {
                 let bound = effects.bind(&key, &uid, &node, &devices, numa).await;
@@ -420,6 +420,23 @@ impl Scheduler {
             Done::Bind { id, claims, result, took, decided_in } => {
                 if result.is_err() {
                     self.objects.dra.release(&claims);
+                }
+                // A claim made for the pod is known by its name from now on.
+                for w in claims.iter().filter(|_| result.is_ok()) {
+                    let Some(made) = &w.create else { continue };
+                    let placeholder = made.claim.metadata.name.clone().unwrap_or_default();
+                    self.objects.dra.created(&w.namespace, &placeholder, &w.name);
+                    if let Some(task) = self.objects.dra_counted.remove(&format!("{}/{placeholder}", w.namespace)) {
+                        self.objects.dra_counted.insert(format!("{}/{}", w.namespace, w.name), task);
+                    }
+                    if let Some(pod) = self.objects.dra_pods.get_mut(&id) {
+                        pod.made = None;
+                        pod.claims.push(crate::dra::ClaimRef {
+                            name: "extended resources".into(),
+                            claim: Some(w.name.clone()),
+                            template: None,
+                        });
+                    }
                 }
                 self.bind_done(id, result, took, decided_in)
             }

@@ -186,6 +186,8 @@ struct Objects {
     dra: crate::dra::Dra,
     /// A DRA watch failed (said once).
     dra_unserved: bool,
+    /// What each pod of ours submitted with claims asks of DRA, for its placement's allocation.
+    dra_pods: AHashMap<String, crate::dra::DraPod>,
     /// Claims whose devices the core counts through a task's requests, with that task.
     dra_counted: AHashMap<String, String>,
     /// DRA devices by class per node as the core last saw them: (resource, devices, held).

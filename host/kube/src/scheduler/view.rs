@@ -101,7 +101,7 @@ impl Scheduler {
 
     /// One of our pods finished or was deleted: it leaves the core (its gang keeps running).
     pub(super) fn pod_gone(&mut self, id: &str) {
-        if self.ours.get(id).is_some_and(|f| !f.claims.is_empty()) {
+        if self.objects.dra_pods.remove(id).is_some() {
             self.objects.dra_counted.retain(|_, task| task != id);
         }
         self.ours.remove(id);

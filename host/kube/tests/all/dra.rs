@@ -403,3 +403,68 @@ async fn a_queue_caps_the_devices_of_a_class_its_pods_claim() {
     assert!(devices_of(&api, &format!("ml/{waiting}-gpus")).is_empty(), "its claim is not allocated");
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_request_is_served_by_dra_devices_through_a_claim_made_for_the_pod() {
+    let api = FakeApi::new();
+    // The GPUs are DRA devices; the class says it serves `nvidia.com/gpu` (KEP-5004).
+    dra_node(&api, "n1", 4);
+    api.put(
+        Kind::DeviceClass,
+        json!({"metadata": {"name": "gpu"},
+               "spec": {"selectors": [{"cel": {"expression": format!("device.driver == '{DRIVER}'")}}],
+                        "extendedResourceName": "nvidia.com/gpu"}}),
+    );
+    api.put(Kind::Pod, pod("ml", "classic", NAME, 2, "4", "32Gi"));
+    api.put(Kind::Pod, pod("ml", "too-many", NAME, 3, "4", "32Gi"));
+    let running = start(&api, "scheduler", None);
+    eventually("bound", Duration::from_secs(20), || node_of(&api, "ml/classic").is_some()).await;
+    let p = api.get(Kind::Pod, "ml/classic").unwrap();
+    let status = &p["status"]["extendedResourceClaimStatus"];
+    let claim_name = status["resourceClaimName"].as_str().expect("the pod names its claim").to_string();
+    assert!(claim_name.starts_with("classic-extended-resources-"), "{claim_name}");
+    // One request for the container's GPUs, named by its index and the resource's among its requests.
+    assert_eq!(
+        status["requestMappings"],
+        json!([{"containerName": "trainer", "resourceName": "nvidia.com/gpu", "requestName": "container-0-request-2"}])
+    );
+    let c = api.get(Kind::ResourceClaim, &format!("ml/{claim_name}")).unwrap();
+    assert_eq!(c["metadata"]["annotations"]["resource.kubernetes.io/extended-resource-claim"], "true");
+    assert_eq!(c["metadata"]["ownerReferences"][0]["uid"], p["metadata"]["uid"]);
+    assert_eq!(c["metadata"]["ownerReferences"][0]["controller"], true);
+    assert_eq!(c["spec"]["devices"]["requests"][0]["exactly"]["count"], 2);
+    assert_eq!(devices_of(&api, &format!("ml/{claim_name}")), vec!["n1/gpu-0", "n1/gpu-1"]);
+    assert_eq!(reserved_for(&api, &format!("ml/{claim_name}")), vec![uid_of(&api, "ml/classic")]);
+    // Three more do not fit in the two left: counted by class, it waits with no claim made.
+    eventually("the second told why", Duration::from_secs(10), || {
+        message_of(&api, "ml/too-many").contains("insufficient deviceclass.resource.kubernetes.io/gpu")
+    })
+    .await;
+    assert_eq!(api.objects(Kind::ResourceClaim).len(), 1, "no claim made for a pod that waits");
+    running.stop().await;
+    support::assert_rbac_allows(&api, "rbac.yaml", &|n| !n.contains("leader"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claim_made_for_a_pod_whose_bind_fails_is_deleted() {
+    let api = FakeApi::new();
+    dra_node(&api, "n1", 2);
+    api.put(
+        Kind::DeviceClass,
+        json!({"metadata": {"name": "gpu"},
+               "spec": {"selectors": [{"cel": {"expression": format!("device.driver == '{DRIVER}'")}}],
+                        "extendedResourceName": "nvidia.com/gpu"}}),
+    );
+    api.put(Kind::Pod, pod("ml", "x", NAME, 2, "4", "32Gi"));
+    let fault = Fault { status: 500, reason: "InternalError", message: "etcd timeout".into(), bound_elsewhere: None };
+    api.state().bind_faults.insert("ml/x".into(), [fault].into());
+    let running = start(&api, "scheduler", None);
+    eventually("bound at the second try", Duration::from_secs(30), || node_of(&api, "ml/x").is_some()).await;
+    let claims = api.objects(Kind::ResourceClaim);
+    assert_eq!(claims.len(), 1, "the first attempt's claim is gone: {claims:?}");
+    let name = claims[0]["metadata"]["name"].as_str().unwrap();
+    let p = api.get(Kind::Pod, "ml/x").unwrap();
+    assert_eq!(p["status"]["extendedResourceClaimStatus"]["resourceClaimName"], name);
+    assert_eq!(devices_of(&api, &format!("ml/{name}")).len(), 2);
+    running.stop().await;
+}

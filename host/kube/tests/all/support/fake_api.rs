@@ -479,6 +479,18 @@ impl FakeApi {
             ["apis", "resource.k8s.io", "v1", "namespaces", ns, "resourceclaims", name] if m == Method::GET => {
                 self.get_one(Kind::ResourceClaim, &format!("{ns}/{name}"))
             }
+            ["apis", "resource.k8s.io", "v1", "namespaces", ns, "resourceclaims"] if m == Method::POST => {
+                self.create_claim(ns, body)
+            }
+            ["apis", "resource.k8s.io", "v1", "namespaces", ns, "resourceclaims", name] if m == Method::DELETE => {
+                match self.remove(Kind::ResourceClaim, &format!("{ns}/{name}")) {
+                    Some(obj) => respond(200, &obj),
+                    None => respond(
+                        404,
+                        &status(404, "NotFound", &format!("resourceclaims.resource.k8s.io \"{name}\" not found")),
+                    ),
+                }
+            }
             ["apis", "resource.k8s.io", "v1", "namespaces", ns, "resourceclaims", name] if m == Method::PUT => {
                 self.update_claim(ns, name, body, false)
             }
@@ -681,6 +693,9 @@ impl FakeApi {
         if let Some(node) = patch["status"].get("nominatedNodeName") {
             pod["status"]["nominatedNodeName"] = node.clone();
         }
+        if let Some(claim) = patch["status"].get("extendedResourceClaimStatus") {
+            pod["status"]["extendedResourceClaimStatus"] = claim.clone();
+        }
         let pod = s.upsert(Kind::Pod, pod);
         respond(200, &pod)
     }
@@ -702,6 +717,30 @@ impl FakeApi {
         obj["status"] = patch["status"].clone();
         let obj = s.upsert(kind, obj);
         respond(200, &obj)
+    }
+
+    /// A ResourceClaim created: `generateName` gets a random suffix, a status given is dropped (a
+    /// create never sets status).
+    fn create_claim(&self, ns: &str, mut body: Value) -> Response<Body> {
+        let mut s = self.state();
+        if body["metadata"]["name"].as_str().is_none_or(str::is_empty) {
+            let Some(prefix) = body["metadata"]["generateName"].as_str().map(String::from) else {
+                return respond(
+                    422,
+                    &status(422, "Invalid", "metadata.name: Required value: name or generateName is required"),
+                );
+            };
+            let suffix = format!("{:05x}", (s.rv * 2_654_435_761) % 0xfffff);
+            body["metadata"]["name"] = json!(format!("{prefix}{suffix}"));
+        }
+        body["metadata"]["namespace"] = json!(ns);
+        let key = (Kind::ResourceClaim, format!("{ns}/{}", body["metadata"]["name"].as_str().unwrap_or_default()));
+        if s.objects.contains_key(&key) {
+            return respond(409, &status(409, "AlreadyExists", "resourceclaims.resource.k8s.io already exists"));
+        }
+        body.as_object_mut().map(|o| o.remove("status"));
+        let obj = s.upsert(Kind::ResourceClaim, body);
+        respond(201, &obj)
     }
 
     /// A ResourceClaim update (`status`: of its status subresource), as strict as the real API

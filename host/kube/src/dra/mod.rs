@@ -12,6 +12,8 @@
 //! Devices allocated by any claim, whoever allocated it, are in use; allocations written here
 //! count as held until the watch shows them.
 
+pub mod extended;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use ahash::AHashMap;
@@ -72,6 +74,69 @@ pub struct ClaimWrite {
     /// Its allocation is being written for another pod of ours (a shared claim, a gang's
     /// members): the write waits a moment for it to land instead of failing at once.
     pub after_ours: bool,
+    /// The claim does not exist yet: it is created first (the claim for a pod's extended
+    /// resources), and deleted again if the pod is not bound. `name` is its placeholder until
+    /// then, the name the API server gave it after.
+    pub create: Option<MadeClaim>,
+}
+
+/// What a pod of ours asks of DRA: its claims (with the one made for its extended resources once
+/// it exists) and the claim still to be made for them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DraPod {
+    /// Its claims.
+    pub claims: Vec<ClaimRef>,
+    /// The claim to make for its extended resources served by DRA.
+    pub made: Option<MadeClaim>,
+}
+
+/// The claim made for a pod's extended resources served by DRA, before it exists.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MadeClaim {
+    /// The claim to create: `generateName`, the pod as controller, the annotation, the requests
+    /// (`metadata.name` is a placeholder no real claim can have).
+    pub claim: ResourceClaim,
+    /// Which container uses which request, for the pod's `status.extendedResourceClaimStatus`.
+    pub mappings: Vec<k8s_openapi::api::core::v1::ContainerExtendedResourceRequest>,
+}
+
+impl MadeClaim {
+    /// The claim for `served` (resource → DeviceClass) of pod `name` (`uid`) in `namespace`.
+    pub fn new(
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        containers: &[extended::ContainerRequests],
+        served: &BTreeMap<String, String>,
+    ) -> MadeClaim {
+        use k8s_openapi::api::resource::v1::DeviceClaim;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let (requests, mappings) = extended::requests_and_mappings(containers, served);
+        let generate = format!("{name}-extended-resources-");
+        let claim = ResourceClaim {
+            metadata: ObjectMeta {
+                // Ends in '-': no claim the API server made can be named so.
+                name: Some(generate.clone()),
+                generate_name: Some(generate),
+                namespace: Some(namespace.into()),
+                annotations: Some([(extended::CLAIM_ANNOTATION.to_string(), "true".to_string())].into()),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "v1".into(),
+                    kind: "Pod".into(),
+                    name: name.into(),
+                    uid: uid.into(),
+                    controller: Some(true),
+                    block_owner_deletion: None,
+                }]),
+                ..Default::default()
+            },
+            spec: Some(ResourceClaimSpec {
+                devices: Some(DeviceClaim { requests: Some(requests), ..Default::default() }),
+            }),
+            status: None,
+        };
+        MadeClaim { claim, mappings }
+    }
 }
 
 /// Objects of one kind by `namespace/name` (or `name`), with a re-list in progress.
@@ -201,12 +266,20 @@ fn together(
     only_free: bool,
 ) -> Result<Vec<Allocation>, wasmsched_dra::Unsatisfied> {
     let mut made = Vec::new();
+    // Only what this call held is released: as if none were held, an allocation may name
+    // devices other claims hold, and those stay held.
+    let mut held_here = Vec::new();
     let mut result = Ok(());
     for p in prepared {
         let attempt = if only_free { allocator.allocate_prepared(p, node) } else { allocator.compatible(p, node) };
         match attempt {
             Ok(a) => {
-                allocator.hold(&a, true);
+                for (_, id, admin) in &a.results {
+                    if !admin && !allocator.inventory().is_in_use(id) {
+                        allocator.hold_device(id.clone());
+                        held_here.push(id.clone());
+                    }
+                }
                 made.push(a);
             }
             Err(e) => {
@@ -215,8 +288,8 @@ fn together(
             }
         }
     }
-    for a in &made {
-        allocator.hold(a, false);
+    for id in &held_here {
+        allocator.release_device(id);
     }
     result.map(|()| made)
 }
@@ -225,6 +298,54 @@ impl Dra {
     /// Whether all three kinds have been listed: until then no pod with claims is tried.
     pub fn synced(&self) -> bool {
         self.slices.synced && self.classes.synced && self.claims.synced
+    }
+
+    /// The DeviceClass serving each of `resources` that one serves (KEP-5004): the class whose
+    /// `extendedResourceName` it is, or the class its implicit name
+    /// (`deviceclass.resource.kubernetes.io/<class>`) names.
+    pub fn classes_for<'r>(&self, resources: impl Iterator<Item = &'r str>) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        for resource in resources {
+            let explicit = self
+                .classes
+                .objects
+                .values()
+                .find(|c| c.spec.as_ref().and_then(|s| s.extended_resource_name.as_deref()) == Some(resource));
+            let class = match explicit {
+                Some(c) => c.name_any(),
+                None => match resource.strip_prefix("deviceclass.resource.kubernetes.io/") {
+                    Some(name) if self.classes.objects.contains_key(name) => name.to_string(),
+                    _ => continue,
+                },
+            };
+            out.insert(resource.to_string(), class);
+        }
+        out
+    }
+
+    /// The claim already made for the extended resources of pod `uid` in `namespace` (by this
+    /// scheduler before a restart, or by kube-scheduler): the one with the annotation whose
+    /// controller is the pod.
+    pub fn made_claim_of(&self, namespace: &str, uid: &str) -> Option<String> {
+        self.claims.objects.values().find_map(|c| {
+            let meta = &c.metadata;
+            let annotated =
+                meta.annotations.as_ref().and_then(|a| a.get(extended::CLAIM_ANNOTATION)).is_some_and(|v| v == "true");
+            let owned = meta.owner_references.iter().flatten().any(|o| o.controller == Some(true) && o.uid == uid);
+            (annotated && owned && meta.namespace.as_deref() == Some(namespace)).then(|| c.name_any())
+        })
+    }
+
+    /// A claim was created for a pod (its `placeholder` key until now): what is held for it,
+    /// until the watch shows it, is held under its real name.
+    pub fn created(&mut self, namespace: &str, placeholder: &str, name: &str) {
+        if let Some(a) = self.pending.remove(&format!("{namespace}/{placeholder}")) {
+            let key = format!("{namespace}/{name}");
+            if self.claims.objects.get(&key).is_none_or(|c| allocation(c).is_none()) {
+                self.pending.insert(key, a);
+            }
+            self.holds_stale = true;
+        }
     }
 
     /// Whether something changed since the last call that may let a waiting pod be placed.
@@ -325,8 +446,16 @@ impl Dra {
     }
 
     /// The claims of a pod in `namespace`: each with its object, or why it cannot be used yet.
-    fn resolve(&self, namespace: &str, claims: &[ClaimRef]) -> Result<Vec<(String, ResourceClaim)>, String> {
+    fn resolve(
+        &self,
+        namespace: &str,
+        claims: &[ClaimRef],
+        made: Option<&ResourceClaim>,
+    ) -> Result<Vec<(String, ResourceClaim)>, String> {
         let mut out = Vec::new();
+        if let Some(claim) = made {
+            out.push((key_of(&claim.metadata), claim.clone()));
+        }
         for c in claims {
             let Some(name) = &c.claim else {
                 let template = c.template.as_deref().unwrap_or("?");
@@ -368,9 +497,10 @@ impl Dra {
         &mut self,
         namespace: &str,
         claims: &[ClaimRef],
+        made: Option<&ResourceClaim>,
         candidates: impl Iterator<Item = &'n str>,
     ) -> Result<Feasible, String> {
-        let resolved = self.resolve(namespace, claims)?;
+        let resolved = self.resolve(namespace, claims, made)?;
         let nodes: Vec<Node> = candidates.filter_map(|n| self.nodes.get(n).cloned()).collect();
         let fixed: Vec<_> = resolved.iter().filter_map(|(k, c)| Some((k.clone(), self.allocated(k, c)?))).collect();
         let open: Vec<&ResourceClaim> =
@@ -435,8 +565,13 @@ impl Dra {
     /// `(claim, [(resource name, devices)])`: exact counts, and for `firstAvailable` alternatives
     /// of one class the smallest of their counts. `All`, and alternatives across classes, are
     /// checked when the claim is allocated, not counted. Admin access holds nothing.
-    pub fn requests(&self, namespace: &str, claims: &[ClaimRef]) -> Vec<(String, Vec<(String, u64)>)> {
-        let Ok(resolved) = self.resolve(namespace, claims) else { return Vec::new() };
+    pub fn requests(
+        &self,
+        namespace: &str,
+        claims: &[ClaimRef],
+        made: Option<&ResourceClaim>,
+    ) -> Vec<(String, Vec<(String, u64)>)> {
+        let Ok(resolved) = self.resolve(namespace, claims, made) else { return Vec::new() };
         let mut out = Vec::new();
         for (key, claim) in &resolved {
             if self.allocated(key, claim).is_some() {
@@ -497,8 +632,14 @@ impl Dra {
 
     /// The writes that give a pod its claims on `node`, with their devices held from now on; or
     /// why `node` cannot serve them now (nothing is held then).
-    pub fn reserve(&mut self, namespace: &str, claims: &[ClaimRef], node: &str) -> Result<Vec<ClaimWrite>, String> {
-        let resolved = self.resolve(namespace, claims)?;
+    pub fn reserve(
+        &mut self,
+        namespace: &str,
+        claims: &[ClaimRef],
+        to_make: Option<&MadeClaim>,
+        node: &str,
+    ) -> Result<Vec<ClaimWrite>, String> {
+        let resolved = self.resolve(namespace, claims, to_make.map(|m| &m.claim))?;
         let Some(node_obj) = self.nodes.get(node).cloned() else {
             return Err(format!("node {node} is gone"));
         };
@@ -513,18 +654,26 @@ impl Dra {
                     break;
                 }
                 let after_ours = allocation(claim).is_none();
-                writes.push(ClaimWrite { namespace: namespace.into(), name, allocation: None, after_ours });
+                writes.push(ClaimWrite {
+                    namespace: namespace.into(),
+                    name,
+                    allocation: None,
+                    after_ours,
+                    create: None,
+                });
                 continue;
             }
             let allocator = self.allocator();
             match allocator.allocate(claim.spec.as_ref().unwrap_or(&ResourceClaimSpec::default()), &node_obj) {
                 Ok(a) => {
                     allocator.hold(&a, true);
+                    let create = to_make.filter(|m| key_of(&m.claim.metadata) == *key).cloned();
                     writes.push(ClaimWrite {
                         namespace: namespace.into(),
                         name,
                         allocation: Some(a.to_status()),
                         after_ours: false,
+                        create,
                     });
                     made.push((key.clone(), a));
                 }
@@ -535,10 +684,8 @@ impl Dra {
             }
         }
         if let Some(reason) = failure {
-            let allocator = self.allocator();
-            for (_, a) in &made {
-                allocator.hold(a, false);
-            }
+            // Counted again from the claims: a device several claims may share stays held.
+            self.holds_stale = true;
             return Err(reason);
         }
         self.pending.extend(made);
@@ -562,6 +709,10 @@ impl Dra {
         let mut freed = false;
         for w in writes.iter().filter(|w| w.allocation.is_some()) {
             freed |= self.pending.remove(&format!("{}/{}", w.namespace, w.name)).is_some();
+            // A claim to be made is held under its placeholder (it may have been named since).
+            if let Some(placeholder) = w.create.as_ref().and_then(|m| m.claim.metadata.name.as_ref()) {
+                freed |= self.pending.remove(&format!("{}/{placeholder}", w.namespace)).is_some();
+            }
         }
         if freed {
             self.holds_stale = true;
@@ -598,5 +749,55 @@ pub fn restrict_to(task: &mut Task, feasible: Feasible) {
         for t in terms.iter_mut() {
             t.match_fields.push(requirement.clone());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn object<K: serde::de::DeserializeOwned>(v: serde_json::Value) -> K {
+        serde_json::from_value(v).unwrap()
+    }
+
+    /// One node of four devices, three of them held by another claim.
+    fn cluster() -> Dra {
+        let mut dra = Dra::default();
+        dra.apply_node(&object(json!({"metadata": {"name": "n1"}})));
+        let devices: Vec<_> = (0..4).map(|i| json!({"name": format!("d{i}")})).collect();
+        dra.slice_event(Event::Apply(object(json!({"metadata": {"name": "s"}, "spec": {
+            "driver": "x.example.com", "nodeName": "n1", "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+            "devices": devices}}))));
+        dra.class_event(Event::Apply(object(json!({"metadata": {"name": "x"}, "spec": {}}))));
+        let results: Vec<_> = (0..3)
+            .map(|i| json!({"request": "r", "driver": "x.example.com", "pool": "n1", "device": format!("d{i}")}))
+            .collect();
+        dra.claim_event(Event::Apply(object(json!({"metadata": {"name": "held", "namespace": "ns"},
+            "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "x", "count": 3}}]}},
+            "status": {"allocation": {"devices": {"results": results}}}}))));
+        for (name, n) in [("big", 4), ("small", 2)] {
+            dra.claim_event(Event::Apply(object(json!({"metadata": {"name": name, "namespace": "ns"},
+                "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "x", "count": n}}]}}}))));
+        }
+        dra
+    }
+
+    fn claim(name: &str) -> Vec<ClaimRef> {
+        vec![ClaimRef { name: "c".into(), claim: Some(name.into()), template: None }]
+    }
+
+    #[test]
+    fn looking_where_a_claim_could_go_if_devices_were_freed_frees_none() {
+        let mut dra = cluster();
+        let big = dra.feasible_nodes("ns", &claim("big"), None, ["n1"].into_iter()).unwrap();
+        assert_eq!((big.nodes.as_slice(), big.now), (["n1".to_string()].as_slice(), false), "only were devices freed");
+        // The other claim's three devices are still held: two are not free now, anywhere.
+        let small = dra.feasible_nodes("ns", &claim("small"), None, ["n1"].into_iter()).unwrap();
+        assert!(!small.now, "{small:?}");
+        let refused = dra.reserve("ns", &claim("small"), None, "n1").unwrap_err();
+        assert!(refused.contains("1 free"), "{refused}");
+        // Nor does a refused reservation free what others hold.
+        assert!(dra.reserve("ns", &claim("small"), None, "n1").is_err());
     }
 }
