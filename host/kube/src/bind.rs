@@ -223,7 +223,10 @@ impl Effects {
         let mut tries = 0;
         while tries < CLAIM_WRITE_TRIES {
             tries += 1;
-            let mut claim = claims.get(&write.name).await.map_err(claim_error)?;
+            let mut claim = match write.seen.clone().filter(|_| tries == 1) {
+                Some(seen) => seen,
+                None => claims.get(&write.name).await.map_err(claim_error)?,
+            };
             if claim.metadata.deletion_timestamp.is_some() {
                 return Err(EffectError::Retryable(format!("ResourceClaim {} is being deleted", write.name)));
             }
@@ -302,8 +305,9 @@ impl Effects {
         for i in 0..writes.len() {
             let result = match writes[i].create.clone() {
                 Some(made) => match self.create_claim(&made).await {
-                    Ok(name) => {
-                        writes[i].name = name;
+                    Ok(created) => {
+                        writes[i].name = created.metadata.name.clone().unwrap_or_default();
+                        writes[i].seen = Some(created);
                         self.reserve_claim(key, uid, &writes[i]).await
                     }
                     Err(e) => Err(e),
@@ -331,8 +335,8 @@ impl Effects {
         Ok(())
     }
 
-    /// Creates the claim for a pod's extended resources; the name the API server gave it.
-    async fn create_claim(&self, made: &MadeClaim) -> Result<String, EffectError> {
+    /// Creates the claim for a pod's extended resources, as the API server stored it (named).
+    async fn create_claim(&self, made: &MadeClaim) -> Result<ResourceClaim, EffectError> {
         let namespace = made.claim.metadata.namespace.clone().unwrap_or_default();
         let claims: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &namespace);
         let mut claim = made.claim.clone();
@@ -340,7 +344,10 @@ impl Effects {
         // Allocated at once: protected from deletion while allocated, as any claim we allocate.
         claim.metadata.finalizers = Some(vec![FINALIZER.to_string()]);
         let created = claims.create(&PostParams::default(), &claim).await.map_err(claim_error)?;
-        created.metadata.name.ok_or_else(|| EffectError::Retryable("the API server named no claim".into()))
+        match created.metadata.name {
+            Some(_) => Ok(created),
+            None => Err(EffectError::Retryable("the API server named no claim".into())),
+        }
     }
 
     /// Takes back what [`Effects::reserve_claims`] wrote (the bind failed), logging what could

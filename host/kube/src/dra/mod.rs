@@ -16,7 +16,7 @@ pub mod extended;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ahash::AHashMap;
+use ahash::{AHashMap, AHashSet};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::{AllocationResult, DeviceClass, ResourceClaim, ResourceClaimSpec, ResourceSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -25,7 +25,7 @@ use kube::runtime::watcher::Event;
 use wasmsched_api::{
     MAX_PREFERRED_WEIGHT, NODE_NAME_FIELD, NodeSelectorTerm, PreferredTerm, SelectorOperator, SelectorRequirement, Task,
 };
-use wasmsched_dra::{Allocation, Allocator, DeviceId, Inventory, node_selector};
+use wasmsched_dra::{Allocation, Allocator, DeviceId, Inventory, Reach, node_selector};
 
 /// The finalizer kube-scheduler puts on a claim it allocates: the claim is not deleted while
 /// allocated (the resource-claim controller removes it once the claim is deallocated).
@@ -78,6 +78,9 @@ pub struct ClaimWrite {
     /// resources), and deleted again if the pod is not bound. `name` is its placeholder until
     /// then, the name the API server gave it after.
     pub create: Option<MadeClaim>,
+    /// The claim as the watch last showed it: the first write is tried on it (kube-scheduler
+    /// writes on its informer's copy too); a conflict reads it from the API server.
+    pub seen: Option<ResourceClaim>,
 }
 
 /// What a pod of ours asks of DRA: its claims (with the one made for its extended resources once
@@ -210,10 +213,17 @@ pub struct Dra {
     woke: bool,
     /// Why the last pools were refused (logged when it changes).
     refused: BTreeSet<String>,
-    /// Which claim holds each held device (admin access holds none).
-    holders: AHashMap<DeviceId, String>,
-    /// The devices or their holds changed since [`Dra::take_capacity_changed`].
-    capacity_changed: bool,
+    /// Answers of [`Dra::feasible_nodes`] by the shape of the question, while holds stay.
+    shapes: AHashMap<u64, Result<Feasible, String>>,
+    /// The claims holding each held device (admin access holds none; one claim but for a
+    /// device several may share).
+    holders: AHashMap<DeviceId, Vec<String>>,
+    /// The devices each claim holds.
+    held_by: AHashMap<String, Vec<DeviceId>>,
+    /// Nodes whose devices or holds changed since [`Dra::take_changed_nodes`] (`None`: any).
+    changed_nodes: Option<AHashSet<String>>,
+    /// The node each device is local to (`None`: reached by several).
+    device_nodes: AHashMap<DeviceId, Option<String>>,
 }
 
 /// Where a pod's claims can go.
@@ -234,27 +244,39 @@ pub fn class_resource(class: &str) -> String {
     format!("deviceclass.resource.kubernetes.io/{class}")
 }
 
-/// Each device the claims' allocations (and the allocations being written) hold, with its claim.
+/// Each device the claims' allocations (and the allocations being written) hold, with the claims
+/// holding it; and each claim's devices.
+#[allow(clippy::type_complexity)]
 fn holders(
     claims: &AHashMap<String, ResourceClaim>,
     pending: &AHashMap<String, Allocation>,
-) -> AHashMap<DeviceId, String> {
-    let mut out = AHashMap::new();
+) -> (AHashMap<DeviceId, Vec<String>>, AHashMap<String, Vec<DeviceId>>) {
+    let mut held_by: AHashMap<String, Vec<DeviceId>> = AHashMap::new();
     for (key, claim) in claims {
         let Some(devices) = allocation(claim).and_then(|a| a.devices.as_ref()) else { continue };
-        for r in devices.results.iter().flatten().filter(|r| r.admin_access != Some(true)) {
-            let id = DeviceId { driver: r.driver.clone(), pool: r.pool.clone(), device: r.device.clone() };
-            out.insert(id, key.clone());
+        let ids = devices.results.iter().flatten().filter(|r| r.admin_access != Some(true));
+        let ids: Vec<DeviceId> = ids
+            .map(|r| DeviceId { driver: r.driver.clone(), pool: r.pool.clone(), device: r.device.clone() })
+            .collect();
+        if !ids.is_empty() {
+            held_by.insert(key.clone(), ids);
         }
     }
     for (key, a) in pending {
-        for (_, id, admin) in &a.results {
-            if !admin {
-                out.insert(id.clone(), key.clone());
+        if !held_by.contains_key(key) {
+            let ids: Vec<DeviceId> = a.results.iter().filter(|r| !r.2).map(|r| r.1.clone()).collect();
+            if !ids.is_empty() {
+                held_by.insert(key.clone(), ids);
             }
         }
     }
-    out
+    let mut holders: AHashMap<DeviceId, Vec<String>> = AHashMap::new();
+    for (key, ids) in &held_by {
+        for id in ids {
+            holders.entry(id.clone()).or_default().push(key.clone());
+        }
+    }
+    (holders, held_by)
 }
 
 /// Allocates each prepared claim on `node` in turn, each holding its devices while the next looks
@@ -339,12 +361,14 @@ impl Dra {
     /// A claim was created for a pod (its `placeholder` key until now): what is held for it,
     /// until the watch shows it, is held under its real name.
     pub fn created(&mut self, namespace: &str, placeholder: &str, name: &str) {
-        if let Some(a) = self.pending.remove(&format!("{namespace}/{placeholder}")) {
+        let placeholder = format!("{namespace}/{placeholder}");
+        if let Some(a) = self.pending.remove(&placeholder) {
             let key = format!("{namespace}/{name}");
             if self.claims.objects.get(&key).is_none_or(|c| allocation(c).is_none()) {
-                self.pending.insert(key, a);
+                self.pending.insert(key.clone(), a);
             }
-            self.holds_stale = true;
+            self.rehold(&placeholder);
+            self.rehold(&key);
         }
     }
 
@@ -383,24 +407,77 @@ impl Dra {
         for (before, after) in changes {
             let held_before = before.as_ref().is_some_and(|c| allocation(c).is_some());
             let held_after = after.as_ref().is_some_and(|c| allocation(c).is_some());
-            if held_before != held_after || held_after {
-                self.holds_stale = true;
-            }
             // Freed devices, or a claim a pod waits for now exists.
             if (held_before && !held_after) || before.is_none() {
                 self.woke = true;
             }
-            match &after {
-                Some(c) if held_after => {
-                    self.pending.remove(&key_of(&c.metadata));
-                }
-                None => {
-                    if let Some(b) = &before {
-                        self.pending.remove(&key_of(&b.metadata));
+            let Some(key) = after.as_ref().or(before.as_ref()).map(|c| key_of(&c.metadata)) else { continue };
+            if held_after || after.is_none() {
+                self.pending.remove(&key);
+            }
+            self.rehold(&key);
+        }
+    }
+
+    /// Holds exactly the devices claim `key` has now — its allocation as the watch shows it, else
+    /// the one being written — one claim at a time, so a claim written costs its own devices, not
+    /// a count of every claim's.
+    fn rehold(&mut self, key: &str) {
+        let devices = |a: &AllocationResult| -> Vec<DeviceId> {
+            a.devices
+                .iter()
+                .flat_map(|d| d.results.iter().flatten())
+                .filter(|r| r.admin_access != Some(true))
+                .map(|r| DeviceId { driver: r.driver.clone(), pool: r.pool.clone(), device: r.device.clone() })
+                .collect()
+        };
+        let now: Vec<DeviceId> = match self.claims.objects.get(key).and_then(allocation) {
+            Some(a) => devices(a),
+            None => self
+                .pending
+                .get(key)
+                .map(|a| a.results.iter().filter(|r| !r.2).map(|r| r.1.clone()).collect())
+                .unwrap_or_default(),
+        };
+        let before = self.held_by.remove(key).unwrap_or_default();
+        if before != now {
+            for id in &before {
+                let keys = self.holders.entry(id.clone()).or_default();
+                keys.retain(|k| k != key);
+                if keys.is_empty() {
+                    self.holders.remove(id);
+                    if let Some(a) = self.allocator.as_mut() {
+                        a.release_device(id);
                     }
                 }
-                _ => {}
+                self.mark(id);
             }
+            for id in &now {
+                let keys = self.holders.entry(id.clone()).or_default();
+                if !keys.iter().any(|k| k == key) {
+                    keys.push(key.to_string());
+                }
+                if let Some(a) = self.allocator.as_mut() {
+                    a.hold_device(id.clone());
+                }
+                self.mark(id);
+            }
+            self.shapes.clear();
+        }
+        if !now.is_empty() {
+            self.held_by.insert(key.to_string(), now);
+        }
+    }
+
+    /// The node of a device whose hold changed is seen again (every node, for a device several reach).
+    fn mark(&mut self, id: &DeviceId) {
+        match (self.device_nodes.get(id), self.changed_nodes.as_mut()) {
+            (Some(Some(node)), Some(changed)) => {
+                changed.insert(node.clone());
+            }
+            (Some(None), _) => self.changed_nodes = None,
+            // Not a device of a complete pool: no node counts it.
+            _ => {}
         }
     }
 
@@ -416,12 +493,15 @@ impl Dra {
             ..Default::default()
         };
         self.nodes.insert(name, bare);
+        self.shapes.clear();
+        self.changed_nodes = None;
         self.woke = true;
     }
 
     /// A node left.
     pub fn delete_node(&mut self, name: &str) {
         self.nodes.remove(name);
+        self.shapes.clear();
     }
 
     /// The allocator with the devices held right now.
@@ -434,13 +514,29 @@ impl Dra {
             }
             self.refused = now;
             self.holds_stale = true;
-            self.capacity_changed = true;
+            self.changed_nodes = None;
+            self.device_nodes = inventory
+                .devices()
+                .iter()
+                .map(|d| {
+                    (
+                        d.id.clone(),
+                        match &d.reach {
+                            Reach::Node(n) => Some(n.clone()),
+                            _ => None,
+                        },
+                    )
+                })
+                .collect();
             Allocator::new(inventory, self.classes.objects.values().cloned())
         });
         if std::mem::take(&mut self.holds_stale) {
+            self.shapes.clear();
             allocator.hold_only(self.claims.objects.values(), self.pending.values());
-            self.holders = holders(&self.claims.objects, &self.pending);
-            self.capacity_changed = true;
+            let (holders, held_by) = holders(&self.claims.objects, &self.pending);
+            self.holders = holders;
+            self.held_by = held_by;
+            self.changed_nodes = None;
         }
         allocator
     }
@@ -501,7 +597,7 @@ impl Dra {
         candidates: impl Iterator<Item = &'n str>,
     ) -> Result<Feasible, String> {
         let resolved = self.resolve(namespace, claims, made)?;
-        let nodes: Vec<Node> = candidates.filter_map(|n| self.nodes.get(n).cloned()).collect();
+        let candidates: Vec<&str> = candidates.collect();
         let fixed: Vec<_> = resolved.iter().filter_map(|(k, c)| Some((k.clone(), self.allocated(k, c)?))).collect();
         let open: Vec<&ResourceClaim> =
             resolved.iter().filter(|(k, c)| self.allocated(k, c).is_none()).map(|(_, c)| c).collect();
@@ -514,10 +610,26 @@ impl Dra {
                 Err(e) => return Err(format!("ResourceClaim {}: {e}", key_of(&c.metadata))),
             }
         }
+        // Pods of one shape (claims from one template, say) get one answer while the devices and
+        // their holds stay as they are: a backlog of them costs one scan of the nodes, not one each.
+        let shape = {
+            use std::hash::{BuildHasher, Hash, Hasher};
+            let specs: Vec<_> = open.iter().map(|c| &c.spec).collect();
+            let mut h = self.shapes.hasher().build_hasher();
+            serde_json::to_string(&(specs, &fixed)).unwrap_or_default().hash(&mut h);
+            candidates.hash(&mut h);
+            h.finish()
+        };
+        if let Some(answer) = self.shapes.get(&shape) {
+            return answer.clone();
+        }
+        let nodes: Vec<Node> = candidates.iter().filter_map(|n| self.nodes.get(*n).cloned()).collect();
+        let Some(allocator) = self.allocator.as_mut() else { return Err("no DRA devices".into()) };
         // The first alternative of each `firstAvailable` request: nodes that can give every one
         // its first choice are preferred, as kube-scheduler scores them.
         let first_choices: BTreeSet<String> = open
             .iter()
+            .copied()
             .flat_map(|c| c.spec.iter().flat_map(|s| &s.devices).flat_map(|d| d.requests.iter().flatten()))
             .filter_map(|r| Some(format!("{}/{}", r.name, r.first_available.as_ref()?.first()?.name)))
             .collect();
@@ -548,7 +660,9 @@ impl Dra {
                 if preferred.len() == feasible.len() {
                     preferred.clear();
                 }
-                return Ok(Feasible { nodes: feasible, preferred, now: only_free });
+                let answer = Ok(Feasible { nodes: feasible, preferred, now: only_free });
+                self.shapes.insert(shape, answer.clone());
+                return answer;
             }
             reasons.push(why);
         }
@@ -558,7 +672,9 @@ impl Dra {
         by_count.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
         let parts: Vec<String> = by_count.iter().take(3).map(|(n, r)| format!("{n} node(s): {r}")).collect();
         let more = if by_count.len() > 3 { format!("; {} other reasons", by_count.len() - 3) } else { String::new() };
-        Err(format!("0/{} nodes can serve its ResourceClaims: {}{more}", nodes.len(), parts.join("; ")))
+        let answer = Err(format!("0/{} nodes can serve its ResourceClaims: {}{more}", nodes.len(), parts.join("; ")));
+        self.shapes.insert(shape, answer.clone());
+        answer
     }
 
     /// What a pod's claims not allocated yet ask of each DeviceClass, as the core counts it:
@@ -615,19 +731,21 @@ impl Dra {
             .class_devices(&node)
             .into_iter()
             .map(|(class, ids)| {
-                let held = ids.iter().filter(|id| holders.get(*id).is_some_and(|c| !counted_by_core(c))).count();
+                let held = ids
+                    .iter()
+                    .filter(|id| holders.get(*id).is_some_and(|c| c.iter().any(|c| !counted_by_core(c))))
+                    .count();
                 (class_resource(&class), ids.len() as u64, held as u64)
             })
             .collect()
     }
 
-    /// Whether the devices held, or the devices themselves, changed since the last call: what
-    /// [`Dra::capacity`] says of nodes may have changed.
-    pub fn take_capacity_changed(&mut self) -> bool {
-        // Holds are counted again lazily: that they must be is already a change.
-        let changed = self.capacity_changed || self.holds_stale || self.allocator.is_none();
-        self.capacity_changed = false;
-        changed
+    /// The nodes whose devices, or the holds on them, changed since the last call (`None`: any
+    /// may have): what [`Dra::capacity`] says of them may have changed.
+    pub fn take_changed_nodes(&mut self) -> Option<Vec<String>> {
+        self.allocator();
+        let changed = self.changed_nodes.replace(AHashSet::new());
+        changed.map(|c| c.into_iter().collect())
     }
 
     /// The writes that give a pod its claims on `node`, with their devices held from now on; or
@@ -660,6 +778,7 @@ impl Dra {
                     allocation: None,
                     after_ours,
                     create: None,
+                    seen: Some(claim.clone()).filter(|_| !after_ours),
                 });
                 continue;
             }
@@ -668,12 +787,14 @@ impl Dra {
                 Ok(a) => {
                     allocator.hold(&a, true);
                     let create = to_make.filter(|m| key_of(&m.claim.metadata) == *key).cloned();
+                    let seen = create.is_none().then(|| claim.clone());
                     writes.push(ClaimWrite {
                         namespace: namespace.into(),
                         name,
                         allocation: Some(a.to_status()),
                         after_ours: false,
                         create,
+                        seen,
                     });
                     made.push((key.clone(), a));
                 }
@@ -688,9 +809,10 @@ impl Dra {
             self.holds_stale = true;
             return Err(reason);
         }
-        self.pending.extend(made);
-        // Counted again with the new holders on next use.
-        self.holds_stale = true;
+        for (key, a) in made {
+            self.pending.insert(key.clone(), a);
+            self.rehold(&key);
+        }
         Ok(writes)
     }
 
@@ -708,14 +830,17 @@ impl Dra {
     pub fn forget(&mut self, writes: &[ClaimWrite]) -> bool {
         let mut freed = false;
         for w in writes.iter().filter(|w| w.allocation.is_some()) {
-            freed |= self.pending.remove(&format!("{}/{}", w.namespace, w.name)).is_some();
+            let mut keys = vec![format!("{}/{}", w.namespace, w.name)];
             // A claim to be made is held under its placeholder (it may have been named since).
             if let Some(placeholder) = w.create.as_ref().and_then(|m| m.claim.metadata.name.as_ref()) {
-                freed |= self.pending.remove(&format!("{}/{placeholder}", w.namespace)).is_some();
+                keys.push(format!("{}/{placeholder}", w.namespace));
             }
-        }
-        if freed {
-            self.holds_stale = true;
+            for key in keys {
+                if self.pending.remove(&key).is_some() {
+                    freed = true;
+                    self.rehold(&key);
+                }
+            }
         }
         freed
     }
@@ -726,28 +851,34 @@ fn allocation(claim: &ResourceClaim) -> Option<&AllocationResult> {
     claim.status.as_ref().and_then(|s| s.allocation.as_ref())
 }
 
-/// `task` restricted to where its claims can go: a `metadata.name In [...]` requirement in every
-/// required node-affinity term (a new term when it has none), and the nodes that give
+/// `task` restricted to where its claims can go, among `all` the cluster's nodes: a requirement
+/// on the node's name in every required node-affinity term (a new term when it has none) —
+/// none when every node will do, `NotIn` the others when they are fewer (every filter call reads
+/// the list: a short one keeps a large cluster's filters cheap) — and the nodes that give
 /// `firstAvailable` requests their first choice as a preferred term of the heaviest weight.
-pub fn restrict_to(task: &mut Task, feasible: Feasible) {
+pub fn restrict_to<'a>(task: &mut Task, feasible: Feasible, all: impl Iterator<Item = &'a str>) {
+    let name_term = |operator, mut values: Vec<String>| {
+        values.sort();
+        let requirement = SelectorRequirement { key: NODE_NAME_FIELD.to_string(), operator, values };
+        NodeSelectorTerm { match_expressions: Vec::new(), match_fields: vec![requirement] }
+    };
+    let feasible_set: AHashSet<&str> = feasible.nodes.iter().map(String::as_str).collect();
+    let others: Vec<String> = all.filter(|n| !feasible_set.contains(n)).map(String::from).collect();
     if !feasible.preferred.is_empty() {
-        let mut preferred = feasible.preferred;
-        preferred.sort();
-        let requirement =
-            SelectorRequirement { key: NODE_NAME_FIELD.to_string(), operator: SelectorOperator::In, values: preferred };
-        let preference = NodeSelectorTerm { match_expressions: Vec::new(), match_fields: vec![requirement] };
+        let preference = name_term(SelectorOperator::In, feasible.preferred);
         task.node_affinity.preferred.push(PreferredTerm { weight: MAX_PREFERRED_WEIGHT, preference });
     }
-    let mut nodes = feasible.nodes;
-    nodes.sort();
-    let requirement =
-        SelectorRequirement { key: NODE_NAME_FIELD.to_string(), operator: SelectorOperator::In, values: nodes };
+    let term = match others.len() {
+        0 => return,
+        n if n < feasible.nodes.len() => name_term(SelectorOperator::NotIn, others),
+        _ => name_term(SelectorOperator::In, feasible.nodes),
+    };
     let terms = &mut task.node_affinity.required;
     if terms.is_empty() {
-        terms.push(NodeSelectorTerm { match_expressions: Vec::new(), match_fields: vec![requirement] });
+        terms.push(term);
     } else {
         for t in terms.iter_mut() {
-            t.match_fields.push(requirement.clone());
+            t.match_fields.extend(term.match_fields.iter().cloned());
         }
     }
 }

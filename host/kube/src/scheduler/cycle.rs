@@ -64,8 +64,8 @@ impl Scheduler {
 
     /// DRA devices or their holds changed: the core sees again each node whose device counts
     /// by class changed.
-    pub(super) fn dra_capacity_changed(&mut self) {
-        let names: Vec<String> = self.cache.node_names().map(String::from).collect();
+    pub(super) fn dra_capacity_changed(&mut self, changed: Option<Vec<String>>) {
+        let names: Vec<String> = changed.unwrap_or_else(|| self.cache.node_names().map(String::from).collect());
         let (core, counted) = (&self.core, &self.objects.dra_counted);
         let counted_by_core = |claim: &str| counted.get(claim).is_some_and(|t| core.owner_of(t).is_some());
         for name in names {
@@ -251,7 +251,7 @@ impl Scheduler {
                         task.gpu = Default::default();
                     }
                     task.request.extended.retain(|(n, _)| !served.contains_key(n));
-                    crate::dra::restrict_to(task, feasible);
+                    crate::dra::restrict_to(task, feasible, self.cache.node_names());
                 }
                 // Nothing of DRA's can serve it, but nodes offer its extended resources themselves.
                 Err(_) if facts.claims.is_empty() => continue,
@@ -312,8 +312,9 @@ impl Scheduler {
         if self.objects.dra.take_woken() {
             self.dra_woken();
         }
-        if self.objects.dra.take_capacity_changed() {
-            self.dra_capacity_changed();
+        let changed = self.objects.dra.take_changed_nodes();
+        if changed.as_ref().is_none_or(|c| !c.is_empty()) {
+            self.dra_capacity_changed(changed);
         }
         self.timers.last_cycle = Instant::now();
         let now = self.now();
