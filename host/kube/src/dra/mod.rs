@@ -720,9 +720,10 @@ impl Dra {
     }
 
     /// Per DeviceClass with devices usable from `node`: `(resource name, devices, held)`, where
-    /// held leaves out the devices of claims `counted_by_core` names (the core counts those
-    /// through the requests of the tasks it placed).
-    pub fn capacity(&mut self, node: &str, counted_by_core: &dyn Fn(&str) -> bool) -> Vec<(String, u64, u64)> {
+    /// held leaves out the devices of a claim `counted_by_core(claim, resource)` says the core
+    /// counts under that resource (through the requests of the tasks it placed). A device of two
+    /// classes is held in the other class's count too: the core counted it under one.
+    pub fn capacity(&mut self, node: &str, counted_by_core: &dyn Fn(&str, &str) -> bool) -> Vec<(String, u64, u64)> {
         let Some(node) = self.nodes.get(node).cloned() else { return Vec::new() };
         self.allocator();
         let holders = &self.holders;
@@ -731,11 +732,12 @@ impl Dra {
             .class_devices(&node)
             .into_iter()
             .map(|(class, ids)| {
+                let resource = class_resource(&class);
                 let held = ids
                     .iter()
-                    .filter(|id| holders.get(*id).is_some_and(|c| c.iter().any(|c| !counted_by_core(c))))
+                    .filter(|id| holders.get(*id).is_some_and(|c| c.iter().any(|c| !counted_by_core(c, &resource))))
                     .count();
-                (class_resource(&class), ids.len() as u64, held as u64)
+                (resource, ids.len() as u64, held as u64)
             })
             .collect()
     }

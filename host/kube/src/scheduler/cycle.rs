@@ -47,7 +47,9 @@ impl Scheduler {
         // DRA devices by class: all of them, and those held by claims the core does not count
         // through its own tasks' requests (others' claims, claims of pods gone or not ours).
         let (core, counted) = (&self.core, &self.objects.dra_counted);
-        let counted_by_core = |claim: &str| counted.get(claim).is_some_and(|t| core.owner_of(t).is_some());
+        let counted_by_core = |claim: &str, resource: &str| {
+            counted.get(claim).is_some_and(|(t, rs)| rs.iter().any(|r| r == resource) && core.owner_of(t).is_some())
+        };
         let capacity = self.objects.dra.capacity(name, &counted_by_core);
         for (resource, devices, held) in &capacity {
             add_extended(&mut node.allocatable, resource, *devices);
@@ -67,7 +69,9 @@ impl Scheduler {
     pub(super) fn dra_capacity_changed(&mut self, changed: Option<Vec<String>>) {
         let names: Vec<String> = changed.unwrap_or_else(|| self.cache.node_names().map(String::from).collect());
         let (core, counted) = (&self.core, &self.objects.dra_counted);
-        let counted_by_core = |claim: &str| counted.get(claim).is_some_and(|t| core.owner_of(t).is_some());
+        let counted_by_core = |claim: &str, resource: &str| {
+            counted.get(claim).is_some_and(|(t, rs)| rs.iter().any(|r| r == resource) && core.owner_of(t).is_some())
+        };
         for name in names {
             let now = self.objects.dra.capacity(&name, &counted_by_core);
             let before = self.objects.dra_capacity.get(&name);
@@ -267,11 +271,12 @@ impl Scheduler {
             // count them, and preemption frees them. A claim shared with a pod the core already
             // counts it for is not counted twice.
             for (claim, wants) in self.objects.dra.requests(&task.namespace, &pod.claims, made) {
-                let other = self.objects.dra_counted.get(&claim).filter(|t| **t != task.id);
-                if other.is_some_and(|t| self.core.owner_of(t).is_some()) {
+                let other = self.objects.dra_counted.get(&claim).filter(|(t, _)| *t != task.id);
+                if other.is_some_and(|(t, _)| self.core.owner_of(t).is_some()) {
                     continue;
                 }
-                self.objects.dra_counted.insert(claim, task.id.clone());
+                let resources = wants.iter().map(|(r, _)| r.clone()).collect();
+                self.objects.dra_counted.insert(claim, (task.id.clone(), resources));
                 for (resource, n) in wants {
                     add_extended(&mut task.request, &resource, n);
                 }

@@ -188,8 +188,9 @@ struct Objects {
     dra_unserved: bool,
     /// What each pod of ours submitted with claims asks of DRA, for its placement's allocation.
     dra_pods: AHashMap<String, crate::dra::DraPod>,
-    /// Claims whose devices the core counts through a task's requests, with that task.
-    dra_counted: AHashMap<String, String>,
+    /// Claims whose devices the core counts through a task's requests: that task, and the
+    /// class resources they are counted under.
+    dra_counted: AHashMap<String, (String, Vec<String>)>,
     /// DRA devices by class per node as the core last saw them: (resource, devices, held).
     dra_capacity: AHashMap<String, Vec<(String, u64, u64)>>,
 }

@@ -102,7 +102,7 @@ impl Scheduler {
     /// One of our pods finished or was deleted: it leaves the core (its gang keeps running).
     pub(super) fn pod_gone(&mut self, id: &str) {
         if self.objects.dra_pods.remove(id).is_some() {
-            self.objects.dra_counted.retain(|_, task| task != id);
+            self.objects.dra_counted.retain(|_, (task, _)| task != id);
         }
         self.ours.remove(id);
         self.unreport(id);

@@ -468,3 +468,29 @@ async fn the_claim_made_for_a_pod_whose_bind_fails_is_deleted() {
     assert_eq!(devices_of(&api, &format!("ml/{name}")).len(), 2);
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_of_two_classes_held_under_one_counts_as_held_under_the_other() {
+    let api = FakeApi::new();
+    dra_node(&api, "n1", 2);
+    gpu_class(&api);
+    // A second class over the same devices, serving `nvidia.com/gpu`.
+    api.put(
+        Kind::DeviceClass,
+        json!({"metadata": {"name": "gpu-ext"},
+               "spec": {"selectors": [{"cel": {"expression": format!("device.driver == '{DRIVER}'")}}],
+                        "extendedResourceName": "nvidia.com/gpu"}}),
+    );
+    api.put(Kind::ResourceClaim, claim("a-gpus", 2));
+    api.put(Kind::Pod, claiming_pod("a", Some("a-gpus"), None));
+    let running = start(&api, "scheduler", None);
+    eventually("a bound", Duration::from_secs(20), || node_of(&api, "ml/a").is_some()).await;
+    api.put(Kind::Pod, pod("ml", "b", NAME, 2, "4", "32Gi"));
+    // The cycle itself sees no gpu-ext device free (not a placement taken back after it).
+    eventually("b told why", Duration::from_secs(20), || {
+        message_of(&api, "ml/b").contains("insufficient deviceclass.resource.kubernetes.io/gpu-ext")
+    })
+    .await;
+    assert!(node_of(&api, "ml/b").is_none());
+    running.stop().await;
+}
