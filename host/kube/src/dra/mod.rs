@@ -206,7 +206,8 @@ pub struct Dra {
     pending: AHashMap<String, Allocation>,
     /// Rebuilt when slices, classes or nodes change.
     allocator: Option<Allocator>,
-    /// The held devices must be counted again (claims changed).
+    /// The held devices must be counted again from every claim (the allocator was rebuilt, the
+    /// claims re-listed, a reservation undone); a single claim's change is counted on its own.
     holds_stale: bool,
     /// Something changed that may let a pod that waits on its claims be placed: devices added or
     /// freed, a class, or a claim created.

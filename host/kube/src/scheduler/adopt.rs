@@ -4,16 +4,20 @@
 use super::*;
 
 impl Scheduler {
-    /// Once nodes and pods are listed (and queues, or the grace for them passed): the core sees
-    /// every node and takes over the pods of ours that already run — placed before a restart.
+    /// Once nodes and pods are listed (and queues and DRA objects, or the grace for them passed):
+    /// the core sees every node and takes over the pods of ours that already run — placed before
+    /// a restart.
     pub(super) fn maybe_adopt(&mut self) {
         if self.listing.adopted.is_some() || !(self.listing.synced.nodes && self.listing.synced.pods) {
             return;
         }
+        // DRA objects too: a GPU request a DeviceClass serves must not be tried the classic way
+        // before the classes are known (a cluster without the API gives up after the grace).
         let listed = self.listing.synced.queues
             && self.listing.synced.flavors
             && self.listing.synced.priority_classes
-            && self.listing.synced.budgets;
+            && self.listing.synced.budgets
+            && self.objects.dra.synced();
         if !listed && self.timers.clock.elapsed() < QUEUE_SYNC_GRACE {
             return;
         }

@@ -268,9 +268,10 @@ struct InFlight {
 /// How often the leader brings `Queue` and `PodGroup` status up to date.
 const STATUS_EVERY: Duration = Duration::from_secs(2);
 
-/// Adoption (and so the first cycle) waits this long for the Queue, PriorityClass and
-/// PodDisruptionBudget lists: priorities and protected victims are known before anything is
-/// decided (a cluster without the CRD never sends the first; RBAC may deny the others).
+/// Adoption (and so the first cycle) waits this long for the Queue, PriorityClass,
+/// PodDisruptionBudget and DRA lists: priorities, protected victims and the DeviceClasses that
+/// serve GPU requests are known before anything is decided (a cluster without the CRD or the
+/// DRA API never sends them; RBAC may deny the others).
 const QUEUE_SYNC_GRACE: Duration = Duration::from_secs(5);
 
 impl Scheduler {

@@ -39,6 +39,16 @@ fn dra_node_of(api: &FakeApi, name: &str, gpus: u32, product: &str) {
     );
 }
 
+/// Class `name` over the driver's devices, serving extended resource `resource` (KEP-5004).
+fn gpu_class_serving(api: &FakeApi, name: &str, resource: &str) {
+    api.put(
+        Kind::DeviceClass,
+        json!({"metadata": {"name": name},
+               "spec": {"selectors": [{"cel": {"expression": format!("device.driver == '{DRIVER}'")}}],
+                        "extendedResourceName": resource}}),
+    );
+}
+
 fn gpu_class(api: &FakeApi) {
     api.put(
         Kind::DeviceClass,
@@ -409,12 +419,7 @@ async fn a_gpu_request_is_served_by_dra_devices_through_a_claim_made_for_the_pod
     let api = FakeApi::new();
     // The GPUs are DRA devices; the class says it serves `nvidia.com/gpu` (KEP-5004).
     dra_node(&api, "n1", 4);
-    api.put(
-        Kind::DeviceClass,
-        json!({"metadata": {"name": "gpu"},
-               "spec": {"selectors": [{"cel": {"expression": format!("device.driver == '{DRIVER}'")}}],
-                        "extendedResourceName": "nvidia.com/gpu"}}),
-    );
+    gpu_class_serving(&api, "gpu", "nvidia.com/gpu");
     api.put(Kind::Pod, pod("ml", "classic", NAME, 2, "4", "32Gi"));
     api.put(Kind::Pod, pod("ml", "too-many", NAME, 3, "4", "32Gi"));
     let running = start(&api, "scheduler", None);
@@ -449,12 +454,7 @@ async fn a_gpu_request_is_served_by_dra_devices_through_a_claim_made_for_the_pod
 async fn the_claim_made_for_a_pod_whose_bind_fails_is_deleted() {
     let api = FakeApi::new();
     dra_node(&api, "n1", 2);
-    api.put(
-        Kind::DeviceClass,
-        json!({"metadata": {"name": "gpu"},
-               "spec": {"selectors": [{"cel": {"expression": format!("device.driver == '{DRIVER}'")}}],
-                        "extendedResourceName": "nvidia.com/gpu"}}),
-    );
+    gpu_class_serving(&api, "gpu", "nvidia.com/gpu");
     api.put(Kind::Pod, pod("ml", "x", NAME, 2, "4", "32Gi"));
     let fault = Fault { status: 500, reason: "InternalError", message: "etcd timeout".into(), bound_elsewhere: None };
     api.state().bind_faults.insert("ml/x".into(), [fault].into());
@@ -475,12 +475,7 @@ async fn a_device_of_two_classes_held_under_one_counts_as_held_under_the_other()
     dra_node(&api, "n1", 2);
     gpu_class(&api);
     // A second class over the same devices, serving `nvidia.com/gpu`.
-    api.put(
-        Kind::DeviceClass,
-        json!({"metadata": {"name": "gpu-ext"},
-               "spec": {"selectors": [{"cel": {"expression": format!("device.driver == '{DRIVER}'")}}],
-                        "extendedResourceName": "nvidia.com/gpu"}}),
-    );
+    gpu_class_serving(&api, "gpu-ext", "nvidia.com/gpu");
     api.put(Kind::ResourceClaim, claim("a-gpus", 2));
     api.put(Kind::Pod, claiming_pod("a", Some("a-gpus"), None));
     let running = start(&api, "scheduler", None);
