@@ -11,7 +11,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Node, NodeSelector};
 use k8s_openapi::api::resource::v1::{
     AllocationResult, DeviceAllocationResult, DeviceClass, DeviceConstraint, DeviceRequestAllocationResult,
-    DeviceSelector, ResourceClaim, ResourceClaimSpec,
+    DeviceSelector, DeviceTaint, DeviceToleration, ResourceClaim, ResourceClaimSpec,
 };
 
 use crate::inventory::{Attribute, DeviceId, Inventory, Reach};
@@ -67,8 +67,21 @@ pub struct Funnel {
     pub of_class: usize,
     /// Of those, devices the request's own selectors accept.
     pub selected: usize,
-    /// Of those, devices no other claim holds.
+    /// Of those, devices with a taint the request does not tolerate.
+    pub tainted: usize,
+    /// Of those, devices no other claim holds (and not tainted).
     pub free: usize,
+}
+
+impl fmt::Display for Funnel {
+    /// How a person reads it: `8 device(s), 8 of the class, 4 selected, 0 free`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} device(s), {} of the class, {} selected", self.on_node, self.of_class, self.selected)?;
+        if self.tainted > 0 {
+            write!(f, ", {} with a taint it does not tolerate", self.tainted)?;
+        }
+        write!(f, ", {} free", self.free)
+    }
 }
 
 /// Why a claim cannot be allocated on a node.
@@ -99,10 +112,7 @@ pub enum Unsatisfied {
         error: SelectorError,
     },
     /// Not enough devices pass the request's class, selectors and availability.
-    #[error(
-        "request {request}: needs {wanted} device(s) of class {class}; on this node {} device(s), {} of the class, {} selected, {} free",
-        funnel.on_node, funnel.of_class, funnel.selected, funnel.free
-    )]
+    #[error("request {request}: needs {wanted} device(s) of class {class}; on this node {funnel}")]
     TooFew {
         /// The request (or its last alternative).
         request: String,
@@ -135,6 +145,8 @@ struct Alternative {
     selectors: Vec<usize>,
     count: Option<usize>,
     admin: bool,
+    /// The request's tolerations of device taints.
+    tolerations: Vec<DeviceToleration>,
 }
 
 /// An alternative with the devices a node offers it.
@@ -276,6 +288,7 @@ impl Allocator {
                     e.allocation_mode.as_deref(),
                     e.count,
                     e.admin_access == Some(true),
+                    e.tolerations.as_deref().unwrap_or_default(),
                 )],
                 (None, Some(subs)) if !subs.is_empty() => subs
                     .iter()
@@ -287,6 +300,7 @@ impl Allocator {
                             s.allocation_mode.as_deref(),
                             s.count,
                             false,
+                            s.tolerations.as_deref().unwrap_or_default(),
                         )
                     })
                     .collect(),
@@ -298,7 +312,7 @@ impl Allocator {
                 }
             };
             let mut alternatives = Vec::new();
-            for (name, class, selectors, mode, count, admin) in shapes {
+            for (name, class, selectors, mode, count, admin, tolerations) in shapes {
                 let count = match mode.unwrap_or("ExactCount") {
                     "ExactCount" => match count.unwrap_or(1) {
                         n if n >= 1 => Some(n as usize),
@@ -333,6 +347,7 @@ impl Allocator {
                     selectors,
                     count,
                     admin,
+                    tolerations: tolerations.to_vec(),
                 });
             }
             requests.push(alternatives);
@@ -462,6 +477,10 @@ impl Allocator {
             }
             funnel.selected += 1;
             let device = &self.inventory.devices()[i];
+            if !device.taints.iter().all(|t| alt.tolerations.iter().any(|tol| tolerates(tol, t))) {
+                funnel.tainted += 1;
+                continue;
+            }
             if !only_free || alt.admin || device.allow_multiple_allocations || !self.inventory.is_in_use(&device.id) {
                 funnel.free += 1;
                 out.push(i);
@@ -492,6 +511,24 @@ impl Allocator {
             }
         }
         Ok(true)
+    }
+}
+
+/// Whether `toleration` tolerates `taint`, as for pods: `Exists` (any value; no key: any key) or
+/// `Equal` (the default) with key and value; no effect tolerates every effect.
+fn tolerates(toleration: &DeviceToleration, taint: &DeviceTaint) -> bool {
+    let key = toleration.key.as_deref().unwrap_or_default();
+    let effect = toleration.effect.as_deref().unwrap_or_default();
+    if !effect.is_empty() && effect != taint.effect {
+        return false;
+    }
+    match toleration.operator.as_deref().unwrap_or("Equal") {
+        "Exists" => key.is_empty() || key == taint.key,
+        "Equal" => {
+            key == taint.key
+                && toleration.value.as_deref().unwrap_or_default() == taint.value.as_deref().unwrap_or_default()
+        }
+        _ => false,
     }
 }
 

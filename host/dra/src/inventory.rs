@@ -65,6 +65,9 @@ pub struct Device {
     pub reach: Reach,
     /// The device may be allocated to several claims at once.
     pub allow_multiple_allocations: bool,
+    /// Its driver's taints that keep it from claims which do not tolerate them (`NoSchedule`,
+    /// `NoExecute`; a taint with effect `None` only informs).
+    pub taints: Vec<k8s_openapi::api::resource::v1::DeviceTaint>,
 }
 
 impl Device {
@@ -244,6 +247,7 @@ fn convert(
         capacity,
         reach,
         allow_multiple_allocations: device.allow_multiple_allocations == Some(true),
+        taints: device.taints.iter().flatten().filter(|t| t.effect != "None").cloned().collect(),
     })
 }
 

@@ -271,3 +271,43 @@ fn objects_come_as_lists_documents_or_json_and_bad_ones_are_located() {
     other.add(Path::new("p.yaml"), "kind: Pod\nmetadata: {name: p}\n").unwrap();
     assert_eq!(other.skipped.len(), 1);
 }
+
+#[test]
+fn a_tainted_device_goes_only_to_a_request_that_tolerates_its_taint() {
+    // Two devices, one tainted by its driver (say, an ECC error); a third with an informational taint.
+    let tainted = slice(
+        "{apiVersion: resource.k8s.io/v1, kind: ResourceSlice, metadata: {name: t}, spec: {driver: gpu.nvidia.com, nodeName: n1, pool: {name: n1, generation: 1, resourceSliceCount: 1}, devices: [{name: gpu-0, taints: [{key: gpu.nvidia.com/ecc, value: uncorrectable, effect: NoSchedule}]}, {name: gpu-1, taints: [{key: gpu.nvidia.com/note, effect: None}]}]}}",
+    );
+    let (inventory, refused) = Inventory::from_slices([&tainted]);
+    assert!(refused.is_empty(), "{refused:?}");
+    let class = serde_yaml_ng::from_str("{metadata: {name: gpu.nvidia.com}, spec: {}}").unwrap();
+    let mut a = Allocator::new(inventory, [class]);
+    let n1: Node = serde_yaml_ng::from_str("{metadata: {name: n1}}").unwrap();
+    // Two devices: one is tainted and not tolerated.
+    let err = a.allocate(&gpus(2, "", ""), &n1).unwrap_err().to_string();
+    assert!(err.contains("2 selected, 1 with a taint it does not tolerate, 1 free"), "{err}");
+    // One: the untainted (an informational taint keeps nothing away).
+    let one = a.allocate(&gpus(1, "", ""), &n1).unwrap();
+    assert_eq!(one.results[0].1.device, "gpu-1");
+    // A request that tolerates the taint — by key and value, or any value of the key — gets both.
+    for toleration in [
+        "{key: gpu.nvidia.com/ecc, operator: Equal, value: uncorrectable, effect: NoSchedule}",
+        "{key: gpu.nvidia.com/ecc, operator: Exists}",
+        "{operator: Exists}",
+    ] {
+        let spec = claim(&format!(
+            "devices: {{requests: [{{name: gpus, exactly: {{deviceClassName: gpu.nvidia.com, count: 2, tolerations: [{toleration}]}}}}]}}"
+        ));
+        assert_eq!(a.allocate(&spec, &n1).unwrap().results.len(), 2, "{toleration}");
+    }
+    // The wrong value, or another effect, does not tolerate it.
+    for toleration in [
+        "{key: gpu.nvidia.com/ecc, operator: Equal, value: correctable}",
+        "{key: gpu.nvidia.com/ecc, operator: Exists, effect: NoExecute}",
+    ] {
+        let spec = claim(&format!(
+            "devices: {{requests: [{{name: gpus, exactly: {{deviceClassName: gpu.nvidia.com, count: 2, tolerations: [{toleration}]}}}}]}}"
+        ));
+        assert!(a.allocate(&spec, &n1).is_err(), "{toleration}");
+    }
+}

@@ -860,28 +860,39 @@ fn allocation(claim: &ResourceClaim) -> Option<&AllocationResult> {
 /// the list: a short one keeps a large cluster's filters cheap) — and the nodes that give
 /// `firstAvailable` requests their first choice as a preferred term of the heaviest weight.
 pub fn restrict_to<'a>(task: &mut Task, feasible: Feasible, all: impl Iterator<Item = &'a str>) {
-    let name_term = |operator, mut values: Vec<String>| {
-        values.sort();
-        let requirement = SelectorRequirement { key: NODE_NAME_FIELD.to_string(), operator, values };
-        NodeSelectorTerm { match_expressions: Vec::new(), match_fields: vec![requirement] }
-    };
     let feasible_set: AHashSet<&str> = feasible.nodes.iter().map(String::as_str).collect();
     let others: Vec<String> = all.filter(|n| !feasible_set.contains(n)).map(String::from).collect();
     if !feasible.preferred.is_empty() {
-        let preference = name_term(SelectorOperator::In, feasible.preferred);
+        let requirement = names(SelectorOperator::In, feasible.preferred);
+        let preference = NodeSelectorTerm { match_expressions: Vec::new(), match_fields: vec![requirement] };
         task.node_affinity.preferred.push(PreferredTerm { weight: MAX_PREFERRED_WEIGHT, preference });
     }
-    let term = match others.len() {
-        0 => return,
-        n if n < feasible.nodes.len() => name_term(SelectorOperator::NotIn, others),
-        _ => name_term(SelectorOperator::In, feasible.nodes),
-    };
+    match others.len() {
+        0 => {}
+        n if n < feasible.nodes.len() => require(task, names(SelectorOperator::NotIn, others)),
+        _ => require(task, names(SelectorOperator::In, feasible.nodes)),
+    }
+}
+
+/// `task` kept off `nodes`.
+pub fn avoid(task: &mut Task, nodes: Vec<String>) {
+    require(task, names(SelectorOperator::NotIn, nodes));
+}
+
+/// A requirement on the node's name.
+fn names(operator: SelectorOperator, mut values: Vec<String>) -> SelectorRequirement {
+    values.sort();
+    SelectorRequirement { key: NODE_NAME_FIELD.to_string(), operator, values }
+}
+
+/// `requirement` ANDed into every required node-affinity term of `task` (a new term when it has none).
+fn require(task: &mut Task, requirement: SelectorRequirement) {
     let terms = &mut task.node_affinity.required;
     if terms.is_empty() {
-        terms.push(term);
+        terms.push(NodeSelectorTerm { match_expressions: Vec::new(), match_fields: vec![requirement] });
     } else {
         for t in terms.iter_mut() {
-            t.match_fields.extend(term.match_fields.iter().cloned());
+            t.match_fields.push(requirement.clone());
         }
     }
 }

@@ -256,6 +256,9 @@ impl Scheduler {
                     }
                     task.request.extended.retain(|(n, _)| !served.contains_key(n));
                     crate::dra::restrict_to(task, feasible, self.cache.node_names());
+                    if let Some(avoid) = self.next.dra_avoid.get(key) {
+                        crate::dra::avoid(task, avoid.iter().cloned().collect());
+                    }
                 }
                 // Nothing of DRA's can serve it, but nodes offer its extended resources themselves.
                 Err(_) if facts.claims.is_empty() => continue,
@@ -300,6 +303,7 @@ impl Scheduler {
     /// claims are tried again at once, and workloads submitted with the nodes their claims allowed
     /// then, none of whose members is placed, are submitted again with the nodes they allow now.
     fn dra_woken(&mut self) {
+        self.next.dra_avoid.clear();
         for key in self.next.dra_waiting.drain() {
             self.next.not_before.remove(&key);
         }

@@ -103,6 +103,9 @@ impl Scheduler {
                             self.objects.dra.forget(&writes);
                         }
                     }
+                    // Not this node again until devices are freed: what the cycle counts free
+                    // there is not what the claim can use (a selector, a taint, a constraint).
+                    self.next.dra_avoid.entry(workload.clone()).or_default().insert(node.clone());
                     refused.insert(workload.clone(), reason);
                 }
             }

@@ -16,7 +16,7 @@
 //! - `effects`: each decision carried out (bind, evict, ask for a checkpoint, nominate, report why);
 //! - `statuses`: `Queue` and `PodGroup` status and the gauges, every few seconds.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -221,6 +221,9 @@ struct Next {
     /// Workloads submitted with the nodes their claims allowed then: submitted again with fresh
     /// nodes when devices are added or freed, while none of their members is placed.
     dra_submitted: AHashSet<String>,
+    /// Nodes where a workload's claims could not be allocated after the cycle placed it there:
+    /// left out of its next placements until devices are added or freed.
+    dra_avoid: AHashMap<String, BTreeSet<String>>,
 }
 
 /// The loop's clocks.
@@ -313,6 +316,7 @@ impl Scheduler {
                 not_before: AHashMap::new(),
                 dra_waiting: AHashSet::new(),
                 dra_submitted: AHashSet::new(),
+                dra_avoid: AHashMap::new(),
             },
             timers: Timers {
                 clock: now,

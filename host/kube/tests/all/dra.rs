@@ -489,3 +489,38 @@ async fn a_device_of_two_classes_held_under_one_counts_as_held_under_the_other()
     assert!(node_of(&api, "ml/b").is_none());
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_free_devices_the_claim_cannot_use_is_left_out_until_devices_are_freed() {
+    let api = FakeApi::new();
+    // n1: gpu-0 tainted (NoSchedule), gpu-1 held by another claim. By count one is free, but not
+    // for a claim that does not tolerate the taint.
+    api.put(Kind::Node, gpu_node("n1", 0, &[]));
+    api.put(
+        Kind::ResourceSlice,
+        json!({"metadata": {"name": "n1-gpus"}, "spec": {"driver": DRIVER, "nodeName": "n1",
+               "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+               "devices": [{"name": "gpu-0", "taints": [{"key": "ecc", "effect": "NoSchedule"}]}, {"name": "gpu-1"}]}}),
+    );
+    gpu_class(&api);
+    let mut other = claim("other", 1);
+    other["status"] = json!({"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-1"}]}}});
+    api.put(Kind::ResourceClaim, other);
+    api.put(Kind::ResourceClaim, claim("w-gpu", 1));
+    api.put(Kind::Pod, claiming_pod("w", Some("w-gpu"), None));
+    let running = start(&api, "scheduler", None);
+    // Placed there once by count, taken back, then kept off n1: it waits there, written nowhere.
+    eventually("kept off n1", Duration::from_secs(20), || {
+        message_of(&api, "ml/w").contains("required node affinity does not match")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(message_of(&api, "ml/w").contains("required node affinity does not match"), "it stays off n1");
+    assert!(api.state().claim_writes.is_empty());
+    // The other claim is deallocated: n1 is tried again and gives it gpu-1.
+    deallocate(&api, "ml/other");
+    eventually("bound", Duration::from_secs(20), || node_of(&api, "ml/w").is_some()).await;
+    assert_eq!(devices_of(&api, "ml/w-gpu"), vec!["n1/gpu-1"]);
+    running.stop().await;
+}
