@@ -45,6 +45,13 @@ pub struct BindLabels {
     pub result: &'static str,
 }
 
+/// `state` of `wasmsched_dra_devices`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DraLabels {
+    /// `usable`, `held` or `refused`.
+    pub state: &'static str,
+}
+
 /// Every metric the scheduler exports, and its health.
 pub struct Metrics {
     registry: Registry,
@@ -65,6 +72,9 @@ pub struct Metrics {
     pub cache_nodes: Gauge,
     /// Pods holding resources in the cache.
     pub cache_pods: Gauge,
+    /// `wasmsched_dra_devices{state}`: DRA devices in complete pools (`usable`), held by claims
+    /// (`held`), and pools or devices left out of ResourceSlices that cannot be used (`refused`).
+    pub dra_devices: Family<DraLabels, Gauge>,
     policies: Arc<OnceLock<Arc<wasmsched_registry::Registry>>>,
     ready: AtomicBool,
     heartbeat_ms: AtomicU64,
@@ -202,6 +212,12 @@ impl Metrics {
         registry.register("wasmsched_leader", "1 while this replica holds the scheduler lease.", leader.clone());
         registry.register("wasmsched_cache_nodes", "Nodes in the scheduler cache.", cache_nodes.clone());
         registry.register("wasmsched_cache_pods", "Pods holding resources in the scheduler cache.", cache_pods.clone());
+        let dra_devices = Family::<DraLabels, Gauge>::default();
+        registry.register(
+            "wasmsched_dra_devices",
+            "DRA devices: usable (in complete pools), held by claims, and refused (pools or devices left out of ResourceSlices that cannot be used).",
+            dra_devices.clone(),
+        );
         let policies = Arc::new(OnceLock::new());
         registry.register_collector(Box::new(PluginCollector(policies.clone())));
         Arc::new(Metrics {
@@ -216,6 +232,7 @@ impl Metrics {
             leader,
             cache_nodes,
             cache_pods,
+            dra_devices,
             ready: AtomicBool::new(false),
             heartbeat_ms: AtomicU64::new(now_ms()),
         })

@@ -373,6 +373,13 @@ impl Dra {
         }
     }
 
+    /// `(usable, held, refused)`: devices in complete pools, devices claims hold, and pools or
+    /// devices of the slices left out (each logged once with why).
+    pub fn counts(&mut self) -> (usize, usize, usize) {
+        let usable = self.allocator().inventory().devices().len();
+        (usable, self.holders.len(), self.refused.len())
+    }
+
     /// Whether something changed since the last call that may let a waiting pod be placed.
     pub fn take_woken(&mut self) -> bool {
         std::mem::take(&mut self.woke)

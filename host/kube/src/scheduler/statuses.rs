@@ -90,5 +90,11 @@ impl Scheduler {
         for (queue, n) in [("active", active), ("backoff", backoff), ("unschedulable", parked), ("gated", waiting)] {
             self.shared.metrics.pending.get_or_create(&QueueLabels { queue }).set(n as i64);
         }
+        if self.objects.dra.synced() {
+            let (usable, held, refused) = self.objects.dra.counts();
+            for (state, n) in [("usable", usable), ("held", held), ("refused", refused)] {
+                self.shared.metrics.dra_devices.get_or_create(&crate::metrics::DraLabels { state }).set(n as i64);
+            }
+        }
     }
 }

@@ -41,7 +41,7 @@ fn registry() -> Arc<Registry> {
 pub(crate) struct Running {
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
-    metrics: Arc<Metrics>,
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 impl Running {

@@ -524,3 +524,37 @@ async fn a_node_whose_free_devices_the_claim_cannot_use_is_left_out_until_device
     assert_eq!(devices_of(&api, "ml/w-gpu"), vec!["n1/gpu-1"]);
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_missing_a_slice_is_left_out_and_counted_and_a_claim_on_a_gone_node_says_so() {
+    let api = FakeApi::new();
+    dra_node(&api, "n1", 2);
+    gpu_class(&api);
+    // A pool whose second slice was never published: not offered, counted as refused.
+    api.put(Kind::Node, gpu_node("n2", 0, &[]));
+    api.put(
+        Kind::ResourceSlice,
+        json!({"metadata": {"name": "n2-half"}, "spec": {"driver": DRIVER, "nodeName": "n2",
+               "pool": {"name": "n2", "generation": 1, "resourceSliceCount": 2}, "devices": [{"name": "gpu-0"}]}}),
+    );
+    // A claim someone allocated to a node that is gone since.
+    let mut stale = claim("stale-gpus", 1);
+    stale["status"] = json!({"allocation": {
+        "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": "gone", "device": "gpu-0"}]},
+        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gone"]}]}]}}});
+    api.put(Kind::ResourceClaim, stale);
+    api.put(Kind::Pod, claiming_pod("stale", Some("stale-gpus"), None));
+    api.put(Kind::ResourceClaim, claim("ok-gpus", 2));
+    api.put(Kind::Pod, claiming_pod("ok", Some("ok-gpus"), None));
+    let running = start(&api, "scheduler", None);
+    eventually("ok bound", Duration::from_secs(20), || node_of(&api, "ml/ok").is_some()).await;
+    assert_eq!(node_of(&api, "ml/ok").as_deref(), Some("n1"), "n2's devices are not offered");
+    eventually("the stale claim's pod told why", Duration::from_secs(10), || {
+        message_of(&api, "ml/stale").contains("ResourceClaim ml/stale-gpus is allocated to other nodes")
+    })
+    .await;
+    let gauge = |state| running.metrics.dra_devices.get_or_create(&wasmsched_kube::metrics::DraLabels { state }).get();
+    eventually("gauges", Duration::from_secs(5), || gauge("held") == 3).await;
+    assert_eq!((gauge("usable"), gauge("refused")), (2, 1), "n1's two; n2's pool");
+    running.stop().await;
+}
