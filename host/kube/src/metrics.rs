@@ -215,7 +215,7 @@ impl Metrics {
         let dra_devices = Family::<DraLabels, Gauge>::default();
         registry.register(
             "wasmsched_dra_devices",
-            "DRA devices: usable (in complete pools), held by claims, and refused (pools or devices left out of ResourceSlices that cannot be used).",
+            "DRA devices: usable (in complete pools), held by claims, and refused (pools or devices left out of ResourceSlices that cannot be used)",
             dra_devices.clone(),
         );
         let policies = Arc::new(OnceLock::new());
