@@ -209,9 +209,8 @@ pub struct Dra {
     /// The held devices must be counted again from every claim (the allocator was rebuilt, the
     /// claims re-listed, a reservation undone); a single claim's change is counted on its own.
     holds_stale: bool,
-    /// Something changed that may let a pod that waits on its claims be placed: devices added or
-    /// freed, a class, or a claim created.
-    woke: bool,
+    /// Something changed that may let a pod that waits on its claims be placed.
+    woke: Woken,
     /// Why the last pools were refused (logged when it changes).
     refused: BTreeSet<String>,
     /// Answers of [`Dra::feasible_nodes`] by the shape of the question, while holds stay.
@@ -225,6 +224,16 @@ pub struct Dra {
     changed_nodes: Option<AHashSet<String>>,
     /// The node each device is local to (`None`: reached by several).
     device_nodes: AHashMap<DeviceId, Option<String>>,
+}
+
+/// What changed for pods that wait on their claims (see [`Dra::take_woken`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Woken {
+    /// A claim was created: pods that waited for it may go on.
+    pub claims: bool,
+    /// Devices were added or freed, or classes or node labels changed: where claims can go may
+    /// have grown, so pods submitted with the nodes they allowed before are submitted again.
+    pub devices: bool,
 }
 
 /// Where a pod's claims can go.
@@ -380,8 +389,8 @@ impl Dra {
         (usable, self.holders.len(), self.refused.len())
     }
 
-    /// Whether something changed since the last call that may let a waiting pod be placed.
-    pub fn take_woken(&mut self) -> bool {
+    /// What changed since the last call that may let a waiting pod be placed.
+    pub fn take_woken(&mut self) -> Woken {
         std::mem::take(&mut self.woke)
     }
 
@@ -389,7 +398,7 @@ impl Dra {
     pub fn slice_event(&mut self, event: Event<ResourceSlice>) {
         if self.slices.on_event(event).is_none_or(|c| !c.is_empty()) {
             self.allocator = None;
-            self.woke = true;
+            self.woke.devices = true;
         }
     }
 
@@ -397,7 +406,7 @@ impl Dra {
     pub fn class_event(&mut self, event: Event<DeviceClass>) {
         if self.classes.on_event(event).is_none_or(|c| !c.is_empty()) {
             self.allocator = None;
-            self.woke = true;
+            self.woke.devices = true;
         }
     }
 
@@ -409,16 +418,15 @@ impl Dra {
             let claims = &self.claims.objects;
             self.pending.retain(|k, _| claims.get(k).is_some_and(|c| allocation(c).is_none()));
             self.holds_stale = true;
-            self.woke = true;
+            self.woke.devices = true;
             return;
         };
         for (before, after) in changes {
             let held_before = before.as_ref().is_some_and(|c| allocation(c).is_some());
             let held_after = after.as_ref().is_some_and(|c| allocation(c).is_some());
             // Freed devices, or a claim a pod waits for now exists.
-            if (held_before && !held_after) || before.is_none() {
-                self.woke = true;
-            }
+            self.woke.devices |= held_before && !held_after;
+            self.woke.claims |= before.is_none();
             let Some(key) = after.as_ref().or(before.as_ref()).map(|c| key_of(&c.metadata)) else { continue };
             if held_after || after.is_none() {
                 self.pending.remove(&key);
@@ -503,7 +511,7 @@ impl Dra {
         self.nodes.insert(name, bare);
         self.shapes.clear();
         self.changed_nodes = None;
-        self.woke = true;
+        self.woke.devices = true;
     }
 
     /// A node left.
@@ -830,7 +838,7 @@ impl Dra {
     /// again, and pods waiting on devices are tried again.
     pub fn release(&mut self, writes: &[ClaimWrite]) {
         if self.forget(writes) {
-            self.woke = true;
+            self.woke.devices = true;
         }
     }
 

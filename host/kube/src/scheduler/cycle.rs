@@ -299,14 +299,20 @@ impl Scheduler {
         true
     }
 
-    /// Devices were added or freed (or a claim a pod waits for exists now): pods waiting on their
-    /// claims are tried again at once, and workloads submitted with the nodes their claims allowed
-    /// then, none of whose members is placed, are submitted again with the nodes they allow now.
-    fn dra_woken(&mut self) {
-        self.next.dra_avoid.clear();
+    /// A claim a pod waits for exists now, or devices were added or freed: pods waiting on their
+    /// claims are tried again at once; when devices changed, workloads submitted with the nodes
+    /// their claims allowed then, none of whose members is placed, are submitted again with the
+    /// nodes they allow now, and no node is avoided any more.
+    fn dra_woken(&mut self, woken: crate::dra::Woken) {
         for key in self.next.dra_waiting.drain() {
             self.next.not_before.remove(&key);
         }
+        // A claim created changes where no submitted pod's claims can go: only devices do (a
+        // burst of pods from templates must not submit every waiting pod again per claim).
+        if !woken.devices {
+            return;
+        }
+        self.next.dra_avoid.clear();
         for workload in std::mem::take(&mut self.next.dra_submitted) {
             let unplaced = self.core.members_of(&workload).is_some_and(|mut m| !m.any(|(_, placed)| placed));
             if unplaced {
@@ -318,8 +324,9 @@ impl Scheduler {
     /// One cycle: the core sees what changed, new pods are submitted, the core decides.
     pub(super) fn cycle(&mut self) {
         self.next.dirty = false;
-        if self.objects.dra.take_woken() {
-            self.dra_woken();
+        let woken = self.objects.dra.take_woken();
+        if woken != crate::dra::Woken::default() {
+            self.dra_woken(woken);
         }
         let changed = self.objects.dra.take_changed_nodes();
         if changed.as_ref().is_none_or(|c| !c.is_empty()) {
