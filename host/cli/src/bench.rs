@@ -64,6 +64,11 @@ pub struct Args {
     /// Rounds (cycles, one virtual second apart) of the queue-churn scenario.
     #[arg(long, default_value_t = 100)]
     queue_rounds: usize,
+    /// Also measure DRA allocation: the same nodes publishing 8 GPUs each as ResourceSlice devices
+    /// and the pods asking through claims (a CEL selector each, a quarter with a matchAttribute
+    /// constraint), next to the device-plugin path on the same pods (`bench_dra`).
+    #[arg(long)]
+    dra: bool,
     /// Only the native policy set.
     #[arg(long)]
     native_only: bool,
@@ -155,6 +160,9 @@ struct Report {
     gangs: Vec<GangRun>,
     /// The queue-churn scenario per runtime (one run each).
     queue_churn: Vec<crate::bench_queues::QueueRun>,
+    /// DRA next to the device-plugin path per runtime (`--dra`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    dra: Vec<crate::bench_dra::DraRun>,
 }
 
 fn gang_member(gang: usize, i: usize) -> Task {
@@ -566,7 +574,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         (runtimes.len() * args.repeat * (1 + with_events)
             + runtimes.len() * with_events
             + runtimes.len() * args.repeat * usize::from(args.gangs > 0 && args.gang_size > 0)
-            + churn_sets) as u64,
+            + churn_sets
+            + if args.dra { 1 + usize::from(runtime.is_some()) } else { 0 }) as u64,
         "measurements",
         args.quiet,
     );
@@ -657,6 +666,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             progress.step();
         }
     }
+    let mut dra = Vec::new();
+    if args.dra {
+        let setup = crate::bench_dra::Setup::new(args.nodes, args.pods, find, args.seed);
+        let mut sets = vec![("native", natives.clone())];
+        if let Some(w) = &wasm {
+            sets.push(("wasm", w.clone()));
+        }
+        for (name, set) in &sets {
+            dra.push(setup.measure(set, name, args.repeat));
+            progress.step();
+        }
+    }
     drop(progress);
     let mut runs = Vec::new();
     for (name, _) in &runtimes {
@@ -697,6 +718,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         events_interleaved,
         gangs,
         queue_churn,
+        dra,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -772,6 +794,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             q.evicted,
             q.share_error_mean,
             q.share_error_max
+        );
+    }
+    for d in &report.dra {
+        println!(
+            "{}: DRA claims on {} nodes × 8 devices, {} pods: {:.0} pods/s ({} placed, {} placed again after a refused allocation, {} devices given twice; devices built in {:.0} ms before the clock); device plugin {:.0} pods/s ({} placed); the class's count alone {:.0} pods/s. DRA / device plugin {:.3}, DRA / count alone {:.3}",
+            d.runtime,
+            d.nodes,
+            d.pods,
+            d.dra_pods_per_second,
+            d.dra_placed,
+            d.dra_retries,
+            d.devices_given_twice,
+            d.inventory_ms,
+            d.plugin_pods_per_second,
+            d.plugin_placed,
+            d.counted_pods_per_second,
+            d.dra_over_plugin,
+            d.dra_over_counted
         );
     }
     if let (Some(d), Some(s)) = (&report.events_destination, &stats) {

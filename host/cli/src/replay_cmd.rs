@@ -174,10 +174,12 @@ fn observe_topology(
 pub fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(args.compress > 0.0 && args.compress.is_finite(), "--compress must be a positive number");
     anyhow::ensure!(args.node_stride >= 1, "--node-stride must be at least 1");
+    let mut dra = None;
     let (table, tree, jobs, skipped) = match &args.scenario {
         Some(path) => {
             let loaded = Scenario::load_lenient(path, args.lenient)?;
             let s = loaded.scenario;
+            dra = loaded.dra;
             (s.node_table_with(&loaded.topologies), s.queue_tree(), s.jobs, loaded.skipped)
         }
         None => {
@@ -195,6 +197,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     for why in &skipped {
         tracing::warn!(skipped = %why, "left out of the replay");
+    }
+    if let Some(objects) = &dra {
+        for r in wasmsched_dra::Inventory::from_slices(&objects.slices).1 {
+            tracing::warn!(what = %r.what, reason = %r.reason, "DRA: leaving out devices that cannot be used");
+        }
     }
     let tree = tree.map_err(anyhow::Error::msg)?;
     let typical = timed::target_workload(&jobs);
@@ -235,7 +242,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // remain), and under contention most start long after the last arrival.
     let progress = crate::progress::Progress::new(jobs.len() as u64, "jobs started", args.quiet);
     let mut started: std::collections::HashSet<String> = std::collections::HashSet::new();
-    let r = timed::run_observed(&policies.timeline(), &table, &tree, &jobs, &config, |d| {
+    let r = timed::run_with_devices(&policies.timeline(), &table, dra.as_ref(), &tree, &jobs, &config, |d| {
+        for (claim, a) in d.claims.iter().enumerate() {
+            let devices: Vec<String> = a.results.iter().map(|(request, id, _)| format!("{request}={id}")).collect();
+            tracing::debug!(at = d.at, task = d.task.map_or("", |t| t.id.as_str()), claim, devices = %devices.join(","), "DRA claim allocated");
+        }
         if let (Some(job), Decision::Bound { .. }) = (d.job, d.decision)
             && !started.contains(&job.name)
         {

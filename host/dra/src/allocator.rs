@@ -16,7 +16,8 @@ use k8s_openapi::api::resource::v1::{
 
 use crate::inventory::{Attribute, DeviceId, Inventory, Reach};
 use crate::node_selector;
-use crate::selector::{DeviceValue, Environment, Selector, SelectorError, Selectors};
+use crate::selector::{DeviceValue, Environment, Seen, Selector, SelectorError, Selectors};
+use crate::topology::{CLIQUE_LABEL, DeviceTopology};
 
 /// The most search steps one claim on one node may take: a claim whose constraints no device set
 /// meets gives up here with a reason instead of trying every combination.
@@ -159,6 +160,9 @@ struct Want<'p> {
 /// A selector's answer on one device, once it has been asked.
 type Verdict = Option<Result<bool, SelectorError>>;
 
+/// A selector's answers by what devices show it ([`Selector::seen`]).
+type Shared = HashMap<Vec<Seen>, bool>;
+
 /// A claim checked and its selectors compiled once, to be tried on many nodes (what
 /// kube-scheduler's PreFilter does before Filter runs per node).
 pub struct PreparedClaim<'c> {
@@ -189,22 +193,27 @@ pub struct Allocator {
     /// node looks at its own devices only, not the whole cluster's.
     by_node: HashMap<String, Vec<usize>>,
     not_local: Vec<usize>,
-    values: Vec<DeviceValue>,
+    /// Each device's CEL value, built the first time a selector is evaluated on it (with
+    /// footprints, most devices never need one).
+    values: Vec<Option<DeviceValue>>,
     classes: HashMap<String, DeviceClass>,
     env: Environment,
     selectors: Selectors,
     /// Per compiled selector, its verdict on each device: a device's attributes never change, so
     /// each selector runs at most once per device. A claim finds its tables when it is prepared
     /// (`table_of`), so trying it on a node is plain indexing.
-    verdicts: Vec<(Arc<Selector>, Vec<Verdict>)>,
+    verdicts: Vec<(Arc<Selector>, Vec<Verdict>, Shared)>,
     /// A compiled selector's table, by the selector's address (`selectors` keeps each alive).
     table_of: HashMap<usize, usize>,
+    /// Each node's local devices as a topology (with the node's clique label it was built with),
+    /// made on first use: devices never move, so it lasts as long as the inventory.
+    topologies: HashMap<String, (Option<String>, Option<DeviceTopology>)>,
 }
 
 impl Allocator {
     /// An allocator over `inventory`'s devices and the cluster's `classes`.
     pub fn new(inventory: Inventory, classes: impl IntoIterator<Item = DeviceClass>) -> Allocator {
-        let values = inventory.devices().iter().map(DeviceValue::new).collect();
+        let values = vec![None; inventory.devices().len()];
         let mut by_node: HashMap<String, Vec<usize>> = HashMap::new();
         let mut not_local = Vec::new();
         for (i, d) in inventory.devices().iter().enumerate() {
@@ -224,6 +233,7 @@ impl Allocator {
             selectors: Selectors::default(),
             verdicts: Vec::new(),
             table_of: HashMap::new(),
+            topologies: HashMap::new(),
         }
     }
 
@@ -391,6 +401,19 @@ impl Allocator {
         out
     }
 
+    /// `node`'s local devices as a topology, if their attributes place them.
+    fn topology(&mut self, node: &Node) -> Option<&DeviceTopology> {
+        let name = node.metadata.name.as_deref()?;
+        let clique = node.metadata.labels.as_ref().and_then(|l| l.get(CLIQUE_LABEL)).cloned();
+        if self.topologies.get(name).is_none_or(|(c, _)| *c != clique) {
+            let devices = self.inventory.devices();
+            let local = self.by_node.get(name).map(Vec::as_slice).unwrap_or_default();
+            let built = DeviceTopology::new(local.iter().map(|&i| (i, &devices[i])), clique.as_deref());
+            self.topologies.insert(name.to_string(), (clique, built));
+        }
+        self.topologies.get(name).and_then(|(_, t)| t.as_ref())
+    }
+
     /// The devices usable from `node`, in inventory order.
     fn on_node(&self, node: &Node) -> Vec<usize> {
         let local =
@@ -410,7 +433,15 @@ impl Allocator {
             let mut wants = Vec::new();
             let mut last_failure = None;
             for alt in alternatives {
-                let (candidates, funnel) = self.candidates(alt, &on_node, only_free)?;
+                let (mut candidates, funnel) = self.candidates(alt, &on_node, only_free)?;
+                // Of the free devices, the set the topology ranks best is tried first.
+                if only_free
+                    && !alt.admin
+                    && let Some(n) = alt.count
+                    && let Some(topology) = self.topology(node)
+                {
+                    topology.order(&mut candidates, n);
+                }
                 let enough = match alt.count {
                     Some(n) => candidates.len() >= n,
                     None => !candidates.is_empty() && candidates.len() == funnel.selected,
@@ -495,15 +526,34 @@ impl Allocator {
         if let Some(&t) = self.table_of.get(&address) {
             return t;
         }
-        self.verdicts.push((selector, vec![None; self.values.len()]));
+        self.verdicts.push((selector, vec![None; self.values.len()], HashMap::new()));
         self.table_of.insert(address, self.verdicts.len() - 1);
         self.verdicts.len() - 1
     }
 
     fn all_match(&mut self, tables: &[usize], device: usize, request: &str) -> Result<bool, Unsatisfied> {
         for &t in tables {
-            let (selector, verdicts) = &mut self.verdicts[t];
-            let verdict = verdicts[device].get_or_insert_with(|| selector.matches(&self.env, &self.values[device]));
+            let (selector, verdicts, by_seen) = &mut self.verdicts[t];
+            if verdicts[device].is_none() {
+                // Devices that show the selector the same values share its answer; failures are
+                // evaluated per device (their message names the device).
+                let seen = selector.seen(&self.inventory.devices()[device]);
+                let known = seen.as_ref().and_then(|k| by_seen.get(k)).copied();
+                let verdict = match known {
+                    Some(v) => Ok(v),
+                    None => {
+                        let value = self.values[device]
+                            .get_or_insert_with(|| DeviceValue::new(&self.inventory.devices()[device]));
+                        let v = selector.matches(&self.env, value);
+                        if let (Some(seen), Ok(b)) = (seen, &v) {
+                            by_seen.insert(seen, *b);
+                        }
+                        v
+                    }
+                };
+                verdicts[device] = Some(verdict);
+            }
+            let verdict = verdicts[device].as_ref().expect("filled above");
             match verdict {
                 Ok(true) => {}
                 Ok(false) => return Ok(false),

@@ -28,7 +28,7 @@ impl std::fmt::Display for DeviceId {
 }
 
 /// A typed attribute value, as a slice publishes it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Attribute {
     /// `bool`.
     Bool(bool),

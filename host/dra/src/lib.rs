@@ -7,13 +7,16 @@
 //! No I/O against a cluster here: `wasmsched-kube` watches the objects and writes allocations.
 
 pub mod allocator;
+pub mod counted;
 pub mod inventory;
 pub mod node_selector;
 pub mod objects;
 pub mod quantity;
 pub mod selector;
+pub mod topology;
 
 pub use allocator::{Allocation, Allocator, Funnel, PreparedClaim, Unsatisfied, explain};
+pub use counted::{class_counts, class_resource};
 pub use inventory::{Attribute, Device, DeviceId, Inventory, Reach, Refusal};
 pub use objects::{Objects, ObjectsError};
 pub use quantity::Quantity;

@@ -83,6 +83,38 @@ pub struct Selector {
     /// Attribute and capacity domains the expression names literally, so a device without one can
     /// be given an empty map for it (Kubernetes' semantics) instead of failing.
     domains: BTreeSet<String>,
+    /// Everything the expression reads of a device, when it reads only named fields (`None`: it
+    /// reads the device, or one of its maps, as a whole). Two devices that agree on these get the
+    /// same verdict, so a cluster of identical GPUs evaluates it a handful of times, not per GPU.
+    footprint: Option<Vec<Read>>,
+}
+
+/// One thing a selector reads of a device.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Read {
+    /// `device.driver`.
+    Driver,
+    /// `device.attributes['domain'].id`, by its qualified name.
+    Attribute(String),
+    /// `device.capacity['domain'].id`, by its qualified name.
+    Capacity(String),
+    /// Whether the device has the domain (a missing one reads as an empty map).
+    Domain(String),
+}
+
+/// The values of a selector's footprint on one device.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Seen {
+    /// A string (the driver).
+    Text(String),
+    /// An attribute's value.
+    Attribute(Attribute),
+    /// A capacity.
+    Quantity(Quantity),
+    /// Absent.
+    Missing,
+    /// A domain is there, or not.
+    Present(bool),
 }
 
 impl std::fmt::Debug for Selector {
@@ -109,11 +141,12 @@ impl Selector {
                 let estimate = cost(program.expression(), 1);
                 let mut domains = BTreeSet::new();
                 collect_domains(program.expression(), &mut domains);
-                Ok::<_, String>((program, depth, estimate, domains))
+                let footprint = footprint(program.expression(), &domains);
+                Ok::<_, String>((program, depth, estimate, domains, footprint))
             })
             .map_err(|e| SelectorError::Compile { expression: expression.into(), message: e.to_string() })?
             .join();
-        let (program, depth, estimate, domains) = match parsed {
+        let (program, depth, estimate, domains, footprint) = match parsed {
             Ok(Ok(p)) => p,
             Ok(Err(message)) => return Err(SelectorError::Compile { expression: expression.into(), message }),
             Err(_) => {
@@ -129,7 +162,33 @@ impl Selector {
         if estimate > MAX_COST {
             return Err(SelectorError::TooCostly { expression: expression.into(), estimate });
         }
-        Ok(Selector { expression: expression.to_string(), program, domains })
+        Ok(Selector { expression: expression.to_string(), program, domains, footprint })
+    }
+
+    /// What the expression reads of `device`, when it reads only named fields: devices that
+    /// show it the same values get the same verdict (`None`: no such promise).
+    pub fn seen(&self, device: &Device) -> Option<Vec<Seen>> {
+        let reads = self.footprint.as_ref()?;
+        let has_domain = |d: &str| {
+            device
+                .attributes
+                .keys()
+                .chain(device.capacity.keys())
+                .any(|k| k.rsplit_once('/').is_some_and(|(x, _)| x == d))
+        };
+        Some(
+            reads
+                .iter()
+                .map(|r| match r {
+                    Read::Driver => Seen::Text(device.id.driver.clone()),
+                    Read::Attribute(name) => {
+                        device.attributes.get(name).cloned().map_or(Seen::Missing, Seen::Attribute)
+                    }
+                    Read::Capacity(name) => device.capacity.get(name).copied().map_or(Seen::Missing, Seen::Quantity),
+                    Read::Domain(d) => Seen::Present(has_domain(d)),
+                })
+                .collect(),
+        )
     }
 
     /// The source text.
@@ -394,6 +453,60 @@ fn cost(e: &cel::IdedExpr, times: u64) -> u64 {
         }
         _ => children(e).into_iter().fold(times, |total, c| total.saturating_add(cost(c, times))),
     }
+}
+
+/// The named fields `root` reads of `device`, or `None` when it uses `device` (or one of its
+/// maps) in any other way. Domain presence is part of it: a missing domain reads as an empty map.
+fn footprint(root: &cel::IdedExpr, domains: &BTreeSet<String>) -> Option<Vec<Read>> {
+    let mut reads: Vec<Read> = domains.iter().map(|d| Read::Domain(d.clone())).collect();
+    let mut stack = vec![root];
+    while let Some(e) = stack.pop() {
+        if let Some(read) = field_read(e) {
+            if !reads.contains(&read) {
+                reads.push(read);
+            }
+            continue;
+        }
+        if matches!(&e.expr, Expr::Ident(name) if name == "device") {
+            return None;
+        }
+        stack.extend(children(e));
+    }
+    Some(reads)
+}
+
+/// `e` as a read of one named field: `device.driver`, or `device.attributes['d'].id` /
+/// `device.attributes['d']['id']` (the same for `capacity`).
+fn field_read(e: &cel::IdedExpr) -> Option<Read> {
+    let is_device = |x: &cel::IdedExpr| matches!(&x.expr, Expr::Ident(n) if n == "device");
+    let literal = |x: &cel::IdedExpr| match &x.expr {
+        Expr::Literal(cel::common::ast::LiteralValue::String(s)) => Some(s.inner().to_string()),
+        _ => None,
+    };
+    // The map of one domain: `device.attributes['d']`.
+    let domain_map = |x: &cel::IdedExpr| -> Option<(bool, String)> {
+        let Expr::Call(c) = &x.expr else { return None };
+        let [map, key] = c.args.as_slice() else { return None };
+        let Expr::Select(s) = &map.expr else { return None };
+        if c.func_name != "_[_]" || !is_device(&s.operand) || s.test {
+            return None;
+        }
+        let attributes = match s.field.as_str() {
+            "attributes" => true,
+            "capacity" => false,
+            _ => return None,
+        };
+        Some((attributes, literal(key)?))
+    };
+    let (operand, id) = match &e.expr {
+        Expr::Select(s) if s.field == "driver" && is_device(&s.operand) => return Some(Read::Driver),
+        Expr::Select(s) => (&*s.operand, s.field.clone()),
+        Expr::Call(c) if c.func_name == "_[_]" && c.args.len() == 2 => (&c.args[0], literal(&c.args[1])?),
+        _ => return None,
+    };
+    let (attributes, domain) = domain_map(operand)?;
+    let name = format!("{domain}/{id}");
+    Some(if attributes { Read::Attribute(name) } else { Read::Capacity(name) })
 }
 
 /// Domains named as literal keys of `device.attributes` or `device.capacity`.

@@ -15,7 +15,15 @@ use wasmsched_sdk::prelude::*;
 #[derive(Debug, Default)]
 pub struct ResourceFit {
     config: Config,
+    /// `insufficient <name>` per extended resource seen, made once: a shortage is the common
+    /// answer on a full cluster, and formatting it per node cost more than the check itself (DRA
+    /// device classes are extended resources: `wasmsched bench --dra`). At most
+    /// [`MAX_REASONS`] names are kept (they live as long as the plugin); others are formatted.
+    shortages: Vec<(String, &'static str)>,
 }
+
+/// Extended-resource names whose shortage reason is kept.
+const MAX_REASONS: usize = 64;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -29,7 +37,7 @@ impl Plugin for ResourceFit {
     const NAME: &'static str = "resource-fit";
 
     fn new(config: &str) -> Result<Self, String> {
-        Ok(ResourceFit { config: wasmsched_sdk::config::json(Self::NAME, config)? })
+        Ok(ResourceFit { config: wasmsched_sdk::config::json(Self::NAME, config)?, shortages: Vec::new() })
     }
 }
 
@@ -68,7 +76,7 @@ impl Filter for ResourceFit {
         for (name, want) in &task.request.extended {
             let free = node.allocatable.extended(name).saturating_sub(node.allocated.extended(name));
             if free < *want {
-                return Verdict::unfit(format!("insufficient {name}"));
+                return Verdict::unfit(self.shortage(name));
             }
         }
         self.gpu_verdict(&task.gpu, node)
@@ -76,6 +84,20 @@ impl Filter for ResourceFit {
 }
 
 impl ResourceFit {
+    /// `insufficient <name>`, made once per name.
+    fn shortage(&mut self, name: &str) -> std::borrow::Cow<'static, str> {
+        if let Some((_, reason)) = self.shortages.iter().find(|(n, _)| wasmsched_sdk::same_name(n, name)) {
+            return std::borrow::Cow::Borrowed(*reason);
+        }
+        let reason = format!("insufficient {name}");
+        if self.shortages.len() >= MAX_REASONS {
+            return std::borrow::Cow::Owned(reason);
+        }
+        let kept: &'static str = Box::leak(reason.into_boxed_str());
+        self.shortages.push((name.to_string(), kept));
+        std::borrow::Cow::Borrowed(kept)
+    }
+
     #[inline(always)]
     fn gpu_verdict(&self, req: &GpuRequest, node: &Node) -> Verdict {
         if req.count == 0 {
@@ -144,6 +166,24 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_shortage_of_an_extended_resource_names_it_however_many_names_there_are() {
+        let mut f = ResourceFit::default();
+        let mut n = node();
+        for i in 0..(MAX_REASONS + 3) {
+            let name = format!("example.com/r{i}");
+            n.allocatable.extended = vec![(name.clone(), 1)];
+            let task = Task {
+                request: Resources { extended: vec![(name.clone(), 2)], ..Default::default() },
+                ..Default::default()
+            };
+            for _ in 0..2 {
+                assert_eq!(f.filter(&task, &n).rejection().map(|r| r.reason), Some(format!("insufficient {name}")));
+            }
+        }
+        assert_eq!(f.shortages.len(), MAX_REASONS);
+    }
+
     fn node() -> Node {
         Node {
             name: "n".into(),
@@ -185,7 +225,7 @@ mod tests {
             (rng >> 33) % n
         };
         for ignore in [false, true] {
-            let mut f = ResourceFit { config: Config { ignore_gpu_memory: ignore } };
+            let mut f = ResourceFit { config: Config { ignore_gpu_memory: ignore }, shortages: Vec::new() };
             for _ in 0..20_000 {
                 let shares = [0, 1, 250, 500, 999, 1000, 1001];
                 let gpus: Gpus = (0..next(9) as u32)

@@ -311,3 +311,60 @@ fn a_tainted_device_goes_only_to_a_request_that_tolerates_its_taint() {
         assert!(a.allocate(&spec, &n1).is_err(), "{toleration}");
     }
 }
+
+#[test]
+fn gpus_without_a_constraint_still_come_from_one_pcie_root_and_a_single_gpu_fills_the_broken_root() {
+    let o = examples();
+    let mut a = allocator(&o);
+    let dgx = node(&o, "dgx-a100-0");
+    let root = |a: &Allocator, r: &(String, wasmsched_dra::DeviceId, bool)| {
+        format!("{:?}", attribute(a, &r.1, "resource.kubernetes.io/pcieRoot"))
+    };
+    // Three of the first root's four GPUs taken: slice order would pair its last one with the
+    // second root's first, across the CPU's interconnect.
+    let three = a.allocate(&gpus(3, "", ""), dgx).unwrap();
+    a.hold(&three, true);
+    let pair = a.allocate(&gpus(2, "", ""), dgx).unwrap();
+    let roots: std::collections::BTreeSet<String> = pair.results.iter().map(|r| root(&a, r)).collect();
+    assert_eq!(roots.len(), 1, "two GPUs under one root: {pair:?}");
+    // One GPU: the first root's last, keeping the second root's four whole.
+    let one = a.allocate(&gpus(1, "", ""), dgx).unwrap();
+    assert_eq!(root(&a, &one.results[0]), root(&a, &three.results[0]), "{one:?}");
+}
+
+#[test]
+fn devices_that_show_a_selector_the_same_fields_get_its_verdict_without_being_evaluated_again() {
+    use wasmsched_dra::selector::{DeviceValue, Environment};
+    let o = examples();
+    let (inventory, _) = Inventory::from_slices(&o.slices);
+    let env = Environment::default();
+    let named = [
+        "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA A100-SXM4-80GB'",
+        "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0",
+        "device.attributes['resource.kubernetes.io']['pcieRoot'] == 'pci0000:80' && device.driver == 'gpu.nvidia.com'",
+        "has(device.attributes['gpu.nvidia.com'].index) && device.attributes['gpu.nvidia.com'].index < 2",
+        "device.attributes['other.example.com'].x == 1",
+    ];
+    let whole = [
+        "'productName' in device.attributes['gpu.nvidia.com']",
+        "device.attributes['gpu.nvidia.com'].exists(k, k == 'index')",
+        "size(device.capacity) > 0",
+    ];
+    for expression in named {
+        let s = wasmsched_dra::Selector::compile(expression).unwrap();
+        let mut by_seen = std::collections::HashMap::new();
+        for d in inventory.devices() {
+            let seen = s.seen(d).unwrap_or_else(|| panic!("{expression} reads named fields only"));
+            // Failures name their device: compared as failures only (they are not shared).
+            let verdict = s.matches(&env, &DeviceValue::new(d)).map_err(|_| ());
+            // Equal footprints, equal verdicts (the index one tells devices apart by index).
+            let first = by_seen.entry(seen).or_insert(verdict);
+            assert_eq!(*first, verdict, "{expression} on {}", d.id);
+        }
+        assert!(by_seen.len() < inventory.devices().len() / 2 || expression.contains("index"), "{expression}");
+    }
+    for expression in whole {
+        let s = wasmsched_dra::Selector::compile(expression).unwrap();
+        assert!(s.seen(&inventory.devices()[0]).is_none(), "{expression} reads a map as a whole");
+    }
+}

@@ -248,11 +248,7 @@ pub struct Feasible {
     pub now: bool,
 }
 
-/// The extended-resource name under which the core counts a DeviceClass's devices: the name
-/// Kubernetes gives a class without an `extendedResourceName` of its own.
-pub fn class_resource(class: &str) -> String {
-    format!("deviceclass.resource.kubernetes.io/{class}")
-}
+pub use wasmsched_dra::class_resource;
 
 /// Each device the claims' allocations (and the allocations being written) hold, with the claims
 /// holding it; and each claim's devices.
@@ -709,25 +705,7 @@ impl Dra {
             if self.allocated(key, claim).is_some() {
                 continue;
             }
-            let requests = claim.spec.iter().flat_map(|s| &s.devices).flat_map(|d| d.requests.iter().flatten());
-            let mut wants: Vec<(String, u64)> = Vec::new();
-            let exact = |mode: &Option<String>| mode.as_deref().is_none_or(|m| m == "ExactCount");
-            for r in requests {
-                if let Some(e) = &r.exactly {
-                    if exact(&e.allocation_mode) && e.admin_access != Some(true) {
-                        wants.push((class_resource(&e.device_class_name), e.count.unwrap_or(1).max(1) as u64));
-                    }
-                } else if let Some(alternatives) = &r.first_available
-                    && let Some(first) = alternatives.first()
-                    && alternatives
-                        .iter()
-                        .all(|a| a.device_class_name == first.device_class_name && exact(&a.allocation_mode))
-                {
-                    // Alternatives of one class: at least the smallest count of them.
-                    let fewest = alternatives.iter().map(|a| a.count.unwrap_or(1).max(1)).min().unwrap_or(1);
-                    wants.push((class_resource(&first.device_class_name), fewest as u64));
-                }
-            }
+            let wants = claim.spec.as_ref().map(wasmsched_dra::class_counts).unwrap_or_default();
             if !wants.is_empty() {
                 out.push((key.clone(), wants));
             }

@@ -77,11 +77,11 @@ impl<'a> Jobs<'a> {
         }
     }
 
-    fn job_of_task(&self, task: &str) -> Option<usize> {
+    pub(super) fn job_of_task(&self, task: &str) -> Option<usize> {
         self.task_of.get(task).map(|&(j, _)| j)
     }
 
-    fn job_of_workload(&self, workload: &str) -> Option<usize> {
+    pub(super) fn job_of_workload(&self, workload: &str) -> Option<usize> {
         self.by_name.get(workload).copied()
     }
 }

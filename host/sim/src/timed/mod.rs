@@ -16,6 +16,7 @@
 //! checkpointed (`checkpoint_seconds`, within the grace period), else it starts over. Replicas
 //! above the minimum (elastic) do not make it finish sooner.
 
+mod dra;
 mod effects;
 mod metrics;
 mod scenario;
@@ -28,12 +29,13 @@ use wasmsched_api::Task;
 use wasmsched_api::fragmentation::{TypicalPod, typical_pods};
 use wasmsched_core::{CoreConfig, Decision, NodeTable, PolicySet, QueueTree, SchedulerCore, carry_out};
 
+use dra::Devices;
 use effects::{Driver, JobState, Jobs, Progress};
 
 pub use metrics::QueueStats;
 pub use scenario::{
-    Amount, FlavorConfig, FlavorQuota, Job, Loaded, QueueConfig, Scenario, ScenarioNode, flat_queues, queue_tree,
-    queue_tree_with,
+    Amount, DraConfig, FlavorConfig, FlavorQuota, Job, Loaded, QueueConfig, Scenario, ScenarioNode, flat_queues,
+    queue_tree, queue_tree_with,
 };
 
 /// FGD's target workload of a job list: its popular shapes covering 95 % of the jobs.
@@ -166,6 +168,8 @@ pub struct TimedDecision<'a> {
     pub nodes: &'a NodeTable,
     /// The version of the policy set that decided.
     pub policy_version: u64,
+    /// For a binding of a replica with DRA claims, the devices each claim was allocated.
+    pub claims: &'a [wasmsched_dra::Allocation],
 }
 
 /// [`run`] with the policy sets of `policies`, explicit core settings, calling `observe` after
@@ -176,23 +180,57 @@ pub fn run_observed(
     queues: &QueueTree,
     jobs: &[Job],
     config: &CoreConfig,
+    observe: impl FnMut(TimedDecision<'_>),
+) -> Result<TimedRun, ReplayError> {
+    run_with_devices(policies, nodes, None, queues, jobs, config, observe)
+}
+
+/// [`run_observed`] on a cluster whose nodes also offer the DRA devices of `dra` (ResourceSlices
+/// and DeviceClasses), for jobs with `claims`.
+pub fn run_with_devices(
+    policies: &PolicyTimeline<'_>,
+    nodes: &NodeTable,
+    dra: Option<&wasmsched_dra::Objects>,
+    queues: &QueueTree,
+    jobs: &[Job],
+    config: &CoreConfig,
     mut observe: impl FnMut(TimedDecision<'_>),
 ) -> Result<TimedRun, ReplayError> {
     let config = CoreConfig { await_termination: true, ..config.clone() };
     let mut core = SchedulerCore::new(queues.clone(), config.clone());
     *core.topologies_mut() = nodes.topologies().clone();
+    let mut devices = dra.map(|objects| Devices::new(objects, nodes));
     let mut capacity = 0u64;
     for slot in nodes.slots() {
         if let Some(n) = nodes.get(slot) {
             capacity += n.allocatable.gpu_milli;
-            core.upsert_node(n.clone(), 0);
+            let mut n = n.clone();
+            if let Some(d) = devices.as_mut() {
+                n.allocatable.saturating_add_assign(&d.capacity(&n.name));
+                capacity += d.device_milli(&n.name);
+            }
+            core.upsert_node(n, 0);
         }
     }
-    let lookup = Jobs::new(jobs);
-    let mut arrivals: Vec<usize> = (0..jobs.len()).collect();
+    let mut lookup = Jobs::new(jobs);
+    let mut progress = Progress::new(jobs);
+    // Jobs with claims go only where their claims could ever be served; one that fits nowhere
+    // never waits, and says why.
+    let mut never = vec![false; jobs.len()];
+    if let Some(d) = devices.as_mut() {
+        for (j, job) in jobs.iter().enumerate().filter(|(_, j)| !j.claims.is_empty()) {
+            match d.feasible(job) {
+                Ok(fit) => restrict_to(&mut lookup.workloads[j], fit, nodes),
+                Err(reason) => {
+                    progress.out[j].waiting_reason = Some(format!("refused: {reason}"));
+                    never[j] = true;
+                }
+            }
+        }
+    }
+    let mut arrivals: Vec<usize> = (0..jobs.len()).filter(|&j| !never[j]).collect();
     arrivals.sort_by_key(|&i| (jobs[i].arrival, i));
     let mut next_arrival = 0;
-    let mut progress = Progress::new(jobs);
     let mut utilisation = Vec::new();
     let mut now = 0;
     let mut last_version = None;
@@ -231,6 +269,9 @@ pub fn run_observed(
             }
             p.agenda.departures.pop();
             if p.state[j].generation == generation && !p.state[j].finished && core.finish(&jobs[j].name).is_ok() {
+                if let Some(d) = devices.as_mut() {
+                    jobs[j].task_ids().iter().for_each(|t| d.release(t));
+                }
                 p.used -= p.state[j].gpu_milli;
                 p.state[j] = JobState { finished: true, ..JobState::default() };
                 p.out[j].end = Some(now);
@@ -253,6 +294,9 @@ pub fn run_observed(
             }
             let Some(Reverse((_, task, gpu_milli))) = p.agenda.terminations.pop() else { break };
             core.terminated(&task);
+            if let Some(d) = devices.as_mut() {
+                d.release(&task);
+            }
             p.used = p.used.saturating_sub(gpu_milli);
             p.last_change = now;
         }
@@ -270,19 +314,39 @@ pub fn run_observed(
                 Err(e) => return Err(ReplayError::Job { job: jobs[i].name.clone(), reason: e.to_string() }),
             }
         }
+        if let Some(d) = devices.as_mut() {
+            for j in d.take_forgiven() {
+                let spec = &lookup.workloads[j];
+                let waiting = waiting_replicas(&core, spec);
+                let _ = retake(&mut core, spec, waiting.as_deref(), now);
+            }
+        }
         let set = policies.at(now);
         if last_version.replace(set.version()).is_some_and(|v| v != set.version()) {
             // The core retries work parked under the old set: its wake-ups count from here.
             rollout = now;
         }
         decisions.extend(core.schedule(set, now));
+        if let Some(d) = devices.as_mut() {
+            claims_where_placed(&mut decisions, d, &mut core, &lookup, &mut progress, now);
+        }
 
         for d in &decisions {
+            if let (Some(dev), Decision::Evicted { task, reason: wasmsched_core::EvictReason::NodeLost, .. }) =
+                (devices.as_mut(), d)
+            {
+                dev.release(task);
+            }
             let mut driver = Driver { jobs: &lookup, progress: &mut progress, core: &mut core, now };
             carry_out(d, &mut driver);
             progress.counts.faults += d.faults().len();
             let (task, job) = lookup.of(d);
+            let claims = match (d, devices.as_ref()) {
+                (Decision::Bound { task, .. }, Some(dev)) => dev.held_by(task).unwrap_or_default(),
+                _ => &[],
+            };
             observe(TimedDecision {
+                claims,
                 at: now,
                 decision: d,
                 task,
@@ -298,4 +362,121 @@ pub fn run_observed(
     let horizon = progress.last_change;
     utilisation.retain(|&(t, _)| t <= horizon);
     Ok(metrics::summarise(jobs, progress.out, utilisation, progress.counts, horizon))
+}
+
+/// Restricts a job's replicas to the nodes `fit` (by name), unless that is every node.
+fn restrict_to(workload: &mut wasmsched_core::Workload, fit: Vec<String>, nodes: &NodeTable) {
+    if fit.len() >= nodes.len() {
+        return;
+    }
+    let fit_set: std::collections::BTreeSet<&str> = fit.iter().map(String::as_str).collect();
+    let others: Vec<String> = nodes
+        .slots()
+        .filter_map(|s| nodes.get(s))
+        .map(|n| n.name.clone())
+        .filter(|n| !fit_set.contains(n.as_str()))
+        .collect();
+    // The shorter list of the two.
+    let (operator, names) = if others.len() < fit.len() {
+        (wasmsched_api::SelectorOperator::NotIn, others)
+    } else {
+        (wasmsched_api::SelectorOperator::In, fit)
+    };
+    for task in &mut workload.members {
+        dra::restrict(task, operator, names.clone());
+    }
+}
+
+/// Allocates the claims of every replica the cycle placed, on its node, workload by workload; a
+/// workload whose claims cannot all be served places nothing this cycle: its placements leave
+/// `decisions` and the core, and it waits again, kept off that node until devices are freed.
+fn claims_where_placed(
+    decisions: &mut Vec<Decision>,
+    devices: &mut Devices,
+    core: &mut SchedulerCore,
+    lookup: &Jobs<'_>,
+    progress: &mut Progress,
+    now: u64,
+) {
+    let mut reserved: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let mut refused: BTreeMap<String, (String, String)> = BTreeMap::new();
+    for d in decisions.iter() {
+        let Decision::Bound { workload, task, node, .. } = d else { continue };
+        if refused.contains_key(workload) {
+            continue;
+        }
+        let Some(j) = lookup.job_of_task(task) else { continue };
+        if lookup.jobs[j].claims.is_empty() {
+            continue;
+        }
+        match devices.reserve(task, &lookup.jobs[j], node) {
+            Ok(()) => reserved.entry(workload).or_default().push(task),
+            Err(reason) => {
+                for t in reserved.remove(workload.as_str()).unwrap_or_default() {
+                    devices.release_reserved(t);
+                }
+                refused.insert(workload.clone(), (node.clone(), reason));
+            }
+        }
+    }
+    if refused.is_empty() {
+        return;
+    }
+    let placed_now = |w: &str| -> Vec<String> {
+        decisions
+            .iter()
+            .filter_map(|d| match d {
+                Decision::Bound { workload, task, .. } if workload == w => Some(task.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    for (workload, (node, reason)) in &refused {
+        let Some(j) = lookup.job_of_workload(workload) else { continue };
+        let now_placed = placed_now(workload);
+        let before =
+            core.members_of(workload).is_some_and(|mut m| m.any(|(t, placed)| placed && !now_placed.contains(&t.id)));
+        let avoid = devices.avoid(j, node);
+        let mut again = lookup.workloads[j].clone();
+        for task in &mut again.members {
+            dra::restrict(task, wasmsched_api::SelectorOperator::NotIn, avoid.clone());
+        }
+        // Placed before this cycle: it runs, and only the replicas placed now wait again.
+        let replicas = before.then_some(now_placed);
+        progress.out[j].waiting_reason = Some(match retake(core, &again, replicas.as_deref(), now) {
+            Ok(()) => format!("its DRA claims could not be allocated: {reason}"),
+            Err(e) => format!("refused: {e}"),
+        });
+    }
+    decisions.retain(|d| !matches!(d, Decision::Bound { workload, .. } if refused.contains_key(workload)));
+}
+
+/// Puts waiting replicas back in the core as `spec` has them now (another node affinity):
+/// `replicas` leave the running workload and come back as new members; `None`: none of it runs,
+/// and the whole workload is submitted again.
+fn retake(
+    core: &mut SchedulerCore,
+    spec: &wasmsched_core::Workload,
+    replicas: Option<&[String]>,
+    now: u64,
+) -> Result<(), wasmsched_core::WorkloadError> {
+    match replicas {
+        Some(waiting) => {
+            for t in waiting {
+                let _ = core.remove_task(t);
+            }
+            let members = spec.members.iter().filter(|m| waiting.contains(&m.id)).cloned().collect();
+            core.add_members(&spec.name, members)
+        }
+        // Not in the core (finished, given up): nothing waits.
+        None if core.finish(&spec.name).is_err() => Ok(()),
+        None => core.submit(spec.clone(), now),
+    }
+}
+
+/// `spec`'s replicas that wait, when some of it runs (`None` when none does).
+fn waiting_replicas(core: &SchedulerCore, spec: &wasmsched_core::Workload) -> Option<Vec<String>> {
+    let members: Vec<(String, bool)> =
+        core.members_of(&spec.name).into_iter().flatten().map(|(t, placed)| (t.id.clone(), placed)).collect();
+    members.iter().any(|(_, placed)| *placed).then(|| members.into_iter().filter(|(_, p)| !p).map(|(t, _)| t).collect())
 }

@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+use k8s_openapi::api::resource::v1::ResourceClaimSpec;
 use serde::{Deserialize, Deserializer, Serialize};
 use wasmsched_api::fragmentation::Spec;
 use wasmsched_api::{
@@ -19,7 +20,7 @@ use crate::trace::{TraceError, TracePod, gpu_node};
 
 /// A job of the time-driven replay: one pod, a gang (`replicas` > 1) or an elastic job
 /// (`min_replicas` < `replicas`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Job {
     /// Unique name.
@@ -82,6 +83,11 @@ pub struct Job {
     /// Inter-pod affinity and anti-affinity of each replica, as in Kubernetes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_affinity: Option<PodAffinityConfig>,
+    /// DRA: the specs of each replica's ResourceClaims (`resource.k8s.io/v1`, as in a
+    /// ResourceClaimTemplate's `spec.spec`): every replica gets claims of its own, allocated from
+    /// the devices of the scenario's `dra` objects on the node it is placed on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claims: Vec<ResourceClaimSpec>,
 }
 
 /// A job's inter-pod affinity (Kubernetes' `podAffinity` and `podAntiAffinity`, in the scenario's
@@ -219,6 +225,7 @@ impl Default for Job {
             timeout: None,
             labels: BTreeMap::new(),
             pod_affinity: None,
+            claims: Vec::new(),
         }
     }
 }
@@ -252,6 +259,8 @@ impl Job {
             request: Resources {
                 cpu_milli: self.cpu_milli,
                 memory_bytes: self.memory_mib.saturating_mul(1 << 20),
+                // Its claims' devices, counted by class like extended resources.
+                extended: class_counts(&self.claims),
                 ..Default::default()
             },
             gpu: if self.gpus == 0 {
@@ -311,9 +320,11 @@ impl Job {
         }
     }
 
-    /// GPU milli-units of one replica.
+    /// GPU milli-units of one replica; a DRA device its claims count is a whole GPU (the
+    /// replay's allocation figures count DRA devices as GPUs).
     pub(crate) fn replica_gpu_milli(&self) -> u64 {
-        u64::from(self.gpus) * u64::from(self.gpu_milli)
+        let devices: u64 = class_counts(&self.claims).iter().map(|(_, n)| n).sum();
+        u64::from(self.gpus) * u64::from(self.gpu_milli) + devices * u64::from(wasmsched_api::GPU_MILLI)
     }
 }
 
@@ -574,6 +585,24 @@ pub fn flat_queues(jobs: &[Job]) -> Vec<QueueConfig> {
     names.into_iter().map(QueueConfig::named).collect()
 }
 
+/// What `claims` ask of each DeviceClass, summed, as the core counts it.
+fn class_counts(claims: &[ResourceClaimSpec]) -> Vec<(String, u64)> {
+    let mut total: BTreeMap<String, u64> = BTreeMap::new();
+    for (resource, n) in claims.iter().flat_map(wasmsched_dra::class_counts) {
+        *total.entry(resource).or_default() += n;
+    }
+    total.into_iter().collect()
+}
+
+/// DRA in a scenario: the objects a cluster's DRA drivers and administrators publish.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DraConfig {
+    /// Files of ResourceSlices and DeviceClasses (and, optionally, Nodes for their labels), as
+    /// `kubectl get -o yaml` or multi-document YAML gives them; paths relative to the scenario.
+    pub objects: Vec<String>,
+}
+
 /// A node of a scenario.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -612,6 +641,9 @@ pub struct Scenario {
     pub queues: Vec<QueueConfig>,
     /// The jobs.
     pub jobs: Vec<Job>,
+    /// DRA devices of the nodes (read by [`Scenario::load`]), for jobs with `claims`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dra: Option<DraConfig>,
 }
 
 /// Whether `path` names a YAML file (else JSON).
@@ -647,6 +679,8 @@ struct RawScenario {
     flavors: Vec<FlavorConfig>,
     queues: Vec<QueueConfig>,
     jobs: Vec<serde_json::Value>,
+    #[serde(default)]
+    dra: Option<DraConfig>,
 }
 
 /// A scenario read from a file by [`Scenario::load_lenient`].
@@ -658,6 +692,8 @@ pub struct Loaded {
     pub topologies: BTreeMap<String, NodeTopology>,
     /// Jobs left out, each as `job N (name): reason`.
     pub skipped: Vec<String>,
+    /// The DRA objects its `dra` names.
+    pub dra: Option<wasmsched_dra::Objects>,
 }
 
 /// What is wrong with job `j` among the jobs and pod names seen so far (which it joins when fine).
@@ -736,7 +772,8 @@ impl Scenario {
             return Ok((s, Vec::new()));
         }
         let raw: RawScenario = read(file, text)?;
-        let mut scenario = Scenario { nodes: raw.nodes, flavors: raw.flavors, queues: raw.queues, jobs: Vec::new() };
+        let mut scenario =
+            Scenario { nodes: raw.nodes, flavors: raw.flavors, queues: raw.queues, jobs: Vec::new(), dra: raw.dra };
         scenario.validate().map_err(|message| bad(0, 0, message))?;
         let tree = scenario.queue_tree().map_err(|message| bad(0, 0, message))?;
         let (mut names, mut tasks) = (BTreeSet::new(), BTreeSet::new());
@@ -807,7 +844,28 @@ impl Scenario {
             }
             topologies.insert(n.name.clone(), topology);
         }
-        Ok(Loaded { scenario, topologies, skipped })
+        let dra = match &scenario.dra {
+            None => None,
+            Some(config) => {
+                let mut objects = wasmsched_dra::Objects::default();
+                for rel in &config.objects {
+                    objects.read(&dir.join(rel)).map_err(|e| TraceError::Malformed {
+                        file: file.clone(),
+                        line: 0,
+                        column: 0,
+                        message: format!("dra: {e}"),
+                    })?;
+                }
+                Some(objects)
+            }
+        };
+        if dra.is_none()
+            && let Some(j) = scenario.jobs.iter().find(|j| !j.claims.is_empty())
+        {
+            let message = format!("job {:?} has claims, and the scenario names no `dra` objects", j.name);
+            return Err(TraceError::Malformed { file, line: 0, column: 0, message });
+        }
+        Ok(Loaded { scenario, topologies, skipped, dra })
     }
 
     /// The scenario's nodes as the core's nodes, with the given topologies attached (and their
