@@ -93,6 +93,20 @@ fn benches(c: &mut Criterion) {
     c.bench_function("allocate/one_node_cached_verdicts", |b| {
         b.iter(|| black_box(warm.allocate(&one_gpu, one_node).is_ok()))
     });
+    c.bench_function("cel/footprint_of_a_device", |b| b.iter(|| black_box(selector.seen(&inventory.devices()[0]))));
+    // Cold: a fresh allocator, no selector asked yet (what the first pods after a start or a
+    // slice change pay); devices with the same footprint share one evaluation.
+    let spec = claim(false);
+    c.bench_function("claim_on_5000_nodes_cold/selector", |b| {
+        b.iter_batched_ref(
+            || allocator(&slices, &claims),
+            |a| {
+                let prepared = a.prepare(&spec).unwrap();
+                nodes.iter().filter(|n| a.fits_now(&prepared, n).is_ok()).count()
+            },
+            criterion::BatchSize::LargeInput,
+        )
+    });
     for (name, constraint) in [("selector", false), ("selector+matchAttribute", true)] {
         let spec = claim(constraint);
         let mut a = allocator(&slices, &claims);
@@ -100,7 +114,7 @@ fn benches(c: &mut Criterion) {
         c.bench_function(&format!("claim_on_5000_nodes/{name}"), |b| {
             b.iter(|| {
                 let prepared = a.prepare(&spec).unwrap();
-                nodes.iter().filter(|n| a.allocate_prepared(&prepared, n).is_ok()).count()
+                nodes.iter().filter(|n| a.fits_now(&prepared, n).is_ok()).count()
             })
         });
     }

@@ -368,13 +368,19 @@ impl Allocator {
 
     /// Devices for a prepared claim usable from `node`, or why there are none.
     pub fn allocate_prepared(&mut self, claim: &PreparedClaim, node: &Node) -> Result<Allocation, Unsatisfied> {
-        self.allocate_on(claim, node, true)
+        self.allocate_on(claim, node, true, true)
+    }
+
+    /// Whether `node` can serve a prepared claim now, with devices that show it (not the set the
+    /// topology ranks best: a scan over every node asks only whether, and skips that ranking).
+    pub fn fits_now(&mut self, claim: &PreparedClaim, node: &Node) -> Result<Allocation, Unsatisfied> {
+        self.allocate_on(claim, node, true, false)
     }
 
     /// Devices `node` could give a prepared claim if none were held: whether the node's devices
     /// can serve it at all (classes, selectors, counts, constraints), as for preemption.
     pub fn compatible(&mut self, claim: &PreparedClaim, node: &Node) -> Result<Allocation, Unsatisfied> {
-        self.allocate_on(claim, node, false)
+        self.allocate_on(claim, node, false, false)
     }
 
     /// Per DeviceClass (by name), the devices usable from `node` that its selectors accept; a
@@ -426,7 +432,13 @@ impl Allocator {
         on_node
     }
 
-    fn allocate_on(&mut self, claim: &PreparedClaim, node: &Node, only_free: bool) -> Result<Allocation, Unsatisfied> {
+    fn allocate_on(
+        &mut self,
+        claim: &PreparedClaim,
+        node: &Node,
+        only_free: bool,
+        ranked: bool,
+    ) -> Result<Allocation, Unsatisfied> {
         let on_node = self.on_node(node);
         let mut choices: Vec<Vec<Want>> = Vec::with_capacity(claim.requests.len());
         for alternatives in &claim.requests {
@@ -435,7 +447,7 @@ impl Allocator {
             for alt in alternatives {
                 let (mut candidates, funnel) = self.candidates(alt, &on_node, only_free)?;
                 // Of the free devices, the set the topology ranks best is tried first.
-                if only_free
+                if ranked
                     && !alt.admin
                     && let Some(n) = alt.count
                     && let Some(topology) = self.topology(node)

@@ -299,7 +299,7 @@ fn together(
     let mut held_here = Vec::new();
     let mut result = Ok(());
     for p in prepared {
-        let attempt = if only_free { allocator.allocate_prepared(p, node) } else { allocator.compatible(p, node) };
+        let attempt = if only_free { allocator.fits_now(p, node) } else { allocator.compatible(p, node) };
         match attempt {
             Ok(a) => {
                 for (_, id, admin) in &a.results {
