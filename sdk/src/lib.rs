@@ -67,10 +67,11 @@ pub const SDK_VERSION: &str = concat!("wasmsched-sdk/", env!("CARGO_PKG_VERSION"
 /// Everything a plugin needs, for `use wasmsched_sdk::prelude::*`.
 pub mod prelude {
     pub use wasmsched_api::{
-        DeviceShare, FairShare, Filter, GPU_MILLI, GpuDevice, GpuHealth, GpuRequest, GpuSummary, Gpus, MAX_SCORE, Node,
-        NodeAffinity, NodeSelectorTerm, Plugin, Preempt, PreemptCandidate, Preemption, PreferredTerm, Qos, QueueState,
-        Rejection, Resources, Score, SelectDevices, SelectorOperator, SelectorRequirement, ShareDecision, Taint,
-        TaintEffect, Task, Toleration, TolerationOperator, Verdict, Victim,
+        AttributeValue, ClaimDevice, ClaimRequest, DeviceShare, FairShare, Filter, GPU_MILLI, GpuDevice, GpuHealth,
+        GpuRequest, GpuSummary, Gpus, MAX_SCORE, Node, NodeAffinity, NodeSelectorTerm, Plugin, Preempt,
+        PreemptCandidate, Preemption, PreferredTerm, Qos, QueueState, RankClaimDevices, Rejection, Resources, Score,
+        SelectDevices, SelectorOperator, SelectorRequirement, ShareDecision, Taint, TaintEffect, Task, Toleration,
+        TolerationOperator, Verdict, Victim,
     };
 }
 
@@ -100,7 +101,7 @@ pub enum LogLevel {
 
 /// Export a plugin type as a wasmsched component, naming the stages it implements:
 /// `export_plugin!(MyPolicy: filter, score);`. Stages: `filter`, `score`, `select_devices`,
-/// `preempt`, `fair_share`. Natively it only implements [`Stages`] for the type.
+/// `rank_claim_devices` (DRA devices), `preempt`, `fair_share`. Natively it only implements [`Stages`] for the type.
 #[macro_export]
 macro_rules! export_plugin {
     ($ty:ty : $($stage:ident),+ $(,)?) => {

@@ -235,3 +235,87 @@ fn unhealthy_gpus_in_the_agents_report_are_not_used() {
     let err = read_node([("wasmsched.io/unhealthy-gpus", "2,x")]).unwrap_err().to_string();
     assert!(err.contains("wasmsched.io/unhealthy-gpus") && err.contains("GPU"), "{err}");
 }
+
+/// The first candidate in the host's order.
+fn given_by_host(request: &wasmsched_api::ClaimRequest) -> String {
+    request.candidates[0].id.clone()
+}
+
+/// DRA devices through the contract: the `gpu-topology` component ranks a claim request's
+/// candidates as its native build does, the allocator gives the claim what it ranked first, and
+/// a component built before the export (the legacy fixture) leaves the host's order, unasked.
+#[test]
+fn the_component_ranks_dra_devices_as_natively_and_the_allocator_follows_it() {
+    use wasmsched_api::ClaimRequest;
+    let mut objects = wasmsched_dra::Objects::default();
+    let path = format!("{}/../examples/dra/cluster.yaml", env!("CARGO_MANIFEST_DIR"));
+    objects.read(std::path::Path::new(&path)).unwrap();
+    let (mut inventory, _) = wasmsched_dra::Inventory::from_slices(&objects.slices);
+    inventory.hold_allocated(&objects.claims);
+    let mut allocator = wasmsched_dra::Allocator::new(inventory, objects.classes.clone());
+    let dgx = objects.nodes.iter().find(|n| n.metadata.name.as_deref() == Some("dgx-a100-0")).unwrap();
+    // Three GPUs of the first PCIe root taken: it has one left, the second root four.
+    let three: k8s_openapi::api::resource::v1::ResourceClaimSpec = serde_json::from_value(serde_json::json!({
+        "devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 3}}]}
+    }))
+    .unwrap();
+    let taken = allocator.allocate(&three, dgx).unwrap();
+    allocator.hold(&taken, true);
+    let mut table = NodeTable::new();
+    let slot = table.upsert(Node { name: "dgx-a100-0".into(), ..Default::default() });
+    let (wasm, native) = both("");
+    let task = Task { id: "pod".into(), ..Default::default() };
+    let mut asked: Vec<ClaimRequest> = Vec::new();
+    let one: k8s_openapi::api::resource::v1::ResourceClaimSpec = serde_json::from_value(serde_json::json!({
+        "devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 1}}]}
+    }))
+    .unwrap();
+    let got = allocator
+        .allocate_ranked(&one, dgx, &mut |request| {
+            asked.push(request.clone());
+            let ctx = CallContext { worker: 0, nodes: &table };
+            let w = wasm.rank_claim_devices(ctx, &task, slot, request).unwrap();
+            let n = native.rank_claim_devices(CallContext { worker: 0, nodes: &table }, &task, slot, request).unwrap();
+            assert_eq!(w, n, "the component and the native build agree");
+            w
+        })
+        .unwrap();
+    // Five candidates, with their attributes; the first root's last GPU (best fit) ranked first.
+    assert_eq!(asked.len(), 1);
+    assert_eq!(asked[0].candidates.len(), 5);
+    let root = |id: &str| {
+        let d = asked[0].candidates.iter().find(|d| d.id == id).unwrap();
+        d.attribute("resource.kubernetes.io/pcieRoot").cloned()
+    };
+    let held: Vec<String> = taken.results.iter().map(|r| r.1.to_string()).collect();
+    assert!(asked[0].candidates.iter().all(|d| !held.contains(&d.id)), "a held device is no candidate");
+    let given = got.results[0].1.to_string();
+    let first_root = asked[0].candidates[0].attribute("resource.kubernetes.io/pcieRoot").cloned();
+    assert_eq!(root(&given), first_root, "the lone GPU of the broken root: {given}");
+    // A component's order wins over the host's (the raw fixture ranks the candidates backwards);
+    // one that answers garbage faults, and the host's order stands.
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let mut by = |mode: &str| {
+        let raw = rt.load(&crate::fixtures::read(crate::fixtures::RAW_GARBAGE), unhurried("raw").with_config(mode));
+        let set = PolicySet::builder().devices(Arc::new(raw.unwrap())).build();
+        let mut last = None;
+        let got = allocator
+            .allocate_ranked(&one, dgx, &mut |request| {
+                last = request.candidates.last().map(|d| d.id.clone());
+                set.rank_claim_devices(&table, &task, "dgx-a100-0", request)
+            })
+            .unwrap();
+        (got.results[0].1.to_string(), last.unwrap())
+    };
+    let (given, last) = by("backwards");
+    assert_eq!(given, last, "the component's first choice");
+    for garbage in ["rank-out-of-range", "rank-twice"] {
+        let (given_now, _) = by(garbage);
+        assert_eq!(given_now, given_by_host(&asked[0]), "{garbage}: the host's order");
+    }
+    // A component without the export is not asked and leaves the host's order.
+    let legacy = rt.load(&crate::fixtures::read(crate::fixtures::LEGACY_MIRROR), unhurried("legacy")).unwrap();
+    let ctx = CallContext { worker: 0, nodes: &table };
+    assert_eq!(legacy.rank_claim_devices(ctx, &task, slot, &asked[0]).unwrap(), None);
+    assert_eq!(legacy.metrics().instances_discarded(), 0);
+}

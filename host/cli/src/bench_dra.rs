@@ -233,7 +233,10 @@ impl Setup {
                     }
                     break;
                 }
-                match allocator.allocate(spec, node) {
+                let name = node.metadata.name.as_deref().unwrap_or_default();
+                let mut rank =
+                    |request: &wasmsched_api::ClaimRequest| set.rank_claim_devices(&table, &task, name, request);
+                match allocator.allocate_ranked(spec, node, &mut rank) {
                     Ok(a) => {
                         allocator.hold(&a, true);
                         if matches!(table.update_usage(p.node, |n| bind(n, &task, &p.devices)), Some(Ok(()))) {

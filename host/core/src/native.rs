@@ -114,6 +114,22 @@ impl<P: Plugin + Stages + Send> PolicyPlugin for NativePlugin<P> {
         })
     }
 
+    fn rank_claim_devices(
+        &self,
+        ctx: CallContext<'_>,
+        task: &Task,
+        node: Slot,
+        request: &wasmsched_api::ClaimRequest,
+    ) -> Result<Option<Vec<u32>>, PluginFault> {
+        self.with(Some(ctx.nodes), ctx.worker, Stage::SelectDevices, |p| {
+            let Some(r) = p.as_rank_claim_devices() else { return Ok(None) };
+            let n = nodes(&ctx, &[node])?[0];
+            let order = r.rank_claim_devices(task, n, request);
+            validate::claim_ranking(&order, request.candidates.len()).map_err(|m| (FaultKind::BadOutput, m))?;
+            Ok(Some(order))
+        })
+    }
+
     fn select_devices(
         &self,
         ctx: CallContext<'_>,

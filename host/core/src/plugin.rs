@@ -2,7 +2,8 @@
 
 use wasmsched_api::batch::FilterBatch;
 use wasmsched_api::{
-    DeviceShare, MAX_SCORE, PreemptCandidate, Preemption, QueueState, Rejection, Resources, ShareDecision, Stage, Task,
+    ClaimRequest, DeviceShare, MAX_SCORE, PreemptCandidate, Preemption, QueueState, Rejection, Resources,
+    ShareDecision, Stage, Task,
 };
 
 use crate::node_table::{NodeTable, Slot};
@@ -132,6 +133,20 @@ pub trait PolicyPlugin: Send + Sync {
         node: Slot,
     ) -> Result<Result<Vec<DeviceShare>, Rejection>, PluginFault>;
 
+    /// Rank a DRA claim request's candidate devices on `node`: candidate indexes, most wanted
+    /// first, each once (validated); `None` when the plugin does not rank them (the default, and
+    /// what components built before this part of the contract answer).
+    fn rank_claim_devices(
+        &self,
+        ctx: CallContext<'_>,
+        task: &Task,
+        node: Slot,
+        request: &ClaimRequest,
+    ) -> Result<Option<Vec<u32>>, PluginFault> {
+        let _ = (ctx, task, node, request);
+        Ok(None)
+    }
+
     /// Choose preemption victims.
     fn select_victims(
         &self,
@@ -167,6 +182,19 @@ pub mod validate {
     /// The longest rejection reason kept; longer ones are a fault (a plugin echoing megabytes into
     /// every explanation is broken).
     pub const MAX_REASON_BYTES: usize = 1024;
+
+    /// A ranking of `candidates` claim devices: indexes in range, each at most once.
+    pub fn claim_ranking(order: &[u32], candidates: usize) -> Result<(), String> {
+        let mut seen = vec![false; candidates];
+        for &i in order {
+            match seen.get_mut(i as usize) {
+                None => return Err(format!("device index {i} out of range (0..{candidates})")),
+                Some(true) => return Err(format!("device index {i} ranked twice")),
+                Some(s) => *s = true,
+            }
+        }
+        Ok(())
+    }
 
     /// A filter batch for `candidates` nodes.
     pub fn filter(batch: &FilterBatch, candidates: usize) -> Result<(), String> {

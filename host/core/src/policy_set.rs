@@ -7,7 +7,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use wasmsched_api::Task;
+use wasmsched_api::{ClaimRequest, Task};
 
 use crate::node_table::{NodeTable, Slot};
 use crate::placement::verdict_cache::VerdictCache;
@@ -62,6 +62,28 @@ impl PolicySet {
     /// The fair-share plugin; without one, queues are served in tree order and nothing is reclaimed.
     pub fn fair_share(&self) -> Option<&Arc<dyn PolicyPlugin>> {
         self.fair_share.as_ref()
+    }
+
+    /// The device-selection plugin's order of a DRA claim request's candidates on `node` (the
+    /// node called `node` in `nodes`), most wanted first; `None` when there is no such plugin, it
+    /// does not rank, or it faulted (the host's own order is used then: a ranking is a
+    /// preference, never a reason to refuse a placement).
+    pub fn rank_claim_devices(
+        &self,
+        nodes: &NodeTable,
+        task: &Task,
+        node: &str,
+        request: &ClaimRequest,
+    ) -> Option<Vec<u32>> {
+        let plugin = self.devices.as_ref()?;
+        let slot = nodes.slot_of(node)?;
+        match plugin.rank_claim_devices(CallContext { worker: 0, nodes }, task, slot, request) {
+            Ok(order) => order,
+            Err(fault) => {
+                tracing::warn!(plugin = plugin.name(), %fault, "ranking DRA devices failed; the host's order is used");
+                None
+            }
+        }
     }
 
     /// Let every plugin catch up with `nodes` by at most `max_changes` changes

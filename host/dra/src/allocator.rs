@@ -14,6 +14,8 @@ use k8s_openapi::api::resource::v1::{
     DeviceSelector, DeviceTaint, DeviceToleration, ResourceClaim, ResourceClaimSpec,
 };
 
+use wasmsched_api::{AttributeValue, ClaimDevice, ClaimRequest};
+
 use crate::inventory::{Attribute, DeviceId, Inventory, Reach};
 use crate::node_selector;
 use crate::selector::{DeviceValue, Environment, Seen, Selector, SelectorError, Selectors};
@@ -160,6 +162,10 @@ struct Want<'p> {
 /// A selector's answer on one device, once it has been asked.
 type Verdict = Option<Result<bool, SelectorError>>;
 
+/// A policy's order of a request's candidate devices (indexes, most wanted first); `None`: no
+/// preference.
+pub type Rank<'r> = dyn FnMut(&ClaimRequest) -> Option<Vec<u32>> + 'r;
+
 /// A selector's answers by what devices show it ([`Selector::seen`]).
 type Shared = HashMap<Vec<Seen>, bool>;
 
@@ -284,6 +290,20 @@ impl Allocator {
         self.allocate_prepared(&prepared, node)
     }
 
+    /// [`Allocator::allocate`], asking `rank` (a policy's device-selection stage) for its order of
+    /// each request's candidates where there is a choice: its picks are tried first, then the
+    /// topology's order; constraints hold whatever the order. `rank` answering `None` leaves the
+    /// host's order.
+    pub fn allocate_ranked(
+        &mut self,
+        claim: &ResourceClaimSpec,
+        node: &Node,
+        rank: &mut Rank<'_>,
+    ) -> Result<Allocation, Unsatisfied> {
+        let prepared = self.prepare(claim)?;
+        self.allocate_on(&prepared, node, true, true, Some(rank))
+    }
+
     /// Check `claim` and compile its selectors, once for any number of nodes: a malformed
     /// request, a missing class or a selector that does not compile is the same answer on every
     /// node.
@@ -368,19 +388,19 @@ impl Allocator {
 
     /// Devices for a prepared claim usable from `node`, or why there are none.
     pub fn allocate_prepared(&mut self, claim: &PreparedClaim, node: &Node) -> Result<Allocation, Unsatisfied> {
-        self.allocate_on(claim, node, true, true)
+        self.allocate_on(claim, node, true, true, None)
     }
 
     /// Whether `node` can serve a prepared claim now, with devices that show it (not the set the
     /// topology ranks best: a scan over every node asks only whether, and skips that ranking).
     pub fn fits_now(&mut self, claim: &PreparedClaim, node: &Node) -> Result<Allocation, Unsatisfied> {
-        self.allocate_on(claim, node, true, false)
+        self.allocate_on(claim, node, true, false, None)
     }
 
     /// Devices `node` could give a prepared claim if none were held: whether the node's devices
     /// can serve it at all (classes, selectors, counts, constraints), as for preemption.
     pub fn compatible(&mut self, claim: &PreparedClaim, node: &Node) -> Result<Allocation, Unsatisfied> {
-        self.allocate_on(claim, node, false, false)
+        self.allocate_on(claim, node, false, false, None)
     }
 
     /// Per DeviceClass (by name), the devices usable from `node` that its selectors accept; a
@@ -438,6 +458,7 @@ impl Allocator {
         node: &Node,
         only_free: bool,
         ranked: bool,
+        mut rank: Option<&mut Rank<'_>>,
     ) -> Result<Allocation, Unsatisfied> {
         let on_node = self.on_node(node);
         let mut choices: Vec<Vec<Want>> = Vec::with_capacity(claim.requests.len());
@@ -453,6 +474,25 @@ impl Allocator {
                     && let Some(topology) = self.topology(node)
                 {
                     topology.order(&mut candidates, n);
+                }
+                // Then the policy's order, where it has a choice to make.
+                if let (Some(rank), Some(n), false) = (rank.as_deref_mut(), alt.count, alt.admin)
+                    && candidates.len() > n
+                {
+                    let devices = self.inventory.devices();
+                    let request = ClaimRequest {
+                        name: alt.name.clone(),
+                        count: n as u32,
+                        candidates: candidates.iter().map(|&i| claim_device(&devices[i])).collect(),
+                    };
+                    if let Some(order) = rank(&request) {
+                        let mut first: Vec<usize> =
+                            order.iter().filter_map(|&k| candidates.get(k as usize).copied()).collect();
+                        first.dedup();
+                        candidates.retain(|i| !first.contains(i));
+                        first.append(&mut candidates);
+                        candidates = first;
+                    }
                 }
                 let enough = match alt.count {
                     Some(n) => candidates.len() >= n,
@@ -574,6 +614,25 @@ impl Allocator {
         }
         Ok(true)
     }
+}
+
+/// A device as a policy's device-selection stage sees it.
+pub fn claim_device(d: &crate::inventory::Device) -> ClaimDevice {
+    let attributes = d
+        .attributes
+        .iter()
+        .map(|(k, a)| {
+            let v = match a {
+                Attribute::Bool(b) => AttributeValue::Bool(*b),
+                Attribute::Int(i) => AttributeValue::Int(*i),
+                Attribute::String(s) => AttributeValue::String(s.clone()),
+                Attribute::Version(v) => AttributeValue::Version(v.to_string()),
+            };
+            (k.clone(), v)
+        })
+        .collect();
+    let capacity = d.capacity.iter().map(|(k, q)| (k.clone(), q.to_string())).collect();
+    ClaimDevice { id: d.id.to_string(), attributes, capacity }
 }
 
 /// Whether `toleration` tolerates `taint`, as for pods: `Exists` (any value; no key: any key) or

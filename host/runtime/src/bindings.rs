@@ -9,8 +9,39 @@ use wasmsched::policy::types as wit;
 use wasmsched_api as api;
 
 pub(crate) use exports::wasmsched::policy::{
-    fair_share, fair_share_delta, filter, mirror, mirror_usage, placement, plugin, preempt, score, select_devices,
+    fair_share, fair_share_delta, filter, mirror, mirror_usage, placement, plugin, preempt, score,
+    select_claim_devices, select_devices,
 };
+
+/// A DRA claim request as the contract sends it.
+pub(crate) fn claim_request(r: &api::ClaimRequest) -> select_claim_devices::ClaimRequest {
+    use select_claim_devices::AttributeValue as W;
+    select_claim_devices::ClaimRequest {
+        name: r.name.clone(),
+        count: r.count,
+        candidates: r
+            .candidates
+            .iter()
+            .map(|d| select_claim_devices::ClaimDevice {
+                id: d.id.clone(),
+                attributes: d
+                    .attributes
+                    .iter()
+                    .map(|(k, v)| {
+                        let v = match v {
+                            api::AttributeValue::Bool(b) => W::Boolean(*b),
+                            api::AttributeValue::Int(i) => W::Integer(*i),
+                            api::AttributeValue::String(t) => W::Text(t.clone()),
+                            api::AttributeValue::Version(v) => W::Version(v.clone()),
+                        };
+                        (k.clone(), v)
+                    })
+                    .collect(),
+                capacity: d.capacity.clone(),
+            })
+            .collect(),
+    }
+}
 
 pub(crate) fn resources(r: &api::Resources) -> wit::Resources {
     wit::Resources {

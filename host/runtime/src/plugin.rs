@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use wasmsched_api::batch::FilterBatch;
 use wasmsched_api::{
-    DeviceShare, PreemptCandidate, Preemption, QueueState, Rejection, Resources, ShareDecision, Stage, Task,
+    ClaimRequest, DeviceShare, PreemptCandidate, Preemption, QueueState, Rejection, Resources, ShareDecision, Stage,
+    Task,
 };
 use wasmsched_core::{
     CallContext, Changes, FailurePolicy, FaultKind, NodeTable, PluginFault, PolicyPlugin, Slot, validate,
@@ -14,7 +15,8 @@ use wasmtime::component::InstancePre;
 use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 
 use crate::bindings::{
-    self, fair_share, fair_share_delta, filter, mirror, mirror_usage, placement, plugin, preempt, score, select_devices,
+    self, fair_share, fair_share_delta, filter, mirror, mirror_usage, placement, plugin, preempt, score,
+    select_claim_devices, select_devices,
 };
 use crate::breaker::{Breaker, BreakerConfig};
 use crate::budget::{self, Budget};
@@ -143,6 +145,7 @@ struct Indices {
     score: Option<score::GuestIndices>,
     placement: Option<placement::GuestIndices>,
     select_devices: Option<select_devices::GuestIndices>,
+    select_claim_devices: Option<select_claim_devices::GuestIndices>,
     preempt: Option<preempt::GuestIndices>,
     fair_share: Option<fair_share::GuestIndices>,
     fair_share_delta: Option<fair_share_delta::GuestIndices>,
@@ -159,6 +162,8 @@ struct Live {
     /// `filter` and `score` with the usage changes along; without it, `mirror-usage` goes first.
     placement: Option<placement::Guest>,
     select_devices: Option<select_devices::Guest>,
+    /// DRA device ranking (added to 0.2.0): without it, the host's order.
+    select_claim_devices: Option<select_claim_devices::Guest>,
     preempt: Option<preempt::Guest>,
     fair_share: Option<fair_share::Guest>,
     /// Fair share by changes; without it, every call sends every queue.
@@ -282,6 +287,7 @@ impl Blueprint {
             score: load!(score, "score"),
             placement: load!(placement, "placement"),
             select_devices: load!(select_devices, "select-devices"),
+            select_claim_devices: load!(select_claim_devices, "select-claim-devices"),
             preempt: load!(preempt, "preempt"),
             fair_share: load!(fair_share, "fair-share"),
             fair_share_delta: load!(fair_share_delta, "fair-share-delta"),
@@ -367,6 +373,7 @@ impl WasmPlugin {
             score: optional!(score, "score"),
             placement: if rt.config.placement_calls { optional!(placement, "placement") } else { None },
             select_devices: optional!(select_devices, "select-devices"),
+            select_claim_devices: optional!(select_claim_devices, "select-claim-devices"),
             preempt: optional!(preempt, "preempt"),
             fair_share: optional!(fair_share, "fair-share"),
             fair_share_delta: optional!(fair_share_delta, "fair-share-delta"),
@@ -941,6 +948,32 @@ impl PolicyPlugin for WasmPlugin {
                 }
                 Err(r) => Err(bindings::rejection_in(r)),
             })
+        })
+    }
+
+    fn rank_claim_devices(
+        &self,
+        ctx: CallContext<'_>,
+        task: &Task,
+        node: Slot,
+        request: &ClaimRequest,
+    ) -> Result<Option<Vec<u32>>, PluginFault> {
+        // Components built before this export leave the order to the host: asked nothing.
+        if self.blueprint.indices.select_claim_devices.is_none() {
+            return Ok(None);
+        }
+        let wit_task = bindings::task(task);
+        let wit_request = bindings::claim_request(request);
+        self.call(ctx.worker, Stage::SelectDevices, Some(ctx.nodes), |bp, live, _| {
+            let r = live
+                .select_claim_devices
+                .as_ref()
+                .ok_or_else(|| CallError::Bad("select-claim-devices export missing".into()))?;
+            bp.arm(&mut live.store, 1);
+            let order = r.call_rank(&mut live.store, &wit_task, node, &wit_request)?.map_err(CallError::Guest)?;
+            validate::claim_ranking(&order, request.candidates.len()).map_err(CallError::Bad)?;
+            // An empty answer: the plugin does not rank (the SDK's answer for plugins without it).
+            Ok((!order.is_empty()).then_some(order))
         })
     }
 

@@ -81,6 +81,58 @@ pub trait SelectDevices {
     fn select_devices(&mut self, task: &Task, node: &Node) -> Result<Vec<DeviceShare>, Rejection>;
 }
 
+/// A typed DRA attribute value, as a ResourceSlice publishes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AttributeValue {
+    /// `bool`.
+    Bool(bool),
+    /// `int`.
+    Int(i64),
+    /// `string`.
+    String(String),
+    /// `version` (semantic version, as text).
+    Version(String),
+}
+
+/// A DRA device a claim request may get: one a ResourceSlice publishes on the node, accepted by
+/// the class's and the request's selectors, tolerated, and free.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClaimDevice {
+    /// `driver/pool/device`.
+    pub id: String,
+    /// Attributes by qualified name (`gpu.nvidia.com/index`, `resource.kubernetes.io/pcieRoot`).
+    pub attributes: Vec<(String, AttributeValue)>,
+    /// Capacities by qualified name, as quantities (`80Gi`).
+    pub capacity: Vec<(String, String)>,
+}
+
+impl ClaimDevice {
+    /// The attribute `name` (qualified), if the device has it.
+    pub fn attribute(&self, name: &str) -> Option<&AttributeValue> {
+        self.attributes.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
+}
+
+/// One request of a DRA claim, on the node its pod was placed on.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClaimRequest {
+    /// The request's name (`request/subrequest` for a `firstAvailable` alternative).
+    pub name: String,
+    /// How many devices it takes.
+    pub count: u32,
+    /// The devices it may get, in the order the host would try them.
+    pub candidates: Vec<ClaimDevice>,
+}
+
+/// Device selection for DRA claims: which of a request's candidate devices the task should get.
+/// The answer is an order of preference (indexes into `request.candidates`, most wanted first);
+/// the host tries those first, keeps the claim's constraints, and falls back to its own order
+/// (the topology ranking) for the rest. An empty answer leaves the host's order.
+pub trait RankClaimDevices {
+    /// Candidate indexes, most wanted first.
+    fn rank_claim_devices(&mut self, task: &Task, node: &Node, request: &ClaimRequest) -> Vec<u32>;
+}
+
 /// Preemption: which running tasks to evict so that `preemptor` fits.
 pub trait Preempt {
     /// Choose one candidate and its victims; `None` when preemption cannot help. `nodes[i]` is the
@@ -112,6 +164,10 @@ pub trait Stages {
     }
     /// The device-selection stage.
     fn as_select_devices(&mut self) -> Option<&mut dyn SelectDevices> {
+        None
+    }
+    /// Ranking DRA claim devices (part of the device-selection stage).
+    fn as_rank_claim_devices(&mut self) -> Option<&mut dyn RankClaimDevices> {
         None
     }
     /// The preempt stage.
@@ -196,6 +252,11 @@ macro_rules! __stage_accessor {
     };
     (select_devices) => {
         fn as_select_devices(&mut self) -> Option<&mut dyn $crate::SelectDevices> {
+            Some(self)
+        }
+    };
+    (rank_claim_devices) => {
+        fn as_rank_claim_devices(&mut self) -> Option<&mut dyn $crate::RankClaimDevices> {
             Some(self)
         }
     };

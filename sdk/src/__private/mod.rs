@@ -23,7 +23,8 @@ pub mod bindings {
 }
 
 pub use bindings::exports::wasmsched::policy::{
-    fair_share, fair_share_delta, filter, mirror, mirror_usage, placement, plugin, preempt, score, select_devices,
+    fair_share, fair_share_delta, filter, mirror, mirror_usage, placement, plugin, preempt, score,
+    select_claim_devices, select_devices,
 };
 use bindings::wasmsched::policy::{host, topology as wit_topology, types as wit};
 
@@ -296,6 +297,46 @@ pub fn select_devices(
     })
 }
 
+/// `select-claim-devices.rank`: the plugin's order, or none (an empty list) when it does not rank.
+pub fn rank_claim_devices(
+    task: wit::Task,
+    node: u32,
+    request: select_claim_devices::ClaimRequest,
+) -> Result<Vec<u32>, String> {
+    use select_claim_devices::AttributeValue as W;
+    let task: Task = convert::task(task);
+    let request = wasmsched_api::ClaimRequest {
+        name: request.name,
+        count: request.count,
+        candidates: request
+            .candidates
+            .into_iter()
+            .map(|d| wasmsched_api::ClaimDevice {
+                id: d.id,
+                attributes: d
+                    .attributes
+                    .into_iter()
+                    .map(|(k, v)| {
+                        let v = match v {
+                            W::Boolean(b) => wasmsched_api::AttributeValue::Bool(b),
+                            W::Integer(i) => wasmsched_api::AttributeValue::Int(i),
+                            W::Text(t) => wasmsched_api::AttributeValue::String(t),
+                            W::Version(v) => wasmsched_api::AttributeValue::Version(v),
+                        };
+                        (k, v)
+                    })
+                    .collect(),
+                capacity: d.capacity,
+            })
+            .collect(),
+    };
+    with_plugin(|p, nodes, generation| {
+        let Some(r) = p.as_rank_claim_devices() else { return Ok(Vec::new()) };
+        let node = resolve(nodes, &[node], generation)?[0];
+        Ok(r.rank_claim_devices(&task, node, &request))
+    })
+}
+
 /// `preempt.select-victims`.
 pub fn select_victims(
     preemptor: wit::Task,
@@ -472,6 +513,15 @@ macro_rules! __export_component {
                     node: u32,
                 ) -> Result<Result<Vec<__p::select_devices::DeviceShare>, __p::bindings::wasmsched::policy::types::Rejection>, String> {
                     __p::select_devices(task, node)
+                }
+            }
+            impl __p::select_claim_devices::Guest for __WasmschedComponent {
+                fn rank(
+                    task: __p::bindings::wasmsched::policy::types::Task,
+                    node: u32,
+                    request: __p::select_claim_devices::ClaimRequest,
+                ) -> Result<Vec<u32>, String> {
+                    __p::rank_claim_devices(task, node, request)
                 }
             }
             impl __p::preempt::Guest for __WasmschedComponent {

@@ -752,6 +752,7 @@ impl Dra {
         claims: &[ClaimRef],
         to_make: Option<&MadeClaim>,
         node: &str,
+        rank: &mut wasmsched_dra::allocator::Rank<'_>,
     ) -> Result<Vec<ClaimWrite>, String> {
         let resolved = self.resolve(namespace, claims, to_make.map(|m| &m.claim))?;
         let Some(node_obj) = self.nodes.get(node).cloned() else {
@@ -779,7 +780,11 @@ impl Dra {
                 continue;
             }
             let allocator = self.allocator();
-            match allocator.allocate(claim.spec.as_ref().unwrap_or(&ResourceClaimSpec::default()), &node_obj) {
+            match allocator.allocate_ranked(
+                claim.spec.as_ref().unwrap_or(&ResourceClaimSpec::default()),
+                &node_obj,
+                rank,
+            ) {
                 Ok(a) => {
                     allocator.hold(&a, true);
                     let create = to_make.filter(|m| key_of(&m.claim.metadata) == *key).cloned();
@@ -933,9 +938,9 @@ mod tests {
         // The other claim's three devices are still held: two are not free now, anywhere.
         let small = dra.feasible_nodes("ns", &claim("small"), None, ["n1"].into_iter()).unwrap();
         assert!(!small.now, "{small:?}");
-        let refused = dra.reserve("ns", &claim("small"), None, "n1").unwrap_err();
+        let refused = dra.reserve("ns", &claim("small"), None, "n1", &mut |_| None).unwrap_err();
         assert!(refused.contains("1 free"), "{refused}");
         // Nor does a refused reservation free what others hold.
-        assert!(dra.reserve("ns", &claim("small"), None, "n1").is_err());
+        assert!(dra.reserve("ns", &claim("small"), None, "n1", &mut |_| None).is_err());
     }
 }

@@ -2,7 +2,7 @@
 //! nominations, why a pod waits, and the events of each decision.
 
 use super::*;
-use wasmsched_core::PluginFault;
+use wasmsched_core::{PluginFault, PolicySet};
 
 /// What every decision of one `carry_out` shares: the policy version that decided, its reference
 /// for events, and the decision time per decision.
@@ -59,7 +59,7 @@ impl Scheduler {
     /// Carries out the core's decisions, in order.
     pub(super) fn carry_out(&mut self, decisions: Vec<Decision>, live: &Arc<PolicyVersion>, each: Duration) {
         let policy = policy_ref(live);
-        let refused = self.reserve_claims(&decisions);
+        let refused = self.reserve_claims(&decisions, &live.set);
         let mut carrier = Carrier {
             scheduler: self,
             at: Carried { live, policy: &policy, each },
@@ -83,7 +83,7 @@ impl Scheduler {
     /// the pod's node against the devices held now (an earlier placement may have taken them),
     /// workload by workload: a workload whose claims cannot all be served places none of its pods
     /// this cycle. The writes wait in `in_flight.claims` for their binds.
-    fn reserve_claims(&mut self, decisions: &[Decision]) -> AHashMap<String, String> {
+    fn reserve_claims(&mut self, decisions: &[Decision], set: &PolicySet) -> AHashMap<String, String> {
         let mut refused: AHashMap<String, String> = AHashMap::new();
         let mut reserved: AHashMap<&str, Vec<&str>> = AHashMap::new();
         for d in decisions {
@@ -92,7 +92,11 @@ impl Scheduler {
                 continue;
             }
             let (Some(facts), Some(pod)) = (self.ours.get(task), self.objects.dra_pods.get(task)) else { continue };
-            match self.objects.dra.reserve(&facts.task.namespace, &pod.claims, pod.made.as_ref(), node) {
+            // The policy's device-selection stage may rank each request's candidate devices.
+            let nodes = self.cache.nodes();
+            let mut rank =
+                |request: &wasmsched_api::ClaimRequest| set.rank_claim_devices(nodes, &facts.task, node, request);
+            match self.objects.dra.reserve(&facts.task.namespace, &pod.claims, pod.made.as_ref(), node, &mut rank) {
                 Ok(writes) => {
                     self.in_flight.claims.insert(task.clone(), writes);
                     reserved.entry(workload).or_default().push(task);

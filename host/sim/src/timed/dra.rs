@@ -130,11 +130,18 @@ impl Devices {
 
     /// Allocates every claim of a replica of `job` on `node` and holds the devices; or why not
     /// (nothing is held then).
-    pub(super) fn reserve(&mut self, task: &str, job: &Job, node: &str) -> Result<(), String> {
+    /// `rank` is the policy's device-selection stage, asked for its order of the candidates.
+    pub(super) fn reserve(
+        &mut self,
+        task: &str,
+        job: &Job,
+        node: &str,
+        rank: &mut wasmsched_dra::allocator::Rank<'_>,
+    ) -> Result<(), String> {
         let Some(n) = self.nodes.get(node) else { return Err(format!("node {node} is unknown")) };
         let mut made: Vec<Allocation> = Vec::new();
         for (i, spec) in job.claims.iter().enumerate() {
-            match self.allocator.allocate(spec, n) {
+            match self.allocator.allocate_ranked(spec, n, rank) {
                 Ok(a) => {
                     self.allocator.hold(&a, true);
                     made.push(a);

@@ -77,6 +77,11 @@ impl<'a> Jobs<'a> {
         }
     }
 
+    /// The task with id `task`.
+    pub(super) fn task(&self, task: &str) -> Option<&Task> {
+        self.task_of.get(task).map(|&(j, m)| &self.workloads[j].members[m])
+    }
+
     pub(super) fn job_of_task(&self, task: &str) -> Option<usize> {
         self.task_of.get(task).map(|&(j, _)| j)
     }

@@ -328,7 +328,7 @@ pub fn run_with_devices(
         }
         decisions.extend(core.schedule(set, now));
         if let Some(d) = devices.as_mut() {
-            claims_where_placed(&mut decisions, d, &mut core, &lookup, &mut progress, now);
+            claims_where_placed(&mut decisions, d, &mut core, set, &lookup, &mut progress, now);
         }
 
         for d in &decisions {
@@ -394,6 +394,7 @@ fn claims_where_placed(
     decisions: &mut Vec<Decision>,
     devices: &mut Devices,
     core: &mut SchedulerCore,
+    set: &PolicySet,
     lookup: &Jobs<'_>,
     progress: &mut Progress,
     now: u64,
@@ -409,7 +410,10 @@ fn claims_where_placed(
         if lookup.jobs[j].claims.is_empty() {
             continue;
         }
-        match devices.reserve(task, &lookup.jobs[j], node) {
+        let Some(spec) = lookup.task(task) else { continue };
+        let nodes = core.nodes();
+        let mut rank = |request: &wasmsched_api::ClaimRequest| set.rank_claim_devices(nodes, spec, node, request);
+        match devices.reserve(task, &lookup.jobs[j], node, &mut rank) {
             Ok(()) => reserved.entry(workload).or_default().push(task),
             Err(reason) => {
                 for t in reserved.remove(workload.as_str()).unwrap_or_default() {

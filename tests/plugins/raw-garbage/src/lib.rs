@@ -7,7 +7,8 @@
 //! (fair share by changes answering a share for a queue that does not exist), `delta-missing`
 //! (answering no share at all after a reset), `brief-task-error` (its `placement.filter` fails
 //! for a task sent as a `brief-task`, succeeds for a full one), `stops-short` (its
-//! `placement.filter` stops one fit before `enough`). `placement` answers as the plain
+//! `placement.filter` stops one fit before `enough`), `rank-out-of-range` / `rank-twice` (its DRA
+//! ranking names a device that is not a candidate, or one twice). `placement` answers as the plain
 //! stage exports do.
 //! Natively this crate is empty.
 #![cfg_attr(not(target_family = "wasm"), allow(unused))]
@@ -19,7 +20,8 @@ mod component {
     wit_bindgen::generate!({ path: "../../../wit", world: "policy" });
 
     use exports::wasmsched::policy::{
-        fair_share, fair_share_delta, filter, mirror, mirror_usage, placement, plugin, preempt, score, select_devices,
+        fair_share, fair_share_delta, filter, mirror, mirror_usage, placement, plugin, preempt, score,
+        select_claim_devices, select_devices,
     };
     use wasmsched::policy::types::{Node, Rejection, Resources, Stage, Task};
 
@@ -148,6 +150,17 @@ mod component {
             _node: u32,
         ) -> Result<Result<Vec<select_devices::DeviceShare>, Rejection>, String> {
             Ok(Ok(vec![select_devices::DeviceShare { gpu: 99, milli: 1000 }]))
+        }
+    }
+
+    impl select_claim_devices::Guest for Raw {
+        fn rank(_task: Task, _node: u32, request: select_claim_devices::ClaimRequest) -> Result<Vec<u32>, String> {
+            let n = request.candidates.len() as u32;
+            Ok(match mode() {
+                "rank-out-of-range" => vec![n],
+                "rank-twice" => vec![0, 0],
+                _ => (0..n).rev().collect(),
+            })
         }
     }
 
