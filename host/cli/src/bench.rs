@@ -231,6 +231,21 @@ fn run_gangs(
     }
 }
 
+/// `n` free 80 GB GPUs of `model`, four per NUMA node.
+pub(crate) fn gpu_devices(model: &str, n: u32) -> Vec<GpuDevice> {
+    (0..n)
+        .map(|index| GpuDevice {
+            index,
+            model: model.into(),
+            memory_bytes: 80 << 30,
+            free_milli: GPU_MILLI,
+            free_memory_bytes: 80 << 30,
+            numa_node: Some(index / 4),
+            ..Default::default()
+        })
+        .collect()
+}
+
 /// A GPU cluster like the ones scheduler_perf models: identical-ish nodes, two GPU generations.
 fn cluster(n: usize, rng: &mut Rng) -> NodeTable {
     let mut t = NodeTable::new();
@@ -245,17 +260,7 @@ fn cluster(n: usize, rng: &mut Rng) -> NodeTable {
                 gpu_milli: u64::from(gpus * GPU_MILLI),
                 extended: vec![],
             },
-            gpus: (0..gpus)
-                .map(|index| GpuDevice {
-                    index,
-                    model: model.into(),
-                    memory_bytes: 80 << 30,
-                    free_milli: GPU_MILLI,
-                    free_memory_bytes: 80 << 30,
-                    numa_node: Some(index / 4),
-                    ..Default::default()
-                })
-                .collect(),
+            gpus: gpu_devices(model, gpus).into(),
             ..Default::default()
         });
     }

@@ -15,8 +15,8 @@ use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaimSpec, ResourceSli
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 use wasmsched_api::{
-    GPU_MILLI, GpuDevice, GpuRequest, NODE_NAME_FIELD, Node, NodeSelectorTerm, Resources, SelectorOperator,
-    SelectorRequirement, Task,
+    GPU_MILLI, GpuRequest, NODE_NAME_FIELD, Node, NodeSelectorTerm, Resources, SelectorOperator, SelectorRequirement,
+    Task,
 };
 use wasmsched_core::{NodeTable, PolicySet, bind, place_sampled};
 use wasmsched_dra::{Allocator, Inventory, class_resource};
@@ -165,17 +165,7 @@ impl Setup {
                 gpu_milli: u64::from(gpus * GPU_MILLI),
                 extended,
             },
-            gpus: (0..gpus)
-                .map(|index| GpuDevice {
-                    index,
-                    model: "A100-SXM4-80GB".into(),
-                    memory_bytes: 80 << 30,
-                    free_milli: GPU_MILLI,
-                    free_memory_bytes: 80 << 30,
-                    numa_node: Some(index / 4),
-                    ..Default::default()
-                })
-                .collect(),
+            gpus: crate::bench::gpu_devices("A100-SXM4-80GB", gpus).into(),
             ..Default::default()
         };
         let (mut dra_nodes, mut plugin_nodes) = (NodeTable::new(), NodeTable::new());
