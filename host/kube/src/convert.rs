@@ -24,6 +24,9 @@ pub const GPU_MODELS_ANNOTATION: &str = "wasmsched.io/gpu-models";
 pub const QUEUE_ANNOTATION: &str = "scheduling.wasmsched.io/queue";
 /// Volcano's queue annotation, honoured so Volcano jobs work unchanged.
 pub const VOLCANO_QUEUE_ANNOTATION: &str = "scheduling.volcano.sh/queue-name";
+/// Kueue's queue label (its LocalQueue's name), honoured as the queue's name so workloads labelled
+/// for Kueue land in the wasmsched queue of that name.
+pub const KUEUE_QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
 /// Pod label naming its wasmsched [`crate::crd::PodGroup`].
 pub const GROUP_LABEL: &str = "scheduling.wasmsched.io/pod-group";
 /// The upstream coscheduling plugin's pod-group label.
@@ -404,10 +407,7 @@ fn task_of(pod: &Pod, strict: bool) -> Result<Task, ConvertError> {
     Ok(Task {
         id: format!("{namespace}/{name}"),
         group: group_of(pod),
-        queue: annotation(QUEUE_ANNOTATION)
-            .or_else(|| annotation(VOLCANO_QUEUE_ANNOTATION))
-            .unwrap_or("default")
-            .to_string(),
+        queue: queue_of(pod).to_string(),
         priority: spec.priority.unwrap_or(0),
         qos: qos(pod),
         request,
@@ -587,6 +587,18 @@ pub fn parse_gpu_ids(s: &str) -> Result<Vec<DeviceShare>, ConvertError> {
         .collect()
 }
 
+/// A pod's queue, first found of: our annotation, Volcano's annotation, Kueue's label, else
+/// `default` (a pod group's own queue, when it names one, goes before all of them).
+pub fn queue_of(pod: &Pod) -> &str {
+    // An empty value names no queue: the next source is asked.
+    let annotation = |k: &str| pod.metadata.annotations.as_ref().and_then(|a| a.get(k)).filter(|q| !q.is_empty());
+    let label = |k: &str| pod.metadata.labels.as_ref().and_then(|l| l.get(k)).filter(|q| !q.is_empty());
+    annotation(QUEUE_ANNOTATION)
+        .or_else(|| annotation(VOLCANO_QUEUE_ANNOTATION))
+        .or_else(|| label(KUEUE_QUEUE_LABEL))
+        .map_or("default", String::as_str)
+}
+
 /// The NUMA node all of `devices` sit on, when the node's topology says so and it is one.
 pub fn numa_of(node: &wasmsched_api::Node, devices: &[wasmsched_api::DeviceShare]) -> Option<u32> {
     let mut numa = devices.iter().map(|d| node.gpus.iter().find(|g| g.index == d.gpu).and_then(|g| g.numa_node));
@@ -614,6 +626,26 @@ mod tests {
         // GPU memory that overflows in bytes is unknown, not wrapped around.
         let huge = super::node(&node("2", "18446744073709551615")).unwrap();
         assert_eq!(huge.gpus[0].memory_bytes, 0);
+    }
+
+    #[test]
+    fn the_queue_comes_from_our_annotation_then_volcanos_then_kueues_label() {
+        let pod = |annotations: serde_json::Value, labels: serde_json::Value| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "namespace": "ml", "annotations": annotations, "labels": labels},
+                "spec": {"containers": [{"name": "c"}]}
+            }))
+            .unwrap()
+        };
+        let ours = serde_json::json!({QUEUE_ANNOTATION: "a", VOLCANO_QUEUE_ANNOTATION: "b"});
+        let kueue = serde_json::json!({KUEUE_QUEUE_LABEL: "c"});
+        assert_eq!(queue_of(&pod(ours, kueue.clone())), "a");
+        assert_eq!(queue_of(&pod(serde_json::json!({VOLCANO_QUEUE_ANNOTATION: "b"}), kueue.clone())), "b");
+        assert_eq!(queue_of(&pod(serde_json::json!({}), kueue.clone())), "c");
+        assert_eq!(task(&pod(serde_json::json!({}), kueue)).unwrap().queue, "c");
+        assert_eq!(queue_of(&pod(serde_json::json!({QUEUE_ANNOTATION: ""}), serde_json::json!({}))), "default");
+        let empty_ours = serde_json::json!({QUEUE_ANNOTATION: ""});
+        assert_eq!(queue_of(&pod(empty_ours, serde_json::json!({KUEUE_QUEUE_LABEL: "c"}))), "c");
     }
 
     fn with_affinity(affinity: serde_json::Value) -> Pod {
