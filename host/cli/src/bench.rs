@@ -274,6 +274,11 @@ fn pod(rng: &mut Rng, i: usize) -> Task {
         3..=5 => GpuRequest { count: 1, milli_per_gpu: *rng.pick(&[250u32, 500]), ..Default::default() },
         _ => GpuRequest { count: *rng.pick(&[1u32, 1, 2, 4, 8]), milli_per_gpu: GPU_MILLI, ..Default::default() },
     };
+    Task { gpu, ..cpu_memory_pod(rng, i) }
+}
+
+/// Pod `i` of the mix without GPUs: its team's namespace, a CPU and memory request drawn from `rng`.
+pub(crate) fn cpu_memory_pod(rng: &mut Rng, i: usize) -> Task {
     Task {
         id: format!("pod-{i}"),
         namespace: format!("team-{}", i % 8),
@@ -283,7 +288,6 @@ fn pod(rng: &mut Rng, i: usize) -> Task {
             memory_bytes: *rng.pick(&[4u64 << 30, 16 << 30, 64 << 30]),
             ..Default::default()
         },
-        gpu,
         ..Default::default()
     }
 }

@@ -177,17 +177,7 @@ impl Setup {
             .map(|i| {
                 let count = *rng.pick(&[1u32, 1, 2, 2, 4, 8]);
                 let one_root = (count == 2 || count == 4) && rng.below(2) == 0;
-                let base = Task {
-                    id: format!("pod-{i}"),
-                    namespace: format!("team-{}", i % 8),
-                    queue: "default".into(),
-                    request: Resources {
-                        cpu_milli: *rng.pick(&[1000u64, 4000, 8000]),
-                        memory_bytes: *rng.pick(&[4u64 << 30, 16 << 30, 64 << 30]),
-                        ..Default::default()
-                    },
-                    ..Default::default()
-                };
+                let base = crate::bench::cpu_memory_pod(&mut rng, i);
                 let mut dra = base.clone();
                 dra.request.extended = vec![(class_resource(CLASS), u64::from(count))];
                 let plugin = Task { gpu: GpuRequest { count, milli_per_gpu: GPU_MILLI, ..Default::default() }, ..base };
