@@ -65,13 +65,32 @@ pub struct Args {
     /// Requests that may go at once after a quiet spell (`clientConnection.burst`).
     #[arg(long, default_value_t = 100)]
     kube_api_burst: u32,
+    /// Owner kinds whose pods are gangs without a PodGroup, added to (or replacing, by group and
+    /// kind) the built-in Job, JobSet, training-job, RayCluster and LeaderWorkerSet entries: a
+    /// YAML list as in docs/kubernetes.md. An entry with `disabled: true` removes a built-in one.
+    #[arg(long, value_name = "FILE", env = "WASMSCHED_OWNER_KINDS")]
+    owner_kinds: Option<PathBuf>,
     #[command(flatten)]
     sink: wasmsched_events::cli::Sink,
+}
+
+/// The owner table: the built-in entries with the file's applied.
+fn owner_table(file: Option<&std::path::Path>) -> anyhow::Result<Arc<wasmsched_kube::groups::owners::OwnerTable>> {
+    use wasmsched_kube::groups::owners;
+    let mut kinds = owners::builtin();
+    if let Some(path) = file {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let extra = owners::parse(&text).with_context(|| format!("in {}", path.display()))?;
+        kinds = owners::merged(kinds, extra);
+    }
+    let table = owners::OwnerTable::new(kinds).context("the owner kinds")?;
+    Ok(Arc::new(table))
 }
 
 /// Runs until SIGTERM or Ctrl-C, then finishes binds in flight and gives the lease up.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("tokio runtime")?;
+    let owner_kinds = owner_table(args.owner_kinds.as_deref())?;
     let events = args.sink.open("scheduler")?;
     let grace = args.sink.grace();
     let preparer = Preparer::new(
@@ -104,6 +123,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         tokio::spawn(metrics::serve(listener, metrics.clone()));
         let mut config = SchedulerConfig::new(&args.scheduler_name);
         config.bind_concurrency = args.bind_concurrency;
+        config.owner_kinds = owner_kinds;
         if args.leader_elect {
             let identity = match &args.identity {
                 Some(id) => id.clone(),

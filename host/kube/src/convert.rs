@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::groups::GroupSource;
 use k8s_openapi::api::core::v1::{Container, Node as KubeNode, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use wasmsched_api::{
@@ -245,16 +246,29 @@ impl std::fmt::Display for PodKey {
     }
 }
 
-/// The pod group a pod belongs to: our label, then the coscheduling label, then Volcano's
-/// annotation.
+/// The pod group a pod names and where the name came from, first found of: our label, the
+/// upstream Workload API's `spec.schedulingGroup.podGroupName`, the coscheduling label, Volcano's
+/// annotation (an empty value names none). See [`crate::groups`].
+pub fn group_ref(pod: &Pod) -> Option<(GroupSource, String)> {
+    let label = |k: &str| pod.metadata.labels.as_ref().and_then(|l| l.get(k)).filter(|g| !g.is_empty());
+    let annotation = |k: &str| pod.metadata.annotations.as_ref().and_then(|a| a.get(k)).filter(|g| !g.is_empty());
+    let upstream = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.scheduling_group.as_ref())
+        .and_then(|g| g.pod_group_name.as_ref())
+        .filter(|g| !g.is_empty());
+    let (source, name) = label(GROUP_LABEL)
+        .map(|g| (GroupSource::Wasmsched, g))
+        .or_else(|| upstream.map(|g| (GroupSource::Upstream, g)))
+        .or_else(|| label(COSCHEDULING_GROUP_LABEL).map(|g| (GroupSource::Coscheduling, g)))
+        .or_else(|| annotation(VOLCANO_GROUP_ANNOTATION).map(|g| (GroupSource::Volcano, g)))?;
+    Some((source, name.clone()))
+}
+
+/// The name of the pod group a pod names ([`group_ref`]).
 pub fn group_of(pod: &Pod) -> Option<String> {
-    let labels = pod.metadata.labels.as_ref();
-    let annotations = pod.metadata.annotations.as_ref();
-    labels
-        .and_then(|l| l.get(GROUP_LABEL).or_else(|| l.get(COSCHEDULING_GROUP_LABEL)))
-        .or_else(|| annotations.and_then(|a| a.get(VOLCANO_GROUP_ANNOTATION)))
-        .filter(|g| !g.is_empty())
-        .cloned()
+    group_ref(pod).map(|(_, name)| name)
 }
 
 fn requests(c: &Container) -> Option<&BTreeMap<String, Quantity>> {
@@ -590,13 +604,17 @@ pub fn parse_gpu_ids(s: &str) -> Result<Vec<DeviceShare>, ConvertError> {
 /// A pod's queue, first found of: our annotation, Volcano's annotation, Kueue's label, else
 /// `default` (a pod group's own queue, when it names one, goes before all of them).
 pub fn queue_of(pod: &Pod) -> &str {
-    // An empty value names no queue: the next source is asked.
+    named_queue(pod).unwrap_or("default")
+}
+
+/// The queue a pod names itself, if any (see [`queue_of`]); an empty value names none.
+pub fn named_queue(pod: &Pod) -> Option<&str> {
     let annotation = |k: &str| pod.metadata.annotations.as_ref().and_then(|a| a.get(k)).filter(|q| !q.is_empty());
     let label = |k: &str| pod.metadata.labels.as_ref().and_then(|l| l.get(k)).filter(|q| !q.is_empty());
     annotation(QUEUE_ANNOTATION)
         .or_else(|| annotation(VOLCANO_QUEUE_ANNOTATION))
         .or_else(|| label(KUEUE_QUEUE_LABEL))
-        .map_or("default", String::as_str)
+        .map(String::as_str)
 }
 
 /// The NUMA node all of `devices` sit on, when the node's topology says so and it is one.

@@ -5,7 +5,9 @@
 //! - [`cache`]: the cluster from the watch streams, plus pods assumed while their bind is in flight.
 //! - [`queues`]: `Queue` objects as the core's queue tree.
 //! - [`priorities`]: `PriorityClass` objects, for pod groups that name one.
-//! - [`workloads`]: our pods (and their `PodGroup`s) as the core's workloads.
+//! - [`groups`]: which gang a pod belongs to — our `PodGroup`, the upstream Workload API's, the
+//!   coscheduling plugin's, Volcano's, or its owner (Job, JobSet, training job, Ray, LWS).
+//! - [`workloads`]: our pods (and their groups) as the core's workloads.
 //! - [`dra`]: ResourceSlices, DeviceClasses and ResourceClaims: which nodes can serve a pod's
 //!   claims, and the allocations written on them before a bind.
 //! - [`disruption`]: `PodDisruptionBudget`s, which withdraw the pods they protect as victims.
@@ -34,6 +36,7 @@ pub mod crd;
 pub mod disruption;
 pub mod dra;
 pub mod extender;
+pub mod groups;
 pub mod leader;
 pub mod metrics;
 pub mod pod_status;

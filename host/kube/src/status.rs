@@ -86,6 +86,19 @@ impl StatusWriter {
         spawn_patch(api, name.to_string(), json!({ "status": status }));
     }
 
+    /// Writes `conditions` on the Workload API's pod group `key` (`namespace/name`, of
+    /// `resource`'s version) unless they already say this. The whole list is written (a merge
+    /// patch replaces a list), with the conditions others wrote as last seen.
+    pub fn upstream_group(&mut self, resource: &kube::api::ApiResource, key: &str, conditions: Vec<Condition>) {
+        let status = json!({ "conditions": conditions });
+        if !self.changed(&format!("upstream-group/{key}"), &status) {
+            return;
+        }
+        let Some((namespace, name)) = key.split_once('/') else { return };
+        let api: Api<kube::api::DynamicObject> = Api::namespaced_with(self.client.clone(), namespace, resource);
+        spawn_patch(api, name.to_string(), json!({ "status": status }));
+    }
+
     /// Forgets what was written (a new leader writes everything once).
     pub fn reset(&mut self) {
         self.written.clear();

@@ -8,6 +8,8 @@ use wasmsched_api::Task;
 use wasmsched_core::{PreemptionPolicy, TopologyConstraint, Workload};
 
 use crate::crd::PodGroup;
+use crate::groups::GroupSource;
+use crate::groups::owners::OwnerRef;
 use crate::priorities::PriorityClasses;
 
 /// Pod annotation: the pod saves a checkpoint when asked, given this many seconds (`true` for the
@@ -47,6 +49,10 @@ pub struct PodFacts {
     pub claims: Vec<crate::dra::ClaimRef>,
     /// Its containers' requests, when one asks for an extended resource (DRA may serve those).
     pub containers: Vec<crate::dra::extended::ContainerRequests>,
+    /// The pod group it names itself, and how ([`crate::groups`]).
+    pub group: Option<(GroupSource, String)>,
+    /// Its controller: without a group of its own, its owners may make it a gang member.
+    pub owner: Option<OwnerRef>,
 }
 
 impl PodFacts {
@@ -72,6 +78,8 @@ impl PodFacts {
             labels: pod.metadata.labels.clone().unwrap_or_default(),
             claims: crate::dra::pod_claims(pod),
             containers: crate::dra::extended::containers(pod),
+            group: crate::convert::group_ref(pod),
+            owner: OwnerRef::controller_of(&pod.metadata),
         }
     }
 
@@ -147,6 +155,15 @@ pub fn single(pod: &PodFacts, classes: &PriorityClasses) -> Workload {
     let mut w = Workload::single(pod.task_with_priority(classes));
     options(&mut w, &[pod], classes);
     w
+}
+
+/// `w` in `queue`, its members too: the queue its owner names (a group's queue goes before the
+/// pods' own).
+pub fn set_queue(w: &mut Workload, queue: &str) {
+    w.queue = queue.to_string();
+    for task in &mut w.members {
+        task.queue = queue.to_string();
+    }
 }
 
 /// The pods of group `key` as one gang, members in name order (so placement is reproducible).

@@ -17,7 +17,9 @@ impl Scheduler {
             && self.listing.synced.flavors
             && self.listing.synced.priority_classes
             && self.listing.synced.budgets
-            && self.objects.dra.synced();
+            && self.objects.dra.synced()
+            && self.objects.owners.settled()
+            && self.objects.pod_groups.settled();
         if !listed && self.timers.clock.elapsed() < QUEUE_SYNC_GRACE {
             return;
         }
@@ -31,11 +33,30 @@ impl Scheduler {
             }
         }
         let mut singles = Vec::new();
-        let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for id in &running {
-            match group_key(&self.ours[id].task) {
-                Some(g) => groups.entry(g).or_default().push(id.clone()),
-                None => singles.push(id.clone()),
+        let mut groups: BTreeMap<String, grouping::Gathered> = BTreeMap::new();
+        let mut pending_of: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (id, f) in &self.ours {
+            match self.membership(f) {
+                grouping::Membership::Gang { key, name, info } if running.contains(id) => {
+                    groups.entry(key).or_insert_with(|| grouping::Gathered::new(name, info)).ids.push(id.clone())
+                }
+                grouping::Membership::Gang { key, .. } => pending_of.entry(key).or_default().push(id.clone()),
+                // A running group whose object is gone runs on as the gang of what runs.
+                grouping::Membership::Waiting(_) if running.contains(id) && f.group.is_some() => {
+                    let name = f.group.as_ref().map(|(_, n)| n.clone()).unwrap_or_default();
+                    let key = format!("{}/{name}", f.task.namespace);
+                    let info = GroupInfo {
+                        min_member: 1,
+                        topology_key: None,
+                        queue: None,
+                        priority: None,
+                        priority_class: None,
+                        timeout_seconds: None,
+                    };
+                    groups.entry(key).or_insert_with(|| grouping::Gathered::new(name, info)).ids.push(id.clone())
+                }
+                _ if running.contains(id) => singles.push(id.clone()),
+                _ => {}
             }
         }
         let mut refused = Vec::new();
@@ -46,24 +67,18 @@ impl Scheduler {
                 refused.push((id, e.to_string()));
             }
         }
-        for (key, bound) in groups {
-            // Its pending members join it; they are placed as capacity allows.
-            let pending: Vec<String> = self
-                .ours
-                .iter()
-                .filter(|(_, f)| !f.bound && group_key(&f.task).as_deref() == Some(key.as_str()))
-                .map(|(id, _)| id.clone())
-                .collect();
-            let info = self.objects.groups.get(&key).cloned().unwrap_or(GroupInfo {
-                min_member: bound.len(),
-                topology_key: None,
-                queue: None,
-                priority: None,
-                priority_class: None,
-                timeout_seconds: None,
-            });
+        for (key, grouping::Gathered { name, mut info, ids: bound }) in groups {
+            // Its pending members join it; they are placed as capacity allows. A group whose
+            // object is gone runs on with what runs.
+            let pending = pending_of.remove(&key).unwrap_or_default();
+            if !self.objects.groups.contains_key(&key) {
+                info.min_member = info.min_member.min(bound.len() + pending.len()).max(bound.len());
+            }
             let members: Vec<&PodFacts> = bound.iter().chain(&pending).map(|id| &self.ours[id]).collect();
-            let w = workloads::gang(&key, &info, &members, &self.objects.priority_classes);
+            let mut w = workloads::gang(&key, &info, &members, &self.objects.priority_classes);
+            for task in &mut w.members {
+                task.group = Some(name.clone());
+            }
             let placed = self.placed(&bound);
             if let Err(e) = self.core.adopt(w, &placed, now) {
                 refused.extend(bound.into_iter().map(|id| (id, e.to_string())));

@@ -132,31 +132,47 @@ impl Scheduler {
                 self.core.observe_pods(&name, others);
             }
         }
-        let mut singles = Vec::new();
-        let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        self.regroup();
+        // Lone pods (with the queue their owner names, if any), gangs by key, and pods that
+        // wait for their group's object or owner to be seen.
+        let mut singles: Vec<(String, Option<String>)> = Vec::new();
+        let mut groups: BTreeMap<String, grouping::Gathered> = BTreeMap::new();
+        let mut waiting: Vec<(String, String)> = Vec::new();
         for (id, f) in &self.ours {
             if f.bound || self.core.owner_of(id).is_some() {
                 continue;
             }
-            let key = group_key(&f.task);
-            let wait_key = key.as_deref().unwrap_or(id);
+            let membership = self.membership(f);
+            let wait_key = match &membership {
+                grouping::Membership::Gang { key, .. } => key.as_str(),
+                _ => id.as_str(),
+            };
             if self.next.not_before.get(wait_key).is_some_and(|t| *t > now) {
                 continue;
             }
-            match key {
-                Some(g) => groups.entry(g).or_default().push(id.clone()),
-                None => singles.push(id.clone()),
+            match membership {
+                grouping::Membership::Alone { queue } => singles.push((id.clone(), queue)),
+                grouping::Membership::Gang { key, name, info } => {
+                    groups.entry(key).or_insert_with(|| grouping::Gathered::new(name, info)).ids.push(id.clone())
+                }
+                grouping::Membership::Waiting(reason) => waiting.push((id.clone(), reason)),
             }
+        }
+        for (id, reason) in waiting {
+            self.report(&[id], &reason);
         }
         // Oldest first (then by name): the core serves a queue's equal priorities in submission
         // order, so that order must be the pods', not a hash map's.
         let age = |id: &String| (self.ours[id].created, id.clone());
-        singles.sort_by_key(age);
-        let mut groups: Vec<(String, Vec<String>)> = groups.into_iter().collect();
-        groups.sort_by_key(|(_, ids)| ids.iter().map(age).min());
+        singles.sort_by_key(|(id, _)| age(id));
+        let mut groups: Vec<(String, grouping::Gathered)> = groups.into_iter().collect();
+        groups.sort_by_key(|(_, g)| g.ids.iter().map(age).min());
         let retry = now + self.config.resubmit_after.as_secs().max(1);
-        for id in singles {
+        for (id, queue) in singles {
             let mut workload = workloads::single(&self.ours[&id], &self.objects.priority_classes);
+            if let Some(queue) = queue {
+                workloads::set_queue(&mut workload, &queue);
+            }
             if !self.restrict_to_claims(&id, &mut workload.members, retry) {
                 continue;
             }
@@ -165,11 +181,17 @@ impl Scheduler {
                 self.report(&[id], &e.to_string());
             }
         }
-        for (key, mut ids) in groups {
+        for (key, grouping::Gathered { name, info, mut ids }) in groups {
             ids.sort();
             if self.core.status(&key).is_some() {
-                let mut tasks: Vec<Task> =
-                    ids.iter().map(|id| self.ours[id].task_with_priority(&self.objects.priority_classes)).collect();
+                let mut tasks: Vec<Task> = ids
+                    .iter()
+                    .map(|id| {
+                        let mut task = self.ours[id].task_with_priority(&self.objects.priority_classes);
+                        task.group = Some(name.clone());
+                        task
+                    })
+                    .collect();
                 if !self.restrict_to_claims(&key, &mut tasks, retry) {
                     continue;
                 }
@@ -179,10 +201,6 @@ impl Scheduler {
                 }
                 continue;
             }
-            let Some(info) = self.objects.groups.get(&key).cloned() else {
-                self.report(&ids, &format!("waiting for PodGroup {key}"));
-                continue;
-            };
             if ids.len() < info.min_member {
                 // The same words on every member however many have arrived (one write each); the
                 // count is on the PodGroup's status, written at most every few seconds.
@@ -195,12 +213,20 @@ impl Scheduler {
             }
             let members: Vec<&PodFacts> = ids.iter().map(|id| &self.ours[id]).collect();
             let mut workload = workloads::gang(&key, &info, &members, &self.objects.priority_classes);
+            for task in &mut workload.members {
+                task.group = Some(name.clone());
+            }
             if !self.restrict_to_claims(&key, &mut workload.members, retry) {
                 continue;
             }
-            if let Err(e) = self.core.submit(workload, now) {
-                self.next.not_before.insert(key, retry);
-                self.report(&ids, &e.to_string());
+            match self.core.submit(workload, now) {
+                Ok(()) => {
+                    self.next.gang_min.insert(key, info.min_member);
+                }
+                Err(e) => {
+                    self.next.not_before.insert(key, retry);
+                    self.report(&ids, &e.to_string());
+                }
             }
         }
     }
@@ -212,6 +238,11 @@ impl Scheduler {
         let mut any = false;
         let mut refusal = None;
         for task in tasks.iter_mut() {
+            // What an earlier submission asked of DRA is not this one's: the classes serving the
+            // pod may be gone (a DeviceClass deleted), and a stale entry would be allocated at bind.
+            if self.objects.dra_pods.remove(&task.id).is_some() {
+                self.objects.dra_counted.retain(|_, (t, _)| *t != task.id);
+            }
             let Some(facts) = self.ours.get(&task.id) else { continue };
             // Extended resources a DeviceClass serves (KEP-5004), through a claim made for the pod.
             let names = facts.containers.iter().flat_map(|c| c.requests.keys()).filter(|n| extended::is_extended(n));

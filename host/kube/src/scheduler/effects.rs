@@ -504,7 +504,7 @@ impl Scheduler {
                 if retry {
                     let wait = e.retry_after().map_or(0, |d| d.as_secs());
                     let at = self.now() + self.config.core.backoff_initial_seconds.max(1).max(wait);
-                    let wait_key = self.ours.get(&id).and_then(|f| group_key(&f.task)).unwrap_or_else(|| id.clone());
+                    let wait_key = self.gang_of(&id).unwrap_or_else(|| id.clone());
                     self.next.not_before.insert(wait_key, at);
                 }
                 self.next.dirty = true;

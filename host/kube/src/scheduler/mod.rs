@@ -11,6 +11,7 @@
 //! The loop's parts, in the order data flows through them:
 //! - `view`: the watch handlers — the cache, our pods, pod groups, queues, flavors, priority
 //!   classes and disruption budgets, and which nodes the core must see again;
+//! - `grouping`: which gang each pod belongs to — its group's object or its owners (watched);
 //! - `adopt`: taking over after a start or a fail-over (running pods of ours become the core's);
 //! - `cycle`: one cycle — nodes refreshed, waiting pods submitted, victims offered, the core decides;
 //! - `effects`: each decision carried out (bind, evict, ask for a checkpoint, nominate, report why);
@@ -52,11 +53,12 @@ use crate::priorities::PriorityClasses;
 use crate::queues::{Flavors, Queues};
 use crate::status::{self, StatusWriter};
 use crate::throttle::Clients;
-use crate::workloads::{self, GroupInfo, PodFacts, group_key};
+use crate::workloads::{self, GroupInfo, PodFacts};
 
 mod adopt;
 mod cycle;
 mod effects;
+mod grouping;
 mod statuses;
 mod view;
 
@@ -74,6 +76,8 @@ pub struct SchedulerConfig {
     /// How long pods that could not be submitted (unknown queue, a gang that timed out) wait before
     /// they are tried again.
     pub resubmit_after: Duration,
+    /// The owner kinds whose pods are gangs without a PodGroup ([`crate::groups::owners`]).
+    pub owner_kinds: Arc<crate::groups::owners::OwnerTable>,
 }
 
 impl SchedulerConfig {
@@ -88,6 +92,10 @@ impl SchedulerConfig {
             // An eviction is a graceful deletion: a victim holds its GPUs until its pod is gone.
             core: CoreConfig { max_attempts_per_cycle: Some(64), await_termination: true, ..CoreConfig::default() },
             resubmit_after: Duration::from_secs(10),
+            owner_kinds: Arc::new(
+                crate::groups::owners::OwnerTable::new(crate::groups::owners::builtin())
+                    .expect("the built-in owner table compiles"),
+            ),
         }
     }
 }
@@ -173,7 +181,12 @@ struct Leadership {
 /// The cluster's scheduling objects besides nodes and pods, as the watches last showed them.
 #[derive(Default)]
 struct Objects {
+    /// Our `PodGroup`s.
     groups: AHashMap<String, GroupInfo>,
+    /// `PodGroup`s of the upstream Workload API, the coscheduling plugin and Volcano.
+    pod_groups: crate::groups::podgroups::PodGroups,
+    /// The owners pods are grouped by.
+    owners: crate::groups::owners::Owners,
     queues: Queues,
     flavors: Flavors,
     priority_classes: PriorityClasses,
@@ -221,6 +234,11 @@ struct Next {
     /// Workloads submitted with the nodes their claims allowed then: submitted again with fresh
     /// nodes when devices are added or freed, while none of their members is placed.
     dra_submitted: AHashSet<String>,
+    /// Gangs submitted, with the min-member they were submitted with: one still wholly pending
+    /// whose group or owner now says another is withdrawn and submitted again.
+    gang_min: AHashMap<String, usize>,
+    /// A group object or owner changed: gangs' min-member is checked again.
+    regroup: bool,
     /// Nodes where a workload's claims could not be allocated after the cycle placed it there:
     /// left out of its next placements until devices are added or freed.
     dra_avoid: AHashMap<String, BTreeSet<String>>,
@@ -293,6 +311,7 @@ impl Scheduler {
         let queues = Queues::default();
         let tree = queues.tree(&Flavors::default()).0.expect("the implicit default queue alone is a valid tree");
         let now = Instant::now();
+        let owners = crate::groups::owners::Owners::new(config.owner_kinds.clone());
         Scheduler {
             in_flight: InFlight {
                 binds: Arc::new(Semaphore::new(config.bind_concurrency.max(1))),
@@ -307,7 +326,7 @@ impl Scheduler {
             shared: Shared { registry, metrics },
             cache: Cache::new(),
             ours: AHashMap::new(),
-            objects: Objects { queues, ..Objects::default() },
+            objects: Objects { queues, owners, ..Objects::default() },
             listing: Listing::default(),
             next: Next {
                 dirty: true,
@@ -317,6 +336,8 @@ impl Scheduler {
                 dra_waiting: AHashSet::new(),
                 dra_submitted: AHashSet::new(),
                 dra_avoid: AHashMap::new(),
+                gang_min: AHashMap::new(),
+                regroup: false,
             },
             timers: Timers {
                 clock: now,
@@ -373,7 +394,9 @@ impl Scheduler {
         let slices = watch_stream(Api::<ResourceSlice>::all(self.api.client.clone()), watcher::Config::default());
         let device_classes = watch_stream(Api::<DeviceClass>::all(self.api.client.clone()), watcher::Config::default());
         let claims = watch_stream(Api::<ResourceClaim>::all(self.api.client.clone()), watcher::Config::default());
+        let (owners, foreign_groups) = self.group_watches().await;
         tokio::pin!(nodes, pods, groups, queues, flavors, classes, budgets, slices, device_classes, claims);
+        let (mut owners, mut foreign_groups) = (owners, foreign_groups);
         let mut was_leading = false;
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -414,6 +437,8 @@ impl Scheduler {
                 Some(event) = nodes.next() => self.node_event(event),
                 Some(event) = pods.next() => self.pod_event(event),
                 Some(event) = groups.next() => self.group_event(event),
+                Some((kind, event)) = owners.next() => self.owner_event(kind, event),
+                Some((i, event)) = foreign_groups.next() => self.pod_group_event(i, event),
                 Some(event) = queues.next() => self.queue_event(event),
                 Some(event) = flavors.next() => self.flavor_event(event),
                 Some(event) = classes.next() => self.priority_class_event(event),
@@ -484,6 +509,41 @@ async fn sleep_until(at: Option<Instant>) {
 fn key_of_id(id: &str) -> PodKey {
     let (namespace, name) = id.split_once('/').unwrap_or(("default", id));
     PodKey { namespace: namespace.into(), name: name.into() }
+}
+
+/// Watch streams of dynamic objects, each event tagged with its stream's index.
+type TaggedWatches = futures_util::stream::SelectAll<
+    std::pin::Pin<Box<dyn Stream<Item = (usize, watcher::Result<Event<kube::api::DynamicObject>>)> + Send>>,
+>;
+
+impl Scheduler {
+    /// The watches of owners (one per owner kind) and of other APIs' `PodGroup`s (the upstream
+    /// version the cluster serves, found once here; the coscheduling plugin's; Volcano's).
+    async fn group_watches(&mut self) -> (TaggedWatches, TaggedWatches) {
+        use crate::groups::podgroups::{PodGroupApi, PodGroups, discover_upstream};
+        use kube::api::DynamicObject;
+        let client = self.api.client.clone();
+        let tagged = |i: usize, resource: kube::api::ApiResource| {
+            let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
+            Box::pin(watch_stream(api, watcher::Config::default()).map(move |e| (i, e)))
+                as std::pin::Pin<Box<dyn Stream<Item = _> + Send>>
+        };
+        let owners = self.config.owner_kinds.kinds().enumerate().map(|(i, k)| tagged(i, k.api_resource())).collect();
+        let mut apis = Vec::new();
+        match discover_upstream(&client).await {
+            Some(version) => {
+                tracing::info!(%version, "reading the Workload API's PodGroups (scheduling.k8s.io)");
+                apis.push(PodGroupApi::Upstream { version });
+            }
+            None => tracing::info!(
+                "the cluster serves no PodGroups of the Workload API (scheduling.k8s.io v1beta1 or v1alpha2): pods are grouped by their labels and owners"
+            ),
+        }
+        apis.extend([PodGroupApi::Coscheduling, PodGroupApi::Volcano]);
+        let groups = apis.iter().enumerate().map(|(i, a)| tagged(i, a.api_resource())).collect();
+        self.objects.pod_groups = PodGroups::new(apis);
+        (futures_util::stream::select_all::<Vec<_>>(owners), futures_util::stream::select_all::<Vec<_>>(groups))
+    }
 }
 
 /// A watch stream that re-lists on `410 Gone` and backs off on errors (kube-runtime's watcher),

@@ -46,8 +46,9 @@ impl Scheduler {
         // Pods of each group the core does not have yet: (waiting, bound).
         let mut outside: AHashMap<String, (u32, u32)> = AHashMap::new();
         for (id, f) in &self.ours {
-            if let Some(g) = group_key(&f.task)
+            if f.group.is_some()
                 && self.core.owner_of(id).is_none()
+                && let Some(g) = self.gang_of(id)
             {
                 let c = outside.entry(g).or_default();
                 if f.bound { c.1 += 1 } else { c.0 += 1 }
@@ -77,6 +78,52 @@ impl Scheduler {
                 }
             };
             self.reports.status.group(&key, status);
+        }
+        self.write_upstream_statuses();
+    }
+
+    /// The Workload API's `PodGroup`s that are gangs get the condition kube-scheduler writes:
+    /// `True` (reason `Scheduled`) once the gang is placed, `False` (`Unschedulable`, with the
+    /// reason) while a tried gang waits. Never `True` back to `False`: the upstream API calls the
+    /// condition terminal once true (a gang that later loses members was still scheduled).
+    fn write_upstream_statuses(&mut self) {
+        let mut writes = Vec::new();
+        for (api, key, group) in self.objects.pod_groups.upstream_gangs() {
+            let Some(condition_type) = api.scheduled_condition() else { continue };
+            let Some(status) = self.core.status(key) else { continue };
+            let condition = match status.phase {
+                Phase::Running => status::condition(
+                    condition_type,
+                    true,
+                    "Scheduled",
+                    &format!("{} members placed by wasmsched", status.running),
+                ),
+                _ if status.explanation.attempts == 0 => continue,
+                _ => status::condition(condition_type, false, "Unschedulable", &reason(&status.explanation)),
+            };
+            let mut conditions = group.conditions.clone();
+            match conditions.iter_mut().find(|c| c.type_ == condition_type) {
+                Some(c) if c.status == "True" => continue,
+                Some(c) => {
+                    // The transition time moves only when the status does.
+                    let moved = c.status != condition.status;
+                    let at = c.last_transition_time.clone();
+                    *c = condition;
+                    if !moved {
+                        c.last_transition_time = at;
+                    }
+                    c.observed_generation = group.generation;
+                }
+                None => {
+                    let mut c = condition;
+                    c.observed_generation = group.generation;
+                    conditions.push(c);
+                }
+            }
+            writes.push((api.api_resource(), key.clone(), conditions));
+        }
+        for (resource, key, conditions) in writes {
+            self.reports.status.upstream_group(&resource, &key, conditions);
         }
     }
 

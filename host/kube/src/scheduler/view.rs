@@ -233,6 +233,7 @@ impl Scheduler {
             self.objects.groups.insert(key, info.clone()) != Some(info) // a status write changes nothing
         };
         self.next.dirty |= changed;
+        self.next.regroup |= changed;
     }
 
     pub(super) fn queue_event(&mut self, event: watcher::Result<Event<Queue>>) {

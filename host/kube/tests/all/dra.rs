@@ -558,3 +558,32 @@ async fn a_pool_missing_a_slice_is_left_out_and_counted_and_a_claim_on_a_gone_no
     assert_eq!((gauge("usable"), gauge("refused")), (2, 1), "n1's two; n2's pool");
     running.stop().await;
 }
+
+/// Seen on a real API server: a pod whose GPUs a DeviceClass served (KEP-5004) was tried, with a
+/// claim to make, on the DRA node; the class was then deleted. It must go to a node that offers
+/// `nvidia.com/gpu` itself, with no claim — not keep retrying the old claim for a class that is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_whose_serving_device_class_is_deleted_runs_on_a_device_plugin_node_with_no_claim() {
+    let api = FakeApi::new();
+    dra_node(&api, "n1", 2);
+    api.put(Kind::Node, gpu_node("plain", 8, &[]));
+    gpu_class_serving(&api, "gpu-ext", "nvidia.com/gpu");
+    // The class's devices: both held by a first pod, through the claim made for it.
+    api.put(Kind::Pod, pod("ml", "hog", NAME, 2, "4", "32Gi"));
+    let running = start(&api, "scheduler", None);
+    eventually("hog bound on the DRA node", Duration::from_secs(20), || node_of(&api, "ml/hog").is_some()).await;
+    assert_eq!(node_of(&api, "ml/hog").as_deref(), Some("n1"));
+    api.put(Kind::Pod, pod("ml", "p", NAME, 2, "4", "32Gi"));
+    eventually("told why on the DRA node", Duration::from_secs(20), || {
+        message_of(&api, "ml/p").contains("insufficient deviceclass.resource.kubernetes.io/gpu-ext")
+    })
+    .await;
+    assert!(node_of(&api, "ml/p").is_none(), "the class's one device is too few, the plugin's node is not its");
+    api.remove(Kind::DeviceClass, "gpu-ext");
+    eventually("bound on the device-plugin node", Duration::from_secs(20), || node_of(&api, "ml/p").is_some()).await;
+    assert_eq!(node_of(&api, "ml/p").as_deref(), Some("plain"));
+    assert_eq!(api.objects(Kind::ResourceClaim).len(), 1, "no claim made for a class that is gone, only hog's");
+    let p = api.get(Kind::Pod, "ml/p").unwrap();
+    assert!(p["status"]["extendedResourceClaimStatus"].is_null());
+    running.stop().await;
+}

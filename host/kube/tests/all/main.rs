@@ -8,3 +8,4 @@ mod extender;
 mod mutated;
 mod policy_object;
 mod support;
+mod workloads;

@@ -48,6 +48,19 @@ pub enum Kind {
     ResourceSlice,
     DeviceClass,
     ResourceClaim,
+    /// The Workload API's `PodGroup` (`scheduling.k8s.io`, at [`State::upstream_version`]).
+    UpstreamPodGroup,
+    /// The Workload API's `Workload`.
+    Workload,
+    /// The coscheduling plugin's `PodGroup` (`scheduling.x-k8s.io/v1alpha1`).
+    CoschedulingPodGroup,
+    /// Volcano's `PodGroup` (`scheduling.volcano.sh/v1beta1`).
+    VolcanoPodGroup,
+    Job,
+    JobSet,
+    PyTorchJob,
+    RayCluster,
+    LeaderWorkerSet,
 }
 
 impl Kind {
@@ -66,6 +79,36 @@ impl Kind {
             Kind::ResourceSlice => "ResourceSliceList",
             Kind::DeviceClass => "DeviceClassList",
             Kind::ResourceClaim => "ResourceClaimList",
+            Kind::UpstreamPodGroup | Kind::CoschedulingPodGroup | Kind::VolcanoPodGroup => "PodGroupList",
+            Kind::Workload => "WorkloadList",
+            Kind::Job => "JobList",
+            Kind::JobSet => "JobSetList",
+            Kind::PyTorchJob => "PyTorchJobList",
+            Kind::RayCluster => "RayClusterList",
+            Kind::LeaderWorkerSet => "LeaderWorkerSetList",
+        }
+    }
+    fn kind_name(self) -> &'static str {
+        match self {
+            Kind::Node => "Node",
+            Kind::Pod => "Pod",
+            Kind::PodGroup | Kind::UpstreamPodGroup | Kind::CoschedulingPodGroup | Kind::VolcanoPodGroup => "PodGroup",
+            Kind::Lease => "Lease",
+            Kind::SchedulingPolicy => "SchedulingPolicy",
+            Kind::ConfigMap => "ConfigMap",
+            Kind::Queue => "Queue",
+            Kind::ResourceFlavor => "ResourceFlavor",
+            Kind::PriorityClass => "PriorityClass",
+            Kind::PodDisruptionBudget => "PodDisruptionBudget",
+            Kind::ResourceSlice => "ResourceSlice",
+            Kind::DeviceClass => "DeviceClass",
+            Kind::ResourceClaim => "ResourceClaim",
+            Kind::Workload => "Workload",
+            Kind::Job => "Job",
+            Kind::JobSet => "JobSet",
+            Kind::PyTorchJob => "PyTorchJob",
+            Kind::RayCluster => "RayCluster",
+            Kind::LeaderWorkerSet => "LeaderWorkerSet",
         }
     }
     fn api_version(self) -> &'static str {
@@ -78,6 +121,15 @@ impl Kind {
             Kind::PriorityClass => "scheduling.k8s.io/v1",
             Kind::PodDisruptionBudget => "policy/v1",
             Kind::ResourceSlice | Kind::DeviceClass | Kind::ResourceClaim => "resource.k8s.io/v1",
+            // The version served is the state's: objects keep the one they were made with.
+            Kind::UpstreamPodGroup | Kind::Workload => "scheduling.k8s.io/v1beta1",
+            Kind::CoschedulingPodGroup => "scheduling.x-k8s.io/v1alpha1",
+            Kind::VolcanoPodGroup => "scheduling.volcano.sh/v1beta1",
+            Kind::Job => "batch/v1",
+            Kind::JobSet => "jobset.x-k8s.io/v1alpha2",
+            Kind::PyTorchJob => "kubeflow.org/v1",
+            Kind::RayCluster => "ray.io/v1",
+            Kind::LeaderWorkerSet => "leaderworkerset.x-k8s.io/v1",
         }
     }
 }
@@ -149,6 +201,10 @@ pub struct State {
     pub watches: BTreeMap<Kind, u32>,
     /// Every request as RBAC sees it: (verb, API group, resource[/subresource]).
     pub requests: Vec<(String, String, String)>,
+    /// The Workload API's version served (`None`: the API is off, as by default before 1.37).
+    pub upstream_version: Option<&'static str>,
+    /// Kinds answered `404` (a CRD not installed).
+    pub unserved: std::collections::BTreeSet<Kind>,
     /// ResourceClaim status writes accepted: (claim, status written).
     pub claim_writes: Vec<(String, Value)>,
     /// The next ResourceClaim status writes that fail with a 500.
@@ -236,8 +292,16 @@ fn key_of(kind: Kind, obj: &Value) -> Key {
     }
 }
 
+/// The resource a discovery request is recorded under.
+pub const DISCOVERY: &str = "(discovery)";
+
 /// A request as RBAC authorises it: the verb, API group and resource (with its subresource).
 fn authorization(m: &Method, path: &[&str], q: &BTreeMap<String, String>) -> (String, String, String) {
+    // Discovery (`/apis/<group>/<version>`) is a non-resource URL every authenticated client may
+    // read (the `system:discovery` role), not a grant of the chart.
+    if let ["apis", _group, _version] = path {
+        return ("get".into(), "".into(), DISCOVERY.into());
+    }
     let (group, rest) = match path {
         ["api", _version, rest @ ..] => ("", rest),
         ["apis", group, _version, rest @ ..] => (*group, rest),
@@ -322,22 +386,10 @@ impl State {
 
     fn upsert(&mut self, kind: Kind, mut obj: Value) -> Value {
         let rv = self.bump();
-        obj["apiVersion"] = json!(kind.api_version());
-        obj["kind"] = json!(match kind {
-            Kind::Node => "Node",
-            Kind::Pod => "Pod",
-            Kind::PodGroup => "PodGroup",
-            Kind::Lease => "Lease",
-            Kind::SchedulingPolicy => "SchedulingPolicy",
-            Kind::ConfigMap => "ConfigMap",
-            Kind::Queue => "Queue",
-            Kind::ResourceFlavor => "ResourceFlavor",
-            Kind::PriorityClass => "PriorityClass",
-            Kind::PodDisruptionBudget => "PodDisruptionBudget",
-            Kind::ResourceSlice => "ResourceSlice",
-            Kind::DeviceClass => "DeviceClass",
-            Kind::ResourceClaim => "ResourceClaim",
-        });
+        if !(matches!(kind, Kind::UpstreamPodGroup | Kind::Workload) && obj["apiVersion"].is_string()) {
+            obj["apiVersion"] = json!(kind.api_version());
+        }
+        obj["kind"] = json!(kind.kind_name());
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
         if obj["metadata"]["uid"].is_null() {
             obj["metadata"]["uid"] = json!(format!("uid-{rv}"));
@@ -472,6 +524,23 @@ impl FakeApi {
                 self.collection(Kind::ResourceFlavor, &q)
             }
             ["apis", "scheduling.k8s.io", "v1", "priorityclasses"] => self.collection(Kind::PriorityClass, &q),
+            ["apis", "scheduling.k8s.io", version] if m == Method::GET => self.discovery(version),
+            ["apis", "scheduling.k8s.io", version, "podgroups"] if self.serves_upstream(version) => {
+                self.collection(Kind::UpstreamPodGroup, &q)
+            }
+            ["apis", "scheduling.k8s.io", version, "namespaces", ns, "podgroups", name, "status"]
+                if m == Method::PATCH && self.serves_upstream(version) =>
+            {
+                self.merge_status(Kind::UpstreamPodGroup, &format!("{ns}/{name}"), body)
+            }
+            ["apis", group, version, resource] if self.dynamic_kind(group, version, resource).is_some() => {
+                let kind = self.dynamic_kind(group, version, resource).unwrap();
+                if self.state().unserved.contains(&kind) {
+                    respond(404, &status(404, "NotFound", "the server could not find the requested resource"))
+                } else {
+                    self.collection(kind, &q)
+                }
+            }
             ["apis", "policy", "v1", "poddisruptionbudgets"] => self.collection(Kind::PodDisruptionBudget, &q),
             ["apis", "resource.k8s.io", "v1", "resourceslices"] => self.collection(Kind::ResourceSlice, &q),
             ["apis", "resource.k8s.io", "v1", "deviceclasses"] => self.collection(Kind::DeviceClass, &q),
@@ -539,6 +608,49 @@ impl FakeApi {
             }
             _ => respond(404, &status(404, "NotFound", &format!("fake api: no route for {m} {}", parts.uri))),
         }
+    }
+
+    fn serves_upstream(&self, version: &str) -> bool {
+        self.state().upstream_version == Some(version)
+    }
+
+    /// `GET /apis/scheduling.k8s.io/<version>`: the resources of a version served, else `404`.
+    fn discovery(&self, version: &str) -> Response<Body> {
+        if !self.serves_upstream(version) && version != "v1" {
+            return respond(404, &status(404, "NotFound", "the server could not find the requested resource"));
+        }
+        let resources: Vec<Value> = if version == "v1" {
+            vec![json!({"name": "priorityclasses", "singularName": "priorityclass", "namespaced": false,
+                        "kind": "PriorityClass", "verbs": ["list", "watch"]})]
+        } else {
+            ["podgroups", "podgroups/status", "workloads"]
+                .iter()
+                .map(|r| {
+                    json!({"name": r, "singularName": "", "namespaced": true,
+                                "kind": if r.starts_with("workload") { "Workload" } else { "PodGroup" },
+                                "verbs": ["get", "list", "watch", "patch"]})
+                })
+                .collect()
+        };
+        respond(
+            200,
+            &json!({"kind": "APIResourceList", "apiVersion": "v1",
+            "groupVersion": format!("scheduling.k8s.io/{version}"), "resources": resources}),
+        )
+    }
+
+    /// The CRD-like kinds the fake serves by `(group, version, resource)`.
+    fn dynamic_kind(&self, group: &str, version: &str, resource: &str) -> Option<Kind> {
+        Some(match (group, version, resource) {
+            ("scheduling.x-k8s.io", "v1alpha1", "podgroups") => Kind::CoschedulingPodGroup,
+            ("scheduling.volcano.sh", "v1beta1", "podgroups") => Kind::VolcanoPodGroup,
+            ("batch", "v1", "jobs") => Kind::Job,
+            ("jobset.x-k8s.io", "v1alpha2", "jobsets") => Kind::JobSet,
+            ("kubeflow.org", "v1", "pytorchjobs") => Kind::PyTorchJob,
+            ("ray.io", "v1", "rayclusters") => Kind::RayCluster,
+            ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets") => Kind::LeaderWorkerSet,
+            _ => return None,
+        })
     }
 
     fn collection(&self, kind: Kind, q: &BTreeMap<String, String>) -> Response<Body> {

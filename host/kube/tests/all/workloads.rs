@@ -1,0 +1,565 @@
+//! Workloads as users submit them, at the HTTP boundary (the fake API server of
+//! `support/fake_api.rs`, a MOCK): the objects each controller creates — the Job controller's
+//! Workload, PodGroup and pods (Kubernetes 1.36, `WorkloadWithJob`), JobSet's Jobs, the training
+//! operator's, KubeRay's and LeaderWorkerSet's pods, the coscheduling plugin's and Volcano's
+//! PodGroups — with their owner references, labels and annotations as those controllers write
+//! them. Each is gang-scheduled all or nothing, including when members arrive late, one is deleted
+//! mid-run, or the owner is scaled.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::boundary::{NAME, eventually, node_of, start};
+use crate::support::{
+    self,
+    fake_api::{FakeApi, Kind, gpu_node, pod},
+};
+
+fn owner_ref(api_version: &str, kind: &str, name: &str, uid: &str, controller: bool) -> Value {
+    let mut r = json!({"apiVersion": api_version, "kind": kind, "name": name, "uid": uid});
+    if controller {
+        r["controller"] = json!(true);
+        r["blockOwnerDeletion"] = json!(true);
+    }
+    r
+}
+
+/// A pod `name` of `gpus` GPUs with `owners`, `labels` and `annotations` (merged into the base).
+fn member(name: &str, gpus: u32, owners: Vec<Value>, labels: Value, annotations: Value) -> Value {
+    let mut p = pod("ml", name, NAME, gpus, "4", "32Gi");
+    p["metadata"]["ownerReferences"] = json!(owners);
+    let base = p["metadata"]["labels"].as_object().cloned().unwrap_or_default();
+    let mut all = base;
+    all.extend(labels.as_object().cloned().unwrap_or_default());
+    p["metadata"]["labels"] = json!(all);
+    p["metadata"]["annotations"] = annotations;
+    p
+}
+
+/// The pods of an Indexed Job `job` (uid `uid`) as the Job controller creates them, indexes
+/// `indexes`, each naming `pod_group` (Workload API) when given.
+fn job_pods(job: &str, uid: &str, indexes: std::ops::Range<u32>, gpus: u32, pod_group: Option<&str>) -> Vec<Value> {
+    indexes
+        .map(|i| {
+            let mut owners = vec![owner_ref("batch/v1", "Job", job, uid, true)];
+            if let Some(pg) = pod_group {
+                owners.push(owner_ref("scheduling.k8s.io/v1alpha2", "PodGroup", pg, &format!("{pg}-uid"), false));
+            }
+            let labels = json!({"batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": job,
+                "controller-uid": uid, "job-name": job, "batch.kubernetes.io/job-completion-index": i.to_string()});
+            let annotations = json!({"batch.kubernetes.io/job-completion-index": i.to_string()});
+            let mut p = member(&format!("{job}-{i}-x{i}k"), gpus, owners, labels, annotations);
+            p["metadata"]["generateName"] = json!(format!("{job}-{i}-"));
+            p["metadata"]["finalizers"] = json!(["batch.kubernetes.io/job-tracking"]);
+            p["spec"]["hostname"] = json!(format!("{job}-{i}"));
+            p["spec"]["subdomain"] = json!(job);
+            if let Some(pg) = pod_group {
+                p["spec"]["schedulingGroup"] = json!({"podGroupName": pg});
+            }
+            p
+        })
+        .collect()
+}
+
+fn indexed_job(name: &str, uid: &str, parallelism: u32) -> Value {
+    json!({"metadata": {"name": name, "namespace": "ml", "uid": uid, "generation": 1},
+           "spec": {"parallelism": parallelism, "completions": parallelism, "completionMode": "Indexed",
+                    "backoffLimit": 6, "template": {"spec": {"schedulerName": NAME, "containers": []}}}})
+}
+
+/// The Workload and PodGroup the 1.36 Job controller creates for an Indexed Job.
+fn workload_objects(api: &FakeApi, job: &str, uid: &str, parallelism: u32) -> String {
+    let workload = format!("{job}-2471916045");
+    let template = format!("{job}-pgt-0");
+    let pod_group = format!("{workload}-{template}-1877336721");
+    api.put(Kind::Workload, json!({"apiVersion": "scheduling.k8s.io/v1alpha2",
+        "metadata": {"name": workload, "namespace": "ml", "ownerReferences": [owner_ref("batch/v1", "Job", job, uid, true)]},
+        "spec": {"controllerRef": {"apiGroup": "batch", "kind": "Job", "name": job},
+                 "podGroupTemplates": [{"name": template, "schedulingPolicy": {"gang": {"minCount": parallelism}}}]}}));
+    api.put(Kind::UpstreamPodGroup, json!({"apiVersion": "scheduling.k8s.io/v1alpha2",
+        "metadata": {"name": pod_group, "namespace": "ml", "uid": format!("{pod_group}-uid"), "generation": 1,
+                     "ownerReferences": [owner_ref("batch/v1", "Job", job, uid, true),
+                                         owner_ref("scheduling.k8s.io/v1alpha2", "Workload", &workload, "wl-uid", false)]},
+        "spec": {"podGroupTemplateRef": {"workload": {"workloadName": workload, "podGroupTemplateName": template}},
+                 "schedulingPolicy": {"gang": {"minCount": parallelism}}}}));
+    pod_group
+}
+
+fn names(pods: &[Value]) -> Vec<String> {
+    pods.iter().map(|p| format!("ml/{}", p["metadata"]["name"].as_str().unwrap())).collect()
+}
+
+fn bound(api: &FakeApi, ids: &[String]) -> usize {
+    ids.iter().filter(|id| node_of(api, id).is_some()).count()
+}
+
+fn waiting_message(api: &FakeApi, id: &str) -> Option<String> {
+    let p = api.get(Kind::Pod, id)?;
+    p["status"]["conditions"].as_array()?.iter().find_map(|c| {
+        (c["type"] == "PodScheduled" && c["status"] == "False").then(|| c["message"].as_str().unwrap_or("").to_string())
+    })
+}
+
+fn condition(api: &FakeApi, kind: Kind, key: &str, type_: &str) -> Option<Value> {
+    let g = api.get(kind, key)?;
+    g["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_).cloned()
+}
+
+/// Stays true for `d`: nothing of `ids` is bound meanwhile.
+async fn none_bound_for(api: &FakeApi, ids: &[String], d: Duration, why: &str) {
+    let until = std::time::Instant::now() + d;
+    while std::time::Instant::now() < until {
+        assert_eq!(bound(api, ids), 0, "{why}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_indexed_job_with_a_workload_is_one_gang_all_or_nothing_and_its_pod_group_says_so() {
+    let api = FakeApi::new();
+    api.state().upstream_version = Some("v1alpha2");
+    for n in 0..6 {
+        api.put(Kind::Node, gpu_node(&format!("gpu-{n}"), 8, &[]));
+    }
+    // Job a: 4 members of 8 GPUs; three exist at first.
+    api.put(Kind::Job, indexed_job("a", "job-a", 4));
+    let group_a = workload_objects(&api, "a", "job-a", 4);
+    let a = job_pods("a", "job-a", 0..4, 8, Some(&group_a));
+    for p in &a[..3] {
+        api.put(Kind::Pod, p.clone());
+    }
+    let run = start(&api, "a", None);
+    let ids_a = names(&a);
+    eventually("the members that exist told why they wait", Duration::from_secs(20), || {
+        waiting_message(&api, &ids_a[0]).is_some_and(|m| m.contains("waiting for its 4 members"))
+    })
+    .await;
+    none_bound_for(&api, &ids_a[..3], Duration::from_millis(1500), "three of four members are not a gang").await;
+    api.put(Kind::Pod, a[3].clone());
+    eventually("job a bound whole", Duration::from_secs(20), || bound(&api, &ids_a) == 4).await;
+    let key_a = format!("ml/{group_a}");
+    eventually("PodGroupScheduled=True on a's PodGroup", Duration::from_secs(20), || {
+        condition(&api, Kind::UpstreamPodGroup, &key_a, "PodGroupScheduled")
+            .is_some_and(|c| c["status"] == "True" && c["reason"] == "Scheduled" && c["observedGeneration"] == 1)
+    })
+    .await;
+
+    // Job b: 4 × 8 GPUs with room for 2: none bound, its PodGroup says why.
+    api.put(Kind::Job, indexed_job("b", "job-b", 4));
+    let group_b = workload_objects(&api, "b", "job-b", 4);
+    let b = job_pods("b", "job-b", 0..4, 8, Some(&group_b));
+    for p in &b {
+        api.put(Kind::Pod, p.clone());
+    }
+    let ids_b = names(&b);
+    let key_b = format!("ml/{group_b}");
+    eventually("PodGroupScheduled=False on b's PodGroup", Duration::from_secs(20), || {
+        condition(&api, Kind::UpstreamPodGroup, &key_b, "PodGroupScheduled").is_some_and(|c| {
+            c["status"] == "False" && c["reason"] == "Unschedulable" && !c["message"].as_str().unwrap_or("").is_empty()
+        })
+    })
+    .await;
+    none_bound_for(&api, &ids_b, Duration::from_millis(1000), "half a gang never holds GPUs").await;
+    // A condition once True stays True: a's members finishing does not regress it.
+    let c = condition(&api, Kind::UpstreamPodGroup, &key_a, "PodGroupScheduled").unwrap();
+    assert_eq!(c["status"], "True");
+    support::assert_rbac_allows(&api, "rbac.yaml", &|n| !n.contains("leader") && !n.ends_with("-agent"));
+    run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_v1beta1_workload_api_gangs_and_a_basic_pod_group_places_pods_independently() {
+    let api = FakeApi::new();
+    api.state().upstream_version = Some("v1beta1");
+    for n in 0..3 {
+        api.put(Kind::Node, gpu_node(&format!("gpu-{n}"), 8, &[]));
+    }
+    // As a 1.37 controller writes it: workloadRef, and the gang's condition is PodGroupInitiallyScheduled.
+    let pg = |name: &str, policy: Value| {
+        json!({"apiVersion": "scheduling.k8s.io/v1beta1",
+               "metadata": {"name": name, "namespace": "ml", "generation": 2},
+               "spec": {"workloadRef": {"workloadName": "w", "templateName": name}, "schedulingPolicy": policy}})
+    };
+    api.put(Kind::UpstreamPodGroup, pg("gang", json!({"gang": {"minCount": 2}})));
+    api.put(Kind::UpstreamPodGroup, pg("loose", json!({"basic": {}})));
+    let with_group = |name: &str, group: &str, gpus: u32| {
+        let mut p = pod("ml", name, NAME, gpus, "4", "32Gi");
+        p["spec"]["schedulingGroup"] = json!({"podGroupName": group});
+        p
+    };
+    // Basic: 4 pods of 8 GPUs, room for 2 after the gang: 2 run now, independently.
+    api.put(Kind::Pod, with_group("g-0", "gang", 4));
+    api.put(Kind::Pod, with_group("g-1", "gang", 4));
+    let run = start(&api, "a", None);
+    let gang = ["ml/g-0".to_string(), "ml/g-1".to_string()];
+    eventually("the gang bound", Duration::from_secs(20), || bound(&api, &gang) == 2).await;
+    let loose: Vec<String> = (0..4).map(|i| format!("loose-{i}")).collect();
+    for name in &loose {
+        api.put(Kind::Pod, with_group(name, "loose", 8));
+    }
+    let loose_ids: Vec<String> = loose.iter().map(|n| format!("ml/{n}")).collect();
+    eventually("two basic pods bound on their own", Duration::from_secs(20), || bound(&api, &loose_ids) == 2).await;
+    eventually("PodGroupInitiallyScheduled=True", Duration::from_secs(20), || {
+        condition(&api, Kind::UpstreamPodGroup, "ml/gang", "PodGroupInitiallyScheduled")
+            .is_some_and(|c| c["status"] == "True" && c["observedGeneration"] == 2)
+    })
+    .await;
+    assert!(
+        condition(&api, Kind::UpstreamPodGroup, "ml/loose", "PodGroupInitiallyScheduled").is_none(),
+        "basic groups get no gang condition"
+    );
+    run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_gangs_by_its_owner_waits_for_its_owner_and_a_work_queue_job_does_not() {
+    let api = FakeApi::new();
+    for n in 0..2 {
+        api.put(Kind::Node, gpu_node(&format!("gpu-{n}"), 8, &[]));
+    }
+    // No Workload API: the Indexed Job's pods exist before the scheduler has seen the Job.
+    let a = job_pods("a", "job-a", 0..3, 8, None);
+    for p in &a {
+        api.put(Kind::Pod, p.clone());
+    }
+    // A work-queue Job (completions ≫ parallelism) of 8-GPU pods: each runs as room allows.
+    let mut queue_job = indexed_job("q", "job-q", 2);
+    queue_job["spec"]["completions"] = json!(100);
+    api.put(Kind::Job, queue_job);
+    let q = job_pods("q", "job-q", 0..2, 8, None);
+    let run = start(&api, "a", None);
+    let ids_a = names(&a);
+    eventually("a's members wait for their owner", Duration::from_secs(20), || {
+        waiting_message(&api, &ids_a[0]).is_some_and(|m| m.contains("owner Job a"))
+    })
+    .await;
+    none_bound_for(&api, &ids_a, Duration::from_millis(500), "an unseen owner's pods do not run alone").await;
+    api.put(Kind::Job, indexed_job("a", "job-a", 3));
+    eventually("a told it waits as a gang", Duration::from_secs(20), || {
+        waiting_message(&api, &ids_a[0]).is_some_and(|m| !m.contains("owner Job a"))
+    })
+    .await;
+    none_bound_for(&api, &ids_a, Duration::from_millis(1000), "room for 2 of a gang of 3").await;
+    for n in 2..4 {
+        api.put(Kind::Node, gpu_node(&format!("gpu-{n}"), 8, &[]));
+    }
+    eventually("a bound whole", Duration::from_secs(20), || bound(&api, &ids_a) == 3).await;
+    for p in &q {
+        api.put(Kind::Pod, p.clone());
+    }
+    let ids_q = names(&q);
+    eventually("one work-queue pod runs in the room left", Duration::from_secs(20), || bound(&api, &ids_q) == 1).await;
+    run.stop().await;
+}
+
+fn jobset_objects(api: &FakeApi, name: &str, workers: u32, per_job: u32, attempt: u32) -> Vec<Value> {
+    let uid = format!("{name}-uid");
+    api.put(
+        Kind::JobSet,
+        json!({"metadata": {"name": name, "namespace": "ml", "uid": uid,
+            "labels": {"kueue.x-k8s.io/queue-name": "research"}},
+        "spec": {"replicatedJobs": [{"name": "workers", "replicas": workers,
+            "template": {"spec": {"parallelism": per_job, "completions": per_job, "completionMode": "Indexed",
+                                  "template": {"spec": {"schedulerName": NAME, "containers": []}}}}}],
+                 "failurePolicy": {"maxRestarts": 3}}}),
+    );
+    let mut pods = Vec::new();
+    for j in 0..workers {
+        let job = format!("{name}-workers-{j}");
+        let job_uid = format!("{job}-uid-{attempt}");
+        let common = json!({"jobset.sigs.k8s.io/jobset-name": name, "jobset.sigs.k8s.io/replicatedjob-name": "workers",
+            "jobset.sigs.k8s.io/job-index": j.to_string(), "jobset.sigs.k8s.io/restart-attempt": attempt.to_string(),
+            "jobset.sigs.k8s.io/replicatedjob-replicas": workers.to_string()});
+        let mut job_obj = indexed_job(&job, &job_uid, per_job);
+        job_obj["metadata"]["labels"] = common.clone();
+        job_obj["metadata"]["ownerReferences"] =
+            json!([owner_ref("jobset.x-k8s.io/v1alpha2", "JobSet", name, &uid, true)]);
+        api.put(Kind::Job, job_obj);
+        for mut p in job_pods(&job, &job_uid, 0..per_job, 8, None) {
+            let mut labels = p["metadata"]["labels"].as_object().cloned().unwrap();
+            labels.extend(common.as_object().cloned().unwrap());
+            p["metadata"]["labels"] = json!(labels);
+            p["metadata"]["name"] = json!(format!("{}-a{attempt}", p["metadata"]["name"].as_str().unwrap()));
+            pods.push(p);
+        }
+    }
+    pods
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jobset_is_one_gang_across_its_jobs_and_a_restart_is_a_new_gang() {
+    let api = FakeApi::new();
+    for n in 0..3 {
+        api.put(Kind::Node, gpu_node(&format!("gpu-{n}"), 8, &[]));
+    }
+    api.put(Kind::Queue, json!({"metadata": {"name": "research"}, "spec": {}}));
+    // 2 Jobs × 2 pods of 8 GPUs, room for 3: nothing runs until a fourth node comes.
+    let pods = jobset_objects(&api, "js", 2, 2, 0);
+    for p in &pods {
+        api.put(Kind::Pod, p.clone());
+    }
+    let run = start(&api, "a", None);
+    let ids = names(&pods);
+    eventually("the JobSet's pods say they wait", Duration::from_secs(20), || waiting_message(&api, &ids[0]).is_some())
+        .await;
+    none_bound_for(&api, &ids, Duration::from_millis(1000), "three of four members are not placed").await;
+    api.put(Kind::Node, gpu_node("gpu-3", 8, &[]));
+    eventually("the JobSet bound whole", Duration::from_secs(20), || bound(&api, &ids) == 4).await;
+    // In its Kueue-named queue.
+    eventually("counted in queue research", Duration::from_secs(20), || {
+        api.get(Kind::Queue, "research").is_some_and(|q| q["status"]["running"] == 4)
+    })
+    .await;
+    // A failure restarts the JobSet: every Job is deleted and made again (attempt 1). The new pods
+    // are a new gang of their own, not late members of the old one.
+    for id in &ids {
+        api.remove(Kind::Pod, id);
+    }
+    let again = jobset_objects(&api, "js", 2, 2, 1);
+    for p in &again {
+        api.put(Kind::Pod, p.clone());
+    }
+    let ids = names(&again);
+    eventually("the restarted JobSet bound whole", Duration::from_secs(20), || bound(&api, &ids) == 4).await;
+    run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pytorch_job_waits_for_every_replica_and_a_replaced_worker_rejoins_its_running_gang() {
+    let api = FakeApi::new();
+    for n in 0..5 {
+        api.put(Kind::Node, gpu_node(&format!("gpu-{n}"), 8, &[]));
+    }
+    api.put(
+        Kind::PyTorchJob,
+        json!({"metadata": {"name": "pt", "namespace": "ml", "uid": "pt-uid"},
+        "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": {}},
+                                         "Worker": {"replicas": 3, "restartPolicy": "OnFailure", "template": {}}},
+                 "runPolicy": {"cleanPodPolicy": "None"}}}),
+    );
+    let replica = |kind: &str, index: u32, uid: &str| {
+        let labels = json!({"training.kubeflow.org/job-name": "pt", "training.kubeflow.org/operator-name": "pytorchjob-controller",
+            "training.kubeflow.org/replica-type": kind.to_lowercase(), "training.kubeflow.org/replica-index": index.to_string()});
+        let mut p = member(
+            &format!("pt-{}-{index}", kind.to_lowercase()),
+            8,
+            vec![owner_ref("kubeflow.org/v1", "PyTorchJob", "pt", "pt-uid", true)],
+            labels,
+            json!({}),
+        );
+        p["metadata"]["uid"] = json!(uid);
+        p
+    };
+    let mut pods = vec![replica("Master", 0, "m0")];
+    pods.extend((0..3).map(|i| replica("Worker", i, &format!("w{i}"))));
+    for p in &pods[..3] {
+        api.put(Kind::Pod, p.clone());
+    }
+    let run = start(&api, "a", None);
+    let ids = names(&pods);
+    none_bound_for(&api, &ids, Duration::from_millis(1500), "3 of 4 replicas do not start").await;
+    api.put(Kind::Pod, pods[3].clone());
+    eventually("all 4 replicas bound", Duration::from_secs(20), || bound(&api, &ids) == 4).await;
+    // Worker 1 fails and is deleted; the operator creates it again (same name, new UID): it joins
+    // the running gang alone, while the other three keep running where they are.
+    let before: Vec<Option<String>> = ids.iter().map(|id| node_of(&api, id)).collect();
+    api.remove(Kind::Pod, "ml/pt-worker-1");
+    api.put(Kind::Pod, replica("Worker", 1, "w1-again"));
+    eventually("the replacement bound", Duration::from_secs(20), || node_of(&api, "ml/pt-worker-1").is_some()).await;
+    for (i, id) in ids.iter().enumerate().filter(|(_, id)| id.as_str() != "ml/pt-worker-1") {
+        assert_eq!(node_of(&api, id), before[i], "{id} kept running where it was");
+    }
+    run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_scaled_while_its_gang_waits_is_submitted_again_at_its_new_size() {
+    let api = FakeApi::new();
+    for n in 0..2 {
+        api.put(Kind::Node, gpu_node(&format!("gpu-{n}"), 8, &[]));
+    }
+    let job = |min: u32| {
+        json!({"metadata": {"name": "el", "namespace": "ml", "uid": "el-uid"},
+               "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 4, "template": {}}},
+                        "runPolicy": {"schedulingPolicy": {"minAvailable": min}}}})
+    };
+    api.put(Kind::PyTorchJob, job(4));
+    let pods: Vec<Value> = (0..4)
+        .map(|i| {
+            member(
+                &format!("el-worker-{i}"),
+                8,
+                vec![owner_ref("kubeflow.org/v1", "PyTorchJob", "el", "el-uid", true)],
+                json!({"training.kubeflow.org/job-name": "el", "training.kubeflow.org/replica-type": "worker",
+                       "training.kubeflow.org/replica-index": i.to_string()}),
+                json!({}),
+            )
+        })
+        .collect();
+    for p in &pods {
+        api.put(Kind::Pod, p.clone());
+    }
+    let run = start(&api, "a", None);
+    let ids = names(&pods);
+    eventually("the gang of 4 waits, tried", Duration::from_secs(20), || waiting_message(&api, &ids[0]).is_some())
+        .await;
+    none_bound_for(&api, &ids, Duration::from_millis(800), "4 of 8 GPUs each with room for 2").await;
+    // Elastic: the job now starts with 2.
+    api.put(Kind::PyTorchJob, job(2));
+    eventually("2 members run", Duration::from_secs(20), || bound(&api, &ids) == 2).await;
+    run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ray_clusters_and_leader_worker_sets_gang_by_owner_and_an_uninstalled_kind_runs_pods_alone() {
+    let api = FakeApi::new();
+    for n in 0..4 {
+        api.put(Kind::Node, gpu_node(&format!("gpu-{n}"), 8, &[]));
+    }
+    // KubeRay: head + a worker group of minReplicas 2 (replicas 3): gang of 3, the 4th grows in.
+    api.put(
+        Kind::RayCluster,
+        json!({"metadata": {"name": "rc", "namespace": "ml", "uid": "rc-uid"},
+        "spec": {"headGroupSpec": {"template": {}}, "workerGroupSpecs": [
+            {"groupName": "gpu", "replicas": 3, "minReplicas": 2, "maxReplicas": 6, "template": {}}]}}),
+    );
+    let ray = |name: &str, node_type: &str| {
+        member(
+            name,
+            8,
+            vec![owner_ref("ray.io/v1", "RayCluster", "rc", "rc-uid", true)],
+            json!({"ray.io/cluster": "rc", "ray.io/node-type": node_type, "ray.io/group": if node_type == "head" { "headgroup" } else { "gpu" },
+                   "ray.io/is-ray-node": "yes"}),
+            json!({}),
+        )
+    };
+    let head = ray("rc-head-x7k2p", "head");
+    let workers: Vec<Value> = (0..3).map(|i| ray(&format!("rc-gpu-worker-{i}"), "worker")).collect();
+    api.put(Kind::Pod, head.clone());
+    api.put(Kind::Pod, workers[0].clone());
+    let run = start(&api, "a", None);
+    let ids_rc = names(&[vec![head], workers.clone()].concat());
+    none_bound_for(&api, &ids_rc[..2], Duration::from_millis(1200), "head + 1 of min 3").await;
+    for w in &workers[1..] {
+        api.put(Kind::Pod, w.clone());
+    }
+    eventually("the Ray cluster's 4 pods bound (min 3, one grown)", Duration::from_secs(20), || {
+        bound(&api, &ids_rc) == 4
+    })
+    .await;
+
+    // LeaderWorkerSet: not installed in this cluster (its list is 404): its pods run alone.
+    api.state().unserved.insert(Kind::LeaderWorkerSet);
+    run.stop().await;
+    let api2 = FakeApi::new();
+    api2.state().unserved.insert(Kind::LeaderWorkerSet);
+    api2.put(Kind::Node, gpu_node("gpu-0", 8, &[]));
+    let lws_pod = |name: &str, group: u32| {
+        member(
+            name,
+            8,
+            vec![owner_ref("apps/v1", "StatefulSet", &format!("llm-{group}"), "sts", true)],
+            json!({"leaderworkerset.sigs.k8s.io/name": "llm", "leaderworkerset.sigs.k8s.io/group-index": group.to_string(),
+                   "leaderworkerset.sigs.k8s.io/worker-index": "1"}),
+            json!({"leaderworkerset.sigs.k8s.io/size": "2"}),
+        )
+    };
+    api2.put(Kind::Pod, lws_pod("llm-0-1", 0));
+    let run2 = start(&api2, "a", None);
+    eventually("an uninstalled owner kind's pod runs alone", Duration::from_secs(20), || {
+        node_of(&api2, "ml/llm-0-1").is_some()
+    })
+    .await;
+    run2.stop().await;
+
+    // Installed: one gang per group, owner found by label (a worker's controller is a
+    // StatefulSet of the leader pod). Room for 3 pods: group 0 runs whole, group 1 not half.
+    let api3 = FakeApi::new();
+    for n in 0..3 {
+        api3.put(Kind::Node, gpu_node(&format!("gpu-{n}"), 8, &[]));
+    }
+    api3.put(
+        Kind::LeaderWorkerSet,
+        json!({"metadata": {"name": "llm", "namespace": "ml", "uid": "lws-uid"},
+        "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 2, "workerTemplate": {}}}}),
+    );
+    let lws: Vec<Value> = vec![
+        member(
+            "llm-0",
+            8,
+            vec![owner_ref("apps/v1", "StatefulSet", "llm", "sts-l", true)],
+            json!({"leaderworkerset.sigs.k8s.io/name": "llm", "leaderworkerset.sigs.k8s.io/group-index": "0", "leaderworkerset.sigs.k8s.io/worker-index": "0"}),
+            json!({}),
+        ),
+        lws_pod("llm-0-1", 0),
+        member(
+            "llm-1",
+            8,
+            vec![owner_ref("apps/v1", "StatefulSet", "llm", "sts-l", true)],
+            json!({"leaderworkerset.sigs.k8s.io/name": "llm", "leaderworkerset.sigs.k8s.io/group-index": "1", "leaderworkerset.sigs.k8s.io/worker-index": "0"}),
+            json!({}),
+        ),
+        lws_pod("llm-1-1", 1),
+    ];
+    for p in &lws {
+        api3.put(Kind::Pod, p.clone());
+    }
+    let run3 = start(&api3, "a", None);
+    let ids = names(&lws);
+    eventually("one LWS group bound whole", Duration::from_secs(20), || bound(&api3, &ids) == 2).await;
+    none_bound_for(
+        &api3,
+        &ids[2..].iter().filter(|id| node_of(&api3, id).is_none()).cloned().collect::<Vec<_>>(),
+        Duration::from_millis(500),
+        "",
+    )
+    .await;
+    let groups_bound: Vec<bool> = [&ids[..2], &ids[2..]].iter().map(|g| bound(&api3, g) == 2).collect();
+    assert!(
+        groups_bound.contains(&true) && bound(&api3, &ids) == 2,
+        "a whole group runs, never half of each: {groups_bound:?}"
+    );
+    run3.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coscheduling_and_volcano_pod_groups_work_unchanged() {
+    let api = FakeApi::new();
+    for n in 0..3 {
+        api.put(Kind::Node, gpu_node(&format!("gpu-{n}"), 8, &[]));
+    }
+    // As the training operator writes them for scheduler-plugins (coscheduling) and for Volcano.
+    api.put(
+        Kind::CoschedulingPodGroup,
+        json!({"metadata": {"name": "cs", "namespace": "ml"},
+        "spec": {"minMember": 2, "scheduleTimeoutSeconds": 60, "minResources": {"nvidia.com/gpu": "16"}}}),
+    );
+    api.put(
+        Kind::VolcanoPodGroup,
+        json!({"metadata": {"name": "vc", "namespace": "ml"},
+        "spec": {"minMember": 3, "queue": "default", "minTaskMember": {"worker": 3}}}),
+    );
+    let cs: Vec<Value> = (0..2)
+        .map(|i| member(&format!("cs-{i}"), 8, vec![], json!({"scheduling.x-k8s.io/pod-group": "cs"}), json!({})))
+        .collect();
+    let vc: Vec<Value> = (0..2)
+        .map(|i| member(&format!("vc-{i}"), 2, vec![], json!({}), json!({"scheduling.k8s.io/group-name": "vc"})))
+        .collect();
+    for p in cs.iter().chain(&vc) {
+        api.put(Kind::Pod, p.clone());
+    }
+    let run = start(&api, "a", None);
+    let (ids_cs, ids_vc) = (names(&cs), names(&vc));
+    eventually("the coscheduling group bound", Duration::from_secs(20), || bound(&api, &ids_cs) == 2).await;
+    eventually("the Volcano group waits for its third", Duration::from_secs(20), || {
+        waiting_message(&api, &ids_vc[0]).is_some_and(|m| m.contains("waiting for its 3 members"))
+    })
+    .await;
+    none_bound_for(&api, &ids_vc, Duration::from_millis(500), "2 of min 3").await;
+    let third = member("vc-2", 2, vec![], json!({}), json!({"scheduling.k8s.io/group-name": "vc"}));
+    api.put(Kind::Pod, third);
+    let all_vc = [ids_vc, vec!["ml/vc-2".to_string()]].concat();
+    eventually("the Volcano group bound", Duration::from_secs(20), || bound(&api, &all_vc) == 3).await;
+    run.stop().await;
+}
