@@ -74,6 +74,9 @@ const EVENTS_QUEUED: usize = 1000;
 #[derive(Clone)]
 pub struct Effects {
     client: Client,
+    /// Why pods wait (`PodScheduled=False`): on the events' client when there is one, so a wave
+    /// of pending reasons never queues ahead of binds in the same rate limit.
+    reports: Client,
     recorder: Recorder,
     scheduler_name: String,
     event_slots: Arc<Semaphore>,
@@ -85,17 +88,19 @@ impl Effects {
         let reporter = Reporter { controller: scheduler_name.into(), instance: Some(instance.into()) };
         Effects {
             recorder: Recorder::new(client.clone(), reporter),
+            reports: client.clone(),
             client,
             scheduler_name: scheduler_name.into(),
             event_slots: Arc::new(Semaphore::new(EVENTS_QUEUED)),
         }
     }
 
-    /// Kubernetes events through `client` (kube-scheduler's event client: a rate limit of its own,
-    /// so events never delay binds).
+    /// Kubernetes events and pending pods' conditions through `client` (like kube-scheduler's event
+    /// client: a rate limit of its own, so reports never delay binds).
     pub fn with_event_client(mut self, client: Client, instance: &str) -> Effects {
         let reporter = Reporter { controller: self.scheduler_name.clone(), instance: Some(instance.into()) };
-        self.recorder = Recorder::new(client, reporter);
+        self.recorder = Recorder::new(client.clone(), reporter);
+        self.reports = client;
         self
     }
 
@@ -150,7 +155,7 @@ impl Effects {
         message: &str,
         nominated: Option<&str>,
     ) -> Result<(), EffectError> {
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
+        let pods: Api<Pod> = Api::namespaced(self.reports.clone(), &key.namespace);
         let now = k8s_openapi::jiff::Timestamp::now();
         let mut patch = serde_json::json!({
             "status": { "conditions": [{

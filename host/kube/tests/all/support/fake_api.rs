@@ -445,6 +445,17 @@ impl FakeApi {
         }
     }
 
+    /// The clients exactly as `wasmsched run` builds them: the API client and the events client
+    /// each limited to `rate` on a bucket of its own, the Lease's unlimited.
+    pub fn run_clients(&self, name: &str, rate: wasmsched_kube::ClientRate) -> wasmsched_kube::Clients {
+        use tower::Layer;
+        let limited = || {
+            let layer = wasmsched_kube::throttle::ThrottleLayer::new(rate);
+            kube::Client::new(layer.layer(FakeService { api: self.clone(), client: name.to_string() }), "default")
+        };
+        wasmsched_kube::Clients { api: limited(), events: Some(limited()), election: self.client(name) }
+    }
+
     /// API Priority and Fairness from now on.
     pub fn enable_apf(&self, apf: Apf) {
         self.state().apf = Some(apf);
