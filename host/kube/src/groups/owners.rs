@@ -646,6 +646,20 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_documented_example_table_parses_and_compiles() {
+        let doc = include_str!("../../../../docs/kubernetes.md");
+        let start = doc.find("  ownerKinds:\n").expect("docs/kubernetes.md shows scheduler.ownerKinds")
+            + "  ownerKinds:\n".len();
+        let block: String =
+            doc[start..].lines().take_while(|l| l.starts_with("    ")).map(|l| format!("{}\n", &l[4..])).collect();
+        let extra = parse(&block).unwrap();
+        assert_eq!(extra.len(), 2, "{block}");
+        let table = OwnerTable::new(merged(builtin(), extra)).unwrap();
+        assert!(table.index_of("trainer.example.com/v1", "Trainer").is_some());
+        assert!(table.index_of("ray.io/v1", "RayCluster").is_none());
+    }
+
     fn owner(
         api_version: &str,
         kind: &str,
