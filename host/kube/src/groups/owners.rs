@@ -586,6 +586,18 @@ mod tests {
         assert_eq!((p.min_member, p.queue.as_deref()), (4, Some("research")));
         assert_eq!(pytorch(json!({"elasticPolicy": {"minReplicas": 3, "maxReplicas": 15}})).min_member, 4);
 
+        let mpi = |policy: &str| {
+            facts_of(
+                "MPIJob",
+                json!({"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
+                "metadata": {"name": "mpi", "uid": "u"},
+                "spec": {"launcherCreationPolicy": policy,
+                         "mpiReplicaSpecs": {"Launcher": {"replicas": 1}, "Worker": {"replicas": 8}}}}),
+            )
+        };
+        assert_eq!(mpi("AtStartup").min_member, 9);
+        assert_eq!(mpi("WaitForWorkersReady").min_member, 8, "the launcher comes after the workers run");
+
         let ray = facts_of(
             "RayCluster",
             json!({"apiVersion": "ray.io/v1", "kind": "RayCluster",

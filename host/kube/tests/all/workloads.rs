@@ -563,3 +563,39 @@ async fn coscheduling_and_volcano_pod_groups_work_unchanged() {
     eventually("the Volcano group bound", Duration::from_secs(20), || bound(&api, &all_vc) == 3).await;
     run.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_elastic_indexed_job_scaled_while_running_grows_and_shrinks_its_gang() {
+    let api = FakeApi::new();
+    for n in 0..4 {
+        api.put(Kind::Node, gpu_node(&format!("gpu-{n}"), 8, &[]));
+    }
+    api.put(Kind::Job, indexed_job("e", "job-e", 2));
+    let pods = job_pods("e", "job-e", 0..3, 8, None);
+    for p in &pods[..2] {
+        api.put(Kind::Pod, p.clone());
+    }
+    let run = start(&api, "a", None);
+    let ids = names(&pods);
+    eventually("e's 2 bound", Duration::from_secs(20), || bound(&api, &ids[..2]) == 2).await;
+    let before: Vec<Option<String>> = ids[..2].iter().map(|id| node_of(&api, id)).collect();
+    // Scaled up (parallelism and completions together, as elastic Indexed Jobs allow): the Job
+    // controller adds index 2, which joins the running gang.
+    api.put(Kind::Job, indexed_job("e", "job-e", 3));
+    api.put(Kind::Pod, pods[2].clone());
+    eventually("the new member bound", Duration::from_secs(20), || node_of(&api, &ids[2]).is_some()).await;
+    assert_eq!(ids[..2].iter().map(|id| node_of(&api, id)).collect::<Vec<_>>(), before, "the others stay put");
+    // Scaled down to 1: indexes 1 and 2 are deleted; index 0 runs on, and their room is free.
+    api.put(Kind::Job, indexed_job("e", "job-e", 1));
+    api.remove(Kind::Pod, &ids[1]);
+    api.remove(Kind::Pod, &ids[2]);
+    api.put(Kind::Job, indexed_job("f", "job-f", 3));
+    let f = job_pods("f", "job-f", 0..3, 8, None);
+    for p in &f {
+        api.put(Kind::Pod, p.clone());
+    }
+    let ids_f = names(&f);
+    eventually("a gang of 3 fits in the room given back", Duration::from_secs(20), || bound(&api, &ids_f) == 3).await;
+    assert_eq!(node_of(&api, &ids[0]), before[0], "index 0 kept running");
+    run.stop().await;
+}
