@@ -206,11 +206,13 @@ impl OwnerTable {
             });
         OwnerFacts {
             kind: index,
+            namespace: object.metadata.namespace.clone().unwrap_or_default(),
             name: object.metadata.name.clone().unwrap_or_default(),
             controller,
             min_member: min_member.unwrap_or(1),
             queue: queue.unwrap_or(None),
             error,
+            seen: Seen::default(),
         }
     }
 }
@@ -240,11 +242,35 @@ impl OwnerRef {
     }
 }
 
+/// What was read of an owner's metadata when its facts were: the same again means the same facts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Seen {
+    /// `metadata.generation` (bumped by every spec change).
+    generation: Option<i64>,
+    /// A hash of its labels, annotations and owner references.
+    meta: u64,
+}
+
+impl Seen {
+    fn of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Seen {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        meta.labels.hash(&mut h);
+        meta.annotations.hash(&mut h);
+        for r in meta.owner_references.iter().flatten() {
+            (&r.api_version, &r.kind, &r.name, &r.uid, r.controller).hash(&mut h);
+        }
+        Seen { generation: meta.generation, meta: h.finish() }
+    }
+}
+
 /// What is kept of one owner object.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OwnerFacts {
     /// Its entry in the table.
     pub kind: usize,
+    /// Its namespace.
+    pub namespace: String,
     /// Its name.
     pub name: String,
     /// Its own controller, for the walk to the topmost owner.
@@ -255,6 +281,16 @@ pub struct OwnerFacts {
     pub queue: Option<String>,
     /// Why an expression failed on it (its pods are then scheduled alone).
     pub error: Option<String>,
+    /// What these facts were read from.
+    pub seen: Seen,
+}
+
+impl OwnerFacts {
+    /// Whether `other` groups pods as these facts do.
+    fn same_grouping(&self, other: &OwnerFacts) -> bool {
+        (self.kind, &self.name, &self.controller, self.min_member, &self.queue, &self.error)
+            == (other.kind, &other.name, &other.controller, other.min_member, &other.queue, &other.error)
+    }
 }
 
 /// How a pod is grouped by its owners.
@@ -387,16 +423,23 @@ impl Owners {
         if let Some(listed) = self.relist[kind].as_mut() {
             listed.push(uid.clone());
         }
-        let facts = self.table.facts(kind, object);
+        // A Job's status changes with every pod it runs; what the table reads does not: the
+        // expressions are evaluated again only when the spec (its generation), the labels, the
+        // annotations or the owner references change.
+        let seen = Seen::of(&object.metadata);
+        if seen.generation.is_some() && self.by_uid.get(&uid).is_some_and(|f| f.seen == seen) {
+            return false;
+        }
+        let mut facts = self.table.facts(kind, object);
+        facts.seen = seen;
         if let Some(e) = &facts.error
             && self.by_uid.get(&uid).is_none_or(|f| f.error.as_ref() != Some(e))
         {
             let kind_name = &self.table.kinds[kind].spec.kind;
             tracing::warn!(owner = %facts.name, kind = %kind_name, error = %e, "owner kind's expression failed: its pods are scheduled alone");
         }
-        let namespace = object.metadata.namespace.clone().unwrap_or_default();
-        self.by_name.insert((kind, namespace, facts.name.clone()), uid.clone());
-        self.by_uid.insert(uid, facts.clone()).is_none_or(|before| before != facts)
+        self.by_name.insert((kind, facts.namespace.clone(), facts.name.clone()), uid.clone());
+        self.by_uid.insert(uid, facts.clone()).is_none_or(|before| !before.same_grouping(&facts))
     }
 
     /// An owner was deleted.
@@ -406,7 +449,10 @@ impl Owners {
 
     fn remove_uid(&mut self, uid: &str) -> bool {
         let Some(f) = self.by_uid.remove(uid) else { return false };
-        self.by_name.retain(|(k, _, n), u| !(*k == f.kind && *n == f.name && u == uid));
+        let key = (f.kind, f.namespace, f.name);
+        if self.by_name.get(&key).is_some_and(|u| u == uid) {
+            self.by_name.remove(&key);
+        }
         true
     }
 
@@ -716,6 +762,14 @@ mod tests {
         );
         assert!(owners.apply(job_index, &job));
         assert!(!owners.apply(job_index, &job), "the same facts again change nothing");
+        // A status update (same generation and metadata) is not read again; a new spec is.
+        let mut scaled = job.clone();
+        scaled.metadata.generation = Some(1);
+        assert!(!owners.apply(job_index, &scaled), "no generation before: read, same facts");
+        scaled.data["spec"]["parallelism"] = json!(3);
+        assert!(!owners.apply(job_index, &scaled), "same generation: not read again");
+        scaled.metadata.generation = Some(2);
+        assert!(owners.apply(job_index, &scaled), "a new generation is read: parallelism 3 ≠ completions, min 1");
         // The Job is known, its JobSet is not: wait for it.
         let w = owners.grouping("ml", Some(&job_ref), &labels("0"));
         assert!(matches!(&w, Grouping::Waiting(m) if m.contains("JobSet")), "{w:?}");

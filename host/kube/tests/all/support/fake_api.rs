@@ -396,6 +396,16 @@ impl State {
         }
         let key = key_of(kind, &obj);
         let kind_type = if self.objects.contains_key(&key) { "MODIFIED" } else { "ADDED" };
+        // As a real server: `metadata.generation` is 1 at creation and goes up with each change of
+        // the spec (status and metadata writes leave it), whatever the writer sent.
+        if !obj["spec"].is_null() {
+            let generation = match self.objects.get(&key) {
+                Some(old) if old["spec"] == obj["spec"] => old["metadata"]["generation"].as_i64().unwrap_or(1),
+                Some(old) => old["metadata"]["generation"].as_i64().unwrap_or(1) + 1,
+                None => 1,
+            };
+            obj["metadata"]["generation"] = json!(generation);
+        }
         self.objects.insert(key, obj.clone());
         self.record(kind, kind_type, obj.clone());
         obj
