@@ -63,7 +63,7 @@ fn job_pods(job: &str, uid: &str, indexes: std::ops::Range<u32>, gpus: u32, pod_
 }
 
 fn indexed_job(name: &str, uid: &str, parallelism: u32) -> Value {
-    json!({"metadata": {"name": name, "namespace": "ml", "uid": uid, "generation": 1},
+    json!({"metadata": {"name": name, "namespace": "ml", "uid": uid},
            "spec": {"parallelism": parallelism, "completions": parallelism, "completionMode": "Indexed",
                     "backoffLimit": 6, "template": {"spec": {"schedulerName": NAME, "containers": []}}}})
 }
@@ -78,7 +78,7 @@ fn workload_objects(api: &FakeApi, job: &str, uid: &str, parallelism: u32) -> St
         "spec": {"controllerRef": {"apiGroup": "batch", "kind": "Job", "name": job},
                  "podGroupTemplates": [{"name": template, "schedulingPolicy": {"gang": {"minCount": parallelism}}}]}}));
     api.put(Kind::UpstreamPodGroup, json!({"apiVersion": "scheduling.k8s.io/v1alpha2",
-        "metadata": {"name": pod_group, "namespace": "ml", "uid": format!("{pod_group}-uid"), "generation": 1,
+        "metadata": {"name": pod_group, "namespace": "ml", "uid": format!("{pod_group}-uid"),
                      "ownerReferences": [owner_ref("batch/v1", "Job", job, uid, true),
                                          owner_ref("scheduling.k8s.io/v1alpha2", "Workload", &workload, "wl-uid", false)]},
         "spec": {"podGroupTemplateRef": {"workload": {"workloadName": workload, "podGroupTemplateName": template}},
@@ -141,7 +141,7 @@ async fn an_indexed_job_with_a_workload_is_one_gang_all_or_nothing_and_its_pod_g
     let key_a = format!("ml/{group_a}");
     eventually("PodGroupScheduled=True on a's PodGroup", Duration::from_secs(20), || {
         condition(&api, Kind::UpstreamPodGroup, &key_a, "PodGroupScheduled")
-            .is_some_and(|c| c["status"] == "True" && c["reason"] == "Scheduled" && c["observedGeneration"] == 1)
+            .is_some_and(|c| c["status"] == "True" && c["reason"] == "Scheduled" && c["observedGeneration"].is_null())
     })
     .await;
 
@@ -598,4 +598,209 @@ async fn an_elastic_indexed_job_scaled_while_running_grows_and_shrinks_its_gang(
     eventually("a gang of 3 fits in the room given back", Duration::from_secs(20), || bound(&api, &ids_f) == 3).await;
     assert_eq!(node_of(&api, &ids[0]), before[0], "index 0 kept running");
     run.stop().await;
+}
+
+/// One kind of owner for [`every_owner_kind_gangs_its_pods_through_partial_arrival_a_replaced_member_and_scaling`]:
+/// its objects for a gang of `size`, and its member `i` (incarnation `uid`) as its controller makes it.
+struct OwnerCase {
+    what: &'static str,
+    owner: fn(&FakeApi, u32),
+    member: fn(u32, &str) -> Value,
+    /// Whether the kind can grow a running gang (a JobSet's replicas and a LeaderWorkerSet's
+    /// group size are fixed; their controllers recreate instead).
+    scales: bool,
+}
+
+fn with_uid(mut p: Value, uid: &str) -> Value {
+    p["metadata"]["uid"] = json!(uid);
+    p
+}
+
+fn training_labels(job: &str, kind: &str, i: u32) -> Value {
+    json!({"training.kubeflow.org/job-name": job, "training.kubeflow.org/replica-type": kind,
+           "training.kubeflow.org/replica-index": i.to_string(), "training.kubeflow.org/operator-name": "tfjob-controller"})
+}
+
+fn owner_cases() -> Vec<OwnerCase> {
+    vec![
+        OwnerCase {
+            what: "Indexed Job",
+            owner: |api, size| {
+                api.put(Kind::Job, indexed_job("ij", "ij-uid", size));
+            },
+            member: |i, uid| with_uid(job_pods("ij", "ij-uid", i..i + 1, 8, None).remove(0), uid),
+            scales: true,
+        },
+        OwnerCase {
+            what: "TFJob",
+            owner: |api, size| {
+                api.put(
+                    Kind::TfJob,
+                    json!({"metadata": {"name": "tf", "namespace": "ml", "uid": "tf-uid"},
+                    "spec": {"tfReplicaSpecs": {"PS": {"replicas": 1, "template": {}},
+                                                "Worker": {"replicas": size - 1, "template": {}}}}}),
+                );
+            },
+            member: |i, uid| {
+                let (kind, index) = if i == 0 { ("ps", 0) } else { ("worker", i - 1) };
+                let owners = vec![owner_ref("kubeflow.org/v1", "TFJob", "tf", "tf-uid", true)];
+                with_uid(
+                    member(&format!("tf-{kind}-{index}"), 8, owners, training_labels("tf", kind, index), json!({})),
+                    uid,
+                )
+            },
+            scales: true,
+        },
+        OwnerCase {
+            what: "MPIJob (launcher a Job of its own)",
+            owner: |api, size| {
+                api.put(
+                    Kind::MpiJob,
+                    json!({"metadata": {"name": "mpi", "namespace": "ml", "uid": "mpi-uid"},
+                    "spec": {"launcherCreationPolicy": "AtStartup", "slotsPerWorker": 8,
+                             "mpiReplicaSpecs": {"Launcher": {"replicas": 1, "template": {}},
+                                                 "Worker": {"replicas": size - 1, "template": {}}}}}),
+                );
+                let mut launcher = indexed_job("mpi-launcher", "mpi-launcher-uid", 1);
+                launcher["metadata"]["ownerReferences"] =
+                    json!([owner_ref("kubeflow.org/v2beta1", "MPIJob", "mpi", "mpi-uid", true)]);
+                api.put(Kind::Job, launcher);
+            },
+            member: |i, uid| {
+                let labels = json!({"training.kubeflow.org/job-name": "mpi",
+                    "training.kubeflow.org/job-role": if i == 0 { "launcher" } else { "worker" }});
+                let p = if i == 0 {
+                    member(
+                        "mpi-launcher-x1",
+                        8,
+                        vec![owner_ref("batch/v1", "Job", "mpi-launcher", "mpi-launcher-uid", true)],
+                        labels,
+                        json!({}),
+                    )
+                } else {
+                    member(
+                        &format!("mpi-worker-{}", i - 1),
+                        8,
+                        vec![owner_ref("kubeflow.org/v2beta1", "MPIJob", "mpi", "mpi-uid", true)],
+                        labels,
+                        json!({}),
+                    )
+                };
+                with_uid(p, uid)
+            },
+            scales: true,
+        },
+        OwnerCase {
+            what: "JobSet",
+            owner: |api, size| {
+                api.put(Kind::JobSet, json!({"metadata": {"name": "gs", "namespace": "ml", "uid": "gs-uid"},
+                    "spec": {"replicatedJobs": [{"name": "w", "replicas": size, "template": {"spec": {"parallelism": 1, "completions": 1, "template": {}}}}]}}));
+                for j in 0..size {
+                    let mut job = indexed_job(&format!("gs-w-{j}"), &format!("gs-w-{j}-uid"), 1);
+                    job["metadata"]["ownerReferences"] =
+                        json!([owner_ref("jobset.x-k8s.io/v1alpha2", "JobSet", "gs", "gs-uid", true)]);
+                    api.put(Kind::Job, job);
+                }
+            },
+            member: |i, uid| {
+                let job = format!("gs-w-{i}");
+                let mut p = job_pods(&job, &format!("{job}-uid"), 0..1, 8, None).remove(0);
+                p["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] = json!("gs");
+                p["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] = json!("0");
+                with_uid(p, uid)
+            },
+            scales: false,
+        },
+        OwnerCase {
+            what: "RayCluster",
+            owner: |api, size| {
+                api.put(Kind::RayCluster, json!({"metadata": {"name": "ray", "namespace": "ml", "uid": "ray-uid"},
+                    "spec": {"headGroupSpec": {"template": {}}, "workerGroupSpecs": [
+                        {"groupName": "gpu", "replicas": size - 1, "minReplicas": 2, "maxReplicas": 8, "template": {}}]}}));
+            },
+            member: |i, uid| {
+                let (name, node_type) =
+                    if i == 0 { ("ray-head-x".to_string(), "head") } else { (format!("ray-gpu-worker-{i}"), "worker") };
+                let owners = vec![owner_ref("ray.io/v1", "RayCluster", "ray", "ray-uid", true)];
+                with_uid(
+                    member(
+                        &name,
+                        8,
+                        owners,
+                        json!({"ray.io/cluster": "ray", "ray.io/node-type": node_type}),
+                        json!({}),
+                    ),
+                    uid,
+                )
+            },
+            scales: true,
+        },
+        OwnerCase {
+            what: "LeaderWorkerSet",
+            owner: |api, size| {
+                api.put(
+                    Kind::LeaderWorkerSet,
+                    json!({"metadata": {"name": "lw", "namespace": "ml", "uid": "lw-uid"},
+                    "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": size, "workerTemplate": {}}}}),
+                );
+            },
+            member: |i, uid| {
+                let (name, sts) = if i == 0 { ("lw-0".to_string(), "lw") } else { (format!("lw-0-{i}"), "lw-0") };
+                let owners = vec![owner_ref("apps/v1", "StatefulSet", sts, &format!("{sts}-uid"), true)];
+                let labels = json!({"leaderworkerset.sigs.k8s.io/name": "lw", "leaderworkerset.sigs.k8s.io/group-index": "0",
+                                    "leaderworkerset.sigs.k8s.io/worker-index": i.to_string()});
+                with_uid(member(&name, 8, owners, labels, json!({"leaderworkerset.sigs.k8s.io/size": "3"})), uid)
+            },
+            scales: false,
+        },
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_owner_kind_gangs_its_pods_through_partial_arrival_a_replaced_member_and_scaling() {
+    for case in owner_cases() {
+        let what = case.what;
+        let api = FakeApi::new();
+        for n in 0..5 {
+            api.put(Kind::Node, gpu_node(&format!("gpu-{n}"), 8, &[]));
+        }
+        (case.owner)(&api, 3);
+        let pods: Vec<Value> = (0..4).map(|i| (case.member)(i, &format!("{what}-{i}"))).collect();
+        let ids = names(&pods);
+        for p in &pods[..2] {
+            api.put(Kind::Pod, p.clone());
+        }
+        let run = start(&api, "a", None);
+        eventually(&format!("{what}: the first two told why they wait"), Duration::from_secs(20), || {
+            waiting_message(&api, &ids[0]).is_some()
+        })
+        .await;
+        none_bound_for(&api, &ids[..2], Duration::from_millis(800), &format!("{what}: 2 of a gang of 3")).await;
+        api.put(Kind::Pod, pods[2].clone());
+        eventually(&format!("{what}: the gang of 3 bound"), Duration::from_secs(20), || bound(&api, &ids[..3]) == 3)
+            .await;
+        // A member fails and is made again (same name, new UID): it joins the running gang alone.
+        let before: Vec<Option<String>> = ids[..3].iter().map(|id| node_of(&api, id)).collect();
+        api.remove(Kind::Pod, &ids[1]);
+        api.put(Kind::Pod, (case.member)(1, &format!("{what}-1-again")));
+        eventually(&format!("{what}: the replacement bound"), Duration::from_secs(20), || {
+            node_of(&api, &ids[1]).is_some()
+        })
+        .await;
+        assert_eq!(
+            (node_of(&api, &ids[0]), node_of(&api, &ids[2])),
+            (before[0].clone(), before[2].clone()),
+            "{what}: the others stay"
+        );
+        if case.scales {
+            // The owner grows to 4: the new member joins the running gang.
+            (case.owner)(&api, 4);
+            api.put(Kind::Pod, pods[3].clone());
+            eventually(&format!("{what}: the 4th member bound"), Duration::from_secs(20), || {
+                node_of(&api, &ids[3]).is_some()
+            })
+            .await;
+        }
+        run.stop().await;
+    }
 }

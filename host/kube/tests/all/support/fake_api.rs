@@ -59,6 +59,8 @@ pub enum Kind {
     Job,
     JobSet,
     PyTorchJob,
+    TfJob,
+    MpiJob,
     RayCluster,
     LeaderWorkerSet,
 }
@@ -84,6 +86,8 @@ impl Kind {
             Kind::Job => "JobList",
             Kind::JobSet => "JobSetList",
             Kind::PyTorchJob => "PyTorchJobList",
+            Kind::TfJob => "TFJobList",
+            Kind::MpiJob => "MPIJobList",
             Kind::RayCluster => "RayClusterList",
             Kind::LeaderWorkerSet => "LeaderWorkerSetList",
         }
@@ -107,6 +111,8 @@ impl Kind {
             Kind::Job => "Job",
             Kind::JobSet => "JobSet",
             Kind::PyTorchJob => "PyTorchJob",
+            Kind::TfJob => "TFJob",
+            Kind::MpiJob => "MPIJob",
             Kind::RayCluster => "RayCluster",
             Kind::LeaderWorkerSet => "LeaderWorkerSet",
         }
@@ -127,7 +133,8 @@ impl Kind {
             Kind::VolcanoPodGroup => "scheduling.volcano.sh/v1beta1",
             Kind::Job => "batch/v1",
             Kind::JobSet => "jobset.x-k8s.io/v1alpha2",
-            Kind::PyTorchJob => "kubeflow.org/v1",
+            Kind::PyTorchJob | Kind::TfJob => "kubeflow.org/v1",
+            Kind::MpiJob => "kubeflow.org/v2beta1",
             Kind::RayCluster => "ray.io/v1",
             Kind::LeaderWorkerSet => "leaderworkerset.x-k8s.io/v1",
         }
@@ -398,7 +405,13 @@ impl State {
         let kind_type = if self.objects.contains_key(&key) { "MODIFIED" } else { "ADDED" };
         // As a real server: `metadata.generation` is 1 at creation and goes up with each change of
         // the spec (status and metadata writes leave it), whatever the writer sent.
-        if !obj["spec"].is_null() {
+        // kube-apiserver 1.36 leaves a `v1alpha2` PodGroup without a generation, and puts its
+        // delete-protection finalizer on it.
+        let alpha_group = kind == Kind::UpstreamPodGroup && obj["apiVersion"] == "scheduling.k8s.io/v1alpha2";
+        if alpha_group && !self.objects.contains_key(&key) {
+            obj["metadata"]["finalizers"] = json!(["scheduling.k8s.io/podgroup-protection"]);
+        }
+        if !obj["spec"].is_null() && !alpha_group {
             let generation = match self.objects.get(&key) {
                 Some(old) if old["spec"] == obj["spec"] => old["metadata"]["generation"].as_i64().unwrap_or(1),
                 Some(old) => old["metadata"]["generation"].as_i64().unwrap_or(1) + 1,
@@ -668,6 +681,8 @@ impl FakeApi {
             ("batch", "v1", "jobs") => Kind::Job,
             ("jobset.x-k8s.io", "v1alpha2", "jobsets") => Kind::JobSet,
             ("kubeflow.org", "v1", "pytorchjobs") => Kind::PyTorchJob,
+            ("kubeflow.org", "v1", "tfjobs") => Kind::TfJob,
+            ("kubeflow.org", "v2beta1", "mpijobs") => Kind::MpiJob,
             ("ray.io", "v1", "rayclusters") => Kind::RayCluster,
             ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets") => Kind::LeaderWorkerSet,
             _ => return None,
