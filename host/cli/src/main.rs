@@ -13,6 +13,7 @@ mod bench;
 mod bench_dra;
 mod bench_queues;
 mod chart;
+mod dashboard;
 mod dra_cmd;
 mod events_cmd;
 mod experiment;

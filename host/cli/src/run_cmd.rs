@@ -65,6 +65,10 @@ pub struct Args {
     /// Requests that may go at once after a quiet spell (`clientConnection.burst`).
     #[arg(long, default_value_t = 100)]
     kube_api_burst: u32,
+    /// Serve the read-only dashboard on this address (e.g. `127.0.0.1:8080`; loopback unless you
+    /// mean it): the cluster, queues, waiting work and the live policy set, refreshed every second.
+    #[arg(long, value_name = "ADDR", env = "WASMSCHED_DASHBOARD_ADDR")]
+    dashboard: Option<SocketAddr>,
     /// Owner kinds whose pods are gangs without a PodGroup, added to (or replacing, by group and
     /// kind) the built-in Job, JobSet, training-job, RayCluster and LeaderWorkerSet entries: a
     /// YAML list as in docs/kubernetes.md. An entry with `disabled: true` removes a built-in one.
@@ -135,6 +139,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         if let Some(events) = events.clone() {
             scheduler = scheduler.with_events(events);
         }
+        let _dashboard = match args.dashboard {
+            Some(addr) => {
+                let publisher = wasmsched_dashboard::Publisher::new();
+                let server = wasmsched_dashboard::Server::start(addr, publisher.clone()).await?;
+                scheduler = scheduler.with_dashboard(publisher);
+                Some(server)
+            }
+            None => None,
+        };
         let (stop, stopped) = watch::channel(false);
         tokio::spawn(async move {
             shutdown_signal().await;

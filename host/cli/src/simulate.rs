@@ -49,6 +49,14 @@ pub struct Args {
     /// Print machine-readable JSON instead of the table.
     #[arg(long)]
     json: bool,
+    /// Serve the dashboard on this address (e.g. `127.0.0.1:8080`) while the trace replays, and
+    /// after it until Ctrl-C. Read-only; bind to a non-loopback address only on purpose.
+    #[arg(long, value_name = "ADDR")]
+    serve: Option<std::net::SocketAddr>,
+    /// With `--serve`: at most this many pods placed per second, so a person can watch the cluster
+    /// fill (0: as fast as possible).
+    #[arg(long, default_value_t = 200.0, requires = "serve")]
+    pace: f64,
     #[command(flatten)]
     sink: crate::events_cmd::Sink,
 }
@@ -141,16 +149,33 @@ pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
             args.tune
         );
     }
+    let mut dashboard = match args.serve {
+        Some(addr) => {
+            let source = format!(
+                "simulator: {} pods on {} nodes, {policies} ({runtime_name})",
+                work.pods.len(),
+                work.nodes.len()
+            );
+            Some(crate::dashboard::Replay::start(addr, source, &work.nodes, &set, &policy, args.pace)?)
+        }
+        None => None,
+    };
     let t = Instant::now();
     let progress = crate::progress::Progress::new(work.pods.len() as u64, "pods", args.quiet);
     let run = replay::run_observed(&set, &work.nodes, &work.pods, &typical, |d| {
         progress.step();
+        if let Some(board) = dashboard.as_mut() {
+            board.decided(&d);
+        }
         let outcome = d.outcome.map(|(p, node)| (p, node.name.as_str())).map_err(|u| &u.diagnosis);
         let decision = decisions::Decision { task: d.task, outcome, evaluated: work.nodes.len(), attempt: 1 };
         decisions::publish(events.as_ref(), None, decision, &policy);
     });
     drop(progress);
     let replay_seconds = t.elapsed().as_secs_f64();
+    if let Some(board) = dashboard.as_mut() {
+        board.finished(&run);
+    }
     let event_stats = events_cmd::finish(events, args.sink.grace());
     let columns = replay::allocation_columns(&run, 130);
     let native_replay_seconds = if args.compare_native {
@@ -194,6 +219,9 @@ pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
+        if let Some(board) = dashboard {
+            board.serve_until_interrupted()?;
+        }
         return events_cmd::delivered(report.events.as_ref());
     }
     println!(
@@ -233,6 +261,9 @@ pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
             cell(row.gpu_allocated_percent),
             cell(row.gpu_fragmented_percent)
         );
+    }
+    if let Some(board) = dashboard {
+        board.serve_until_interrupted()?;
     }
     events_cmd::delivered(report.events.as_ref())
 }

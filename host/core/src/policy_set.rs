@@ -54,6 +54,18 @@ impl PolicySet {
         &self.filters
     }
 
+    /// Every plugin of the set once, in stage order (filters, scores, devices, preempt, fair
+    /// share), with the stages it serves: what a dashboard or a log shows of the set.
+    pub fn plugin_stages(&self) -> Vec<(&str, &[wasmsched_api::Stage])> {
+        let mut out: Vec<(&str, &[wasmsched_api::Stage])> = Vec::new();
+        for p in self.plugins() {
+            if !out.iter().any(|(n, _)| *n == p.name()) {
+                out.push((p.name(), p.stages()));
+            }
+        }
+        out
+    }
+
     /// The preempt plugin, if preemption is enabled.
     pub fn preempt(&self) -> Option<&Arc<dyn PolicyPlugin>> {
         self.preempt.as_ref()

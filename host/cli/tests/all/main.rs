@@ -3,6 +3,7 @@
 
 mod bench;
 mod cache;
+mod dashboard;
 mod dra;
 mod events;
 mod experiment;

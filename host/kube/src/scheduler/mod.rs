@@ -57,6 +57,7 @@ use crate::workloads::{self, GroupInfo, PodFacts};
 
 mod adopt;
 mod cycle;
+mod dashboard;
 mod effects;
 mod grouping;
 mod statuses;
@@ -254,6 +255,7 @@ struct Timers {
     core_wakeup: Option<u64>,
     wakeup_at: Instant,
     status_at: Instant,
+    dashboard_at: Instant,
 }
 
 /// What is written about the decisions: object status, why pods wait, decision events.
@@ -271,6 +273,8 @@ struct Reports {
     events: Option<EventSink>,
     /// Pods decided so far.
     decided: u64,
+    /// The dashboard this scheduler is shown on (`run --dashboard`).
+    dashboard: Option<wasmsched_dashboard::Publisher>,
 }
 
 /// API writes under way.
@@ -346,6 +350,7 @@ impl Scheduler {
                 core_wakeup: None,
                 wakeup_at: now,
                 status_at: now,
+                dashboard_at: now,
             },
             reports: Reports {
                 status: StatusWriter::new(status_client),
@@ -355,6 +360,7 @@ impl Scheduler {
                 unconfirmed: AHashMap::new(),
                 events: None,
                 decided: 0,
+                dashboard: None,
             },
             leadership: Leadership { leader, _always: Some(always) },
         }
@@ -455,6 +461,7 @@ impl Scheduler {
             if self.timers.gauges_at.elapsed() >= Duration::from_millis(500) {
                 self.update_gauges();
             }
+            self.publish_dashboard();
             if leading && ready && self.timers.status_at.elapsed() >= STATUS_EVERY {
                 self.write_statuses();
             } else if !leading {

@@ -63,7 +63,21 @@ fn start_clients(clients: Clients, lease: Option<LeaseConfig>) -> Running {
     start_full(clients, lease, None)
 }
 
+/// The scheduler shown on `dashboard`.
+pub(crate) fn start_with_dashboard(api: &FakeApi, client: &str, dashboard: wasmsched_dashboard::Publisher) -> Running {
+    start_inner(api.clients(client, None), None, None, Some(dashboard))
+}
+
 fn start_full(clients: Clients, lease: Option<LeaseConfig>, events: Option<EventSink>) -> Running {
+    start_inner(clients, lease, events, None)
+}
+
+fn start_inner(
+    clients: Clients,
+    lease: Option<LeaseConfig>,
+    events: Option<EventSink>,
+    dashboard: Option<wasmsched_dashboard::Publisher>,
+) -> Running {
     // Logs show in a failing test's output (RUST_LOG=debug for more).
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
@@ -75,6 +89,9 @@ fn start_full(clients: Clients, lease: Option<LeaseConfig>, events: Option<Event
     let mut scheduler = Scheduler::new(clients, registry(), metrics.clone(), config);
     if let Some(sink) = events {
         scheduler = scheduler.with_events(sink);
+    }
+    if let Some(publisher) = dashboard {
+        scheduler = scheduler.with_dashboard(publisher);
     }
     let (stop, rx) = watch::channel(false);
     Running { stop, task: tokio::spawn(scheduler.run(rx)), metrics }

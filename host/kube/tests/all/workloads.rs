@@ -804,3 +804,52 @@ async fn every_owner_kind_gangs_its_pods_through_partial_arrival_a_replaced_memb
         run.stop().await;
     }
 }
+
+async fn dashboard_get(addr: std::net::SocketAddr, path: &str) -> Value {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    serde_json::from_str(out.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or_default()).unwrap_or(Value::Null)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_the_cluster_the_core_sees_and_why_a_gang_waits() {
+    let api = FakeApi::new();
+    for n in 0..3 {
+        api.put(Kind::Node, gpu_node(&format!("gpu-{n}"), 8, &[]));
+    }
+    api.put(Kind::Job, indexed_job("big", "big-uid", 4));
+    for p in job_pods("big", "big-uid", 0..4, 8, None) {
+        api.put(Kind::Pod, p);
+    }
+    api.put(Kind::Pod, pod("ml", "solo", NAME, 2, "4", "32Gi"));
+    let publisher = wasmsched_dashboard::Publisher::new();
+    let server = wasmsched_dashboard::Server::start("127.0.0.1:0".parse().unwrap(), publisher.clone()).await.unwrap();
+    let run = crate::boundary::start_with_dashboard(&api, "a", publisher);
+    eventually("solo bound", Duration::from_secs(20), || node_of(&api, "ml/solo").is_some()).await;
+    let started = std::time::Instant::now();
+    let (cluster, workloads) = loop {
+        let c = dashboard_get(server.addr(), "/api/v1/cluster").await;
+        let w = dashboard_get(server.addr(), "/api/v1/workloads").await;
+        let tried = w["workloads"].as_array().is_some_and(|l| l.iter().any(|w| w["reason"].is_string()));
+        if c["cluster"]["gpu_milli_used"] == 2000 && tried {
+            break (c, w);
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "the view caught up: {c} {w}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!((cluster["source"].as_str(), cluster["cluster"]["nodes"].as_u64()), (Some("kubernetes"), Some(3)));
+    assert_eq!(cluster["cluster"]["gpus"], 24);
+    let gang = &workloads["workloads"][0];
+    assert_eq!((gang["name"].as_str(), gang["phase"].as_str()), (Some("ml/job/big"), Some("Pending")));
+    assert_eq!(
+        (gang["members"].as_u64(), gang["placed"].as_u64(), gang["min_member"].as_u64()),
+        (Some(4), Some(0), Some(4))
+    );
+    assert!(gang["reason"].as_str().unwrap().contains("gang"), "{gang}");
+    let policies = dashboard_get(server.addr(), "/api/v1/policies").await;
+    assert!(policies["policies"]["plugins"].as_array().is_some_and(|p| !p.is_empty()), "{policies}");
+    run.stop().await;
+}

@@ -1,0 +1,184 @@
+//! `simulate --serve`: the dashboard over a replay. The replay's observer keeps a copy of each
+//! node as the decisions change it and hands the dashboard a whole view every 100 ms (and a
+//! decision event per pod while a browser follows), paced so a person can watch.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use wasmsched_core::{NodeTable, PolicySet};
+use wasmsched_dashboard::view::{Cluster, NodeView, PluginView, PolicyView, SeriesPoint, WorkloadView};
+use wasmsched_dashboard::{Publisher, Server, View};
+use wasmsched_sim::replay;
+
+/// Unplaced pods the view lists (the most recent).
+const FAILURES_SHOWN: usize = 200;
+/// How often a new view is published during the replay.
+const PUBLISH_EVERY: Duration = Duration::from_millis(100);
+
+/// The dashboard of one replay.
+pub struct Replay {
+    runtime: tokio::runtime::Runtime,
+    server: Server,
+    publisher: Publisher,
+    source: String,
+    nodes: Vec<NodeView>,
+    slot: HashMap<String, usize>,
+    policies: PolicyView,
+    failures: VecDeque<WorkloadView>,
+    series: Vec<SeriesPoint>,
+    placed: u64,
+    failed: u64,
+    pace: f64,
+    started: Instant,
+    published: Instant,
+}
+
+impl Replay {
+    /// Serves the dashboard on `addr` for a replay of `set` over `nodes`.
+    pub fn start(
+        addr: SocketAddr,
+        source: String,
+        nodes: &NodeTable,
+        set: &PolicySet,
+        policy: &wasmsched_events::schema::PolicySetRef,
+        pace: f64,
+    ) -> anyhow::Result<Replay> {
+        anyhow::ensure!(pace.is_finite() && pace >= 0.0, "--pace must be 0 or a positive number of pods per second");
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .context("the dashboard's runtime")?;
+        let publisher = Publisher::new();
+        let server = runtime.block_on(Server::start(addr, publisher.clone()))?;
+        eprintln!("dashboard: http://{}/", server.addr());
+        let mut views: Vec<NodeView> = nodes.slots().filter_map(|s| nodes.get(s)).map(NodeView::from).collect();
+        views.sort_by(|a, b| a.name.cmp(&b.name));
+        let slot = views.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
+        let plugins = set
+            .plugin_stages()
+            .into_iter()
+            .map(|(name, stages)| PluginView {
+                name: name.to_string(),
+                stages: stages.iter().map(|s| format!("{s:?}")).collect(),
+                digest: "built-in".into(),
+            })
+            .collect();
+        let policies = PolicyView { name: policy.name.clone(), version: policy.version, plugins };
+        let mut replay = Replay {
+            runtime,
+            server,
+            publisher,
+            source,
+            nodes: views,
+            slot,
+            policies,
+            failures: VecDeque::new(),
+            series: Vec::new(),
+            placed: 0,
+            failed: 0,
+            pace,
+            started: Instant::now(),
+            published: Instant::now(),
+        };
+        replay.publish();
+        Ok(replay)
+    }
+
+    /// One decision of the replay: the node it changed, the event, the pace.
+    pub fn decided(&mut self, d: &replay::Decision<'_>) {
+        match d.outcome {
+            Ok((_, node)) => {
+                self.placed += 1;
+                if let Some(&i) = self.slot.get(&node.name) {
+                    self.nodes[i] = NodeView::from(node);
+                }
+                if self.publisher.watchers() > 0 {
+                    let event = serde_json::json!({"type": "task-scheduled", "task": d.task.id, "node": node.name});
+                    self.publisher.event(&event.to_string());
+                }
+            }
+            Err(u) => {
+                self.failed += 1;
+                let reason = u.diagnosis.to_string();
+                if self.publisher.watchers() > 0 {
+                    let event = serde_json::json!({"type": "task-unschedulable", "task": d.task.id, "reason": reason});
+                    self.publisher.event(&event.to_string());
+                }
+                self.failures.push_front(WorkloadView {
+                    name: d.task.id.clone(),
+                    queue: d.task.queue.clone(),
+                    phase: "Unschedulable".into(),
+                    members: 1,
+                    placed: 0,
+                    min_member: 1,
+                    reason: Some(reason),
+                });
+                self.failures.truncate(FAILURES_SHOWN);
+            }
+        }
+        let decided = self.placed + self.failed;
+        if self.pace > 0.0 {
+            let due = self.started + Duration::from_secs_f64(decided as f64 / self.pace);
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+        }
+        if self.published.elapsed() >= PUBLISH_EVERY {
+            let cluster = Cluster::of(&self.nodes, self.placed, self.failed);
+            let allocation = 100.0 * cluster.gpu_milli_used as f64 / cluster.gpu_milli_total.max(1) as f64;
+            self.series.push(SeriesPoint {
+                at: decided as f64,
+                allocation_percent: allocation,
+                fragmentation_percent: None,
+            });
+            self.publish();
+        }
+    }
+
+    /// The replay is over: the final view, with the FGD measures by arrived percent.
+    pub fn finished(&mut self, run: &replay::Run) {
+        let allocation = replay::allocation_columns(run, 130);
+        let fragmentation = replay::fragmentation_columns(run, 130);
+        self.series = allocation
+            .into_iter()
+            .zip(fragmentation)
+            .enumerate()
+            .filter_map(|(arrived, (a, f))| {
+                Some(SeriesPoint { at: arrived as f64, allocation_percent: a?, fragmentation_percent: f })
+            })
+            .collect();
+        self.source = format!("{} — replay finished", self.source);
+        self.publish();
+    }
+
+    fn publish(&mut self) {
+        self.published = Instant::now();
+        self.publisher.publish(View {
+            source: self.source.clone(),
+            at_seconds: self.started.elapsed().as_secs(),
+            cluster: Cluster::of(&self.nodes, self.placed, self.failed),
+            nodes: self.nodes.clone(),
+            queues: Vec::new(),
+            workloads: self.failures.iter().cloned().collect(),
+            policies: Some(self.policies.clone()),
+            series: self.series.clone(),
+        });
+    }
+
+    /// Serves the final view until Ctrl-C or SIGTERM.
+    pub fn serve_until_interrupted(self) -> anyhow::Result<()> {
+        eprintln!("dashboard: replay finished; serving http://{}/ until Ctrl-C", self.server.addr());
+        self.runtime.block_on(async {
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+            tokio::select! {
+                r = tokio::signal::ctrl_c() => r,
+                _ = term.recv() => Ok(()),
+            }
+        })?;
+        self.server.stop();
+        Ok(())
+    }
+}

@@ -1,0 +1,212 @@
+// The dashboard's pages: everything shown comes from /api/v1 and /api/v1/events.
+
+const $ = (id) => document.getElementById(id);
+const ROW = 24; // px per node row: only the rows in view are drawn
+const state = { nodes: [], tab: "cluster", events: [] };
+
+async function api(path) {
+  const r = await fetch(path, { headers: { accept: "application/json" } });
+  if (!r.ok) throw new Error(`${path}: ${r.status}`);
+  return r.json();
+}
+
+// Everything shown comes from the cluster or an operator's files: never markup.
+const esc = (v) => String(v ?? "").replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+
+function gpus(milli) {
+  const g = milli / 1000;
+  return Number.isInteger(g) ? String(g) : g.toFixed(1);
+}
+
+function text(el, value) {
+  if (el.textContent !== value) el.textContent = value;
+}
+
+// Tabs: click or arrow keys; one panel shown.
+function select(tab) {
+  state.tab = tab;
+  for (const b of document.querySelectorAll('[role="tab"]')) {
+    const on = b.getAttribute("aria-controls") === tab;
+    b.setAttribute("aria-selected", String(on));
+    b.tabIndex = on ? 0 : -1;
+    $(b.getAttribute("aria-controls")).hidden = !on;
+  }
+  refresh();
+}
+
+function setupTabs() {
+  const tabs = [...document.querySelectorAll('[role="tab"]')];
+  tabs.forEach((b, i) => {
+    b.addEventListener("click", () => {
+      history.replaceState(null, "", `#/${b.getAttribute("aria-controls")}`);
+      select(b.getAttribute("aria-controls"));
+    });
+    b.addEventListener("keydown", (e) => {
+      const d = e.key === "ArrowRight" ? 1 : e.key === "ArrowLeft" ? -1 : 0;
+      if (!d) return;
+      const next = tabs[(i + d + tabs.length) % tabs.length];
+      next.focus();
+      select(next.getAttribute("aria-controls"));
+    });
+  });
+}
+
+function drawHistory(series) {
+  const svg = $("history");
+  const line = (key, cls) => {
+    const pts = series.filter((p) => p[key] != null);
+    if (pts.length < 2) return "";
+    const x0 = pts[0].at, x1 = pts[pts.length - 1].at || 1;
+    const coords = pts.map((p) => `${((p.at - x0) / (x1 - x0 || 1)) * 600},${120 - p[key] * 1.2}`);
+    return `<polyline class="${cls}" points="${coords.join(" ")}"/>`;
+  };
+  svg.innerHTML = line("allocation_percent", "alloc") + line("fragmentation_percent", "frag");
+}
+
+async function loadNodes() {
+  const model = $("model-filter").value, label = $("label-filter").value.trim();
+  const nodes = [];
+  for (let offset = 0; ; offset += 1000) {
+    const q = new URLSearchParams({ offset, limit: 1000 });
+    if (model) q.set("model", model);
+    if (label) q.set("label", label);
+    const page = await api(`/api/v1/nodes?${q}`);
+    nodes.push(...page.nodes);
+    if (nodes.length >= page.total || page.nodes.length === 0) break;
+  }
+  state.nodes = nodes;
+  text($("shown-count"), `${nodes.length} shown`);
+  $("nodes-inner").style.height = `${nodes.length * ROW}px`;
+  drawRows();
+}
+
+function gpuCell(g) {
+  const cls = g.health !== "Healthy" ? "gpu bad" : g.used_milli >= 1000 ? "gpu full" : g.used_milli > 0 ? "gpu part" : "gpu free";
+  return `<span class="${cls}" title="GPU ${g.index}: ${g.used_milli / 10}% used${g.health !== "Healthy" ? ", " + g.health : ""}"></span>`;
+}
+
+function drawRows() {
+  const box = $("nodes"), inner = $("nodes-inner");
+  const first = Math.floor(box.scrollTop / ROW), count = Math.ceil(box.clientHeight / ROW) + 2;
+  const rows = state.nodes.slice(first, first + count).map((n, i) =>
+    `<div class="node-row" role="button" tabindex="0" data-name="${esc(n.name)}" data-row="${first + i}">` +
+    `<span class="name">${esc(n.name)}</span><span class="model">${esc(n.model || "no GPU")}</span>` +
+    `<span class="gpus">${n.gpus.map(gpuCell).join("")}</span></div>`);
+  const html = rows.join("");
+  // Unchanged rows are left alone: focus, hover and a click in progress stay where they are.
+  if (inner.dataset.drawn !== html) {
+    inner.innerHTML = html;
+    inner.dataset.drawn = html;
+    // Placed through the CSSOM: the page's CSP allows no inline style attributes.
+    for (const row of inner.children) row.style.top = `${row.dataset.row * ROW}px`;
+  }
+}
+
+async function showNode(name) {
+  const n = await api(`/api/v1/nodes/${encodeURIComponent(name)}`);
+  const d = $("node-detail");
+  d.hidden = false;
+  d.innerHTML = `<h2>${esc(n.name)}</h2><p>${esc(n.model || "no GPU")} · CPU ${n.cpu_used_milli / 1000}/${n.cpu_milli / 1000}` +
+    `${n.unschedulable ? " · cordoned" : ""}</p><ul class="gpu-list">` +
+    n.gpus.map((g) => `<li>${gpuCell(g)} GPU ${g.index}: ${g.used_milli / 10}% used` +
+      `${g.numa_node != null ? `, NUMA ${g.numa_node}` : ""}${g.memory_bytes ? `, ${(g.memory_bytes / 2 ** 30).toFixed(0)} GiB` : ""}</li>`).join("") +
+    `</ul><h3>Labels</h3><ul>${n.labels.map(([k, v]) => `<li><code>${esc(k)}=${esc(v)}</code></li>`).join("")}</ul>`;
+}
+
+async function refreshCluster() {
+  const c = await api("/api/v1/cluster");
+  text($("source"), `${c.source} · t=${c.atSeconds}s`);
+  text($("node-count"), String(c.cluster.nodes));
+  text($("gpu-count"), String(c.cluster.gpus));
+  const pct = c.cluster.gpu_milli_total ? (100 * c.cluster.gpu_milli_used) / c.cluster.gpu_milli_total : 0;
+  text($("allocation"), `${pct.toFixed(1)} %`);
+  text($("shared-count"), String(c.cluster.gpus_shared));
+  text($("placed-count"), String(c.cluster.placed));
+  text($("waiting-count"), String(c.cluster.waiting));
+  const sel = $("model-filter");
+  for (const m of c.cluster.models) {
+    if (![...sel.options].some((o) => o.value === m.model)) sel.add(new Option(`${m.model || "unknown"} (${m.gpus})`, m.model));
+  }
+  drawHistory(c.series);
+  await loadNodes();
+}
+
+async function refreshQueues() {
+  const { queues } = await api("/api/v1/queues");
+  $("queue-rows").innerHTML = queues.map((q) => `<tr><td>${esc(q.name)}</td><td>${esc(q.parent)}</td><td>${gpus(q.allocated_gpu_milli)}</td>` +
+    `<td>${q.deserved_gpu_milli == null ? "" : gpus(q.deserved_gpu_milli)}</td><td>${q.pending}</td><td>${q.running}</td></tr>`).join("");
+}
+
+async function refreshPending() {
+  const { workloads } = await api("/api/v1/workloads");
+  $("workload-rows").innerHTML = workloads.map((w) => `<tr class="workload"><td>${esc(w.name)}</td><td>${esc(w.queue)}</td><td>${esc(w.phase)}</td>` +
+    `<td>${w.placed} / ${w.min_member} / ${w.members}</td><td class="reason">${esc(w.reason)}</td></tr>`).join("");
+}
+
+async function refreshPolicies() {
+  const { policies } = await api("/api/v1/policies");
+  text($("policy-name"), policies ? `${policies.name} v${policies.version}` : "no policy set");
+  $("plugin-rows").innerHTML = (policies?.plugins ?? []).map((p) => `<tr><td>${esc(p.name)}</td><td>${esc(p.stages.join(", "))}</td><td><code>${esc(p.digest)}</code></td></tr>`).join("");
+}
+
+function drawEvents() {
+  const f = $("event-filter").value.trim();
+  const shown = f ? state.events.filter((e) => e.includes(f)) : state.events;
+  $("event-list").innerHTML = shown.slice(0, 200).map((e) => `<li><code>${esc(e)}</code></li>`).join("");
+}
+
+function follow() {
+  const source = new EventSource("/api/v1/events");
+  source.addEventListener("decision", (e) => {
+    state.events.unshift(e.data);
+    state.events.length = Math.min(state.events.length, 1000);
+    if (state.tab === "decisions") drawEvents();
+  });
+  source.addEventListener("lagged", (e) => text($("event-status"), `${e.data} events missed (this page fell behind)`));
+  source.onopen = () => text($("event-status"), "live");
+  source.onerror = () => text($("event-status"), "reconnecting…");
+}
+
+let busy = false;
+async function refresh() {
+  if (busy) return;
+  busy = true;
+  try {
+    const tab = state.tab;
+    if (tab === "cluster") await refreshCluster();
+    else if (tab === "queues") await refreshQueues();
+    else if (tab === "pending") await refreshPending();
+    else if (tab === "policies") await refreshPolicies();
+    else drawEvents();
+  } catch (e) {
+    text($("source"), `cannot reach the scheduler: ${e.message}`);
+  } finally {
+    busy = false;
+  }
+}
+
+setupTabs();
+// A link may name the view: /#/pending opens the Pending tab (a path-like fragment, so the
+// browser has no element to scroll to).
+const linkedTab = () => location.hash.replace(/^#\/?/, "");
+function followLink() {
+  const tab = linkedTab();
+  if (document.querySelector(`[role="tab"][aria-controls="${CSS.escape(tab)}"]`)) select(tab);
+}
+followLink();
+window.addEventListener("hashchange", followLink);
+$("nodes").addEventListener("scroll", drawRows);
+$("nodes").addEventListener("click", (e) => {
+  const row = e.target.closest(".node-row");
+  if (row) showNode(row.dataset.name);
+});
+$("nodes").addEventListener("keydown", (e) => {
+  const row = e.target.closest(".node-row");
+  if (row && e.key === "Enter") showNode(row.dataset.name);
+});
+$("model-filter").addEventListener("change", loadNodes);
+$("label-filter").addEventListener("change", loadNodes);
+$("event-filter").addEventListener("input", drawEvents);
+follow();
+refresh();
+setInterval(refresh, 2000);

@@ -1,0 +1,97 @@
+//! Headless Chromium through chromedriver (WebDriver), for tests and screenshots of the pages:
+//! Debian's `chromium` and `chromium-driver`, which `.ci/run` installs.
+
+use std::time::{Duration, Instant};
+
+pub use fantoccini::Locator;
+
+/// Why no browser session could be had.
+#[derive(Debug, thiserror::Error)]
+pub enum BrowserError {
+    /// chromedriver could not be started.
+    #[error("cannot start chromedriver (Debian's chromium-driver): {0}")]
+    Driver(std::io::Error),
+    /// No session within 20 s.
+    #[error("no WebDriver session from chromedriver: {0}")]
+    Session(String),
+}
+
+/// One headless Chromium session; chromedriver is stopped with it.
+pub struct Browser {
+    driver: std::process::Child,
+    /// The WebDriver client.
+    pub client: fantoccini::Client,
+}
+
+impl Browser {
+    /// Starts chromedriver on a free loopback port and opens a session in a 1400×1000 window.
+    pub async fn start() -> Result<Browser, BrowserError> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(BrowserError::Driver)?
+            .port();
+        let mut driver = std::process::Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(BrowserError::Driver)?;
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".into(),
+            serde_json::json!({"binary": "/usr/bin/chromium",
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                         "--hide-scrollbars", "--window-size=1400,1000"]}),
+        );
+        let started = Instant::now();
+        loop {
+            let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+            match fantoccini::ClientBuilder::new(connector)
+                .capabilities(caps.clone())
+                .connect(&format!("http://127.0.0.1:{port}"))
+                .await
+            {
+                Ok(client) => return Ok(Browser { driver, client }),
+                Err(_) if started.elapsed() < Duration::from_secs(20) => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => {
+                    let _ = driver.kill();
+                    return Err(BrowserError::Session(e.to_string()));
+                }
+            }
+        }
+    }
+
+    /// The text of the first element `css` selects, once there is one (within 20 s).
+    pub async fn text_of(&self, css: &str) -> Result<String, fantoccini::error::CmdError> {
+        let el = self.client.wait().at_most(Duration::from_secs(20)).for_element(Locator::Css(css)).await?;
+        el.text().await
+    }
+
+    /// Waits (at most 20 s) until the text of `css` passes `want`; panics with `what` and the
+    /// last text otherwise.
+    pub async fn eventually(&self, what: &str, css: &str, want: impl Fn(&str) -> bool) {
+        let started = Instant::now();
+        loop {
+            let t = self.text_of(css).await.unwrap_or_else(|e| format!("<{e}>"));
+            if want(&t) {
+                return;
+            }
+            assert!(started.elapsed() < Duration::from_secs(20), "{what}: {css} shows {t:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Clicks the first element `css` selects.
+    pub async fn click(&self, css: &str) -> Result<(), fantoccini::error::CmdError> {
+        self.client.find(Locator::Css(css)).await?.click().await
+    }
+
+    /// Ends the session and chromedriver.
+    pub async fn close(mut self) {
+        let _ = self.client.clone().close().await;
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}

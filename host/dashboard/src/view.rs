@@ -1,0 +1,218 @@
+//! What the dashboard shows: one [`View`] of the scheduler or the simulator at a moment, built by
+//! them (off their scheduling thread, from copy-on-write snapshots) and published whole. The API
+//! serves parts of the latest view; nothing here refers back to live state, so a slow browser can
+//! never hold up a decision.
+
+use serde::Serialize;
+
+/// The scheduler or simulator at one moment.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct View {
+    /// What is being shown (`simulator: openb default trace, fgd`, `kubernetes`).
+    pub source: String,
+    /// The source's clock: virtual seconds for a replay, seconds since start for a scheduler.
+    pub at_seconds: u64,
+    /// Totals over the cluster.
+    pub cluster: Cluster,
+    /// Every node, in name order.
+    pub nodes: Vec<NodeView>,
+    /// The queue tree, parents before children.
+    pub queues: Vec<QueueView>,
+    /// Workloads that wait (and gangs partly placed).
+    pub workloads: Vec<WorkloadView>,
+    /// The live policy set.
+    pub policies: Option<PolicyView>,
+    /// Allocation and fragmentation over time, oldest first.
+    pub series: Vec<SeriesPoint>,
+}
+
+/// Totals over the cluster.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Cluster {
+    /// Nodes.
+    pub nodes: usize,
+    /// Whole GPUs.
+    pub gpus: u64,
+    /// GPU capacity in thousandths of a GPU.
+    pub gpu_milli_total: u64,
+    /// Of which allocated.
+    pub gpu_milli_used: u64,
+    /// GPUs partly allocated (a share of them is in use, the rest is idle but split).
+    pub gpus_shared: u64,
+    /// Per GPU model.
+    pub models: Vec<ModelCount>,
+    /// Tasks placed so far.
+    pub placed: u64,
+    /// Tasks that could not be placed (a replay) or wait (a scheduler).
+    pub waiting: u64,
+}
+
+/// GPUs of one model.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ModelCount {
+    /// The model (`""` for GPUs of unknown model).
+    pub model: String,
+    /// Whole GPUs.
+    pub gpus: u64,
+    /// Allocated, in thousandths of a GPU.
+    pub used_milli: u64,
+}
+
+/// One node.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct NodeView {
+    /// Its name.
+    pub name: String,
+    /// Its GPUs' model.
+    pub model: String,
+    /// Its labels.
+    pub labels: Vec<(String, String)>,
+    /// Its GPUs.
+    pub gpus: Vec<GpuView>,
+    /// CPU capacity and allocation, in millicores.
+    pub cpu_milli: u64,
+    /// Allocated CPU, in millicores.
+    pub cpu_used_milli: u64,
+    /// Cordoned.
+    pub unschedulable: bool,
+}
+
+/// One GPU of a node.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct GpuView {
+    /// Its index on the node.
+    pub index: u32,
+    /// Allocated, in thousandths (1000: whole; between: shared).
+    pub used_milli: u32,
+    /// Its memory in bytes (0: unknown).
+    pub memory_bytes: u64,
+    /// Its NUMA node, when known.
+    pub numa_node: Option<u32>,
+    /// `Healthy`, `Degraded` or `Unhealthy` (new work avoids or never gets it).
+    pub health: &'static str,
+}
+
+/// One queue.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct QueueView {
+    /// Its name.
+    pub name: String,
+    /// Its parent (none for the root's children).
+    pub parent: Option<String>,
+    /// GPUs allocated to its subtree, in thousandths.
+    pub allocated_gpu_milli: u64,
+    /// Its deserved GPUs from the last fair-share computation, in thousandths.
+    pub deserved_gpu_milli: Option<u64>,
+    /// Tasks waiting in it.
+    pub pending: usize,
+    /// Tasks running in it.
+    pub running: usize,
+}
+
+/// One workload that waits, or a gang not wholly placed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct WorkloadView {
+    /// Its name (`namespace/name` of a pod, or its gang's key).
+    pub name: String,
+    /// Its queue.
+    pub queue: String,
+    /// `Pending`, `Running`, `Preempting`, `TimedOut`.
+    pub phase: String,
+    /// Members.
+    pub members: usize,
+    /// Members placed.
+    pub placed: usize,
+    /// Members placed together at least.
+    pub min_member: usize,
+    /// Why it waits, as the scheduler explains it.
+    pub reason: Option<String>,
+}
+
+/// The live policy set.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PolicyView {
+    /// Its name.
+    pub name: String,
+    /// Its version (1, 2, … as swapped live).
+    pub version: u64,
+    /// Its plugins in stage order.
+    pub plugins: Vec<PluginView>,
+}
+
+/// One plugin of the live set.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PluginView {
+    /// Its name.
+    pub name: String,
+    /// The stages it serves.
+    pub stages: Vec<String>,
+    /// Its component's digest (`native` for a built-in run natively).
+    pub digest: String,
+}
+
+/// One point of the allocation history.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SeriesPoint {
+    /// The source's clock (virtual seconds, or arrived percent × 10 for an FGD replay).
+    pub at: f64,
+    /// GPUs allocated, percent of capacity.
+    pub allocation_percent: f64,
+    /// GPUs fragmented (FGD's measure), percent of capacity, when the source computes it.
+    pub fragmentation_percent: Option<f64>,
+}
+
+impl From<&wasmsched_api::Node> for NodeView {
+    fn from(node: &wasmsched_api::Node) -> NodeView {
+        NodeView {
+            name: node.name.clone(),
+            model: node.gpus.first().map(|g| g.model.clone()).unwrap_or_default(),
+            labels: node.labels.clone(),
+            gpus: node
+                .gpus
+                .iter()
+                .map(|g| GpuView {
+                    index: g.index,
+                    used_milli: wasmsched_api::GPU_MILLI.saturating_sub(g.free_milli),
+                    memory_bytes: g.memory_bytes,
+                    numa_node: g.numa_node,
+                    health: match g.health {
+                        wasmsched_api::GpuHealth::Healthy => "Healthy",
+                        wasmsched_api::GpuHealth::Degraded => "Degraded",
+                        wasmsched_api::GpuHealth::Unhealthy => "Unhealthy",
+                    },
+                })
+                .collect(),
+            cpu_milli: node.allocatable.cpu_milli,
+            cpu_used_milli: node.allocated.cpu_milli,
+            unschedulable: node.unschedulable,
+        }
+    }
+}
+
+impl Cluster {
+    /// The totals of `nodes`, with `placed` and `waiting` tasks.
+    pub fn of(nodes: &[NodeView], placed: u64, waiting: u64) -> Cluster {
+        let mut c = Cluster { nodes: nodes.len(), placed, waiting, ..Cluster::default() };
+        for n in nodes {
+            let used: u64 = n.gpus.iter().map(|g| u64::from(g.used_milli)).sum();
+            c.gpus += n.gpus.len() as u64;
+            c.gpu_milli_total += 1000 * n.gpus.len() as u64;
+            c.gpu_milli_used += used;
+            c.gpus_shared += n.gpus.iter().filter(|g| g.used_milli > 0 && g.used_milli < 1000).count() as u64;
+            if n.gpus.is_empty() {
+                continue;
+            }
+            match c.models.iter_mut().find(|m| m.model == n.model) {
+                Some(m) => {
+                    m.gpus += n.gpus.len() as u64;
+                    m.used_milli += used;
+                }
+                None => {
+                    c.models.push(ModelCount { model: n.model.clone(), gpus: n.gpus.len() as u64, used_milli: used })
+                }
+            }
+        }
+        c.models.sort_by(|a, b| a.model.cmp(&b.model));
+        c
+    }
+}

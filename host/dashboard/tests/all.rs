@@ -1,0 +1,248 @@
+//! The dashboard over real HTTP on loopback (a raw client, so malformed and never-reading clients
+//! can be made), and its pages in Debian's headless Chromium through chromedriver (WebDriver).
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use wasmsched_dashboard::browser::{Browser, Locator};
+use wasmsched_dashboard::view::{Cluster, GpuView, NodeView, PluginView, PolicyView, SeriesPoint, WorkloadView};
+use wasmsched_dashboard::{Publisher, Server, View};
+
+fn node(name: &str, model: &str, used: &[u32]) -> NodeView {
+    let rack = if name.starts_with("gpu") { "r1" } else { "r2" };
+    NodeView {
+        name: name.into(),
+        model: model.into(),
+        labels: vec![("kubernetes.io/hostname".into(), name.into()), ("rack".into(), rack.into())],
+        gpus: used
+            .iter()
+            .enumerate()
+            .map(|(i, u)| GpuView {
+                index: i as u32,
+                used_milli: *u,
+                memory_bytes: 80 << 30,
+                numa_node: Some(0),
+                health: "Healthy",
+            })
+            .collect(),
+        cpu_milli: 96_000,
+        cpu_used_milli: 8_000,
+        unschedulable: false,
+    }
+}
+
+fn sample() -> View {
+    let nodes = vec![
+        node("gpu-a", "A100", &[1000, 500, 0, 0]),
+        node("gpu-b", "A100", &[0, 0, 0, 0]),
+        node("gpu-c", "H100", &[1000; 8]),
+        node("cpu-d", "", &[]),
+    ];
+    View {
+        source: "test".into(),
+        at_seconds: 42,
+        cluster: Cluster::of(&nodes, 7, 1),
+        nodes,
+        queues: vec![],
+        workloads: vec![WorkloadView {
+            name: "ml/train".into(),
+            queue: "research".into(),
+            phase: "Pending".into(),
+            members: 4,
+            placed: 0,
+            min_member: 4,
+            reason: Some("gang: 1 of 4 required members fit; <script>alert(1)</script>".into()),
+        }],
+        policies: Some(PolicyView {
+            name: "default".into(),
+            version: 3,
+            plugins: vec![PluginView {
+                name: "fit".into(),
+                stages: vec!["Filter".into()],
+                digest: "sha256:abc".into(),
+            }],
+        }),
+        series: vec![
+            SeriesPoint { at: 0.0, allocation_percent: 0.0, fragmentation_percent: Some(0.0) },
+            SeriesPoint { at: 1.0, allocation_percent: 50.0, fragmentation_percent: Some(5.0) },
+        ],
+    }
+}
+
+async fn raw(addr: SocketAddr, request: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await.expect("answered").unwrap();
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (status, body)
+}
+
+async fn get(addr: SocketAddr, path: &str) -> (u16, Value) {
+    let (status, body) = raw(addr, &format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")).await;
+    (status, serde_json::from_str(&body).unwrap_or(Value::String(body)))
+}
+
+async fn serve() -> (Publisher, Server) {
+    let publisher = Publisher::new();
+    publisher.publish(sample());
+    let server = Server::start("127.0.0.1:0".parse().unwrap(), publisher.clone()).await.unwrap();
+    (publisher, server)
+}
+
+#[tokio::test]
+async fn the_api_answers_from_the_latest_view_with_filters_and_paging() {
+    let (publisher, server) = serve().await;
+    let addr = server.addr();
+    let (s, c) = get(addr, "/api/v1/cluster").await;
+    assert_eq!(s, 200);
+    assert_eq!((c["cluster"]["nodes"].as_u64(), c["cluster"]["gpus"].as_u64()), (Some(4), Some(16)));
+    assert_eq!(c["cluster"]["gpu_milli_used"], 9500);
+    assert_eq!(c["cluster"]["gpus_shared"], 1);
+    assert_eq!(c["atSeconds"], 42);
+    let (_, all) = get(addr, "/api/v1/nodes").await;
+    assert_eq!(all["total"], 4);
+    let (_, a100) = get(addr, "/api/v1/nodes?model=A100").await;
+    assert_eq!(a100["total"], 2);
+    let (_, page) = get(addr, "/api/v1/nodes?model=A100&offset=1&limit=1").await;
+    assert_eq!(page["nodes"][0]["name"], "gpu-b");
+    let (_, rack) = get(addr, "/api/v1/nodes?label=rack%3Dr1").await;
+    assert_eq!(rack["total"], 3, "the GPU nodes are in r1: {rack}");
+    let (_, any_rack) = get(addr, "/api/v1/nodes?label=rack").await;
+    assert_eq!(any_rack["total"], 4, "a key alone matches any value");
+    let (s, one) = get(addr, "/api/v1/nodes/gpu-c").await;
+    assert_eq!((s, one["gpus"].as_array().map(Vec::len)), (200, Some(8)));
+    let (_, w) = get(addr, "/api/v1/workloads?queue=research").await;
+    assert_eq!(w["workloads"][0]["min_member"], 4);
+    let (_, none) = get(addr, "/api/v1/workloads?queue=other").await;
+    assert_eq!(none["workloads"], serde_json::json!([]));
+    let (_, p) = get(addr, "/api/v1/policies").await;
+    assert_eq!(p["policies"]["version"], 3);
+    // A new view replaces the old whole.
+    let mut next = sample();
+    next.nodes.truncate(1);
+    next.cluster = Cluster::of(&next.nodes, 0, 0);
+    publisher.publish(next);
+    let (_, c) = get(addr, "/api/v1/cluster").await;
+    assert_eq!(c["cluster"]["nodes"], 1);
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_clear_error_and_the_server_goes_on() {
+    let (_publisher, server) = serve().await;
+    let addr = server.addr();
+    for (path, status, words) in [
+        ("/api/v1/nope", 404, "no such page or API route: /api/v1/nope"),
+        ("/etc/passwd", 404, "no such page"),
+        ("/api/v1/nodes/ghost", 404, "no node \"ghost\""),
+        ("/api/v1/nodes?limit=abc", 400, "bad query"),
+        ("/api/v1/nodes?limit=0", 400, "limit must be 1 to 1000"),
+        ("/api/v1/nodes?limit=100000", 400, "limit must be 1 to 1000"),
+        ("/api/v1/nodes?colour=red", 400, "unknown field"),
+        ("/api/v1/workloads?queue=a&queue=b", 400, "bad query"),
+        ("/api/v1/nodes?offset=-1", 400, "bad query"),
+    ] {
+        let (s, body) = get(addr, path).await;
+        assert_eq!(s, status, "{path}: {body}");
+        let message = body["error"].as_str().unwrap_or_default();
+        assert!(message.contains(words), "{path}: {message}");
+    }
+    // Not HTTP at all: the connection is answered or closed, the server stays up.
+    let (s, _) = raw(addr, "HELLO\r\n\r\n").await;
+    assert!(s == 0 || s == 400, "{s}");
+    assert_eq!(get(addr, "/api/v1/cluster").await.0, 200);
+    // Nothing but the API's own fields: no policy component bytes, no secrets.
+    let (_, p) = get(addr, "/api/v1/policies").await;
+    let keys: Vec<&String> = p["policies"]["plugins"][0].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["digest", "name", "stages"]);
+}
+
+#[tokio::test]
+async fn events_stream_live_and_a_client_that_never_reads_holds_nothing_back() {
+    let (publisher, server) = serve().await;
+    let addr = server.addr();
+    // A browser that subscribes and then never reads a byte.
+    let mut stuck = TcpStream::connect(addr).await.unwrap();
+    stuck.write_all(b"GET /api/v1/events HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    // A reading one.
+    let mut live = TcpStream::connect(addr).await.unwrap();
+    live.write_all(b"GET /api/v1/events HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    let started = Instant::now();
+    while publisher.watchers() < 2 {
+        assert!(started.elapsed() < Duration::from_secs(10), "both subscribed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Far more than the buffer and the socket hold: the source never waits.
+    let big = format!("{{\"type\":\"task-scheduled\",\"pad\":\"{}\"}}", "x".repeat(1000));
+    for _ in 0..50_000 {
+        publisher.event(&big);
+    }
+    publisher.event("{\"type\":\"task-scheduled\",\"task\":\"ml/last\"}");
+    let mut seen = String::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !seen.contains("ml/last") {
+        assert!(Instant::now() < deadline, "the live client got the last event");
+        let n = tokio::time::timeout(Duration::from_secs(20), live.read(&mut buf)).await.unwrap().unwrap();
+        assert!(n > 0, "stream open");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+        if seen.len() > 1 << 20 {
+            seen = seen[seen.len() - 4096..].to_string();
+        }
+    }
+    // The API still answers while the stuck client holds its connection.
+    assert_eq!(get(addr, "/api/v1/cluster").await.0, 200);
+    drop(stuck);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pages_render_what_the_api_says_in_a_real_browser() {
+    let (publisher, server) = serve().await;
+    let url = format!("http://{}/", server.addr());
+    let browser = Browser::start().await.expect("headless Chromium (.ci/run installs chromium and chromium-driver)");
+    browser.client.goto(&url).await.unwrap();
+    let (_, c) = get(server.addr(), "/api/v1/cluster").await;
+    let nodes = c["cluster"]["nodes"].to_string();
+    let gpus = c["cluster"]["gpus"].to_string();
+    browser.eventually("node count", "#node-count", |t| t == nodes).await;
+    browser.eventually("GPU count", "#gpu-count", |t| t == gpus).await;
+    browser.eventually("allocation", "#allocation", |t| t == "59.4 %").await;
+    // Every node a row, each GPU a cell: 16 GPUs, 2.5 of them used wholly or partly.
+    let rows = browser.client.find_all(Locator::Css(".node-row")).await.unwrap();
+    assert_eq!(rows.len(), 4);
+    let cells = browser.client.find_all(Locator::Css(".node-row .gpu")).await.unwrap();
+    assert_eq!(cells.len(), 16);
+    assert_eq!(browser.client.find_all(Locator::Css(".gpu.part")).await.unwrap().len(), 1);
+    // A node's detail on click.
+    browser.click(".node-row[data-name='gpu-c']").await.unwrap();
+    browser.eventually("node detail", "#node-detail h2", |t| t == "gpu-c").await;
+    // The pending gang shows its reason, as text (the markup in it is not run).
+    browser.click("#tab-pending").await.unwrap();
+    browser
+        .eventually("pending reason", "#workload-rows .reason", |t| t.contains("gang: 1 of 4 required members fit"))
+        .await;
+    browser.eventually("pending reason kept as text", "#workload-rows .reason", |t| t.contains("<script>")).await;
+    // The live set, and a swap appears.
+    browser.click("#tab-policies").await.unwrap();
+    browser.eventually("policy", "#policy-name", |t| t == "default v3").await;
+    let mut swapped = sample();
+    swapped.policies.as_mut().unwrap().version = 4;
+    publisher.publish(swapped);
+    browser.eventually("policy swapped", "#policy-name", |t| t == "default v4").await;
+    // Decisions as they happen.
+    browser.click("#tab-decisions").await.unwrap();
+    browser.eventually("stream live", "#event-status", |t| t == "live").await;
+    publisher.event("{\"type\":\"task-scheduled\",\"task\":\"ml/pod-7\",\"node\":\"gpu-b\"}");
+    browser.eventually("event shown", "#event-list", |t| t.contains("ml/pod-7")).await;
+    // A link names the view.
+    browser.client.goto(&format!("{url}#/pending")).await.unwrap();
+    browser.eventually("linked view", "#workload-rows", |t| t.contains("ml/train")).await;
+    let hidden = browser.client.find(Locator::Css("#cluster")).await.unwrap().attr("hidden").await.unwrap();
+    assert!(hidden.is_some(), "only the linked view is shown");
+    browser.close().await;
+}

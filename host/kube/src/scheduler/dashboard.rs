@@ -1,0 +1,96 @@
+//! What the leader (or a standby) shows on the dashboard (`wasmsched run --dashboard`): every
+//! second the loop takes the core's node table by copy-on-write snapshot, the queues, the waiting
+//! workloads with their explanations and the live policy set, and a blocking task turns the nodes
+//! into the view — the loop never builds 5,000 node rows itself.
+
+use wasmsched_dashboard::view::{Cluster, NodeView, PluginView, PolicyView, QueueView, WorkloadView};
+
+use super::*;
+
+/// How often a view is published.
+pub(super) const DASHBOARD_EVERY: Duration = Duration::from_secs(1);
+
+impl Scheduler {
+    /// Shows this scheduler on `publisher`'s dashboard.
+    pub fn with_dashboard(mut self, publisher: wasmsched_dashboard::Publisher) -> Scheduler {
+        self.reports.dashboard = Some(publisher);
+        self
+    }
+
+    /// Publishes a view when one is due.
+    pub(super) fn publish_dashboard(&mut self) {
+        let Some(publisher) = self.reports.dashboard.clone() else { return };
+        if self.timers.dashboard_at.elapsed() < DASHBOARD_EVERY {
+            return;
+        }
+        self.timers.dashboard_at = Instant::now();
+        let nodes = self.core.nodes().snapshot();
+        let shares = self.core.queue_shares();
+        let counts = self.core.queue_tasks();
+        let tree = self.core.queues();
+        let queues = shares
+            .iter()
+            .zip(&counts)
+            .enumerate()
+            .map(|(i, (s, (pending, running)))| QueueView {
+                name: s.name.clone(),
+                parent: tree.parent(i).and_then(|p| tree.get(p)).map(|q| q.name.clone()),
+                allocated_gpu_milli: s.allocated.gpu_milli,
+                deserved_gpu_milli: s.deserved.as_ref().map(|d| d.gpu_milli),
+                pending: *pending,
+                running: *running,
+            })
+            .collect();
+        let mut workloads = Vec::new();
+        for phase in [Phase::Pending, Phase::Preempting, Phase::TimedOut] {
+            for name in self.core.workloads_in(phase) {
+                let Some(status) = self.core.status(name) else { continue };
+                let (members, placed) = self
+                    .core
+                    .members_of(name)
+                    .map(|m| m.fold((0, 0), |(n, p), (_, placed)| (n + 1, p + usize::from(placed))))
+                    .unwrap_or_default();
+                let queue = self.core.members_of(name).and_then(|mut m| m.next()).map(|(t, _)| t.queue.clone());
+                workloads.push(WorkloadView {
+                    name: name.to_string(),
+                    queue: queue.unwrap_or_default(),
+                    phase: format!("{phase:?}"),
+                    members,
+                    placed,
+                    min_member: self.next.gang_min.get(name).copied().unwrap_or(1).min(members.max(1)),
+                    reason: Some(reason(&status.explanation)).filter(|r| !r.is_empty()),
+                });
+            }
+        }
+        let live = self.shared.registry.current();
+        let policies = PolicyView {
+            name: live.spec.name.clone(),
+            version: live.version,
+            plugins: live
+                .plugins
+                .iter()
+                .map(|p| PluginView {
+                    name: p.name.clone(),
+                    stages: p.stages.iter().map(|s| format!("{s:?}")).collect(),
+                    digest: p.digest.clone(),
+                })
+                .collect(),
+        };
+        let (placed, waiting) = (self.core.queue_tasks().iter().map(|c| c.1 as u64).sum(), workloads.len() as u64);
+        let at_seconds = self.now();
+        tokio::task::spawn_blocking(move || {
+            let mut rows: Vec<NodeView> = nodes.slots().filter_map(|s| nodes.get(s)).map(NodeView::from).collect();
+            rows.sort_by(|a, b| a.name.cmp(&b.name));
+            publisher.publish(wasmsched_dashboard::View {
+                source: "kubernetes".into(),
+                at_seconds,
+                cluster: Cluster::of(&rows, placed, waiting),
+                nodes: rows,
+                queues,
+                workloads,
+                policies: Some(policies),
+                series: Vec::new(),
+            });
+        });
+    }
+}
