@@ -78,11 +78,17 @@ impl Scheduler {
         };
         let (placed, waiting) = (self.core.queue_tasks().iter().map(|c| c.1 as u64).sum(), workloads.len() as u64);
         let at_seconds = self.now();
+        // Behind a Service both replicas answer: a standby says what it is.
+        let source = if *self.leadership.leader.borrow() {
+            "kubernetes (leader)".to_string()
+        } else {
+            "kubernetes (standby: the leader's view is on the other replica)".to_string()
+        };
         tokio::task::spawn_blocking(move || {
             let mut rows: Vec<NodeView> = nodes.slots().filter_map(|s| nodes.get(s)).map(NodeView::from).collect();
             rows.sort_by(|a, b| a.name.cmp(&b.name));
             publisher.publish(wasmsched_dashboard::View {
-                source: "kubernetes".into(),
+                source,
                 at_seconds,
                 cluster: Cluster::of(&rows, placed, waiting),
                 nodes: rows,

@@ -840,7 +840,10 @@ async fn the_dashboard_shows_the_cluster_the_core_sees_and_why_a_gang_waits() {
         assert!(started.elapsed() < Duration::from_secs(20), "the view caught up: {c} {w}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    assert_eq!((cluster["source"].as_str(), cluster["cluster"]["nodes"].as_u64()), (Some("kubernetes"), Some(3)));
+    assert_eq!(
+        (cluster["source"].as_str(), cluster["cluster"]["nodes"].as_u64()),
+        (Some("kubernetes (leader)"), Some(3))
+    );
     assert_eq!(cluster["cluster"]["gpus"], 24);
     let gang = &workloads["workloads"][0];
     assert_eq!((gang["name"].as_str(), gang["phase"].as_str()), (Some("ml/job/big"), Some("Pending")));
