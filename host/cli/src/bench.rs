@@ -90,6 +90,10 @@ pub struct Args {
     /// scheduler_perf's basic case is 1) instead of a fresh random spec per pod.
     #[arg(long)]
     pod_shapes: Option<usize>,
+    /// Also measure what a live dashboard with this many open pages costs the scheduling thread
+    /// (each runtime, with and without, alternating; 0 skips it).
+    #[arg(long, default_value_t = 0)]
+    dashboard_clients: usize,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -102,10 +106,10 @@ pub struct Args {
 }
 
 #[derive(Clone, Debug, Serialize)]
-struct Measured {
+pub(crate) struct Measured {
     runtime: &'static str,
     events: bool,
-    pods_per_second: f64,
+    pub(crate) pods_per_second: f64,
     p50_us: f64,
     p99_us: f64,
     placed: usize,
@@ -163,6 +167,9 @@ struct Report {
     /// DRA next to the device-plugin path per runtime (`--dra`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     dra: Vec<crate::bench_dra::DraRun>,
+    /// A live dashboard's cost per runtime (`--dashboard-clients`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    dashboard: Vec<crate::bench_dashboard::DashboardCost>,
 }
 
 fn gang_member(gang: usize, i: usize) -> Task {
@@ -292,15 +299,15 @@ pub(crate) fn cpu_memory_pod(rng: &mut Rng, i: usize) -> Task {
     }
 }
 
-struct Scenario {
-    base: NodeTable,
-    pods: Vec<Task>,
+pub(crate) struct Scenario {
+    pub(crate) base: NodeTable,
+    pub(crate) pods: Vec<Task>,
     find: usize,
 }
 
 /// Which pods of a run publish their decision.
 #[derive(Clone, Copy)]
-enum Publish {
+pub(crate) enum Publish {
     Never,
     Always,
     /// Alternate blocks of this many pods, starting with publishing when `first_on`.
@@ -322,7 +329,7 @@ impl Publish {
 
 /// Time spent deciding (and publishing) the pods that published and those that did not.
 #[derive(Clone, Copy, Default)]
-struct SplitTime {
+pub(crate) struct SplitTime {
     on_pods: usize,
     on_seconds: f64,
     off_pods: usize,
@@ -370,17 +377,21 @@ const INTERLEAVE_BLOCK: usize = 500;
 /// Schedule every pod once, serially, on a copy of the base cluster.
 fn run_once(set: &PolicySet, s: &Scenario, sink: Option<&EventSink>, runtime: &'static str) -> Measured {
     let publish = if sink.is_some() { Publish::Always } else { Publish::Never };
-    run_with(set, s, sink, publish, runtime).0
+    run_with(set, s, sink, publish, runtime, &mut |_, _, _| {}).0
 }
+
+/// What a run shows to an observer after each pod: the table, the pod, whether it was bound.
+pub(crate) type Tap<'a> = dyn FnMut(&NodeTable, &Task, bool) + 'a;
 
 /// Schedule every pod once, publishing the decisions `publish` picks to `sink`; also the time
 /// split between the pods that published and those that did not.
-fn run_with(
+pub(crate) fn run_with(
     set: &PolicySet,
     s: &Scenario,
     sink: Option<&EventSink>,
     publish: Publish,
     runtime: &'static str,
+    tap: &mut Tap<'_>,
 ) -> (Measured, SplitTime) {
     // Every run starts without reusable verdicts (the table is a copy of the same base, so an
     // earlier run's verdicts would otherwise apply).
@@ -408,6 +419,7 @@ fn run_with(
         } else {
             unschedulable += 1
         }
+        tap(&table, task, bound);
         // A placement whose bind failed (never expected: devices are validated) publishes nothing.
         let outcome = match &sampled.result {
             Ok(p) if bound => table.get(p.node).map(|n| Ok((p, n.name.as_str()))),
@@ -470,7 +482,7 @@ fn interleaved(set: &PolicySet, s: &Scenario, sink: &EventSink, runs: usize, run
         let mut pair = SplitTime::default();
         for first_on in [true, false] {
             let publish = Publish::Blocks { pods: block, first_on };
-            pair.add(run_with(set, s, Some(sink), publish, runtime).1);
+            pair.add(run_with(set, s, Some(sink), publish, runtime, &mut |_, _, _| {}).1);
             // Let the drainer catch up so that it does not run into the next run.
             sink.flush(Duration::from_secs(120));
         }
@@ -584,6 +596,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             + runtimes.len() * with_events
             + runtimes.len() * args.repeat * usize::from(args.gangs > 0 && args.gang_size > 0)
             + churn_sets
+            + if args.dashboard_clients > 0 { runtimes.len() } else { 0 }
             + if args.dra { 1 + usize::from(runtime.is_some()) } else { 0 }) as u64,
         "measurements",
         args.quiet,
@@ -634,6 +647,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => Vec::new(),
     };
     let stats = events_cmd::finish(sink, args.sink.grace());
+    let mut dashboard = Vec::new();
+    if args.dashboard_clients > 0 {
+        for (name, set) in &runtimes {
+            dashboard.push(crate::bench_dashboard::measure(set, &scenario, name, args.repeat, args.dashboard_clients)?);
+            progress.step();
+        }
+    }
     let mut gangs = Vec::new();
     if args.gangs > 0 && args.gang_size > 0 {
         for (name, set) in &runtimes {
@@ -728,6 +748,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         gangs,
         queue_churn,
         dra,
+        dashboard,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -778,6 +799,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             (i.on_over_off - 1.0) * 100.0,
             i.pair_min,
             i.pair_max
+        );
+    }
+    for d in &report.dashboard {
+        println!(
+            "{}: with a live dashboard ({} open pages; {} views published, {} API answers) / without: {:.3} (pairs {:.3}–{:.3}); on the scheduling thread {:.2} % of the time",
+            d.runtime, d.clients, d.views, d.answers, d.on_over_off, d.pair_min, d.pair_max, d.on_thread_percent
         );
     }
     for g in &report.gangs {

@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod bench_dashboard;
 mod bench_dra;
 mod bench_queues;
 mod chart;

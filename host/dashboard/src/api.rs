@@ -136,18 +136,19 @@ async fn policies(State(p): State<Publisher>) -> Response {
 }
 
 /// Scheduling events as they happen. A browser that falls behind by more than
-/// [`crate::EVENTS_BUFFERED`] gets a `lagged` event with the count it missed.
+/// [`crate::EVENTS_BUFFERED`] batches gets a `lagged` event with the count of batches it missed.
 async fn events(State(p): State<Publisher>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    use futures_util::StreamExt;
     let rx = p.events.subscribe();
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        let event = match rx.recv().await {
-            Ok(json) => Event::default().event("decision").data(&*json),
-            Err(RecvError::Lagged(n)) => Event::default().event("lagged").data(n.to_string()),
+    let batches = futures_util::stream::unfold(rx, |mut rx| async move {
+        let events: Vec<Event> = match rx.recv().await {
+            Ok(batch) => batch.iter().map(|json| Event::default().event("decision").data(&**json)).collect(),
+            Err(RecvError::Lagged(n)) => vec![Event::default().event("lagged").data(n.to_string())],
             Err(RecvError::Closed) => return None,
         };
-        Some((Ok(event), rx))
+        Some((futures_util::stream::iter(events.into_iter().map(Ok)), rx))
     });
-    Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+    Sse::new(batches.flatten()).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
 }
 
 /// Headers every page carries: nothing from elsewhere may load, nothing may frame it.

@@ -7,9 +7,9 @@
 //! events, and serves the pages, which use only that API. It is read-only: nothing a browser sends
 //! reaches the source.
 //!
-//! Nothing here can slow the source down: publishing swaps an `Arc`, and an event is one
-//! non-blocking send on a bounded broadcast channel — a browser that reads slowly, or not at all,
-//! misses events (it is told how many) rather than holding any back.
+//! Nothing here can slow the source down: publishing swaps an `Arc`, and an event is a push onto
+//! a batch that goes to a bounded broadcast channel when full or within 50 ms — a browser that
+//! reads slowly, or not at all, misses events (it is told how many) rather than holding any back.
 
 mod api;
 mod assets;
@@ -23,15 +23,24 @@ use std::sync::Arc;
 use tokio::sync::{broadcast, watch};
 pub use view::View;
 
-/// Events kept for browsers that read slowly: one behind by more misses the oldest.
+/// Batches of events kept for browsers that read slowly: one behind by more misses the oldest.
 pub const EVENTS_BUFFERED: usize = 1024;
+/// Events sent to the browsers together: waking the stream's readers once per batch, not per
+/// event, is what keeps the source's cost per event at a push.
+const BATCH: usize = 256;
+/// The longest an event waits for its batch to fill.
+const BATCH_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Where the source publishes its views and events. Cheap to clone.
 #[derive(Clone)]
 pub struct Publisher {
     views: watch::Sender<Arc<View>>,
-    events: broadcast::Sender<Arc<str>>,
+    events: broadcast::Sender<Batch>,
+    pending: Arc<std::sync::Mutex<Vec<Arc<str>>>>,
 }
+
+/// Events sent together.
+type Batch = Arc<[Arc<str>]>;
 
 impl Default for Publisher {
     fn default() -> Publisher {
@@ -44,7 +53,7 @@ impl Publisher {
     pub fn new() -> Publisher {
         let (views, _) = watch::channel(Arc::new(View::default()));
         let (events, _) = broadcast::channel(EVENTS_BUFFERED);
-        Publisher { views, events }
+        Publisher { views, events, pending: Arc::default() }
     }
 
     /// `view` is what the API shows from now on.
@@ -52,11 +61,27 @@ impl Publisher {
         self.views.send_replace(Arc::new(view));
     }
 
-    /// One scheduling event (a JSON object) for the browsers connected now; never blocks, and
-    /// costs one serialisation-free send when none is.
+    /// One scheduling event (a JSON object) for the browsers connected now; never blocks: it
+    /// joins a batch that goes out when full or within 50 ms. Nothing is kept while none follows.
     pub fn event(&self, json: &str) {
-        if self.events.receiver_count() > 0 {
-            let _ = self.events.send(Arc::from(json));
+        if self.events.receiver_count() == 0 {
+            return;
+        }
+        let full = {
+            let mut pending = self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            pending.push(Arc::from(json));
+            (pending.len() >= BATCH).then(|| std::mem::take(&mut *pending))
+        };
+        if let Some(batch) = full {
+            let _ = self.events.send(batch.into());
+        }
+    }
+
+    /// Sends what waits in a batch that has not filled (the server does every 50 ms).
+    fn flush(&self) {
+        let batch = std::mem::take(&mut *self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        if !batch.is_empty() {
+            let _ = self.events.send(batch.into());
         }
     }
 
@@ -95,11 +120,20 @@ impl Server {
     pub async fn start(addr: SocketAddr, publisher: Publisher) -> Result<Server, Error> {
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| Error::Bind { addr, source })?;
         let addr = listener.local_addr().map_err(|source| Error::Bind { addr, source })?;
-        let app = api::router(publisher);
+        let app = api::router(publisher.clone());
         let task = tokio::spawn(async move {
+            // Batches that did not fill go out within BATCH_WAIT.
+            let flusher = tokio::spawn(async move {
+                let mut tick = tokio::time::interval(BATCH_WAIT);
+                loop {
+                    tick.tick().await;
+                    publisher.flush();
+                }
+            });
             if let Err(e) = axum::serve(listener, app).await {
                 tracing::warn!(error = %e, "dashboard server stopped");
             }
+            flusher.abort();
         });
         tracing::info!(url = %format!("http://{addr}/"), "dashboard serving");
         Ok(Server { addr, task })

@@ -113,3 +113,22 @@ fn events_on_and_off_are_measured_in_whole_runs_and_in_interleaved_blocks() {
     let lines = std::fs::read_to_string(&file).expect("events file").lines().count();
     assert_eq!(lines, 2 * (50 + 50));
 }
+
+#[test]
+fn bench_measures_a_live_dashboard_with_open_pages_against_none() {
+    let out = Command::new(env!("CARGO_BIN_EXE_wasmsched"))
+        .env("WASMSCHED_CACHE_DIR", "off")
+        .args(["bench", "--nodes", "300", "--existing", "0", "--pods", "3000", "--repeat", "2", "--gangs", "0"])
+        .args(["--queues", "0", "--native-only", "--dashboard-clients", "2", "--json"])
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let d = &report["dashboard"][0];
+    assert_eq!((d["runtime"].as_str(), d["clients"].as_u64()), (Some("native"), Some(2)), "{report}");
+    // The live side really was live: views built from the run's table, pages answered.
+    assert!(d["views"].as_u64().unwrap() > 0, "{d}");
+    assert!(d["answers"].as_u64().unwrap() >= 2, "{d}");
+    let r = d["on_over_off"].as_f64().unwrap();
+    assert!(r > 0.0 && r.is_finite(), "{d}");
+}
