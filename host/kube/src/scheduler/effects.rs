@@ -325,6 +325,13 @@ impl Scheduler {
         if !*self.leadership.leader.borrow() {
             return;
         }
+        // Why a pod waits, as it changes: the dashboard's live stream.
+        if let Some(board) = &self.reports.dashboard
+            && board.watchers() > 0
+        {
+            let event = serde_json::json!({"type": "task-unschedulable", "task": id, "reason": message});
+            board.event(&event.to_string());
+        }
         self.reports.reported.insert(id.to_string(), message.to_string());
         if let Some(writer) = &self.reports.pod_status {
             writer.unschedulable(id, key_of_id(id), uid, message, nominated);
@@ -444,6 +451,14 @@ impl Scheduler {
                             template: None,
                         });
                     }
+                }
+                if result.is_ok()
+                    && let Some(board) = &self.reports.dashboard
+                    && board.watchers() > 0
+                {
+                    let node = self.cache.node_of(&id).unwrap_or_default();
+                    let event = serde_json::json!({"type": "task-scheduled", "task": id, "node": node});
+                    board.event(&event.to_string());
                 }
                 self.bind_done(id, result, took, decided_in)
             }

@@ -827,8 +827,28 @@ async fn the_dashboard_shows_the_cluster_the_core_sees_and_why_a_gang_waits() {
     api.put(Kind::Pod, pod("ml", "solo", NAME, 2, "4", "32Gi"));
     let publisher = wasmsched_dashboard::Publisher::new();
     let server = wasmsched_dashboard::Server::start("127.0.0.1:0".parse().unwrap(), publisher.clone()).await.unwrap();
+    // A page following the decisions from the start.
+    let mut stream = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+    {
+        use tokio::io::AsyncWriteExt;
+        stream.write_all(b"GET /api/v1/events HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    }
+    while publisher.watchers() == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let run = crate::boundary::start_with_dashboard(&api, "a", publisher);
     eventually("solo bound", Duration::from_secs(20), || node_of(&api, "ml/solo").is_some()).await;
+    // The stream showed the bind and why the gang waits, as they happened.
+    let mut seen = String::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !(seen.contains("task-scheduled") && seen.contains("ml/solo") && seen.contains("task-unschedulable")) {
+        use tokio::io::AsyncReadExt;
+        assert!(std::time::Instant::now() < deadline, "decisions streamed: {seen}");
+        let n = tokio::time::timeout(Duration::from_secs(20), stream.read(&mut buf)).await.unwrap().unwrap();
+        assert!(n > 0, "stream open");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
     let started = std::time::Instant::now();
     let (cluster, workloads) = loop {
         let c = dashboard_get(server.addr(), "/api/v1/cluster").await;
