@@ -159,3 +159,62 @@ fn xids_mark_gpus_and_publish_health_and_the_new_report() {
         ]
     );
 }
+
+/// On a GPU host (the lent device machine; without a driver this returns at once, the case above
+/// covers it): the agent's NVML discovery and its reading of `nvidia-smi topo -m` of the same host
+/// describe the same node — labels, links, NUMA and CPU affinity — and the NVML one adds identity.
+#[test]
+fn on_a_gpu_host_nvml_and_nvidia_smi_give_the_same_report() {
+    let nvml = agent(&["discover"]);
+    if !nvml.status.success() {
+        return;
+    }
+    let topo = Command::new("nvidia-smi").args(["topo", "-m"]).output().expect("nvidia-smi on a GPU host");
+    assert!(topo.status.success());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("topo.txt");
+    std::fs::write(&file, &topo.stdout).unwrap();
+    let smi = agent(&["discover", "--smi", file.to_str().unwrap()]);
+    assert!(smi.status.success(), "{}", String::from_utf8_lossy(&smi.stderr));
+    let doc = |o: &std::process::Output| serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap();
+    let (nvml, smi) = (doc(&nvml), doc(&smi));
+    assert_eq!(nvml["labels"], smi["labels"]);
+    let topology = |d: &serde_json::Value| from_annotation(&d["annotations"][TOPOLOGY_ANNOTATION].to_string()).unwrap();
+    let (a, b) = (topology(&nvml), topology(&smi));
+    assert_eq!(a.len(), b.len());
+    for i in 0..a.len() {
+        for j in 0..a.len() {
+            assert_eq!(a.link(i, j), b.link(i, j), "GPU{i}–GPU{j}");
+        }
+        assert_eq!((a.gpus()[i].numa, &a.gpus()[i].cpus), (b.gpus()[i].numa, &b.gpus()[i].cpus), "GPU{i}");
+        assert!(a.gpus()[i].uuid.as_deref().is_some_and(|u| u.starts_with("GPU-")), "NVML names the device");
+    }
+    let inventory = agent(&["discover", "--inventory"]);
+    assert!(inventory.status.success());
+    let inventory: wasmsched_nvml::Inventory = serde_json::from_slice(&inventory.stdout).unwrap();
+    assert_eq!(inventory.devices.len(), a.len());
+}
+
+/// The report the agent printed from NVML on the lent H200 (`discover`, committed as a fixture)
+/// is the one it makes from that machine's `nvidia-smi topo -m`, plus the identity NVML adds.
+#[test]
+fn the_recorded_h200_report_is_what_its_nvidia_smi_output_gives() {
+    let recorded: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(format!(
+            "{}/../nvml/tests/fixtures/h200-driver-580.159.04-agent-discover.json",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let o = agent(&["discover", "--smi", &fixture_path("h200-1gpu-vm-driver-580.159.04.txt")]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let from_smi: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(recorded["labels"], from_smi["labels"]);
+    assert_eq!(recorded["labels"]["wasmsched.io/numa-nodes"], "1");
+    assert_eq!(recorded["driver"], "580.159.04");
+    let gpu = |d: &serde_json::Value| d["annotations"][TOPOLOGY_ANNOTATION]["gpus"][0].clone();
+    let (nvml, smi) = (gpu(&recorded), gpu(&from_smi));
+    assert_eq!((&nvml["cpus"], &nvml["numa"]), (&smi["cpus"], &smi["numa"]));
+    assert_eq!((nvml["model"].as_str(), nvml["pci"].as_str()), (Some("NVIDIA H200"), Some("0000:00:06.0")));
+}

@@ -12,7 +12,9 @@ use wasmsched_topology::{CpuSet, LinkCosts, NodeTopology, NumaPolicy, Prepared, 
 /// Arguments of `wasmsched topo`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// `nvidia-smi topo -m` output, or the node annotation JSON the agent writes; `-` reads stdin.
+    /// `nvidia-smi topo -m` output, or what the agent wrote: the topology annotation's value,
+    /// its `annotations.json`, or the report `wasmsched-agent discover` prints; `-` reads stdin.
+    /// Exit status 1 when no set of `-k` GPUs fits.
     file: PathBuf,
     /// Choose this many GPUs (without it, show the topology).
     #[arg(short = 'k', long)]
@@ -52,7 +54,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         std::fs::read_to_string(&args.file).with_context(|| format!("reading {}", args.file.display()))?
     };
     let topology = if text.trim_start().starts_with('{') {
-        from_annotation(&text).context("parsing the topology annotation")?
+        from_annotation(&annotation_value(&text)?).context("parsing the topology annotation")?
     } else {
         smi::parse(&text).context("parsing nvidia-smi topo -m output")?
     };
@@ -70,6 +72,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => show(&topology, &costs, args.json),
         Some(k) => choose(&topology, &costs, k, &args),
     }
+}
+
+/// The topology annotation's value out of any of the agent's JSON outputs: the `discover` report
+/// (`{"annotations": {KEY: {…}}}`), `annotations.json` (`{KEY: "…"}`), or the value itself.
+fn annotation_value(text: &str) -> anyhow::Result<String> {
+    let doc: serde_json::Value = serde_json::from_str(text).context("parsing JSON")?;
+    let value = match doc.get("annotations") {
+        Some(annotations) => annotations.get(annotation::TOPOLOGY_ANNOTATION),
+        None => doc.get(annotation::TOPOLOGY_ANNOTATION),
+    };
+    Ok(match value {
+        Some(serde_json::Value::String(inner)) => inner.clone(),
+        Some(object) => object.to_string(),
+        None => text.to_string(),
+    })
 }
 
 fn show(topology: &NodeTopology, costs: &LinkCosts, as_json: bool) -> anyhow::Result<()> {
@@ -153,7 +170,7 @@ fn choose(topology: &NodeTopology, costs: &LinkCosts, k: u32, args: &Args) -> an
             "numactl": pinning,
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
-        return Ok(());
+        return unsatisfied(k, &choice);
     }
     println!("request  {k} GPUs, NUMA policy {}, free {:?}", policy.as_str(), bits(free));
     match &choice {
@@ -177,7 +194,15 @@ fn choose(topology: &NodeTopology, costs: &LinkCosts, k: u32, args: &Args) -> an
         }
         Err(e) => println!("none     {e}"),
     }
-    Ok(())
+    unsatisfied(k, &choice)
+}
+
+/// A request no set satisfies is answered (above) and then fails: scripts see it in the exit status.
+fn unsatisfied<T>(k: u32, choice: &Result<T, wasmsched_topology::Unsatisfiable>) -> anyhow::Result<()> {
+    match choice {
+        Ok(_) => Ok(()),
+        Err(e) => bail!("no {k} GPUs fit: {e}"),
+    }
 }
 
 fn bits(mask: u64) -> Vec<u32> {

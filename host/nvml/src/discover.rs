@@ -67,7 +67,7 @@ impl Session {
                 uuid: device.uuid().map_err(|e| call(&format!("UUID of device {index}"), e))?,
                 name: device.name().unwrap_or_default(),
                 memory_bytes: device.memory_info().map(|m| m.total).unwrap_or(0),
-                numa: sysfs_numa(&pci),
+                numa: numa_node(&device).or_else(|| sysfs_numa(&pci)),
                 cpus: cpu_affinity(&device).or_else(|| sysfs_cpus(&pci)).unwrap_or_default(),
                 pci,
                 mig,
@@ -147,6 +147,30 @@ pub fn normalise_bus_id(bus_id: &str) -> String {
     }
 }
 
+/// The NUMA node NVML names for the device's memory, as `nvidia-smi topo -m` prints it under
+/// "NUMA Affinity". It is known where sysfs says -1: a virtual machine's passed-through GPU has no
+/// proximity in sysfs, yet NVML and nvidia-smi place it on the guest's one node. None when NVML
+/// names several nodes (a GPU equidistant to two sockets) or none.
+fn numa_node(device: &nvml_wrapper::Device<'_>) -> Option<u32> {
+    const WORDS: usize = 16; // 1,024 NUMA nodes
+    let words = device.memory_affinity(WORDS, nvml_wrapper_sys::bindings::NVML_AFFINITY_SCOPE_NODE).ok()?;
+    single_bit(&words)
+}
+
+/// The position of the one set bit of a little-endian word mask, None for zero or several bits.
+fn single_bit(words: &[std::ffi::c_ulong]) -> Option<u32> {
+    let bits = std::ffi::c_ulong::BITS;
+    let mut found = None;
+    for (w, &word) in words.iter().enumerate() {
+        match (word.count_ones(), found) {
+            (0, _) => {}
+            (1, None) => found = Some(w as u32 * bits + word.trailing_zeros()),
+            _ => return None,
+        }
+    }
+    found
+}
+
 fn sysfs_numa(pci: &str) -> Option<u32> {
     let text = std::fs::read_to_string(format!("/sys/bus/pci/devices/{pci}/numa_node")).ok()?;
     text.trim().parse::<i64>().ok().and_then(|n| u32::try_from(n).ok())
@@ -172,4 +196,18 @@ fn cpu_affinity(device: &nvml_wrapper::Device<'_>) -> Option<CpuSet> {
         })
         .collect();
     (!set.is_empty()).then_some(set)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::single_bit;
+
+    #[test]
+    fn a_numa_mask_names_a_node_only_when_it_has_one_bit() {
+        assert_eq!(single_bit(&[0b1, 0]), Some(0));
+        assert_eq!(single_bit(&[0, 0b100]), Some(std::ffi::c_ulong::BITS + 2));
+        assert_eq!(single_bit(&[0b11]), None, "equidistant to two nodes");
+        assert_eq!(single_bit(&[0b1, 0b1]), None);
+        assert_eq!(single_bit(&[0, 0]), None);
+    }
 }

@@ -3,8 +3,9 @@
 //! Handles what real machines print: the tab-led header (a leading tab that a naive `strip()` loses,
 //! making the header look like a GPU row), `X` cells padded with spaces, `NV#` bonds of any width,
 //! NIC columns named `NIC#` (with a `NIC Legend`) or `mlx5_#`, old `SOC` for `SYS`, optional
-//! `CPU Affinity` / `NUMA Affinity` / `GPU NUMA ID` columns, and trailing legends. Anything else is
-//! refused with the line and column, never guessed.
+//! `CPU Affinity` / `NUMA Affinity` / `GPU NUMA ID` columns, trailing legends, and the terminal
+//! escapes (an underlined header) that driver 580 prints even into a file or a pipe. Anything else
+//! is refused with the line and column, never guessed.
 
 use crate::{CpuSet, Error, Gpu, Link, Nic, NodeTopology};
 
@@ -12,6 +13,7 @@ const TRAILING: [&str; 3] = ["CPU Affinity", "NUMA Affinity", "GPU NUMA ID"];
 
 /// Parses the text `nvidia-smi topo -m` prints.
 pub fn parse(text: &str) -> Result<NodeTopology, Error> {
+    let text = without_escapes(text);
     let lines: Vec<&str> = text.lines().collect();
     let (header_at, columns, trailing) = header(&lines)?;
     let gpu_columns = columns.iter().take_while(|c| is_gpu_name(c)).count();
@@ -91,6 +93,31 @@ pub fn parse(text: &str) -> Result<NodeTopology, Error> {
         topology.set_numa_inferred();
     }
     Ok(topology)
+}
+
+/// The text without ANSI control sequences (`ESC [ … final-byte`): nvidia-smi 580 underlines the
+/// header with `ESC[4m … ESC[0m` whether or not it writes to a terminal.
+fn without_escapes(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains('\u{1b}') {
+        return text.into();
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\u{1b}' {
+            out.push(c);
+            continue;
+        }
+        if chars.next_if_eq(&'[').is_some() {
+            // Parameter and intermediate bytes, then one final byte in @..~.
+            for c in chars.by_ref() {
+                if ('@'..='~').contains(&c) {
+                    break;
+                }
+            }
+        }
+    }
+    out.into()
 }
 
 #[derive(Clone)]

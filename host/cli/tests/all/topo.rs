@@ -57,8 +57,8 @@ fn chooses_gpus_and_says_why_the_others_lose() {
         pinned["numactl"],
         serde_json::json!(["numactl", "--physcpubind=24-31", "--membind=1", "--", "<command>"])
     );
-    // Unsatisfiable requests say why.
-    let none = json(wasmsched(&[
+    // Unsatisfiable requests say why, and fail.
+    let none = wasmsched(&[
         "topo",
         &fixture("pcie-6gpu-pix-pairs.txt"),
         "-k",
@@ -68,9 +68,31 @@ fn chooses_gpus_and_says_why_the_others_lose() {
         "--policy",
         "single-numa-node",
         "--json",
-    ]));
+    ]);
+    assert_eq!(none.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&none.stderr).contains("no 3 GPUs fit"));
+    let none: serde_json::Value = serde_json::from_slice(&none.stdout).unwrap();
     assert!(none["choice"].is_null());
     assert!(none["unsatisfiable"].as_str().unwrap().contains("single-numa-node"), "{none}");
+}
+
+/// The H200 machine lent to the project (one GPU in a virtual machine, driver 580.159.04): its
+/// recorded `nvidia-smi topo -m` and the agent's NVML report of it give the same answers.
+#[test]
+fn the_recorded_h200_machine_answers_from_both_sources() {
+    let report =
+        format!("{}/../nvml/tests/fixtures/h200-driver-580.159.04-agent-discover.json", env!("CARGO_MANIFEST_DIR"));
+    for source in [fixture("h200-1gpu-vm-driver-580.159.04.txt"), report] {
+        let one = json(wasmsched(&["topo", &source, "-k", "1", "--cpus", "8", "--json"]));
+        assert_eq!(one["choice"]["gpus"], serde_json::json!([0]), "{source}");
+        assert_eq!(
+            one["numactl"],
+            serde_json::json!(["numactl", "--physcpubind=0-7", "--membind=0", "--", "<command>"])
+        );
+        let two = wasmsched(&["topo", &source, "-k", "2"]);
+        assert_eq!(two.status.code(), Some(1), "{source}");
+        assert!(String::from_utf8_lossy(&two.stdout).contains("1 free GPUs, 2 requested"));
+    }
 }
 
 #[test]

@@ -85,6 +85,24 @@ fn dgx2_sixteen_gpus_and_old_soc_cells() {
 }
 
 #[test]
+fn driver_580_underlines_the_header_even_into_a_file() {
+    // Captured on an H200 virtual machine (driver 580.159.04) with `nvidia-smi topo -m > file`:
+    // the header is wrapped in `ESC[4m … ESC[0m`, the row has an empty cell before `GPU NUMA ID`.
+    let text = fixture("h200-1gpu-vm-driver-580.159.04.txt");
+    assert!(text.starts_with("\t\u{1b}[4mGPU0\t"), "the capture keeps the escapes");
+    let t = smi::parse(&text).unwrap();
+    assert_eq!(t.len(), 1);
+    assert_eq!(t.gpus()[0].cpus.to_string(), "0-15");
+    assert_eq!(t.gpus()[0].numa, Some(0));
+    assert!(!t.numa_inferred());
+    assert!(t.nics().is_empty());
+    assert_eq!(t.interconnect(), "pcie");
+    // Escapes anywhere else (a coloured cell) are dropped the same way.
+    let coloured = fixture("h100-sxm-8gpu-nv18.txt").replace("NV18", "\u{1b}[1;32mNV18\u{1b}[0m");
+    assert_eq!(smi::parse(&coloured).unwrap(), parse("h100-sxm-8gpu-nv18.txt"));
+}
+
+#[test]
 fn space_separated_copies_parse_too() {
     // Outputs pasted into tickets often lose their tabs.
     let text = fixture("a100-pcie-4gpu-nvlink-bridge-pairs.txt").replace('\t', "    ");
