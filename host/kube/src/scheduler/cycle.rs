@@ -122,6 +122,8 @@ impl Scheduler {
     /// once their `PodGroup` is known and min-member of them exist (later members join).
     pub(super) fn submit_pending(&mut self, now: u64) {
         self.next.not_before.retain(|_, t| *t > now);
+        let ours = &self.ours;
+        self.next.mixed.retain(|id, _| ours.get(id).is_some_and(|f| !f.bound));
         // The first pod of ours with pod affinity of its own: from now on the core sees every
         // other pod's labels (before this pod is tried).
         if !self.next.all_pod_labels && self.ours.values().any(|f| !f.bound && !f.task.pod_terms().is_empty()) {
@@ -250,6 +252,24 @@ impl Scheduler {
             if facts.claims.is_empty() && served.is_empty() {
                 continue;
             }
+            // Device-plugin nodes offer them too: tried there first, then on the DRA nodes.
+            if facts.claims.is_empty() {
+                let nodes = self.cache.nodes();
+                let offered = self
+                    .cache
+                    .node_names()
+                    .filter_map(|n| nodes.slot_of(n).and_then(|s| nodes.get(s)))
+                    .any(|node| served.keys().all(|r| offers(node, r)));
+                if offered {
+                    let path = self.next.mixed.entry(task.id.clone()).or_default();
+                    path.submitted_dra = path.dra;
+                    if !path.dra {
+                        continue;
+                    }
+                } else {
+                    self.next.mixed.remove(&task.id);
+                }
+            }
             if !self.objects.dra.synced() {
                 any = true;
                 refusal = Some(
@@ -292,7 +312,12 @@ impl Scheduler {
                     }
                 }
                 // Nothing of DRA's can serve it, but nodes offer its extended resources themselves.
-                Err(_) if facts.claims.is_empty() => continue,
+                Err(_) if facts.claims.is_empty() => {
+                    if let Some(path) = self.next.mixed.get_mut(&task.id) {
+                        path.submitted_dra = false;
+                    }
+                    continue;
+                }
                 Err(reason) => {
                     any = true;
                     refusal = Some(reason);

@@ -205,7 +205,53 @@ impl Scheduler {
             }
         }
         let ids: Vec<String> = waiting.iter().map(|t| t.id.clone()).collect();
-        self.report(&ids, &reason(explanation));
+        let why = reason(explanation);
+        match self.other_kind_of_node(workload, &ids, &why) {
+            Tried::Both(both) => self.report(&ids, &both),
+            Tried::PluginNodesOnly => {}
+            Tried::NotMixed => self.report(&ids, &why),
+        }
+    }
+
+    /// Pods that device-plugin nodes and DRA nodes could both serve (see [`MixedPath`]): the kind
+    /// of node they were submitted for had no room, so the workload is withdrawn and submitted
+    /// for the other kind — at once after the device-plugin nodes, after the back-off once the
+    /// DRA nodes were tried too (or could not serve it at all).
+    fn other_kind_of_node(&mut self, workload: &str, ids: &[String], why: &str) -> Tried {
+        let Some(first) = ids.first().and_then(|id| self.next.mixed.get(id)).cloned() else {
+            return Tried::NotMixed;
+        };
+        let placed = self.core.members_of(workload).is_some_and(|mut m| m.any(|(_, placed)| placed));
+        if placed || !ids.iter().all(|id| self.next.mixed.contains_key(id)) {
+            for id in ids {
+                self.next.mixed.remove(id);
+            }
+            return Tried::NotMixed;
+        }
+        let _ = self.core.finish(workload);
+        self.next.dra_submitted.remove(workload);
+        self.next.dirty = true;
+        let tried = if first.submitted_dra {
+            let plugin = first.plugin_reason.as_deref().unwrap_or("no room");
+            Tried::Both(format!("device-plugin nodes: {plugin}; DRA nodes: {why}"))
+        } else if first.dra {
+            // Meant for the DRA nodes, but none could serve it: the device-plugin nodes' reason.
+            Tried::Both(why.to_string())
+        } else {
+            Tried::PluginNodesOnly
+        };
+        let to_dra = matches!(tried, Tried::PluginNodesOnly);
+        let backoff = if to_dra { first.backoff } else { (first.backoff * 2).clamp(1, 10) };
+        if !to_dra {
+            self.next.not_before.insert(workload.to_string(), self.now() + backoff);
+        }
+        for id in ids {
+            let path = self.next.mixed.entry(id.clone()).or_default();
+            path.dra = to_dra;
+            path.backoff = backoff;
+            path.plugin_reason = to_dra.then(|| why.to_string());
+        }
+        tried
     }
 
     /// A victim that can checkpoint is asked to (its deadline as wall-clock time).
@@ -526,4 +572,14 @@ impl Scheduler {
             }
         }
     }
+}
+
+/// What [`Scheduler::other_kind_of_node`] did with an unschedulable workload.
+enum Tried {
+    /// Not a pod both kinds of node could serve: its reason stands.
+    NotMixed,
+    /// The device-plugin nodes had no room; the DRA nodes are tried next, at once.
+    PluginNodesOnly,
+    /// Both kinds were tried (or only one could serve it): it waits, for these reasons.
+    Both(String),
 }

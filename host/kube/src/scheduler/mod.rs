@@ -243,6 +243,27 @@ struct Next {
     /// Nodes where a workload's claims could not be allocated after the cycle placed it there:
     /// left out of its next placements until devices are added or freed.
     dra_avoid: AHashMap<String, BTreeSet<String>>,
+    /// Pods of ours asking for an extended resource that device-plugin nodes offer and a
+    /// DeviceClass serves on DRA nodes (KEP-5004), by pod: which kind of node they are tried on.
+    mixed: AHashMap<String, MixedPath>,
+}
+
+/// Where a pod that device-plugin nodes and DRA nodes could both serve is tried. kube-scheduler
+/// weighs both kinds in one cycle; the core asks one request of every node (a GPU count, or a
+/// count of a class's devices), so such a pod is submitted for the device-plugin nodes first and,
+/// when none has room, withdrawn and submitted for the DRA nodes; when those have no room either
+/// it waits, with both reasons, and the round starts again after a back-off (1 s, doubling to 10 s,
+/// kube-scheduler's).
+#[derive(Clone, Debug, Default)]
+struct MixedPath {
+    /// The next submission is for the DRA nodes.
+    dra: bool,
+    /// The current submission is for the DRA nodes.
+    submitted_dra: bool,
+    /// Why the device-plugin nodes could not take it, in this round.
+    plugin_reason: Option<String>,
+    /// Seconds to wait after a round where neither kind had room.
+    backoff: u64,
 }
 
 /// The loop's clocks.
@@ -340,6 +361,7 @@ impl Scheduler {
                 dra_waiting: AHashSet::new(),
                 dra_submitted: AHashSet::new(),
                 dra_avoid: AHashMap::new(),
+                mixed: AHashMap::new(),
                 gang_min: AHashMap::new(),
                 regroup: false,
             },

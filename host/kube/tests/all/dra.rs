@@ -559,31 +559,49 @@ async fn a_pool_missing_a_slice_is_left_out_and_counted_and_a_claim_on_a_gone_no
     running.stop().await;
 }
 
-/// Seen on a real API server: a pod whose GPUs a DeviceClass served (KEP-5004) was tried, with a
-/// claim to make, on the DRA node; the class was then deleted. It must go to a node that offers
-/// `nvidia.com/gpu` itself, with no claim — not keep retrying the old claim for a class that is gone.
+/// Seen on a real API server (kube-apiserver 1.36): with a DeviceClass serving `nvidia.com/gpu`
+/// (KEP-5004) next to device-plugin nodes, pods asking `nvidia.com/gpu` were kept to the DRA
+/// nodes, as if the plugin's GPUs were not there. Both kinds serve them: a device-plugin node as
+/// it is, a DRA node through a claim made for the pod. With both full a pod waits with both
+/// reasons and goes where room appears. Also seen there: once the class is deleted, a pod that
+/// was tried with a claim to make must run without one (no stale claim retried forever).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pod_whose_serving_device_class_is_deleted_runs_on_a_device_plugin_node_with_no_claim() {
+async fn in_a_mixed_cluster_gpu_pods_use_device_plugin_nodes_and_dra_nodes() {
     let api = FakeApi::new();
     dra_node(&api, "n1", 2);
-    api.put(Kind::Node, gpu_node("plain", 8, &[]));
+    api.put(Kind::Node, gpu_node("plain", 2, &[]));
     gpu_class_serving(&api, "gpu-ext", "nvidia.com/gpu");
-    // The class's devices: both held by a first pod, through the claim made for it.
-    api.put(Kind::Pod, pod("ml", "hog", NAME, 2, "4", "32Gi"));
+    api.put(Kind::Pod, pod("ml", "a", NAME, 2, "4", "32Gi"));
+    api.put(Kind::Pod, pod("ml", "b", NAME, 2, "4", "32Gi"));
     let running = start(&api, "scheduler", None);
-    eventually("hog bound on the DRA node", Duration::from_secs(20), || node_of(&api, "ml/hog").is_some()).await;
-    assert_eq!(node_of(&api, "ml/hog").as_deref(), Some("n1"));
-    api.put(Kind::Pod, pod("ml", "p", NAME, 2, "4", "32Gi"));
-    eventually("told why on the DRA node", Duration::from_secs(20), || {
-        message_of(&api, "ml/p").contains("insufficient deviceclass.resource.kubernetes.io/gpu-ext")
+    eventually("a and b bound", Duration::from_secs(20), || {
+        node_of(&api, "ml/a").is_some() && node_of(&api, "ml/b").is_some()
     })
     .await;
-    assert!(node_of(&api, "ml/p").is_none(), "the class's one device is too few, the plugin's node is not its");
+    let on = |node: &str| ["a", "b"].into_iter().find(|p| node_of(&api, &format!("ml/{p}")).as_deref() == Some(node));
+    let (on_plain, on_dra) = (on("plain").expect("one on the plugin's node"), on("n1").expect("one on the DRA node"));
+    let claim_status =
+        |p: &str| api.get(Kind::Pod, &format!("ml/{p}")).unwrap()["status"]["extendedResourceClaimStatus"].clone();
+    assert!(claim_status(on_plain).is_null(), "the device plugin's GPUs need no claim");
+    let claim = claim_status(on_dra)["resourceClaimName"].as_str().expect("a claim made for it").to_string();
+    assert_eq!(devices_of(&api, &format!("ml/{claim}")).len(), 2);
+
+    // Both full: the third waits, told why on each kind of node.
+    api.put(Kind::Pod, pod("ml", "p", NAME, 2, "4", "32Gi"));
+    eventually("p told why on both kinds", Duration::from_secs(20), || {
+        let m = message_of(&api, "ml/p");
+        m.contains("device-plugin nodes:")
+            && m.contains("DRA nodes:")
+            && m.contains("deviceclass.resource.kubernetes.io/gpu-ext")
+    })
+    .await;
+    assert!(node_of(&api, "ml/p").is_none());
+    // The class goes, and the plugin's node frees up: p runs there, with no claim.
     api.remove(Kind::DeviceClass, "gpu-ext");
-    eventually("bound on the device-plugin node", Duration::from_secs(20), || node_of(&api, "ml/p").is_some()).await;
+    api.remove(Kind::Pod, &format!("ml/{on_plain}"));
+    eventually("p bound on the device-plugin node", Duration::from_secs(20), || node_of(&api, "ml/p").is_some()).await;
     assert_eq!(node_of(&api, "ml/p").as_deref(), Some("plain"));
-    assert_eq!(api.objects(Kind::ResourceClaim).len(), 1, "no claim made for a class that is gone, only hog's");
-    let p = api.get(Kind::Pod, "ml/p").unwrap();
-    assert!(p["status"]["extendedResourceClaimStatus"].is_null());
+    assert_eq!(api.objects(Kind::ResourceClaim).len(), 1, "no claim made for a class that is gone");
+    assert!(claim_status("p").is_null());
     running.stop().await;
 }
