@@ -7,6 +7,7 @@ mod fair_share;
 mod hostile;
 mod hot_reload;
 mod mutated;
+mod python;
 mod registry_nats;
 mod reports;
 mod runtime;

@@ -1,0 +1,149 @@
+//! Policies in Python (`sdk/python`, built with componentize-py): the Python `gpu-model-affinity`
+//! places the openb trace exactly as the Rust example does, and what a Python author gets wrong —
+//! an exception, a bad configuration, an endless loop — is a fault in the author's words, attributed
+//! to the plugin and the stage.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use wasmsched_api::{Node, Stage, Task};
+use wasmsched_core::{CallContext, FaultKind, NodeTable, PolicyPlugin, PolicySet};
+use wasmsched_runtime::{LoadError, PluginConfig, Runtime, RuntimeConfig, WasmPlugin};
+use wasmsched_sim::{replay, trace, workload};
+use wasmsched_tests::{fixtures, python};
+
+/// One runtime for the module, with a disk cache: a Python component (an interpreter inside) is
+/// compiled once, not once per test.
+fn rt() -> &'static Runtime {
+    static RT: OnceLock<Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        let cache = std::env::temp_dir().join("wasmsched-python").join("compiled");
+        Runtime::new(RuntimeConfig { cache_dir: Some(cache), ..RuntimeConfig::default() }).unwrap()
+    })
+}
+
+fn example() -> PathBuf {
+    python::component(&python::root().join("examples/plugins/gpu-model-affinity-py"))
+}
+
+fn raises() -> PathBuf {
+    python::component(&python::root().join("tests/plugins/python/raises"))
+}
+
+fn load(path: &Path, config: PluginConfig) -> Result<WasmPlugin, LoadError> {
+    rt().load(&fixtures::read(path.to_str().unwrap()), config)
+}
+
+fn replay_openb(score: Arc<dyn PolicyPlugin>) -> (Vec<(String, String, String)>, replay::Run) {
+    let root = python::root().join("examples/traces/openb");
+    let read = |f: &str| std::fs::read_to_string(root.join(f)).unwrap();
+    let nodes = trace::parse_nodes("nodes", &read("openb_node_list_gpu_node.csv")).unwrap();
+    let pods = trace::parse_pods("pods", &read("openb_pod_list_default.csv")).unwrap();
+    let work = workload::build(&pods, &nodes, 42, 0.3);
+    let typical = workload::target_workload(&pods);
+    let fit: Arc<dyn PolicyPlugin> =
+        Arc::new(rt().load(wasmsched_plugins::RESOURCE_FIT.wasm, crate::unhurried("resource-fit")).unwrap());
+    let set = PolicySet::builder().filter(fit).score(score, 1).build();
+    let mut placements = Vec::new();
+    let run = replay::run_observed(&set, &work.nodes, &work.pods, &typical, |d| {
+        let (node, devices) = match d.outcome {
+            Ok((p, node)) => (node.name.clone(), format!("{:?}", p.devices)),
+            Err(u) => ("-".into(), u.diagnosis.to_string()),
+        };
+        placements.push((d.task.id.clone(), node, devices));
+    });
+    (placements, run)
+}
+
+#[test]
+fn the_python_gpu_model_affinity_places_the_openb_trace_as_the_rust_example() {
+    let config = "G3,V100M32,T4";
+    let rust =
+        rt().load(&fixtures::read(fixtures::GPU_MODEL_AFFINITY), crate::unhurried("gma-rust").with_config(config));
+    let python = load(&example(), crate::unhurried("gma-python").with_config(config)).unwrap();
+    assert_eq!(python.sdk_version(), "wasmsched-python/0.1.0");
+    assert_eq!(python.stages(), [Stage::Score], "the stages are the methods the class defines");
+    let (rust_placements, rust_run) = replay_openb(Arc::new(rust.unwrap()));
+    let python = Arc::new(python);
+    let (python_placements, python_run) = replay_openb(python.clone());
+    assert!(rust_run.placed > 1_000, "a real replay: {} placed", rust_run.placed);
+    assert_eq!(python_run.faulted, 0);
+    assert_eq!(python_placements.len(), rust_placements.len());
+    for (p, r) in python_placements.iter().zip(&rust_placements) {
+        assert_eq!(p, r, "the first placement that differs");
+    }
+    assert_eq!(python_run.series, rust_run.series);
+    // The preference matters: G3 nodes first while they have room.
+    let first = &python_placements[0];
+    assert!(first.1.starts_with("openb-node-"), "{first:?}");
+}
+
+fn nodes(n: usize) -> NodeTable {
+    let mut t = NodeTable::new();
+    for i in 0..n {
+        t.upsert(Node { name: format!("n{i}"), ..Default::default() });
+    }
+    t
+}
+
+#[test]
+fn an_exception_is_a_fault_with_its_type_message_and_line() {
+    let table = nodes(3);
+    let ctx = CallContext { worker: 0, nodes: &table };
+    let slots: Vec<u32> = table.slots().collect();
+    let task = Task { id: "t".into(), ..Default::default() };
+    let app = std::fs::read_to_string(python::root().join("tests/plugins/python/raises/app.py")).unwrap();
+    let line_of = |text: &str| app.lines().position(|l| l.contains(text)).unwrap() + 1;
+
+    let divide = load(&raises(), crate::unhurried("raises-divide").with_config("divide")).unwrap();
+    let fault = divide.score(ctx, &task, &slots).expect_err("1 // 0 raises");
+    assert_eq!((fault.plugin.as_str(), fault.stage), ("raises-divide", Stage::Score));
+    assert_eq!(fault.kind, FaultKind::GuestError, "{fault}");
+    let expected = format!(
+        "score: ZeroDivisionError: division by zero (app.py line {}, in score)",
+        line_of("100 // len(task.tolerations)")
+    );
+    assert!(fault.message.contains(&expected), "{:?} lacks {expected:?}", fault.message);
+
+    let key = load(&raises(), crate::unhurried("raises-key").with_config("key")).unwrap();
+    let fault = key.score(ctx, &task, &slots).expect_err("a missing key raises");
+    assert!(
+        fault.message.contains(&format!("KeyError: 'n0' (app.py line {}, in score)", line_of("[node.name]"))),
+        "{}",
+        fault.message
+    );
+
+    // Verdicts with reasons, shared between nodes.
+    let fine = load(&raises(), crate::unhurried("raises-none").with_config("fine")).unwrap();
+    assert_eq!(fine.stages(), [Stage::Filter, Stage::Score]);
+    let batch = fine.filter(ctx, &task, &slots).unwrap();
+    assert_eq!(batch.codes, [0, 1, 1]);
+    assert_eq!(batch.reasons[0].reason, "not a node ending in 0");
+    assert_eq!(fine.score(ctx, &task, &slots).unwrap(), [50, 50, 50]);
+}
+
+#[test]
+fn a_bad_configuration_is_refused_with_the_authors_exception() {
+    let Err(e) = load(&raises(), crate::unhurried("raises-config").with_config("bad-config")) else {
+        panic!("a configuration the policy refuses must not load")
+    };
+    assert!(matches!(e, LoadError::Config { .. }), "{e}");
+    let text = e.to_string();
+    assert!(text.contains("ValueError: unknown mode 'bad-config' (app.py line"), "{text}");
+    assert!(text.contains("raises-config"), "{text}");
+}
+
+#[test]
+fn an_endless_loop_is_cut_at_the_deadline_and_says_which_stage() {
+    let config = PluginConfig::new("raises-loop").with_config("loop").with_deadline(Duration::from_millis(50));
+    let looping = load(&raises(), config).unwrap();
+    let table = nodes(2);
+    let ctx = CallContext { worker: 0, nodes: &table };
+    let slots: Vec<u32> = table.slots().collect();
+    let started = std::time::Instant::now();
+    let fault = looping.filter(ctx, &Task::default(), &slots).expect_err("cut");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert_eq!((fault.kind, fault.stage), (FaultKind::Deadline, Stage::Filter), "{fault}");
+    assert!(fault.to_string().contains("raises-loop"), "{fault}");
+}
