@@ -123,6 +123,82 @@ def extended(resources: types.Resources, name: str) -> int:
     return 0
 
 
+# ---- building records, for tests -----------------------------------------------------------------
+
+
+def resources(cpu_milli=0, memory_bytes=0, gpu_milli=0, extended=()) -> types.Resources:
+    """A `Resources` record (extended resources as `(name, amount)` pairs)."""
+    return types.Resources(cpu_milli=cpu_milli, memory_bytes=memory_bytes, gpu_milli=gpu_milli, extended=sorted(extended))
+
+
+def gpu(index=0, model="", memory_bytes=80 << 30, free_milli=GPU_MILLI, free_memory_bytes=None, health=None, numa_node=None):
+    """A `GpuDevice` record: entirely free unless told otherwise."""
+    return types.GpuDevice(
+        index=index,
+        model=model,
+        memory_bytes=memory_bytes,
+        free_milli=free_milli,
+        free_memory_bytes=memory_bytes if free_memory_bytes is None else free_memory_bytes,
+        health=types.GpuHealth.HEALTHY if health is None else health,
+        numa_node=numa_node,
+    )
+
+
+def node(name="node", gpus=(), labels=(), allocatable=None, allocated=None, unschedulable=False) -> types.Node:
+    """A `Node` record; `allocatable` defaults to what its GPUs add up to."""
+    if allocatable is None:
+        allocatable = resources(gpu_milli=GPU_MILLI * len(gpus))
+    return types.Node(
+        name=name,
+        labels=sorted(labels),
+        taints=[],
+        allocatable=allocatable,
+        allocated=allocated if allocated is not None else resources(),
+        gpus=list(gpus),
+        unschedulable=unschedulable,
+    )
+
+
+def task(id="task", gpus=0, milli_per_gpu=GPU_MILLI, models=(), queue="default", priority=0, cpu_milli=0) -> types.Task:
+    """A `Task` record asking for `gpus` devices (each `milli_per_gpu` of one)."""
+    return types.Task(
+        id=id,
+        namespace="default",
+        group=None,
+        queue=queue,
+        priority=priority,
+        qos=types.Qos.BURSTABLE,
+        request=resources(cpu_milli=cpu_milli, gpu_milli=gpus * milli_per_gpu),
+        gpu=types.GpuRequest(count=gpus, milli_per_gpu=milli_per_gpu, memory_bytes_per_gpu=0, models=list(models)),
+        node_selector=[],
+        node_affinity=types.NodeAffinity(required=[], preferred=[]),
+        tolerations=[],
+    )
+
+
+class Harness:
+    """Runs a policy natively through the same batch code the component runs (init, the mirror,
+    the stage calls, exceptions as errors), for `python3 -m unittest` without a component."""
+
+    def __init__(self, cls, config: str = ""):
+        export(cls)
+        self.info = Plugin().init(config)
+
+    def _mirror(self, nodes):
+        Mirror().reset(1, len(nodes))
+        Mirror().upsert(1, list(enumerate(nodes)))
+        return list(range(len(nodes)))
+
+    def score(self, task, nodes):
+        """One score per node."""
+        return Score().score(task, self._mirror(nodes))
+
+    def filter(self, task, nodes):
+        """Per node: None when it fits, else the reason."""
+        result = Filter().filter(task, self._mirror(nodes))
+        return [None if code == 0 else result.reasons[code - 1].reason for code in result.codes]
+
+
 # ---- the guest side of the contract ------------------------------------------------------------
 
 _factory = None

@@ -1,12 +1,14 @@
-//! `docs/tutorial.md`, followed literally: its `file=PATH` blocks are written and its `sh run`
-//! blocks run with bash, in order, in a fresh directory outside the repository (beside a
-//! `wasmsched` link to this checkout, as the tutorial lays things out), with the `wasmsched`
-//! under test first on `PATH`. A tutorial that drifts from the code fails here.
+//! The tutorials (`docs/tutorial.md`, `docs/tutorial-python.md`), followed literally: their
+//! `file=PATH` blocks are written and their `sh run` blocks run with bash, in order, in a fresh
+//! directory outside the repository (beside a `wasmsched` link to this checkout, as the tutorials
+//! lay things out), with the `wasmsched` under test first on `PATH`. A tutorial that drifts from
+//! the code fails here.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const TUTORIAL: &str = include_str!("../../../../docs/tutorial.md");
+const TUTORIAL_PYTHON: &str = include_str!("../../../../docs/tutorial-python.md");
 
 /// A fenced block the test acts on.
 enum Step {
@@ -35,9 +37,9 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
 
-#[test]
-fn the_tutorial_ends_in_a_running_policy() {
-    let steps = steps(TUTORIAL);
+/// Runs the tutorial's steps; returns what they printed.
+fn follow(tutorial: &str) -> String {
+    let steps = steps(tutorial);
     let runs = steps.iter().filter(|s| matches!(s, Step::Run { .. })).count();
     assert!(runs >= 5, "the tutorial's `sh run` blocks were not found ({runs})");
 
@@ -67,7 +69,11 @@ fn the_tutorial_ends_in_a_running_policy() {
                     .env_remove("CARGO_TARGET_DIR")
                     .env_remove("RUSTUP_TOOLCHAIN")
                     .env_remove("CARGO")
-                    .env("WASMSCHED_CACHE_DIR", "off")
+                    // A compiled-component cache of its own, as a reader's first run has: a
+                    // component is compiled once, then loaded from it.
+                    .env("WASMSCHED_CACHE_DIR", work.path().join("compiled"))
+                    // Python writes no bytecode into the checkout it reads the SDK from.
+                    .env("PYTHONDONTWRITEBYTECODE", "1")
                     .output()
                     .unwrap();
                 let stdout = String::from_utf8_lossy(&out.stdout);
@@ -77,11 +83,32 @@ fn the_tutorial_ends_in_a_running_policy() {
             }
         }
     }
+    transcript
+}
+
+/// The line of `simulate`'s summary: something placed, nothing failed by a fault.
+fn assert_placed(transcript: &str) {
+    let placed = transcript.lines().find(|l| l.starts_with("placed ")).expect("simulate's summary line");
+    assert!(!placed.starts_with("placed 0,") && placed.contains("(0 by plugin faults)"), "{placed}");
+}
+
+#[test]
+fn the_tutorial_ends_in_a_running_policy() {
+    let transcript = follow(TUTORIAL);
     // What the tutorial says the reader sees.
     assert!(transcript.contains("test result: ok. 2 passed") || transcript.contains("2 passed"), "{transcript}");
     assert!(transcript.contains("plugin   prefer-empty-gpus (registered here as my_policy)"), "{transcript}");
     assert!(transcript.contains("policy set spread-idle passes every gate"), "{transcript}");
     assert!(transcript.contains("policy set spread-idle"), "{transcript}");
-    let placed = transcript.lines().find(|l| l.starts_with("placed ")).expect("simulate's summary line");
-    assert!(!placed.starts_with("placed 0,") && placed.contains("(0 by plugin faults)"), "{placed}");
+    assert_placed(&transcript);
+}
+
+#[test]
+fn the_python_tutorial_ends_in_a_running_policy() {
+    let transcript = follow(TUTORIAL_PYTHON);
+    assert!(transcript.contains("Ran 2 tests") && transcript.contains("\nOK"), "{transcript}");
+    assert!(transcript.contains("plugin   prefer-empty-gpus (registered here as policy)"), "{transcript}");
+    assert!(transcript.contains("sdk      wasmsched-python/0.1.0"), "{transcript}");
+    assert!(transcript.contains("policy set spread-idle-py passes every gate"), "{transcript}");
+    assert_placed(&transcript);
 }
