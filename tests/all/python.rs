@@ -147,3 +147,30 @@ fn an_endless_loop_is_cut_at_the_deadline_and_says_which_stage() {
     assert_eq!((fault.kind, fault.stage), (FaultKind::Deadline, Stage::Filter), "{fault}");
     assert!(fault.to_string().contains("raises-loop"), "{fault}");
 }
+
+/// The example's own unit tests (`test_app.py`: the Rust example's test in Python), run natively
+/// through the SDK's `Harness` with the record types componentize-py generates from the contract.
+#[test]
+fn the_python_examples_unit_tests_pass_natively() {
+    let root = python::root();
+    let bindings = tempfile::tempdir().unwrap();
+    let generated = std::process::Command::new("componentize-py")
+        .current_dir(&root)
+        .args(["-d", "wit", "-w", "policy", "bindings"])
+        .arg(bindings.path())
+        .output()
+        .expect("componentize-py (scripts/test installs it)");
+    assert!(generated.status.success(), "{}", String::from_utf8_lossy(&generated.stderr));
+    let example = root.join("examples/plugins/gpu-model-affinity-py");
+    let path = std::env::join_paths([bindings.path().to_path_buf(), root.join("sdk/python"), example.clone()]).unwrap();
+    let out = std::process::Command::new("python3")
+        .current_dir(&example)
+        .args(["-m", "unittest", "-v", "test_app"])
+        .env("PYTHONPATH", path)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{report}");
+    assert!(report.contains("Ran 2 tests") && report.trim_end().ends_with("OK"), "{report}");
+}
