@@ -159,6 +159,34 @@ fn wasm_policies_decide_exactly_as_native_ones_through_whole_cycles() {
     }
 }
 
+/// `examples/plugins/priority-preempt-py`, the built-in preempt policy written in Python, makes
+/// every decision the native build makes through whole cycles of gangs, checkpoints and evictions.
+#[test]
+fn the_python_priority_preempt_decides_exactly_as_the_built_in_through_whole_cycles() {
+    let rt = crate::python::rt();
+    let component = wasmsched_tests::python::component(
+        &wasmsched_tests::python::root().join("examples/plugins/priority-preempt-py"),
+    );
+    let python: Arc<dyn PolicyPlugin> = Arc::new(
+        rt.load(
+            &std::fs::read(component).unwrap(),
+            crate::unhurried("priority-preempt").with_config(r#"{"min_runtime_seconds": 5}"#),
+        )
+        .unwrap(),
+    );
+    assert_eq!(python.stages(), [Stage::Preempt]);
+    let wasm = wasm_set(rt, python);
+    for seed in [3, 17] {
+        let native_log = churn(&native_set(), seed);
+        let python_log = churn(&wasm, seed);
+        assert!(native_log.iter().filter(|l| l.contains("Evicted")).count() > 5, "seed {seed}: preemption exercised");
+        if let Some(i) = (0..native_log.len().min(python_log.len())).find(|&i| native_log[i] != python_log[i]) {
+            panic!("seed {seed}: decision {i} differs\nnative: {}\npython: {}", native_log[i], python_log[i]);
+        }
+        assert_eq!(native_log.len(), python_log.len());
+    }
+}
+
 #[test]
 fn a_hostile_preempt_plugin_evicts_nothing_and_loses_nothing() {
     let (rt, faults) = crate::runtime_with_faults(RuntimeConfig::default());

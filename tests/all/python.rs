@@ -15,7 +15,7 @@ use wasmsched_tests::{fixtures, python};
 
 /// One runtime for the module, with a disk cache: a Python component (an interpreter inside) is
 /// compiled once, not once per test.
-fn rt() -> &'static Runtime {
+pub(crate) fn rt() -> &'static Runtime {
     static RT: OnceLock<Runtime> = OnceLock::new();
     RT.get_or_init(|| {
         let cache = std::env::temp_dir().join("wasmsched-python").join("compiled");
