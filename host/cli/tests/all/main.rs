@@ -9,6 +9,7 @@ mod events;
 mod experiment;
 mod policy;
 mod policy_bench;
+mod python;
 mod replay;
 mod run;
 #[path = "../../../events/tests/all/support/mod.rs"]
