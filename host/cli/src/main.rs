@@ -20,6 +20,7 @@ mod events_cmd;
 mod experiment;
 mod inputs;
 mod plugin_cmd;
+mod plugin_new;
 mod policy;
 mod policy_cmd;
 mod progress;

@@ -25,10 +25,14 @@ pub enum Command {
     },
     /// List the built-in plugins.
     List,
+    /// Write a new policy project (Rust or Python) with a passing test of its behaviour and a
+    /// build script that makes the component and a policy set using it.
+    New(crate::plugin_new::Args),
 }
 
 pub fn run(cmd: Command) -> anyhow::Result<()> {
     match cmd {
+        Command::New(args) => crate::plugin_new::run(args),
         Command::List => {
             for b in wasmsched_plugins::ALL {
                 println!("{:<16} {:>8} bytes  config {:?}", b.name, b.wasm.len(), b.config);
