@@ -6,6 +6,7 @@ mod differential;
 mod fair_share;
 mod hostile;
 mod hot_reload;
+mod javascript;
 mod mutated;
 mod python;
 mod registry_nats;

@@ -35,7 +35,7 @@ fn load(path: &Path, config: PluginConfig) -> Result<WasmPlugin, LoadError> {
     rt().load(&fixtures::read(path.to_str().unwrap()), config)
 }
 
-fn replay_openb(score: Arc<dyn PolicyPlugin>) -> (Vec<(String, String, String)>, replay::Run) {
+pub(crate) fn replay_openb(score: Arc<dyn PolicyPlugin>) -> (Vec<(String, String, String)>, replay::Run) {
     let root = python::root().join("examples/traces/openb");
     let read = |f: &str| std::fs::read_to_string(root.join(f)).unwrap();
     let nodes = trace::parse_nodes("nodes", &read("openb_node_list_gpu_node.csv")).unwrap();

@@ -1,5 +1,6 @@
 //! What a policy costs in each language: `gpu-model-affinity` in Rust (native and as a component)
-//! and in Python (`examples/plugins/gpu-model-affinity-py`, componentize-py), scoring one task over
+//! in Python (`examples/plugins/gpu-model-affinity-py`, componentize-py) and in JavaScript
+//! (`examples/plugins/gpu-model-affinity-js`, componentize-js), scoring one task over
 //! 5,000 generated nodes in one batched call, in one run. Printed first, measured once each: the
 //! component's size, its compile time, its load time from the compiled-artefact cache (the second
 //! start), and the smallest memory cap its instance starts under.
@@ -14,14 +15,16 @@ use wasmsched_core::{CallContext, NativePlugin, PolicyPlugin};
 use wasmsched_example_gpu_model_affinity::GpuModelAffinity;
 use wasmsched_runtime::{PluginConfig, Runtime, RuntimeConfig};
 use wasmsched_sim::generate::{self, Rng};
-use wasmsched_tests::{fixtures, python};
+use wasmsched_tests::{fixtures, javascript, python};
 
 const NODES: usize = 5000;
 const CONFIG: &str = "A10,V100M32,T4";
 
 /// A generous deadline: this measures cost, and a call over the default budget must still finish.
+/// JavaScript's heap needs more than the default 64 MiB (see `sdk/js/README.md`).
 fn config(name: &str) -> PluginConfig {
-    PluginConfig::new(name).with_config(CONFIG).with_deadline(Duration::from_secs(2))
+    let config = PluginConfig::new(name).with_config(CONFIG).with_deadline(Duration::from_secs(2));
+    if name == "javascript" { config.with_memory_limit(256 << 20) } else { config }
 }
 
 /// Size, compile time, cached load time and the smallest memory cap (MiB) of a component.
@@ -37,7 +40,8 @@ fn start_costs(name: &str, wasm: &[u8]) {
     let load = t.elapsed();
     // The smallest cap (in MiB) under which the instance starts and initialises.
     let rt = cached().unwrap();
-    let starts = |mib: usize| rt.load(wasm, config(name).with_memory_limit(mib << 20)).is_ok();
+    let starts =
+        |mib: usize| rt.load(wasm, PluginConfig::new(name).with_config(CONFIG).with_memory_limit(mib << 20)).is_ok();
     let (mut low, mut high) = (1usize, 1024usize);
     while low < high {
         let mid = (low + high) / 2;
@@ -55,14 +59,18 @@ fn languages(c: &mut Criterion) {
     let rust = fixtures::read(fixtures::GPU_MODEL_AFFINITY);
     let python =
         std::fs::read(python::component(&python::root().join("examples/plugins/gpu-model-affinity-py"))).unwrap();
+    let js =
+        std::fs::read(javascript::component(&python::root().join("examples/plugins/gpu-model-affinity-js"))).unwrap();
     start_costs("rust", &rust);
     start_costs("python", &python);
+    start_costs("javascript", &js);
 
     let rt = Runtime::new(RuntimeConfig::default()).unwrap();
     let plugins: Vec<(&str, Arc<dyn PolicyPlugin>)> = vec![
         ("native", Arc::new(NativePlugin::<GpuModelAffinity>::new(CONFIG, 1).unwrap())),
         ("rust-wasm", Arc::new(rt.load(&rust, config("rust")).unwrap())),
         ("python-wasm", Arc::new(rt.load(&python, config("python")).unwrap())),
+        ("javascript-wasm", Arc::new(rt.load(&js, config("javascript")).unwrap())),
     ];
     let mut rng = Rng::new(7);
     let table = generate::cluster(&mut rng, NODES);

@@ -56,3 +56,56 @@ pub mod python {
         out
     }
 }
+
+/// JavaScript policies built into components with componentize-js (npm, pinned in
+/// `sdk/js/package.json`; `scripts/test` installs it), against the `policy` world and the
+/// JavaScript SDK (`sdk/js`).
+pub mod javascript {
+    use std::hash::{Hash, Hasher};
+    use std::path::{Path, PathBuf};
+    use std::sync::Mutex;
+
+    use crate::python::root;
+
+    /// The component of the JavaScript app in `dir` (its module `app.js`), built once per content of
+    /// the app, the SDK and the contract (kept under the system's temporary directory).
+    pub fn component(dir: &Path) -> PathBuf {
+        static BUILDING: Mutex<()> = Mutex::new(());
+        let _one_at_a_time = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
+        let root = root();
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        for source in [
+            dir.join("app.js"),
+            root.join("sdk/js/wasmsched_policy.js"),
+            root.join("sdk/js/build.mjs"),
+            root.join("wit/policy.wit"),
+        ] {
+            std::fs::read(&source).unwrap_or_else(|e| panic!("{}: {e}", source.display())).hash(&mut hasher);
+        }
+        let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("app");
+        let out_dir = std::env::temp_dir().join("wasmsched-javascript");
+        std::fs::create_dir_all(&out_dir).unwrap();
+        let out = out_dir.join(format!("{name}-{:016x}.wasm", hasher.finish()));
+        if out.exists() {
+            return out;
+        }
+        let partial = out.with_extension("partial");
+        let built = std::process::Command::new("node")
+            .current_dir(&root)
+            .arg("sdk/js/build.mjs")
+            .arg(dir)
+            .arg(&partial)
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("cannot run node ({e}): install Node.js and `npm ci --prefix sdk/js` (scripts/test does)")
+            });
+        assert!(
+            built.status.success(),
+            "building {} failed (`npm ci --prefix sdk/js` installs componentize-js):\n{}",
+            dir.display(),
+            String::from_utf8_lossy(&built.stderr)
+        );
+        std::fs::rename(&partial, &out).unwrap();
+        out
+    }
+}

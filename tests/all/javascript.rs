@@ -1,0 +1,98 @@
+//! Policies in JavaScript (`sdk/js`, built with componentize-js): the JavaScript
+//! `gpu-model-affinity` places the openb trace exactly as the Rust example does, and a throw, a bad
+//! configuration or an endless loop is a fault in the author's words, attributed to plugin and stage.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmsched_api::{Node, Stage, Task};
+use wasmsched_core::{CallContext, FaultKind, NodeTable, PolicyPlugin};
+use wasmsched_runtime::{LoadError, PluginConfig, WasmPlugin};
+use wasmsched_tests::{fixtures, javascript, python};
+
+/// The JavaScript engine's heap grows past the default 64 MiB cap before it collects: JavaScript
+/// policies are given 256 MiB (`memory_mib: 256` in a policy set; docs say so).
+const MEMORY: usize = 256 << 20;
+
+fn example() -> PathBuf {
+    javascript::component(&python::root().join("examples/plugins/gpu-model-affinity-js"))
+}
+
+fn raises() -> PathBuf {
+    javascript::component(&python::root().join("tests/plugins/js/raises"))
+}
+
+fn load(path: &Path, config: PluginConfig) -> Result<WasmPlugin, LoadError> {
+    crate::python::rt().load(&fixtures::read(path.to_str().unwrap()), config.with_memory_limit(MEMORY))
+}
+
+#[test]
+fn the_javascript_gpu_model_affinity_places_the_openb_trace_as_the_rust_example() {
+    let config = "G3,V100M32,T4";
+    let rt = crate::python::rt();
+    let rust = rt.load(&fixtures::read(fixtures::GPU_MODEL_AFFINITY), crate::unhurried("gma-rust").with_config(config));
+    let js = load(&example(), crate::unhurried("gma-js").with_config(config)).unwrap();
+    assert_eq!(js.sdk_version(), "wasmsched-js/0.1.0");
+    assert_eq!(js.stages(), [Stage::Score]);
+    let (rust_placements, rust_run) = crate::python::replay_openb(Arc::new(rust.unwrap()));
+    let (js_placements, js_run) = crate::python::replay_openb(Arc::new(js));
+    assert!(rust_run.placed > 1_000, "a real replay: {} placed", rust_run.placed);
+    assert_eq!(js_run.faulted, 0);
+    assert_eq!(js_placements.len(), rust_placements.len());
+    for (j, r) in js_placements.iter().zip(&rust_placements) {
+        assert_eq!(j, r, "the first placement that differs");
+    }
+    assert_eq!(js_run.series, rust_run.series);
+}
+
+fn nodes(n: usize) -> NodeTable {
+    let mut t = NodeTable::new();
+    for i in 0..n {
+        t.upsert(Node { name: format!("n{i}"), ..Default::default() });
+    }
+    t
+}
+
+#[test]
+fn a_throw_is_a_fault_with_its_type_message_and_line() {
+    let table = nodes(3);
+    let ctx = CallContext { worker: 0, nodes: &table };
+    let slots: Vec<u32> = table.slots().collect();
+    let task = Task { id: "t".into(), ..Default::default() };
+    let app = std::fs::read_to_string(python::root().join("tests/plugins/js/raises/app.js")).unwrap();
+    let line_of = |text: &str| app.lines().position(|l| l.contains(text)).unwrap() + 1;
+
+    let typed = load(&raises(), crate::unhurried("raises-type").with_config("type")).unwrap();
+    let fault = typed.score(ctx, &task, &slots).expect_err("node.missing.field throws");
+    assert_eq!((fault.plugin.as_str(), fault.stage, fault.kind), ("raises-type", Stage::Score, FaultKind::GuestError));
+    let expected = format!(
+        "score: TypeError: can't access property \"field\", node.missing is undefined (app.js line {})",
+        line_of("node.missing.field")
+    );
+    assert!(fault.message.contains(&expected), "{:?} lacks {expected:?}", fault.message);
+
+    let fine = load(&raises(), crate::unhurried("raises-fine").with_config("fine")).unwrap();
+    assert_eq!(fine.stages(), [Stage::Filter, Stage::Score]);
+    let batch = fine.filter(ctx, &task, &slots).unwrap();
+    assert_eq!(batch.codes, [0, 1, 1]);
+    assert_eq!(batch.reasons[0].reason, "not a node ending in 0");
+    assert_eq!(fine.score(ctx, &task, &slots).unwrap(), [50, 50, 50]);
+
+    let Err(e) = load(&raises(), crate::unhurried("raises-config").with_config("bad-config")) else {
+        panic!("a configuration the policy refuses must not load")
+    };
+    assert!(matches!(e, LoadError::Config { .. }), "{e}");
+    assert!(e.to_string().contains("RangeError: unknown mode 'bad-config' (app.js line"), "{e}");
+}
+
+#[test]
+fn an_endless_javascript_loop_is_cut_at_the_deadline() {
+    let config = PluginConfig::new("raises-loop").with_config("loop").with_deadline(Duration::from_millis(50));
+    let looping = load(&raises(), config).unwrap();
+    let table = nodes(2);
+    let ctx = CallContext { worker: 0, nodes: &table };
+    let slots: Vec<u32> = table.slots().collect();
+    let fault = looping.filter(ctx, &Task::default(), &slots).expect_err("cut");
+    assert_eq!((fault.kind, fault.stage), (FaultKind::Deadline, Stage::Filter), "{fault}");
+}
