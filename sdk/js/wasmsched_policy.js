@@ -110,7 +110,7 @@ function current() {
   return policy;
 }
 
-function node(slot) {
+function mirrored(slot) {
   const n = nodes[slot];
   if (n === undefined || n === null) throw new Fault(`slot ${slot} is not in the mirror`);
   return n;
@@ -158,7 +158,7 @@ function filterBatch(task, candidates, enough) {
   const index = new Map();
   let fits = 0;
   for (const slot of candidates) {
-    let verdict = p.filter(task, node(slot));
+    let verdict = p.filter(task, mirrored(slot));
     if (verdict === undefined || verdict === null || verdict === true) {
       codes.push(0);
       fits += 1;
@@ -180,7 +180,7 @@ function filterBatch(task, candidates, enough) {
 function scoreBatch(task, candidates) {
   const p = current();
   return candidates.map((slot) => {
-    const s = Math.trunc(Number(p.score(task, node(slot))));
+    const s = Math.trunc(Number(p.score(task, mirrored(slot))));
     return Number.isFinite(s) ? Math.max(0, Math.min(MAX_SCORE, s)) : 0;
   });
 }
@@ -253,7 +253,7 @@ export const placement = {
 export const selectDevices = {
   selectDevices(task, slot) {
     return guarded("select-devices", () => {
-      const answer = current().selectDevices(task, node(slot));
+      const answer = current().selectDevices(task, mirrored(slot));
       if (typeof answer === "string") return { tag: "err", val: { reason: answer, unresolvable: false } };
       if (answer instanceof Verdict) return { tag: "err", val: { reason: answer.reason, unresolvable: answer.unresolvable } };
       return { tag: "ok", val: answer.map(([gpu, milli]) => ({ gpu, milli })) };
@@ -270,7 +270,7 @@ export const selectClaimDevices = {
 export const preempt = {
   selectVictims(preemptor, candidates) {
     return guarded("preempt", () => {
-      const answer = current().selectVictims(preemptor, candidates, candidates.map((c) => node(c.node)));
+      const answer = current().selectVictims(preemptor, candidates, candidates.map((c) => mirrored(c.node)));
       if (answer === null || answer === undefined) return undefined;
       const [candidate, victims] = answer;
       return { candidate, victims };
@@ -309,3 +309,71 @@ export const fairShareDelta = {
     });
   },
 };
+
+// ---- building records, for tests ------------------------------------------------------------------
+
+/** A `resources` record (64-bit fields as BigInt, as the component receives them). */
+export function resources({ cpuMilli = 0n, memoryBytes = 0n, gpuMilli = 0n, extended = [] } = {}) {
+  return { cpuMilli: BigInt(cpuMilli), memoryBytes: BigInt(memoryBytes), gpuMilli: BigInt(gpuMilli), extended };
+}
+
+/** A `gpu-device` record: entirely free unless told otherwise. */
+export function gpu(index = 0, { model = "", memoryBytes = 80n << 30n, freeMilli = GPU_MILLI, health = "healthy" } = {}) {
+  return { index, model, memoryBytes, freeMilli, freeMemoryBytes: memoryBytes, health, numaNode: undefined };
+}
+
+/** A `node` record; its allocatable GPUs are what its devices add up to. */
+export function node(name = "node", gpus = []) {
+  return {
+    name,
+    labels: [],
+    taints: [],
+    allocatable: resources({ gpuMilli: BigInt(GPU_MILLI * gpus.length) }),
+    allocated: resources(),
+    gpus,
+    unschedulable: false,
+  };
+}
+
+/** A `task` record asking for `gpus` devices (each `milliPerGpu` of one). */
+export function task({ id = "task", gpus = 0, milliPerGpu = GPU_MILLI, models = [], queue = "default", priority = 0 } = {}) {
+  return {
+    id,
+    namespace: "default",
+    group: undefined,
+    queue,
+    priority,
+    qos: "burstable",
+    request: resources({ gpuMilli: BigInt(gpus * milliPerGpu) }),
+    gpu: { count: gpus, milliPerGpu, memoryBytesPerGpu: 0n, models },
+    nodeSelector: [],
+    nodeAffinity: { required: [], preferred: [] },
+    tolerations: [],
+  };
+}
+
+/** Runs a policy natively through the same batch code the component runs (init, the mirror, the
+ * stage calls, throws as errors), for `node --test` without a component. */
+export class Harness {
+  constructor(cls, config = "") {
+    exportPolicy(cls);
+    this.info = plugin.init(config);
+  }
+
+  #mirror(list) {
+    mirror.reset(1n, list.length);
+    mirror.upsert(1n, list.map((n, i) => [i, n]));
+    return list.map((_, i) => i);
+  }
+
+  /** One score per node. */
+  score(t, list) {
+    return score.score(t, this.#mirror(list));
+  }
+
+  /** Per node: null when it fits, else the reason. */
+  filter(t, list) {
+    const result = filter.filter(t, this.#mirror(list));
+    return result.codes.map((code) => (code === 0 ? null : result.reasons[code - 1].reason));
+  }
+}

@@ -96,3 +96,26 @@ fn an_endless_javascript_loop_is_cut_at_the_deadline() {
     let fault = looping.filter(ctx, &Task::default(), &slots).expect_err("cut");
     assert_eq!((fault.kind, fault.stage), (FaultKind::Deadline, Stage::Filter), "{fault}");
 }
+
+/// The example's own unit tests (`app.test.mjs`: the Rust example's test in JavaScript), run
+/// natively with `node --test` through the SDK's `Harness`, the SDK beside the app as the build
+/// places it.
+#[test]
+fn the_javascript_examples_unit_tests_pass_natively() {
+    let root = python::root();
+    let work = tempfile::tempdir().unwrap();
+    let example = root.join("examples/plugins/gpu-model-affinity-js");
+    for entry in std::fs::read_dir(&example).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, work.path().join(path.file_name().unwrap())).unwrap();
+    }
+    std::fs::copy(root.join("sdk/js/wasmsched_policy.js"), work.path().join("wasmsched_policy.js")).unwrap();
+    let out = std::process::Command::new("node")
+        .current_dir(work.path())
+        .args(["--test", "app.test.mjs"])
+        .output()
+        .expect("node (scripts/test installs it)");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{report}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(report.contains("# pass 2") && report.contains("# fail 0"), "{report}");
+}

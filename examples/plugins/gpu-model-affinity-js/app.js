@@ -5,7 +5,7 @@
 import { MAX_SCORE, Policy, exportPolicy, fitsDevice } from "./wasmsched_policy.js";
 export * from "./wasmsched_policy.js"; // the contract's exports
 
-class GpuModelAffinity extends Policy {
+export class GpuModelAffinity extends Policy {
   static policyName = "gpu-model-affinity";
 
   constructor(config) {

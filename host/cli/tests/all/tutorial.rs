@@ -1,4 +1,4 @@
-//! The tutorials (`docs/tutorial.md`, `docs/tutorial-python.md`), followed literally: their
+//! The tutorials (`docs/tutorial.md`, `docs/tutorial-python.md`, `docs/tutorial-javascript.md`), followed literally: their
 //! `file=PATH` blocks are written and their `sh run` blocks run with bash, in order, in a fresh
 //! directory outside the repository (beside a `wasmsched` link to this checkout, as the tutorials
 //! lay things out), with the `wasmsched` under test first on `PATH`. A tutorial that drifts from
@@ -9,6 +9,7 @@ use std::process::Command;
 
 const TUTORIAL: &str = include_str!("../../../../docs/tutorial.md");
 const TUTORIAL_PYTHON: &str = include_str!("../../../../docs/tutorial-python.md");
+const TUTORIAL_JAVASCRIPT: &str = include_str!("../../../../docs/tutorial-javascript.md");
 
 /// A fenced block the test acts on.
 enum Step {
@@ -41,7 +42,7 @@ fn repo_root() -> PathBuf {
 fn follow(tutorial: &str) -> String {
     let steps = steps(tutorial);
     let runs = steps.iter().filter(|s| matches!(s, Step::Run { .. })).count();
-    assert!(runs >= 5, "the tutorial's `sh run` blocks were not found ({runs})");
+    assert!(runs >= 4, "the tutorial's `sh run` blocks were not found ({runs})");
 
     let work = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(repo_root(), work.path().join("wasmsched")).unwrap();
@@ -110,5 +111,15 @@ fn the_python_tutorial_ends_in_a_running_policy() {
     assert!(transcript.contains("plugin   prefer-empty-gpus (registered here as policy)"), "{transcript}");
     assert!(transcript.contains("sdk      wasmsched-python/0.1.0"), "{transcript}");
     assert!(transcript.contains("policy set spread-idle-py passes every gate"), "{transcript}");
+    assert_placed(&transcript);
+}
+
+#[test]
+fn the_javascript_tutorial_ends_in_a_running_policy() {
+    let transcript = follow(TUTORIAL_JAVASCRIPT);
+    assert!(transcript.contains("# pass 2") && transcript.contains("# fail 0"), "{transcript}");
+    assert!(transcript.contains("plugin   prefer-empty-gpus (registered here as policy)"), "{transcript}");
+    assert!(transcript.contains("sdk      wasmsched-js/0.1.0"), "{transcript}");
+    assert!(transcript.contains("policy set spread-idle-js passes every gate"), "{transcript}");
     assert_placed(&transcript);
 }
