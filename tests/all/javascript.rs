@@ -95,6 +95,8 @@ fn an_endless_javascript_loop_is_cut_at_the_deadline() {
     let slots: Vec<u32> = table.slots().collect();
     let fault = looping.filter(ctx, &Task::default(), &slots).expect_err("cut");
     assert_eq!((fault.kind, fault.stage), (FaultKind::Deadline, Stage::Filter), "{fault}");
+    // By how much: the CPU it used against its budget.
+    assert!(fault.message.contains("of CPU, over its 50ms budget"), "{fault}");
 }
 
 /// The example's own unit tests (`app.test.mjs`: the Rust example's test in JavaScript), run

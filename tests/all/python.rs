@@ -146,6 +146,8 @@ fn an_endless_loop_is_cut_at_the_deadline_and_says_which_stage() {
     assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
     assert_eq!((fault.kind, fault.stage), (FaultKind::Deadline, Stage::Filter), "{fault}");
     assert!(fault.to_string().contains("raises-loop"), "{fault}");
+    // By how much: the CPU it used against its budget.
+    assert!(fault.message.contains("of CPU, over its 50ms budget"), "{fault}");
 }
 
 /// The example's own unit tests (`test_app.py`: the Rust example's test in Python), run natively
