@@ -187,6 +187,33 @@ fn the_python_priority_preempt_decides_exactly_as_the_built_in_through_whole_cyc
     }
 }
 
+/// The same with `examples/plugins/priority-preempt-js`, the built-in preempt policy in JavaScript.
+#[test]
+fn the_javascript_priority_preempt_decides_exactly_as_the_built_in_through_whole_cycles() {
+    let rt = crate::python::rt();
+    let component =
+        wasmsched_tests::javascript::component(&wasmsched_tests::root().join("examples/plugins/priority-preempt-js"));
+    let js: Arc<dyn PolicyPlugin> = Arc::new(
+        rt.load(
+            &std::fs::read(component).unwrap(),
+            crate::unhurried("priority-preempt")
+                .with_config(r#"{"min_runtime_seconds": 5}"#)
+                .with_memory_limit(256 << 20),
+        )
+        .unwrap(),
+    );
+    assert_eq!(js.stages(), [Stage::Preempt]);
+    let wasm = wasm_set(rt, js);
+    for seed in [3, 17] {
+        let native_log = churn(&native_set(), seed);
+        let js_log = churn(&wasm, seed);
+        if let Some(i) = (0..native_log.len().min(js_log.len())).find(|&i| native_log[i] != js_log[i]) {
+            panic!("seed {seed}: decision {i} differs\nnative:     {}\njavascript: {}", native_log[i], js_log[i]);
+        }
+        assert_eq!(native_log.len(), js_log.len());
+    }
+}
+
 #[test]
 fn a_hostile_preempt_plugin_evicts_nothing_and_loses_nothing() {
     let (rt, faults) = crate::runtime_with_faults(RuntimeConfig::default());

@@ -6,8 +6,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use wasmsched_api::{Node, Stage, Task};
-use wasmsched_core::{CallContext, FaultKind, NodeTable, PolicyPlugin};
+use wasmsched_api::{Stage, Task};
+use wasmsched_core::{CallContext, FaultKind, PolicyPlugin};
+
+use crate::python::nodes;
 use wasmsched_runtime::{LoadError, PluginConfig, WasmPlugin};
 use wasmsched_tests::{fixtures, javascript, python};
 
@@ -44,14 +46,6 @@ fn the_javascript_gpu_model_affinity_places_the_openb_trace_as_the_rust_example(
         assert_eq!(j, r, "the first placement that differs");
     }
     assert_eq!(js_run.series, rust_run.series);
-}
-
-fn nodes(n: usize) -> NodeTable {
-    let mut t = NodeTable::new();
-    for i in 0..n {
-        t.upsert(Node { name: format!("n{i}"), ..Default::default() });
-    }
-    t
 }
 
 #[test]

@@ -79,7 +79,8 @@ fn the_python_gpu_model_affinity_places_the_openb_trace_as_the_rust_example() {
     assert!(first.1.starts_with("openb-node-"), "{first:?}");
 }
 
-fn nodes(n: usize) -> NodeTable {
+/// `n` empty nodes named `n0`, `n1`, …
+pub(crate) fn nodes(n: usize) -> NodeTable {
     let mut t = NodeTable::new();
     for i in 0..n {
         t.upsert(Node { name: format!("n{i}"), ..Default::default() });
