@@ -1,6 +1,7 @@
-//! `wasmsched plugin new NAME --lang rust|python`: a buildable policy project with a passing test
+//! `wasmsched plugin new NAME --lang rust|python|js`: a buildable policy project with a passing test
 //! of its behaviour, a build script that makes the component and pins it in a policy set, and
-//! (Python) its own copies of the SDK and the contract, so it builds outside this repository.
+//! (Python, JavaScript) its own copies of the SDK and the contract, so it builds outside this
+//! repository.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -14,6 +15,8 @@ pub enum Lang {
     Rust,
     /// A module on the Python SDK (`sdk/python`), built with componentize-py 0.25.1.
     Python,
+    /// A module on the JavaScript SDK (`sdk/js`), built with componentize-js 0.23.0.
+    Js,
 }
 
 /// Arguments of `plugin new`.
@@ -36,6 +39,10 @@ pub struct Args {
 const CONTRACT: &str = include_str!("../../../wit/policy.wit");
 const PYTHON_SDK: &str = include_str!("../../../sdk/python/wasmsched_policy.py");
 const TOOLCHAIN: &str = include_str!("../../../rust-toolchain.toml");
+const JS_SDK: &str = include_str!("../../../sdk/js/wasmsched_policy.js");
+const JS_BUILD: &str = include_str!("../../../sdk/js/build.mjs");
+const JS_PACKAGE: &str = include_str!("../../../sdk/js/package.json");
+const JS_LOCK: &str = include_str!("../../../sdk/js/package-lock.json");
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let name = args.name.as_str();
@@ -56,6 +63,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             ("test_app.py", fill(include_str!("../templates/python/test_app.py")), false),
             ("build.sh", fill(include_str!("../templates/python/build.sh")), true),
             ("wasmsched_policy.py", PYTHON_SDK.to_string(), false),
+            ("wit/policy.wit", CONTRACT.to_string(), false),
+        ],
+        Lang::Js => vec![
+            ("app.js", fill(include_str!("../templates/js/app.js")), false),
+            ("app.test.mjs", fill(include_str!("../templates/js/app.test.mjs")), false),
+            ("build.sh", fill(include_str!("../templates/js/build.sh")), true),
+            ("wasmsched_policy.js", JS_SDK.to_string(), false),
+            ("build.mjs", JS_BUILD.to_string(), false),
+            ("package.json", JS_PACKAGE.to_string(), false),
+            ("package-lock.json", JS_LOCK.to_string(), false),
             ("wit/policy.wit", CONTRACT.to_string(), false),
         ],
         Lang::Rust => {

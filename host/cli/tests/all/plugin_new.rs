@@ -77,3 +77,13 @@ fn a_new_rust_policy_builds_tests_and_passes_the_gates() {
     assert!(log.contains("test result: ok. 1 passed"), "{log}");
     checks_pass(work.path(), "spread-rs");
 }
+
+#[test]
+fn a_new_javascript_policy_builds_tests_and_passes_the_gates() {
+    let work = tempfile::tempdir().unwrap();
+    let o = wasmsched(work.path(), &["plugin", "new", "spread-js", "--lang", "js"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let log = build(&work.path().join("spread-js"));
+    assert!(log.contains("# pass 1") && log.contains("# fail 0"), "{log}");
+    checks_pass(work.path(), "spread-js");
+}
