@@ -138,14 +138,10 @@ fn churn(set: &PolicySet, seed: u64) -> Vec<String> {
     log
 }
 
-#[test]
-fn wasm_policies_decide_exactly_as_native_ones_through_whole_cycles() {
-    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
-    let preempt = wasmsched_plugins::PRIORITY_PREEMPT;
-    let wasm_preempt = Arc::new(
-        rt.load(preempt.wasm, crate::unhurried(preempt.name).with_config(r#"{"min_runtime_seconds": 5}"#)).unwrap(),
-    );
-    let wasm = wasm_set(&rt, wasm_preempt);
+/// Every decision of whole churns with `preempt` (and the other built-ins as components) equals the
+/// native build's, for two seeds that evict and checkpoint.
+fn assert_decides_as_native(rt: &Runtime, preempt: Arc<dyn PolicyPlugin>) {
+    let wasm = wasm_set(rt, preempt);
     for seed in [3, 17] {
         let native_log = churn(&native_set(), seed);
         let wasm_log = churn(&wasm, seed);
@@ -157,6 +153,16 @@ fn wasm_policies_decide_exactly_as_native_ones_through_whole_cycles() {
         }
         assert_eq!(native_log.len(), wasm_log.len());
     }
+}
+
+#[test]
+fn wasm_policies_decide_exactly_as_native_ones_through_whole_cycles() {
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let preempt = wasmsched_plugins::PRIORITY_PREEMPT;
+    let wasm_preempt = Arc::new(
+        rt.load(preempt.wasm, crate::unhurried(preempt.name).with_config(r#"{"min_runtime_seconds": 5}"#)).unwrap(),
+    );
+    assert_decides_as_native(&rt, wasm_preempt);
 }
 
 /// `examples/plugins/priority-preempt-py`, the built-in preempt policy written in Python, makes
@@ -175,16 +181,7 @@ fn the_python_priority_preempt_decides_exactly_as_the_built_in_through_whole_cyc
         .unwrap(),
     );
     assert_eq!(python.stages(), [Stage::Preempt]);
-    let wasm = wasm_set(rt, python);
-    for seed in [3, 17] {
-        let native_log = churn(&native_set(), seed);
-        let python_log = churn(&wasm, seed);
-        assert!(native_log.iter().filter(|l| l.contains("Evicted")).count() > 5, "seed {seed}: preemption exercised");
-        if let Some(i) = (0..native_log.len().min(python_log.len())).find(|&i| native_log[i] != python_log[i]) {
-            panic!("seed {seed}: decision {i} differs\nnative: {}\npython: {}", native_log[i], python_log[i]);
-        }
-        assert_eq!(native_log.len(), python_log.len());
-    }
+    assert_decides_as_native(rt, python);
 }
 
 /// The same with `examples/plugins/priority-preempt-js`, the built-in preempt policy in JavaScript.
@@ -203,15 +200,7 @@ fn the_javascript_priority_preempt_decides_exactly_as_the_built_in_through_whole
         .unwrap(),
     );
     assert_eq!(js.stages(), [Stage::Preempt]);
-    let wasm = wasm_set(rt, js);
-    for seed in [3, 17] {
-        let native_log = churn(&native_set(), seed);
-        let js_log = churn(&wasm, seed);
-        if let Some(i) = (0..native_log.len().min(js_log.len())).find(|&i| native_log[i] != js_log[i]) {
-            panic!("seed {seed}: decision {i} differs\nnative:     {}\njavascript: {}", native_log[i], js_log[i]);
-        }
-        assert_eq!(native_log.len(), js_log.len());
-    }
+    assert_decides_as_native(rt, js);
 }
 
 #[test]

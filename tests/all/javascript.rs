@@ -3,7 +3,6 @@
 //! configuration or an endless loop is a fault in the author's words, attributed to plugin and stage.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use wasmsched_api::{Stage, Task};
@@ -31,21 +30,9 @@ fn load(path: &Path, config: PluginConfig) -> Result<WasmPlugin, LoadError> {
 
 #[test]
 fn the_javascript_gpu_model_affinity_places_the_openb_trace_as_the_rust_example() {
-    let config = "G3,V100M32,T4";
-    let rt = crate::python::rt();
-    let rust = rt.load(&fixtures::read(fixtures::GPU_MODEL_AFFINITY), crate::unhurried("gma-rust").with_config(config));
-    let js = load(&example(), crate::unhurried("gma-js").with_config(config)).unwrap();
+    let js = load(&example(), crate::unhurried("gma-js").with_config(crate::python::GMA_CONFIG)).unwrap();
     assert_eq!(js.sdk_version(), "wasmsched-js/0.1.0");
-    assert_eq!(js.stages(), [Stage::Score]);
-    let (rust_placements, rust_run) = crate::python::replay_openb(Arc::new(rust.unwrap()));
-    let (js_placements, js_run) = crate::python::replay_openb(Arc::new(js));
-    assert!(rust_run.placed > 1_000, "a real replay: {} placed", rust_run.placed);
-    assert_eq!(js_run.faulted, 0);
-    assert_eq!(js_placements.len(), rust_placements.len());
-    for (j, r) in js_placements.iter().zip(&rust_placements) {
-        assert_eq!(j, r, "the first placement that differs");
-    }
-    assert_eq!(js_run.series, rust_run.series);
+    crate::python::assert_places_as_the_rust_example(js);
 }
 
 #[test]

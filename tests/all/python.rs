@@ -56,27 +56,33 @@ pub(crate) fn replay_openb(score: Arc<dyn PolicyPlugin>) -> (Vec<(String, String
     (placements, run)
 }
 
-#[test]
-fn the_python_gpu_model_affinity_places_the_openb_trace_as_the_rust_example() {
-    let config = "G3,V100M32,T4";
-    let rust =
-        rt().load(&fixtures::read(fixtures::GPU_MODEL_AFFINITY), crate::unhurried("gma-rust").with_config(config));
-    let python = load(&example(), crate::unhurried("gma-python").with_config(config)).unwrap();
-    assert_eq!(python.sdk_version(), "wasmsched-python/0.1.0");
-    assert_eq!(python.stages(), [Stage::Score], "the stages are the methods the class defines");
-    let (rust_placements, rust_run) = replay_openb(Arc::new(rust.unwrap()));
-    let python = Arc::new(python);
-    let (python_placements, python_run) = replay_openb(python.clone());
+/// The preference list both language tests configure `gpu-model-affinity` with.
+pub(crate) const GMA_CONFIG: &str = "G3,V100M32,T4";
+
+/// `candidate` (a `gpu-model-affinity` in another language) places the openb replay exactly as the
+/// Rust example does: every placement, its devices, and the allocation series.
+pub(crate) fn assert_places_as_the_rust_example(candidate: WasmPlugin) {
+    let rust = rt()
+        .load(&fixtures::read(fixtures::GPU_MODEL_AFFINITY), crate::unhurried("gma-rust").with_config(GMA_CONFIG))
+        .unwrap();
+    assert_eq!(candidate.stages(), [Stage::Score], "the stages are the methods the class defines");
+    let (rust_placements, rust_run) = replay_openb(Arc::new(rust));
+    let (placements, run) = replay_openb(Arc::new(candidate));
     assert!(rust_run.placed > 1_000, "a real replay: {} placed", rust_run.placed);
-    assert_eq!(python_run.faulted, 0);
-    assert_eq!(python_placements.len(), rust_placements.len());
-    for (p, r) in python_placements.iter().zip(&rust_placements) {
+    assert_eq!(run.faulted, 0);
+    assert_eq!(placements.len(), rust_placements.len());
+    for (p, r) in placements.iter().zip(&rust_placements) {
         assert_eq!(p, r, "the first placement that differs");
     }
-    assert_eq!(python_run.series, rust_run.series);
-    // The preference matters: G3 nodes first while they have room.
-    let first = &python_placements[0];
-    assert!(first.1.starts_with("openb-node-"), "{first:?}");
+    assert_eq!(run.series, rust_run.series);
+    assert!(placements[0].1.starts_with("openb-node-"), "{:?}", placements[0]);
+}
+
+#[test]
+fn the_python_gpu_model_affinity_places_the_openb_trace_as_the_rust_example() {
+    let python = load(&example(), crate::unhurried("gma-python").with_config(GMA_CONFIG)).unwrap();
+    assert_eq!(python.sdk_version(), "wasmsched-python/0.1.0");
+    assert_places_as_the_rust_example(python);
 }
 
 /// `n` empty nodes named `n0`, `n1`, …
