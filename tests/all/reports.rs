@@ -36,6 +36,7 @@ fn replay_with_events(set: &PolicySet, scenario: &Scenario) -> (TimedRun, Vec<Pa
                 min_member: 1,
                 placed: 0,
                 waited_seconds: 0,
+                submitted: None,
             };
             events.extend(decisions::cycle(d.decision, &facts, d.nodes, &PolicySetRef::default()));
         },

@@ -422,12 +422,13 @@ pub(crate) fn run_with(
         tap(&table, task, bound);
         // A placement whose bind failed (never expected: devices are validated) publishes nothing.
         let outcome = match &sampled.result {
-            Ok(p) if bound => table.get(p.node).map(|n| Ok((p, n.name.as_str()))),
+            Ok(p) if bound => table.get(p.node).map(|n| Ok((p, n))),
             Ok(_) => None,
             Err(u) => Some(Err(&u.diagnosis)),
         };
         if let (Some(_), Some(outcome)) = (sink, outcome) {
-            let decision = decisions::Decision { task, outcome, evaluated: sampled.examined, attempt: 1 };
+            let decision =
+                decisions::Decision { task, outcome, evaluated: sampled.examined, attempt: 1, submitted: None };
             // Timed on one publishing decision in EMIT_SAMPLE only, and scaled up: two clock reads
             // per event would themselves add ~0.3 % to the "on" side of a 15 µs decision.
             if published % EMIT_SAMPLE == 0 {

@@ -29,6 +29,7 @@ mod replay_policies;
 mod run_cmd;
 mod simulate;
 mod topo_cmd;
+mod usage_cmd;
 
 /// wasmsched: a GPU cluster scheduler whose policies are sandboxed WebAssembly components.
 #[derive(Parser)]
@@ -73,6 +74,9 @@ enum Command {
     /// A node's GPU topology (from `nvidia-smi topo -m` or the agent's annotation), and which k
     /// GPUs a task would get on it, and why.
     Topo(topo_cmd::Args),
+    /// Usage accounting from the events: GPU-, CPU- and memory-hours per queue, namespace, GPU
+    /// model or node pool over a window, lost GPU-hours, queueing delay, fair share.
+    Usage(usage_cmd::Args),
 }
 
 /// mimalloc instead of glibc's malloc: the event drainer frees on its own thread what the
@@ -99,6 +103,7 @@ fn main() -> ExitCode {
         Command::Plugin(cmd) => plugin_cmd::run(cmd),
         Command::Policy(cmd) => policy_cmd::run(cmd).context("policy"),
         Command::Topo(args) => topo_cmd::run(args).context("topo"),
+        Command::Usage(args) => usage_cmd::run(args).context("usage"),
         Command::Dra(cmd) => dra_cmd::run(cmd).context("dra"),
         Command::Run(args) => run_cmd::run(args).context("run"),
         Command::Extender(args) => run_cmd::extender(args).context("extender"),

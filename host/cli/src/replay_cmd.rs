@@ -116,6 +116,9 @@ struct Report<'a> {
     utilisation_peak_percent: f64,
     jain_fairness: f64,
     queues: &'a std::collections::BTreeMap<String, QueueStats>,
+    /// What each queue's runs held, by the simulator's own count (runs going on counted up to the
+    /// horizon): what `wasmsched usage --by queue` finds again from the events.
+    usage: &'a std::collections::BTreeMap<String, timed::QueueUsage>,
     waiting_at_end_by_reason: &'a std::collections::BTreeMap<String, usize>,
     /// Multi-GPU placements on nodes of known topology (scenarios with `topology` files).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -169,6 +172,24 @@ fn observe_topology(
     stats.spanning_numa += usize::from(alerts.iter().any(|a| a.kind == "topology-mismatch"));
     stats.bottlenecked += usize::from(alerts.iter().any(|a| a.kind == "communication-bottleneck"));
     alerts
+}
+
+/// The `task-ended` event of a run of the replay.
+fn ended_event(r: &timed::TimedRelease<'_>) -> wasmsched_events::Payload {
+    let node = r.nodes.slot_of(r.node).and_then(|s| r.nodes.get(s));
+    decisions::ended(decisions::Ended {
+        task: r.task,
+        node,
+        node_name: r.node,
+        devices: r.devices,
+        started: wasmsched_events::Timestamp(r.started.saturating_mul(1000)),
+        reason: match r.end {
+            timed::RunEnd::Completed => wasmsched_events::schema::EndReason::Completed,
+            timed::RunEnd::Preempted => wasmsched_events::schema::EndReason::Preempted,
+            timed::RunEnd::Evicted => wasmsched_events::schema::EndReason::Evicted,
+        },
+        work_kept: r.work_kept,
+    })
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -242,7 +263,25 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // remain), and under contention most start long after the last arrival.
     let progress = crate::progress::Progress::new(jobs.len() as u64, "jobs started", args.quiet);
     let mut started: std::collections::HashSet<String> = std::collections::HashSet::new();
-    let r = timed::run_with_devices(&policies.timeline(), &table, dra.as_ref(), &tree, &jobs, &config, |d| {
+    let mut shares = decisions::Shares::default();
+    let r = timed::run_with_devices(&policies.timeline(), &table, dra.as_ref(), &tree, &jobs, &config, |o| {
+        let d = match o {
+            timed::Observed::Decision(d) => d,
+            timed::Observed::Released(r) => {
+                if let Some(sink) = events.as_ref() {
+                    sink.emit_at(wasmsched_events::Timestamp(r.at.saturating_mul(1000)), ended_event(&r));
+                }
+                return;
+            }
+            timed::Observed::Shares(at, queues) => {
+                if let Some(sink) = events.as_ref() {
+                    for p in shares.changes(queues) {
+                        sink.emit_at(wasmsched_events::Timestamp(at.saturating_mul(1000)), p);
+                    }
+                }
+                return;
+            }
+        };
         for (claim, a) in d.claims.iter().enumerate() {
             let devices: Vec<String> = a.results.iter().map(|(request, id, _)| format!("{request}={id}")).collect();
             tracing::debug!(at = d.at, task = d.task.map_or("", |t| t.id.as_str()), claim, devices = %devices.join(","), "DRA claim allocated");
@@ -302,6 +341,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             min_member: job.map_or(1, |j| j.min_replicas.unwrap_or(j.replicas)),
             placed,
             waited_seconds: job.map_or(0, |j| d.at.saturating_sub(j.arrival)),
+            submitted: job.map(|j| wasmsched_events::Timestamp(j.arrival.saturating_mul(1000))),
         };
         for event in decisions::cycle(d.decision, &facts, d.nodes, &policy) {
             sink.emit_at(at, event);
@@ -345,6 +385,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         utilisation_peak_percent: r.utilisation.iter().map(|u| u.1).fold(0.0, f64::max),
         jain_fairness: r.jain_fairness,
         queues: &r.queues,
+        usage: &r.usage,
         waiting_at_end_by_reason: &r.waiting_by_reason,
         topology,
         events: event_stats,

@@ -167,8 +167,10 @@ pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
         if let Some(board) = dashboard.as_mut() {
             board.decided(&d);
         }
-        let outcome = d.outcome.map(|(p, node)| (p, node.name.as_str())).map_err(|u| &u.diagnosis);
-        let decision = decisions::Decision { task: d.task, outcome, evaluated: work.nodes.len(), attempt: 1 };
+        let outcome = d.outcome.map_err(|u| &u.diagnosis);
+        // The static replay has no clock: its placements are not billed, so no submission time.
+        let decision =
+            decisions::Decision { task: d.task, outcome, evaluated: work.nodes.len(), attempt: 1, submitted: None };
         decisions::publish(events.as_ref(), None, decision, &policy);
     });
     drop(progress);

@@ -20,7 +20,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use wasmsched_api::{DeviceShare, Task};
+use wasmsched_api::{DeviceShare, GpuDevice, Node, Task};
 use wasmsched_core::Placement;
 use wasmsched_events::decisions::{self, Decision};
 use wasmsched_events::schema::PolicySetRef;
@@ -79,14 +79,18 @@ fn emit(c: &mut Criterion) {
         feasible: 312,
         skipped_faults: Vec::new(),
     };
-    let node = "openb-node-1234";
+    // An openb node: its GPUs' model, no pool label.
+    let gpus =
+        (0..8).map(|index| GpuDevice { index, model: "V100M32".into(), ..Default::default() }).collect::<Vec<_>>();
+    let node = Node { name: "openb-node-1234".into(), gpus: gpus.into(), ..Default::default() };
+    let node = &node;
     let mut scratch = vec![1u64; 256 << 10];
 
     let mut g = c.benchmark_group("emit");
     g.bench_function("payload", |b| {
         b.iter_custom(|iters| {
             paced(iters, &mut scratch, || {
-                let payload = decisions::scheduled(&task, node, &placement, 5000, &policy, 1);
+                let payload = decisions::scheduled(&task, Ok(node), &placement, 5000, &policy, 1, None);
                 sink.emit_at(Timestamp::now(), payload);
             })
         })
@@ -94,7 +98,13 @@ fn emit(c: &mut Criterion) {
     g.bench_function("packed", |b| {
         b.iter_custom(|iters| {
             paced(iters, &mut scratch, || {
-                let d = Decision { task: &task, outcome: Ok((&placement, node)), evaluated: 5000, attempt: 1 };
+                let d = Decision {
+                    task: &task,
+                    outcome: Ok((&placement, node)),
+                    evaluated: 5000,
+                    attempt: 1,
+                    submitted: None,
+                };
                 decisions::publish(Some(&sink), None, d, &policy);
             })
         })
@@ -103,7 +113,13 @@ fn emit(c: &mut Criterion) {
     g.bench_function("packed-inline", |b| {
         b.iter_custom(|iters| {
             paced(iters, &mut scratch, || {
-                let d = Decision { task: &task, outcome: Ok((&placement, node)), evaluated: 5000, attempt: 1 };
+                let d = Decision {
+                    task: &task,
+                    outcome: Ok((&placement, node)),
+                    evaluated: 5000,
+                    attempt: 1,
+                    submitted: None,
+                };
                 decisions::publish(Some(&sink), None, d, &short);
             })
         })

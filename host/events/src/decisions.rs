@@ -1,29 +1,130 @@
 //! Scheduling decisions as events: the core's placements and diagnoses in the event schema, the same
 //! for the simulator, the benchmarks and the Kubernetes scheduler (feature `decisions`).
 
-use crate::record::{PackedScheduled, Record, ScheduledView, TaskView};
+use crate::record::{HeldView, PackedScheduled, Record, ScheduledView, TaskView};
 use crate::schema::{
-    AlertSeverity, CheckpointOutcome, EvictedReason, FaultKind, GpuShare, GroupTimedOut, Payload, PluginFault,
-    PolicySetRef, PreemptReason, ScoreSummary, Stage, StageReason, TaskEvicted, TaskPreempted, TaskRef, TaskScheduled,
-    TaskTopologyAlert, TaskUnschedulable,
+    AlertSeverity, CheckpointOutcome, EndReason, EvictedReason, FaultKind, GpuShare, GroupTimedOut, Payload,
+    PluginFault, PolicySetRef, PreemptReason, Quantity, QueueShareChanged, ScoreSummary, Stage, StageReason, TaskEnded,
+    TaskEvicted, TaskPreempted, TaskRef, TaskScheduled, TaskTopologyAlert, TaskUnschedulable,
 };
 use crate::{EventSink, Timestamp};
-use wasmsched_api::{Stage as CoreStage, Task};
+use wasmsched_api::{DeviceShare, Node, Stage as CoreStage, Task};
 use wasmsched_core::{
     Decision as CycleDecision, Diagnosis, EvictReason, Explanation, FaultKind as CoreFault, NodeTable, Placement,
-    PreemptKind,
+    PreemptKind, QueueShare,
 };
 
 /// One placement decision.
 pub struct Decision<'a> {
     /// The task decided.
     pub task: &'a Task,
-    /// The placement and the chosen node's name, or why no node fit.
-    pub outcome: Result<(&'a Placement, &'a str), &'a Diagnosis>,
+    /// The placement and the chosen node, or why no node fit.
+    pub outcome: Result<(&'a Placement, &'a Node), &'a Diagnosis>,
     /// Nodes examined.
     pub evaluated: usize,
     /// Attempts for this task so far, this one included.
     pub attempt: u32,
+    /// When the task was submitted, if known.
+    pub submitted: Option<Timestamp>,
+}
+
+/// Labels that name a node's pool, most specific first: ours, then the managed platforms' (GKE,
+/// EKS managed node groups, AKS, Karpenter).
+pub const NODE_POOL_LABELS: [&str; 5] = [
+    "wasmsched.io/node-pool",
+    "cloud.google.com/gke-nodepool",
+    "eks.amazonaws.com/nodegroup",
+    "kubernetes.azure.com/agentpool",
+    "karpenter.sh/nodepool",
+];
+
+/// The pool `node` belongs to (see [`NODE_POOL_LABELS`]).
+pub fn node_pool(node: &Node) -> Option<&str> {
+    NODE_POOL_LABELS.iter().find_map(|key| node.label(key))
+}
+
+/// The model of the GPUs a placement holds: its first device's.
+pub fn gpu_model<'n>(node: &'n Node, devices: &[DeviceShare]) -> Option<&'n str> {
+    let first = devices.first()?;
+    node.gpus.iter().find(|g| g.index == first.gpu).map(|g| g.model.as_str())
+}
+
+/// What a placed task holds: CPU and memory as requested, GPUs as allocated.
+pub fn allocated(task: &Task, devices: &[DeviceShare]) -> Quantity {
+    Quantity {
+        cpu_milli: task.request.cpu_milli,
+        memory_bytes: task.request.memory_bytes,
+        gpu_milli: devices.iter().map(|d| u64::from(d.milli)).sum(),
+    }
+}
+
+/// The deserved shares last published, per queue, to publish only their changes.
+#[derive(Clone, Debug, Default)]
+pub struct Shares {
+    last: std::collections::BTreeMap<String, Quantity>,
+}
+
+impl Shares {
+    /// `queue-share-changed` for each queue whose deserved share moved since the last call (a
+    /// queue's first deserved share too, from zero).
+    pub fn changes(&mut self, shares: &[QueueShare]) -> Vec<Payload> {
+        let quantity = |r: &wasmsched_api::Resources| Quantity {
+            cpu_milli: r.cpu_milli,
+            memory_bytes: r.memory_bytes,
+            gpu_milli: r.gpu_milli,
+        };
+        let mut out = Vec::new();
+        for share in shares {
+            let Some(deserved) = share.deserved.as_ref().map(quantity) else { continue };
+            let previous = self.last.get(&share.name).copied().unwrap_or_default();
+            if self.last.contains_key(&share.name) && previous == deserved {
+                continue;
+            }
+            self.last.insert(share.name.clone(), deserved);
+            out.push(Payload::QueueShareChanged(QueueShareChanged {
+                queue: share.name.clone(),
+                deserved,
+                previous,
+                allocated: quantity(&share.allocated),
+            }));
+        }
+        out
+    }
+}
+
+/// One run of a task that is over: the `task-ended` event, stamped with when what it held was
+/// freed. `started` is the time of its `task-scheduled` event.
+pub struct Ended<'a> {
+    /// The task.
+    pub task: &'a Task,
+    /// Its node, as the scheduler knows it (for the GPU model and the pool); `None` when the node
+    /// is gone, then `node_name` alone names it.
+    pub node: Option<&'a Node>,
+    /// The node's name.
+    pub node_name: &'a str,
+    /// The GPUs it held.
+    pub devices: &'a [DeviceShare],
+    /// When it was placed.
+    pub started: Timestamp,
+    /// Why it ended.
+    pub reason: EndReason,
+    /// Whether an evicted run's work survived (see [`TaskEnded::work_kept`]).
+    pub work_kept: bool,
+}
+
+/// The `task-ended` event of `e`.
+pub fn ended(e: Ended<'_>) -> Payload {
+    Payload::TaskEnded(TaskEnded {
+        task: task_ref(e.task),
+        node: e.node_name.to_owned(),
+        started: e.started,
+        gpus: e.devices.iter().map(|d| GpuShare { gpu: d.gpu, milli: d.milli }).collect(),
+        allocated: allocated(e.task, e.devices),
+        gpu_model: e.node.and_then(|n| gpu_model(n, e.devices)).map(str::to_owned),
+        node_pool: e.node.and_then(node_pool).map(str::to_owned),
+        reason: e.reason,
+        work_kept: e.work_kept,
+    })
 }
 
 /// Publish `d` on `sink` (if any), stamped with `time` (when none, [`Timestamp::now_coarse`]: a
@@ -45,10 +146,17 @@ pub fn publish(sink: Option<&EventSink>, time: Option<Timestamp>, d: Decision<'_
                     group: d.task.group.as_deref(),
                     priority: d.task.priority,
                 },
-                node,
+                node: &node.name,
                 score: score_summary(p, d.evaluated),
                 policy,
                 attempt: d.attempt,
+                held: HeldView {
+                    cpu_milli: d.task.request.cpu_milli,
+                    memory_bytes: d.task.request.memory_bytes,
+                    gpu_model: gpu_model(node, &p.devices),
+                    node_pool: node_pool(node),
+                    submitted: d.submitted,
+                },
             };
             let gpus = p.devices.iter().map(|d| GpuShare { gpu: d.gpu, milli: d.milli });
             sink.emit_record_at(time, Record::Scheduled(PackedScheduled::pack(view, gpus)));
@@ -99,23 +207,33 @@ pub fn task_ref(task: &Task) -> TaskRef {
     }
 }
 
-/// The `task-scheduled` event of a placement on `node`.
+/// The `task-scheduled` event of a placement on `node` (the node by name when the table no longer
+/// has it).
 #[inline]
 pub fn scheduled(
     task: &Task,
-    node: &str,
+    node: Result<&Node, &str>,
     p: &Placement,
     evaluated: usize,
     policy: &PolicySetRef,
     attempt: u32,
+    submitted: Option<Timestamp>,
 ) -> Payload {
+    let (name, node) = match node {
+        Ok(n) => (n.name.as_str(), Some(n)),
+        Err(name) => (name, None),
+    };
     Payload::TaskScheduled(TaskScheduled {
         task: task_ref(task),
-        node: node.to_owned(),
+        node: name.to_owned(),
         gpus: p.devices.iter().map(|d| GpuShare { gpu: d.gpu, milli: d.milli }).collect(),
         score: score_summary(p, evaluated),
         policy_set: policy.clone(),
         attempt,
+        allocated: allocated(task, &p.devices),
+        gpu_model: node.and_then(|n| gpu_model(n, &p.devices)).map(str::to_owned),
+        node_pool: node.and_then(node_pool).map(str::to_owned),
+        submitted,
     })
 }
 
@@ -207,6 +325,8 @@ pub struct CycleFacts<'a> {
     pub placed: u32,
     /// For a gang's timeout: how long it waited (s).
     pub waited_seconds: u64,
+    /// For a binding: when the task was submitted, if known.
+    pub submitted: Option<Timestamp>,
 }
 
 /// The events of one decision of [`wasmsched_core::SchedulerCore::schedule`]: `task-scheduled`,
@@ -232,7 +352,8 @@ fn decision(d: &CycleDecision, facts: &CycleFacts<'_>, nodes: &NodeTable, policy
                 feasible: *feasible,
                 skipped_faults: Vec::new(),
             };
-            vec![scheduled(facts.task, node, &placement, nodes.len(), policy, facts.attempt)]
+            let on = nodes.slot_of(node).and_then(|s| nodes.get(s)).ok_or(node.as_str());
+            vec![scheduled(facts.task, on, &placement, nodes.len(), policy, facts.attempt, facts.submitted)]
         }
         CycleDecision::Unschedulable { explanation, .. } => explained(facts.task, explanation, policy),
         CycleDecision::Evicted { node, reason: EvictReason::Preempted { kind, checkpointed, .. }, .. } => {

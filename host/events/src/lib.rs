@@ -29,7 +29,9 @@ mod why;
 
 pub use filter::{Dedup, Filter};
 pub use jsonl::{BadLine, JsonlReader};
-pub use nats::{NatsAuth, NatsConfig, Storage, StreamSettings, TailOptions, TlsSettings, tail};
+pub use nats::{
+    DURABLE_ACK_WAIT, NatsAuth, NatsConfig, Storage, StreamSettings, TailOptions, TlsSettings, pull_durable, tail,
+};
 pub use outbox::OutboxConfig;
 pub use schema::{Event, Kind, Payload, json_schema};
 pub use sink::{EventSink, Origin, Stats};

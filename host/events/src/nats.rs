@@ -695,6 +695,93 @@ async fn session(
     }
 }
 
+/// How long a durable consumer waits for the acknowledgement of a batch before delivering it again
+/// (to this reader's next run, after a crash between reading and acknowledging).
+pub const DURABLE_ACK_WAIT: Duration = Duration::from_secs(5);
+
+/// Read every event waiting for durable consumer `durable` on the stream (created on first use:
+/// every event of the stream, from its first), in batches of up to `batch`, and acknowledge each
+/// batch only after `on_batch` returned `Ok` — so the consumer's position on the server moves past
+/// an event only once the caller has kept it. A batch `on_batch` refused, or that a crash
+/// interrupted, is delivered again (after [`DURABLE_ACK_WAIT`]): callers keep events idempotently.
+/// Returns once nothing is waiting, with the number of events handed over.
+pub fn pull_durable(
+    config: &NatsConfig,
+    durable: &str,
+    batch: usize,
+    on_batch: impl FnMut(&[&[u8]]) -> Result<(), String>,
+) -> Result<u64, Error> {
+    config.validate()?;
+    if durable.is_empty() || durable.contains(['.', '*', '>', ' ', '/', '\\']) {
+        return Err(Error::Config(format!("`{durable}` is not a valid durable consumer name")));
+    }
+    crate::nats_io::io()?.block_on(pull_durable_async(config, durable, batch.max(1), on_batch))
+}
+
+async fn pull_durable_async(
+    config: &NatsConfig,
+    durable: &str,
+    batch: usize,
+    mut on_batch: impl FnMut(&[&[u8]]) -> Result<(), String>,
+) -> Result<u64, Error> {
+    let client = config.connect().await?;
+    let js = jetstream::new(client);
+    let name = config.stream_name();
+    let js_err = |what: &str, e: &dyn std::fmt::Display| Error::JetStream(format!("{what} {durable} on {name}: {e}"));
+    let stream = js.get_stream(&name).await.map_err(|e| Error::JetStream(format!("stream {name}: {e}")))?;
+    let mut consumer: jetstream::consumer::Consumer<pull::Config> = stream
+        .get_or_create_consumer(
+            durable,
+            pull::Config {
+                durable_name: Some(durable.to_string()),
+                deliver_policy: jetstream::consumer::DeliverPolicy::All,
+                ack_policy: jetstream::consumer::AckPolicy::All,
+                ack_wait: DURABLE_ACK_WAIT,
+                filter_subject: format!("{}.>", config.subject_root()),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| js_err("consumer", &e))?;
+    let mut handed = 0u64;
+    // Unacknowledged events of a reader that crashed come back after the ack wait: wait that long
+    // for them, and no longer.
+    let mut idle_since: Option<std::time::Instant> = None;
+    loop {
+        let info = consumer.info().await.map_err(|e| js_err("consumer info of", &e))?.clone();
+        if info.num_pending == 0 && info.num_ack_pending == 0 {
+            return Ok(handed);
+        }
+        if idle_since.is_some_and(|t| t.elapsed() > DURABLE_ACK_WAIT * 3) {
+            return Err(Error::Timeout(format!(
+                "{} events of consumer {durable} stay unacknowledged by another reader",
+                info.num_ack_pending
+            )));
+        }
+        let mut messages = consumer
+            .batch()
+            .max_messages(batch)
+            .expires(Duration::from_secs(1))
+            .messages()
+            .await
+            .map_err(|e| js_err("fetch for", &e))?;
+        let mut got = Vec::new();
+        while let Some(m) = messages.next().await {
+            got.push(m.map_err(|e| js_err("fetch for", &e))?);
+        }
+        let Some(last) = got.last() else {
+            idle_since.get_or_insert_with(std::time::Instant::now);
+            continue;
+        };
+        idle_since = None;
+        let payloads: Vec<&[u8]> = got.iter().map(|m| m.payload.as_ref()).collect();
+        on_batch(&payloads).map_err(|e| Error::JetStream(format!("keeping events of {durable}: {e}")))?;
+        // Acknowledges the whole batch (ack policy `all`), confirmed by the server.
+        last.double_ack().await.map_err(|e| js_err("acknowledge for", &e))?;
+        handed += got.len() as u64;
+    }
+}
+
 /// Options of [`tail`].
 #[derive(Clone, Debug, Default)]
 pub struct TailOptions {

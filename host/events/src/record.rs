@@ -10,7 +10,7 @@
 
 use crate::schema::Payload;
 #[cfg(feature = "decisions")]
-pub(crate) use packed::{PackedScheduled, ScheduledView, TaskView};
+pub(crate) use packed::{HeldView, PackedScheduled, ScheduledView, TaskView};
 
 /// One emitted event's payload as held in the outbox. Boxed when not packed, so that an outbox
 /// slot stays the packed form's size (most events are placements).
@@ -44,7 +44,8 @@ fn an_outbox_slot_is_no_larger_than_the_largest_payload() {
 
 #[cfg(feature = "decisions")]
 mod packed {
-    use crate::schema::{GpuShare, PolicySetRef, ScoreSummary, TaskRef, TaskScheduled};
+    use crate::Timestamp;
+    use crate::schema::{GpuShare, PolicySetRef, Quantity, ScoreSummary, TaskRef, TaskScheduled};
 
     /// How an event names a task, borrowed from the scheduler's own task.
     #[derive(Clone, Copy, Debug)]
@@ -64,23 +65,38 @@ mod packed {
         pub score: ScoreSummary,
         pub policy: &'a PolicySetRef,
         pub attempt: u32,
+        /// What the run holds, for usage accounting.
+        pub held: HeldView<'a>,
     }
 
-    /// Text bytes kept inline: the task's id, namespace, queue and group, the node and the policy
-    /// set's name of a typical event (44 bytes in the openb simulation) fit, so packing
-    /// allocates nothing; longer ones take one allocation.
-    const INLINE_TEXT: usize = 48;
+    /// What a placed task holds, and where (see `TaskScheduled`).
+    #[derive(Clone, Copy, Debug, Default)]
+    pub(crate) struct HeldView<'a> {
+        pub cpu_milli: u64,
+        pub memory_bytes: u64,
+        pub gpu_model: Option<&'a str>,
+        pub node_pool: Option<&'a str>,
+        pub submitted: Option<Timestamp>,
+    }
 
-    /// The six names back to back; part `i` ends at `ends[i]`.
+    /// Text bytes kept inline: the task's id, namespace, queue and group, the node, the policy
+    /// set's name, the GPU model and the node pool of a typical event (50 bytes in the openb
+    /// simulation) fit, so packing allocates nothing; longer ones take one allocation.
+    const INLINE_TEXT: usize = 64;
+
+    /// Names packed back to back.
+    const PARTS: usize = 8;
+
+    /// The names back to back; part `i` ends at `ends[i]`.
     #[derive(Debug)]
     enum Text {
-        Inline { ends: [u8; 6], bytes: [u8; INLINE_TEXT] },
-        Heap { ends: [u32; 6], text: Box<str> },
+        Inline { ends: [u8; PARTS], bytes: [u8; INLINE_TEXT] },
+        Heap { ends: [u32; PARTS], text: Box<str> },
     }
 
     impl Text {
         fn part(&self, i: usize) -> &str {
-            let (text, ends): (&[u8], [usize; 6]) = match self {
+            let (text, ends): (&[u8], [usize; PARTS]) = match self {
                 Text::Inline { ends, bytes } => (bytes, ends.map(usize::from)),
                 Text::Heap { ends, text } => (text.as_bytes(), ends.map(|e| e as usize)),
             };
@@ -134,26 +150,41 @@ mod packed {
         }
     }
 
-    /// A `task-scheduled` event in 120 bytes (an outbox slot with its time: two cache lines, the
-    /// stores `emit` makes per placement), without allocating for typical names and GPU sets.
+    /// A `task-scheduled` event in at most three cache lines with its time (the stores `emit`
+    /// makes per placement), without allocating for typical names and GPU sets.
     #[derive(Debug)]
     pub(crate) struct PackedScheduled {
         text: Text,
         gpus: Gpus,
         score: ScoreSummary,
         policy_version: u64,
+        cpu_milli: u64,
+        memory_bytes: u64,
+        submitted: Option<Timestamp>,
         priority: i32,
         attempt: u32,
         has_group: bool,
+        has_model: bool,
+        has_pool: bool,
     }
 
     impl PackedScheduled {
         #[inline]
         pub(crate) fn pack(v: ScheduledView<'_>, gpus: impl ExactSizeIterator<Item = GpuShare> + Clone) -> Self {
-            let parts = [v.task.id, v.task.namespace, v.task.queue, v.task.group.unwrap_or(""), v.node, &v.policy.name];
+            let held = v.held;
+            let parts = [
+                v.task.id,
+                v.task.namespace,
+                v.task.queue,
+                v.task.group.unwrap_or(""),
+                v.node,
+                &v.policy.name,
+                held.gpu_model.unwrap_or(""),
+                held.node_pool.unwrap_or(""),
+            ];
             let total: usize = parts.iter().map(|p| p.len()).sum();
             let text = if total <= INLINE_TEXT {
-                let (mut ends, mut bytes) = ([0u8; 6], [0u8; INLINE_TEXT]);
+                let (mut ends, mut bytes) = ([0u8; PARTS], [0u8; INLINE_TEXT]);
                 let mut at = 0;
                 for (end, part) in ends.iter_mut().zip(parts) {
                     bytes[at..at + part.len()].copy_from_slice(part.as_bytes());
@@ -162,7 +193,7 @@ mod packed {
                 }
                 Text::Inline { ends, bytes }
             } else {
-                let mut ends = [0u32; 6];
+                let mut ends = [0u32; PARTS];
                 let mut text = String::with_capacity(total);
                 for (end, part) in ends.iter_mut().zip(parts) {
                     text.push_str(part);
@@ -179,7 +210,12 @@ mod packed {
                 policy_version: v.policy.version,
                 priority: v.task.priority,
                 attempt: v.attempt,
+                cpu_milli: held.cpu_milli,
+                memory_bytes: held.memory_bytes,
+                submitted: held.submitted,
                 has_group: v.task.group.is_some(),
+                has_model: held.gpu_model.is_some(),
+                has_pool: held.node_pool.is_some(),
             }
         }
 
@@ -198,8 +234,13 @@ mod packed {
                 score: self.score,
                 policy_set: PolicySetRef { name: part(5), version: self.policy_version },
                 attempt: self.attempt,
+                gpu_model: self.has_model.then(|| part(6)),
+                node_pool: self.has_pool.then(|| part(7)),
+                submitted: self.submitted,
+                allocated: Quantity { cpu_milli: self.cpu_milli, memory_bytes: self.memory_bytes, gpu_milli: 0 },
                 gpus: self.gpus.unpack(),
             }
+            .with_gpu_total()
         }
     }
 
@@ -214,6 +255,13 @@ mod packed {
                 score: ScoreSummary { total: 87, feasible: 12, evaluated: 500 },
                 policy,
                 attempt: 2,
+                held: HeldView {
+                    cpu_milli: 4000,
+                    memory_bytes: 16 << 30,
+                    gpu_model: Some("H100"),
+                    node_pool: None,
+                    submitted: Some(Timestamp(7)),
+                },
             }
         }
 
@@ -238,6 +286,14 @@ mod packed {
                         score: v.score,
                         policy_set: policy.clone(),
                         attempt: 2,
+                        allocated: Quantity {
+                            cpu_milli: 4000,
+                            memory_bytes: 16 << 30,
+                            gpu_milli: shares.iter().map(|s| u64::from(s.milli)).sum(),
+                        },
+                        gpu_model: Some("H100".into()),
+                        node_pool: None,
+                        submitted: Some(Timestamp(7)),
                     };
                     assert_eq!(got, want, "group {group:?}, {n} GPUs");
                 }
@@ -261,13 +317,15 @@ mod packed {
 
         #[test]
         fn text_fills_the_inline_bytes_exactly_then_moves_to_the_heap() {
-            // 48 bytes of names (a two-byte character at the very end) are inline; one more is not.
+            // 64 bytes of names (a two-byte character at the very end of the id) are inline; one
+            // more is not.
             let policy = PolicySetRef { name: "fit".into(), version: 1 };
-            for (id_len, inline) in [(22, true), (23, false)] {
+            for (id_len, inline) in [(28, true), (29, false)] {
                 let id = format!("{}é", "x".repeat(id_len - 2));
                 let v = ScheduledView {
                     task: TaskView { id: &id, namespace: "ns", queue: "q", group: Some("g"), priority: 0 },
                     node: "node-0123456789abcd",
+                    held: HeldView { gpu_model: Some("A100"), node_pool: Some("pool-a"), ..HeldView::default() },
                     ..view(None, &policy)
                 };
                 let packed = PackedScheduled::pack(v, std::iter::empty());
@@ -281,6 +339,7 @@ mod packed {
                     (got.task.group.as_deref(), got.node.as_str(), got.policy_set.name.as_str()),
                     (Some("g"), v.node, "fit")
                 );
+                assert_eq!((got.gpu_model.as_deref(), got.node_pool.as_deref()), (Some("A100"), Some("pool-a")));
             }
         }
 
@@ -312,8 +371,10 @@ mod packed {
                 score: ScoreSummary::default(),
                 policy: &policy,
                 attempt: 1,
+                held: HeldView { gpu_model: Some(""), ..HeldView::default() },
             };
             let got = PackedScheduled::pack(v, std::iter::empty()).unpack();
+            assert_eq!((got.gpu_model.as_deref(), got.node_pool), (Some(""), None));
             assert_eq!((got.task.id.as_str(), got.task.namespace.as_str(), got.task.queue.as_str()), ("", "", "q"));
             assert_eq!((got.node.as_str(), got.policy_set.name.as_str(), got.task.group), ("", "", None));
         }

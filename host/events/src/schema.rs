@@ -60,6 +60,10 @@ pub enum Payload {
     /// min-member, or its node went away.
     #[serde(rename = "io.wasmsched.task.evicted.v1")]
     TaskEvicted(TaskEvicted),
+    /// A task's run is over and what it held is free again: it completed, failed, was deleted,
+    /// or stopped after an eviction. With `task-scheduled`, what usage accounting bills.
+    #[serde(rename = "io.wasmsched.task.ended.v1")]
+    TaskEnded(TaskEnded),
     /// A gang did not reach min-member within its timeout.
     #[serde(rename = "io.wasmsched.group.timed-out.v1")]
     GroupTimedOut(GroupTimedOut),
@@ -109,6 +113,8 @@ pub enum Kind {
     TaskPreempted,
     /// [`Payload::TaskEvicted`]
     TaskEvicted,
+    /// [`Payload::TaskEnded`]
+    TaskEnded,
     /// [`Payload::GroupTimedOut`]
     GroupTimedOut,
     /// [`Payload::QueueShareChanged`]
@@ -135,12 +141,13 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in declaration order.
-    pub const ALL: [Kind; 16] = [
+    pub const ALL: [Kind; 17] = [
         Kind::TaskScheduled,
         Kind::TaskUnschedulable,
         Kind::TaskTopologyAlert,
         Kind::TaskPreempted,
         Kind::TaskEvicted,
+        Kind::TaskEnded,
         Kind::GroupTimedOut,
         Kind::QueueShareChanged,
         Kind::PolicyLoaded,
@@ -162,6 +169,7 @@ impl Kind {
             Kind::TaskTopologyAlert => "task-topology-alert",
             Kind::TaskPreempted => "task-preempted",
             Kind::TaskEvicted => "task-evicted",
+            Kind::TaskEnded => "task-ended",
             Kind::GroupTimedOut => "group-timed-out",
             Kind::QueueShareChanged => "queue-share-changed",
             Kind::PolicyLoaded => "policy-loaded",
@@ -173,6 +181,31 @@ impl Kind {
             Kind::NodeGpuHealthChanged => "node-gpu-health-changed",
             Kind::NodeInventoryChanged => "node-inventory-changed",
             Kind::EventsDropped => "events-dropped",
+        }
+    }
+}
+
+impl Kind {
+    /// The CloudEvents `type` of this kind's events, e.g. `io.wasmsched.task.scheduled.v1`.
+    pub fn event_type(self) -> &'static str {
+        match self {
+            Kind::TaskScheduled => "io.wasmsched.task.scheduled.v1",
+            Kind::TaskUnschedulable => "io.wasmsched.task.unschedulable.v1",
+            Kind::TaskTopologyAlert => "io.wasmsched.task.topology-alert.v1",
+            Kind::TaskPreempted => "io.wasmsched.task.preempted.v1",
+            Kind::TaskEvicted => "io.wasmsched.task.evicted.v1",
+            Kind::TaskEnded => "io.wasmsched.task.ended.v1",
+            Kind::GroupTimedOut => "io.wasmsched.group.timed-out.v1",
+            Kind::QueueShareChanged => "io.wasmsched.queue.share-changed.v1",
+            Kind::PolicyLoaded => "io.wasmsched.policy.loaded.v1",
+            Kind::PolicyShadowDiff => "io.wasmsched.policy.shadow-diff.v1",
+            Kind::PolicySwapped => "io.wasmsched.policy.swapped.v1",
+            Kind::PolicyRolledBack => "io.wasmsched.policy.rolled-back.v1",
+            Kind::PolicyRejected => "io.wasmsched.policy.rejected.v1",
+            Kind::PluginFault => "io.wasmsched.plugin.fault.v1",
+            Kind::NodeGpuHealthChanged => "io.wasmsched.node.gpu-health-changed.v1",
+            Kind::NodeInventoryChanged => "io.wasmsched.node.inventory-changed.v1",
+            Kind::EventsDropped => "io.wasmsched.events.dropped.v1",
         }
     }
 }
@@ -203,6 +236,7 @@ impl Payload {
             Payload::TaskTopologyAlert(_) => Kind::TaskTopologyAlert,
             Payload::TaskPreempted(_) => Kind::TaskPreempted,
             Payload::TaskEvicted(_) => Kind::TaskEvicted,
+            Payload::TaskEnded(_) => Kind::TaskEnded,
             Payload::GroupTimedOut(_) => Kind::GroupTimedOut,
             Payload::QueueShareChanged(_) => Kind::QueueShareChanged,
             Payload::PolicyLoaded(_) => Kind::PolicyLoaded,
@@ -226,6 +260,7 @@ impl Payload {
             Payload::TaskTopologyAlert(e) => task(&e.task),
             Payload::TaskPreempted(e) => task(&e.victim),
             Payload::TaskEvicted(e) => task(&e.task),
+            Payload::TaskEnded(e) => task(&e.task),
             Payload::GroupTimedOut(e) => (e.group.clone(), Some(e.namespace.clone())),
             Payload::QueueShareChanged(e) => (e.queue.clone(), None),
             Payload::PolicyLoaded(e) => (e.policy_set.name.clone(), None),
@@ -248,6 +283,7 @@ impl Payload {
             Payload::TaskTopologyAlert(e) => Some(&e.task),
             Payload::TaskPreempted(e) => Some(&e.victim),
             Payload::TaskEvicted(e) => Some(&e.task),
+            Payload::TaskEnded(e) => Some(&e.task),
             _ => None,
         }
     }
@@ -288,6 +324,10 @@ impl Event {
                 format!("{} on {} by {} ({reason}, checkpoint {checkpoint})", e.victim, e.node, e.preemptor)
             }
             Payload::TaskEvicted(e) => format!("{} from {} ({})", e.task, e.node, spelled(&e.reason)),
+            Payload::TaskEnded(e) => {
+                let kept = if e.work_kept { ", work kept" } else { "" };
+                format!("{} on {} since {} ({}{kept})", e.task, e.node, e.started, spelled(&e.reason))
+            }
             Payload::GroupTimedOut(e) => {
                 format!(
                     "{}/{} placed {} of min {} after {} s",
@@ -424,6 +464,76 @@ pub struct TaskScheduled {
     pub policy_set: PolicySetRef,
     /// Scheduling attempts so far, this one included.
     pub attempt: u32,
+    /// What the task holds while it runs: CPU and memory as requested, GPUs as allocated (the sum
+    /// of `gpus`). Usage accounting bills this for as long as the run lasts.
+    #[serde(default)]
+    pub allocated: Quantity,
+    /// Model of its GPUs (its first device's), absent for a CPU-only task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_model: Option<String>,
+    /// The node's pool (see [`TaskEnded::node_pool`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_pool: Option<String>,
+    /// When the task was submitted (the pod created, the job arrived): with `time`, how long it
+    /// queued.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submitted: Option<Timestamp>,
+}
+
+impl TaskScheduled {
+    /// `self` with `allocated.gpu_milli` the sum of its GPU shares.
+    pub fn with_gpu_total(mut self) -> Self {
+        self.allocated.gpu_milli = self.gpus.iter().map(|g| u64::from(g.milli)).sum();
+        self
+    }
+}
+
+/// How a run ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum EndReason {
+    /// It finished its work (a pod that `Succeeded`, a replayed job's duration done).
+    #[default]
+    Completed,
+    /// It stopped with an error (a pod that `Failed`).
+    Failed,
+    /// It was deleted before it finished (not by the scheduler).
+    Deleted,
+    /// It stopped after the scheduler preempted it.
+    Preempted,
+    /// It stopped after another eviction (a broken gang, a lost node).
+    Evicted,
+}
+
+/// Data of `io.wasmsched.task.ended.v1`: one run of a task, from its placement to the instant what
+/// it held was free again (an evicted pod holds its GPUs until it has stopped). The event's `time`
+/// is that instant. It repeats what its `task-scheduled` said, so that it can be billed alone.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TaskEnded {
+    /// The task.
+    pub task: TaskRef,
+    /// Node it ran on.
+    pub node: String,
+    /// When the run began: the `time` of its `task-scheduled` event.
+    pub started: Timestamp,
+    /// GPU shares it held.
+    pub gpus: Vec<GpuShare>,
+    /// What it held (as in `task-scheduled`).
+    pub allocated: Quantity,
+    /// Model of its GPUs, absent for a CPU-only task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_model: Option<String>,
+    /// The node's pool: its `wasmsched.io/node-pool` label, else the managed platform's node-pool
+    /// label (GKE, EKS, AKS, Karpenter); absent when it has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_pool: Option<String>,
+    /// Why it ended.
+    pub reason: EndReason,
+    /// Whether an evicted run's work survived: it checkpointed first, or its job went on without
+    /// it (an elastic job shrunk; a gang member whose gang checkpointed). A run that was preempted
+    /// or evicted without its work kept lost its GPU time: usage reports it as lost.
+    #[serde(default)]
+    pub work_kept: bool,
 }
 
 /// A scheduling stage, as events name it.

@@ -609,7 +609,9 @@ pub(crate) fn encoder(root: String, origin: Origin) -> Arc<crate::outbox::Encode
 
 #[cfg(all(test, feature = "decisions"))]
 #[test]
-fn a_staged_placement_is_two_cache_lines() {
-    // What `emit` writes per placement, to memory the drainer reads next: keep it small.
-    assert!(std::mem::size_of::<Staged>() <= 128, "{} bytes", std::mem::size_of::<Staged>());
+fn a_staged_placement_is_three_cache_lines() {
+    // What `emit` writes per placement, to memory the drainer reads next: keep it small. Two lines
+    // until the usage fields (holdings, model, pool, submission) came in session 32; the third
+    // cost nothing measurable (`emit/packed-inline` 249 ns vs 253 ns before, same machine).
+    assert!(std::mem::size_of::<Staged>() <= 192, "{} bytes", std::mem::size_of::<Staged>());
 }

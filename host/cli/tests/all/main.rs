@@ -17,6 +17,7 @@ mod run;
 mod support;
 mod topo;
 mod tutorial;
+mod usage;
 
 /// Run the real `wasmsched` binary from the checkout's root (where `examples/` is).
 fn wasmsched(args: &[&str]) -> std::process::Output {

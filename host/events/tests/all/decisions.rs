@@ -6,7 +6,7 @@ use crate::support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use wasmsched_api::{DeviceShare, Task};
+use wasmsched_api::{DeviceShare, GpuDevice, Node, Task};
 use wasmsched_core::{Diagnosis, Placement};
 use wasmsched_events::decisions::{self, Decision};
 use wasmsched_events::schema::{Payload, PolicySetRef};
@@ -43,10 +43,16 @@ fn published_placements_and_diagnoses_read_back_as_the_builders_describe() {
         [(task("a", None), 0), (task("b", Some("gang-b")), 1), (task("c", Some("")), 8), (task("d", None), 12)];
     for (i, (t, gpus)) in placed.iter().enumerate() {
         let p = placement(*gpus);
-        let node = format!("node-{i}");
-        let d = Decision { task: t, outcome: Ok((&p, &node)), evaluated: 500, attempt: 2 };
+        // Every other node in a pool, with GPUs of a model.
+        let gpus: Vec<GpuDevice> =
+            (0..16).map(|index| GpuDevice { index, model: format!("model-{i}"), ..Default::default() }).collect();
+        let labels =
+            if i % 2 == 0 { vec![("cloud.google.com/gke-nodepool".to_string(), format!("pool-{i}"))] } else { vec![] };
+        let node = Node { name: format!("node-{i}"), labels, gpus: gpus.into(), ..Default::default() };
+        let submitted = (i > 0).then_some(Timestamp(i as u64));
+        let d = Decision { task: t, outcome: Ok((&p, &node)), evaluated: 500, attempt: 2, submitted };
         decisions::publish(Some(&sink), Some(Timestamp(1_000 + i as u64)), d, &policy);
-        want.push(decisions::scheduled(t, &node, &p, 500, &policy, 2));
+        want.push(decisions::scheduled(t, Ok(&node), &p, 500, &policy, 2, submitted));
     }
     let refused = task("e", Some("gang-e"));
     let diagnosis = Diagnosis {
@@ -54,7 +60,7 @@ fn published_placements_and_diagnoses_read_back_as_the_builders_describe() {
         faults: Vec::new(),
         candidates: 9,
     };
-    let d = Decision { task: &refused, outcome: Err(&diagnosis), evaluated: 9, attempt: 3 };
+    let d = Decision { task: &refused, outcome: Err(&diagnosis), evaluated: 9, attempt: 3, submitted: None };
     decisions::publish(Some(&sink), Some(Timestamp(2_000)), d, &policy);
 
     let stats = sink.close(Duration::from_secs(10));

@@ -80,7 +80,7 @@ fn every_kind_is_published_and_consumed_with_subject_filters() {
     got.clear();
     let f = Filter { namespace: Some("team-b".into()), ..Default::default() };
     tail_raw(&config, &f, &TailOptions { from_start: true, follow: false }, &mut got);
-    assert_eq!(got.iter().map(|e| e.subject.as_str()).collect::<Vec<_>>(), vec!["pod-2", "low-1", "worker-3"]);
+    assert_eq!(got.iter().map(|e| e.subject.as_str()).collect::<Vec<_>>(), vec!["pod-2", "low-1", "worker-3", "low-1"]);
     got.clear();
     let f = Filter { task: Some("high-1".into()), ..Default::default() };
     tail_raw(&config, &f, &TailOptions { from_start: true, follow: false }, &mut got);

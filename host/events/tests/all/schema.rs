@@ -40,7 +40,7 @@ fn every_kind_round_trips_through_a_jsonl_file() {
         assert_eq!(e.source, "wasmsched/test/scheduler");
         // The text form is CloudEvents: `type` and `data` at the top level.
         let v = serde_json::to_value(e).unwrap();
-        assert!(v["type"].as_str().unwrap().starts_with("io.wasmsched."), "{v}");
+        assert_eq!(v["type"].as_str().unwrap(), e.kind().event_type(), "{v}");
         assert!(v["data"].is_object());
         assert_eq!(serde_json::from_value::<Event>(v).unwrap(), *e);
     }
@@ -56,6 +56,8 @@ fn every_kind_round_trips_through_a_jsonl_file() {
     assert!(preempted.ends_with("(priority, checkpoint done)"), "{preempted}");
     let evicted = summaries.iter().find(|s| s.contains("task-evicted")).unwrap();
     assert!(evicted.ends_with("(gang-broken)"), "{evicted}");
+    let ended = summaries.iter().find(|s| s.contains("task-ended")).unwrap();
+    assert!(ended.ends_with("on node-2 since 2025-11-24T16:00:00.000Z (preempted, work kept)"), "{ended}");
     for s in &summaries {
         // CamelCase: a capital first and a capital after a small letter (`ElasticShrink`).
         let camel = s.split(|c: char| !c.is_alphanumeric()).any(|w| {

@@ -406,6 +406,7 @@ impl Scheduler {
         let decisions = self.core.schedule(&live.set, now);
         let each = started.elapsed() / decisions.len().max(1) as u32;
         self.carry_out(decisions, &live, each);
+        self.publish_share_changes();
         self.next.dirty |= self.core.more_ready();
     }
 }

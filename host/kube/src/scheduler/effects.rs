@@ -172,11 +172,10 @@ impl Scheduler {
             self.shared.registry.record(live, observed);
             self.cache.assume(slot, &facts.task, devices);
         }
-        if self.reports.events.is_some() {
-            let cycle_facts = self.facts(&facts.task, attempt);
-            let payloads = decisions::cycle(d, &cycle_facts, self.cache.nodes(), policy);
-            self.reports.unconfirmed.insert(task.clone(), payloads);
-        }
+        // Built with or without an event sink: the usage meter counts them too.
+        let cycle_facts = self.facts(&facts.task, attempt);
+        let payloads = decisions::cycle(d, &cycle_facts, self.cache.nodes(), policy);
+        self.reports.unconfirmed.insert(task.clone(), payloads);
         self.reports.decided += 1;
         let claims = self.in_flight.claims.remove(task).unwrap_or_default();
         self.start_bind(&facts, node.clone(), devices.clone(), claims, each);
@@ -287,6 +286,7 @@ impl Scheduler {
                 sink.emit(p);
             }
         }
+        self.run_stopped(task, reason);
         // Evicted pods do not come back (their controller makes new ones): the core
         // forgets the task now and holds its room as terminating until the pod is gone.
         let _ = self.core.remove_task(task);
@@ -352,7 +352,21 @@ impl Scheduler {
     }
 
     pub(super) fn facts<'a>(&self, task: &'a Task, attempt: u32) -> CycleFacts<'a> {
-        CycleFacts { task, preemptor: None, grace_seconds: None, attempt, min_member: 1, placed: 0, waited_seconds: 0 }
+        let submitted = self
+            .ours
+            .get(&task.id)
+            .and_then(|f| f.created)
+            .map(|t| wasmsched_events::Timestamp(u64::try_from(t.as_millisecond()).unwrap_or_default()));
+        CycleFacts {
+            task,
+            preemptor: None,
+            grace_seconds: None,
+            attempt,
+            min_member: 1,
+            placed: 0,
+            waited_seconds: 0,
+            submitted,
+        }
     }
 
     /// `PodScheduled=False` with `message` on each pod, when it says something new.
@@ -540,13 +554,7 @@ impl Scheduler {
         self.shared.metrics.attempt(attempt, decided_in + took);
         let events = self.reports.unconfirmed.remove(&id);
         match result {
-            Ok(()) => {
-                if let (Some(sink), Some(events)) = (&self.reports.events, events) {
-                    for e in events {
-                        sink.emit(e);
-                    }
-                }
-            }
+            Ok(()) => self.run_started(&id, events.unwrap_or_default()),
             Err(e) => {
                 // Bound elsewhere or gone (409/404): the watch stream says what is true, never
                 // retried. Otherwise the pod waits a back-off and is submitted again.

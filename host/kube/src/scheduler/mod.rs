@@ -60,6 +60,7 @@ mod cycle;
 mod dashboard;
 mod effects;
 mod grouping;
+mod runs;
 mod statuses;
 mod view;
 
@@ -291,6 +292,10 @@ struct Reports {
     attempts: AHashMap<String, u32>,
     /// `task-scheduled` events waiting for their bind to succeed.
     unconfirmed: AHashMap<String, Vec<Payload>>,
+    /// Runs of our pods going on, for their `task-ended`.
+    runs: AHashMap<String, runs::Run>,
+    /// Deserved shares last published.
+    shares: decisions::Shares,
     events: Option<EventSink>,
     /// Pods decided so far.
     decided: u64,
@@ -380,6 +385,8 @@ impl Scheduler {
                 reported: AHashMap::new(),
                 attempts: AHashMap::new(),
                 unconfirmed: AHashMap::new(),
+                runs: AHashMap::new(),
+                shares: decisions::Shares::default(),
                 events: None,
                 decided: 0,
                 dashboard: None,

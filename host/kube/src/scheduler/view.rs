@@ -71,6 +71,7 @@ impl Scheduler {
                     for id in gone {
                         self.pod_gone(&id);
                     }
+                    self.runs_not_listed(&listed);
                     let before: Vec<(String, String)> = self
                         .cache
                         .node_names()
@@ -92,6 +93,7 @@ impl Scheduler {
                         self.stale(node);
                     }
                     self.cache.delete_pod(&pod);
+                    self.run_ended(&id, Some(&pod));
                     self.pod_gone(&id);
                 }
             }
@@ -177,8 +179,12 @@ impl Scheduler {
             }
             PodPhase::Bound | PodPhase::Relabelled => {
                 if ours && let Ok(task) = crate::convert::bound_task(pod) {
-                    self.ours.insert(id.clone(), PodFacts::new(pod, task));
+                    self.ours.insert(id.clone(), PodFacts::new(pod, task.clone()));
                     self.unreport(&id);
+                    // Bound before this process (or by it, already known): its run is counted.
+                    if !self.reports.unconfirmed.contains_key(&id) {
+                        self.run_taken_over(&id, pod, &task);
+                    }
                 }
                 match self.core.placement_of(&id) {
                     Some(node) if Some(node) == after.as_deref() => {
@@ -208,6 +214,9 @@ impl Scheduler {
                 }
             }
             PodPhase::Other => {
+                if !self.cache.holds(&id) {
+                    self.run_ended(&id, Some(pod));
+                }
                 if (self.ours.contains_key(&id) || self.in_flight.evicting.contains(&id)) && !self.cache.holds(&id) {
                     self.pod_gone(&id);
                 }

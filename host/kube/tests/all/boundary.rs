@@ -540,6 +540,27 @@ async fn a_gang_of_a_priority_class_waits_for_its_members_then_preempts_a_checkp
         api.state().events.iter().any(|e| e["reason"] == "Preempting" && e["regarding"]["name"] == "low")
     })
     .await;
+    // The gang's runs end: one member succeeds, the other is deleted. Every run's end is billed.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let mut succeeded = api.get(Kind::Pod, "ml/train-0").unwrap();
+    succeeded["status"]["phase"] = json!("Succeeded");
+    api.put(Kind::Pod, succeeded);
+    api.remove(Kind::Pod, "ml/train-1");
+    let series = |metrics: &str, name: &str| -> f64 {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(name) && (l.contains(r#"namespace="ml""#) || l.contains(r#"{queue="default"}"#)))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .sum()
+    };
+    eventually("three runs ended", Duration::from_secs(20), || {
+        series(&run.metrics.render(), "wasmsched_runs_ended_total") == 3.0
+    })
+    .await;
+    let metrics = run.metrics.render();
+    let meter_gpu_seconds = series(&metrics, "wasmsched_allocated_gpu_seconds_total");
+    assert!(meter_gpu_seconds > 8.0 * 1.2, "the gang held 8 GPUs for over 1.2 s: {metrics}");
+    assert_eq!(series(&metrics, "wasmsched_queueing_delay_seconds_count"), 3.0, "{metrics}");
     run.stop().await;
     assert_chart_rbac_allows(&api);
     // The cycle's decisions went out as events too: each bind once it succeeded, the gang's wait
@@ -562,6 +583,31 @@ async fn a_gang_of_a_priority_class_waits_for_its_members_then_preempts_a_checkp
         (&json!("priority"), &json!("done"), &json!(600))
     );
     assert!(of("io.wasmsched.plugin.fault.v1").is_empty());
+    // Each run's end, with how it ended and whether its work survived.
+    let mut ended: Vec<(String, String, bool)> = of("io.wasmsched.task.ended.v1")
+        .iter()
+        .map(|e| {
+            let d = &e["data"];
+            (d["task"]["id"].as_str().unwrap().into(), d["reason"].as_str().unwrap().into(), d["work_kept"] == true)
+        })
+        .collect();
+    ended.sort();
+    assert_eq!(
+        ended,
+        [
+            ("ml/low".into(), "preempted".into(), true),
+            ("ml/train-0".into(), "completed".into(), true),
+            ("ml/train-1".into(), "deleted".into(), false)
+        ]
+    );
+    // `wasmsched usage` over the same events bills what the scheduler's counters said.
+    let mut ledger = wasmsched_usage::Ledger::new();
+    wasmsched_usage::journal::read(text.as_bytes(), "events", &mut ledger).unwrap();
+    let report = ledger.report(&wasmsched_usage::Query::default());
+    assert!(report.complete, "{report:?}");
+    assert_eq!(report.total.running_at_end, 0);
+    let billed = report.total.gpu_milli_seconds as f64 / 1000.0;
+    assert!((billed - meter_gpu_seconds).abs() < 0.01, "events {billed} vs metrics {meter_gpu_seconds}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -581,6 +627,10 @@ async fn after_a_restart_running_pods_count_in_their_queue_and_others_usage_on_t
         json!({"scheduling.wasmsched.io/queue": "team", GPU_IDS_ANNOTATION: "2,3,4,5,6,7"});
     running["spec"]["nodeName"] = json!("gpu-0");
     running["status"]["phase"] = json!("Running");
+    // Scheduled an hour ago, by the scheduler's previous incarnation.
+    let hour_ago = k8s_openapi::jiff::Timestamp::now() - Duration::from_secs(3600);
+    running["status"]["conditions"] =
+        json!([{"type": "PodScheduled", "status": "True", "lastTransitionTime": hour_ago.to_string()}]);
     api.put(Kind::Pod, running);
     let mut other = pod("infra", "resident", "default-scheduler", 8, "8", "64Gi");
     other["spec"]["nodeName"] = json!("gpu-1");
@@ -617,6 +667,15 @@ async fn after_a_restart_running_pods_count_in_their_queue_and_others_usage_on_t
     // (gpu-1 is still the other scheduler's).
     api.remove(Kind::Pod, "ml/running");
     eventually("next bound", Duration::from_secs(30), || node_of(&api, "ml/next").is_some()).await;
+    // Its run, taken over from the pod, is billed from when it was scheduled: 6 GPUs for an hour.
+    let metrics = run.metrics.render();
+    let team = |name: &str| -> f64 {
+        let series = format!(r#"{name}{{queue="team",namespace="ml",model="NVIDIA-H100-80GB-HBM3"}} "#);
+        metrics.lines().find_map(|l| l.strip_prefix(&series)).map_or(0.0, |v| v.parse().unwrap())
+    };
+    assert_eq!(team("wasmsched_runs_ended_total"), 1.0, "{metrics}");
+    let gpu_seconds = team("wasmsched_allocated_gpu_seconds_total");
+    assert!((6.0 * 3600.0..6.0 * 3660.0).contains(&gpu_seconds), "{gpu_seconds}: {metrics}");
     assert_eq!(node_of(&api, "ml/next").as_deref(), Some("gpu-0"));
     // A pod naming a queue that does not exist waits with the reason, and is placed once it does.
     let mut lost = pod("ml", "lost", NAME, 1, "1", "1Gi");

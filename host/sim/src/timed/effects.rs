@@ -10,6 +10,7 @@ use wasmsched_api::{DeviceShare, Task};
 use wasmsched_core::{Decision, Effects, EvictReason, Explanation, PluginFault, SchedulerCore, Workload};
 
 use super::metrics::{self, Counts};
+use super::runs::{Run, RunEnd, Runs};
 use super::{Job, JobOutcome};
 
 /// A job's state during the replay.
@@ -26,6 +27,8 @@ pub(super) struct JobState {
     /// GPU milli-units its placed replicas hold.
     pub(super) gpu_milli: u64,
     pub(super) finished: bool,
+    /// When it last stopped below its minimum: whether its progress was kept (checkpointed).
+    pub(super) stopped_with_work: bool,
 }
 
 /// Instants something is due, earliest first.
@@ -101,6 +104,8 @@ pub(super) struct Progress {
     pub(super) used: u64,
     /// The last instant the cluster changed.
     pub(super) last_change: u64,
+    /// Every task's runs, and the usage they billed.
+    pub(super) runs: Runs,
 }
 
 impl Progress {
@@ -124,6 +129,7 @@ impl Progress {
             counts: Counts { attempts: 0, evictions: 0, timed_out: 0, faults: 0 },
             used: 0,
             last_change: 0,
+            runs: Runs::default(),
         }
     }
 }
@@ -137,9 +143,10 @@ pub(super) struct Driver<'a, 'j> {
 }
 
 impl Effects for Driver<'_, '_> {
-    fn bind(&mut self, _: &Decision, _: &str, task: &str, _: &str, _: &[DeviceShare]) {
+    fn bind(&mut self, _: &Decision, _: &str, task: &str, node: &str, devices: &[DeviceShare]) {
         let Some(j) = self.jobs.job_of_task(task) else { return };
         let (job, workload, now, p) = (&self.jobs.jobs[j], &self.jobs.workloads[j], self.now, &mut *self.progress);
+        p.runs.start(task, Run { job: j, node: node.to_owned(), devices: devices.to_vec(), started: now });
         p.counts.attempts += 1;
         p.last_change = now;
         let s = &mut p.state[j];
@@ -181,22 +188,35 @@ impl Effects for Driver<'_, '_> {
         let s = &mut p.state[j];
         s.placed = s.placed.saturating_sub(1);
         s.gpu_milli = s.gpu_milli.saturating_sub(job.replica_gpu_milli());
+        let end = match reason {
+            EvictReason::Preempted { .. } => RunEnd::Preempted,
+            EvictReason::GangBroken | EvictReason::NodeLost => RunEnd::Evicted,
+        };
         // Its GPUs stay in use until it has stopped (a lost node's pods stop with it).
-        if matches!(reason, EvictReason::NodeLost) {
+        let stops_at = if matches!(reason, EvictReason::NodeLost) {
             p.used = p.used.saturating_sub(job.replica_gpu_milli());
+            now
         } else {
             let at = now.saturating_add(job.termination_seconds.unwrap_or(0));
             p.agenda.terminations.push(Reverse((at, task.to_string(), job.replica_gpu_milli())));
-        }
-        if let Some(since) = s.active_since
-            && s.placed < workload.min_member as u32
-        {
-            let kept = matches!(reason, EvictReason::Preempted { checkpointed: true, .. });
-            s.progress = if kept { s.progress + (now - since) } else { 0 };
-            s.active_since = None;
-            s.generation += 1;
-            p.out[j].evictions += 1;
-        }
+            at
+        };
+        let work_kept = match s.active_since {
+            Some(since) if s.placed < workload.min_member as u32 => {
+                let kept = matches!(reason, EvictReason::Preempted { checkpointed: true, .. });
+                s.progress = if kept { s.progress + (now - since) } else { 0 };
+                s.active_since = None;
+                s.generation += 1;
+                s.stopped_with_work = kept;
+                p.out[j].evictions += 1;
+                kept
+            }
+            // The job runs on without this replica (an elastic job shrunk).
+            Some(_) => true,
+            // The job had already stopped (the rest of a broken gang): as its stop left it.
+            None => s.stopped_with_work,
+        };
+        p.runs.evict(task, now, stops_at, end, work_kept);
     }
 
     fn timed_out(&mut self, _: &Decision, workload: &str) {
@@ -206,6 +226,9 @@ impl Effects for Driver<'_, '_> {
         p.last_change = self.now;
         p.out[j].waiting_reason = Some(format!("gang timed out after {} s", self.now - self.jobs.jobs[j].arrival));
         p.out[j].given_up = Some(self.now);
+        for member in &self.jobs.workloads[j].members {
+            p.runs.finish(&member.id, self.now, RunEnd::Evicted);
+        }
         // Given up: forget it so its name and pods are free again.
         let _ = self.core.finish(&self.jobs.jobs[j].name);
     }

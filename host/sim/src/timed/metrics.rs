@@ -189,6 +189,7 @@ pub(super) fn summarise(
         timed_out: counts.timed_out,
         faults: counts.faults,
         horizon,
+        usage: BTreeMap::new(),
     }
 }
 

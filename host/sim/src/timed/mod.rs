@@ -19,6 +19,7 @@
 mod dra;
 mod effects;
 mod metrics;
+mod runs;
 mod scenario;
 
 use std::cmp::Reverse;
@@ -33,6 +34,7 @@ use dra::Devices;
 use effects::{Driver, JobState, Jobs, Progress};
 
 pub use metrics::QueueStats;
+pub use runs::{QueueUsage, RunEnd};
 pub use scenario::{
     Amount, DraConfig, FlavorConfig, FlavorQuota, Job, Loaded, QueueConfig, Scenario, ScenarioNode, flat_queues,
     queue_tree, queue_tree_with,
@@ -94,6 +96,9 @@ pub struct TimedRun {
     pub faults: usize,
     /// Time of the last change (s): an arrival, departure, binding, eviction or timeout.
     pub horizon: u64,
+    /// What each queue's runs held, by the simulator's own count (runs still going on counted up
+    /// to the horizon).
+    pub usage: BTreeMap<String, QueueUsage>,
 }
 
 /// Why a replay could not start.
@@ -172,6 +177,40 @@ pub struct TimedDecision<'a> {
     pub claims: &'a [wasmsched_dra::Allocation],
 }
 
+/// A run of a task that is over: what it held is free again.
+#[derive(Debug)]
+pub struct TimedRelease<'a> {
+    /// When it was freed (virtual s).
+    pub at: u64,
+    /// The task.
+    pub task: &'a Task,
+    /// Its job.
+    pub job: &'a Job,
+    /// Its node.
+    pub node: &'a str,
+    /// The cluster now.
+    pub nodes: &'a NodeTable,
+    /// The GPUs it held.
+    pub devices: &'a [wasmsched_api::DeviceShare],
+    /// When it was placed (virtual s).
+    pub started: u64,
+    /// Why it ended.
+    pub end: RunEnd,
+    /// An evicted run's work survived: it checkpointed first, or its job went on without it.
+    pub work_kept: bool,
+}
+
+/// What a replay shows its observer, in order.
+#[derive(Debug)]
+pub enum Observed<'a> {
+    /// A decision of the core.
+    Decision(TimedDecision<'a>),
+    /// A run ended.
+    Released(TimedRelease<'a>),
+    /// The queues after an instant's cycle: allocation and deserved shares (virtual s).
+    Shares(u64, &'a [wasmsched_core::QueueShare]),
+}
+
 /// [`run`] with the policy sets of `policies`, explicit core settings, calling `observe` after
 /// every decision.
 pub fn run_observed(
@@ -180,13 +219,43 @@ pub fn run_observed(
     queues: &QueueTree,
     jobs: &[Job],
     config: &CoreConfig,
-    observe: impl FnMut(TimedDecision<'_>),
+    mut observe: impl FnMut(TimedDecision<'_>),
 ) -> Result<TimedRun, ReplayError> {
-    run_with_devices(policies, nodes, None, queues, jobs, config, observe)
+    run_with_devices(policies, nodes, None, queues, jobs, config, |o| {
+        if let Observed::Decision(d) = o {
+            observe(d)
+        }
+    })
+}
+
+/// Show the runs that ended to `observe`, then bill them.
+fn report_released(
+    progress: &mut Progress,
+    lookup: &Jobs<'_>,
+    jobs: &[Job],
+    nodes: &NodeTable,
+    observe: &mut impl FnMut(Observed<'_>),
+) {
+    for e in &progress.runs.ended {
+        let Some(task) = lookup.task(&e.task) else { continue };
+        observe(Observed::Released(TimedRelease {
+            at: e.at,
+            task,
+            job: &jobs[e.run.job],
+            node: &e.run.node,
+            nodes,
+            devices: &e.run.devices,
+            started: e.run.started,
+            end: e.end,
+            work_kept: e.work_kept,
+        }));
+    }
+    progress.runs.bill(lookup);
 }
 
 /// [`run_observed`] on a cluster whose nodes also offer the DRA devices of `dra` (ResourceSlices
-/// and DeviceClasses), for jobs with `claims`.
+/// and DeviceClasses), for jobs with `claims`; `observe` sees every decision and every run that
+/// ended.
 pub fn run_with_devices(
     policies: &PolicyTimeline<'_>,
     nodes: &NodeTable,
@@ -194,7 +263,7 @@ pub fn run_with_devices(
     queues: &QueueTree,
     jobs: &[Job],
     config: &CoreConfig,
-    mut observe: impl FnMut(TimedDecision<'_>),
+    mut observe: impl FnMut(Observed<'_>),
 ) -> Result<TimedRun, ReplayError> {
     let config = CoreConfig { await_termination: true, ..config.clone() };
     let mut core = SchedulerCore::new(queues.clone(), config.clone());
@@ -273,6 +342,9 @@ pub fn run_with_devices(
                     jobs[j].task_ids().iter().for_each(|t| d.release(t));
                 }
                 p.used -= p.state[j].gpu_milli;
+                for member in &lookup.workloads[j].members {
+                    p.runs.finish(&member.id, now, runs::RunEnd::Completed);
+                }
                 p.state[j] = JobState { finished: true, ..JobState::default() };
                 p.out[j].end = Some(now);
                 p.last_change = now;
@@ -298,8 +370,10 @@ pub fn run_with_devices(
                 d.release(&task);
             }
             p.used = p.used.saturating_sub(gpu_milli);
+            p.runs.stopped(&task, now);
             p.last_change = now;
         }
+        report_released(p, &lookup, jobs, core.nodes(), &mut observe);
         while let Some(&i) = arrivals.get(next_arrival) {
             if jobs[i].arrival != now {
                 break;
@@ -345,7 +419,7 @@ pub fn run_with_devices(
                 (Decision::Bound { task, .. }, Some(dev)) => dev.held_by(task).unwrap_or_default(),
                 _ => &[],
             };
-            observe(TimedDecision {
+            observe(Observed::Decision(TimedDecision {
                 claims,
                 at: now,
                 decision: d,
@@ -353,15 +427,20 @@ pub fn run_with_devices(
                 job: job.map(|j| &jobs[j]),
                 nodes: core.nodes(),
                 policy_version: set.version(),
-            });
+            }));
+            report_released(&mut progress, &lookup, jobs, core.nodes(), &mut observe);
         }
+        observe(Observed::Shares(now, &core.queue_shares()));
         let pct = if capacity > 0 { 100.0 * progress.used as f64 / capacity as f64 } else { 0.0 };
         utilisation.push((now, pct));
     }
     // Retries that changed nothing after the last real change are not part of the replay.
     let horizon = progress.last_change;
     utilisation.retain(|&(t, _)| t <= horizon);
-    Ok(metrics::summarise(jobs, progress.out, utilisation, progress.counts, horizon))
+    let usage = progress.runs.usage_until(horizon, &lookup);
+    let mut run = metrics::summarise(jobs, progress.out, utilisation, progress.counts, horizon);
+    run.usage = usage;
+    Ok(run)
 }
 
 /// Restricts a job's replicas to the nodes `fit` (by name), unless that is every node.

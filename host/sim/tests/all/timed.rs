@@ -518,7 +518,8 @@ fn replay_with_devices(
         &s.queue_tree().unwrap(),
         &s.jobs,
         &wasmsched_core::CoreConfig::default(),
-        |d| {
+        |o| {
+            let timed::Observed::Decision(d) = o else { return };
             let (wasmsched_core::Decision::Bound { task, node, .. }, false) = (d.decision, d.claims.is_empty()) else {
                 return;
             };

@@ -143,6 +143,10 @@ pub fn samples() -> Vec<Payload> {
             score: ScoreSummary { total: 187, feasible: 12, evaluated: 50 },
             policy_set: set(3),
             attempt: 1,
+            allocated: q,
+            gpu_model: Some("A100-SXM4-80GB".into()),
+            node_pool: Some("a100-spot".into()),
+            submitted: Some(Timestamp(1_764_000_000_000)),
         }),
         Payload::TaskUnschedulable(TaskUnschedulable {
             task: task("pod-2", "team-b"),
@@ -174,6 +178,17 @@ pub fn samples() -> Vec<Payload> {
             task: task("worker-3", "team-b"),
             node: "node-4".into(),
             reason: EvictedReason::GangBroken,
+        }),
+        Payload::TaskEnded(TaskEnded {
+            task: task("low-1", "team-b"),
+            node: "node-2".into(),
+            started: Timestamp(1_764_000_000_000),
+            gpus: vec![GpuShare { gpu: 3, milli: 500 }],
+            allocated: Quantity { cpu_milli: 2000, memory_bytes: 1 << 33, gpu_milli: 500 },
+            gpu_model: Some("L4".into()),
+            node_pool: None,
+            reason: EndReason::Preempted,
+            work_kept: true,
         }),
         Payload::GroupTimedOut(GroupTimedOut {
             group: "g9".into(),

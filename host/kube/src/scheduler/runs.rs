@@ -1,0 +1,150 @@
+//! Our pods' runs, for usage accounting: each from its bind to the moment its pod stops holding the
+//! node — completed, failed, deleted, or evicted and gone — published as `task-scheduled` and
+//! `task-ended` and counted by the usage meter behind `/metrics` (`docs/usage.md`).
+//!
+//! A run that began before this process (a restart, a fail-over) is taken over from the pod: its
+//! start is the pod's `PodScheduled` transition, to the second, which `wasmsched usage` pairs with
+//! the `task-scheduled` the earlier process published.
+
+use k8s_openapi::api::core::v1::Pod;
+use wasmsched_events::Timestamp;
+use wasmsched_events::decisions;
+use wasmsched_events::schema::{EndReason, GpuShare, Payload, TaskEnded, TaskScheduled};
+
+use super::*;
+
+/// A run going on.
+pub(super) struct Run {
+    /// Its start: the `task-scheduled` event's time.
+    started: Timestamp,
+    /// The placement as published.
+    placed: TaskScheduled,
+    /// How the scheduler stopped it, if it did: (why, whether its work was kept).
+    stopped: Option<(EndReason, bool)>,
+}
+
+impl Scheduler {
+    /// Publish `payload` stamped `at`, and count it in the usage meter.
+    pub(super) fn publish_at(&self, at: Timestamp, payload: Payload) {
+        self.shared.metrics.usage.record(at, &payload);
+        if let Some(sink) = &self.reports.events {
+            sink.emit_at(at, payload);
+        }
+    }
+
+    /// Queues whose deserved share the cycle moved: `queue-share-changed` (what usage reports
+    /// each queue's use beside).
+    pub(super) fn publish_share_changes(&mut self) {
+        if self.reports.events.is_none() {
+            return;
+        }
+        let at = Timestamp::now();
+        for p in self.reports.shares.changes(&self.core.queue_shares()) {
+            self.publish_at(at, p);
+        }
+    }
+
+    /// A bind succeeded: its events are published, and its run begins.
+    pub(super) fn run_started(&mut self, id: &str, events: Vec<Payload>) {
+        let at = Timestamp::now();
+        for e in events {
+            if let Payload::TaskScheduled(placed) = &e {
+                let run = Run { started: at, placed: placed.clone(), stopped: None };
+                self.reports.runs.insert(id.to_string(), run);
+            }
+            self.publish_at(at, e);
+        }
+    }
+
+    /// A bound pod of ours this process did not bind (it began before a restart): its run is
+    /// taken over, started when the pod was scheduled.
+    pub(super) fn run_taken_over(&mut self, id: &str, pod: &Pod, task: &Task) {
+        if self.reports.runs.contains_key(id) {
+            return;
+        }
+        let Some((node_name, devices)) = self.cache.holding(id) else { return };
+        let node = self.cache.nodes().slot_of(node_name).and_then(|s| self.cache.nodes().get(s));
+        let started = scheduled_at(pod).unwrap_or_else(Timestamp::now);
+        let placed = TaskScheduled {
+            task: decisions::task_ref(task),
+            node: node_name.to_string(),
+            gpus: devices.iter().map(|d| GpuShare { gpu: d.gpu, milli: d.milli }).collect(),
+            allocated: decisions::allocated(task, devices),
+            gpu_model: node.and_then(|n| decisions::gpu_model(n, devices)).map(str::to_owned),
+            node_pool: node.and_then(decisions::node_pool).map(str::to_owned),
+            submitted: self.ours.get(id).and_then(|f| f.created).map(millis),
+            ..TaskScheduled::default()
+        };
+        // Counted from its start by this process's meter; its `task-scheduled` was published then.
+        self.shared.metrics.usage.record(started, &Payload::TaskScheduled(placed.clone()));
+        self.reports.runs.insert(id.to_string(), Run { started, placed, stopped: None });
+    }
+
+    /// The scheduler evicted pod `id`: its run ends when the pod is gone, for this reason.
+    pub(super) fn run_stopped(&mut self, id: &str, reason: &EvictReason) {
+        let stopped = match reason {
+            EvictReason::Preempted { kind: wasmsched_core::PreemptKind::ElasticShrink, .. } => {
+                (EndReason::Preempted, true)
+            }
+            EvictReason::Preempted { checkpointed, .. } => (EndReason::Preempted, *checkpointed),
+            EvictReason::GangBroken | EvictReason::NodeLost => (EndReason::Evicted, false),
+        };
+        if let Some(run) = self.reports.runs.get_mut(id) {
+            run.stopped = Some(stopped);
+        }
+    }
+
+    /// Pod `id` no longer holds its node (`pod`: its last state, when known): its run's
+    /// `task-ended` is published.
+    pub(super) fn run_ended(&mut self, id: &str, pod: Option<&Pod>) {
+        let Some(run) = self.reports.runs.remove(id) else { return };
+        let phase = pod.and_then(|p| p.status.as_ref()).and_then(|s| s.phase.as_deref());
+        let kubelet_evicted = pod.and_then(|p| p.status.as_ref()).and_then(|s| s.reason.as_deref()) == Some("Evicted");
+        let (reason, work_kept) = match (run.stopped, phase) {
+            (Some(stopped), _) => stopped,
+            // The kubelet evicted it (node pressure): its work is lost unless it checkpointed.
+            (None, Some("Failed")) if kubelet_evicted => (EndReason::Evicted, false),
+            (None, Some("Succeeded")) => (EndReason::Completed, true),
+            (None, Some("Failed")) => (EndReason::Failed, false),
+            (None, _) => (EndReason::Deleted, false),
+        };
+        let p = run.placed;
+        let ended = TaskEnded {
+            task: p.task,
+            node: p.node,
+            started: run.started,
+            gpus: p.gpus,
+            allocated: p.allocated,
+            gpu_model: p.gpu_model,
+            node_pool: p.node_pool,
+            reason,
+            work_kept,
+        };
+        self.publish_at(Timestamp::now(), Payload::TaskEnded(ended));
+    }
+
+    /// Runs of pods that a relist no longer shows: over.
+    pub(super) fn runs_not_listed(&mut self, listed: &AHashSet<String>) {
+        let gone: Vec<String> = self.reports.runs.keys().filter(|id| !listed.contains(*id)).cloned().collect();
+        for id in gone {
+            self.run_ended(&id, None);
+        }
+    }
+}
+
+fn millis(t: k8s_openapi::jiff::Timestamp) -> Timestamp {
+    Timestamp(u64::try_from(t.as_millisecond()).unwrap_or_default())
+}
+
+/// When the pod was scheduled: its `PodScheduled=True` transition (set by the binding), else its
+/// start.
+fn scheduled_at(pod: &Pod) -> Option<Timestamp> {
+    let status = pod.status.as_ref()?;
+    let condition = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "True")
+        .and_then(|c| c.last_transition_time.as_ref());
+    condition.or(status.start_time.as_ref()).map(|t| millis(t.0))
+}
