@@ -139,11 +139,29 @@ fn replay_publishes_each_attempt_in_virtual_time() {
     let (report, _dir, f) = replay_with_events("examples/scenarios/two-queues.json", &["--native"]);
     let f = f.as_str();
     let attempts = report["placement_attempts"].as_u64().unwrap();
-    assert_eq!(report["events"]["delivered"], attempts, "one event per attempt: {report}");
+    // One event per attempt, one per run that ended, one per change of a queue's deserved share.
+    let all = ok(wasmsched(&["events", "tail", "--file", f]));
+    let count =
+        |t: &str| all.lines().filter(|l| l.contains(&format!("\"type\":\"io.wasmsched.{t}.v1\""))).count() as u64;
+    let (placed, refused) = (count("task.scheduled"), count("task.unschedulable"));
+    assert_eq!(placed + refused, attempts, "one event per attempt: {report}");
+    // Runs without a duration go on past the replay's end.
+    assert!((1..=placed).contains(&count("task.ended")), "{all}");
+    assert!(count("queue.share-changed") > 0);
+    assert_eq!(report["events"]["delivered"], all.lines().count() as u64);
 
     // train-2 waits for the first training job to leave: unschedulable attempts, then scheduled,
     // numbered, in virtual time order.
-    let lines = ok(wasmsched(&["events", "tail", "--file", f, "--task", "train-2"]));
+    let lines = ok(wasmsched(&[
+        "events",
+        "tail",
+        "--file",
+        f,
+        "--task",
+        "train-2",
+        "--kind",
+        "task-scheduled,task-unschedulable",
+    ]));
     let events: Vec<serde_json::Value> = lines.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert!(events.len() >= 2, "{lines}");
     let (last, waits) = events.split_last().unwrap();

@@ -522,6 +522,7 @@ impl Scheduler {
                 }
                 self.bind_done(id, result, took, decided_in)
             }
+            Done::RunFinished { run, at, phase } => self.run_finished(*run, at, phase.as_deref()),
             Done::EvictionAbandoned { id } => {
                 tracing::warn!(pod = %id, "gave up evicting; it counts as running again");
                 // The core stops holding its room as terminating; the node shows it as anyone's

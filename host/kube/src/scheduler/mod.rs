@@ -114,6 +114,8 @@ enum Done {
     },
     /// An eviction was refused until we gave up: the victim still runs and counts again.
     EvictionAbandoned { id: String },
+    /// A pod of ours left the watch by reaching a terminal phase (read afterwards) at `at`.
+    RunFinished { run: Box<runs::Run>, at: wasmsched_events::Timestamp, phase: Option<String> },
 }
 
 /// A re-list in progress: what it has listed so far.

@@ -95,15 +95,50 @@ impl Scheduler {
     }
 
     /// Pod `id` no longer holds its node (`pod`: its last state, when known): its run's
-    /// `task-ended` is published.
+    /// `task-ended` is published — at once, or, when the pod left the watch by finishing (the
+    /// watch shows only pods that hold resources, and a pod leaving it shows its state before),
+    /// once its phase is read.
     pub(super) fn run_ended(&mut self, id: &str, pod: Option<&Pod>) {
         let Some(run) = self.reports.runs.remove(id) else { return };
-        let phase = pod.and_then(|p| p.status.as_ref()).and_then(|s| s.phase.as_deref());
-        let kubelet_evicted = pod.and_then(|p| p.status.as_ref()).and_then(|s| s.reason.as_deref()) == Some("Evicted");
+        let at = Timestamp::now();
+        let phase = pod.and_then(|p| p.status.as_ref()).and_then(|s| s.phase.clone());
+        let deleted = pod.is_none_or(|p| p.metadata.deletion_timestamp.is_some());
+        let terminal = matches!(phase.as_deref(), Some("Succeeded" | "Failed"));
+        if run.stopped.is_some() || deleted || terminal {
+            let evicted = pod.and_then(|p| p.status.as_ref()).and_then(|s| s.reason.as_deref()) == Some("Evicted");
+            let reason = if evicted { Some("Evicted") } else { phase.as_deref() };
+            self.publish_end(run, at, reason);
+            return;
+        }
+        let key = key_of_id(id);
+        let api: Api<Pod> = Api::namespaced(self.api.client.clone(), &key.namespace);
+        let (done, id) = (self.in_flight.done_tx.clone(), id.to_string());
+        tokio::spawn(async move {
+            let phase = match api.get_opt(&key.name).await {
+                Ok(pod) => pod.and_then(|p| p.status).and_then(|s| {
+                    if s.reason.as_deref() == Some("Evicted") { Some("Evicted".into()) } else { s.phase }
+                }),
+                Err(e) => {
+                    tracing::info!(pod = %id, error = %e, "cannot read how a pod ended; its run ends as deleted");
+                    None
+                }
+            };
+            let _ = done.send(Done::RunFinished { run: Box::new(run), at, phase });
+        });
+    }
+
+    /// The phase of a pod that left the watch was read (`None`: it is gone too).
+    pub(super) fn run_finished(&mut self, run: Run, at: Timestamp, phase: Option<&str>) {
+        self.publish_end(run, at, phase);
+    }
+
+    /// `task-ended` of `run` at `at`: why from how the scheduler stopped it, else from the pod's
+    /// phase (`Evicted`: the kubelet's eviction), else it was deleted.
+    fn publish_end(&mut self, run: Run, at: Timestamp, phase: Option<&str>) {
         let (reason, work_kept) = match (run.stopped, phase) {
             (Some(stopped), _) => stopped,
-            // The kubelet evicted it (node pressure): its work is lost unless it checkpointed.
-            (None, Some("Failed")) if kubelet_evicted => (EndReason::Evicted, false),
+            // The kubelet evicted it (node pressure): its work is lost.
+            (None, Some("Evicted")) => (EndReason::Evicted, false),
             (None, Some("Succeeded")) => (EndReason::Completed, true),
             (None, Some("Failed")) => (EndReason::Failed, false),
             (None, _) => (EndReason::Deleted, false),
@@ -120,7 +155,7 @@ impl Scheduler {
             reason,
             work_kept,
         };
-        self.publish_at(Timestamp::now(), Payload::TaskEnded(ended));
+        self.publish_at(at, Payload::TaskEnded(ended));
     }
 
     /// Runs of pods that a relist no longer shows: over.

@@ -166,6 +166,8 @@ type Key = (Kind, String); // (kind, "namespace/name" or "name")
 
 struct Watcher {
     kind: Kind,
+    /// Its `fieldSelector`, if any.
+    fields: Option<String>,
     tx: mpsc::UnboundedSender<Bytes>,
 }
 
@@ -174,7 +176,8 @@ pub struct State {
     rv: u64,
     objects: BTreeMap<Key, Value>,
     /// Every change: (rv, kind, type, object).
-    history: Vec<(u64, Kind, &'static str, Value)>,
+    /// (resource version, kind, type, object, the object before).
+    history: Vec<(u64, Kind, &'static str, Value, Option<Value>)>,
     /// Watches from before this version get `410 Gone`.
     compacted: u64,
     watchers: Vec<Watcher>,
@@ -365,6 +368,26 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// What a watch with `fields` sees of a change, as kube-apiserver's watch cache decides it: an
+/// object that comes to match is `ADDED`, one that stops matching is `DELETED` with its previous
+/// content (and the change's resource version), one that matched neither before nor after is not
+/// seen.
+fn as_watched(kind_type: &str, obj: &Value, before: Option<&Value>, fields: Option<&String>) -> Option<Value> {
+    let now = kind_type != "DELETED" && matches_fields(obj, fields);
+    let was = before.is_some_and(|b| matches_fields(b, fields));
+    let (t, o) = match (now, was) {
+        (true, false) => ("ADDED", obj.clone()),
+        (true, true) => ("MODIFIED", obj.clone()),
+        (false, true) => {
+            let mut old = before?.clone();
+            old["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"].clone();
+            ("DELETED", old)
+        }
+        (false, false) => return None,
+    };
+    Some(json!({"type": t, "object": o}))
+}
+
 /// Field selectors the scheduler uses: `status.phase!=X` terms.
 fn matches_fields(obj: &Value, selector: Option<&String>) -> bool {
     let Some(selector) = selector else { return true };
@@ -380,15 +403,18 @@ impl State {
         self.rv
     }
 
-    fn record(&mut self, kind: Kind, kind_type: &'static str, obj: Value) {
+    fn record(&mut self, kind: Kind, kind_type: &'static str, obj: Value, before: Option<Value>) {
         let rv: u64 = obj["metadata"]["resourceVersion"].as_str().and_then(|s| s.parse().ok()).unwrap_or(self.rv);
-        let line = {
-            let mut l = serde_json::to_vec(&json!({"type": kind_type, "object": obj})).unwrap();
+        self.watchers.retain(|w| {
+            if w.kind != kind {
+                return true;
+            }
+            let Some(event) = as_watched(kind_type, &obj, before.as_ref(), w.fields.as_ref()) else { return true };
+            let mut l = serde_json::to_vec(&event).unwrap();
             l.push(b'\n');
-            Bytes::from(l)
-        };
-        self.watchers.retain(|w| w.kind != kind || w.tx.send(line.clone()).is_ok());
-        self.history.push((rv, kind, kind_type, obj));
+            w.tx.send(Bytes::from(l)).is_ok()
+        });
+        self.history.push((rv, kind, kind_type, obj, before));
     }
 
     fn upsert(&mut self, kind: Kind, mut obj: Value) -> Value {
@@ -419,16 +445,17 @@ impl State {
             };
             obj["metadata"]["generation"] = json!(generation);
         }
-        self.objects.insert(key, obj.clone());
-        self.record(kind, kind_type, obj.clone());
+        let before = self.objects.insert(key, obj.clone());
+        self.record(kind, kind_type, obj.clone(), before);
         obj
     }
 
     fn delete(&mut self, kind: Kind, key: &str) -> Option<Value> {
         let mut obj = self.objects.remove(&(kind, key.to_string()))?;
         let rv = self.bump();
+        let before = obj.clone();
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
-        self.record(kind, "DELETED", obj.clone());
+        self.record(kind, "DELETED", obj.clone(), Some(before));
         Some(obj)
     }
 }
@@ -704,14 +731,17 @@ impl FakeApi {
                 let _ = tx.send(Bytes::from(l));
                 drop(tx);
             } else {
-                for (rv, k, t, obj) in &s.history {
-                    if *k == kind && *rv > from && matches_fields(obj, fields) {
-                        let mut l = serde_json::to_vec(&json!({"type": t, "object": obj})).unwrap();
+                for (rv, k, t, obj, before) in &s.history {
+                    if *k == kind
+                        && *rv > from
+                        && let Some(event) = as_watched(t, obj, before.as_ref(), fields)
+                    {
+                        let mut l = serde_json::to_vec(&event).unwrap();
                         l.push(b'\n');
                         let _ = tx.send(Bytes::from(l));
                     }
                 }
-                s.watchers.push(Watcher { kind, tx });
+                s.watchers.push(Watcher { kind, fields: fields.cloned(), tx });
             }
             let stream = futures_util::stream::unfold(rx, |mut rx| async move {
                 rx.recv().await.map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
