@@ -26,6 +26,8 @@
 // - selectVictims(preemptor, candidates, nodes): null, or [candidate index, [victim indices]].
 // - fairShare(queues, cluster): [deserved, order].
 // - selectDevices(task, node): [[gpu index, milli], ...], or a string saying why not.
+//
+// The records' TypeScript declarations, generated from wit/policy.wit: sdk/js/types (types.mjs).
 
 export const SDK_VERSION = "wasmsched-js/0.1.0";
 export const MAX_SCORE = 100;

@@ -102,3 +102,44 @@ fn the_javascript_examples_unit_tests_pass_natively() {
     assert!(out.status.success(), "{report}{}", String::from_utf8_lossy(&out.stderr));
     assert!(report.contains("# pass 2") && report.contains("# fail 0"), "{report}");
 }
+
+/// The TypeScript declarations of the contract in `sdk/js/types` are what jco generates from
+/// `wit/policy.wit` now: regenerate with `node sdk/js/types.mjs` when the contract changes.
+#[test]
+fn the_typescript_declarations_are_generated_from_the_wit_and_current() {
+    let root = python::root();
+    let out = tempfile::tempdir().unwrap();
+    let generated = std::process::Command::new("node")
+        .arg(root.join("sdk/js/types.mjs"))
+        .arg(out.path())
+        .output()
+        .expect("node (scripts/test installs it)");
+    assert!(generated.status.success(), "{}", String::from_utf8_lossy(&generated.stderr));
+    let files = |dir: &Path| -> Vec<(String, String)> {
+        let mut all = Vec::new();
+        for sub in ["", "interfaces"] {
+            for entry in std::fs::read_dir(dir.join(sub)).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_file() {
+                    let name = path.strip_prefix(dir).unwrap().display().to_string();
+                    all.push((name, std::fs::read_to_string(&path).unwrap()));
+                }
+            }
+        }
+        all.sort();
+        all
+    };
+    let (want, have) = (files(out.path()), files(&root.join("sdk/js/types")));
+    let names = |f: &[(String, String)]| f.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&have), names(&want), "regenerate with `node sdk/js/types.mjs`");
+    for ((name, a), (_, b)) in have.iter().zip(&want) {
+        assert!(a == b, "sdk/js/types/{name} is stale: regenerate with `node sdk/js/types.mjs`");
+    }
+    // Every stage of the contract has its declarations, with the records' fields as the SDK
+    // documents them (camelCase; 64-bit integers as bigint).
+    let all: String = have.iter().map(|(_, t)| t.as_str()).collect();
+    for module in ["filter", "score", "preempt", "fair-share", "select-devices"] {
+        assert!(all.contains(&format!("declare module 'wasmsched:policy/{module}@")), "{module}");
+    }
+    assert!(all.contains("gpuMilli: bigint"), "Resources.gpu_milli as the SDK documents it");
+}
