@@ -43,6 +43,9 @@ pub struct PodFacts {
     pub bound: bool,
     /// When the pod was created: pods are submitted in this order (FIFO within a priority).
     pub created: Option<k8s_openapi::jiff::Timestamp>,
+    /// When it was scheduled: its `PodScheduled=True` transition (the binding sets it), else its
+    /// start. What a run taken over after a restart is billed from.
+    pub scheduled: Option<k8s_openapi::jiff::Timestamp>,
     /// Its labels, for the disruption budgets that select it.
     pub labels: std::collections::BTreeMap<String, String>,
     /// Its DRA claims (`spec.resourceClaims`, resolved as far as the pod's status says).
@@ -75,6 +78,7 @@ impl PodFacts {
             checkpointed: annotation(CHECKPOINTED_ANNOTATION).as_deref() == Some("true"),
             bound: spec.and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty()),
             created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            scheduled: scheduled_at(pod),
             labels: pod.metadata.labels.clone().unwrap_or_default(),
             claims: crate::dra::pod_claims(pod),
             containers: crate::dra::extended::containers(pod),
@@ -185,6 +189,18 @@ pub fn gang(key: &str, info: &GroupInfo, members: &[&PodFacts], classes: &Priori
     w.timeout_seconds = info.timeout_seconds;
     options(&mut w, &sorted, classes);
     w
+}
+
+/// When `pod` was scheduled: its `PodScheduled=True` transition, else its start.
+fn scheduled_at(pod: &Pod) -> Option<k8s_openapi::jiff::Timestamp> {
+    let status = pod.status.as_ref()?;
+    let condition = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "True")
+        .and_then(|c| c.last_transition_time.as_ref());
+    condition.or(status.start_time.as_ref()).map(|t| t.0)
 }
 
 #[cfg(test)]

@@ -164,6 +164,12 @@ impl Meter {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).delays.clone()
     }
 
+    /// Stop counting the runs going on (the scheduler no longer leads: the new leader counts
+    /// them); what ended stays counted.
+    pub fn forget_running(&self) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).open.clear();
+    }
+
     /// Runs going on.
     pub fn running(&self) -> usize {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).open.values().map(Vec::len).sum()

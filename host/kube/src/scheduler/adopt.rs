@@ -94,6 +94,7 @@ impl Scheduler {
         let (adopted, pending) = (running.len(), self.ours.len() - running.len());
         if *self.leadership.leader.borrow() {
             tracing::info!(adopted, pending, "leading: took over the running pods of ours");
+            self.take_over_runs();
         } else {
             // A standby only keeps its view current; it takes over when it gets the lease.
             tracing::info!(adopted, pending, "standing by: running pods of ours known");

@@ -444,6 +444,9 @@ impl Scheduler {
             if leading && !was_leading && self.listing.adopted.is_some() {
                 self.take_over_again();
             }
+            if was_leading && !leading {
+                self.runs_handed_over();
+            }
             was_leading = leading;
             self.maybe_adopt();
             let ready = self.listing.adopted.is_some();

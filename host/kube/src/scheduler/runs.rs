@@ -56,15 +56,17 @@ impl Scheduler {
         }
     }
 
-    /// A bound pod of ours this process did not bind (it began before a restart): its run is
-    /// taken over, started when the pod was scheduled.
-    pub(super) fn run_taken_over(&mut self, id: &str, pod: &Pod, task: &Task) {
-        if self.reports.runs.contains_key(id) {
+    /// A bound pod of ours this process did not bind (bound before a restart, or by the previous
+    /// leader): its run is taken over, started when the pod was scheduled. Only the leader counts
+    /// runs: a standby's counters would count them twice.
+    pub(super) fn run_taken_over(&mut self, id: &str) {
+        if self.reports.runs.contains_key(id) || !*self.leadership.leader.borrow() {
             return;
         }
-        let Some((node_name, devices)) = self.cache.holding(id) else { return };
+        let (Some(facts), Some((node_name, devices))) = (self.ours.get(id), self.cache.holding(id)) else { return };
         let node = self.cache.nodes().slot_of(node_name).and_then(|s| self.cache.nodes().get(s));
-        let started = scheduled_at(pod).unwrap_or_else(Timestamp::now);
+        let started = facts.scheduled.map_or_else(Timestamp::now, millis);
+        let task = &facts.task;
         let placed = TaskScheduled {
             task: decisions::task_ref(task),
             node: node_name.to_string(),
@@ -72,12 +74,26 @@ impl Scheduler {
             allocated: decisions::allocated(task, devices),
             gpu_model: node.and_then(|n| decisions::gpu_model(n, devices)).map(str::to_owned),
             node_pool: node.and_then(decisions::node_pool).map(str::to_owned),
-            submitted: self.ours.get(id).and_then(|f| f.created).map(millis),
+            submitted: facts.created.map(millis),
             ..TaskScheduled::default()
         };
         // Counted from its start by this process's meter; its `task-scheduled` was published then.
         self.shared.metrics.usage.record(started, &Payload::TaskScheduled(placed.clone()));
         self.reports.runs.insert(id.to_string(), Run { started, placed, stopped: None });
+    }
+
+    /// Every bound pod of ours, once this replica leads.
+    pub(super) fn take_over_runs(&mut self) {
+        let bound: Vec<String> = self.ours.iter().filter(|(_, f)| f.bound).map(|(id, _)| id.clone()).collect();
+        for id in bound {
+            self.run_taken_over(&id);
+        }
+    }
+
+    /// This replica no longer leads: the runs are the new leader's to count.
+    pub(super) fn runs_handed_over(&mut self) {
+        self.reports.runs.clear();
+        self.shared.metrics.usage.forget_running();
     }
 
     /// The scheduler evicted pod `id`: its run ends when the pod is gone, for this reason.
@@ -169,17 +185,4 @@ impl Scheduler {
 
 fn millis(t: k8s_openapi::jiff::Timestamp) -> Timestamp {
     Timestamp(u64::try_from(t.as_millisecond()).unwrap_or_default())
-}
-
-/// When the pod was scheduled: its `PodScheduled=True` transition (set by the binding), else its
-/// start.
-fn scheduled_at(pod: &Pod) -> Option<Timestamp> {
-    let status = pod.status.as_ref()?;
-    let condition = status
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == "PodScheduled" && c.status == "True")
-        .and_then(|c| c.last_transition_time.as_ref());
-    condition.or(status.start_time.as_ref()).map(|t| millis(t.0))
 }

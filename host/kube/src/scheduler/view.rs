@@ -179,11 +179,12 @@ impl Scheduler {
             }
             PodPhase::Bound | PodPhase::Relabelled => {
                 if ours && let Ok(task) = crate::convert::bound_task(pod) {
-                    self.ours.insert(id.clone(), PodFacts::new(pod, task.clone()));
+                    self.ours.insert(id.clone(), PodFacts::new(pod, task));
                     self.unreport(&id);
-                    // Bound before this process (or by it, already known): its run is counted.
-                    if !self.reports.unconfirmed.contains_key(&id) {
-                        self.run_taken_over(&id, pod, &task);
+                    // Bound by the previous leader, seen after the take-over: its run is counted
+                    // (one of ours whose bind is in flight is counted when the bind succeeds).
+                    if self.listing.adopted.is_some() && !self.reports.unconfirmed.contains_key(&id) {
+                        self.run_taken_over(&id);
                     }
                 }
                 match self.core.placement_of(&id) {

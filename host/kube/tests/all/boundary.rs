@@ -333,6 +333,20 @@ async fn a_replica_that_loses_its_lease_stops_binding_at_once() {
     assert!(node_of(&api, "ml/later-3").is_none());
     let binds = api.binds();
     assert!(binds[1..].iter().all(|b| b.client == "b"), "only the new leader binds: {binds:?}");
+    // Usage is counted by the leader alone (a standby's counters would count every run twice):
+    // b counts the four running pods, "first" taken over from a; a, stepped down, counts none.
+    let running = |m: &str| {
+        m.lines()
+            .filter(|l| l.starts_with("wasmsched_allocated_gpu_seconds_total{queue=\"team\""))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .sum::<f64>()
+    };
+    let (before_a, before_b) = (running(&a.metrics.render()), running(&b.metrics.render()));
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let (after_a, after_b) = (running(&a.metrics.render()), running(&b.metrics.render()));
+    assert!(after_b - before_b >= 4.0 * 1.0, "b counts 4 GPUs running: {before_b} -> {after_b}");
+    assert!(after_b - before_b < 4.0 * 1.5, "b counts them once: {before_b} -> {after_b}");
+    assert_eq!(after_a, before_a, "a no longer counts runs going on");
     // A lease write failing beyond the renew deadline makes the leader step down by itself.
     api.state().lease_faults.insert("b".into(), 1_000);
     eventually("b steps down", Duration::from_secs(10), || b.metrics.leader.get() == 0).await;
