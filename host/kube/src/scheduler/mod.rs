@@ -15,6 +15,8 @@
 //! - `adopt`: taking over after a start or a fail-over (running pods of ours become the core's);
 //! - `cycle`: one cycle — nodes refreshed, waiting pods submitted, victims offered, the core decides;
 //! - `effects`: each decision carried out (bind, evict, ask for a checkpoint, nominate, report why);
+//! - `runs`: each pod's run from its bind to its end, as `task-scheduled`/`task-ended` and in the
+//!   usage counters (the leader's alone);
 //! - `statuses`: `Queue` and `PodGroup` status and the gauges, every few seconds.
 
 use std::collections::{BTreeMap, BTreeSet};
