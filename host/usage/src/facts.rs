@@ -86,25 +86,31 @@ enum Key {
 }
 
 /// One pass over a line: the data is parsed as its type says when `type` comes first (as the
-/// sinks write it), else kept raw and parsed after.
-struct Line<'a>(Parsed<'a>);
+/// sinks write it), else kept raw and parsed after. The data of a type usage does not read is not
+/// parsed at all: the pass stops there, with the envelope in `skipped`.
+struct LineSeed<'s, 'de> {
+    skipped: &'s mut Option<Envelope<'de>>,
+}
 
-impl<'de> Deserialize<'de> for Line<'de> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_map(LineVisitor)
+/// The error that stops a pass at an event whose data usage does not read.
+const SKIP: &str = "usage: data not read";
+
+impl<'de> serde::de::DeserializeSeed<'de> for LineSeed<'_, 'de> {
+    type Value = Parsed<'de>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Parsed<'de>, D::Error> {
+        d.deserialize_map(self)
     }
 }
 
-struct LineVisitor;
-
-impl<'de> serde::de::Visitor<'de> for LineVisitor {
-    type Value = Line<'de>;
+impl<'de> serde::de::Visitor<'de> for LineSeed<'_, 'de> {
+    type Value = Parsed<'de>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("an event")
     }
 
-    fn visit_map<M: serde::de::MapAccess<'de>>(self, mut map: M) -> Result<Line<'de>, M::Error> {
+    fn visit_map<M: serde::de::MapAccess<'de>>(self, mut map: M) -> Result<Parsed<'de>, M::Error> {
         use serde::de::Error as _;
         let (mut id, mut time, mut kind, mut data, mut raw) = (None, None, None, None, None);
         while let Some(key) = map.next_key::<Key>()? {
@@ -112,6 +118,10 @@ impl<'de> serde::de::Visitor<'de> for LineVisitor {
                 Key::Id => id = Some(map.next_value::<Text<'de>>()?.0),
                 Key::Time => time = Some(map.next_value::<Timestamp>()?),
                 Key::Type => kind = Some(map.next_value::<Text<'de>>()?.0),
+                Key::Data if kind.as_deref().is_some_and(|k| !billed(k)) && id.is_some() && time.is_some() => {
+                    *self.skipped = id.zip(time).zip(kind).map(|((id, time), kind)| Envelope { id, time, kind });
+                    return Err(M::Error::custom(SKIP));
+                }
                 Key::Data => match kind.as_deref() {
                     Some(k) => data = Some(map.next_value_seed(DataSeed(k))?),
                     None => raw = Some(map.next_value::<&'de RawValue>()?),
@@ -132,8 +142,13 @@ impl<'de> serde::de::Visitor<'de> for LineVisitor {
                 serde::de::DeserializeSeed::deserialize(DataSeed(&kind), &mut de).map_err(M::Error::custom)?
             }
         };
-        Ok(Line(Parsed { envelope: Envelope { id, time, kind }, data }))
+        Ok(Parsed { envelope: Envelope { id, time, kind }, data })
     }
+}
+
+/// Whether usage reads the data of events of type `kind`.
+fn billed(kind: &str) -> bool {
+    matches!(kind, SCHEDULED | ENDED | SHARE | DROPPED)
 }
 
 /// Parses `data` as the type `.0` says.
@@ -251,9 +266,28 @@ pub(crate) struct Malformed {
 impl<'a> Parsed<'a> {
     /// Parse one JSONL line.
     pub(crate) fn line(line: &'a [u8]) -> Result<Parsed<'a>, Malformed> {
-        match serde_json::from_slice::<Line<'a>>(line) {
-            Ok(Line(parsed)) => Ok(parsed),
-            Err(e) => Err(Self::what_is_wrong(line, e)),
+        let mut skipped = None;
+        let parsed = match std::str::from_utf8(line) {
+            Ok(text) => {
+                let mut de = serde_json::Deserializer::from_str(text);
+                serde::de::DeserializeSeed::deserialize(LineSeed { skipped: &mut skipped }, &mut de)
+                    .and_then(|p| de.end().map(|()| p))
+            }
+            Err(_) => {
+                let mut de = serde_json::Deserializer::from_slice(line);
+                serde::de::DeserializeSeed::deserialize(LineSeed { skipped: &mut skipped }, &mut de)
+                    .and_then(|p| de.end().map(|()| p))
+            }
+        };
+        match (parsed, skipped) {
+            (Ok(parsed), _) => Ok(parsed),
+            // Not read past its type: another kind of event, or one this version does not know
+            // (the rest of the line is not checked).
+            (Err(_), Some(envelope)) => {
+                let data = if known_type(&envelope.kind) { Data::Other } else { Data::Unknown };
+                Ok(Parsed { envelope, data })
+            }
+            (Err(e), None) => Err(Self::what_is_wrong(line, e)),
         }
     }
 
@@ -334,5 +368,55 @@ pub(crate) fn of_payload(time: Timestamp, payload: &Payload) -> Fact<'_> {
         Payload::QueueShareChanged(d) => Fact::Deserved { queue: &d.queue, at, gpu_milli: d.deserved.gpu_milli },
         Payload::EventsDropped(d) => Fact::Dropped { first: d.first.millis(), last: d.last.millis(), count: d.count },
         _ => Fact::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SCHEDULED_DATA: &str = r#"{"task":{"id":"p","namespace":"ns","queue":"q"},"node":"n","gpus":[{"gpu":1,"milli":500}],"allocated":{"cpu_milli":2000,"memory_bytes":1024,"gpu_milli":500},"gpu_model":"A\u0031","submitted":"2026-11-26T00:00:00Z"}"#;
+
+    fn line(kind: &str, data: &str, type_first: bool) -> String {
+        let head = r#"{"specversion":"1.0","id":"pub-7","source":"s","time":"2026-11-26T00:00:01.5Z","subject":"p""#;
+        if type_first {
+            format!(r#"{head},"type":"{kind}","data":{data}}}"#)
+        } else {
+            format!(r#"{head},"data":{data},"type":"{kind}"}}"#)
+        }
+    }
+
+    #[test]
+    fn a_placement_parses_whichever_comes_first_its_type_or_its_data() {
+        for type_first in [true, false] {
+            let text = line(SCHEDULED, SCHEDULED_DATA, type_first);
+            let parsed = Parsed::line(text.as_bytes()).unwrap();
+            assert_eq!((parsed.envelope.id.as_ref(), parsed.envelope.time.millis()), ("pub-7", 1_795_651_201_500));
+            let Fact::Start { task, at, holding, submitted } = parsed.fact() else { panic!("not a start") };
+            assert_eq!((task.namespace, task.id, task.queue, at), ("ns", "p", "q", 1_795_651_201_500));
+            // An escaped string is unescaped (`\u0031` is `1`).
+            assert_eq!((holding.gpu_milli, holding.cpu_milli, holding.model), (500, 2000, Some("A1")));
+            assert_eq!(submitted, Some(1_795_651_200_000));
+        }
+    }
+
+    #[test]
+    fn events_usage_does_not_bill_keep_their_id_and_time_and_their_data_is_not_read() {
+        // Another known type: its data is not parsed (here it would not be a placement's).
+        let text = line("io.wasmsched.task.unschedulable.v1", r#"{"not":"read"#, true);
+        let parsed = Parsed::line(text.as_bytes()).unwrap();
+        assert!(matches!(parsed.fact(), Fact::Other));
+        assert_eq!(parsed.envelope.id.as_ref(), "pub-7");
+        let text = line("io.wasmsched.task.scheduled.v9", "{}", true);
+        assert!(matches!(
+            Parsed::line(text.as_bytes()).unwrap().fact(),
+            Fact::Unknown("io.wasmsched.task.scheduled.v9")
+        ));
+        // A billed type with broken data is malformed, named by its id.
+        let text = line(ENDED, r#"{"task":{"id":"p","namespace":"ns","queue":"q"}}"#, true);
+        let Err(m) = Parsed::line(text.as_bytes()) else { panic!("an end without `started` must not parse") };
+        assert_eq!(m.event, Some(("pub-7".to_string(), 1_795_651_201_500)));
+        assert!(m.message.contains("missing field `started`"), "{}", m.message);
+        assert!(Parsed::line(b"\xff\xfe not text").is_err());
     }
 }
