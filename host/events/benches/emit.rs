@@ -95,35 +95,16 @@ fn emit(c: &mut Criterion) {
             })
         })
     });
-    g.bench_function("packed", |b| {
-        b.iter_custom(|iters| {
-            paced(iters, &mut scratch, || {
-                let d = Decision {
-                    task: &task,
-                    outcome: Ok((&placement, node)),
-                    evaluated: 5000,
-                    attempt: 1,
-                    submitted: None,
-                };
-                decisions::publish(Some(&sink), None, d, &policy);
-            })
-        })
-    });
+    // The hot path as the simulator calls it, with a policy name that overflows the inline text
+    // and with one that fits.
+    let publish = |policy: &PolicySetRef| {
+        let d = Decision { task: &task, outcome: Ok((&placement, node)), evaluated: 5000, attempt: 1, submitted: None };
+        decisions::publish(Some(&sink), None, d, policy);
+    };
     let short = PolicySetRef { name: "fgd".into(), version: 3 };
-    g.bench_function("packed-inline", |b| {
-        b.iter_custom(|iters| {
-            paced(iters, &mut scratch, || {
-                let d = Decision {
-                    task: &task,
-                    outcome: Ok((&placement, node)),
-                    evaluated: 5000,
-                    attempt: 1,
-                    submitted: None,
-                };
-                decisions::publish(Some(&sink), None, d, &short);
-            })
-        })
-    });
+    for (name, policy) in [("packed", &policy), ("packed-inline", &short)] {
+        g.bench_function(name, |b| b.iter_custom(|iters| paced(iters, &mut scratch, || publish(policy))));
+    }
     g.finish();
     let stats = sink.close(Duration::from_secs(30));
     assert_eq!(stats.dropped, 0, "the outbox overflowed: the pacing is too short for the drainer");
