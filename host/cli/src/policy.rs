@@ -65,13 +65,14 @@ pub fn builtins() -> wasmsched_registry::BuiltIns {
 
 /// Score policies `simulate`, `replay` and `experiment` accept. `gpu-topology` needs nodes with a
 /// known topology (replay scenarios with `topology` files); elsewhere it scores every node alike.
-pub const SCORE_POLICIES: [&str; 9] = [
+pub const SCORE_POLICIES: [&str; 10] = [
     "random",
     "dot-prod",
     "gpu-clustering",
     "gpu-packing",
     "best-fit",
     "fgd",
+    "fgd-cpu",
     "least-allocated",
     "most-allocated",
     "gpu-topology",
@@ -82,6 +83,11 @@ const TOPOLOGY_WEIGHT: u32 = 2;
 
 /// The FGD paper's six policies, in its order.
 pub const PAPER_POLICIES: [&str; 6] = ["random", "dot-prod", "gpu-clustering", "gpu-packing", "best-fit", "fgd"];
+
+/// FGD with another fragmentation measure (`gpu-share-score`'s `usable`): `fgd-cpu`, and the
+/// ablations of `docs/openb/fgd-cpu.md`, which `builtin_set` accepts beside [`SCORE_POLICIES`].
+const FGD_MEASURES: [(&str, &str); 3] =
+    [("fgd-cpu", "cpu-bounded"), ("fgd-copies", "copies"), ("fgd-cpu-copies", "cpu-bounded-copies")];
 
 /// Fair-share policies the cycle accepts.
 pub const FAIR_SHARE_POLICIES: [&str; 3] = ["proportion", "drf", "decayed-usage"];
@@ -108,7 +114,8 @@ pub struct SetOptions<'a> {
 pub fn builtin_set(options: &SetOptions<'_>) -> anyhow::Result<String> {
     use std::fmt::Write;
     let score = options.score.unwrap_or("most-allocated");
-    if !SCORE_POLICIES.contains(&score) {
+    let fgd_measure = FGD_MEASURES.iter().find(|(name, _)| *name == score).map(|&(_, usable)| usable);
+    if !SCORE_POLICIES.contains(&score) && fgd_measure.is_none() {
         bail!("unknown score policy {score:?}: use one of {}", SCORE_POLICIES.join(", "));
     }
     if let Some(share) = options.fair_share
@@ -119,13 +126,17 @@ pub fn builtin_set(options: &SetOptions<'_>) -> anyhow::Result<String> {
     let config = match score {
         "random" => Some(serde_json::json!({ "policy": "random", "seed": options.seed }).to_string()),
         "fgd" => Some(serde_json::json!({ "policy": "fgd", "typical": options.typical }).to_string()),
-        _ => None,
+        _ => fgd_measure.map(|usable| {
+            serde_json::json!({ "policy": "fgd", "usable": usable, "typical": options.typical }).to_string()
+        }),
     };
+    // The ablations are `fgd` configured; `fgd-cpu` is a built-in of its own.
+    let source = if fgd_measure.is_some() && score != "fgd-cpu" { "fgd" } else { score };
     let mut doc = format!("name: {score}\nplugins:\n  resource-fit: {{ source: \"builtin:resource-fit\" }}\n");
     match config {
         // JSON is YAML: the configuration goes in as it is.
-        Some(c) => writeln!(doc, "  {score}: {{ source: \"builtin:{score}\", config: {c} }}")?,
-        None => writeln!(doc, "  {score}: {{ source: \"builtin:{score}\" }}")?,
+        Some(c) => writeln!(doc, "  {score}: {{ source: \"builtin:{source}\", config: {c} }}")?,
+        None => writeln!(doc, "  {score}: {{ source: \"builtin:{source}\" }}")?,
     }
     let topology = score == "gpu-topology";
     if topology {
@@ -151,7 +162,7 @@ pub fn builtin_set(options: &SetOptions<'_>) -> anyhow::Result<String> {
         doc.push_str("  filter: [resource-fit]\n");
         writeln!(doc, "  score: [{{ plugin: {score}, weight: 1 }}]")?;
     }
-    if topology || PAPER_POLICIES.contains(&score) {
+    if topology || PAPER_POLICIES.contains(&score) || fgd_measure.is_some() {
         writeln!(doc, "  select_devices: {score}")?;
     }
     if options.preempt {
@@ -211,7 +222,7 @@ fn native(name: &str, config: &str) -> anyhow::Result<Arc<dyn PolicyPlugin>> {
         "least-allocated" | "most-allocated" => {
             Arc::new(NativePlugin::<AllocationScore>::new(config, 1).map_err(msg)?.named(name))
         }
-        _ if PAPER_POLICIES.contains(&name) => {
+        _ if PAPER_POLICIES.contains(&name) || name == "fgd-cpu" => {
             Arc::new(NativePlugin::<GpuShareScore>::new(config, 1).map_err(msg)?.named(name))
         }
         other => bail!("no native build of built-in {other:?}"),
@@ -300,7 +311,7 @@ mod tests {
         let typical = [TypicalPod { cpu_milli: 2_000, milli: 1000, count: 1, models: vec![], weight: 1.0 }];
         let nodes = cluster();
         let tasks = [task("a", 1, 300), task("b", 2, 1000), task("c", 1, 1000), task("d", 0, 0)];
-        for score in SCORE_POLICIES {
+        for score in SCORE_POLICIES.into_iter().chain(FGD_MEASURES.map(|(name, _)| name)) {
             let options =
                 SetOptions { score: Some(score), seed: 3, typical: &typical, fair_share: Some("drf"), preempt: true };
             let doc = builtin_set(&options).unwrap();
@@ -308,7 +319,7 @@ mod tests {
             assert_eq!(spec.stages.score[0].plugin, score);
             assert_eq!(
                 spec.stages.select_devices.is_some(),
-                PAPER_POLICIES.contains(&score) || score == "gpu-topology"
+                PAPER_POLICIES.contains(&score) || score == "gpu-topology" || score.starts_with("fgd-")
             );
             let wasm = load_set(Some(&runtime), &doc).unwrap();
             let native = load_set(None, &doc).unwrap();

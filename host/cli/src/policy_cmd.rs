@@ -27,10 +27,10 @@ pub enum Command {
         path: PathBuf,
     },
     /// Print a built-in policy set as the document `simulate --policy NAME` loads: a starting
-    /// point for a set of your own (`fgd` is shown without its target workload, which
-    /// `simulate` derives from the trace).
+    /// point for a set of your own (`fgd` and `fgd-cpu` are shown without their target workload,
+    /// which `simulate` derives from the trace).
     Builtin {
-        /// The score policy: random, dot-prod, gpu-clustering, gpu-packing, best-fit, fgd,
+        /// The score policy: random, dot-prod, gpu-clustering, gpu-packing, best-fit, fgd, fgd-cpu,
         /// least-allocated, most-allocated or gpu-topology.
         name: String,
         /// Add a fair-share stage: proportion, drf or decayed-usage.

@@ -26,6 +26,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1.3, allow_negative_numbers = true)]
     tune: f64,
     /// Score policy: the FGD paper's random, dot-prod, gpu-clustering, gpu-packing, best-fit, fgd;
+    /// fgd-cpu (FGD counting only the GPUs a node's CPU can feed; beats fgd on openb);
     /// kube-scheduler's least-allocated, most-allocated; or gpu-topology (interconnect-aware, for
     /// nodes with a known topology).
     #[arg(long, default_value = "fgd")]

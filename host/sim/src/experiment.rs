@@ -218,6 +218,67 @@ pub fn not_best_at_130<'a>(rows: &'a [Row], policy: &str) -> Vec<&'a str> {
         .collect()
 }
 
+/// One trace's comparison of two policies at 130 % arrived, seed by seed (both saw the same
+/// arrivals: a seed fixes the workload, `docs/openb-protocol.md` §2).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gain {
+    /// Trace name.
+    pub trace: String,
+    /// Seeds both policies ran.
+    pub seeds: usize,
+    /// Mean over seeds of the allocation difference, percentage points (positive: the policy wins).
+    pub mean: f64,
+    /// Standard error of that mean (the per-seed differences' standard deviation / √seeds).
+    pub paired_se: f64,
+    /// Standard error of the baseline's own mean over seeds.
+    pub baseline_se: f64,
+}
+
+impl Gain {
+    /// Whether the policy is better by more than either standard error: the bar a claim of
+    /// "better on this workload" has to clear.
+    pub fn significant(&self) -> bool {
+        self.mean > self.paired_se.max(self.baseline_se)
+    }
+}
+
+/// `policy` against `baseline` at 130 % arrived, per trace in first-seen order; traces where the
+/// two share fewer than two seeds are left out.
+pub fn gains_at_130(outcomes: &[Outcome], policy: &str, baseline: &str) -> Vec<Gain> {
+    let mut traces: Vec<&str> = Vec::new();
+    for o in outcomes {
+        if !traces.contains(&o.trace.as_str()) {
+            traces.push(&o.trace);
+        }
+    }
+    let at_130 = |trace: &str, name: &str, seed: u64| {
+        outcomes.iter().find(|o| o.trace == trace && o.policy == name && o.seed == seed).and_then(|o| o.allocation[130])
+    };
+    traces
+        .into_iter()
+        .filter_map(|trace| {
+            let pairs: Vec<(f64, f64)> = outcomes
+                .iter()
+                .filter(|o| o.trace == trace && o.policy == policy)
+                .filter_map(|o| Some((o.allocation[130]?, at_130(trace, baseline, o.seed)?)))
+                .collect();
+            if pairs.len() < 2 {
+                return None;
+            }
+            let n = (pairs.len() as f64).sqrt();
+            let (mean, sd) = mean_std(&pairs.iter().map(|(p, b)| p - b).collect::<Vec<_>>());
+            let (_, baseline_sd) = mean_std(&pairs.iter().map(|&(_, b)| b).collect::<Vec<_>>());
+            Some(Gain {
+                trace: trace.into(),
+                seeds: pairs.len(),
+                mean,
+                paired_se: sd / n,
+                baseline_se: baseline_sd / n,
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -259,5 +320,26 @@ mod tests {
         assert_eq!(rows[2].at_130, (80.0, 0.0));
         assert_eq!(not_best_at_130(&rows, "fgd"), vec!["b"], "a tie is not a win");
         assert_eq!(mean_curve(&o, "a", "fgd", |o| &o.allocation)[130], Some(91.0));
+    }
+
+    #[test]
+    fn gains_pair_the_seeds() {
+        let o = vec![
+            outcome("a", "fgd", 1, 90.0),
+            outcome("a", "fgd", 2, 92.0),
+            outcome("a", "new", 2, 93.0),
+            outcome("a", "new", 1, 90.5),
+            outcome("b", "fgd", 1, 80.0),
+            outcome("b", "new", 1, 99.0),
+        ];
+        let gains = gains_at_130(&o, "new", "fgd");
+        assert_eq!(gains.len(), 1, "b has one seed: no standard error, no claim");
+        let g = &gains[0];
+        // Differences 0.5 and 1.0: mean 0.75, sd √0.125, se 0.25; fgd's sd √2, se 1.
+        assert_eq!((g.trace.as_str(), g.seeds, g.mean), ("a", 2, 0.75));
+        assert!((g.paired_se - 0.25).abs() < 1e-12 && (g.baseline_se - 1.0).abs() < 1e-12, "{g:?}");
+        assert!(!g.significant(), "0.75 is within fgd's own standard error");
+        assert!(Gain { baseline_se: 0.5, ..g.clone() }.significant());
+        assert!(!Gain { mean: -2.0, paired_se: 0.0, baseline_se: 0.0, ..g.clone() }.significant());
     }
 }

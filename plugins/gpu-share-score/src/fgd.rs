@@ -9,7 +9,8 @@ use ahash::RandomState;
 use hashbrown::HashTable;
 use wasmsched_sdk::prelude::*;
 
-use crate::fragmentation::{TypicalPod, gradient_score, measure};
+use crate::fragmentation::{TypicalPod, gradient_score};
+use crate::usable::{self, Usable};
 use crate::view;
 
 /// Bounds on the caches, so that a cluster with endless distinct pod shapes or node states cannot
@@ -73,6 +74,7 @@ impl NodeEntry {
 
 /// Fragmentation of node states, per GPU model (which typical pods may use it).
 struct Measure {
+    usable: Usable,
     typical: Vec<TypicalPod>,
     models: Vec<(String, Vec<bool>)>,
     memo: HashMap<StateKey, f64, RandomState>,
@@ -102,7 +104,7 @@ impl Measure {
         if let Some(&f) = self.memo.get(&key) {
             return f;
         }
-        let f = measure(&self.typical, &self.models[usize::from(model)].1, cpu_left, lefts).fragmented;
+        let f = usable::fragmented(self.usable, &self.typical, &self.models[usize::from(model)].1, cpu_left, lefts);
         if self.memo.len() >= MAX_MEMO {
             self.memo.clear();
         }
@@ -112,7 +114,7 @@ impl Measure {
 }
 
 /// Fragmentation Gradient Descent: place the pod where it increases the expected fragmentation of
-/// the target workload least (or decreases it most).
+/// the target workload least (or decreases it most), fragmentation measured as `usable` says.
 pub(crate) struct Fgd {
     measure: Measure,
     shapes: Vec<Shape>,
@@ -125,7 +127,7 @@ pub(crate) struct Fgd {
 }
 
 impl Fgd {
-    pub(crate) fn new(typical: Vec<TypicalPod>) -> Result<Fgd, String> {
+    pub(crate) fn new(typical: Vec<TypicalPod>, usable: Usable) -> Result<Fgd, String> {
         if typical.is_empty() {
             return Err("fgd needs a target workload: `typical` lists the popular pod shapes and weights".into());
         }
@@ -143,7 +145,7 @@ impl Fgd {
             return Err(format!("typical pod weights sum to {sum}, not 1"));
         }
         Ok(Fgd {
-            measure: Measure { typical, models: Vec::new(), memo: HashMap::with_hasher(hasher()), epoch: 0 },
+            measure: Measure { usable, typical, models: Vec::new(), memo: HashMap::with_hasher(hasher()), epoch: 0 },
             shapes: Vec::new(),
             last_shape: 0,
             index: HashTable::new(),

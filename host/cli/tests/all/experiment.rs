@@ -78,6 +78,45 @@ fn reduced_grid_orders_policies_like_the_paper_and_is_deterministic() {
     }
 }
 
+/// `fgd-cpu` (docs/openb/fgd-cpu.md) allocates more than FGD on the default trace, seed by seed,
+/// the same as a component and natively.
+#[test]
+fn fgd_cpu_allocates_more_than_fgd_as_wasm_and_native() {
+    let run = |out: &Path, native: bool| -> serde_json::Value {
+        let mut args = vec!["experiment", "--traces", "default", "--policies", "fgd,fgd-cpu", "--seeds", "42-44"];
+        args.extend(["--jobs", "2", "--json", "--out", out.to_str().unwrap()]);
+        if native {
+            args.push("--native");
+        }
+        let o = wasmsched(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).expect("summary JSON")
+    };
+    let wasm_dir = out_dir("fgd-cpu-wasm");
+    let wasm = run(&wasm_dir, false);
+    let native_dir = out_dir("fgd-cpu-native");
+    run(&native_dir, true);
+    let (a, b) = (
+        std::fs::read(wasm_dir.join("allocation.csv")).unwrap(),
+        std::fs::read(native_dir.join("allocation.csv")).unwrap(),
+    );
+    assert!(a == b, "fgd-cpu's series differ between Wasm and native");
+    let gain = &wasm["fgd_cpu_over_fgd_at_130"];
+    let row = &gain["traces"][0];
+    assert_eq!((row["workload"].as_str(), row["seeds"].as_u64()), (Some("default"), Some(3)), "{gain}");
+    assert!(row["mean_difference"].as_f64().unwrap() > 0.1, "{gain}");
+    assert_eq!(gain["better"], 1, "above the seeds' standard error: {gain}");
+    // Seed by seed, not only on average.
+    let csv = String::from_utf8(a).unwrap();
+    let at_130 = |policy: &str, seed: &str| -> f64 {
+        let row = csv.lines().find(|l| l.starts_with(&format!("default,{policy},1.3,{seed},"))).unwrap();
+        row.rsplit(',').next().unwrap().parse().unwrap()
+    };
+    for seed in ["42", "43", "44"] {
+        assert!(at_130("fgd-cpu", seed) > at_130("fgd", seed), "seed {seed}");
+    }
+}
+
 #[test]
 fn malformed_traces_fail_with_their_location_unless_lenient() {
     let data = out_dir("bad-trace");
