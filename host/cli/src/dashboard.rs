@@ -115,6 +115,8 @@ impl Replay {
                     placed: 0,
                     min_member: 1,
                     reason: Some(reason),
+                    queue_position: None,
+                    waiting_seconds: None,
                 });
                 self.failures.truncate(FAILURES_SHOWN);
             }

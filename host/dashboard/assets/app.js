@@ -137,10 +137,25 @@ async function refreshQueues() {
     `<td>${q.deserved_gpu_milli == null ? "" : gpus(q.deserved_gpu_milli)}</td><td>${q.pending}</td><td>${q.running}</td></tr>`).join("");
 }
 
+/** Seconds as the largest two units: "45 s", "3 min 20 s", "2 h 5 min", "3 d 4 h". */
+function duration(s) {
+  const units = [["d", 86400], ["h", 3600], ["min", 60], ["s", 1]];
+  const parts = [];
+  for (const [name, size] of units) {
+    if (s >= size || (name === "s" && parts.length === 0)) {
+      parts.push(`${Math.floor(s / size)} ${name}`);
+      s %= size;
+    }
+    if (parts.length === 2) break;
+  }
+  return parts.join(" ");
+}
+
 async function refreshPending() {
   const { workloads } = await api("/api/v1/workloads");
   $("workload-rows").innerHTML = workloads.map((w) => `<tr class="workload"><td>${esc(w.name)}</td><td>${esc(w.queue)}</td><td>${esc(w.phase)}</td>` +
-    `<td>${w.placed} / ${w.min_member} / ${w.members}</td><td class="reason">${esc(w.reason)}</td></tr>`).join("");
+    `<td>${w.placed} / ${w.min_member} / ${w.members}</td><td class="place">${w.queue_position ?? ""}</td>` +
+    `<td class="waiting">${w.waiting_seconds == null ? "" : duration(w.waiting_seconds)}</td><td class="reason">${esc(w.reason)}</td></tr>`).join("");
 }
 
 async function refreshPolicies() {

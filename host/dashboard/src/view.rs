@@ -126,6 +126,12 @@ pub struct WorkloadView {
     pub min_member: usize,
     /// Why it waits, as the scheduler explains it.
     pub reason: Option<String>,
+    /// Its place among its queue's waiting work, from 1, in the order the scheduler tries them
+    /// (priority, then submission); `None` where there is no queue order (the simulator's failed
+    /// pods, a preempting workload).
+    pub queue_position: Option<usize>,
+    /// Seconds since it was submitted or re-queued; `None` where unknown.
+    pub waiting_seconds: Option<u64>,
 }
 
 /// The live policy set.

@@ -55,6 +55,8 @@ fn sample() -> View {
             placed: 0,
             min_member: 4,
             reason: Some("gang: 1 of 4 required members fit; <script>alert(1)</script>".into()),
+            queue_position: Some(2),
+            waiting_seconds: Some(125),
         }],
         policies: Some(PolicyView {
             name: "default".into(),
@@ -227,6 +229,8 @@ async fn the_pages_render_what_the_api_says_in_a_real_browser() {
         .eventually("pending reason", "#workload-rows .reason", |t| t.contains("gang: 1 of 4 required members fit"))
         .await;
     browser.eventually("pending reason kept as text", "#workload-rows .reason", |t| t.contains("<script>")).await;
+    browser.eventually("place in its queue", "#workload-rows .place", |t| t == "2").await;
+    browser.eventually("time waiting", "#workload-rows .waiting", |t| t == "2 min 5 s").await;
     // The live set, and a swap appears.
     browser.click("#tab-policies").await.unwrap();
     browser.eventually("policy", "#policy-name", |t| t == "default v3").await;

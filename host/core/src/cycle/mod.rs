@@ -296,6 +296,9 @@ pub struct WorkloadStatus {
     pub running: usize,
     /// Why it is not (fully) running, as of its last attempt.
     pub explanation: Explanation,
+    /// When it was submitted, or re-queued after an eviction (seconds, the core's clock): how
+    /// long it has been waiting.
+    pub since: u64,
 }
 
 /// What a queue holds and deserves.
@@ -728,7 +731,25 @@ impl SchedulerCore {
             nodes: e.members.iter().flatten().map(|m| m.node.clone()).collect(),
             running: e.running(),
             explanation: e.explanation.clone(),
+            since: e.since,
         })
+    }
+
+    /// Each pending workload's place in its queue, from 1: the order a cycle tries a leaf queue's
+    /// work in (higher priority first, then submission), whether it is due now or backing off.
+    /// Which queue goes first is fair share's answer of the moment, so places are per queue.
+    /// Workloads that are preempting are tried before every queue's list and have no place.
+    pub fn queue_positions(&self) -> AHashMap<&str, usize> {
+        let mut by_leaf: BTreeMap<usize, Vec<&Entry>> = BTreeMap::new();
+        for e in self.entries.values().filter(|e| e.phase == Phase::Pending) {
+            by_leaf.entry(e.leaf).or_default().push(e);
+        }
+        let mut places = AHashMap::new();
+        for mut list in by_leaf.into_values() {
+            list.sort_by_key(|e| (std::cmp::Reverse(e.spec.priority), e.seq));
+            places.extend(list.into_iter().enumerate().map(|(i, e)| (e.spec.name.as_str(), i + 1)));
+        }
+        places
     }
 
     /// Why a workload is pending, as of its last attempt.

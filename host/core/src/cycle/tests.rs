@@ -213,6 +213,29 @@ fn g1_g2_gang_all_or_nothing_then_timeout() {
 }
 
 #[test]
+fn queue_positions_follow_the_order_a_queue_is_tried_in() {
+    let leaf = |name: &str| QueueSpec { parent: Some("root".into()), ..queue(name, 1) };
+    let mut c = core(vec![queue("root", 1), leaf("a"), leaf("b")], &[("n", 8)]);
+    // Nothing asks for more than the node: `fits` runs, the rest wait for 16 GPUs each.
+    c.submit(job("fits", "a", 0, 8), 0).unwrap();
+    c.submit(job("early", "a", 0, 16), 1).unwrap();
+    c.submit(job("urgent", "a", 5, 16), 2).unwrap();
+    c.submit(job("late", "a", 0, 16), 3).unwrap();
+    c.submit(job("other", "b", 0, 16), 4).unwrap();
+    c.schedule(&full(), 10);
+    let places = c.queue_positions();
+    assert_eq!(places.get("fits"), None, "running: no place");
+    assert_eq!(
+        [places["urgent"], places["early"], places["late"], places["other"]],
+        [1, 2, 3, 1],
+        "priority first, then submission, per queue"
+    );
+    assert_eq!(c.status("late").unwrap().since, 3);
+    c.finish("urgent").unwrap();
+    assert_eq!((c.queue_positions()["early"], c.queue_positions()["late"]), (1, 2));
+}
+
+#[test]
 fn g8_duplicates_and_bad_workloads_are_refused_and_change_nothing() {
     let mut c =
         core(vec![queue("root", 1), QueueSpec { parent: Some("root".into()), ..queue("leaf", 1) }], &[("n", 8)]);

@@ -41,6 +41,8 @@ impl Scheduler {
                 running: *running,
             })
             .collect();
+        let at_seconds = self.now();
+        let places = self.core.queue_positions();
         let mut workloads = Vec::new();
         for phase in [Phase::Pending, Phase::Preempting, Phase::TimedOut] {
             for name in self.core.workloads_in(phase) {
@@ -59,6 +61,8 @@ impl Scheduler {
                     placed,
                     min_member: self.next.gang_min.get(name).copied().unwrap_or(1).min(members.max(1)),
                     reason: Some(reason(&status.explanation)).filter(|r| !r.is_empty()),
+                    queue_position: places.get(name).copied(),
+                    waiting_seconds: Some(at_seconds.saturating_sub(status.since)),
                 });
             }
         }
@@ -77,7 +81,6 @@ impl Scheduler {
                 .collect(),
         };
         let (placed, waiting) = (self.core.queue_tasks().iter().map(|c| c.1 as u64).sum(), workloads.len() as u64);
-        let at_seconds = self.now();
         // Behind a Service both replicas answer: a standby says what it is.
         let source = if *self.leadership.leader.borrow() {
             "kubernetes (leader)".to_string()

@@ -872,6 +872,8 @@ async fn the_dashboard_shows_the_cluster_the_core_sees_and_why_a_gang_waits() {
         (Some(4), Some(0), Some(4))
     );
     assert!(gang["reason"].as_str().unwrap().contains("gang"), "{gang}");
+    assert_eq!(gang["queue_position"], 1, "the only work waiting in its queue: {gang}");
+    assert!(gang["waiting_seconds"].as_u64().is_some_and(|s| s < 60), "{gang}");
     let policies = dashboard_get(server.addr(), "/api/v1/policies").await;
     assert!(policies["policies"]["plugins"].as_array().is_some_and(|p| !p.is_empty()), "{policies}");
     run.stop().await;
