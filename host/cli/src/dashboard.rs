@@ -64,6 +64,7 @@ impl Replay {
                 name: name.to_string(),
                 stages: stages.iter().map(|s| format!("{s:?}")).collect(),
                 digest: "built-in".into(),
+                ..PluginView::default()
             })
             .collect();
         let policies = PolicyView { name: policy.name.clone(), version: policy.version, plugins };

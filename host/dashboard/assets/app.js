@@ -158,10 +158,20 @@ async function refreshPending() {
     `<td class="waiting">${w.waiting_seconds == null ? "" : duration(w.waiting_seconds)}</td><td class="reason">${esc(w.reason)}</td></tr>`).join("");
 }
 
+/** One stage's line: calls, mean and p99 latency, and its faults (marked) if any. */
+function stageCalls(s) {
+  const us = (v) => (v >= 1000 ? `${(v / 1000).toFixed(1)} ms` : `${Math.round(v)} µs`);
+  const faults = s.faults.map((f) => `${f.count} ${f.kind}`).join(", ");
+  return esc(`${s.stage}: ${s.calls.toLocaleString("en")} calls · mean ${us(s.mean_us)} · p99 ${us(s.p99_us)}`) +
+    (faults ? ` · <span class="fault">faults: ${esc(faults)}</span>` : "");
+}
+
 async function refreshPolicies() {
   const { policies } = await api("/api/v1/policies");
   text($("policy-name"), policies ? `${policies.name} v${policies.version}` : "no policy set");
-  $("plugin-rows").innerHTML = (policies?.plugins ?? []).map((p) => `<tr><td>${esc(p.name)}</td><td>${esc(p.stages.join(", "))}</td><td><code>${esc(p.digest)}</code></td></tr>`).join("");
+  $("plugin-rows").innerHTML = (policies?.plugins ?? []).map((p) => `<tr><td>${esc(p.name)}</td><td>${esc(p.stages.join(", "))}</td>` +
+    `<td class="budget">${p.budget ? esc(`${p.budget.deadline_ms} ms CPU · ${p.budget.memory_mib} MiB · ${p.budget.failure}`) : ""}</td>` +
+    `<td class="calls">${(p.calls ?? []).map(stageCalls).join("<br>")}</td><td><code>${esc(p.digest)}</code></td></tr>`).join("");
 }
 
 function drawEvents() {

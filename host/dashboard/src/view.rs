@@ -154,6 +154,47 @@ pub struct PluginView {
     pub stages: Vec<String>,
     /// Its component's digest (`native` for a built-in run natively).
     pub digest: String,
+    /// The sandbox's bounds on it; `None` where it does not run in the sandbox (native) or they
+    /// are not known to the view.
+    pub budget: Option<BudgetView>,
+    /// Calls, faults and latency per stage since it was loaded (its smoke test included); empty
+    /// where not measured.
+    pub calls: Vec<StageCalls>,
+}
+
+/// What one call of a plugin may use, and what a fault does.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct BudgetView {
+    /// CPU time per call, milliseconds.
+    pub deadline_ms: f64,
+    /// Linear-memory cap, MiB.
+    pub memory_mib: u64,
+    /// `fail-closed` (the task waits, the fault is its reason) or `fail-open` (the verdict is skipped).
+    pub failure: String,
+}
+
+/// One stage of one plugin.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct StageCalls {
+    /// The stage (`Filter`, `Score`, …).
+    pub stage: String,
+    /// Calls made, failed ones included.
+    pub calls: u64,
+    /// Faults by kind (`deadline`, `memory`, `trap`, …), only kinds seen.
+    pub faults: Vec<FaultCount>,
+    /// Mean latency of the calls that reached the plugin, microseconds.
+    pub mean_us: f64,
+    /// 99th percentile, microseconds (the upper bound of its power-of-two bucket).
+    pub p99_us: f64,
+}
+
+/// Faults of one kind.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct FaultCount {
+    /// The kind.
+    pub kind: String,
+    /// How many.
+    pub count: u64,
 }
 
 /// One point of the allocation history.

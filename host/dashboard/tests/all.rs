@@ -8,7 +8,9 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use wasmsched_dashboard::browser::{Browser, Locator};
-use wasmsched_dashboard::view::{Cluster, GpuView, NodeView, PluginView, PolicyView, SeriesPoint, WorkloadView};
+use wasmsched_dashboard::view::{
+    BudgetView, Cluster, FaultCount, GpuView, NodeView, PluginView, PolicyView, SeriesPoint, StageCalls, WorkloadView,
+};
 use wasmsched_dashboard::{Publisher, Server, View};
 
 fn node(name: &str, model: &str, used: &[u32]) -> NodeView {
@@ -65,6 +67,14 @@ fn sample() -> View {
                 name: "fit".into(),
                 stages: vec!["Filter".into()],
                 digest: "sha256:abc".into(),
+                budget: Some(BudgetView { deadline_ms: 10.0, memory_mib: 64, failure: "fail-closed".into() }),
+                calls: vec![StageCalls {
+                    stage: "Filter".into(),
+                    calls: 12_345,
+                    faults: vec![FaultCount { kind: "deadline".into(), count: 2 }],
+                    mean_us: 41.6,
+                    p99_us: 2_097.152,
+                }],
             }],
         }),
         series: vec![
@@ -158,10 +168,11 @@ async fn bad_input_gets_a_clear_error_and_the_server_goes_on() {
     let (s, _) = raw(addr, "HELLO\r\n\r\n").await;
     assert!(s == 0 || s == 400, "{s}");
     assert_eq!(get(addr, "/api/v1/cluster").await.0, 200);
-    // Nothing but the API's own fields: no policy component bytes, no secrets.
+    // Nothing but the API's own fields: no policy component bytes, no configuration (it may hold
+    // secrets); budgets and counters only.
     let (_, p) = get(addr, "/api/v1/policies").await;
     let keys: Vec<&String> = p["policies"]["plugins"][0].as_object().unwrap().keys().collect();
-    assert_eq!(keys, ["digest", "name", "stages"]);
+    assert_eq!(keys, ["budget", "calls", "digest", "name", "stages"]);
 }
 
 #[tokio::test]
@@ -234,6 +245,13 @@ async fn the_pages_render_what_the_api_says_in_a_real_browser() {
     // The live set, and a swap appears.
     browser.click("#tab-policies").await.unwrap();
     browser.eventually("policy", "#policy-name", |t| t == "default v3").await;
+    browser.eventually("its budget", "#plugin-rows .budget", |t| t == "10 ms CPU · 64 MiB · fail-closed").await;
+    browser
+        .eventually("calls and latency", "#plugin-rows .calls", |t| {
+            t.starts_with("Filter: 12,345 calls · mean 42 µs · p99 2.1 ms")
+        })
+        .await;
+    browser.eventually("its faults, marked", "#plugin-rows .calls .fault", |t| t == "faults: 2 deadline").await;
     let mut swapped = sample();
     swapped.policies.as_mut().unwrap().version = 4;
     publisher.publish(swapped);

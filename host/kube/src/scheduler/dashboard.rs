@@ -3,7 +3,9 @@
 //! workloads with their explanations and the live policy set, and a blocking task turns the nodes
 //! into the view — the loop never builds 5,000 node rows itself.
 
-use wasmsched_dashboard::view::{Cluster, NodeView, PluginView, PolicyView, QueueView, WorkloadView};
+use wasmsched_dashboard::view::{
+    BudgetView, Cluster, FaultCount, NodeView, PluginView, PolicyView, QueueView, StageCalls, WorkloadView,
+};
 
 use super::*;
 
@@ -77,6 +79,8 @@ impl Scheduler {
                     name: p.name.clone(),
                     stages: p.stages.iter().map(|s| format!("{s:?}")).collect(),
                     digest: p.digest.clone(),
+                    budget: Some(budget(p.plugin.config())),
+                    calls: p.stages.iter().map(|&s| stage_calls(&p.metrics.stage(s))).collect(),
                 })
                 .collect(),
         };
@@ -101,5 +105,27 @@ impl Scheduler {
                 series: Vec::new(),
             });
         });
+    }
+}
+
+fn budget(config: &wasmsched_runtime::PluginConfig) -> BudgetView {
+    BudgetView {
+        deadline_ms: config.deadline.as_secs_f64() * 1e3,
+        memory_mib: (config.memory_limit >> 20) as u64,
+        failure: match config.failure {
+            wasmsched_core::FailurePolicy::FailClosed => "fail-closed",
+            wasmsched_core::FailurePolicy::FailOpen => "fail-open",
+        }
+        .into(),
+    }
+}
+
+fn stage_calls(s: &wasmsched_runtime::StageSnapshot) -> StageCalls {
+    StageCalls {
+        stage: format!("{:?}", s.stage),
+        calls: s.calls,
+        faults: s.faults.iter().map(|&(kind, count)| FaultCount { kind: kind.as_str().into(), count }).collect(),
+        mean_us: s.latency.mean.as_secs_f64() * 1e6,
+        p99_us: s.latency.p99.as_secs_f64() * 1e6,
     }
 }

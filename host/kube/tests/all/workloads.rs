@@ -876,5 +876,14 @@ async fn the_dashboard_shows_the_cluster_the_core_sees_and_why_a_gang_waits() {
     assert!(gang["waiting_seconds"].as_u64().is_some_and(|s| s < 60), "{gang}");
     let policies = dashboard_get(server.addr(), "/api/v1/policies").await;
     assert!(policies["policies"]["plugins"].as_array().is_some_and(|p| !p.is_empty()), "{policies}");
+    // The live plugins' budgets and what they have done: the filter was called for the pods.
+    let plugins = policies["policies"]["plugins"].as_array().unwrap();
+    let filter = plugins.iter().find(|p| p["stages"].as_array().unwrap().iter().any(|s| s == "Filter")).unwrap();
+    assert!(filter["budget"]["deadline_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{filter}");
+    assert!(filter["budget"]["memory_mib"].as_u64().is_some_and(|m| m > 0), "{filter}");
+    let calls = &filter["calls"][0];
+    assert_eq!(calls["stage"], "Filter", "{filter}");
+    assert!(calls["calls"].as_u64().is_some_and(|n| n > 0) && calls["faults"] == serde_json::json!([]), "{filter}");
+    assert!(calls["mean_us"].as_f64().is_some_and(|us| us > 0.0), "{filter}");
     run.stop().await;
 }
