@@ -133,8 +133,17 @@ async function refreshCluster() {
 
 async function refreshQueues() {
   const { queues } = await api("/api/v1/queues");
-  $("queue-rows").innerHTML = queues.map((q) => `<tr><td>${esc(q.name)}</td><td>${esc(q.parent)}</td><td>${gpus(q.allocated_gpu_milli)}</td>` +
-    `<td>${q.deserved_gpu_milli == null ? "" : gpus(q.deserved_gpu_milli)}</td><td>${q.pending}</td><td>${q.running}</td></tr>`).join("");
+  // Served first, in the order fair share serves the leaves; then the rest in tree order.
+  const order = (q) => q.served ?? Number.MAX_SAFE_INTEGER;
+  const rows = queues.map((q, i) => [q, i]).sort(([a, i], [b, j]) => order(a) - order(b) || i - j).map(([q]) => q);
+  const opt = (v, f) => (v == null ? "–" : f(v));
+  const cores = (m) => (m / 1000).toLocaleString("en", { maximumFractionDigits: 1 });
+  const gib = (b) => (b / 2 ** 30).toLocaleString("en", { maximumFractionDigits: 1 });
+  $("queue-rows").innerHTML = rows.map((q) => `<tr class="queue"><td>${esc(q.name)}</td><td>${esc(q.parent)}</td>` +
+    `<td class="served">${q.served ?? ""}</td><td>${q.weight}</td><td>${gpus(q.allocated_gpu_milli)}</td>` +
+    `<td>${opt(q.deserved_gpu_milli, gpus)}</td><td>${gpus(q.guarantee_gpu_milli)}</td><td class="borrowed">${gpus(q.borrowed_gpu_milli)}</td>` +
+    `<td>${opt(q.capability_gpu_milli, gpus)}</td><td>${cores(q.allocated_cpu_milli)} / ${opt(q.deserved_cpu_milli, cores)}</td>` +
+    `<td>${gib(q.allocated_memory_bytes)} / ${opt(q.deserved_memory_bytes, gib)}</td><td>${q.pending}</td><td>${q.running}</td></tr>`).join("");
 }
 
 /** Seconds as the largest two units: "45 s", "3 min 20 s", "2 h 5 min", "3 d 4 h". */

@@ -103,6 +103,25 @@ pub struct QueueView {
     pub allocated_gpu_milli: u64,
     /// Its deserved GPUs from the last fair-share computation, in thousandths.
     pub deserved_gpu_milli: Option<u64>,
+    /// Its weight among its siblings.
+    pub weight: u32,
+    /// GPUs always obtainable, in thousandths.
+    pub guarantee_gpu_milli: u64,
+    /// Most GPUs its subtree may hold, in thousandths; `None`: unbounded.
+    pub capability_gpu_milli: Option<u64>,
+    /// GPUs held above its guarantee (borrowed from others' unused guarantees), in thousandths.
+    pub borrowed_gpu_milli: u64,
+    /// A leaf's place in the order fair share last served the leaves (the most underserved first);
+    /// `None` for inner queues or before fair share has answered.
+    pub served: Option<usize>,
+    /// CPU allocated to its subtree, milli-cores.
+    pub allocated_cpu_milli: u64,
+    /// CPU deserved, milli-cores.
+    pub deserved_cpu_milli: Option<u64>,
+    /// Memory allocated to its subtree, bytes.
+    pub allocated_memory_bytes: u64,
+    /// Memory deserved, bytes.
+    pub deserved_memory_bytes: Option<u64>,
     /// Tasks waiting in it.
     pub pending: usize,
     /// Tasks running in it.

@@ -9,7 +9,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use wasmsched_dashboard::browser::{Browser, Locator};
 use wasmsched_dashboard::view::{
-    BudgetView, Cluster, FaultCount, GpuView, NodeView, PluginView, PolicyView, SeriesPoint, StageCalls, WorkloadView,
+    BudgetView, Cluster, FaultCount, GpuView, NodeView, PluginView, PolicyView, QueueView, SeriesPoint, StageCalls,
+    WorkloadView,
 };
 use wasmsched_dashboard::{Publisher, Server, View};
 
@@ -48,7 +49,37 @@ fn sample() -> View {
         at_seconds: 42,
         cluster: Cluster::of(&nodes, 7, 1),
         nodes,
-        queues: vec![],
+        queues: vec![
+            QueueView { name: "all".into(), weight: 1, allocated_gpu_milli: 9_000, ..QueueView::default() },
+            QueueView {
+                name: "research".into(),
+                parent: Some("all".into()),
+                weight: 1,
+                allocated_gpu_milli: 6_000,
+                deserved_gpu_milli: Some(4_000),
+                guarantee_gpu_milli: 4_000,
+                borrowed_gpu_milli: 2_000,
+                served: Some(2),
+                allocated_cpu_milli: 48_000,
+                deserved_cpu_milli: Some(40_000),
+                allocated_memory_bytes: 96 << 30,
+                deserved_memory_bytes: Some(64 << 30),
+                pending: 4,
+                ..QueueView::default()
+            },
+            QueueView {
+                name: "prod".into(),
+                parent: Some("all".into()),
+                weight: 3,
+                allocated_gpu_milli: 3_000,
+                deserved_gpu_milli: Some(12_000),
+                guarantee_gpu_milli: 8_000,
+                capability_gpu_milli: Some(16_000),
+                served: Some(1),
+                running: 3,
+                ..QueueView::default()
+            },
+        ],
         workloads: vec![WorkloadView {
             name: "ml/train".into(),
             queue: "research".into(),
@@ -235,6 +266,21 @@ async fn the_pages_render_what_the_api_says_in_a_real_browser() {
     browser.click(".node-row[data-name='gpu-c']").await.unwrap();
     browser.eventually("node detail", "#node-detail h2", |t| t == "gpu-c").await;
     // The pending gang shows its reason, as text (the markup in it is not run).
+    // Queues: the leaves in the order fair share serves them, then the inner queue.
+    browser.click("#tab-queues").await.unwrap();
+    browser.eventually("most underserved first", "#queue-rows .queue td", |t| t == "prod").await;
+    let rows: Vec<String> = {
+        let mut out = Vec::new();
+        for row in browser.client.find_all(Locator::Css("#queue-rows .queue")).await.unwrap() {
+            out.push(row.text().await.unwrap());
+        }
+        out
+    };
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert!(rows[0].starts_with("prod all 1 3 3 12 8 0 16"), "{rows:?}");
+    assert!(rows[1].starts_with("research all 2 1 6 4 4 2 – 48 / 40 96 / 64 4 0"), "{rows:?}");
+    assert!(rows[2].starts_with("all 1 9 – 0 0 –"), "the inner queue last, unserved: {rows:?}");
+
     browser.click("#tab-pending").await.unwrap();
     browser
         .eventually("pending reason", "#workload-rows .reason", |t| t.contains("gang: 1 of 4 required members fit"))

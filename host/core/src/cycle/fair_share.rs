@@ -39,11 +39,15 @@ impl SchedulerCore {
         match plugin.fair_share(0, states, &cluster) {
             Ok(ShareDecision { deserved, order }) => {
                 self.queue_use.deserved = Some(deserved);
-                Some(order.into_iter().map(|q| q as usize).filter(|&q| self.queues.is_leaf(q)).collect())
+                let leaves: Vec<usize> =
+                    order.into_iter().map(|q| q as usize).filter(|&q| self.queues.is_leaf(q)).collect();
+                self.queue_use.order.clone_from(&leaves);
+                Some(leaves)
             }
             Err(fault) => {
                 warn!(%fault, "fair share failed; serving queues in tree order without reclaim");
                 self.queue_use.deserved = None;
+                self.queue_use.order.clear();
                 out.push(Decision::Fault(fault));
                 None
             }

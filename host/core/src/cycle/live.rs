@@ -230,6 +230,7 @@ impl SchedulerCore {
         self.queue_use.usage = usage;
         self.queues = queues;
         self.queue_use.deserved = None;
+        self.queue_use.order.clear();
         self.queue_use.share_input = None;
         for (name, leaf) in leaves {
             let Some(e) = self.entries.get_mut(&name) else { continue };

@@ -312,6 +312,9 @@ pub struct QueueShare {
     pub deserved: Option<Resources>,
     /// Decayed usage (GPU-milli-seconds).
     pub decayed_usage: f64,
+    /// A leaf's place, from 1, in the order the fair-share stage last served the leaves (the
+    /// most underserved first); `None` for inner queues or before any fair-share answer.
+    pub served: Option<usize>,
 }
 
 /// A placed member.
@@ -443,6 +446,8 @@ struct QueueUse {
     usage_at: u64,
     /// Per queue, the deserved share the fair-share stage last computed.
     deserved: Option<Vec<Resources>>,
+    /// The leaf queues in the order the fair-share stage last served them (empty: none yet).
+    order: Vec<usize>,
     /// The unused reserves of lending queues and the roots' total allocation for the current
     /// `allocated` (`None` inside: no queue keeps a reserve): computed on first use, dropped by
     /// every change of `allocated`, so quota checks between two changes cost O(depth).
@@ -505,6 +510,7 @@ impl SchedulerCore {
                 usage: vec![0.0; n],
                 usage_at: 0,
                 deserved: None,
+                order: Vec::new(),
                 reserves: OnceLock::new(),
                 share_input: None,
             },
@@ -772,6 +778,7 @@ impl SchedulerCore {
                 allocated: self.queue_use.allocated[i].clone(),
                 deserved: self.queue_use.deserved.as_ref().and_then(|d| d.get(i).cloned()),
                 decayed_usage: self.queue_use.usage[i],
+                served: self.queue_use.order.iter().position(|&q| q == i).map(|p| p + 1),
             })
             .collect()
     }

@@ -231,6 +231,9 @@ fn queue_positions_follow_the_order_a_queue_is_tried_in() {
         "priority first, then submission, per queue"
     );
     assert_eq!(c.status("late").unwrap().since, 3);
+    // Fair share serves the leaves: b, holding nothing, before a, holding the node.
+    let served: Vec<(String, Option<usize>)> = c.queue_shares().into_iter().map(|s| (s.name, s.served)).collect();
+    assert_eq!(served, [("root".into(), None), ("a".into(), Some(2)), ("b".into(), Some(1))]);
     c.finish("urgent").unwrap();
     assert_eq!((c.queue_positions()["early"], c.queue_positions()["late"]), (1, 2));
 }

@@ -876,6 +876,15 @@ async fn the_dashboard_shows_the_cluster_the_core_sees_and_why_a_gang_waits() {
     assert!(gang["waiting_seconds"].as_u64().is_some_and(|s| s < 60), "{gang}");
     let policies = dashboard_get(server.addr(), "/api/v1/policies").await;
     assert!(policies["policies"]["plugins"].as_array().is_some_and(|p| !p.is_empty()), "{policies}");
+    // The queue that holds `solo`'s two GPUs, with its guarantee, what it borrows and its place
+    // in fair share's order.
+    let queues = dashboard_get(server.addr(), "/api/v1/queues").await;
+    let holder =
+        queues["queues"].as_array().unwrap().iter().find(|q| q["allocated_gpu_milli"] == 2000 && q["served"].is_u64());
+    let holder = holder.unwrap_or_else(|| panic!("a served leaf holding 2 GPUs: {queues}"));
+    let (allocated, guarantee) = (2000, holder["guarantee_gpu_milli"].as_u64().unwrap());
+    assert_eq!(holder["borrowed_gpu_milli"].as_u64(), Some(allocated - guarantee.min(allocated)), "{holder}");
+    assert!(holder["weight"].as_u64().is_some_and(|w| w > 0) && holder["allocated_cpu_milli"] == 4000, "{holder}");
     // The live plugins' budgets and what they have done: the filter was called for the pods.
     let plugins = policies["policies"]["plugins"].as_array().unwrap();
     let filter = plugins.iter().find(|p| p["stages"].as_array().unwrap().iter().any(|s| s == "Filter")).unwrap();
