@@ -67,7 +67,7 @@ impl Replay {
                 ..PluginView::default()
             })
             .collect();
-        let policies = PolicyView { name: policy.name.clone(), version: policy.version, plugins };
+        let policies = PolicyView { name: policy.name.clone(), version: policy.version, plugins, rollout: None };
         let mut replay = Replay {
             runtime,
             server,

@@ -175,12 +175,32 @@ function stageCalls(s) {
     (faults ? ` · <span class="fault">faults: ${esc(faults)}</span>` : "");
 }
 
+const percent = (share) => `${(100 * share).toLocaleString("en", { maximumFractionDigits: 1 })} %`;
+
+/** The rollout: probation and the live window, a candidate in shadow, the versions' history. */
+function showRollout(r) {
+  $("rollout").hidden = !r;
+  if (!r) return;
+  const w = r.live_window;
+  const window = w ? `; last window: ${w.decisions.toLocaleString("en")} decisions, ${percent(w.fault_rate)} faulted, ` +
+    `${percent(w.unschedulable_rate)} unschedulable, p99 ${w.p99_ms.toFixed(2)} ms` : "";
+  text($("rollout-state"), `${r.live}: ${r.on_probation ? "on probation" : "live"}; rollback restores ${r.last_good ?? "–"}${window}` +
+    (r.source_errors.length ? `; source errors: ${r.source_errors.map(([s, e]) => `${s}: ${e}`).join("; ")}` : ""));
+  const s = r.shadow;
+  text($("rollout-candidate"), !r.candidate ? "No candidate." : `Candidate ${r.candidate}` + (s ?
+    ` in shadow for ${Math.round(s.seconds)} s: ${s.compared.toLocaleString("en")} decisions compared, ${percent(s.identical_share)} on the same node, ` +
+    `${percent(s.fault_rate)} faulted, mean score difference ${s.mean_score_delta.toFixed(1)}` : " ready to promote."));
+  $("history-rows").innerHTML = r.history.map((h) => `<tr class="version"><td>${esc(h.label)}</td><td class="outcome">${esc(h.outcome)}</td>` +
+    `<td>${esc(h.reason)}</td><td>${esc(new Date(h.at * 1000).toISOString().replace("T", " ").slice(0, 19))}</td><td>${esc(h.origin)}</td></tr>`).join("");
+}
+
 async function refreshPolicies() {
   const { policies } = await api("/api/v1/policies");
   text($("policy-name"), policies ? `${policies.name} v${policies.version}` : "no policy set");
   $("plugin-rows").innerHTML = (policies?.plugins ?? []).map((p) => `<tr><td>${esc(p.name)}</td><td>${esc(p.stages.join(", "))}</td>` +
     `<td class="budget">${p.budget ? esc(`${p.budget.deadline_ms} ms CPU · ${p.budget.memory_mib} MiB · ${p.budget.failure}`) : ""}</td>` +
     `<td class="calls">${(p.calls ?? []).map(stageCalls).join("<br>")}</td><td><code>${esc(p.digest)}</code></td></tr>`).join("");
+  showRollout(policies?.rollout);
 }
 
 function drawEvents() {

@@ -162,6 +162,10 @@ pub struct PolicyView {
     pub version: u64,
     /// Its plugins in stage order.
     pub plugins: Vec<PluginView>,
+    /// The rollout as `wasmsched policy status --json` reports it (probation, the live
+    /// version's last window, a candidate's shadow comparison, source errors, history); `None`
+    /// where there is no registry (the simulator).
+    pub rollout: Option<serde_json::Value>,
 }
 
 /// One plugin of the live set.

@@ -107,6 +107,7 @@ fn sample() -> View {
                     p99_us: 2_097.152,
                 }],
             }],
+            rollout: None,
         }),
         series: vec![
             SeriesPoint { at: 0.0, allocation_percent: 0.0, fragmentation_percent: Some(0.0) },
@@ -298,10 +299,37 @@ async fn the_pages_render_what_the_api_says_in_a_real_browser() {
         })
         .await;
     browser.eventually("its faults, marked", "#plugin-rows .calls .fault", |t| t == "faults: 2 deadline").await;
+    assert!(!browser.client.find(Locator::Css("#rollout")).await.unwrap().is_displayed().await.unwrap(), "no registry");
+    // A swap to v4, on probation, with v5 in shadow: the rollout as `policy status --json` has it.
     let mut swapped = sample();
-    swapped.policies.as_mut().unwrap().version = 4;
+    let policies = swapped.policies.as_mut().unwrap();
+    policies.version = 4;
+    policies.rollout = Some(serde_json::json!({
+        "live": "default@4", "live_origin": "file:/etc/policies", "on_probation": true, "last_good": "default@3",
+        "live_window": {"decisions": 2000, "fault_rate": 0.0, "unschedulable_rate": 0.125, "p99_ms": 1.5},
+        "candidate": "default@5",
+        "shadow": {"compared": 840, "identical_share": 0.9712, "fault_rate": 0.0, "mean_score_delta": 3.25, "seconds": 61.4},
+        "source_errors": [],
+        "history": [
+            {"label": "default@5", "origin": "file:/etc/policies", "outcome": "shadow", "reason": "gates passed", "at": 1.7e9},
+            {"label": "default@4", "origin": "file:/etc/policies", "outcome": "probation", "reason": "promoted <b>by hand</b>", "at": 1.7e9 - 60.0}
+        ]
+    }));
     publisher.publish(swapped);
     browser.eventually("policy swapped", "#policy-name", |t| t == "default v4").await;
+    browser
+        .eventually("probation and the live window", "#rollout-state", |t| {
+            t == "default@4: on probation; rollback restores default@3; last window: 2,000 decisions, 0 % faulted, 12.5 % unschedulable, p99 1.50 ms"
+        })
+        .await;
+    browser
+        .eventually("the candidate in shadow", "#rollout-candidate", |t| {
+            t == "Candidate default@5 in shadow for 61 s: 840 decisions compared, 97.1 % on the same node, 0 % faulted, mean score difference 3.3"
+        })
+        .await;
+    browser.eventually("history, newest first", "#history-rows .outcome", |t| t == "shadow").await;
+    let history = browser.client.find(Locator::Css("#history-rows")).await.unwrap().text().await.unwrap();
+    assert!(history.contains("promoted <b>by hand</b>") && history.contains("2023-11-14 22:13:20"), "{history}");
     // Decisions as they happen.
     browser.click("#tab-decisions").await.unwrap();
     browser.eventually("stream live", "#event-status", |t| t == "live").await;

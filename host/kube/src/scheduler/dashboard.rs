@@ -96,6 +96,7 @@ impl Scheduler {
                     calls: p.stages.iter().map(|&s| stage_calls(&p.metrics.stage(s))).collect(),
                 })
                 .collect(),
+            rollout: serde_json::to_value(self.shared.registry.status()).ok(),
         };
         let (placed, waiting) = (self.core.queue_tasks().iter().map(|c| c.1 as u64).sum(), workloads.len() as u64);
         // Behind a Service both replicas answer: a standby says what it is.

@@ -885,6 +885,13 @@ async fn the_dashboard_shows_the_cluster_the_core_sees_and_why_a_gang_waits() {
     let (allocated, guarantee) = (2000, holder["guarantee_gpu_milli"].as_u64().unwrap());
     assert_eq!(holder["borrowed_gpu_milli"].as_u64(), Some(allocated - guarantee.min(allocated)), "{holder}");
     assert!(holder["weight"].as_u64().is_some_and(|w| w > 0) && holder["allocated_cpu_milli"] == 4000, "{holder}");
+    // The rollout as `policy status` has it: the first version live, in the history.
+    let rollout = &policies["policies"]["rollout"];
+    assert!(rollout["live"].as_str().is_some_and(|l| l.ends_with("@1")), "{rollout}");
+    assert!(
+        rollout["history"].as_array().is_some_and(|h| h.iter().any(|v| v["label"] == rollout["live"])),
+        "{rollout}"
+    );
     // The live plugins' budgets and what they have done: the filter was called for the pods.
     let plugins = policies["policies"]["plugins"].as_array().unwrap();
     let filter = plugins.iter().find(|p| p["stages"].as_array().unwrap().iter().any(|s| s == "Filter")).unwrap();
