@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use wasmsched_core::{NodeTable, PolicySet};
-use wasmsched_dashboard::view::{Cluster, NodeView, PluginView, PolicyView, SeriesPoint, WorkloadView};
+use wasmsched_dashboard::view::{Cluster, NodeTask, NodeView, PluginView, PolicyView, SeriesPoint, WorkloadView};
 use wasmsched_dashboard::{Publisher, Server, View};
 use wasmsched_sim::replay;
 
@@ -94,7 +94,9 @@ impl Replay {
             Ok((_, node)) => {
                 self.placed += 1;
                 if let Some(&i) = self.slot.get(&node.name) {
-                    self.nodes[i] = NodeView::from(node);
+                    let mut tasks = std::mem::take(&mut self.nodes[i].tasks);
+                    tasks.push(NodeTask { name: d.task.id.clone(), queue: d.task.queue.clone() });
+                    self.nodes[i] = NodeView { tasks, ..NodeView::from(node) };
                 }
                 if self.publisher.watchers() > 0 {
                     let event = serde_json::json!({"type": "task-scheduled", "task": d.task.id, "node": node.name});

@@ -64,12 +64,13 @@ function drawHistory(series) {
 }
 
 async function loadNodes() {
-  const model = $("model-filter").value, label = $("label-filter").value.trim();
+  const model = $("model-filter").value, label = $("label-filter").value.trim(), queue = $("queue-filter").value;
   const nodes = [];
   for (let offset = 0; ; offset += 1000) {
     const q = new URLSearchParams({ offset, limit: 1000 });
     if (model) q.set("model", model);
     if (label) q.set("label", label);
+    if (queue) q.set("queue", queue);
     const page = await api(`/api/v1/nodes?${q}`);
     nodes.push(...page.nodes);
     if (nodes.length >= page.total || page.nodes.length === 0) break;
@@ -110,6 +111,8 @@ async function showNode(name) {
     `${n.unschedulable ? " · cordoned" : ""}</p><ul class="gpu-list">` +
     n.gpus.map((g) => `<li>${gpuCell(g)} GPU ${g.index}: ${g.used_milli / 10}% used` +
       `${g.numa_node != null ? `, NUMA ${g.numa_node}` : ""}${g.memory_bytes ? `, ${(g.memory_bytes / 2 ** 30).toFixed(0)} GiB` : ""}</li>`).join("") +
+    `</ul><h3>Tasks (${n.tasks.length})</h3><ul class="task-list">` +
+    n.tasks.map((t) => `<li>${esc(t.name)} <span class="muted">(${esc(t.queue)})</span></li>`).join("") +
     `</ul><h3>Labels</h3><ul>${n.labels.map(([k, v]) => `<li><code>${esc(k)}=${esc(v)}</code></li>`).join("")}</ul>`;
 }
 
@@ -128,11 +131,21 @@ async function refreshCluster() {
     if (![...sel.options].some((o) => o.value === m.model)) sel.add(new Option(`${m.model || "unknown"} (${m.gpus})`, m.model));
   }
   drawHistory(c.series);
+  fillQueueFilter((await api("/api/v1/queues")).queues);
   await loadNodes();
+}
+
+/** The cluster page's queue filter offers every queue the source knows. */
+function fillQueueFilter(queues) {
+  const sel = $("queue-filter");
+  for (const q of queues) {
+    if (![...sel.options].some((o) => o.value === q.name)) sel.add(new Option(q.name, q.name));
+  }
 }
 
 async function refreshQueues() {
   const { queues } = await api("/api/v1/queues");
+  fillQueueFilter(queues);
   // Served first, in the order fair share serves the leaves; then the rest in tree order.
   const order = (q) => q.served ?? Number.MAX_SAFE_INTEGER;
   const rows = queues.map((q, i) => [q, i]).sort(([a, i], [b, j]) => order(a) - order(b) || i - j).map(([q]) => q);
@@ -260,6 +273,7 @@ $("nodes").addEventListener("keydown", (e) => {
 });
 $("model-filter").addEventListener("change", loadNodes);
 $("label-filter").addEventListener("change", loadNodes);
+$("queue-filter").addEventListener("change", loadNodes);
 $("event-filter").addEventListener("input", drawEvents);
 follow();
 refresh();

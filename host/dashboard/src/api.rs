@@ -70,6 +70,8 @@ struct NodeQuery {
     model: Option<String>,
     /// Only nodes with this label, `key=value` (or `key` for any value).
     label: Option<String>,
+    /// Only nodes running work of this queue.
+    queue: Option<String>,
     /// Skip this many matching nodes.
     #[serde(default)]
     offset: usize,
@@ -91,6 +93,7 @@ async fn nodes(State(p): State<Publisher>, query: Result<Query<NodeQuery>, Query
     let keep = |n: &&NodeView| {
         q.model.as_ref().is_none_or(|m| &n.model == m)
             && label.is_none_or(|(k, val)| n.labels.iter().any(|(nk, nv)| nk == k && (val.is_empty() || nv == val)))
+            && q.queue.as_ref().is_none_or(|queue| n.tasks.iter().any(|t| &t.queue == queue))
     };
     let matching: Vec<&NodeView> = v.nodes.iter().filter(keep).collect();
     let page: Vec<&NodeView> = matching.iter().skip(q.offset).take(limit).copied().collect();

@@ -75,6 +75,17 @@ pub struct NodeView {
     pub cpu_used_milli: u64,
     /// Cordoned.
     pub unschedulable: bool,
+    /// The tasks placed on it, with their queues (`[]` where the source does not say).
+    pub tasks: Vec<NodeTask>,
+}
+
+/// A task placed on a node.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct NodeTask {
+    /// The task.
+    pub name: String,
+    /// Its queue.
+    pub queue: String,
 }
 
 /// One GPU of a node.
@@ -255,6 +266,7 @@ impl From<&wasmsched_api::Node> for NodeView {
             cpu_milli: node.allocatable.cpu_milli,
             cpu_used_milli: node.allocated.cpu_milli,
             unschedulable: node.unschedulable,
+            tasks: Vec::new(),
         }
     }
 }

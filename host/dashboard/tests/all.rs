@@ -9,8 +9,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use wasmsched_dashboard::browser::{Browser, Locator};
 use wasmsched_dashboard::view::{
-    BudgetView, Cluster, FaultCount, GpuView, NodeView, PluginView, PolicyView, QueueView, SeriesPoint, StageCalls,
-    WorkloadView,
+    BudgetView, Cluster, FaultCount, GpuView, NodeTask, NodeView, PluginView, PolicyView, QueueView, SeriesPoint,
+    StageCalls, WorkloadView,
 };
 use wasmsched_dashboard::{Publisher, Server, View};
 
@@ -34,6 +34,15 @@ fn node(name: &str, model: &str, used: &[u32]) -> NodeView {
         cpu_milli: 96_000,
         cpu_used_milli: 8_000,
         unschedulable: false,
+        // gpu-a runs research's work, gpu-b prod's and research's.
+        tasks: match name {
+            "gpu-a" => vec![NodeTask { name: "ml/train-0".into(), queue: "research".into() }],
+            "gpu-b" => vec![
+                NodeTask { name: "web/serve-0".into(), queue: "prod".into() },
+                NodeTask { name: "ml/eval-1".into(), queue: "research".into() },
+            ],
+            _ => vec![],
+        },
     }
 }
 
@@ -159,6 +168,11 @@ async fn the_api_answers_from_the_latest_view_with_filters_and_paging() {
     assert_eq!(rack["total"], 3, "the GPU nodes are in r1: {rack}");
     let (_, any_rack) = get(addr, "/api/v1/nodes?label=rack").await;
     assert_eq!(any_rack["total"], 4, "a key alone matches any value");
+    let (_, research) = get(addr, "/api/v1/nodes?queue=research").await;
+    assert_eq!(research["total"], 2, "the nodes running research's work: {research}");
+    let (_, prod) = get(addr, "/api/v1/nodes?queue=prod&model=A100").await;
+    assert_eq!((prod["total"].as_u64(), prod["nodes"][0]["name"].as_str()), (Some(1), Some("gpu-b")));
+    assert_eq!(prod["nodes"][0]["tasks"][1], serde_json::json!({"name": "ml/eval-1", "queue": "research"}));
     let (s, one) = get(addr, "/api/v1/nodes/gpu-c").await;
     assert_eq!((s, one["gpus"].as_array().map(Vec::len)), (200, Some(8)));
     let (_, w) = get(addr, "/api/v1/workloads?queue=research").await;
@@ -266,6 +280,15 @@ async fn the_pages_render_what_the_api_says_in_a_real_browser() {
     // A node's detail on click.
     browser.click(".node-row[data-name='gpu-c']").await.unwrap();
     browser.eventually("node detail", "#node-detail h2", |t| t == "gpu-c").await;
+    // What runs on a node, with its queue; and only the nodes running one queue's work.
+    browser.click(".node-row[data-name='gpu-b']").await.unwrap();
+    browser
+        .eventually("the tasks on it", "#node-detail .task-list", |t| t == "web/serve-0 (prod)\nml/eval-1 (research)")
+        .await;
+    browser.click("#queue-filter option[value='prod']").await.unwrap();
+    browser.eventually("filtered by queue", "#shown-count", |t| t == "1 shown").await;
+    browser.click("#queue-filter option[value='']").await.unwrap();
+    browser.eventually("filter cleared", "#shown-count", |t| t == "4 shown").await;
     // The pending gang shows its reason, as text (the markup in it is not run).
     // Queues: the leaves in the order fair share serves them, then the inner queue.
     browser.click("#tab-queues").await.unwrap();

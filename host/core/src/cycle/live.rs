@@ -205,6 +205,12 @@ impl SchedulerCore {
         Some(e.spec.members.iter().zip(&e.members).map(|(t, m)| (t, m.is_some())))
     }
 
+    /// The placed members of `workload` and their nodes, leaving ones included, in member order.
+    pub fn placements_of(&self, workload: &str) -> Option<impl Iterator<Item = (&Task, &str)>> {
+        let e = self.entries.get(workload)?;
+        Some(e.spec.members.iter().zip(&e.members).filter_map(|(t, m)| m.as_ref().map(|m| (t, m.node.as_str()))))
+    }
+
     /// Replace the queue tree (queues were added, removed or changed). Allocations are counted again
     /// in the new tree; decayed usage follows queues by name; deserved shares are recomputed next
     /// cycle. Refused, changing nothing, while a workload the core tracks sits in a queue the new

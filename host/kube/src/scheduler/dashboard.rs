@@ -4,7 +4,7 @@
 //! into the view — the loop never builds 5,000 node rows itself.
 
 use wasmsched_dashboard::view::{
-    BudgetView, Cluster, FaultCount, NodeView, PluginView, PolicyView, QueueView, StageCalls, WorkloadView,
+    BudgetView, Cluster, FaultCount, NodeTask, NodeView, PluginView, PolicyView, QueueView, StageCalls, WorkloadView,
 };
 
 use super::*;
@@ -58,6 +58,16 @@ impl Scheduler {
             .collect();
         let at_seconds = self.now();
         let places = self.core.queue_positions();
+        // What runs where: every placed member of every workload holding room.
+        let mut on_node: AHashMap<String, Vec<NodeTask>> = AHashMap::new();
+        for phase in [Phase::Running, Phase::Pending, Phase::Preempting] {
+            for name in self.core.workloads_in(phase) {
+                for (task, node) in self.core.placements_of(name).into_iter().flatten() {
+                    let t = NodeTask { name: task.id.clone(), queue: task.queue.clone() };
+                    on_node.entry(node.to_string()).or_default().push(t);
+                }
+            }
+        }
         let mut workloads = Vec::new();
         for phase in [Phase::Pending, Phase::Preempting, Phase::TimedOut] {
             for name in self.core.workloads_in(phase) {
@@ -106,7 +116,11 @@ impl Scheduler {
             "kubernetes (standby: the leader's view is on the other replica)".to_string()
         };
         tokio::task::spawn_blocking(move || {
-            let mut rows: Vec<NodeView> = nodes.slots().filter_map(|s| nodes.get(s)).map(NodeView::from).collect();
+            let mut rows: Vec<NodeView> = nodes
+                .slots()
+                .filter_map(|s| nodes.get(s))
+                .map(|n| NodeView { tasks: on_node.remove(&n.name).unwrap_or_default(), ..NodeView::from(n) })
+                .collect();
             rows.sort_by(|a, b| a.name.cmp(&b.name));
             publisher.publish(wasmsched_dashboard::View {
                 source,

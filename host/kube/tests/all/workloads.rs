@@ -885,6 +885,11 @@ async fn the_dashboard_shows_the_cluster_the_core_sees_and_why_a_gang_waits() {
     let (allocated, guarantee) = (2000, holder["guarantee_gpu_milli"].as_u64().unwrap());
     assert_eq!(holder["borrowed_gpu_milli"].as_u64(), Some(allocated - guarantee.min(allocated)), "{holder}");
     assert!(holder["weight"].as_u64().is_some_and(|w| w > 0) && holder["allocated_cpu_milli"] == 4000, "{holder}");
+    // The node `solo` runs on lists it, and the queue filter finds that node alone.
+    let queue = holder["name"].as_str().unwrap();
+    let nodes = dashboard_get(server.addr(), &format!("/api/v1/nodes?queue={queue}")).await;
+    assert_eq!(nodes["total"], 1, "{nodes}");
+    assert_eq!(nodes["nodes"][0]["tasks"], serde_json::json!([{"name": "ml/solo", "queue": queue}]), "{nodes}");
     // The rollout as `policy status` has it: the first version live, in the history.
     let rollout = &policies["policies"]["rollout"];
     assert!(rollout["live"].as_str().is_some_and(|l| l.ends_with("@1")), "{rollout}");
