@@ -170,6 +170,7 @@ impl Replay {
             workloads: self.failures.iter().cloned().collect(),
             policies: Some(self.policies.clone()),
             series: self.series.clone(),
+            ..View::default()
         });
     }
 

@@ -99,6 +99,11 @@ impl Topologies {
         self.by_name.is_empty()
     }
 
+    /// The link costs topologies are scored (and shown) with.
+    pub fn costs(&self) -> &LinkCosts {
+        &self.costs
+    }
+
     /// The topology of `node`.
     pub fn get(&self, node: &str) -> Option<&NodeTopology> {
         self.by_name.get(node).map(|k| &k.topology)

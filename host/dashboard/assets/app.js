@@ -111,7 +111,7 @@ async function showNode(name) {
     `${n.unschedulable ? " · cordoned" : ""}</p><ul class="gpu-list">` +
     n.gpus.map((g) => `<li>${gpuCell(g)} GPU ${g.index}: ${g.used_milli / 10}% used` +
       `${g.numa_node != null ? `, NUMA ${g.numa_node}` : ""}${g.memory_bytes ? `, ${(g.memory_bytes / 2 ** 30).toFixed(0)} GiB` : ""}</li>`).join("") +
-    `</ul><h3>Tasks (${n.tasks.length})</h3><ul class="task-list">` +
+    `</ul>${n.topology ? `<h3>Topology</h3><pre class="topology">${esc(n.topology)}</pre>` : ""}<h3>Tasks (${n.tasks.length})</h3><ul class="task-list">` +
     n.tasks.map((t) => `<li>${esc(t.name)} <span class="muted">(${esc(t.queue)})</span></li>`).join("") +
     `</ul><h3>Labels</h3><ul>${n.labels.map(([k, v]) => `<li><code>${esc(k)}=${esc(v)}</code></li>`).join("")}</ul>`;
 }

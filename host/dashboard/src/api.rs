@@ -103,7 +103,11 @@ async fn nodes(State(p): State<Publisher>, query: Result<Query<NodeQuery>, Query
 async fn node(State(p): State<Publisher>, Path(name): Path<String>) -> Response {
     let v = p.current();
     match v.nodes.iter().find(|n| n.name == name) {
-        Some(n) => Json(n).into_response(),
+        Some(n) => {
+            let mut doc = serde_json::to_value(n).unwrap_or_default();
+            doc["topology"] = v.topologies.get(&name).map_or(serde_json::Value::Null, |t| t.as_ref().into());
+            Json(doc).into_response()
+        }
         None => error(StatusCode::NOT_FOUND, format!("no node {name:?}")),
     }
 }

@@ -24,6 +24,11 @@ pub struct View {
     pub policies: Option<PolicyView>,
     /// Allocation and fragmentation over time, oldest first.
     pub series: Vec<SeriesPoint>,
+    /// Each node's GPU topology as `wasmsched topo` renders it (the `nvidia-smi topo -m` matrix,
+    /// NUMA, link classes), for the nodes that publish one. Served with a single node only
+    /// (`/api/v1/nodes/{name}`): the list pages stay small. Shared, as topologies rarely change.
+    #[serde(skip)]
+    pub topologies: std::sync::Arc<std::collections::HashMap<String, std::sync::Arc<str>>>,
 }
 
 /// Totals over the cluster.

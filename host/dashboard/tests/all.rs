@@ -122,6 +122,13 @@ fn sample() -> View {
             SeriesPoint { at: 0.0, allocation_percent: 0.0, fragmentation_percent: Some(0.0) },
             SeriesPoint { at: 1.0, allocation_percent: 50.0, fragmentation_percent: Some(5.0) },
         ],
+        topologies: std::sync::Arc::new(
+            [(
+                "gpu-c".to_string(),
+                "      GPU0  GPU1\nGPU0     X  NV18\nGPU1  NV18     X\n<b>interconnect: nvlink</b>\n".into(),
+            )]
+            .into(),
+        ),
     }
 }
 
@@ -175,6 +182,10 @@ async fn the_api_answers_from_the_latest_view_with_filters_and_paging() {
     assert_eq!(prod["nodes"][0]["tasks"][1], serde_json::json!({"name": "ml/eval-1", "queue": "research"}));
     let (s, one) = get(addr, "/api/v1/nodes/gpu-c").await;
     assert_eq!((s, one["gpus"].as_array().map(Vec::len)), (200, Some(8)));
+    assert!(one["topology"].as_str().is_some_and(|t| t.starts_with("      GPU0  GPU1\nGPU0     X  NV18")), "{one}");
+    let (_, other) = get(addr, "/api/v1/nodes/gpu-a").await;
+    assert!(other["topology"].is_null(), "no topology published: {other}");
+    assert!(all["nodes"][2].get("topology").is_none(), "the list pages stay small: {}", all["nodes"][2]);
     let (_, w) = get(addr, "/api/v1/workloads?queue=research").await;
     assert_eq!(w["workloads"][0]["min_member"], 4);
     let (_, none) = get(addr, "/api/v1/workloads?queue=other").await;
@@ -280,6 +291,11 @@ async fn the_pages_render_what_the_api_says_in_a_real_browser() {
     // A node's detail on click.
     browser.click(".node-row[data-name='gpu-c']").await.unwrap();
     browser.eventually("node detail", "#node-detail h2", |t| t == "gpu-c").await;
+    browser
+        .eventually("its topology, as text", "#node-detail pre.topology", |t| {
+            t.contains("GPU0     X  NV18") && t.contains("<b>interconnect: nvlink</b>")
+        })
+        .await;
     // What runs on a node, with its queue; and only the nodes running one queue's work.
     browser.click(".node-row[data-name='gpu-b']").await.unwrap();
     browser

@@ -85,6 +85,7 @@ impl Scheduler {
         let name = node.name.clone();
         let topology = self.cache.nodes().topologies().get(&name).cloned();
         self.core.set_topology(&name, topology);
+        self.show_topology(&name);
         let others = self.others_on(&name);
         self.core.observe_pods(&name, others);
         self.core.observe_node(node, now)
@@ -111,7 +112,10 @@ impl Scheduler {
         for name in std::mem::take(&mut self.next.stale_nodes) {
             match self.background(&name, &none) {
                 Some(node) => out.extend(self.observe(node, now)),
-                None if self.core.nodes().slot_of(&name).is_some() => out.extend(self.core.remove_node(&name, now)),
+                None if self.core.nodes().slot_of(&name).is_some() => {
+                    out.extend(self.core.remove_node(&name, now));
+                    self.show_topology(&name);
+                }
                 None => {}
             }
         }

@@ -16,7 +16,28 @@ impl Scheduler {
     /// Shows this scheduler on `publisher`'s dashboard.
     pub fn with_dashboard(mut self, publisher: wasmsched_dashboard::Publisher) -> Scheduler {
         self.reports.dashboard = Some(publisher);
+        let nodes = self.core.nodes();
+        let names: Vec<String> = nodes.slots().filter_map(|s| nodes.get(s)).map(|n| n.name.clone()).collect();
+        for name in names {
+            self.show_topology(&name);
+        }
         self
+    }
+
+    /// Keeps `node`'s rendered topology for the dashboard in step with the core's (none: forgotten).
+    pub(super) fn show_topology(&mut self, node: &str) {
+        if self.reports.dashboard.is_none() {
+            return;
+        }
+        let known = self.core.nodes().topologies();
+        let text: Option<Arc<str>> = known.get(node).map(|t| t.render(known.costs()).into());
+        if self.reports.topology_text.get(node) != text.as_ref() {
+            let texts = Arc::make_mut(&mut self.reports.topology_text);
+            match text {
+                Some(t) => texts.insert(node.to_string(), t),
+                None => texts.remove(node),
+            };
+        }
     }
 
     /// Publishes a view when one is due.
@@ -115,6 +136,7 @@ impl Scheduler {
         } else {
             "kubernetes (standby: the leader's view is on the other replica)".to_string()
         };
+        let topologies = self.reports.topology_text.clone();
         tokio::task::spawn_blocking(move || {
             let mut rows: Vec<NodeView> = nodes
                 .slots()
@@ -131,6 +153,7 @@ impl Scheduler {
                 workloads,
                 policies: Some(policies),
                 series: Vec::new(),
+                topologies,
             });
         });
     }

@@ -305,6 +305,8 @@ struct Reports {
     decided: u64,
     /// The dashboard this scheduler is shown on (`run --dashboard`).
     dashboard: Option<wasmsched_dashboard::Publisher>,
+    /// Each node's topology rendered for the dashboard, redone only when a node's changes.
+    topology_text: Arc<std::collections::HashMap<String, Arc<str>>>,
 }
 
 /// API writes under way.
@@ -394,6 +396,7 @@ impl Scheduler {
                 events: None,
                 decided: 0,
                 dashboard: None,
+                topology_text: Arc::default(),
             },
             leadership: Leadership { leader, _always: Some(always) },
         }

@@ -818,7 +818,15 @@ async fn dashboard_get(addr: std::net::SocketAddr, path: &str) -> Value {
 async fn the_dashboard_shows_the_cluster_the_core_sees_and_why_a_gang_waits() {
     let api = FakeApi::new();
     for n in 0..3 {
-        api.put(Kind::Node, gpu_node(&format!("gpu-{n}"), 8, &[]));
+        let mut node = gpu_node(&format!("gpu-{n}"), 8, &[]);
+        if n == 0 {
+            // The node agent's topology annotation: a real 8 × H100 `nvidia-smi topo -m`.
+            let text = include_str!("../../../topology/tests/fixtures/h100-sxm-8gpu-nv18.txt");
+            let topology = wasmsched_topology::smi::parse(text).unwrap();
+            node["metadata"]["annotations"][wasmsched_topology::annotation::TOPOLOGY_ANNOTATION] =
+                serde_json::json!(wasmsched_topology::annotation::to_annotation(&topology));
+        }
+        api.put(Kind::Node, node);
     }
     api.put(Kind::Job, indexed_job("big", "big-uid", 4));
     for p in job_pods("big", "big-uid", 0..4, 8, None) {
@@ -890,6 +898,11 @@ async fn the_dashboard_shows_the_cluster_the_core_sees_and_why_a_gang_waits() {
     let nodes = dashboard_get(server.addr(), &format!("/api/v1/nodes?queue={queue}")).await;
     assert_eq!(nodes["total"], 1, "{nodes}");
     assert_eq!(nodes["nodes"][0]["tasks"], serde_json::json!([{"name": "ml/solo", "queue": queue}]), "{nodes}");
+    // A node's topology as `wasmsched topo` shows it, on its own page only.
+    let gpu0 = dashboard_get(server.addr(), "/api/v1/nodes/gpu-0").await;
+    let topo = gpu0["topology"].as_str().unwrap_or_else(|| panic!("{gpu0}"));
+    assert!(topo.contains("GPU7") && topo.contains("NV18") && topo.contains("interconnect: nvswitch"), "{topo}");
+    assert!(dashboard_get(server.addr(), "/api/v1/nodes/gpu-1").await["topology"].is_null());
     // The rollout as `policy status` has it: the first version live, in the history.
     let rollout = &policies["policies"]["rollout"];
     assert!(rollout["live"].as_str().is_some_and(|l| l.ends_with("@1")), "{rollout}");
