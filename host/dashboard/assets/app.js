@@ -135,6 +135,25 @@ async function refreshCluster() {
   await loadNodes();
 }
 
+/** A queue's share over time: GPUs allocated and deserved, on one scale. */
+async function showQueue(name) {
+  const { queue, history } = await api(`/api/v1/queues/${encodeURIComponent(name)}`);
+  $("queue-detail").hidden = false;
+  text($("queue-name"), queue.name);
+  const top = Math.max(1, ...history.map((p) => Math.max(p.allocated_gpu_milli, p.deserved_gpu_milli ?? 0)));
+  const x0 = history.length ? history[0].at : 0, x1 = history.length ? history[history.length - 1].at : 0;
+  const line = (key, cls) => {
+    const pts = history.filter((p) => p[key] != null);
+    if (pts.length === 0) return "";
+    const coords = pts.map((p) => `${((p.at - x0) / (x1 - x0 || 1)) * 600},${118 - (p[key] / top) * 116}`);
+    // One sample: a short flat line, so it shows.
+    if (coords.length === 1) coords.push(`600,${coords[0].split(",")[1]}`);
+    return `<polyline class="${cls}" points="${coords.join(" ")}"/>`;
+  };
+  $("queue-history").innerHTML = line("allocated_gpu_milli", "alloc") + line("deserved_gpu_milli", "deserved");
+  text($("queue-span"), `${history.length} samples over ${x1 - x0} s, up to ${gpus(top)} GPUs`);
+}
+
 /** The cluster page's queue filter offers every queue the source knows. */
 function fillQueueFilter(queues) {
   const sel = $("queue-filter");
@@ -152,7 +171,7 @@ async function refreshQueues() {
   const opt = (v, f) => (v == null ? "–" : f(v));
   const cores = (m) => (m / 1000).toLocaleString("en", { maximumFractionDigits: 1 });
   const gib = (b) => (b / 2 ** 30).toLocaleString("en", { maximumFractionDigits: 1 });
-  $("queue-rows").innerHTML = rows.map((q) => `<tr class="queue"><td>${esc(q.name)}</td><td>${esc(q.parent)}</td>` +
+  $("queue-rows").innerHTML = rows.map((q) => `<tr class="queue" role="button" tabindex="0" data-name="${esc(q.name)}"><td>${esc(q.name)}</td><td>${esc(q.parent)}</td>` +
     `<td class="served">${q.served ?? ""}</td><td>${q.weight}</td><td>${gpus(q.allocated_gpu_milli)}</td>` +
     `<td>${opt(q.deserved_gpu_milli, gpus)}</td><td>${gpus(q.guarantee_gpu_milli)}</td><td class="borrowed">${gpus(q.borrowed_gpu_milli)}</td>` +
     `<td>${opt(q.capability_gpu_milli, gpus)}</td><td>${cores(q.allocated_cpu_milli)} / ${opt(q.deserved_cpu_milli, cores)}</td>` +
@@ -263,6 +282,14 @@ function followLink() {
 followLink();
 window.addEventListener("hashchange", followLink);
 $("nodes").addEventListener("scroll", drawRows);
+$("queue-rows").addEventListener("click", (e) => {
+  const row = e.target.closest(".queue");
+  if (row) showQueue(row.dataset.name);
+});
+$("queue-rows").addEventListener("keydown", (e) => {
+  const row = e.target.closest(".queue");
+  if (row && e.key === "Enter") showQueue(row.dataset.name);
+});
 $("nodes").addEventListener("click", (e) => {
   const row = e.target.closest(".node-row");
   if (row) showNode(row.dataset.name);

@@ -33,6 +33,7 @@ pub(crate) fn router(publisher: Publisher) -> Router {
         .route("/api/v1/nodes", get(nodes))
         .route("/api/v1/nodes/{name}", get(node))
         .route("/api/v1/queues", get(queues))
+        .route("/api/v1/queues/{name}", get(queue))
         .route("/api/v1/workloads", get(workloads))
         .route("/api/v1/policies", get(policies))
         .route("/api/v1/events", get(events))
@@ -51,7 +52,7 @@ async fn not_found(uri: axum::http::Uri) -> Response {
 async fn versions() -> Json<serde_json::Value> {
     Json(json!({
         "version": "v1",
-        "endpoints": ["/api/v1/cluster", "/api/v1/nodes", "/api/v1/nodes/{name}", "/api/v1/queues",
+        "endpoints": ["/api/v1/cluster", "/api/v1/nodes", "/api/v1/nodes/{name}", "/api/v1/queues", "/api/v1/queues/{name}",
                       "/api/v1/workloads", "/api/v1/policies", "/api/v1/events"],
     }))
 }
@@ -109,6 +110,17 @@ async fn node(State(p): State<Publisher>, Path(name): Path<String>) -> Response 
             Json(doc).into_response()
         }
         None => error(StatusCode::NOT_FOUND, format!("no node {name:?}")),
+    }
+}
+
+async fn queue(State(p): State<Publisher>, Path(name): Path<String>) -> Response {
+    let v = p.current();
+    match v.queues.iter().find(|q| q.name == name) {
+        Some(q) => {
+            let history: Vec<_> = v.queue_history.get(&name).map(|h| h.iter().collect()).unwrap_or_default();
+            Json(json!({ "queue": q, "history": history })).into_response()
+        }
+        None => error(StatusCode::NOT_FOUND, format!("no queue {name:?}")),
     }
 }
 

@@ -29,6 +29,21 @@ pub struct View {
     /// (`/api/v1/nodes/{name}`): the list pages stay small. Shared, as topologies rarely change.
     #[serde(skip)]
     pub topologies: std::sync::Arc<std::collections::HashMap<String, std::sync::Arc<str>>>,
+    /// Each queue's GPUs allocated and deserved over time, oldest first. Served with a single
+    /// queue only (`/api/v1/queues/{name}`).
+    #[serde(skip)]
+    pub queue_history: std::sync::Arc<std::collections::HashMap<String, std::collections::VecDeque<SharePoint>>>,
+}
+
+/// One sample of a queue's share.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct SharePoint {
+    /// Seconds (the view's clock).
+    pub at: u64,
+    /// GPUs allocated to its subtree, in thousandths.
+    pub allocated_gpu_milli: u64,
+    /// Its deserved GPUs, in thousandths, where fair share has answered.
+    pub deserved_gpu_milli: Option<u64>,
 }
 
 /// Totals over the cluster.

@@ -10,7 +10,7 @@ use tokio::net::TcpStream;
 use wasmsched_dashboard::browser::{Browser, Locator};
 use wasmsched_dashboard::view::{
     BudgetView, Cluster, FaultCount, GpuView, NodeTask, NodeView, PluginView, PolicyView, QueueView, SeriesPoint,
-    StageCalls, WorkloadView,
+    SharePoint, StageCalls, WorkloadView,
 };
 use wasmsched_dashboard::{Publisher, Server, View};
 
@@ -122,6 +122,19 @@ fn sample() -> View {
             SeriesPoint { at: 0.0, allocation_percent: 0.0, fragmentation_percent: Some(0.0) },
             SeriesPoint { at: 1.0, allocation_percent: 50.0, fragmentation_percent: Some(5.0) },
         ],
+        queue_history: std::sync::Arc::new(
+            [(
+                "research".to_string(),
+                [(0, 2_000, None), (10, 4_000, Some(4_000)), (20, 6_000, Some(4_000))]
+                    .map(|(at, allocated_gpu_milli, deserved_gpu_milli)| SharePoint {
+                        at,
+                        allocated_gpu_milli,
+                        deserved_gpu_milli,
+                    })
+                    .into(),
+            )]
+            .into(),
+        ),
         topologies: std::sync::Arc::new(
             [(
                 "gpu-c".to_string(),
@@ -186,6 +199,11 @@ async fn the_api_answers_from_the_latest_view_with_filters_and_paging() {
     let (_, other) = get(addr, "/api/v1/nodes/gpu-a").await;
     assert!(other["topology"].is_null(), "no topology published: {other}");
     assert!(all["nodes"][2].get("topology").is_none(), "the list pages stay small: {}", all["nodes"][2]);
+    let (s, q) = get(addr, "/api/v1/queues/research").await;
+    assert_eq!((s, q["queue"]["weight"].as_u64(), q["history"].as_array().map(Vec::len)), (200, Some(1), Some(3)));
+    assert_eq!(q["history"][0], serde_json::json!({"at": 0, "allocated_gpu_milli": 2000, "deserved_gpu_milli": null}));
+    let (s, none) = get(addr, "/api/v1/queues/nope").await;
+    assert!(s == 404 && none["error"].as_str().unwrap().contains("no queue \"nope\""), "{none}");
     let (_, w) = get(addr, "/api/v1/workloads?queue=research").await;
     assert_eq!(w["workloads"][0]["min_member"], 4);
     let (_, none) = get(addr, "/api/v1/workloads?queue=other").await;
@@ -320,6 +338,12 @@ async fn the_pages_render_what_the_api_says_in_a_real_browser() {
     assert!(rows[0].starts_with("prod all 1 3 3 12 8 0 16"), "{rows:?}");
     assert!(rows[1].starts_with("research all 2 1 6 4 4 2 – 48 / 40 96 / 64 4 0"), "{rows:?}");
     assert!(rows[2].starts_with("all 1 9 – 0 0 –"), "the inner queue last, unserved: {rows:?}");
+    // A queue's share over time on click.
+    browser.click("#queue-rows .queue[data-name='research']").await.unwrap();
+    browser.eventually("queue detail", "#queue-name", |t| t == "research").await;
+    browser.eventually("its history", "#queue-span", |t| t == "3 samples over 20 s, up to 6 GPUs").await;
+    let lines = browser.client.find_all(Locator::Css("#queue-history polyline")).await.unwrap();
+    assert_eq!(lines.len(), 2, "allocated and deserved");
 
     browser.click("#tab-pending").await.unwrap();
     browser

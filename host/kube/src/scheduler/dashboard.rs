@@ -11,6 +11,10 @@ use super::*;
 
 /// How often a view is published.
 pub(super) const DASHBOARD_EVERY: Duration = Duration::from_secs(1);
+/// How often each queue's share is sampled for its history, and how many samples are kept (an
+/// hour's worth).
+const SHARE_EVERY: Duration = Duration::from_secs(10);
+const SHARE_SAMPLES: usize = 360;
 
 impl Scheduler {
     /// Shows this scheduler on `publisher`'s dashboard.
@@ -89,6 +93,22 @@ impl Scheduler {
                 }
             }
         }
+        if self.reports.queue_sampled.is_none_or(|at| at.elapsed() >= SHARE_EVERY) {
+            self.reports.queue_sampled = Some(Instant::now());
+            let history = Arc::make_mut(&mut self.reports.queue_history);
+            history.retain(|name, _| shares.iter().any(|s| &s.name == name));
+            for s in &shares {
+                let series = history.entry(s.name.clone()).or_default();
+                if series.len() == SHARE_SAMPLES {
+                    series.pop_front();
+                }
+                series.push_back(SharePoint {
+                    at: at_seconds,
+                    allocated_gpu_milli: s.allocated.gpu_milli,
+                    deserved_gpu_milli: s.deserved.as_ref().map(|d| d.gpu_milli),
+                });
+            }
+        }
         let mut workloads = Vec::new();
         for phase in [Phase::Pending, Phase::Preempting, Phase::TimedOut] {
             for name in self.core.workloads_in(phase) {
@@ -137,6 +157,7 @@ impl Scheduler {
             "kubernetes (standby: the leader's view is on the other replica)".to_string()
         };
         let topologies = self.reports.topology_text.clone();
+        let queue_history = self.reports.queue_history.clone();
         tokio::task::spawn_blocking(move || {
             let mut rows: Vec<NodeView> = nodes
                 .slots()
@@ -154,6 +175,7 @@ impl Scheduler {
                 policies: Some(policies),
                 series: Vec::new(),
                 topologies,
+                queue_history,
             });
         });
     }

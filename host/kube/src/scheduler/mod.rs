@@ -285,6 +285,8 @@ struct Timers {
 }
 
 /// What is written about the decisions: object status, why pods wait, decision events.
+use wasmsched_dashboard::view::SharePoint;
+
 struct Reports {
     status: StatusWriter,
     /// `PodScheduled=False` on pending pods: coalesced, ordered, retried (started by `run`, with
@@ -307,6 +309,9 @@ struct Reports {
     dashboard: Option<wasmsched_dashboard::Publisher>,
     /// Each node's topology rendered for the dashboard, redone only when a node's changes.
     topology_text: Arc<std::collections::HashMap<String, Arc<str>>>,
+    /// Each queue's share over time for the dashboard, and when it was last sampled.
+    queue_history: Arc<std::collections::HashMap<String, std::collections::VecDeque<SharePoint>>>,
+    queue_sampled: Option<Instant>,
 }
 
 /// API writes under way.
@@ -397,6 +402,8 @@ impl Scheduler {
                 decided: 0,
                 dashboard: None,
                 topology_text: Arc::default(),
+                queue_history: Arc::default(),
+                queue_sampled: None,
             },
             leadership: Leadership { leader, _always: Some(always) },
         }

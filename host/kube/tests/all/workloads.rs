@@ -893,6 +893,10 @@ async fn the_dashboard_shows_the_cluster_the_core_sees_and_why_a_gang_waits() {
     let (allocated, guarantee) = (2000, holder["guarantee_gpu_milli"].as_u64().unwrap());
     assert_eq!(holder["borrowed_gpu_milli"].as_u64(), Some(allocated - guarantee.min(allocated)), "{holder}");
     assert!(holder["weight"].as_u64().is_some_and(|w| w > 0) && holder["allocated_cpu_milli"] == 4000, "{holder}");
+    // Its share over time: sampled from the first view on (every 10 s).
+    let history = dashboard_get(server.addr(), &format!("/api/v1/queues/{}", holder["name"].as_str().unwrap())).await;
+    let first = &history["history"][0];
+    assert!(first["at"].is_u64() && [0, 2000].contains(&first["allocated_gpu_milli"].as_u64().unwrap()), "{history}");
     // The node `solo` runs on lists it, and the queue filter finds that node alone.
     let queue = holder["name"].as_str().unwrap();
     let nodes = dashboard_get(server.addr(), &format!("/api/v1/nodes?queue={queue}")).await;
