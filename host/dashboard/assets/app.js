@@ -282,22 +282,17 @@ function followLink() {
 followLink();
 window.addEventListener("hashchange", followLink);
 $("nodes").addEventListener("scroll", drawRows);
-$("queue-rows").addEventListener("click", (e) => {
-  const row = e.target.closest(".queue");
-  if (row) showQueue(row.dataset.name);
-});
-$("queue-rows").addEventListener("keydown", (e) => {
-  const row = e.target.closest(".queue");
-  if (row && e.key === "Enter") showQueue(row.dataset.name);
-});
-$("nodes").addEventListener("click", (e) => {
-  const row = e.target.closest(".node-row");
-  if (row) showNode(row.dataset.name);
-});
-$("nodes").addEventListener("keydown", (e) => {
-  const row = e.target.closest(".node-row");
-  if (row && e.key === "Enter") showNode(row.dataset.name);
-});
+/** Rows of `list` matching `rows` open their detail on click or Enter. */
+function opensDetail(list, rows, open) {
+  const opened = (e) => {
+    const row = e.target.closest(rows);
+    if (row && (e.type === "click" || e.key === "Enter")) open(row.dataset.name);
+  };
+  $(list).addEventListener("click", opened);
+  $(list).addEventListener("keydown", opened);
+}
+opensDetail("queue-rows", ".queue", showQueue);
+opensDetail("nodes", ".node-row", showNode);
 $("model-filter").addEventListener("change", loadNodes);
 $("label-filter").addEventListener("change", loadNodes);
 $("queue-filter").addEventListener("change", loadNodes);

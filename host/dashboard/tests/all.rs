@@ -344,6 +344,10 @@ async fn the_pages_render_what_the_api_says_in_a_real_browser() {
     browser.eventually("its history", "#queue-span", |t| t == "3 samples over 20 s, up to 6 GPUs").await;
     let lines = browser.client.find_all(Locator::Css("#queue-history polyline")).await.unwrap();
     assert_eq!(lines.len(), 2, "allocated and deserved");
+    // And from the keyboard: Enter on a focused row.
+    let prod = browser.client.find(Locator::Css("#queue-rows .queue[data-name='prod']")).await.unwrap();
+    prod.send_keys("\u{E007}").await.unwrap();
+    browser.eventually("queue detail by keyboard", "#queue-name", |t| t == "prod").await;
 
     browser.click("#tab-pending").await.unwrap();
     browser
