@@ -1,4 +1,4 @@
-//! Compiles the guest fixtures (hostile ones included) and the tutorial plugin to components, and
+//! Compiles the guest fixtures (hostile ones included) and the example plugins to components, and
 //! writes their paths into `fixtures.rs`.
 
 use std::fmt::Write;
@@ -12,6 +12,7 @@ fn main() {
         "wasmsched-fixture-wrong-contract",
         "wasmsched-fixture-wrong-signature",
         "wasmsched-example-gpu-model-affinity",
+        "wasmsched-example-gpu-model-filter",
     ]) {
         let name = package
             .trim_start_matches("wasmsched-fixture-")

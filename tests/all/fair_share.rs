@@ -112,3 +112,56 @@ fn a_cyclic_tree_is_a_guest_error_naming_the_queue() {
     assert_eq!(fault.kind, FaultKind::GuestError);
     assert!(fault.message.contains("queue a: its ancestry has a cycle"), "{}", fault.message);
 }
+
+/// `examples/plugins/fair-share-py` and `-js`, the built-in fair share written in Python and in
+/// JavaScript, answer exactly as the native build — every deserved share and the serving order —
+/// for the three policies on random trees (large amounts, zero shares, infinite keys and ties
+/// included), whole and by changes, and refuse a cyclic tree naming the queue.
+#[test]
+fn the_python_and_javascript_fair_share_answer_exactly_as_the_built_in() {
+    let rt = crate::python::rt();
+    let root = wasmsched_tests::root();
+    let python =
+        std::fs::read(wasmsched_tests::python::component(&root.join("examples/plugins/fair-share-py"))).unwrap();
+    let js =
+        std::fs::read(wasmsched_tests::javascript::component(&root.join("examples/plugins/fair-share-js"))).unwrap();
+    for (language, wasm) in [("python", &python), ("javascript", &js)] {
+        for builtin in [wasmsched_plugins::PROPORTION, wasmsched_plugins::DRF, wasmsched_plugins::DECAYED_USAGE] {
+            let config = crate::unhurried(builtin.name).with_config(builtin.config).with_memory_limit(256 << 20);
+            let guest = rt.load(wasm, config).unwrap_or_else(|e| panic!("{language}: {e}"));
+            assert_eq!(guest.stages(), [wasmsched_api::Stage::FairShare]);
+            let native = NativePlugin::<FairSharePolicy>::new(builtin.config, 1).unwrap();
+            let mut rng = Rng::new(21);
+            for round in 0..25 {
+                let n = 1 + rng.below(60) as usize;
+                let mut queues = tree(&mut rng, n);
+                if round % 5 == 0 {
+                    // Amounts past 2^53 (a double's exact integers) and equal keys decided by name.
+                    for q in &mut queues {
+                        q.request.memory_bytes = q.request.memory_bytes.saturating_mul(1 << 24);
+                        q.allocated = Resources::default();
+                    }
+                }
+                let cluster = Resources { memory_bytes: u64::MAX / 2, ..resources(&mut rng, 400) };
+                let a = native.fair_share(0, &queues, &cluster).unwrap();
+                let b = guest.fair_share(0, &queues, &cluster).unwrap();
+                assert_eq!(a, b, "{language} {} differs in round {round}", builtin.name);
+                // And again after a few queues changed (the host sends only those).
+                for _ in 0..3 {
+                    let i = rng.below(n as u64) as usize;
+                    queues[i].allocated = resources(&mut rng, 10);
+                }
+                let a = native.fair_share(0, &queues, &cluster).unwrap();
+                let b = guest.fair_share(0, &queues, &cluster).unwrap();
+                assert_eq!(a, b, "{language} {} differs after changes in round {round}", builtin.name);
+            }
+            let cyclic = vec![
+                QueueState { name: "a".into(), parent: Some(1), weight: 1, ..Default::default() },
+                QueueState { name: "b".into(), parent: Some(0), weight: 1, ..Default::default() },
+            ];
+            let fault = guest.fair_share(0, &cyclic, &Resources::default()).unwrap_err();
+            assert_eq!(fault.kind, FaultKind::GuestError);
+            assert!(fault.message.contains("queue a: its ancestry has a cycle"), "{language}: {}", fault.message);
+        }
+    }
+}

@@ -36,6 +36,13 @@ fn the_javascript_gpu_model_affinity_places_the_openb_trace_as_the_rust_example(
 }
 
 #[test]
+fn the_javascript_gpu_model_filter_decides_the_openb_trace_as_the_rust_example() {
+    let path = javascript::component(&python::root().join("examples/plugins/gpu-model-filter-js"));
+    let js = load(&path, crate::unhurried("gpu-model-filter").with_config(crate::python::GMF_CONFIG)).unwrap();
+    crate::python::assert_filters_as_the_rust_example(js);
+}
+
+#[test]
 fn a_throw_is_a_fault_with_its_type_message_and_line() {
     let table = nodes(3);
     let ctx = CallContext { worker: 0, nodes: &table };
@@ -86,21 +93,23 @@ fn an_endless_javascript_loop_is_cut_at_the_deadline() {
 #[test]
 fn the_javascript_examples_unit_tests_pass_natively() {
     let root = python::root();
-    let work = tempfile::tempdir().unwrap();
-    let example = root.join("examples/plugins/gpu-model-affinity-js");
-    for entry in std::fs::read_dir(&example).unwrap() {
-        let path = entry.unwrap().path();
-        std::fs::copy(&path, work.path().join(path.file_name().unwrap())).unwrap();
+    for name in ["gpu-model-affinity-js", "gpu-model-filter-js"] {
+        let work = tempfile::tempdir().unwrap();
+        let example = root.join("examples/plugins").join(name);
+        for entry in std::fs::read_dir(&example).unwrap() {
+            let path = entry.unwrap().path();
+            std::fs::copy(&path, work.path().join(path.file_name().unwrap())).unwrap();
+        }
+        std::fs::copy(root.join("sdk/js/wasmsched_policy.js"), work.path().join("wasmsched_policy.js")).unwrap();
+        let out = std::process::Command::new("node")
+            .current_dir(work.path())
+            .args(["--test", "app.test.mjs"])
+            .output()
+            .expect("node (scripts/test installs it)");
+        let report = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{name}: {report}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(report.contains("# pass 2") && report.contains("# fail 0"), "{name}: {report}");
     }
-    std::fs::copy(root.join("sdk/js/wasmsched_policy.js"), work.path().join("wasmsched_policy.js")).unwrap();
-    let out = std::process::Command::new("node")
-        .current_dir(work.path())
-        .args(["--test", "app.test.mjs"])
-        .output()
-        .expect("node (scripts/test installs it)");
-    let report = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{report}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(report.contains("# pass 2") && report.contains("# fail 0"), "{report}");
 }
 
 /// The TypeScript declarations of the contract in `sdk/js/types` are what jco generates from

@@ -36,6 +36,15 @@ fn load(path: &Path, config: PluginConfig) -> Result<WasmPlugin, LoadError> {
 }
 
 pub(crate) fn replay_openb(score: Arc<dyn PolicyPlugin>) -> (Vec<(String, String, String)>, replay::Run) {
+    replay_openb_with(None, score)
+}
+
+/// The openb replay behind `resource-fit`, then `filter` if given, scored by `score`: every
+/// decision as (task, node or `-`, devices or the diagnosis), and the run.
+pub(crate) fn replay_openb_with(
+    filter: Option<Arc<dyn PolicyPlugin>>,
+    score: Arc<dyn PolicyPlugin>,
+) -> (Vec<(String, String, String)>, replay::Run) {
     let root = python::root().join("examples/traces/openb");
     let read = |f: &str| std::fs::read_to_string(root.join(f)).unwrap();
     let nodes = trace::parse_nodes("nodes", &read("openb_node_list_gpu_node.csv")).unwrap();
@@ -44,7 +53,11 @@ pub(crate) fn replay_openb(score: Arc<dyn PolicyPlugin>) -> (Vec<(String, String
     let typical = workload::target_workload(&pods);
     let fit: Arc<dyn PolicyPlugin> =
         Arc::new(rt().load(wasmsched_plugins::RESOURCE_FIT.wasm, crate::unhurried("resource-fit")).unwrap());
-    let set = PolicySet::builder().filter(fit).score(score, 1).build();
+    let mut set = PolicySet::builder().filter(fit);
+    if let Some(filter) = filter {
+        set = set.filter(filter);
+    }
+    let set = set.score(score, 1).build();
     let mut placements = Vec::new();
     let run = replay::run_observed(&set, &work.nodes, &work.pods, &typical, |d| {
         let (node, devices) = match d.outcome {
@@ -76,6 +89,42 @@ pub(crate) fn assert_places_as_the_rust_example(candidate: WasmPlugin) {
     }
     assert_eq!(run.series, rust_run.series);
     assert!(placements[0].1.starts_with("openb-node-"), "{:?}", placements[0]);
+}
+
+/// The models both language tests configure `gpu-model-filter` with: tasks that ask for GPUs wait
+/// for these, and nodes of other models are refused as unresolvable.
+pub(crate) const GMF_CONFIG: &str = "G3,V100M32,T4,P100";
+
+/// `candidate` (a `gpu-model-filter` in another language, loaded under that name) filters the openb
+/// replay exactly as the Rust example does: every placement, and for every task left waiting the same diagnosis (the
+/// reasons, how many nodes gave each, and which were unresolvable).
+pub(crate) fn assert_filters_as_the_rust_example(candidate: WasmPlugin) {
+    let rust = rt()
+        .load(&fixtures::read(fixtures::GPU_MODEL_FILTER), crate::unhurried("gpu-model-filter").with_config(GMF_CONFIG))
+        .unwrap();
+    assert_eq!(candidate.stages(), [Stage::Filter]);
+    let score = || -> Arc<dyn PolicyPlugin> {
+        let packing = wasmsched_plugins::GPU_PACKING;
+        Arc::new(rt().load(packing.wasm, crate::unhurried(packing.name).with_config(packing.config)).unwrap())
+    };
+    let (rust_decisions, rust_run) = replay_openb_with(Some(Arc::new(rust)), score());
+    let (decisions, run) = replay_openb_with(Some(Arc::new(candidate)), score());
+    assert!(rust_run.placed > 1_000, "a real replay: {} placed", rust_run.placed);
+    let refused = rust_decisions.iter().filter(|d| d.2.contains("no GPU of G3, V100M32, T4, P100")).count();
+    assert!(refused > 0, "the filter refuses nodes in the replay");
+    assert_eq!(run.faulted, 0);
+    assert_eq!(decisions.len(), rust_decisions.len());
+    for (d, r) in decisions.iter().zip(&rust_decisions) {
+        assert_eq!(d, r, "the first decision that differs");
+    }
+    assert_eq!(run.series, rust_run.series);
+}
+
+#[test]
+fn the_python_gpu_model_filter_decides_the_openb_trace_as_the_rust_example() {
+    let path = python::component(&python::root().join("examples/plugins/gpu-model-filter-py"));
+    let python = load(&path, crate::unhurried("gpu-model-filter").with_config(GMF_CONFIG)).unwrap();
+    assert_filters_as_the_rust_example(python);
 }
 
 #[test]
@@ -157,7 +206,7 @@ fn an_endless_loop_is_cut_at_the_deadline_and_says_which_stage() {
     assert!(fault.message.contains("of CPU, over its 50ms budget"), "{fault}");
 }
 
-/// The example's own unit tests (`test_app.py`: the Rust example's test in Python), run natively
+/// The examples' own unit tests (`test_app.py`: the Rust example's test in Python), run natively
 /// through the SDK's `Harness` with the record types componentize-py generates from the contract.
 #[test]
 fn the_python_examples_unit_tests_pass_natively() {
@@ -170,16 +219,19 @@ fn the_python_examples_unit_tests_pass_natively() {
         .output()
         .expect("componentize-py (scripts/test installs it)");
     assert!(generated.status.success(), "{}", String::from_utf8_lossy(&generated.stderr));
-    let example = root.join("examples/plugins/gpu-model-affinity-py");
-    let path = std::env::join_paths([bindings.path().to_path_buf(), root.join("sdk/python"), example.clone()]).unwrap();
-    let out = std::process::Command::new("python3")
-        .current_dir(&example)
-        .args(["-m", "unittest", "-v", "test_app"])
-        .env("PYTHONPATH", path)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .output()
-        .unwrap();
-    let report = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{report}");
-    assert!(report.contains("Ran 2 tests") && report.trim_end().ends_with("OK"), "{report}");
+    for name in ["gpu-model-affinity-py", "gpu-model-filter-py"] {
+        let example = root.join("examples/plugins").join(name);
+        let path =
+            std::env::join_paths([bindings.path().to_path_buf(), root.join("sdk/python"), example.clone()]).unwrap();
+        let out = std::process::Command::new("python3")
+            .current_dir(&example)
+            .args(["-m", "unittest", "-v", "test_app"])
+            .env("PYTHONPATH", path)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .output()
+            .unwrap();
+        let report = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{name}: {report}");
+        assert!(report.contains("Ran 2 tests") && report.trim_end().ends_with("OK"), "{name}: {report}");
+    }
 }

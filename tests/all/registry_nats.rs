@@ -78,6 +78,40 @@ fn pushed_artifacts_go_live_from_the_bucket_and_a_vanished_bucket_changes_nothin
     assert_eq!(registry.current().version, live.version);
 }
 
+/// A Python policy (an interpreter inside: ~19 MB, far past a ConfigMap's 1 MiB) goes live from
+/// the bucket, and polling it every few seconds reads the spec, not the component, until the
+/// component is pushed again.
+#[test]
+fn a_python_component_goes_live_from_the_bucket_and_is_read_once_per_push() {
+    let server = NatsServer::start(&[]);
+    let nats = server.config();
+    let (registry, preparer) = registry();
+    let app = wasmsched_tests::python::root().join("examples/plugins/gpu-model-affinity-py");
+    let wasm = std::fs::read(wasmsched_tests::python::component(&app)).unwrap();
+    assert!(wasm.len() > 10 << 20, "{} bytes", wasm.len());
+    let spec = format!(
+        "name: by-model\nplugins:\n  fit: {{ source: \"builtin:resource-fit\" }}\n  gma: {{ source: \"object:gma.wasm\", digest: \"{}\", config: \"A100\" }}\nstages:\n  filter: [fit]\n  score: [{{ plugin: gma }}]\n",
+        digest_of(&wasm)
+    );
+    push(&nats, "policies", "gma.wasm", &wasm).unwrap();
+    push(&nats, "policies", "policy.yaml", spec.as_bytes()).unwrap();
+    let mut source = ObjectStoreSource::new(nats.clone(), "policies", "policy.yaml").unwrap();
+    poll_once(&registry, &preparer, &mut source);
+    let live = registry.current();
+    assert_eq!((live.spec.name.as_str(), live.version), ("by-model", 2), "{:?}", registry.status().history);
+    let first = source.read_bytes();
+    assert_eq!(first, (wasm.len() + spec.len()) as u64);
+    for _ in 0..3 {
+        assert!(source.poll().unwrap().is_none());
+    }
+    assert_eq!(source.read_bytes(), first + 3 * spec.len() as u64, "only the spec is read again");
+    // Pushed again (the same bytes): read once more, and no new version, its content is the same.
+    push(&nats, "policies", "gma.wasm", &wasm).unwrap();
+    assert!(source.poll().unwrap().is_none());
+    assert_eq!(source.read_bytes(), first + 4 * spec.len() as u64 + wasm.len() as u64);
+    assert_eq!(registry.current().version, 2);
+}
+
 #[test]
 fn status_promote_and_rollback_over_nats() {
     let server = NatsServer::start(&[]);

@@ -13,7 +13,7 @@ use wasmsched_kube::leader::LeaseConfig;
 use wasmsched_kube::metrics::{self, Metrics};
 use wasmsched_kube::policy_source::PolicyObjectSource;
 use wasmsched_kube::{ClientRate, Clients, Scheduler, SchedulerConfig, policy};
-use wasmsched_registry::{DirSource, Fetched, Preparer, Source, Watcher};
+use wasmsched_registry::{DirSource, Fetched, ObjectStoreSource, Preparer, Source, Watcher};
 use wasmsched_runtime::Runtime;
 
 /// `wasmsched run` arguments.
@@ -31,7 +31,16 @@ pub struct Args {
     /// ConfigMaps in the scheduler's namespace (`--lease-namespace`).
     #[arg(long, env = "WASMSCHED_POLICY_OBJECT")]
     policy_object: Option<String>,
-    /// How often the policy directory and object are checked.
+    /// Follow this NATS object store bucket too (on the `--nats` server): its spec object and the
+    /// components it names as `object:NAME`, stored there with `wasmsched policy push`. For
+    /// components past a ConfigMap's 1 MiB: Python and JavaScript policies carry their
+    /// interpreter (13–20 MB). A poll reads a component again only after it is pushed again.
+    #[arg(long, env = "WASMSCHED_POLICY_BUCKET")]
+    policy_bucket: Option<String>,
+    /// The spec's object name in `--policy-bucket`.
+    #[arg(long, default_value = "policy.yaml")]
+    policy_spec_object: String,
+    /// How often the policy directory, object and bucket are checked.
     #[arg(long, default_value_t = 2.0)]
     policy_poll_seconds: f64,
     /// Stage each new policy version until its plugins' node mirrors caught up with the cluster,
@@ -102,6 +111,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         crate::policy::builtins(),
     );
     let (initial, mut sources) = initial_policy(args.policy.as_deref())?;
+    if let Some(bucket) = &args.policy_bucket {
+        let nats = args.sink.nats.config()?.context("--policy-bucket needs the NATS server it is on (--nats)")?;
+        sources.push(Box::new(ObjectStoreSource::new(nats, bucket, &args.policy_spec_object)?));
+    }
     let registry = policy::registry(&preparer, &initial, events.clone(), args.policy_warm_up)
         .context("preparing the first policy set")?;
     tracing::info!(policy = %registry.current().label(), "policy set live");

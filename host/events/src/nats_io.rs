@@ -42,6 +42,14 @@ pub(crate) fn block_on<T>(
     io()?.block_on(async { tokio::time::timeout(timeout, fut).await.map_err(|_| Error::Timeout(what()))? })
 }
 
+/// An object read from a [`Bucket`].
+pub struct Object {
+    /// The object store's id of this upload: each `put` of a name gets a new one.
+    pub upload: String,
+    /// Its content.
+    pub bytes: Vec<u8>,
+}
+
 /// A JetStream object store bucket, opened lazily: a bucket or server that is not there yet is an
 /// error of the call, not of construction.
 pub struct Bucket {
@@ -85,19 +93,38 @@ impl Bucket {
     /// included) takes at most `timeout`. After a failure the bucket is opened afresh next time
     /// (it may have been deleted and re-created).
     pub fn get(&mut self, key: &str, max_bytes: usize, timeout: Duration) -> Result<Vec<u8>, Error> {
+        Ok(self.get_changed(key, max_bytes, timeout, None)?.map(|o| o.bytes).unwrap_or_default())
+    }
+
+    /// The object `key` unless its upload is `known` (then `None`: only its description was read),
+    /// otherwise as [`Bucket::get`]. Lets a poller that holds a large object (a policy component
+    /// with an interpreter inside is ~20 MB) ask every few seconds without reading it each time.
+    pub fn get_changed(
+        &mut self,
+        key: &str,
+        max_bytes: usize,
+        timeout: Duration,
+        known: Option<&str>,
+    ) -> Result<Option<Object>, Error> {
         let what = || format!("object {key} in bucket {}", self.name);
         let (described, bucket) = (what(), self.name.clone());
         let result = block_on(|| format!("{described}: no answer within {timeout:?}"), timeout, async {
             let store = self.open(false).await?;
             let err = |e: &dyn std::fmt::Display| Error::JetStream(format!("object {key} in bucket {bucket}: {e}"));
             let info = store.info(key).await.map_err(|e| err(&e))?;
+            if known == Some(info.nuid.as_str()) {
+                return Ok(None);
+            }
             if info.size > max_bytes {
                 return Err(err(&format!("{} bytes is more than the {max_bytes} allowed", info.size)));
             }
             let mut object = store.get(key).await.map_err(|e| err(&e))?;
             let mut bytes = Vec::with_capacity(info.size);
             object.read_to_end(&mut bytes).await.map_err(|e| err(&e))?;
-            Ok(bytes)
+            // Read by name, so a put between the two calls may have replaced it: the upload read
+            // is the one the object says it is.
+            let upload = object.info().nuid.clone();
+            Ok(Some(Object { upload, bytes }))
         });
         if result.is_err() {
             self.store = None;

@@ -28,6 +28,11 @@ pub struct ObjectStoreSource {
     url: String,
     spec_key: String,
     last: Option<String>,
+    /// Components read, by object name: (its upload id, content). A poll reads again only the
+    /// objects uploaded since — the spec each time (small), a 20 MB component once per push.
+    held: BTreeMap<String, (String, Arc<[u8]>)>,
+    /// Bytes read from the bucket so far.
+    read_bytes: u64,
 }
 
 fn fetch_err(what: impl Into<String>, e: impl std::fmt::Display) -> SourceError {
@@ -38,15 +43,46 @@ impl ObjectStoreSource {
     /// Watch `spec_key` in `bucket`.
     pub fn new(nats: NatsConfig, bucket: &str, spec_key: &str) -> Result<ObjectStoreSource, SourceError> {
         let url = nats.url.clone();
-        Ok(ObjectStoreSource { bucket: Bucket::new(nats, bucket), url, spec_key: spec_key.into(), last: None })
+        let bucket = Bucket::new(nats, bucket);
+        Ok(ObjectStoreSource {
+            bucket,
+            url,
+            spec_key: spec_key.into(),
+            last: None,
+            held: BTreeMap::new(),
+            read_bytes: 0,
+        })
+    }
+
+    /// Bytes read from the bucket so far (what polling costs the server and the network).
+    pub fn read_bytes(&self) -> u64 {
+        self.read_bytes
     }
 
     /// `key`, within what is left of the poll's time.
     fn read(&mut self, key: &str, deadline: Instant) -> Result<Vec<u8>, SourceError> {
         let left = deadline.saturating_duration_since(Instant::now()).min(REQUEST_TIMEOUT);
-        self.bucket
+        let bytes = self
+            .bucket
             .get(key, MAX_OBJECT_BYTES, left)
-            .map_err(|e| fetch_err(format!("bucket {} at {}", self.bucket.name(), self.url), e))
+            .map_err(|e| fetch_err(format!("bucket {} at {}", self.bucket.name(), self.url), e))?;
+        self.read_bytes += bytes.len() as u64;
+        Ok(bytes)
+    }
+
+    /// Component `key`: the one held when it was not uploaded again since, else read now.
+    fn component(&mut self, key: &str, deadline: Instant) -> Result<Arc<[u8]>, SourceError> {
+        let left = deadline.saturating_duration_since(Instant::now()).min(REQUEST_TIMEOUT);
+        let known = self.held.get(key).map(|(upload, _)| upload.as_str());
+        let read = self
+            .bucket
+            .get_changed(key, MAX_OBJECT_BYTES, left, known)
+            .map_err(|e| fetch_err(format!("bucket {} at {}", self.bucket.name(), self.url), e))?;
+        if let Some(object) = read {
+            self.read_bytes += object.bytes.len() as u64;
+            self.held.insert(key.to_string(), (object.upload, Arc::from(object.bytes)));
+        }
+        Ok(self.held[key].1.clone())
     }
 
     /// Read the spec and its artifacts now.
@@ -60,8 +96,8 @@ impl ObjectStoreSource {
         for (name, p) in &spec.plugins {
             match ArtifactRef::parse(&p.source) {
                 Ok(ArtifactRef::Object(object)) => {
-                    let bytes = self.read(&object, deadline)?;
-                    artifacts.insert(name.clone(), Arc::<[u8]>::from(bytes));
+                    let bytes = self.component(&object, deadline)?;
+                    artifacts.insert(name.clone(), bytes);
                 }
                 Ok(ArtifactRef::File(file)) => {
                     return Err(fetch_err(
@@ -72,6 +108,16 @@ impl ObjectStoreSource {
                 _ => {}
             }
         }
+        // Components the spec no longer names are let go.
+        let named: Vec<String> = spec
+            .plugins
+            .values()
+            .filter_map(|p| match ArtifactRef::parse(&p.source) {
+                Ok(ArtifactRef::Object(object)) => Some(object),
+                _ => None,
+            })
+            .collect();
+        self.held.retain(|key, _| named.contains(key));
         let fingerprint = fingerprint(&text, &artifacts);
         Ok(Fetched { spec, origin, artifacts, fingerprint })
     }

@@ -93,6 +93,17 @@ fn assert_placed(transcript: &str) {
     assert!(!placed.starts_with("placed 0,") && placed.contains("(0 by plugin faults)"), "{placed}");
 }
 
+/// The rollout step: the set went live as version 2 in the middle of the replay, made decisions,
+/// and the events name it (the `grep -c` step fails on none).
+fn assert_rolled_out(transcript: &str, set: &str) {
+    let line = transcript
+        .lines()
+        .find(|l| l.starts_with(&format!("policy set {set}@2 from 300 s: ")))
+        .unwrap_or_else(|| panic!("no rollout of {set}: {transcript}"));
+    assert!(!line.contains(": 0 decisions"), "{line}");
+    assert!(transcript.contains("policy set fgd@1 from 0 s: "), "{transcript}");
+}
+
 #[test]
 fn the_tutorial_ends_in_a_running_policy() {
     let transcript = follow(TUTORIAL);
@@ -102,6 +113,7 @@ fn the_tutorial_ends_in_a_running_policy() {
     assert!(transcript.contains("policy set spread-idle passes every gate"), "{transcript}");
     assert!(transcript.contains("policy set spread-idle"), "{transcript}");
     assert_placed(&transcript);
+    assert_rolled_out(&transcript, "spread-idle");
 }
 
 #[test]
@@ -112,6 +124,7 @@ fn the_python_tutorial_ends_in_a_running_policy() {
     assert!(transcript.contains("sdk      wasmsched-python/0.1.0"), "{transcript}");
     assert!(transcript.contains("policy set spread-idle-py passes every gate"), "{transcript}");
     assert_placed(&transcript);
+    assert_rolled_out(&transcript, "spread-idle-py");
 }
 
 #[test]
@@ -122,4 +135,5 @@ fn the_javascript_tutorial_ends_in_a_running_policy() {
     assert!(transcript.contains("sdk      wasmsched-js/0.1.0"), "{transcript}");
     assert!(transcript.contains("policy set spread-idle-js passes every gate"), "{transcript}");
     assert_placed(&transcript);
+    assert_rolled_out(&transcript, "spread-idle-js");
 }
