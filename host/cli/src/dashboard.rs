@@ -17,11 +17,46 @@ const FAILURES_SHOWN: usize = 200;
 /// How often a new view is published during the replay.
 const PUBLISH_EVERY: Duration = Duration::from_millis(100);
 
-/// The dashboard of one replay.
-pub struct Replay {
+/// A dashboard server of the command line's own, on a runtime of one thread.
+pub struct Board {
     runtime: tokio::runtime::Runtime,
     server: Server,
-    publisher: Publisher,
+    /// Where views and events go.
+    pub publisher: Publisher,
+}
+
+impl Board {
+    /// Serves on `addr` (printing where on stderr, as the tests and a person read it).
+    pub fn start(addr: SocketAddr) -> anyhow::Result<Board> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .context("the dashboard's runtime")?;
+        let publisher = Publisher::new();
+        let server = runtime.block_on(Server::start(addr, publisher.clone()))?;
+        eprintln!("dashboard: http://{}/", server.addr());
+        Ok(Board { runtime, server, publisher })
+    }
+
+    /// Serves the last view until Ctrl-C or SIGTERM.
+    pub fn serve_until_interrupted(self) -> anyhow::Result<()> {
+        eprintln!("dashboard: replay finished; serving http://{}/ until Ctrl-C", self.server.addr());
+        self.runtime.block_on(async {
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+            tokio::select! {
+                r = tokio::signal::ctrl_c() => r,
+                _ = term.recv() => Ok(()),
+            }
+        })?;
+        self.server.stop();
+        Ok(())
+    }
+}
+
+/// The dashboard of one replay.
+pub struct Replay {
+    board: Board,
     source: String,
     nodes: Vec<NodeView>,
     slot: HashMap<String, usize>,
@@ -46,14 +81,7 @@ impl Replay {
         pace: f64,
     ) -> anyhow::Result<Replay> {
         anyhow::ensure!(pace.is_finite() && pace >= 0.0, "--pace must be 0 or a positive number of pods per second");
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .context("the dashboard's runtime")?;
-        let publisher = Publisher::new();
-        let server = runtime.block_on(Server::start(addr, publisher.clone()))?;
-        eprintln!("dashboard: http://{}/", server.addr());
+        let board = Board::start(addr)?;
         let mut views: Vec<NodeView> = nodes.slots().filter_map(|s| nodes.get(s)).map(NodeView::from).collect();
         views.sort_by(|a, b| a.name.cmp(&b.name));
         let slot = views.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
@@ -69,9 +97,7 @@ impl Replay {
             .collect();
         let policies = PolicyView { name: policy.name.clone(), version: policy.version, plugins, rollout: None };
         let mut replay = Replay {
-            runtime,
-            server,
-            publisher,
+            board,
             source,
             nodes: views,
             slot,
@@ -98,17 +124,17 @@ impl Replay {
                     tasks.push(NodeTask { name: d.task.id.clone(), queue: d.task.queue.clone() });
                     self.nodes[i] = NodeView { tasks, ..NodeView::from(node) };
                 }
-                if self.publisher.watchers() > 0 {
+                if self.board.publisher.watchers() > 0 {
                     let event = serde_json::json!({"type": "task-scheduled", "task": d.task.id, "node": node.name});
-                    self.publisher.event(&event.to_string());
+                    self.board.publisher.event(&event.to_string());
                 }
             }
             Err(u) => {
                 self.failed += 1;
                 let reason = u.diagnosis.to_string();
-                if self.publisher.watchers() > 0 {
+                if self.board.publisher.watchers() > 0 {
                     let event = serde_json::json!({"type": "task-unschedulable", "task": d.task.id, "reason": reason});
-                    self.publisher.event(&event.to_string());
+                    self.board.publisher.event(&event.to_string());
                 }
                 self.failures.push_front(WorkloadView {
                     name: d.task.id.clone(),
@@ -161,7 +187,7 @@ impl Replay {
 
     fn publish(&mut self) {
         self.published = Instant::now();
-        self.publisher.publish(View {
+        self.board.publisher.publish(View {
             source: self.source.clone(),
             at_seconds: self.started.elapsed().as_secs(),
             cluster: Cluster::of(&self.nodes, self.placed, self.failed),
@@ -176,15 +202,6 @@ impl Replay {
 
     /// Serves the final view until Ctrl-C or SIGTERM.
     pub fn serve_until_interrupted(self) -> anyhow::Result<()> {
-        eprintln!("dashboard: replay finished; serving http://{}/ until Ctrl-C", self.server.addr());
-        self.runtime.block_on(async {
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-            tokio::select! {
-                r = tokio::signal::ctrl_c() => r,
-                _ = term.recv() => Ok(()),
-            }
-        })?;
-        self.server.stop();
-        Ok(())
+        self.board.serve_until_interrupted()
     }
 }

@@ -25,6 +25,7 @@ mod policy;
 mod policy_cmd;
 mod progress;
 mod replay_cmd;
+mod replay_dashboard;
 mod replay_policies;
 mod run_cmd;
 mod simulate;

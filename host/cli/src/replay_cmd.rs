@@ -70,6 +70,16 @@ pub struct Args {
     /// Print machine-readable JSON.
     #[arg(long)]
     json: bool,
+    /// Serve the dashboard here while the replay runs, and after it until Ctrl-C (e.g.
+    /// `127.0.0.1:8080`; loopback unless you mean it): the cluster, the queues and their fair
+    /// shares, what waits and why, the live policy set and each rollout, the decisions as they
+    /// happen.
+    #[arg(long, value_name = "ADDR")]
+    serve: Option<std::net::SocketAddr>,
+    /// With `--serve`: virtual seconds played per second, so a person can watch; 0 replays as
+    /// fast as it can.
+    #[arg(long, default_value_t = 60.0, requires = "serve")]
+    speed: f64,
     /// No progress bar (there is none anyway when stderr is not a terminal).
     #[arg(long)]
     quiet: bool,
@@ -264,16 +274,36 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let progress = crate::progress::Progress::new(jobs.len() as u64, "jobs started", args.quiet);
     let mut started: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut shares = decisions::Shares::default();
+    let mut board = match args.serve {
+        Some(addr) => {
+            let source = format!("replay: {} jobs on {} nodes", jobs.len(), table.len());
+            Some(crate::replay_dashboard::TimedReplay::start(
+                addr,
+                source,
+                &table,
+                &tree,
+                &policies.live[0],
+                args.speed,
+            )?)
+        }
+        None => None,
+    };
     let r = timed::run_with_devices(&policies.timeline(), &table, dra.as_ref(), &tree, &jobs, &config, |o| {
         let d = match o {
             timed::Observed::Decision(d) => d,
             timed::Observed::Released(r) => {
+                if let Some(b) = board.as_mut() {
+                    b.released(&r);
+                }
                 if let Some(sink) = events.as_ref() {
                     sink.emit_at(wasmsched_events::Timestamp(r.at.saturating_mul(1000)), ended_event(&r));
                 }
                 return;
             }
             timed::Observed::Shares(at, queues) => {
+                if let Some(b) = board.as_mut() {
+                    b.shares(at, queues);
+                }
                 if let Some(sink) = events.as_ref() {
                     for p in shares.changes(queues) {
                         sink.emit_at(wasmsched_events::Timestamp(at.saturating_mul(1000)), p);
@@ -282,6 +312,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 return;
             }
         };
+        if let Some(b) = board.as_mut() {
+            b.decided(&d, policies.by_version(d.policy_version));
+        }
         for (claim, a) in d.claims.iter().enumerate() {
             let devices: Vec<String> = a.results.iter().map(|(request, id, _)| format!("{request}={id}")).collect();
             tracing::debug!(at = d.at, task = d.task.map_or("", |t| t.id.as_str()), claim, devices = %devices.join(","), "DRA claim allocated");
@@ -348,6 +381,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     })?;
     drop(progress);
+    let board = board.map(crate::replay_dashboard::TimedReplay::finished);
     if let Some(sink) = events.as_ref() {
         for (t, payload) in policy_events {
             sink.emit_at(wasmsched_events::Timestamp(t.saturating_mul(1000)), payload);
@@ -452,6 +486,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
+        if let Some(board) = board {
+            board.serve_until_interrupted()?;
+        }
         return crate::events_cmd::delivered(report.events.as_ref());
     }
     println!(
@@ -537,6 +574,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         for (why, n) in report.waiting_at_end_by_reason {
             println!("  {n:>6}  {why}");
         }
+    }
+    if let Some(board) = board {
+        // The summary is out (stdout flushed line by line); the pages stay up.
+        board.serve_until_interrupted()?;
     }
     crate::events_cmd::delivered(report.events.as_ref())
 }

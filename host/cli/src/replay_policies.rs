@@ -81,6 +81,17 @@ pub struct LiveSet {
     loaded: Option<Payload>,
 }
 
+impl LiveSet {
+    /// The SHA-256 digest of plugin `name`'s component, as its `policy.loaded` event names it
+    /// (none for built-in sets).
+    pub fn digest(&self, name: &str) -> Option<&str> {
+        match &self.loaded {
+            Some(Payload::PolicyLoaded(l)) => l.plugins.iter().find(|p| p.name == name).map(|p| p.digest.as_str()),
+            _ => None,
+        }
+    }
+}
+
 /// A rollout that failed a gate.
 #[derive(Clone, Debug, Serialize)]
 pub struct RejectedRollout {

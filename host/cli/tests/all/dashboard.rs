@@ -1,5 +1,6 @@
-//! `simulate --serve`: the dashboard over a replay of the embedded openb trace, read through its
-//! API and in Debian's headless Chromium; the process ends cleanly on SIGTERM.
+//! `simulate --serve` and `replay --serve`: the dashboard over a replay of the embedded openb
+//! trace and over a time-driven scenario with queues, gangs and a rollout, read through its API
+//! and in Debian's headless Chromium; the process ends cleanly on SIGTERM.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -84,6 +85,96 @@ async fn simulate_serves_the_replay_and_its_pages_show_what_the_api_says() {
     browser.eventually("the policy set", "#plugin-rows", |t| t.contains("resource-fit") && t.contains("fgd")).await;
     browser.close().await;
     // SIGTERM ends it, cleanly.
+    assert!(Command::new("kill").arg(child.id().to_string()).status().unwrap().success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+}
+
+/// The dashboard's address, printed on stderr by a command started with `--serve 127.0.0.1:0`.
+fn address_of(child: &mut std::process::Child) -> String {
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if let Some(url) = line.strip_prefix("dashboard: http://").and_then(|u| u.split('/').next()) {
+                let _ = tx.send(url.to_string());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(60)).expect("the dashboard's address on stderr")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_serves_a_scenario_in_virtual_time_with_its_queues_waiting_gangs_and_a_rollout() {
+    let dir = tempfile::tempdir().unwrap();
+    let set =
+        Command::new(env!("CARGO_BIN_EXE_wasmsched")).args(["policy", "builtin", "most-allocated"]).output().unwrap();
+    assert!(set.status.success());
+    std::fs::write(dir.path().join("policy.yaml"), &set.stdout).unwrap();
+    let rollout = format!("300={}", dir.path().join("policy.yaml").display());
+    // 1,520 virtual seconds at 400 per second: at least 3.8 s.
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wasmsched"))
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .env("WASMSCHED_CACHE_DIR", dir.path().join("compiled"))
+        .args(["replay", "--scenario", "examples/scenarios/queues-gangs-preemption.yaml", "--rollout", &rollout])
+        .args(["--serve", "127.0.0.1:0", "--speed", "400", "--quiet"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = address_of(&mut child);
+    // Mid-replay views: the virtual clock moves, and the page follows it.
+    let mut clocks = Vec::new();
+    let finished = loop {
+        let c = get(&addr, "/api/v1/cluster").await;
+        if c["source"].as_str().is_some_and(|s| s.ends_with("replay finished")) {
+            break c;
+        }
+        if let Some(at) = c["atSeconds"].as_u64() {
+            clocks.push(at);
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "the final view: {c}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(started.elapsed() >= Duration::from_millis(3800), "paced: {:?}", started.elapsed());
+    let between: Vec<u64> = clocks.iter().copied().filter(|&t| t > 0 && t < 1520).collect();
+    assert!(between.len() >= 5 && between.windows(2).all(|w| w[0] <= w[1]), "a clock that moves: {clocks:?}");
+    assert_eq!(finished["atSeconds"].as_u64(), Some(1520));
+    assert_eq!((finished["cluster"]["nodes"].as_u64(), finished["cluster"]["gpus"].as_u64()), (Some(2), Some(8)));
+    // The queue tree with its quotas, fair shares and order of service.
+    let queues = get(&addr, "/api/v1/queues").await;
+    let queues = queues["queues"].as_array().unwrap();
+    let names: Vec<&str> = queues.iter().map(|q| q["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["org", "prod", "batch"]);
+    let batch = &queues[2];
+    assert_eq!((batch["parent"].as_str(), batch["capability_gpu_milli"].as_u64()), (Some("org"), Some(8000)));
+    assert!(queues.iter().any(|q| q["deserved_gpu_milli"].as_u64().is_some()), "fair share answered: {queues:?}");
+    // The gang that can never fit its queue's quota waits, timed out, saying why.
+    let workloads = get(&addr, "/api/v1/workloads").await;
+    let too_big = workloads["workloads"].as_array().unwrap().iter().find(|w| w["name"] == "too-big").cloned();
+    let too_big = too_big.unwrap_or_else(|| panic!("{workloads}"));
+    assert_eq!((too_big["phase"].as_str(), too_big["members"].as_u64()), (Some("TimedOut"), Some(3)));
+    assert!(too_big["reason"].as_str().unwrap().contains("queue batch at capability"), "{too_big}");
+    // The rollout at 300 s: the set live at the end is the one rolled out, version 2.
+    let policies = get(&addr, "/api/v1/policies").await;
+    assert_eq!(
+        (policies["policies"]["name"].as_str(), policies["policies"]["version"].as_u64()),
+        (Some("most-allocated"), Some(2))
+    );
+    // The pages show the same.
+    let browser = Browser::start().await.expect("headless Chromium (.ci/run installs chromium and chromium-driver)");
+    browser.client.goto(&format!("http://{addr}/")).await.unwrap();
+    browser.eventually("nodes", "#node-count", |t| t == "2").await;
+    browser.click("#tab-queues").await.unwrap();
+    browser.eventually("the queue tree", "#queue-rows", |t| t.contains("prod") && t.contains("batch")).await;
+    browser.click("#tab-pending").await.unwrap();
+    browser
+        .eventually("the timed-out gang", "#workload-rows", |t| t.contains("too-big") && t.contains("capability"))
+        .await;
+    browser.click("#tab-policies").await.unwrap();
+    browser.eventually("the rolled-out set", "#policy-name", |t| t == "most-allocated v2").await;
+    browser.close().await;
     assert!(Command::new("kill").arg(child.id().to_string()).status().unwrap().success());
     let status = child.wait().unwrap();
     assert!(status.success(), "{status}");

@@ -1,0 +1,279 @@
+//! `replay --serve`: the dashboard over a time-driven replay — the cluster, the queue tree with
+//! its fair shares, the work that waits and why, and the policy set live at each moment (a
+//! `--rollout` shows as a new version) — paced in virtual time: `--speed N` plays N virtual
+//! seconds per second, 0 as fast as it goes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use wasmsched_core::{Decision, NodeTable, QueueShare, QueueTree};
+use wasmsched_dashboard::view::{
+    Cluster, NodeTask, NodeView, PluginView, PolicyView, QueueView, SeriesPoint, WorkloadView,
+};
+use wasmsched_dashboard::{Publisher, View};
+use wasmsched_sim::timed::{Job, TimedDecision, TimedRelease};
+
+use crate::dashboard::Board;
+use crate::replay_policies::LiveSet;
+
+/// How often a new view is published (wall time).
+const PUBLISH_EVERY: Duration = Duration::from_millis(100);
+
+/// The dashboard of one time-driven replay.
+pub struct TimedReplay {
+    board: Board,
+    source: String,
+    speed: f64,
+    started: Instant,
+    published: Instant,
+    /// Virtual seconds of the latest observation.
+    at: u64,
+    nodes: Vec<NodeView>,
+    slot: HashMap<String, usize>,
+    /// Tasks on each node (by node index), as the decisions and releases leave them.
+    tasks: Vec<Vec<NodeTask>>,
+    /// Workloads that wait, by name, with why as of their last attempt.
+    waiting: BTreeMap<String, WorkloadView>,
+    queues: Vec<QueueShare>,
+    tree: QueueTree,
+    policy: PolicyView,
+    series: Vec<SeriesPoint>,
+    placed: u64,
+}
+
+fn policy_view(live: &LiveSet) -> PolicyView {
+    let plugins = live
+        .set
+        .plugin_stages()
+        .into_iter()
+        .map(|(name, stages)| PluginView {
+            name: name.to_string(),
+            stages: stages.iter().map(|s| format!("{s:?}")).collect(),
+            digest: live.digest(name).unwrap_or("built-in").to_string(),
+            ..PluginView::default()
+        })
+        .collect();
+    PolicyView { name: live.reference.name.clone(), version: live.reference.version, plugins, rollout: None }
+}
+
+impl TimedReplay {
+    /// Serves the dashboard on `addr` for a replay over `nodes` and `tree`, starting with `first`.
+    pub fn start(
+        addr: SocketAddr,
+        source: String,
+        nodes: &NodeTable,
+        tree: &QueueTree,
+        first: &LiveSet,
+        speed: f64,
+    ) -> anyhow::Result<TimedReplay> {
+        anyhow::ensure!(
+            speed.is_finite() && speed >= 0.0,
+            "--speed must be 0 (as fast as possible) or a positive number of virtual seconds per second"
+        );
+        let board = Board::start(addr)?;
+        let mut views: Vec<NodeView> = nodes.slots().filter_map(|s| nodes.get(s)).map(NodeView::from).collect();
+        views.sort_by(|a, b| a.name.cmp(&b.name));
+        let slot = views.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
+        let mut replay = TimedReplay {
+            board,
+            source,
+            speed,
+            started: Instant::now(),
+            published: Instant::now(),
+            at: 0,
+            tasks: vec![Vec::new(); views.len()],
+            nodes: views,
+            slot,
+            waiting: BTreeMap::new(),
+            queues: Vec::new(),
+            tree: tree.clone(),
+            policy: policy_view(first),
+            series: Vec::new(),
+            placed: 0,
+        };
+        replay.publish();
+        Ok(replay)
+    }
+
+    /// The node `name` as `nodes` has it now.
+    fn refresh(&mut self, nodes: &NodeTable, name: &str) {
+        if let (Some(&i), Some(node)) = (self.slot.get(name), nodes.slot_of(name).and_then(|s| nodes.get(s))) {
+            self.nodes[i] = NodeView::from(node);
+        }
+    }
+
+    fn remove_task(&mut self, node: &str, task: &str) {
+        if let Some(&i) = self.slot.get(node) {
+            self.tasks[i].retain(|t| t.name != task);
+        }
+    }
+
+    /// One decision, made by `live` (the set of its version).
+    pub fn decided(&mut self, d: &TimedDecision<'_>, live: Option<&LiveSet>) {
+        if let Some(live) = live.filter(|l| l.reference.version != self.policy.version) {
+            self.policy = policy_view(live);
+            self.event(serde_json::json!({"type": "policy-swapped", "to": format!("{}@{}", live.reference.name, live.reference.version)}));
+        }
+        match d.decision {
+            Decision::Bound { workload, task, node, .. } => {
+                self.placed += 1;
+                self.waiting.remove(workload);
+                self.refresh(d.nodes, node);
+                if let Some(&i) = self.slot.get(node) {
+                    let queue = d.job.map(|j| j.queue.clone()).unwrap_or_default();
+                    self.tasks[i].push(NodeTask { name: task.clone(), queue });
+                }
+                self.event(serde_json::json!({"type": "task-scheduled", "task": task, "node": node}));
+            }
+            Decision::Unschedulable { workload, explanation } => {
+                let reason = explanation.to_string();
+                self.event(serde_json::json!({"type": "task-unschedulable", "task": workload, "reason": reason}));
+                let (members, min_member) = d.job.map_or((1, 1), job_size);
+                self.waiting.insert(
+                    workload.clone(),
+                    WorkloadView {
+                        name: workload.clone(),
+                        queue: d.job.map(|j| j.queue.clone()).unwrap_or_default(),
+                        phase: "Pending".into(),
+                        members,
+                        placed: explanation.gang.map_or(0, |g| g.0),
+                        min_member,
+                        reason: Some(reason).filter(|r| !r.is_empty()),
+                        queue_position: None,
+                        waiting_seconds: d.job.map(|j| d.at.saturating_sub(j.arrival)),
+                    },
+                );
+            }
+            Decision::Evicted { task, node, .. } => {
+                self.remove_task(node, task);
+                self.refresh(d.nodes, node);
+                self.event(serde_json::json!({"type": "task-evicted", "task": task, "node": node}));
+            }
+            Decision::TimedOut { workload } => {
+                if let Some(w) = self.waiting.get_mut(workload) {
+                    w.phase = "TimedOut".into();
+                }
+            }
+            Decision::PreemptionRequested { .. } | Decision::Fault(_) => {}
+        }
+        self.advance(d.at);
+    }
+
+    /// A run ended: its room is free.
+    pub fn released(&mut self, r: &TimedRelease<'_>) {
+        self.remove_task(r.node, &r.task.id);
+        self.refresh(r.nodes, r.node);
+        self.advance(r.at);
+    }
+
+    /// The queues after an instant's cycle.
+    pub fn shares(&mut self, at: u64, queues: &[QueueShare]) {
+        self.queues = queues.to_vec();
+        self.advance(at);
+    }
+
+    fn event(&self, event: serde_json::Value) {
+        if self.board.publisher.watchers() > 0 {
+            self.board.publisher.event(&event.to_string());
+        }
+    }
+
+    /// Virtual time moved to `at`: wait until the wall clock catches up at `speed`, publish when due.
+    fn advance(&mut self, at: u64) {
+        self.at = self.at.max(at);
+        if self.speed > 0.0 {
+            let due = self.started + Duration::from_secs_f64(self.at as f64 / self.speed);
+            // Publish what happened before sleeping, so a watcher sees the instant it waits at.
+            if due > Instant::now() {
+                self.publish();
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+            }
+        }
+        if self.published.elapsed() >= PUBLISH_EVERY {
+            self.publish();
+        }
+    }
+
+    /// The replay is over: the final view.
+    pub fn finished(mut self) -> Board {
+        self.source = format!("{} — replay finished", self.source);
+        self.publish();
+        self.board
+    }
+
+    fn queue_views(&self) -> Vec<QueueView> {
+        let mut pending: HashMap<&str, usize> = HashMap::new();
+        for w in self.waiting.values().filter(|w| w.phase == "Pending") {
+            *pending.entry(w.queue.as_str()).or_default() += w.members.saturating_sub(w.placed);
+        }
+        let mut running: HashMap<&str, usize> = HashMap::new();
+        for t in self.tasks.iter().flatten() {
+            *running.entry(t.queue.as_str()).or_default() += 1;
+        }
+        self.queues
+            .iter()
+            .map(|s| {
+                let i = self.tree.index_of(&s.name);
+                let spec = i.and_then(|i| self.tree.get(i));
+                let guarantee = spec.map_or(0, |q| q.guarantee.gpu_milli);
+                QueueView {
+                    name: s.name.clone(),
+                    parent: i.and_then(|i| self.tree.parent(i)).and_then(|p| self.tree.get(p)).map(|q| q.name.clone()),
+                    allocated_gpu_milli: s.allocated.gpu_milli,
+                    deserved_gpu_milli: s.deserved.as_ref().map(|d| d.gpu_milli),
+                    weight: spec.map_or(0, |q| q.weight),
+                    guarantee_gpu_milli: guarantee,
+                    capability_gpu_milli: spec.and_then(|q| q.capability.as_ref()).map(|c| c.gpu_milli),
+                    borrowed_gpu_milli: s.allocated.gpu_milli.saturating_sub(guarantee),
+                    served: s.served,
+                    allocated_cpu_milli: s.allocated.cpu_milli,
+                    deserved_cpu_milli: s.deserved.as_ref().map(|d| d.cpu_milli),
+                    allocated_memory_bytes: s.allocated.memory_bytes,
+                    deserved_memory_bytes: s.deserved.as_ref().map(|d| d.memory_bytes),
+                    pending: pending.get(s.name.as_str()).copied().unwrap_or(0),
+                    running: running.get(s.name.as_str()).copied().unwrap_or(0),
+                }
+            })
+            .collect()
+    }
+
+    fn publish(&mut self) {
+        self.published = Instant::now();
+        let nodes: Vec<NodeView> = self
+            .nodes
+            .iter()
+            .zip(&self.tasks)
+            .map(|(n, tasks)| NodeView { tasks: tasks.clone(), ..n.clone() })
+            .collect();
+        let cluster = Cluster::of(&nodes, self.placed, self.waiting.len() as u64);
+        let allocation = 100.0 * cluster.gpu_milli_used as f64 / cluster.gpu_milli_total.max(1) as f64;
+        if self.series.last().is_none_or(|p| p.at < self.at as f64) {
+            self.series.push(SeriesPoint {
+                at: self.at as f64,
+                allocation_percent: allocation,
+                fragmentation_percent: None,
+            });
+        }
+        let publisher: &Publisher = &self.board.publisher;
+        publisher.publish(View {
+            source: self.source.clone(),
+            at_seconds: self.at,
+            cluster,
+            nodes,
+            queues: self.queue_views(),
+            workloads: self.waiting.values().cloned().collect(),
+            policies: Some(self.policy.clone()),
+            series: self.series.clone(),
+            ..View::default()
+        });
+    }
+}
+
+/// A job's members and the fewest that must run together.
+fn job_size(job: &Job) -> (usize, usize) {
+    let members = job.replicas.max(1) as usize;
+    (members, job.min_replicas.map_or(members, |m| m as usize))
+}
