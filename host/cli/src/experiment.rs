@@ -3,12 +3,15 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::chart::Axes;
 
 use anyhow::{Context, bail, ensure};
 use serde::Serialize;
+use wasmsched_dashboard::View;
+use wasmsched_dashboard::view::{ExperimentRow, ExperimentsView};
 use wasmsched_sim::experiment::{self, Grid, MAX_COLUMN, Outcome, Row, Trace};
 use wasmsched_sim::trace;
 
@@ -80,8 +83,12 @@ pub struct Args {
     json: bool,
     /// Run nothing: draw the figures again from the CSVs and `summary.json` already in `--out`
     /// (to get the PNGs or the zoomed charts of an earlier run without repeating it).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "serve")]
     redraw: bool,
+    /// Serve the dashboard here: the grid's progress while it runs, then its table and each
+    /// trace's allocation curves per policy, until Ctrl-C (e.g. `127.0.0.1:8080`).
+    #[arg(long, value_name = "ADDR")]
+    serve: Option<std::net::SocketAddr>,
 }
 
 #[derive(Serialize)]
@@ -252,6 +259,30 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let grid = Grid { nodes, traces, policies: policies.clone(), seeds: seeds.clone(), tune: args.tune };
     let total = grid.traces.len() * grid.policies.len() * grid.seeds.len();
     let bar = crate::progress::Progress::new(total as u64, "experiments", args.quiet);
+    let board = args.serve.map(crate::dashboard::Board::start).transpose()?;
+    let runtime_name = if args.native { "native" } else { "Wasm" };
+    let source = format!(
+        "experiment: {} traces × {} policies × {} seeds, tune {}, {runtime_name}",
+        names.len(),
+        policies.len(),
+        seeds.len(),
+        args.tune
+    );
+    let grid_view = ExperimentsView {
+        done: 0,
+        total,
+        traces: names.clone(),
+        policies: policies.clone(),
+        seeds: seeds.len(),
+        rows: Vec::new(),
+    };
+    let show = |experiments: ExperimentsView, source: String| {
+        if let Some(board) = &board {
+            let view = View { source, experiments: Some(Arc::new(experiments)), ..View::default() };
+            board.publisher.publish(view);
+        }
+    };
+    show(grid_view.clone(), source.clone());
     let outcomes = experiment::run(
         &grid,
         jobs,
@@ -262,7 +293,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("policy set {policy}: {e}")),
             _ => policy_set(runtime.as_ref(), policy, seed, typical),
         },
-        |p| bar.at(p.done as u64),
+        |p| {
+            bar.at(p.done as u64);
+            show(ExperimentsView { done: p.done, ..grid_view.clone() }, source.clone());
+        },
     )?;
     drop(bar);
     if let Some(o) = outcomes.iter().find(|o| o.faulted > 0) {
@@ -313,9 +347,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let json = serde_json::to_string_pretty(&summary)?;
     std::fs::write(args.out.join("summary.json"), &json)?;
+    show(
+        ExperimentsView { done: outcomes.len(), rows: experiment_rows(&outcomes, &rows), ..grid_view.clone() },
+        format!("{source} — grid finished"),
+    );
     if args.json {
         println!("{json}");
-        return Ok(());
+        return serve(board);
     }
     println!(
         "{} experiments ({} traces × {} policies × {} seeds, {}) in {:.1} s on {} threads; mean replay {:.2} s",
@@ -362,7 +400,26 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "\nwrote {}/{{table,allocation,fragmentation,fragmentation_ratio}}.csv, summary.json, figures/",
         args.out.display()
     );
-    Ok(())
+    serve(board)
+}
+
+/// With `--serve`: the final view until Ctrl-C or SIGTERM.
+fn serve(board: Option<crate::dashboard::Board>) -> anyhow::Result<()> {
+    board.map_or(Ok(()), crate::dashboard::Board::serve_until_interrupted)
+}
+
+/// The dashboard's rows of a finished grid: the table's figures and each mean allocation curve.
+fn experiment_rows(outcomes: &[Outcome], rows: &[Row]) -> Vec<ExperimentRow> {
+    let figure = |(mean, sd): (f64, f64)| mean.is_finite().then_some([mean, if sd.is_finite() { sd } else { 0.0 }]);
+    rows.iter()
+        .map(|r| ExperimentRow {
+            trace: r.trace.clone(),
+            policy: r.policy.clone(),
+            at_100: figure(r.at_100),
+            at_130: figure(r.at_130),
+            allocation: experiment::mean_curve(outcomes, &r.trace, &r.policy, |o| &o.allocation),
+        })
+        .collect()
 }
 
 /// One row per experiment: `workload,sc_policy,tune,seed,total_gpus,0..130`, blank where empty.

@@ -44,7 +44,9 @@ function setupTabs() {
     b.addEventListener("keydown", (e) => {
       const d = e.key === "ArrowRight" ? 1 : e.key === "ArrowLeft" ? -1 : 0;
       if (!d) return;
-      const next = tabs[(i + d + tabs.length) % tabs.length];
+      const shown = tabs.filter((t) => !t.hidden);
+      const at = shown.indexOf(b);
+      const next = shown[(at + d + shown.length) % shown.length];
       next.focus();
       select(next.getAttribute("aria-controls"));
     });
@@ -235,6 +237,36 @@ async function refreshPolicies() {
   showRollout(policies?.rollout);
 }
 
+// Policies' lines in the experiment chart: distinct, dark enough on white.
+const PALETTE = ["#0b3d75", "#c64600", "#2e7d32", "#6a1b9a", "#00695c", "#ad1457", "#4e342e", "#37474f"];
+
+/** The experiment grid: progress while it runs, then its table and a trace's curves. */
+async function refreshExperiments() {
+  const { experiments: x } = await api("/api/v1/experiments");
+  $("tab-experiments").hidden = !x;
+  if (!x) return;
+  text($("experiment-progress"), x.rows.length ? `${x.total.toLocaleString("en")} experiments: ${x.traces.length} traces × ${x.policies.length} policies × ${x.seeds} seeds`
+    : `running: ${x.done.toLocaleString("en")} of ${x.total.toLocaleString("en")} experiments`);
+  const row = (t, p) => x.rows.find((r) => r.trace === t && r.policy === p);
+  $("experiment-head").innerHTML = `<tr><th scope="col">Trace</th>${x.policies.map((p) => `<th scope="col">${esc(p)}</th>`).join("")}</tr>`;
+  $("experiment-rows").innerHTML = x.rows.length === 0 ? "" : x.traces.map((t) => {
+    const best = Math.max(...x.policies.map((p) => row(t, p)?.at_130?.[0] ?? -Infinity));
+    return `<tr class="experiment" data-name="${esc(t)}"><th scope="row">${esc(t)}</th>` + x.policies.map((p) => {
+      const v = row(t, p)?.at_130;
+      return v ? `<td${v[0] === best ? ' class="best"' : ""}>${v[0].toFixed(2)} ± ${v[1].toFixed(2)}</td>` : "<td>–</td>";
+    }).join("") + "</tr>";
+  }).join("");
+  const pick = $("experiment-trace");
+  if (pick.options.length !== x.traces.length) pick.innerHTML = x.traces.map((t) => `<option>${esc(t)}</option>`).join("");
+  const trace = pick.value || x.traces[0];
+  const lines = x.policies.map((p, i) => {
+    const pts = (row(trace, p)?.allocation ?? []).map((v, arrived) => (v == null ? null : `${(arrived / 130) * 600},${200 - v * 2}`)).filter(Boolean);
+    return pts.length < 2 ? "" : `<polyline class="policy" data-policy="${esc(p)}" stroke="${PALETTE[i % PALETTE.length]}" points="${pts.join(" ")}"/>`;
+  });
+  $("experiment-chart").innerHTML = lines.join("");
+  $("experiment-legend").innerHTML = x.policies.map((p, i) => `<span class="key" style="background:${PALETTE[i % PALETTE.length]}"></span> ${esc(p)}`).join(" ");
+}
+
 function drawEvents() {
   const f = $("event-filter").value.trim();
   const shown = f ? state.events.filter((e) => e.includes(f)) : state.events;
@@ -263,6 +295,7 @@ async function refresh() {
     else if (tab === "queues") await refreshQueues();
     else if (tab === "pending") await refreshPending();
     else if (tab === "policies") await refreshPolicies();
+    else if (tab === "experiments") await refreshExperiments();
     else drawEvents();
   } catch (e) {
     text($("source"), `cannot reach the scheduler: ${e.message}`);
@@ -297,6 +330,12 @@ $("model-filter").addEventListener("change", loadNodes);
 $("label-filter").addEventListener("change", loadNodes);
 $("queue-filter").addEventListener("change", loadNodes);
 $("event-filter").addEventListener("input", drawEvents);
+$("experiment-trace").addEventListener("change", refreshExperiments);
 follow();
+// The Experiments tab is shown only where a grid runs, and opened first there (no link naming
+// another).
+refreshExperiments().then(() => {
+  if (!$("tab-experiments").hidden && !linkedTab()) select("experiments");
+}).catch(() => {});
 refresh();
 setInterval(refresh, 2000);

@@ -36,6 +36,7 @@ pub(crate) fn router(publisher: Publisher) -> Router {
         .route("/api/v1/queues/{name}", get(queue))
         .route("/api/v1/workloads", get(workloads))
         .route("/api/v1/policies", get(policies))
+        .route("/api/v1/experiments", get(experiments))
         .route("/api/v1/events", get(events))
         .fallback(not_found)
         .with_state(publisher)
@@ -53,7 +54,7 @@ async fn versions() -> Json<serde_json::Value> {
     Json(json!({
         "version": "v1",
         "endpoints": ["/api/v1/cluster", "/api/v1/nodes", "/api/v1/nodes/{name}", "/api/v1/queues", "/api/v1/queues/{name}",
-                      "/api/v1/workloads", "/api/v1/policies", "/api/v1/events"],
+                      "/api/v1/workloads", "/api/v1/policies", "/api/v1/experiments", "/api/v1/events"],
     }))
 }
 
@@ -152,6 +153,11 @@ async fn workloads(State(p): State<Publisher>, query: Result<Query<WorkloadQuery
 
 async fn policies(State(p): State<Publisher>) -> Response {
     Json(json!({ "policies": p.current().policies })).into_response()
+}
+
+/// The experiment grid being run or run (`null` when the source runs none).
+async fn experiments(State(p): State<Publisher>) -> Response {
+    Json(json!({ "experiments": p.current().experiments.as_deref() })).into_response()
 }
 
 /// Scheduling events as they happen. A browser that falls behind by more than

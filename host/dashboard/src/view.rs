@@ -33,6 +33,44 @@ pub struct View {
     /// queue only (`/api/v1/queues/{name}`).
     #[serde(skip)]
     pub queue_history: std::sync::Arc<std::collections::HashMap<String, std::collections::VecDeque<SharePoint>>>,
+    /// An experiment grid's progress and results (`experiment --serve`), served at
+    /// `/api/v1/experiments`.
+    #[serde(skip)]
+    pub experiments: Option<std::sync::Arc<ExperimentsView>>,
+}
+
+/// An experiment grid (traces × policies × seeds): how far it is, and once it is over, its table
+/// and each (trace, policy)'s allocation curve.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ExperimentsView {
+    /// Experiments finished.
+    pub done: usize,
+    /// Experiments in the grid.
+    pub total: usize,
+    /// The traces, in grid order.
+    pub traces: Vec<String>,
+    /// The policies, in grid order.
+    pub policies: Vec<String>,
+    /// Seeds per (trace, policy).
+    pub seeds: usize,
+    /// Per (trace, policy), once the grid is over.
+    pub rows: Vec<ExperimentRow>,
+}
+
+/// One (trace, policy) of a finished grid.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ExperimentRow {
+    /// The trace.
+    pub trace: String,
+    /// The policy.
+    pub policy: String,
+    /// GPU allocation ratio (percent) at 100 % and at 130 % of capacity arrived: mean over seeds
+    /// and its sample standard deviation (none where the grid did not reach it).
+    pub at_100: Option<[f64; 2]>,
+    /// The same at 130 %.
+    pub at_130: Option<[f64; 2]>,
+    /// Mean allocation percent by arrived percent, 0, 1, … (none where no seed got there).
+    pub allocation: Vec<Option<f64>>,
 }
 
 /// One sample of a queue's share.

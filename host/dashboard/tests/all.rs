@@ -142,6 +142,7 @@ fn sample() -> View {
             )]
             .into(),
         ),
+        experiments: None,
     }
 }
 
@@ -210,6 +211,9 @@ async fn the_api_answers_from_the_latest_view_with_filters_and_paging() {
     assert_eq!(none["workloads"], serde_json::json!([]));
     let (_, p) = get(addr, "/api/v1/policies").await;
     assert_eq!(p["policies"]["version"], 3);
+    // A scheduler runs no experiment grid: the page hides that tab on `null`.
+    let (s, x) = get(addr, "/api/v1/experiments").await;
+    assert_eq!((s, x), (200, serde_json::json!({"experiments": null})));
     // A new view replaces the old whole.
     let mut next = sample();
     next.nodes.truncate(1);
@@ -407,5 +411,7 @@ async fn the_pages_render_what_the_api_says_in_a_real_browser() {
     browser.eventually("linked view", "#workload-rows", |t| t.contains("ml/train")).await;
     let hidden = browser.client.find(Locator::Css("#cluster")).await.unwrap().attr("hidden").await.unwrap();
     assert!(hidden.is_some(), "only the linked view is shown");
+    let grid_tab = browser.client.find(Locator::Css("#tab-experiments")).await.unwrap().attr("hidden").await.unwrap();
+    assert!(grid_tab.is_some(), "no Experiments tab where no grid runs");
     browser.close().await;
 }

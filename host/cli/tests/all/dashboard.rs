@@ -179,3 +179,61 @@ async fn replay_serves_a_scenario_in_virtual_time_with_its_queues_waiting_gangs_
     let status = child.wait().unwrap();
     assert!(status.success(), "{status}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn experiment_serves_its_progress_then_its_table_and_curves() {
+    let out = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wasmsched"))
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .args(["experiment", "--native", "--traces", "default", "--policies", "best-fit,fgd", "--seeds", "42,43"])
+        .args(["--jobs", "2", "--quiet", "--serve", "127.0.0.1:0", "--out"])
+        .arg(out.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = address_of(&mut child);
+    let started = Instant::now();
+    let grid = loop {
+        let x = get(&addr, "/api/v1/experiments").await;
+        let x = &x["experiments"];
+        assert_eq!(x["total"].as_u64(), Some(4), "{x}");
+        if !x["rows"].as_array().unwrap().is_empty() {
+            break x.clone();
+        }
+        assert!(started.elapsed() < Duration::from_secs(300), "the grid's end: {x}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(grid["done"].as_u64(), Some(4));
+    // The API's table is the one the command wrote (`table.csv`: mean at 130 %, two decimals there).
+    let table = std::fs::read_to_string(out.path().join("table.csv")).unwrap();
+    let rows = grid["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for row in rows {
+        let policy = row["policy"].as_str().unwrap();
+        let line = table.lines().find(|l| l.starts_with(&format!("default,{policy},"))).unwrap();
+        let written: f64 = line.split(',').nth(5).unwrap().parse().unwrap();
+        let served = row["at_130"][0].as_f64().unwrap();
+        assert!((served - written).abs() < 0.01, "{policy}: {served} vs {written}");
+        let curve = row["allocation"].as_array().unwrap();
+        assert_eq!(curve.len(), 131, "one point per arrived percent, 0–130");
+        assert!(curve[130].as_f64().is_some_and(|v| (v - served).abs() < 1e-9));
+    }
+    // The page opens on the grid: a row per trace, a column per policy, the best in bold, a line
+    // per policy.
+    let browser = Browser::start().await.expect("headless Chromium (.ci/run installs chromium and chromium-driver)");
+    browser.client.goto(&format!("http://{addr}/")).await.unwrap();
+    browser.eventually("the grid", "#experiment-progress", |t| t.contains("1 traces × 2 policies × 2 seeds")).await;
+    browser.eventually("the table", "#experiment-rows", |t| t.starts_with("default") && t.contains("±")).await;
+    let best = browser.text_of("#experiment-rows td.best").await.unwrap();
+    let fgd = rows.iter().find(|r| r["policy"] == "fgd").unwrap()["at_130"][0].as_f64().unwrap();
+    let best_fit = rows.iter().find(|r| r["policy"] == "best-fit").unwrap()["at_130"][0].as_f64().unwrap();
+    let shown: f64 = best.split(' ').next().unwrap().parse().unwrap();
+    assert!((shown - fgd.max(best_fit)).abs() <= 0.005 + 1e-9, "{best}: fgd {fgd}, best-fit {best_fit}");
+    let lines = browser.client.find_all(Locator::Css("#experiment-chart polyline")).await.unwrap();
+    assert_eq!(lines.len(), 2);
+    browser.close().await;
+    assert!(Command::new("kill").arg(child.id().to_string()).status().unwrap().success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+}

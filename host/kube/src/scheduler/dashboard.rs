@@ -176,6 +176,7 @@ impl Scheduler {
                 series: Vec::new(),
                 topologies,
                 queue_history,
+                experiments: None,
             });
         });
     }
