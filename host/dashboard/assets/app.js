@@ -88,13 +88,20 @@ function gpuCell(g) {
   return `<span class="${cls}" title="GPU ${g.index}: ${g.used_milli / 10}% used${g.health !== "Healthy" ? ", " + g.health : ""}"></span>`;
 }
 
+/** A DRA device: held or free, a MIG partition drawn smaller. */
+function deviceCell(d) {
+  const cls = `gpu dra${d.kind === "mig" ? " mig" : ""} ${d.held_by.length ? "full" : "free"}`;
+  const what = [d.kind, d.profile, d.model].filter(Boolean).join(" ");
+  return `<span class="${cls}" title="${esc(`${d.id}${what ? ` (${what})` : ""}: ${d.held_by.length ? `held by ${d.held_by.join(", ")}` : "free"}`)}"></span>`;
+}
+
 function drawRows() {
   const box = $("nodes"), inner = $("nodes-inner");
   const first = Math.floor(box.scrollTop / ROW), count = Math.ceil(box.clientHeight / ROW) + 2;
   const rows = state.nodes.slice(first, first + count).map((n, i) =>
     `<div class="node-row" role="button" tabindex="0" data-name="${esc(n.name)}" data-row="${first + i}">` +
     `<span class="name">${esc(n.name)}</span><span class="model">${esc(n.model || "no GPU")}</span>` +
-    `<span class="gpus">${n.gpus.map(gpuCell).join("")}</span></div>`);
+    `<span class="gpus">${n.gpus.map(gpuCell).join("")}${n.devices.map(deviceCell).join("")}</span></div>`);
   const html = rows.join("");
   // Unchanged rows are left alone: focus, hover and a click in progress stay where they are.
   if (inner.dataset.drawn !== html) {
@@ -113,7 +120,10 @@ async function showNode(name) {
     `${n.unschedulable ? " · cordoned" : ""}</p><ul class="gpu-list">` +
     n.gpus.map((g) => `<li>${gpuCell(g)} GPU ${g.index}: ${g.used_milli / 10}% used` +
       `${g.numa_node != null ? `, NUMA ${g.numa_node}` : ""}${g.memory_bytes ? `, ${(g.memory_bytes / 2 ** 30).toFixed(0)} GiB` : ""}</li>`).join("") +
-    `</ul>${n.topology ? `<h3>Topology</h3><pre class="topology">${esc(n.topology)}</pre>` : ""}<h3>Tasks (${n.tasks.length})</h3><ul class="task-list">` +
+    `</ul>${n.devices.length ? `<h3>DRA devices (${n.devices.length})</h3><ul class="device-list">` +
+      n.devices.map((v) => `<li>${deviceCell(v)} <code>${esc(v.id)}</code> ${esc([v.kind, v.profile, v.model].filter(Boolean).join(" · "))}: ` +
+        `${v.held_by.length ? `held by ${esc(v.held_by.join(", "))}` : "free"}</li>`).join("") + "</ul>" : ""}` +
+    `${n.topology ? `<h3>Topology</h3><pre class="topology">${esc(n.topology)}</pre>` : ""}<h3>Tasks (${n.tasks.length})</h3><ul class="task-list">` +
     n.tasks.map((t) => `<li>${esc(t.name)} <span class="muted">(${esc(t.queue)})</span></li>`).join("") +
     `</ul><h3>Labels</h3><ul>${n.labels.map(([k, v]) => `<li><code>${esc(k)}=${esc(v)}</code></li>`).join("")}</ul>`;
 }

@@ -135,6 +135,24 @@ pub struct NodeView {
     pub unschedulable: bool,
     /// The tasks placed on it, with their queues (`[]` where the source does not say).
     pub tasks: Vec<NodeTask>,
+    /// The DRA devices local to it (`resource.k8s.io` ResourceSlices), whole GPUs and MIG
+    /// partitions alike, and which claims hold them.
+    pub devices: Vec<DeviceView>,
+}
+
+/// One DRA device local to a node.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct DeviceView {
+    /// `driver/pool/device`, as allocation results name it.
+    pub id: String,
+    /// What its driver calls it, where the slice says (`productName`: `NVIDIA H100 80GB HBM3`).
+    pub model: Option<String>,
+    /// Its kind, where the slice says (`type`: `gpu`, `mig`).
+    pub kind: Option<String>,
+    /// MIG profile, where it is a partition (`profile`: `1g.10gb`).
+    pub profile: Option<String>,
+    /// The claims that hold it (`namespace/name`); empty when free.
+    pub held_by: Vec<String>,
 }
 
 /// A task placed on a node.
@@ -325,6 +343,7 @@ impl From<&wasmsched_api::Node> for NodeView {
             cpu_used_milli: node.allocated.cpu_milli,
             unschedulable: node.unschedulable,
             tasks: Vec::new(),
+            devices: Vec::new(),
         }
     }
 }

@@ -9,8 +9,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use wasmsched_dashboard::browser::{Browser, Locator};
 use wasmsched_dashboard::view::{
-    BudgetView, Cluster, FaultCount, GpuView, NodeTask, NodeView, PluginView, PolicyView, QueueView, SeriesPoint,
-    SharePoint, StageCalls, WorkloadView,
+    BudgetView, Cluster, DeviceView, FaultCount, GpuView, NodeTask, NodeView, PluginView, PolicyView, QueueView,
+    SeriesPoint, SharePoint, StageCalls, WorkloadView,
 };
 use wasmsched_dashboard::{Publisher, Server, View};
 
@@ -40,6 +40,26 @@ fn node(name: &str, model: &str, used: &[u32]) -> NodeView {
             "gpu-b" => vec![
                 NodeTask { name: "web/serve-0".into(), queue: "prod".into() },
                 NodeTask { name: "ml/eval-1".into(), queue: "research".into() },
+            ],
+            _ => vec![],
+        },
+        // gpu-c's driver publishes it through DRA: a whole GPU and a MIG partition, one held.
+        devices: match name {
+            "gpu-c" => vec![
+                DeviceView {
+                    id: "gpu.nvidia.com/gpu-c/gpu-0".into(),
+                    model: Some("NVIDIA H100 80GB HBM3".into()),
+                    kind: Some("gpu".into()),
+                    profile: None,
+                    held_by: vec![],
+                },
+                DeviceView {
+                    id: "gpu.nvidia.com/gpu-c/gpu-1-mig-1g.10gb-0".into(),
+                    model: Some("NVIDIA H100 80GB HBM3".into()),
+                    kind: Some("mig".into()),
+                    profile: Some("1g.10gb".into()),
+                    held_by: vec!["ml/infer-claim".into()],
+                },
             ],
             _ => vec![],
         },
@@ -196,6 +216,8 @@ async fn the_api_answers_from_the_latest_view_with_filters_and_paging() {
     assert_eq!(prod["nodes"][0]["tasks"][1], serde_json::json!({"name": "ml/eval-1", "queue": "research"}));
     let (s, one) = get(addr, "/api/v1/nodes/gpu-c").await;
     assert_eq!((s, one["gpus"].as_array().map(Vec::len)), (200, Some(8)));
+    assert_eq!(one["devices"][1]["kind"], "mig");
+    assert_eq!(one["devices"][1]["held_by"], serde_json::json!(["ml/infer-claim"]));
     assert!(one["topology"].as_str().is_some_and(|t| t.starts_with("      GPU0  GPU1\nGPU0     X  NV18")), "{one}");
     let (_, other) = get(addr, "/api/v1/nodes/gpu-a").await;
     assert!(other["topology"].is_null(), "no topology published: {other}");
@@ -307,8 +329,11 @@ async fn the_pages_render_what_the_api_says_in_a_real_browser() {
     // Every node a row, each GPU a cell: 16 GPUs, 2.5 of them used wholly or partly.
     let rows = browser.client.find_all(Locator::Css(".node-row")).await.unwrap();
     assert_eq!(rows.len(), 4);
-    let cells = browser.client.find_all(Locator::Css(".node-row .gpu")).await.unwrap();
+    let cells = browser.client.find_all(Locator::Css(".node-row .gpu:not(.dra)")).await.unwrap();
     assert_eq!(cells.len(), 16);
+    // gpu-c's DRA devices beside its GPUs: the held MIG partition drawn full, the free GPU free.
+    assert_eq!(browser.client.find_all(Locator::Css(".node-row .gpu.dra")).await.unwrap().len(), 2);
+    assert_eq!(browser.client.find_all(Locator::Css(".node-row .gpu.dra.mig.full")).await.unwrap().len(), 1);
     assert_eq!(browser.client.find_all(Locator::Css(".gpu.part")).await.unwrap().len(), 1);
     // A node's detail on click.
     browser.click(".node-row[data-name='gpu-c']").await.unwrap();
@@ -316,6 +341,12 @@ async fn the_pages_render_what_the_api_says_in_a_real_browser() {
     browser
         .eventually("its topology, as text", "#node-detail pre.topology", |t| {
             t.contains("GPU0     X  NV18") && t.contains("<b>interconnect: nvlink</b>")
+        })
+        .await;
+    browser
+        .eventually("its DRA devices and who holds them", "#node-detail .device-list", |t| {
+            t == "gpu.nvidia.com/gpu-c/gpu-0 gpu · NVIDIA H100 80GB HBM3: free\n\
+                  gpu.nvidia.com/gpu-c/gpu-1-mig-1g.10gb-0 mig · 1g.10gb · NVIDIA H100 80GB HBM3: held by ml/infer-claim"
         })
         .await;
     // What runs on a node, with its queue; and only the nodes running one queue's work.

@@ -2,7 +2,8 @@
 //! see `tests/all/support/fake_api.rs`): pods placed per second when their GPUs are DRA devices
 //! (ResourceSlices of 8 GPUs per node, a ResourceClaim with a CEL selector per pod, a quarter of
 //! them with a `matchAttribute` constraint), next to the same pods asking `nvidia.com/gpu` of
-//! device-plugin nodes, in one run.
+//! device-plugin nodes, and the DRA pods again with the dashboard's view built every second (every
+//! node's devices and their holders included), in one run.
 //!
 //! `cargo bench -p wasmsched-kube --bench dra_scale [-- NODES PENDING]` (`RUST_LOG=wasmsched_kube=info`
 //! shows each bind).
@@ -58,7 +59,7 @@ fn claim(i: usize) -> Value {
 
 /// Places `pending` pods on `nodes` nodes with the default policy; pods placed per second from the
 /// first bind to the last.
-async fn run(nodes: usize, pending: usize, dra: bool) -> f64 {
+async fn run(nodes: usize, pending: usize, dra: bool, dashboard: bool) -> f64 {
     let api = FakeApi::new();
     for n in 0..nodes {
         let name = format!("node-{n}");
@@ -87,8 +88,11 @@ async fn run(nodes: usize, pending: usize, dra: bool) -> f64 {
     let registry = policy::registry(&preparer, &policy::default_policy(), None, 0).unwrap();
     let metrics = Metrics::new("wasmsched");
     let rate = wasmsched_kube::ClientRate { qps: 0.0, burst: 1 };
-    let scheduler =
+    let mut scheduler =
         Scheduler::new(api.clients("bench", Some(rate)), registry, metrics, SchedulerConfig::new("wasmsched"));
+    if dashboard {
+        scheduler = scheduler.with_dashboard(wasmsched_dashboard::Publisher::new());
+    }
     let (stop, stopped) = watch::channel(false);
     let task = tokio::spawn(scheduler.run(stopped));
     while api.state().binds.is_empty() {
@@ -116,7 +120,11 @@ async fn run(nodes: usize, pending: usize, dra: bool) -> f64 {
     let rate = bound as f64 / took.as_secs_f64();
     println!(
         "{}: {bound}/{pending} pods bound in {:.2} s after the first = {rate:.0} pods/s",
-        if dra { "DRA claims (CEL selector, a quarter matchAttribute)" } else { "nvidia.com/gpu (device plugin)" },
+        match (dra, dashboard) {
+            (true, false) => "DRA claims (CEL selector, a quarter matchAttribute)",
+            (true, true) => "the same, dashboard view built every second",
+            _ => "nvidia.com/gpu (device plugin)",
+        },
         took.as_secs_f64()
     );
     rate
@@ -132,8 +140,9 @@ fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async {
         println!("{nodes} nodes of 8 GPUs, {pending} pending pods of 1-2 GPUs, default (Wasm) policy, no API latency");
-        let classic = run(nodes, pending, false).await;
-        let dra = run(nodes, pending, true).await;
-        println!("DRA / device plugin: {:.2}x", dra / classic);
+        let classic = run(nodes, pending, false, false).await;
+        let dra = run(nodes, pending, true, false).await;
+        let shown = run(nodes, pending, true, true).await;
+        println!("DRA / device plugin: {:.2}x; DRA with the dashboard / without: {:.2}", dra / classic, shown / dra);
     });
 }

@@ -224,6 +224,26 @@ pub struct Dra {
     changed_nodes: Option<AHashSet<String>>,
     /// The node each device is local to (`None`: reached by several).
     device_nodes: AHashMap<DeviceId, Option<String>>,
+    /// Each node's local devices, as indexes into the inventory.
+    node_devices: AHashMap<String, Vec<usize>>,
+    /// Nodes whose devices or holds changed since [`Dra::take_shown_changes`] (`None`: any): the
+    /// dashboard's copy of them is brought up to date from these alone.
+    shown_nodes: Option<AHashSet<String>>,
+}
+
+/// A device local to one node, as the dashboard shows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeDevice {
+    /// Driver, pool, device.
+    pub id: DeviceId,
+    /// `productName`, where its slice gives one.
+    pub model: Option<String>,
+    /// `type` (`gpu`, `mig`), where its slice gives one.
+    pub kind: Option<String>,
+    /// `profile` of a MIG partition, where its slice gives one.
+    pub profile: Option<String>,
+    /// The claims holding it (`namespace/name`).
+    pub held_by: Vec<String>,
 }
 
 /// What changed for pods that wait on their claims (see [`Dra::take_woken`]).
@@ -483,14 +503,22 @@ impl Dra {
 
     /// The node of a device whose hold changed is seen again (every node, for a device several reach).
     fn mark(&mut self, id: &DeviceId) {
-        match (self.device_nodes.get(id), self.changed_nodes.as_mut()) {
-            (Some(Some(node)), Some(changed)) => {
-                changed.insert(node.clone());
+        match self.device_nodes.get(id) {
+            Some(Some(node)) => {
+                for changed in [self.changed_nodes.as_mut(), self.shown_nodes.as_mut()].into_iter().flatten() {
+                    changed.insert(node.clone());
+                }
             }
-            (Some(None), _) => self.changed_nodes = None,
+            Some(None) => self.any_changed(),
             // Not a device of a complete pool: no node counts it.
-            _ => {}
+            None => {}
         }
+    }
+
+    /// Any node's devices may have changed.
+    fn any_changed(&mut self) {
+        self.changed_nodes = None;
+        self.shown_nodes = None;
     }
 
     /// A node's labels, for the node selectors of pools and allocations.
@@ -506,7 +534,7 @@ impl Dra {
         };
         self.nodes.insert(name, bare);
         self.shapes.clear();
-        self.changed_nodes = None;
+        self.any_changed();
         self.woke.devices = true;
     }
 
@@ -514,6 +542,54 @@ impl Dra {
     pub fn delete_node(&mut self, name: &str) {
         self.nodes.remove(name);
         self.shapes.clear();
+    }
+
+    /// The nodes whose devices, or the holds on them, changed since the last call (`None`: any
+    /// may have): the ones whose [`Dra::devices_on`] the dashboard must read again.
+    pub fn take_shown_changes(&mut self) -> Option<Vec<String>> {
+        self.allocator();
+        let changed = self.shown_nodes.replace(AHashSet::new());
+        changed.map(|c| c.into_iter().collect())
+    }
+
+    /// Nodes with local devices.
+    pub fn device_node_names(&mut self) -> Vec<String> {
+        self.allocator();
+        self.node_devices.keys().cloned().collect()
+    }
+
+    /// `node`'s local devices, with the claims that hold each (for the dashboard).
+    pub fn devices_on(&mut self, node: &str) -> Vec<NodeDevice> {
+        self.allocator();
+        let (Some(allocator), Some(indexes)) = (&self.allocator, self.node_devices.get(node)) else {
+            return Vec::new();
+        };
+        let devices = allocator.inventory().devices();
+        // The attributes' qualified names, made once per driver (a node has one or two).
+        let mut names: Vec<(&str, [String; 3])> = Vec::new();
+        let mut out = Vec::with_capacity(indexes.len());
+        for d in indexes.iter().filter_map(|&i| devices.get(i)) {
+            let driver = d.id.driver.as_str();
+            let at = match names.iter().position(|(n, _)| *n == driver) {
+                Some(at) => at,
+                None => {
+                    names.push((driver, ["productName", "type", "profile"].map(|a| format!("{driver}/{a}"))));
+                    names.len() - 1
+                }
+            };
+            let text = |k: usize| match d.attributes.get(&names[at].1[k]) {
+                Some(wasmsched_dra::Attribute::String(s)) => Some(s.clone()),
+                _ => None,
+            };
+            out.push(NodeDevice {
+                model: text(0),
+                kind: text(1),
+                profile: text(2),
+                held_by: self.holders.get(&d.id).cloned().unwrap_or_default(),
+                id: d.id.clone(),
+            });
+        }
+        out
     }
 
     /// The allocator with the devices held right now.
@@ -527,6 +603,13 @@ impl Dra {
             self.refused = now;
             self.holds_stale = true;
             self.changed_nodes = None;
+            self.shown_nodes = None;
+            self.node_devices = AHashMap::new();
+            for (i, d) in inventory.devices().iter().enumerate() {
+                if let Reach::Node(n) = &d.reach {
+                    self.node_devices.entry(n.clone()).or_default().push(i);
+                }
+            }
             self.device_nodes = inventory
                 .devices()
                 .iter()
@@ -549,6 +632,7 @@ impl Dra {
             self.holders = holders;
             self.held_by = held_by;
             self.changed_nodes = None;
+            self.shown_nodes = None;
         }
         allocator
     }

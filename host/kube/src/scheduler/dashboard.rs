@@ -44,6 +44,29 @@ impl Scheduler {
         }
     }
 
+    /// Brings the dashboard's copy of the nodes' DRA devices up to date: the nodes whose devices
+    /// or holds changed since the last view, or all of them after slices changed.
+    fn show_dra_devices(&mut self) {
+        let dra = &mut self.objects.dra;
+        let nodes = match dra.take_shown_changes() {
+            Some(changed) if changed.is_empty() => return,
+            Some(changed) => changed,
+            None => {
+                self.reports.dra_devices = Arc::default();
+                dra.device_node_names()
+            }
+        };
+        let shown = Arc::make_mut(&mut self.reports.dra_devices);
+        for node in nodes {
+            let devices = dra.devices_on(&node);
+            if devices.is_empty() {
+                shown.remove(&node);
+            } else {
+                shown.insert(node, device_views(devices).into());
+            }
+        }
+    }
+
     /// Publishes a view when one is due.
     pub(super) fn publish_dashboard(&mut self) {
         let Some(publisher) = self.reports.dashboard.clone() else { return };
@@ -158,11 +181,17 @@ impl Scheduler {
         };
         let topologies = self.reports.topology_text.clone();
         let queue_history = self.reports.queue_history.clone();
+        self.show_dra_devices();
+        let devices = self.reports.dra_devices.clone();
         tokio::task::spawn_blocking(move || {
             let mut rows: Vec<NodeView> = nodes
                 .slots()
                 .filter_map(|s| nodes.get(s))
-                .map(|n| NodeView { tasks: on_node.remove(&n.name).unwrap_or_default(), ..NodeView::from(n) })
+                .map(|n| NodeView {
+                    tasks: on_node.remove(&n.name).unwrap_or_default(),
+                    devices: devices.get(&n.name).map(|d| d.to_vec()).unwrap_or_default(),
+                    ..NodeView::from(n)
+                })
                 .collect();
             rows.sort_by(|a, b| a.name.cmp(&b.name));
             publisher.publish(wasmsched_dashboard::View {
@@ -180,6 +209,21 @@ impl Scheduler {
             });
         });
     }
+}
+
+/// A node's DRA devices as the dashboard shows them, in name order.
+fn device_views(mut devices: Vec<crate::dra::NodeDevice>) -> Vec<wasmsched_dashboard::view::DeviceView> {
+    devices.sort_by(|a, b| a.id.cmp(&b.id));
+    devices
+        .into_iter()
+        .map(|d| wasmsched_dashboard::view::DeviceView {
+            id: d.id.to_string(),
+            model: d.model,
+            kind: d.kind,
+            profile: d.profile,
+            held_by: d.held_by,
+        })
+        .collect()
 }
 
 fn budget(config: &wasmsched_runtime::PluginConfig) -> BudgetView {

@@ -309,6 +309,9 @@ struct Reports {
     dashboard: Option<wasmsched_dashboard::Publisher>,
     /// Each node's topology rendered for the dashboard, redone only when a node's changes.
     topology_text: Arc<std::collections::HashMap<String, Arc<str>>>,
+    /// Each node's DRA devices as the dashboard shows them, brought up to date from the nodes
+    /// whose devices or holds changed (a whole rebuild costs ~40 ms at 5,000 nodes of 8).
+    dra_devices: Arc<AHashMap<String, Arc<[wasmsched_dashboard::view::DeviceView]>>>,
     /// Each queue's share over time for the dashboard, and when it was last sampled.
     queue_history: Arc<std::collections::HashMap<String, std::collections::VecDeque<SharePoint>>>,
     queue_sampled: Option<Instant>,
@@ -402,6 +405,7 @@ impl Scheduler {
                 decided: 0,
                 dashboard: None,
                 topology_text: Arc::default(),
+                dra_devices: Arc::default(),
                 queue_history: Arc::default(),
                 queue_sampled: None,
             },

@@ -605,3 +605,60 @@ async fn in_a_mixed_cluster_gpu_pods_use_device_plugin_nodes_and_dra_nodes() {
     assert!(claim_status("p").is_null());
     running.stop().await;
 }
+
+/// The dashboard shows each node's DRA devices and the claim that holds each, as the scheduler
+/// allocated them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_each_nodes_dra_devices_and_the_claims_holding_them() {
+    let api = FakeApi::new();
+    dra_node(&api, "n1", 2);
+    gpu_class(&api);
+    api.put(Kind::ResourceClaim, claim("a-gpus", 1));
+    api.put(Kind::Pod, claiming_pod("a", Some("a-gpus"), None));
+    let publisher = wasmsched_dashboard::Publisher::new();
+    let server = wasmsched_dashboard::Server::start("127.0.0.1:0".parse().unwrap(), publisher.clone()).await.unwrap();
+    let run = crate::boundary::start_with_dashboard(&api, "a", publisher);
+    eventually("a bound", Duration::from_secs(20), || node_of(&api, "ml/a").is_some()).await;
+    let held = devices_of(&api, "ml/a-gpus");
+    assert_eq!(held.len(), 1);
+    let started = std::time::Instant::now();
+    let node = loop {
+        let n = crate::workloads::dashboard_get(server.addr(), "/api/v1/nodes/n1").await;
+        if n["devices"].as_array().is_some_and(|d| d.iter().any(|d| d["held_by"] != json!([]))) {
+            break n;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "the view caught up: {n}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let devices = node["devices"].as_array().unwrap();
+    let ids: Vec<&str> = devices.iter().map(|d| d["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, [format!("{DRIVER}/n1/gpu-0"), format!("{DRIVER}/n1/gpu-1")]);
+    for d in devices {
+        assert_eq!(d["model"], "NVIDIA H100 80GB HBM3");
+        let id = d["id"].as_str().unwrap();
+        let holders = if id.ends_with(&held[0]) { json!(["ml/a-gpus"]) } else { json!([]) };
+        assert_eq!(d["held_by"], holders, "{id} (claim holds {held:?})");
+    }
+    // A second pod takes the other device: the view follows that node's change alone.
+    api.put(Kind::ResourceClaim, claim("b-gpus", 1));
+    api.put(Kind::Pod, claiming_pod("b", Some("b-gpus"), None));
+    eventually("b bound", Duration::from_secs(20), || node_of(&api, "ml/b").is_some()).await;
+    let b = devices_of(&api, "ml/b-gpus");
+    let started = std::time::Instant::now();
+    loop {
+        let n = crate::workloads::dashboard_get(server.addr(), "/api/v1/nodes/n1").await;
+        let holders: Vec<Value> = n["devices"].as_array().unwrap().iter().map(|d| d["held_by"].clone()).collect();
+        if holders.iter().all(|h| h != &json!([])) {
+            let of = |device: &str| {
+                n["devices"].as_array().unwrap().iter().find(|d| d["id"].as_str().unwrap().ends_with(device)).unwrap()["held_by"].clone()
+            };
+            assert_eq!(of(&held[0]), json!(["ml/a-gpus"]));
+            assert_eq!(of(&b[0]), json!(["ml/b-gpus"]));
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "the view caught up: {n}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    run.stop().await;
+    server.stop();
+}

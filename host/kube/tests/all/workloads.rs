@@ -805,7 +805,7 @@ async fn every_owner_kind_gangs_its_pods_through_partial_arrival_a_replaced_memb
     }
 }
 
-async fn dashboard_get(addr: std::net::SocketAddr, path: &str) -> Value {
+pub(crate) async fn dashboard_get(addr: std::net::SocketAddr, path: &str) -> Value {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
