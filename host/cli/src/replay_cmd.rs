@@ -282,6 +282,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 source,
                 &table,
                 &tree,
+                dra.as_ref(),
                 &policies.live[0],
                 args.speed,
             )?)

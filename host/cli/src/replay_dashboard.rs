@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use wasmsched_core::{Decision, NodeTable, QueueShare, QueueTree};
 use wasmsched_dashboard::view::{
-    Cluster, NodeTask, NodeView, PluginView, PolicyView, QueueView, SeriesPoint, WorkloadView,
+    Cluster, DeviceView, NodeTask, NodeView, PluginView, PolicyView, QueueView, SeriesPoint, WorkloadView,
 };
 use wasmsched_dashboard::{Publisher, View};
 use wasmsched_sim::timed::{Job, TimedDecision, TimedRelease};
@@ -33,6 +33,11 @@ pub struct TimedReplay {
     slot: HashMap<String, usize>,
     /// Tasks on each node (by node index), as the decisions and releases leave them.
     tasks: Vec<Vec<NodeTask>>,
+    /// DRA devices on each node (by node index), and where each is, by its id.
+    devices: Vec<Vec<DeviceView>>,
+    device_at: HashMap<String, (usize, usize)>,
+    /// The devices each running task's claims hold.
+    held: HashMap<String, Vec<(usize, usize)>>,
     /// Workloads that wait, by name, with why as of their last attempt.
     waiting: BTreeMap<String, WorkloadView>,
     queues: Vec<QueueShare>,
@@ -64,6 +69,7 @@ impl TimedReplay {
         source: String,
         nodes: &NodeTable,
         tree: &QueueTree,
+        dra: Option<&wasmsched_dra::Objects>,
         first: &LiveSet,
         speed: f64,
     ) -> anyhow::Result<TimedReplay> {
@@ -74,7 +80,8 @@ impl TimedReplay {
         let board = Board::start(addr)?;
         let mut views: Vec<NodeView> = nodes.slots().filter_map(|s| nodes.get(s)).map(NodeView::from).collect();
         views.sort_by(|a, b| a.name.cmp(&b.name));
-        let slot = views.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
+        let slot: HashMap<String, usize> = views.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
+        let (devices, device_at) = node_devices(dra, &slot);
         let mut replay = TimedReplay {
             board,
             source,
@@ -83,6 +90,9 @@ impl TimedReplay {
             published: Instant::now(),
             at: 0,
             tasks: vec![Vec::new(); views.len()],
+            devices,
+            device_at,
+            held: HashMap::new(),
             nodes: views,
             slot,
             waiting: BTreeMap::new(),
@@ -107,6 +117,9 @@ impl TimedReplay {
         if let Some(&i) = self.slot.get(node) {
             self.tasks[i].retain(|t| t.name != task);
         }
+        for (n, d) in self.held.remove(task).unwrap_or_default() {
+            self.devices[n][d].held_by.retain(|h| h != task);
+        }
     }
 
     /// One decision, made by `live` (the set of its version).
@@ -123,6 +136,11 @@ impl TimedReplay {
                 if let Some(&i) = self.slot.get(node) {
                     let queue = d.job.map(|j| j.queue.clone()).unwrap_or_default();
                     self.tasks[i].push(NodeTask { name: task.clone(), queue });
+                }
+                let ids = d.claims.iter().flat_map(|a| &a.results).filter(|r| !r.2).map(|r| r.1.to_string());
+                for at in ids.filter_map(|id| self.device_at.get(&id).copied()).collect::<Vec<_>>() {
+                    self.devices[at.0][at.1].held_by.push(task.clone());
+                    self.held.entry(task.clone()).or_default().push(at);
                 }
                 self.event(serde_json::json!({"type": "task-scheduled", "task": task, "node": node}));
             }
@@ -245,8 +263,8 @@ impl TimedReplay {
         let nodes: Vec<NodeView> = self
             .nodes
             .iter()
-            .zip(&self.tasks)
-            .map(|(n, tasks)| NodeView { tasks: tasks.clone(), ..n.clone() })
+            .zip(self.tasks.iter().zip(&self.devices))
+            .map(|(n, (tasks, devices))| NodeView { tasks: tasks.clone(), devices: devices.clone(), ..n.clone() })
             .collect();
         let cluster = Cluster::of(&nodes, self.placed, self.waiting.len() as u64);
         let allocation = 100.0 * cluster.gpu_milli_used as f64 / cluster.gpu_milli_total.max(1) as f64;
@@ -270,6 +288,36 @@ impl TimedReplay {
             ..View::default()
         });
     }
+}
+
+/// The DRA devices of `dra`'s complete pools local to each node of `slot`, and where each is.
+fn node_devices(
+    dra: Option<&wasmsched_dra::Objects>,
+    slot: &HashMap<String, usize>,
+) -> (Vec<Vec<DeviceView>>, HashMap<String, (usize, usize)>) {
+    let mut devices = vec![Vec::new(); slot.len()];
+    let mut at = HashMap::new();
+    let Some(objects) = dra else { return (devices, at) };
+    let (inventory, _) = wasmsched_dra::Inventory::from_slices(&objects.slices);
+    let mut local: Vec<&wasmsched_dra::Device> = inventory
+        .devices()
+        .iter()
+        .filter(|d| matches!(&d.reach, wasmsched_dra::Reach::Node(n) if slot.contains_key(n)))
+        .collect();
+    local.sort_by(|a, b| a.id.cmp(&b.id));
+    for d in local {
+        let wasmsched_dra::Reach::Node(node) = &d.reach else { continue };
+        let n = slot[node];
+        at.insert(d.id.to_string(), (n, devices[n].len()));
+        devices[n].push(DeviceView {
+            id: d.id.to_string(),
+            model: d.string_attribute("productName").map(str::to_owned),
+            kind: d.string_attribute("type").map(str::to_owned),
+            profile: d.string_attribute("profile").map(str::to_owned),
+            held_by: Vec::new(),
+        });
+    }
+    (devices, at)
 }
 
 /// A job's members and the fewest that must run together.

@@ -71,6 +71,15 @@ pub struct Device {
 }
 
 impl Device {
+    /// Its string attribute `name` of its driver's domain (`productName`: the slice's
+    /// `gpu.nvidia.com/productName`), if it has one.
+    pub fn string_attribute(&self, name: &str) -> Option<&str> {
+        match self.attributes.get(&format!("{}/{name}", self.id.driver)) {
+            Some(Attribute::String(s)) => Some(s),
+            _ => None,
+        }
+    }
+
     /// Whether a pod on `node` can use it.
     pub fn reachable_from(&self, node: &Node) -> bool {
         match &self.reach {

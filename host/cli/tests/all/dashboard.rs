@@ -237,3 +237,68 @@ async fn experiment_serves_its_progress_then_its_table_and_curves() {
     let status = child.wait().unwrap();
     assert!(status.success(), "{status}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_shows_the_dra_devices_a_claim_holds_while_its_job_runs() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wasmsched"))
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .args(["replay", "--scenario", "examples/scenarios/dra.yaml", "--native"])
+        .args(["--serve", "127.0.0.1:0", "--speed", "100", "--quiet"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = address_of(&mut child);
+    // `finetune` holds four A100s of one PCIe root of a DGX from t=0 to t=600 (6 s at this speed).
+    let started = Instant::now();
+    let held = loop {
+        let page = get(&addr, "/api/v1/nodes").await;
+        let held: Vec<(String, String, Vec<Value>)> = page["nodes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|n| {
+                n["devices"].as_array().unwrap().iter().filter(|d| d["held_by"] != serde_json::json!([])).map(|d| {
+                    (
+                        n["name"].as_str().unwrap().to_string(),
+                        d["id"].as_str().unwrap().to_string(),
+                        d["held_by"].as_array().unwrap().clone(),
+                    )
+                })
+            })
+            .collect();
+        if !held.is_empty() {
+            break held;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "no device held: {page}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(held.len(), 4, "{held:?}");
+    assert!(
+        held.iter().all(|(node, _, by)| node.starts_with("dgx-a100") && by == &[serde_json::json!("finetune")]),
+        "{held:?}"
+    );
+    let page = get(&addr, "/api/v1/nodes").await;
+    let devices: usize = page["nodes"].as_array().unwrap().iter().map(|n| n["devices"].as_array().unwrap().len()).sum();
+    assert_eq!(devices, 20, "two DGX A100s of 8 and an H100 node of 4, as examples/dra/cluster.yaml publishes");
+    // Once the replay is over every run has ended: every device free again.
+    loop {
+        let c = get(&addr, "/api/v1/cluster").await;
+        if c["source"].as_str().is_some_and(|s| s.ends_with("replay finished")) {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "the end: {c}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let page = get(&addr, "/api/v1/nodes").await;
+    let still: Vec<&Value> = page["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|n| n["devices"].as_array().unwrap())
+        .filter(|d| d["held_by"] != serde_json::json!([]))
+        .collect();
+    assert!(still.is_empty(), "{still:?}");
+    assert!(Command::new("kill").arg(child.id().to_string()).status().unwrap().success());
+    assert!(child.wait().unwrap().success());
+}

@@ -565,31 +565,17 @@ impl Dra {
             return Vec::new();
         };
         let devices = allocator.inventory().devices();
-        // The attributes' qualified names, made once per driver (a node has one or two).
-        let mut names: Vec<(&str, [String; 3])> = Vec::new();
-        let mut out = Vec::with_capacity(indexes.len());
-        for d in indexes.iter().filter_map(|&i| devices.get(i)) {
-            let driver = d.id.driver.as_str();
-            let at = match names.iter().position(|(n, _)| *n == driver) {
-                Some(at) => at,
-                None => {
-                    names.push((driver, ["productName", "type", "profile"].map(|a| format!("{driver}/{a}"))));
-                    names.len() - 1
-                }
-            };
-            let text = |k: usize| match d.attributes.get(&names[at].1[k]) {
-                Some(wasmsched_dra::Attribute::String(s)) => Some(s.clone()),
-                _ => None,
-            };
-            out.push(NodeDevice {
-                model: text(0),
-                kind: text(1),
-                profile: text(2),
+        indexes
+            .iter()
+            .filter_map(|&i| devices.get(i))
+            .map(|d| NodeDevice {
+                model: d.string_attribute("productName").map(str::to_owned),
+                kind: d.string_attribute("type").map(str::to_owned),
+                profile: d.string_attribute("profile").map(str::to_owned),
                 held_by: self.holders.get(&d.id).cloned().unwrap_or_default(),
                 id: d.id.clone(),
-            });
-        }
-        out
+            })
+            .collect()
     }
 
     /// The allocator with the devices held right now.
