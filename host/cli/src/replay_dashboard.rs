@@ -35,7 +35,7 @@ pub struct TimedReplay {
     tasks: Vec<Vec<NodeTask>>,
     /// DRA devices on each node (by node index), and where each is, by its id.
     devices: Vec<Vec<DeviceView>>,
-    device_at: HashMap<String, (usize, usize)>,
+    device_at: DeviceIndex,
     /// The devices each running task's claims hold.
     held: HashMap<String, Vec<(usize, usize)>>,
     /// Workloads that wait, by name, with why as of their last attempt.
@@ -290,11 +290,14 @@ impl TimedReplay {
     }
 }
 
+/// Where each DRA device is shown, by its id: (node index, its place among the node's devices).
+type DeviceIndex = HashMap<String, (usize, usize)>;
+
 /// The DRA devices of `dra`'s complete pools local to each node of `slot`, and where each is.
 fn node_devices(
     dra: Option<&wasmsched_dra::Objects>,
     slot: &HashMap<String, usize>,
-) -> (Vec<Vec<DeviceView>>, HashMap<String, (usize, usize)>) {
+) -> (Vec<Vec<DeviceView>>, DeviceIndex) {
     let mut devices = vec![Vec::new(); slot.len()];
     let mut at = HashMap::new();
     let Some(objects) = dra else { return (devices, at) };
