@@ -26,14 +26,16 @@ pub struct Board {
 }
 
 impl Board {
-    /// Serves on `addr` (printing where on stderr, as the tests and a person read it).
-    pub fn start(addr: SocketAddr) -> anyhow::Result<Board> {
+    /// Serves `first` on `addr` (printing where on stderr, as the tests and a person read it): a
+    /// page never sees a view of nothing, whenever it comes.
+    pub fn start(addr: SocketAddr, first: View) -> anyhow::Result<Board> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
             .build()
             .context("the dashboard's runtime")?;
         let publisher = Publisher::new();
+        publisher.publish(first);
         let server = runtime.block_on(Server::start(addr, publisher.clone()))?;
         eprintln!("dashboard: http://{}/", server.addr());
         Ok(Board { runtime, server, publisher })
@@ -81,7 +83,7 @@ impl Replay {
         pace: f64,
     ) -> anyhow::Result<Replay> {
         anyhow::ensure!(pace.is_finite() && pace >= 0.0, "--pace must be 0 or a positive number of pods per second");
-        let board = Board::start(addr)?;
+        let board = Board::start(addr, View { source: source.clone(), ..View::default() })?;
         let mut views: Vec<NodeView> = nodes.slots().filter_map(|s| nodes.get(s)).map(NodeView::from).collect();
         views.sort_by(|a, b| a.name.cmp(&b.name));
         let slot = views.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();

@@ -259,7 +259,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let grid = Grid { nodes, traces, policies: policies.clone(), seeds: seeds.clone(), tune: args.tune };
     let total = grid.traces.len() * grid.policies.len() * grid.seeds.len();
     let bar = crate::progress::Progress::new(total as u64, "experiments", args.quiet);
-    let board = args.serve.map(crate::dashboard::Board::start).transpose()?;
     let runtime_name = if args.native { "native" } else { "Wasm" };
     let source = format!(
         "experiment: {} traces × {} policies × {} seeds, tune {}, {runtime_name}",
@@ -276,13 +275,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         seeds: seeds.len(),
         rows: Vec::new(),
     };
+    let first = || View { source: source.clone(), experiments: Some(Arc::new(grid_view.clone())), ..View::default() };
+    let board = args.serve.map(|addr| crate::dashboard::Board::start(addr, first())).transpose()?;
     let show = |experiments: ExperimentsView, source: String| {
         if let Some(board) = &board {
             let view = View { source, experiments: Some(Arc::new(experiments)), ..View::default() };
             board.publisher.publish(view);
         }
     };
-    show(grid_view.clone(), source.clone());
     let outcomes = experiment::run(
         &grid,
         jobs,

@@ -77,7 +77,7 @@ impl TimedReplay {
             speed.is_finite() && speed >= 0.0,
             "--speed must be 0 (as fast as possible) or a positive number of virtual seconds per second"
         );
-        let board = Board::start(addr)?;
+        let board = Board::start(addr, View { source: source.clone(), ..View::default() })?;
         let mut views: Vec<NodeView> = nodes.slots().filter_map(|s| nodes.get(s)).map(NodeView::from).collect();
         views.sort_by(|a, b| a.name.cmp(&b.name));
         let slot: HashMap<String, usize> = views.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
@@ -235,25 +235,15 @@ impl TimedReplay {
             .iter()
             .map(|s| {
                 let i = self.tree.index_of(&s.name);
-                let spec = i.and_then(|i| self.tree.get(i));
-                let guarantee = spec.map_or(0, |q| q.guarantee.gpu_milli);
-                QueueView {
-                    name: s.name.clone(),
-                    parent: i.and_then(|i| self.tree.parent(i)).and_then(|p| self.tree.get(p)).map(|q| q.name.clone()),
-                    allocated_gpu_milli: s.allocated.gpu_milli,
-                    deserved_gpu_milli: s.deserved.as_ref().map(|d| d.gpu_milli),
-                    weight: spec.map_or(0, |q| q.weight),
-                    guarantee_gpu_milli: guarantee,
-                    capability_gpu_milli: spec.and_then(|q| q.capability.as_ref()).map(|c| c.gpu_milli),
-                    borrowed_gpu_milli: s.allocated.gpu_milli.saturating_sub(guarantee),
-                    served: s.served,
-                    allocated_cpu_milli: s.allocated.cpu_milli,
-                    deserved_cpu_milli: s.deserved.as_ref().map(|d| d.cpu_milli),
-                    allocated_memory_bytes: s.allocated.memory_bytes,
-                    deserved_memory_bytes: s.deserved.as_ref().map(|d| d.memory_bytes),
-                    pending: pending.get(s.name.as_str()).copied().unwrap_or(0),
-                    running: running.get(s.name.as_str()).copied().unwrap_or(0),
-                }
+                let parent = i.and_then(|i| self.tree.parent(i)).and_then(|p| self.tree.get(p)).map(|q| q.name.clone());
+                let (pending, running) = (pending.get(s.name.as_str()), running.get(s.name.as_str()));
+                QueueView::of(
+                    s,
+                    i.and_then(|i| self.tree.get(i)),
+                    parent,
+                    pending.copied().unwrap_or(0),
+                    running.copied().unwrap_or(0),
+                )
             })
             .collect()
     }

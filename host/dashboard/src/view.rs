@@ -215,6 +215,38 @@ pub struct QueueView {
     pub running: usize,
 }
 
+impl QueueView {
+    /// A queue's row: what fair share says of it (`share`), its quotas (`spec`), its parent's name,
+    /// and how many of its tasks wait and run.
+    pub fn of(
+        share: &wasmsched_core::QueueShare,
+        spec: Option<&wasmsched_core::QueueSpec>,
+        parent: Option<String>,
+        pending: usize,
+        running: usize,
+    ) -> QueueView {
+        let guarantee = spec.map_or(0, |q| q.guarantee.gpu_milli);
+        let deserved = share.deserved.as_ref();
+        QueueView {
+            name: share.name.clone(),
+            parent,
+            allocated_gpu_milli: share.allocated.gpu_milli,
+            deserved_gpu_milli: deserved.map(|d| d.gpu_milli),
+            weight: spec.map_or(0, |q| q.weight),
+            guarantee_gpu_milli: guarantee,
+            capability_gpu_milli: spec.and_then(|q| q.capability.as_ref()).map(|c| c.gpu_milli),
+            borrowed_gpu_milli: share.allocated.gpu_milli.saturating_sub(guarantee),
+            served: share.served,
+            allocated_cpu_milli: share.allocated.cpu_milli,
+            deserved_cpu_milli: deserved.map(|d| d.cpu_milli),
+            allocated_memory_bytes: share.allocated.memory_bytes,
+            deserved_memory_bytes: deserved.map(|d| d.memory_bytes),
+            pending,
+            running,
+        }
+    }
+}
+
 /// One workload that waits, or a gang not wholly placed.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct WorkloadView {

@@ -85,9 +85,28 @@ async fn simulate_serves_the_replay_and_its_pages_show_what_the_api_says() {
     browser.eventually("the policy set", "#plugin-rows", |t| t.contains("resource-fit") && t.contains("fgd")).await;
     browser.close().await;
     // SIGTERM ends it, cleanly.
+    stop_serving(child);
+}
+
+/// Ends a command serving the dashboard with SIGTERM, as a service manager would: it exits 0.
+fn stop_serving(mut child: std::process::Child) {
     assert!(Command::new("kill").arg(child.id().to_string()).status().unwrap().success());
     let status = child.wait().unwrap();
     assert!(status.success(), "{status}");
+}
+
+/// `wasmsched ARGS --serve 127.0.0.1:0 --quiet` in the repository's root, and the address it serves on.
+fn serving(args: &[&str]) -> (std::process::Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wasmsched"))
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .args(args)
+        .args(["--serve", "127.0.0.1:0", "--quiet"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = address_of(&mut child);
+    (child, addr)
 }
 
 /// The dashboard's address, printed on stderr by a command started with `--serve 127.0.0.1:0`.
@@ -114,16 +133,8 @@ async fn replay_serves_a_scenario_in_virtual_time_with_its_queues_waiting_gangs_
     let rollout = format!("300={}", dir.path().join("policy.yaml").display());
     // 1,520 virtual seconds at 400 per second: at least 3.8 s.
     let started = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wasmsched"))
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-        .env("WASMSCHED_CACHE_DIR", dir.path().join("compiled"))
-        .args(["replay", "--scenario", "examples/scenarios/queues-gangs-preemption.yaml", "--rollout", &rollout])
-        .args(["--serve", "127.0.0.1:0", "--speed", "400", "--quiet"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let addr = address_of(&mut child);
+    let scenario = "examples/scenarios/queues-gangs-preemption.yaml";
+    let (child, addr) = serving(&["replay", "--scenario", scenario, "--rollout", &rollout, "--speed", "400"]);
     // Mid-replay views: the virtual clock moves, and the page follows it.
     let mut clocks = Vec::new();
     let finished = loop {
@@ -175,24 +186,14 @@ async fn replay_serves_a_scenario_in_virtual_time_with_its_queues_waiting_gangs_
     browser.click("#tab-policies").await.unwrap();
     browser.eventually("the rolled-out set", "#policy-name", |t| t == "most-allocated v2").await;
     browser.close().await;
-    assert!(Command::new("kill").arg(child.id().to_string()).status().unwrap().success());
-    let status = child.wait().unwrap();
-    assert!(status.success(), "{status}");
+    stop_serving(child);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn experiment_serves_its_progress_then_its_table_and_curves() {
     let out = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wasmsched"))
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-        .args(["experiment", "--native", "--traces", "default", "--policies", "best-fit,fgd", "--seeds", "42,43"])
-        .args(["--jobs", "2", "--quiet", "--serve", "127.0.0.1:0", "--out"])
-        .arg(out.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let addr = address_of(&mut child);
+    let grid = ["experiment", "--native", "--traces", "default", "--policies", "best-fit,fgd", "--seeds", "42,43"];
+    let (child, addr) = serving(&[&grid[..], &["--jobs", "2", "--out", out.path().to_str().unwrap()]].concat());
     let started = Instant::now();
     let grid = loop {
         let x = get(&addr, "/api/v1/experiments").await;
@@ -233,22 +234,12 @@ async fn experiment_serves_its_progress_then_its_table_and_curves() {
     let lines = browser.client.find_all(Locator::Css("#experiment-chart polyline")).await.unwrap();
     assert_eq!(lines.len(), 2);
     browser.close().await;
-    assert!(Command::new("kill").arg(child.id().to_string()).status().unwrap().success());
-    let status = child.wait().unwrap();
-    assert!(status.success(), "{status}");
+    stop_serving(child);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replay_shows_the_dra_devices_a_claim_holds_while_its_job_runs() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wasmsched"))
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-        .args(["replay", "--scenario", "examples/scenarios/dra.yaml", "--native"])
-        .args(["--serve", "127.0.0.1:0", "--speed", "100", "--quiet"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let addr = address_of(&mut child);
+    let (child, addr) = serving(&["replay", "--scenario", "examples/scenarios/dra.yaml", "--native", "--speed", "100"]);
     // `finetune` holds four A100s of one PCIe root of a DGX from t=0 to t=600 (6 s at this speed).
     let started = Instant::now();
     let held = loop {
@@ -299,6 +290,5 @@ async fn replay_shows_the_dra_devices_a_claim_holds_while_its_job_runs() {
         .filter(|d| d["held_by"] != serde_json::json!([]))
         .collect();
     assert!(still.is_empty(), "{still:?}");
-    assert!(Command::new("kill").arg(child.id().to_string()).status().unwrap().success());
-    assert!(child.wait().unwrap().success());
+    stop_serving(child);
 }

@@ -83,25 +83,8 @@ impl Scheduler {
             .zip(&counts)
             .enumerate()
             .map(|(i, (s, (pending, running)))| {
-                let spec = tree.get(i);
-                let guarantee = spec.map_or(0, |q| q.guarantee.gpu_milli);
-                QueueView {
-                    name: s.name.clone(),
-                    parent: tree.parent(i).and_then(|p| tree.get(p)).map(|q| q.name.clone()),
-                    allocated_gpu_milli: s.allocated.gpu_milli,
-                    deserved_gpu_milli: s.deserved.as_ref().map(|d| d.gpu_milli),
-                    weight: spec.map_or(0, |q| q.weight),
-                    guarantee_gpu_milli: guarantee,
-                    capability_gpu_milli: spec.and_then(|q| q.capability.as_ref()).map(|c| c.gpu_milli),
-                    borrowed_gpu_milli: s.allocated.gpu_milli.saturating_sub(guarantee),
-                    served: s.served,
-                    allocated_cpu_milli: s.allocated.cpu_milli,
-                    deserved_cpu_milli: s.deserved.as_ref().map(|d| d.cpu_milli),
-                    allocated_memory_bytes: s.allocated.memory_bytes,
-                    deserved_memory_bytes: s.deserved.as_ref().map(|d| d.memory_bytes),
-                    pending: *pending,
-                    running: *running,
-                }
+                let parent = tree.parent(i).and_then(|p| tree.get(p)).map(|q| q.name.clone());
+                QueueView::of(s, tree.get(i), parent, *pending, *running)
             })
             .collect();
         let at_seconds = self.now();
