@@ -43,7 +43,7 @@ impl Board {
 
     /// Serves the last view until Ctrl-C or SIGTERM.
     pub fn serve_until_interrupted(self) -> anyhow::Result<()> {
-        eprintln!("dashboard: replay finished; serving http://{}/ until Ctrl-C", self.server.addr());
+        eprintln!("dashboard: finished; serving http://{}/ until Ctrl-C", self.server.addr());
         self.runtime.block_on(async {
             let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
             tokio::select! {

@@ -126,7 +126,7 @@ impl TimedReplay {
     pub fn decided(&mut self, d: &TimedDecision<'_>, live: Option<&LiveSet>) {
         if let Some(live) = live.filter(|l| l.reference.version != self.policy.version) {
             self.policy = policy_view(live);
-            self.event(serde_json::json!({"type": "policy-swapped", "to": format!("{}@{}", live.reference.name, live.reference.version)}));
+            self.event(|| serde_json::json!({"type": "policy-swapped", "to": format!("{}@{}", live.reference.name, live.reference.version)}));
         }
         match d.decision {
             Decision::Bound { workload, task, node, .. } => {
@@ -142,11 +142,11 @@ impl TimedReplay {
                     self.devices[at.0][at.1].held_by.push(task.clone());
                     self.held.entry(task.clone()).or_default().push(at);
                 }
-                self.event(serde_json::json!({"type": "task-scheduled", "task": task, "node": node}));
+                self.event(|| serde_json::json!({"type": "task-scheduled", "task": task, "node": node}));
             }
             Decision::Unschedulable { workload, explanation } => {
                 let reason = explanation.to_string();
-                self.event(serde_json::json!({"type": "task-unschedulable", "task": workload, "reason": reason}));
+                self.event(|| serde_json::json!({"type": "task-unschedulable", "task": workload, "reason": reason}));
                 let (members, min_member) = d.job.map_or((1, 1), job_size);
                 self.waiting.insert(
                     workload.clone(),
@@ -166,7 +166,7 @@ impl TimedReplay {
             Decision::Evicted { task, node, .. } => {
                 self.remove_task(node, task);
                 self.refresh(d.nodes, node);
-                self.event(serde_json::json!({"type": "task-evicted", "task": task, "node": node}));
+                self.event(|| serde_json::json!({"type": "task-evicted", "task": task, "node": node}));
             }
             Decision::TimedOut { workload } => {
                 if let Some(w) = self.waiting.get_mut(workload) {
@@ -191,9 +191,10 @@ impl TimedReplay {
         self.advance(at);
     }
 
-    fn event(&self, event: serde_json::Value) {
+    /// A decision for the pages following the stream (made only while one follows).
+    fn event(&self, event: impl FnOnce() -> serde_json::Value) {
         if self.board.publisher.watchers() > 0 {
-            self.board.publisher.event(&event.to_string());
+            self.board.publisher.event(&event().to_string());
         }
     }
 

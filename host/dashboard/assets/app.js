@@ -269,12 +269,21 @@ async function refreshExperiments() {
   const pick = $("experiment-trace");
   if (pick.options.length !== x.traces.length) pick.innerHTML = x.traces.map((t) => `<option>${esc(t)}</option>`).join("");
   const trace = pick.value || x.traces[0];
-  const lines = x.policies.map((p, i) => {
-    const pts = (row(trace, p)?.allocation ?? []).map((v, arrived) => (v == null ? null : `${(arrived / 130) * 600},${200 - v * 2}`)).filter(Boolean);
-    return pts.length < 2 ? "" : `<polyline class="policy" data-policy="${esc(p)}" stroke="${PALETTE[i % PALETTE.length]}" points="${pts.join(" ")}"/>`;
-  });
-  $("experiment-chart").innerHTML = lines.join("");
-  $("experiment-legend").innerHTML = x.policies.map((p, i) => `<span class="key" style="background:${PALETTE[i % PALETTE.length]}"></span> ${esc(p)}`).join(" ");
+  // Where the policies differ: from 80 % of capacity arrived on, the allocation axis fitted to the
+  // curves there (the whole 0–130 % is a diagonal they share until the cluster fills).
+  const FROM = 80, TO = 130;
+  const curves = x.policies.map((p) => (row(trace, p)?.allocation ?? []).map((v, arrived) => [arrived, v]).filter(([a, v]) => v != null && a >= FROM && a <= TO));
+  const values = curves.flat().map(([, v]) => v);
+  const lo = values.length ? Math.floor(Math.min(...values)) : 0, hi = values.length ? Math.ceil(Math.max(...values)) : 100;
+  const span = Math.max(hi - lo, 1);
+  $("experiment-chart").innerHTML = curves.map((pts, i) => pts.length < 2 ? "" :
+    `<polyline class="policy" data-policy="${esc(x.policies[i])}" stroke="${PALETTE[i % PALETTE.length]}" points="${pts.map(([a, v]) => `${((a - FROM) / (TO - FROM)) * 600},${200 - ((v - lo) / span) * 200}`).join(" ")}"/>`).join("");
+  text($("experiment-axes"), `GPU allocated (%, ${lo}–${hi}) by capacity arrived (%, ${FROM}–${TO}):`);
+  $("experiment-legend").innerHTML = x.policies.map((p, i) => `<span class="key" data-color="${i % PALETTE.length}"></span> ${esc(p)}`).join(" ");
+  // Coloured through the CSSOM: the page's CSP allows no inline style attributes.
+  for (const key of $("experiment-legend").querySelectorAll(".key")) key.style.background = PALETTE[key.dataset.color];
+  const c = await api("/api/v1/cluster");
+  text($("source"), c.source);
 }
 
 function drawEvents() {

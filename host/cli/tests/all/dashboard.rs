@@ -233,6 +233,8 @@ async fn experiment_serves_its_progress_then_its_table_and_curves() {
     assert!((shown - fgd.max(best_fit)).abs() <= 0.005 + 1e-9, "{best}: fgd {fgd}, best-fit {best_fit}");
     let lines = browser.client.find_all(Locator::Css("#experiment-chart polyline")).await.unwrap();
     assert_eq!(lines.len(), 2);
+    browser.eventually("what runs", "#source", |t| t.starts_with("experiment: 1 traces × 2 policies × 2 seeds")).await;
+    browser.eventually("the axes", "#experiment-axes", |t| t.contains("capacity arrived (%, 80–130)")).await;
     browser.close().await;
     stop_serving(child);
 }
