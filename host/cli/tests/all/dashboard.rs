@@ -29,15 +29,7 @@ async fn simulate_serves_the_replay_and_its_pages_show_what_the_api_says() {
         .spawn()
         .unwrap();
     // The address it chose, on stderr; the placed count, on stdout.
-    let stderr = BufReader::new(child.stderr.take().unwrap());
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in stderr.lines().map_while(Result::ok) {
-            if let Some(url) = line.strip_prefix("dashboard: http://").and_then(|u| u.split('/').next()) {
-                let _ = tx.send(url.to_string());
-            }
-        }
-    });
+    let addr = address_of(&mut child);
     let stdout = BufReader::new(child.stdout.take().unwrap());
     let (placed_tx, placed_rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -48,7 +40,6 @@ async fn simulate_serves_the_replay_and_its_pages_show_what_the_api_says() {
             }
         }
     });
-    let addr = rx.recv_timeout(Duration::from_secs(60)).expect("the dashboard's address on stderr");
     let placed = placed_rx.recv_timeout(Duration::from_secs(180)).expect("the replay's summary on stdout");
     let started = Instant::now();
     let cluster = loop {
