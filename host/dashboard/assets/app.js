@@ -174,6 +174,11 @@ function fillQueueFilter(queues) {
   }
 }
 
+/** A resource's guarantee and cap after its allocated / deserved, where the queue has them. */
+function quota(guarantee, cap, f) {
+  return (guarantee ? ` · guaranteed ${f(guarantee)}` : "") + (cap != null ? ` · cap ${f(cap)}` : "");
+}
+
 async function refreshQueues() {
   const { queues } = await api("/api/v1/queues");
   fillQueueFilter(queues);
@@ -186,8 +191,10 @@ async function refreshQueues() {
   $("queue-rows").innerHTML = rows.map((q) => `<tr class="queue" role="button" tabindex="0" data-name="${esc(q.name)}"><td>${esc(q.name)}</td><td>${esc(q.parent)}</td>` +
     `<td class="served">${q.served ?? ""}</td><td>${q.weight}</td><td>${gpus(q.allocated_gpu_milli)}</td>` +
     `<td>${opt(q.deserved_gpu_milli, gpus)}</td><td>${gpus(q.guarantee_gpu_milli)}</td><td class="borrowed">${gpus(q.borrowed_gpu_milli)}</td>` +
-    `<td>${opt(q.capability_gpu_milli, gpus)}</td><td>${cores(q.allocated_cpu_milli)} / ${opt(q.deserved_cpu_milli, cores)}</td>` +
-    `<td>${gib(q.allocated_memory_bytes)} / ${opt(q.deserved_memory_bytes, gib)}</td><td>${q.pending}</td><td>${q.running}</td></tr>`).join("");
+    `<td>${opt(q.capability_gpu_milli, gpus)}</td>` +
+    `<td class="cpu">${cores(q.allocated_cpu_milli)} / ${opt(q.deserved_cpu_milli, cores)}${quota(q.guarantee_cpu_milli, q.capability_cpu_milli, cores)}</td>` +
+    `<td class="memory">${gib(q.allocated_memory_bytes)} / ${opt(q.deserved_memory_bytes, gib)}${quota(q.guarantee_memory_bytes, q.capability_memory_bytes, gib)}</td>` +
+    `<td>${q.pending}</td><td>${q.running}</td></tr>`).join("");
 }
 
 /** Seconds as the largest two units: "45 s", "3 min 20 s", "2 h 5 min", "3 d 4 h". */

@@ -209,11 +209,23 @@ pub struct QueueView {
     pub allocated_memory_bytes: u64,
     /// Memory deserved, bytes.
     pub deserved_memory_bytes: Option<u64>,
+    /// CPU always obtainable, milli-cores, and the most its subtree may hold (`None`: unbounded).
+    pub guarantee_cpu_milli: u64,
+    /// See `guarantee_cpu_milli`.
+    pub capability_cpu_milli: Option<u64>,
+    /// Memory always obtainable, bytes, and the most its subtree may hold (`None`: unbounded).
+    pub guarantee_memory_bytes: u64,
+    /// See `guarantee_memory_bytes`.
+    pub capability_memory_bytes: Option<u64>,
     /// Tasks waiting in it.
     pub pending: usize,
     /// Tasks running in it.
     pub running: usize,
 }
+
+/// Amounts from here up stand for "unbounded" in a bound (the sources write `u64::MAX / 4` for what
+/// a capability does not name).
+const UNBOUNDED: u64 = 1 << 60;
 
 impl QueueView {
     /// A queue's row: what fair share says of it (`share`), its quotas (`spec`), its parent's name,
@@ -227,6 +239,10 @@ impl QueueView {
     ) -> QueueView {
         let guarantee = spec.map_or(0, |q| q.guarantee.gpu_milli);
         let deserved = share.deserved.as_ref();
+        // A capability bounds what it names; the rest reads as a huge number (unbounded).
+        let cap = |of: fn(&wasmsched_api::Resources) -> u64| {
+            spec.and_then(|q| q.capability.as_ref()).map(of).filter(|&v| v < UNBOUNDED)
+        };
         QueueView {
             name: share.name.clone(),
             parent,
@@ -234,13 +250,17 @@ impl QueueView {
             deserved_gpu_milli: deserved.map(|d| d.gpu_milli),
             weight: spec.map_or(0, |q| q.weight),
             guarantee_gpu_milli: guarantee,
-            capability_gpu_milli: spec.and_then(|q| q.capability.as_ref()).map(|c| c.gpu_milli),
+            capability_gpu_milli: cap(|c| c.gpu_milli),
             borrowed_gpu_milli: share.allocated.gpu_milli.saturating_sub(guarantee),
             served: share.served,
             allocated_cpu_milli: share.allocated.cpu_milli,
             deserved_cpu_milli: deserved.map(|d| d.cpu_milli),
             allocated_memory_bytes: share.allocated.memory_bytes,
             deserved_memory_bytes: deserved.map(|d| d.memory_bytes),
+            guarantee_cpu_milli: spec.map_or(0, |q| q.guarantee.cpu_milli),
+            capability_cpu_milli: cap(|c| c.cpu_milli),
+            guarantee_memory_bytes: spec.map_or(0, |q| q.guarantee.memory_bytes),
+            capability_memory_bytes: cap(|c| c.memory_bytes),
             pending,
             running,
         }
@@ -405,5 +425,39 @@ impl Cluster {
         }
         c.models.sort_by(|a, b| a.model.cmp(&b.model));
         c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_capability_bounds_only_what_it_names() {
+        let unnamed = u64::MAX / 4;
+        let cap =
+            wasmsched_api::Resources { gpu_milli: 8_000, cpu_milli: unnamed, memory_bytes: unnamed, extended: vec![] };
+        let spec = wasmsched_core::QueueSpec {
+            name: "batch".into(),
+            weight: 1,
+            guarantee: wasmsched_api::Resources { cpu_milli: 4_000, ..Default::default() },
+            capability: Some(cap),
+            ..Default::default()
+        };
+        let share = wasmsched_core::QueueShare {
+            name: "batch".into(),
+            allocated: wasmsched_api::Resources { gpu_milli: 2_000, ..Default::default() },
+            deserved: None,
+            decayed_usage: 0.0,
+            served: Some(1),
+        };
+        let q = QueueView::of(&share, Some(&spec), Some("org".into()), 3, 1);
+        assert_eq!(
+            (q.capability_gpu_milli, q.capability_cpu_milli, q.capability_memory_bytes),
+            (Some(8_000), None, None)
+        );
+        assert_eq!((q.guarantee_cpu_milli, q.borrowed_gpu_milli, q.pending, q.running), (4_000, 2_000, 3, 1));
+        let alone = QueueView::of(&share, None, None, 0, 0);
+        assert_eq!((alone.capability_gpu_milli, alone.weight), (None, 0));
     }
 }

@@ -93,6 +93,9 @@ fn sample() -> View {
                 deserved_cpu_milli: Some(40_000),
                 allocated_memory_bytes: 96 << 30,
                 deserved_memory_bytes: Some(64 << 30),
+                guarantee_cpu_milli: 32_000,
+                capability_cpu_milli: Some(64_000),
+                capability_memory_bytes: Some(128 << 30),
                 pending: 4,
                 ..QueueView::default()
             },
@@ -371,7 +374,10 @@ async fn the_pages_render_what_the_api_says_in_a_real_browser() {
     };
     assert_eq!(rows.len(), 3, "{rows:?}");
     assert!(rows[0].starts_with("prod all 1 3 3 12 8 0 16"), "{rows:?}");
-    assert!(rows[1].starts_with("research all 2 1 6 4 4 2 – 48 / 40 96 / 64 4 0"), "{rows:?}");
+    assert!(
+        rows[1].starts_with("research all 2 1 6 4 4 2 – 48 / 40 · guaranteed 32 · cap 64 96 / 64 · cap 128 4 0"),
+        "{rows:?}"
+    );
     assert!(rows[2].starts_with("all 1 9 – 0 0 –"), "the inner queue last, unserved: {rows:?}");
     // A queue's share over time on click.
     browser.click("#queue-rows .queue[data-name='research']").await.unwrap();
