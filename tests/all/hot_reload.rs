@@ -466,7 +466,15 @@ fn shadow_runs_publish_diffs_and_gate_promotion() {
         FIT_AND_PACK.replace("most-allocated", "least-allocated") + "shadow: { decisions: 300, min_identical: 0.9 }\n";
     let v = registry.offer(&fetched(&spread, &[]), &preparer).unwrap();
     assert_eq!(registry.status().candidate, Some(format!("packing@{v}")));
-    lp.run(&registry, 300, "ok");
+    lp.run(&registry, 100, "ok");
+    // Mid-run, the status shows the last decisions it would make differently (the dashboard's
+    // Policies page), newest first, at most 20.
+    let shadow = registry.status().shadow.expect("a shadow run");
+    let recent = &shadow.recent_differences;
+    assert!(!recent.is_empty() && recent.len() <= 20, "{recent:?}");
+    assert!(recent.iter().all(|d| d.live != d.shadow && d.live.is_some()), "{recent:?}");
+    assert!(shadow.compared as usize > recent.len() || shadow.identical_share < 0.5, "{shadow:?}");
+    lp.run(&registry, 200, "ok");
     assert_eq!(registry.current().version, 1);
     let rejected = &registry.status().history[0];
     assert_eq!((rejected.outcome.clone(), rejected.label.clone()), (Outcome::Rejected, format!("packing@{v}")));

@@ -406,7 +406,8 @@ pub(crate) fn run_with(
     let mirror_sync = sync_mirrors(set, &table);
     let t = Instant::now();
     for (i, task) in s.pods.iter().enumerate() {
-        let sink = sink.filter(|_| publish.for_pod(i));
+        // A sink only a dashboard reads takes what its page can show (`wanted`), as the scheduler's does.
+        let sink = sink.filter(|s| publish.for_pod(i) && s.wanted());
         let t0 = Instant::now();
         let sampled = place_sampled(set, &table, task, 0, start, s.find);
         start = (start + sampled.examined) % total.max(1);

@@ -1,9 +1,10 @@
 //! `bench --dashboard-clients N`: what a dashboard with N pages open costs the scheduling thread.
 //! Each repetition runs the same pods with the dashboard live and without, in alternating order;
 //! live means what `run --dashboard` does — the loop hands a copy-on-write snapshot of the node
-//! table to a builder thread every second (which publishes the view) — plus a decision event per
-//! pod, while N clients do what an open page does: poll the cluster and every node page, and
-//! follow the event stream.
+//! table to a builder thread every second (which publishes the view) — plus every decision's
+//! event, emitted into an event sink whose only reader is the dashboard (as `run --dashboard`
+//! without `--events` does; its drainer encodes them for the pages), while N clients do what an
+//! open page does: poll the cluster and every node page, and follow the event stream.
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -27,9 +28,10 @@ pub(crate) struct DashboardCost {
     pub on_over_off: f64,
     pub pair_min: f64,
     pub pair_max: f64,
-    /// Share of the live runs' time spent in the dashboard's part on the scheduling thread (the
-    /// events and the snapshots), percent: the rest of any difference is the server and the
-    /// builder competing for this machine's cores.
+    /// Share of the live runs' time spent handing snapshots to the builder on the scheduling
+    /// thread, percent (emitting the events is inside the runs and the ratio): the rest of any
+    /// difference is the events, the sink's drainer, the server and the builder competing for
+    /// this machine's cores.
     pub on_thread_percent: f64,
     /// Views published and API answers given during the live runs.
     pub views: u64,
@@ -113,6 +115,9 @@ pub(crate) fn measure(
     while publisher.watchers() < clients && started.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(10));
     }
+    let origin = wasmsched_events::Origin { source: "wasmsched/bench/scheduler".into(), id_prefix: "b".into() };
+    let sink =
+        wasmsched_events::EventSink::tap_only(origin, Default::default(), std::sync::Arc::new(publisher.clone()))?;
     let mut ratios = Vec::with_capacity(repeat);
     let (mut in_tap, mut live_seconds) = (Duration::ZERO, 0.0f64);
     for r in 0..repeat {
@@ -121,12 +126,8 @@ pub(crate) fn measure(
             // The first view at once: a run is shorter than the interval.
             let mut last = Instant::now() - VIEW_EVERY;
             let mut spent = Duration::ZERO;
-            let mut tap = |table: &NodeTable, task: &wasmsched_api::Task, bound: bool| {
+            let mut tap = |table: &NodeTable, _: &wasmsched_api::Task, _: bool| {
                 let t0 = Instant::now();
-                if publisher.watchers() > 0 {
-                    let kind = if bound { "task-scheduled" } else { "task-unschedulable" };
-                    publisher.event(&format!("{{\"type\":\"{kind}\",\"task\":\"{}\"}}", task.id));
-                }
                 if last.elapsed() >= VIEW_EVERY {
                     last = Instant::now();
                     // Never waits: a builder still busy with the last snapshot skips this one.
@@ -134,7 +135,7 @@ pub(crate) fn measure(
                 }
                 spent += t0.elapsed();
             };
-            let m = run_with(set, s, None, Publish::Never, runtime, &mut tap).0;
+            let m = run_with(set, s, Some(&sink), Publish::Always, runtime, &mut tap).0;
             in_tap += spent;
             live_seconds += s.pods.len() as f64 / m.pods_per_second.max(1e-9);
             m.pods_per_second

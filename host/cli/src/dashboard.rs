@@ -65,6 +65,9 @@ pub struct Replay {
     policies: PolicyView,
     failures: VecDeque<WorkloadView>,
     series: Vec<SeriesPoint>,
+    /// What the series' clock counts: pods decided while the replay runs, then FGD's arrived
+    /// percent of capacity.
+    series_x: &'static str,
     placed: u64,
     failed: u64,
     pace: f64,
@@ -73,6 +76,11 @@ pub struct Replay {
 }
 
 impl Replay {
+    /// Where the page's decision stream is fed (a tap on the command's event sink).
+    pub fn publisher(&self) -> &Publisher {
+        &self.board.publisher
+    }
+
     /// Serves the dashboard on `addr` for a replay of `set` over `nodes`.
     pub fn start(
         addr: SocketAddr,
@@ -106,6 +114,7 @@ impl Replay {
             policies,
             failures: VecDeque::new(),
             series: Vec::new(),
+            series_x: "pods decided",
             placed: 0,
             failed: 0,
             pace,
@@ -126,18 +135,10 @@ impl Replay {
                     tasks.push(NodeTask { name: d.task.id.clone(), queue: d.task.queue.clone() });
                     self.nodes[i] = NodeView { tasks, ..NodeView::from(node) };
                 }
-                if self.board.publisher.watchers() > 0 {
-                    let event = serde_json::json!({"type": "task-scheduled", "task": d.task.id, "node": node.name});
-                    self.board.publisher.event(&event.to_string());
-                }
             }
             Err(u) => {
                 self.failed += 1;
                 let reason = u.diagnosis.to_string();
-                if self.board.publisher.watchers() > 0 {
-                    let event = serde_json::json!({"type": "task-unschedulable", "task": d.task.id, "reason": reason});
-                    self.board.publisher.event(&event.to_string());
-                }
                 self.failures.push_front(WorkloadView {
                     name: d.task.id.clone(),
                     queue: d.task.queue.clone(),
@@ -184,6 +185,7 @@ impl Replay {
             })
             .collect();
         self.source = format!("{} — replay finished", self.source);
+        self.series_x = "capacity arrived (%)";
         self.publish();
     }
 
@@ -198,6 +200,7 @@ impl Replay {
             workloads: self.failures.iter().cloned().collect(),
             policies: Some(self.policies.clone()),
             series: self.series.clone(),
+            series_x: self.series_x.into(),
             ..View::default()
         });
     }

@@ -11,6 +11,41 @@ pub use wasmsched_events::cli::{Nats, Sink, finish};
 pub fn delivered(stats: Option<&wasmsched_events::Stats>) -> anyhow::Result<()> {
     Ok(wasmsched_events::cli::delivered(stats)?)
 }
+/// A command's events when it may serve a dashboard: the `--events`/`--nats` sink, which the
+/// page's decision stream reads too, or else, while serving, a sink only the page reads (never
+/// reported: it has nothing to lose).
+pub struct Shown {
+    /// The sink the user asked for.
+    pub user: Option<EventSink>,
+    board: Option<EventSink>,
+}
+
+impl Shown {
+    /// `user`'s events, also streamed to `board` when there is one.
+    pub fn new(
+        user: Option<EventSink>,
+        board: Option<&wasmsched_dashboard::Publisher>,
+        component: &str,
+    ) -> anyhow::Result<Shown> {
+        let Some(board) = board else { return Ok(Shown { user, board: None }) };
+        let tap: std::sync::Arc<dyn wasmsched_events::Tap> = std::sync::Arc::new(board.clone());
+        if let Some(sink) = &user {
+            sink.tap(tap);
+            return Ok(Shown { user, board: None });
+        }
+        let origin = Origin { source: format!("wasmsched/local/{component}"), id_prefix: Origin::unique_prefix() };
+        let sink =
+            EventSink::tap_only(origin, OutboxConfig::default(), tap).context("starting the dashboard's events")?;
+        Ok(Shown { user: None, board: Some(sink) })
+    }
+
+    /// Where to emit now: the user's sink, or the page's while one follows (none otherwise, so
+    /// nothing is built for nobody).
+    pub fn target(&self) -> Option<&EventSink> {
+        self.user.as_ref().or(self.board.as_ref().filter(|s| s.wanted()))
+    }
+}
+
 use wasmsched_events::schema::{Kind, Payload, TaskScheduled};
 use wasmsched_events::{EventSink, Filter, JsonlReader, Origin, OutboxConfig, Stats, TailOptions, json_schema, tail};
 

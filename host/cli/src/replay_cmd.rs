@@ -77,9 +77,11 @@ pub struct Args {
     #[arg(long, value_name = "ADDR")]
     serve: Option<std::net::SocketAddr>,
     /// With `--serve`: virtual seconds played per second, so a person can watch; 0 replays as
-    /// fast as it can.
-    #[arg(long, default_value_t = 60.0, requires = "serve")]
-    speed: f64,
+    /// fast as it can. Default: the trace's span (last arrival plus its run) in about two
+    /// minutes, and never faster than a minute per second (a scenario of an hour: 60; the openb
+    /// trace's 145 days: ~100,000).
+    #[arg(long, requires = "serve")]
+    speed: Option<f64>,
     /// No progress bar (there is none anyway when stderr is not a terminal).
     #[arg(long)]
     quiet: bool,
@@ -159,6 +161,16 @@ struct TopologyStats {
     bottlenecked: usize,
     /// Mean bottleneck bandwidth inside the placed sets, GB/s.
     mean_bottleneck_gbps: f64,
+}
+
+/// Virtual seconds per second that show `jobs` in about two minutes, at least 60: what `replay
+/// --serve` plays at unless told.
+fn watchable_speed(jobs: &[Job]) -> f64 {
+    const WATCH_SECONDS: f64 = 120.0;
+    let span = jobs.iter().map(|j| j.arrival.saturating_add(j.duration.unwrap_or(0))).max().unwrap_or(0);
+    let speed = (span as f64 / WATCH_SECONDS).max(60.0).round();
+    eprintln!("dashboard: playing {speed} virtual seconds per second (--speed to change)");
+    speed
 }
 
 /// Topology statistics and alert events of one placement.
@@ -284,11 +296,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 &tree,
                 dra.as_ref(),
                 &policies.live[0],
-                args.speed,
+                args.speed.unwrap_or_else(|| watchable_speed(&jobs)),
             )?)
         }
         None => None,
     };
+    let events = crate::events_cmd::Shown::new(events, board.as_ref().map(|b| b.publisher()), "replay")?;
     let r = timed::run_with_devices(&policies.timeline(), &table, dra.as_ref(), &tree, &jobs, &config, |o| {
         let d = match o {
             timed::Observed::Decision(d) => d,
@@ -296,7 +309,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 if let Some(b) = board.as_mut() {
                     b.released(&r);
                 }
-                if let Some(sink) = events.as_ref() {
+                if let Some(sink) = events.target() {
                     sink.emit_at(wasmsched_events::Timestamp(r.at.saturating_mul(1000)), ended_event(&r));
                 }
                 return;
@@ -305,7 +318,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 if let Some(b) = board.as_mut() {
                     b.shares(at, queues);
                 }
-                if let Some(sink) = events.as_ref() {
+                if let Some(sink) = events.target() {
                     for p in shares.changes(queues) {
                         sink.emit_at(wasmsched_events::Timestamp(at.saturating_mul(1000)), p);
                     }
@@ -329,7 +342,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let at = wasmsched_events::Timestamp(d.at.saturating_mul(1000));
         *decisions_by_version.entry(d.policy_version).or_default() += 1;
         while let Some((_, payload)) = policy_events.next_if(|(t, _)| *t <= d.at) {
-            if let Some(sink) = events.as_ref() {
+            if let Some(sink) = events.target() {
                 sink.emit_at(at, payload);
             }
         }
@@ -344,10 +357,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 skipped_faults: Vec::new(),
             };
             for alert in observe_topology(stats, d.nodes, node, &placement) {
-                decisions::publish_alert(events.as_ref(), at, task, node, &placement, alert);
+                decisions::publish_alert(events.target(), at, task, node, &placement, alert);
             }
         }
-        let Some(sink) = events.as_ref() else { return };
+        let Some(sink) = events.target() else { return };
         let job = d.job;
         let tried = job.map(|j| tries.entry(j.name.clone()).or_default());
         let (attempt, placed) = match (d.decision, tried) {
@@ -383,12 +396,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     })?;
     drop(progress);
     let board = board.map(crate::replay_dashboard::TimedReplay::finished);
-    if let Some(sink) = events.as_ref() {
+    if let Some(sink) = events.target() {
         for (t, payload) in policy_events {
             sink.emit_at(wasmsched_events::Timestamp(t.saturating_mul(1000)), payload);
         }
     }
-    let event_stats = crate::events_cmd::finish(events, args.sink.grace());
+    let event_stats = crate::events_cmd::finish(events.user, args.sink.grace());
     let report = Report {
         jobs: jobs.len(),
         skipped: &skipped,

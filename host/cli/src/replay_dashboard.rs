@@ -63,6 +63,11 @@ fn policy_view(live: &LiveSet) -> PolicyView {
 }
 
 impl TimedReplay {
+    /// Where the page's decision stream is fed (a tap on the command's event sink).
+    pub fn publisher(&self) -> &Publisher {
+        &self.board.publisher
+    }
+
     /// Serves the dashboard on `addr` for a replay over `nodes` and `tree`, starting with `first`.
     pub fn start(
         addr: SocketAddr,
@@ -126,7 +131,6 @@ impl TimedReplay {
     pub fn decided(&mut self, d: &TimedDecision<'_>, live: Option<&LiveSet>) {
         if let Some(live) = live.filter(|l| l.reference.version != self.policy.version) {
             self.policy = policy_view(live);
-            self.event(|| serde_json::json!({"type": "policy-swapped", "to": format!("{}@{}", live.reference.name, live.reference.version)}));
         }
         match d.decision {
             Decision::Bound { workload, task, node, .. } => {
@@ -142,11 +146,9 @@ impl TimedReplay {
                     self.devices[at.0][at.1].held_by.push(task.clone());
                     self.held.entry(task.clone()).or_default().push(at);
                 }
-                self.event(|| serde_json::json!({"type": "task-scheduled", "task": task, "node": node}));
             }
             Decision::Unschedulable { workload, explanation } => {
                 let reason = explanation.to_string();
-                self.event(|| serde_json::json!({"type": "task-unschedulable", "task": workload, "reason": reason}));
                 let (members, min_member) = d.job.map_or((1, 1), job_size);
                 self.waiting.insert(
                     workload.clone(),
@@ -166,7 +168,6 @@ impl TimedReplay {
             Decision::Evicted { task, node, .. } => {
                 self.remove_task(node, task);
                 self.refresh(d.nodes, node);
-                self.event(|| serde_json::json!({"type": "task-evicted", "task": task, "node": node}));
             }
             Decision::TimedOut { workload } => {
                 if let Some(w) = self.waiting.get_mut(workload) {
@@ -189,13 +190,6 @@ impl TimedReplay {
     pub fn shares(&mut self, at: u64, queues: &[QueueShare]) {
         self.queues = queues.to_vec();
         self.advance(at);
-    }
-
-    /// A decision for the pages following the stream (made only while one follows).
-    fn event(&self, event: impl FnOnce() -> serde_json::Value) {
-        if self.board.publisher.watchers() > 0 {
-            self.board.publisher.event(&event().to_string());
-        }
     }
 
     /// Virtual time moved to `at`: wait until the wall clock catches up at `speed`, publish when due.
@@ -232,7 +226,8 @@ impl TimedReplay {
         for t in self.tasks.iter().flatten() {
             *running.entry(t.queue.as_str()).or_default() += 1;
         }
-        self.queues
+        let mut rows: Vec<QueueView> = self
+            .queues
             .iter()
             .map(|s| {
                 let i = self.tree.index_of(&s.name);
@@ -246,7 +241,9 @@ impl TimedReplay {
                     running.copied().unwrap_or(0),
                 )
             })
-            .collect()
+            .collect();
+        QueueView::lend(&mut rows);
+        rows
     }
 
     fn publish(&mut self) {
@@ -255,7 +252,7 @@ impl TimedReplay {
             .nodes
             .iter()
             .zip(self.tasks.iter().zip(&self.devices))
-            .map(|(n, (tasks, devices))| NodeView { tasks: tasks.clone(), devices: devices.clone(), ..n.clone() })
+            .map(|(n, (tasks, devices))| NodeView { tasks: tasks.clone(), ..n.clone() }.with_devices(devices.clone()))
             .collect();
         let cluster = Cluster::of(&nodes, self.placed, self.waiting.len() as u64);
         let allocation = 100.0 * cluster.gpu_milli_used as f64 / cluster.gpu_milli_total.max(1) as f64;
@@ -276,6 +273,7 @@ impl TimedReplay {
             workloads: self.waiting.values().cloned().collect(),
             policies: Some(self.policy.clone()),
             series: self.series.clone(),
+            series_x: "virtual seconds".into(),
             ..View::default()
         });
     }

@@ -161,6 +161,7 @@ pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let events = events_cmd::Shown::new(events, dashboard.as_ref().map(|b| b.publisher()), "simulator")?;
     let t = Instant::now();
     let progress = crate::progress::Progress::new(work.pods.len() as u64, "pods", args.quiet);
     let run = replay::run_observed(&set, &work.nodes, &work.pods, &typical, |d| {
@@ -172,14 +173,14 @@ pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
         // The static replay has no clock: its placements are not billed, so no submission time.
         let decision =
             decisions::Decision { task: d.task, outcome, evaluated: work.nodes.len(), attempt: 1, submitted: None };
-        decisions::publish(events.as_ref(), None, decision, &policy);
+        decisions::publish(events.target(), None, decision, &policy);
     });
     drop(progress);
     let replay_seconds = t.elapsed().as_secs_f64();
     if let Some(board) = dashboard.as_mut() {
         board.finished(&run);
     }
-    let event_stats = events_cmd::finish(events, args.sink.grace());
+    let event_stats = events_cmd::finish(events.user, args.sink.grace());
     let columns = replay::allocation_columns(&run, 130);
     let native_replay_seconds = if args.compare_native {
         let set = policy_set(None, &args.policy, args.seed, &typical)?;

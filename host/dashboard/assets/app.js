@@ -2,7 +2,7 @@
 
 const $ = (id) => document.getElementById(id);
 const ROW = 24; // px per node row: only the rows in view are drawn
-const state = { nodes: [], tab: "cluster", events: [] };
+const state = { nodes: [], tab: "cluster", events: [], kinds: new Set(), skipped: 0, drawing: false };
 
 async function api(path) {
   const r = await fetch(path, { headers: { accept: "application/json" } });
@@ -53,16 +53,39 @@ function setupTabs() {
   });
 }
 
-function drawHistory(series) {
-  const svg = $("history");
-  const line = (key, cls) => {
-    const pts = series.filter((p) => p[key] != null);
-    if (pts.length < 2) return "";
-    const x0 = pts[0].at, x1 = pts[pts.length - 1].at || 1;
-    const coords = pts.map((p) => `${((p.at - x0) / (x1 - x0 || 1)) * 600},${120 - p[key] * 1.2}`);
-    return `<polyline class="${cls}" points="${coords.join(" ")}"/>`;
-  };
-  svg.innerHTML = line("allocation_percent", "alloc") + line("fragmentation_percent", "frag");
+// Charts: uPlot (vendored, `assets/vendor/`), one per figure, made again only when its lines or
+// width change; otherwise it takes the new data.
+const charts = new Map();
+
+/** Draws `lines` ({label, stroke, values}) over `xs` in element `id`, axes labelled `x` and `y`. */
+function chart(id, xs, lines, { x, y, range }) {
+  const el = $(id);
+  const width = Math.max(320, el.clientWidth - 2);
+  const key = JSON.stringify([lines.map((l) => [l.label, l.stroke]), x, y, range, width]);
+  const data = [xs, ...lines.map((l) => l.values)];
+  const shown = charts.get(id);
+  if (shown?.key === key) {
+    shown.plot.setData(data);
+    return;
+  }
+  shown?.plot.destroy();
+  const plot = new globalThis.uPlot({
+    width, height: 180,
+    scales: { x: { time: false }, y: range ? { range } : {} },
+    axes: [{ label: x }, { label: y }],
+    series: [{ label: x }, ...lines.map((l) => ({ label: l.label, stroke: l.stroke, width: 2, spanGaps: true }))],
+  }, data, el);
+  charts.set(id, { key, plot });
+}
+
+/** The cluster's allocation (and, from the simulator, FGD's fragmentation) over its clock. */
+function drawHistory(series, xLabel) {
+  const frag = series.some((p) => p.fragmentation_percent != null);
+  $("frag-key").hidden = !frag;
+  text($("history-x"), xLabel || "time");
+  const lines = [{ label: "allocated", stroke: "#0b3d75", values: series.map((p) => p.allocation_percent) }];
+  if (frag) lines.push({ label: "fragmented", stroke: "#c64600", values: series.map((p) => p.fragmentation_percent) });
+  chart("history", series.map((p) => p.at), lines, { x: xLabel || "time", y: "% of GPUs", range: [0, 100] });
 }
 
 async function loadNodes() {
@@ -95,13 +118,20 @@ function deviceCell(d) {
   return `<span class="${cls}" title="${esc(`${d.id}${what ? ` (${what})` : ""}: ${d.held_by.length ? `held by ${d.held_by.join(", ")}` : "free"}`)}"></span>`;
 }
 
+/** A device plugin's MIG partitions of one profile: a small square per partition, the used ones filled. */
+function partitionCells(p) {
+  const cell = (used) => `<span class="gpu mig ${used ? "full" : "free"}"></span>`;
+  return `<span class="partitions" title="${esc(`MIG ${p.profile}: ${p.used} of ${p.total} in use (device plugin)`)}">` +
+    Array.from({ length: Math.min(p.total, 64) }, (_, i) => cell(i < p.used)).join("") + "</span>";
+}
+
 function drawRows() {
   const box = $("nodes"), inner = $("nodes-inner");
   const first = Math.floor(box.scrollTop / ROW), count = Math.ceil(box.clientHeight / ROW) + 2;
   const rows = state.nodes.slice(first, first + count).map((n, i) =>
     `<div class="node-row" role="button" tabindex="0" data-name="${esc(n.name)}" data-row="${first + i}">` +
     `<span class="name">${esc(n.name)}</span><span class="model">${esc(n.model || "no GPU")}</span>` +
-    `<span class="gpus">${n.gpus.map(gpuCell).join("")}${n.devices.map(deviceCell).join("")}</span></div>`);
+    `<span class="gpus">${n.gpus.map(gpuCell).join("")}${n.devices.map(deviceCell).join("")}${n.partitions.map(partitionCells).join("")}</span></div>`);
   const html = rows.join("");
   // Unchanged rows are left alone: focus, hover and a click in progress stay where they are.
   if (inner.dataset.drawn !== html) {
@@ -123,6 +153,8 @@ async function showNode(name) {
     `</ul>${n.devices.length ? `<h3>DRA devices (${n.devices.length})</h3><ul class="device-list">` +
       n.devices.map((v) => `<li>${deviceCell(v)} <code>${esc(v.id)}</code> ${esc([v.kind, v.profile, v.model].filter(Boolean).join(" · "))}: ` +
         `${v.held_by.length ? `held by ${esc(v.held_by.join(", "))}` : "free"}</li>`).join("") + "</ul>" : ""}` +
+    `${n.partitions.length ? `<h3>MIG partitions (device plugin)</h3><ul class="partition-list">` +
+      n.partitions.map((p) => `<li>${partitionCells(p)} ${esc(p.profile)}: ${p.used} of ${p.total} in use</li>`).join("") + "</ul>" : ""}` +
     `${n.topology ? `<h3>Topology</h3><pre class="topology">${esc(n.topology)}</pre>` : ""}<h3>Tasks (${n.tasks.length})</h3><ul class="task-list">` +
     n.tasks.map((t) => `<li>${esc(t.name)} <span class="muted">(${esc(t.queue)})</span></li>`).join("") +
     `</ul><h3>Labels</h3><ul>${n.labels.map(([k, v]) => `<li><code>${esc(k)}=${esc(v)}</code></li>`).join("")}</ul>`;
@@ -138,11 +170,14 @@ async function refreshCluster() {
   text($("shared-count"), String(c.cluster.gpus_shared));
   text($("placed-count"), String(c.cluster.placed));
   text($("waiting-count"), String(c.cluster.waiting));
+  const parts = c.cluster.partitions ?? [];
+  $("partitions-total").hidden = parts.length === 0;
+  text($("partition-count"), parts.map((p) => `${p.profile} ${p.used}/${p.total}`).join(", "));
   const sel = $("model-filter");
   for (const m of c.cluster.models) {
     if (![...sel.options].some((o) => o.value === m.model)) sel.add(new Option(`${m.model || "unknown"} (${m.gpus})`, m.model));
   }
-  drawHistory(c.series);
+  drawHistory(c.series, c.series_x);
   fillQueueFilter((await api("/api/v1/queues")).queues);
   await loadNodes();
 }
@@ -154,15 +189,11 @@ async function showQueue(name) {
   text($("queue-name"), queue.name);
   const top = Math.max(1, ...history.map((p) => Math.max(p.allocated_gpu_milli, p.deserved_gpu_milli ?? 0)));
   const x0 = history.length ? history[0].at : 0, x1 = history.length ? history[history.length - 1].at : 0;
-  const line = (key, cls) => {
-    const pts = history.filter((p) => p[key] != null);
-    if (pts.length === 0) return "";
-    const coords = pts.map((p) => `${((p.at - x0) / (x1 - x0 || 1)) * 600},${118 - (p[key] / top) * 116}`);
-    // One sample: a short flat line, so it shows.
-    if (coords.length === 1) coords.push(`600,${coords[0].split(",")[1]}`);
-    return `<polyline class="${cls}" points="${coords.join(" ")}"/>`;
-  };
-  $("queue-history").innerHTML = line("allocated_gpu_milli", "alloc") + line("deserved_gpu_milli", "deserved");
+  const of = (key) => history.map((p) => (p[key] == null ? null : p[key] / 1000));
+  chart("queue-history", history.map((p) => p.at), [
+    { label: "allocated", stroke: "#0b3d75", values: of("allocated_gpu_milli") },
+    { label: "deserved", stroke: "#2e7d32", values: of("deserved_gpu_milli") },
+  ], { x: "seconds", y: "GPUs" });
   text($("queue-span"), `${history.length} samples over ${x1 - x0} s, up to ${gpus(top)} GPUs`);
 }
 
@@ -175,8 +206,9 @@ function fillQueueFilter(queues) {
 }
 
 /** A resource's guarantee and cap after its allocated / deserved, where the queue has them. */
-function quota(guarantee, cap, f) {
-  return (guarantee ? ` · guaranteed ${f(guarantee)}` : "") + (cap != null ? ` · cap ${f(cap)}` : "");
+function quota(guarantee, cap, borrowed, lent, f) {
+  return (guarantee ? ` · guaranteed ${f(guarantee)}` : "") + (cap != null ? ` · cap ${f(cap)}` : "") +
+    (borrowed ? ` · borrowed ${f(borrowed)}` : "") + (lent ? ` · lent ${f(lent)}` : "");
 }
 
 async function refreshQueues() {
@@ -191,9 +223,10 @@ async function refreshQueues() {
   $("queue-rows").innerHTML = rows.map((q) => `<tr class="queue" role="button" tabindex="0" data-name="${esc(q.name)}"><td>${esc(q.name)}</td><td>${esc(q.parent)}</td>` +
     `<td class="served">${q.served ?? ""}</td><td>${q.weight}</td><td>${gpus(q.allocated_gpu_milli)}</td>` +
     `<td>${opt(q.deserved_gpu_milli, gpus)}</td><td>${gpus(q.guarantee_gpu_milli)}</td><td class="borrowed">${gpus(q.borrowed_gpu_milli)}</td>` +
+    `<td class="lent">${gpus(q.lent_gpu_milli)}${q.lending_limit_gpu_milli != null ? ` (limit ${gpus(q.lending_limit_gpu_milli)})` : ""}</td>` +
     `<td>${opt(q.capability_gpu_milli, gpus)}</td>` +
-    `<td class="cpu">${cores(q.allocated_cpu_milli)} / ${opt(q.deserved_cpu_milli, cores)}${quota(q.guarantee_cpu_milli, q.capability_cpu_milli, cores)}</td>` +
-    `<td class="memory">${gib(q.allocated_memory_bytes)} / ${opt(q.deserved_memory_bytes, gib)}${quota(q.guarantee_memory_bytes, q.capability_memory_bytes, gib)}</td>` +
+    `<td class="cpu">${cores(q.allocated_cpu_milli)} / ${opt(q.deserved_cpu_milli, cores)}${quota(q.guarantee_cpu_milli, q.capability_cpu_milli, q.borrowed_cpu_milli, q.lent_cpu_milli, cores)}</td>` +
+    `<td class="memory">${gib(q.allocated_memory_bytes)} / ${opt(q.deserved_memory_bytes, gib)}${quota(q.guarantee_memory_bytes, q.capability_memory_bytes, q.borrowed_memory_bytes, q.lent_memory_bytes, gib)}</td>` +
     `<td>${q.pending}</td><td>${q.running}</td></tr>`).join("");
 }
 
@@ -241,6 +274,10 @@ function showRollout(r) {
   text($("rollout-candidate"), !r.candidate ? "No candidate." : `Candidate ${r.candidate}` + (s ?
     ` in shadow for ${Math.round(s.seconds)} s: ${s.compared.toLocaleString("en")} decisions compared, ${percent(s.identical_share)} on the same node, ` +
     `${percent(s.fault_rate)} faulted, mean score difference ${s.mean_score_delta.toFixed(1)}` : " ready to promote."));
+  const diffs = s?.recent_differences ?? [];
+  $("shadow-table").hidden = diffs.length === 0;
+  $("shadow-rows").innerHTML = diffs.map((x) => `<tr class="difference"><td>${esc(x.task?.id)}</td>` +
+    `<td>${esc(nodeAndScore(x.live, x.live_score))}</td><td>${esc(nodeAndScore(x.shadow, x.shadow_score))}</td></tr>`).join("");
   $("history-rows").innerHTML = r.history.map((h) => `<tr class="version"><td>${esc(h.label)}</td><td class="outcome">${esc(h.outcome)}</td>` +
     `<td>${esc(h.reason)}</td><td>${esc(new Date(h.at * 1000).toISOString().replace("T", " ").slice(0, 19))}</td><td>${esc(h.origin)}</td></tr>`).join("");
 }
@@ -279,34 +316,98 @@ async function refreshExperiments() {
   // Where the policies differ: from 80 % of capacity arrived on, the allocation axis fitted to the
   // curves there (the whole 0–130 % is a diagonal they share until the cluster fills).
   const FROM = 80, TO = 130;
-  const curves = x.policies.map((p) => (row(trace, p)?.allocation ?? []).map((v, arrived) => [arrived, v]).filter(([a, v]) => v != null && a >= FROM && a <= TO));
-  const values = curves.flat().map(([, v]) => v);
+  const xs = Array.from({ length: TO - FROM + 1 }, (_, i) => FROM + i);
+  const curves = x.policies.map((p) => xs.map((a) => row(trace, p)?.allocation?.[a] ?? null));
+  const values = curves.flat().filter((v) => v != null);
   const lo = values.length ? Math.floor(Math.min(...values)) : 0, hi = values.length ? Math.ceil(Math.max(...values)) : 100;
-  const span = Math.max(hi - lo, 1);
-  $("experiment-chart").innerHTML = curves.map((pts, i) => pts.length < 2 ? "" :
-    `<polyline class="policy" data-policy="${esc(x.policies[i])}" stroke="${PALETTE[i % PALETTE.length]}" points="${pts.map(([a, v]) => `${((a - FROM) / (TO - FROM)) * 600},${200 - ((v - lo) / span) * 200}`).join(" ")}"/>`).join("");
-  text($("experiment-axes"), `GPU allocated (%, ${lo}–${hi}) by capacity arrived (%, ${FROM}–${TO}):`);
-  $("experiment-legend").innerHTML = x.policies.map((p, i) => `<span class="key" data-color="${i % PALETTE.length}"></span> ${esc(p)}`).join(" ");
-  // Coloured through the CSSOM: the page's CSP allows no inline style attributes.
-  for (const key of $("experiment-legend").querySelectorAll(".key")) key.style.background = PALETTE[key.dataset.color];
+  chart("experiment-chart", xs, x.policies.map((p, i) => ({ label: p, stroke: PALETTE[i % PALETTE.length], values: curves[i] })),
+    { x: "capacity arrived (%)", y: "GPUs allocated (%)", range: [lo, Math.max(hi, lo + 1)] });
+  text($("experiment-axes"), `GPU allocated (%, ${lo}–${hi}) by capacity arrived (%, ${FROM}–${TO}), one line per policy`);
   const c = await api("/api/v1/cluster");
   text($("source"), c.source);
 }
 
+const ref = (set) => set ? `${set.name}@${set.version}` : "–";
+const nodeAndScore = (n, score) => n ? `${n}${score != null ? ` (${score})` : ""}` : "unschedulable";
+
+/** What one event says, in a line: its kind's own fields (docs/events.md). */
+function what(kind, d) {
+  switch (kind) {
+    case "task-scheduled": return `GPUs ${(d.gpus ?? []).map((g) => `${g.gpu}×${g.milli / 1000}`).join(", ") || "none"}; score ${d.score?.total ?? "–"} of ${d.score?.feasible ?? "–"} feasible nodes; ${ref(d.policy_set)}`;
+    case "task-unschedulable": return (d.reasons ?? []).map((r) => `${r.stage}: ${r.reason} (${r.nodes} nodes)`).join("; ") + ` — attempt ${d.attempt}`;
+    case "task-preempted": return `${d.reason} for ${d.preemptor?.id ?? "–"}; checkpoint ${d.checkpoint}`;
+    case "task-evicted": case "task-ended": return d.reason ?? "";
+    case "task-topology-alert": return `${d.severity}: ${d.message}`;
+    case "group-timed-out": return `${d.placed} of ${d.min_member} placed after ${d.waited_seconds} s`;
+    case "queue-share-changed": {
+      // What moved: GPUs, CPU cores, memory GiB (a share moves in any of them).
+      const dims = [["gpu_milli", "GPUs", gpus], ["cpu_milli", "CPU cores", (m) => String(m / 1000)],
+        ["memory_bytes", "GiB", (b) => (b / 2 ** 30).toFixed(1)]];
+      const moved = dims.filter(([k]) => (d.previous?.[k] ?? 0) !== (d.deserved?.[k] ?? 0));
+      return "deserved " + (moved.length ? moved : dims.slice(0, 1)).map(([k, unit, f]) =>
+        `${f(d.previous?.[k] ?? 0)} → ${f(d.deserved?.[k] ?? 0)} ${unit}`).join(", ") + `; allocated ${gpus(d.allocated?.gpu_milli ?? 0)} GPUs`;
+    }
+    case "policy-loaded": return `${ref(d.policy_set)}: ${(d.plugins ?? []).map((p) => p.name).join(", ")}`;
+    case "policy-swapped": return `${ref(d.from)} → ${ref(d.to)}`;
+    case "policy-rolled-back": return `${ref(d.from)} → ${ref(d.to)}: ${d.reason}`;
+    case "policy-rejected": return `${ref(d.policy_set)} failed ${d.gate}: ${d.reason}`;
+    case "policy-shadow-diff": return `${ref(d.shadow)} vs ${ref(d.live)}: ${d.differing} of ${d.decisions} differ` +
+      (d.examples ?? []).slice(0, 3).map((x) => `; ${x.task?.id}: ${nodeAndScore(x.live)} / ${nodeAndScore(x.shadow)}`).join("");
+    case "plugin-fault": return `${d.plugin} ${d.stage}: ${d.fault} — ${d.message}`;
+    case "events-dropped": return `${d.count} events dropped: ${d.reason}`;
+    default: return JSON.stringify(d).slice(0, 200);
+  }
+}
+
+/** An event of the stream as a row: CloudEvents envelope → kind, task, node, queue, summary. */
+function decision(json) {
+  let e;
+  try { e = JSON.parse(json); } catch { return null; }
+  // io.wasmsched.task.scheduled.v1 → task-scheduled (the kinds of `events tail --kind`).
+  const kind = String(e.type ?? "").replace(/^io\.wasmsched\./, "").replace(/\.v\d+$/, "").replace(".", "-");
+  const d = e.data ?? {};
+  const task = d.task ?? d.victim;
+  return {
+    time: String(e.time ?? "").replace("T", " ").replace("Z", ""), kind,
+    task: task?.id ?? d.group ?? e.subject ?? "", node: d.node ?? "",
+    queue: task?.queue ?? d.queue ?? "", what: what(kind, d),
+  };
+}
+
 function drawEvents() {
-  const f = $("event-filter").value.trim();
-  const shown = f ? state.events.filter((e) => e.includes(f)) : state.events;
-  $("event-list").innerHTML = shown.slice(0, 200).map((e) => `<li><code>${esc(e)}</code></li>`).join("");
+  const kind = $("event-kind").value;
+  const has = (id, v) => { const f = $(id).value.trim(); return !f || v.includes(f); };
+  const shown = state.events.filter((e) => (!kind || e.kind === kind) &&
+    has("event-queue", e.queue) && has("event-node", e.node) && has("event-task", e.task));
+  text($("event-count"), shown.length.toLocaleString("en"));
+  $("event-rows").innerHTML = shown.slice(0, 200).map((e) => `<tr class="event"><td>${esc(e.time)}</td><td class="kind">${esc(e.kind)}</td>` +
+    `<td class="task">${esc(e.task)}</td><td class="node">${esc(e.node)}</td><td>${esc(e.queue)}</td><td class="what">${esc(e.what)}</td></tr>`).join("");
 }
 
 function follow() {
   const source = new EventSource("/api/v1/events");
-  source.addEventListener("decision", (e) => {
-    state.events.unshift(e.data);
+  source.addEventListener("decision", (m) => {
+    const e = decision(m.data);
+    if (!e) return;
+    state.events.unshift(e);
     state.events.length = Math.min(state.events.length, 1000);
-    if (state.tab === "decisions") drawEvents();
+    if (!state.kinds.has(e.kind)) {
+      state.kinds.add(e.kind);
+      const pick = $("event-kind"), chosen = pick.value;
+      pick.innerHTML = `<option value="">all</option>` + [...state.kinds].sort().map((k) => `<option value="${esc(k)}">${esc(k)}</option>`).join("");
+      pick.value = chosen;
+    }
+    if (state.tab === "decisions" && !state.drawing) {
+      // One redraw per frame however fast events come.
+      state.drawing = true;
+      requestAnimationFrame(() => { state.drawing = false; drawEvents(); });
+    }
   });
   source.addEventListener("lagged", (e) => text($("event-status"), `${e.data} events missed (this page fell behind)`));
+  source.addEventListener("skipped", (e) => {
+    state.skipped += Number(e.data);
+    text($("event-status"), `live; ${state.skipped.toLocaleString("en")} events not shown (the stream carries at most 500 a second)`);
+  });
   source.onopen = () => text($("event-status"), "live");
   source.onerror = () => text($("event-status"), "reconnecting…");
 }
@@ -323,6 +424,11 @@ async function refresh() {
     else if (tab === "policies") await refreshPolicies();
     else if (tab === "experiments") await refreshExperiments();
     else drawEvents();
+    // The header says what is shown, whichever tab is open.
+    if (tab !== "cluster" && tab !== "experiments") {
+      const c = await api("/api/v1/cluster");
+      text($("source"), `${c.source} · t=${c.atSeconds}s`);
+    }
   } catch (e) {
     text($("source"), `cannot reach the scheduler: ${e.message}`);
   } finally {
@@ -355,7 +461,11 @@ opensDetail("nodes", ".node-row", showNode);
 $("model-filter").addEventListener("change", loadNodes);
 $("label-filter").addEventListener("change", loadNodes);
 $("queue-filter").addEventListener("change", loadNodes);
-$("event-filter").addEventListener("input", drawEvents);
+for (const id of ["event-queue", "event-node", "event-task"]) {
+  $(id).addEventListener("input", drawEvents);
+  $(id).addEventListener("change", drawEvents);
+}
+$("event-kind").addEventListener("change", drawEvents);
 $("experiment-trace").addEventListener("change", refreshExperiments);
 follow();
 // The Experiments tab is shown only where a grid runs, and opened first there (no link naming

@@ -28,6 +28,8 @@ pub(crate) fn router(publisher: Publisher) -> Router {
         .route("/", get(crate::assets::index))
         .route("/app.js", get(crate::assets::script))
         .route("/style.css", get(crate::assets::style))
+        .route("/vendor/uplot-1.6.32/uPlot.iife.min.js", get(crate::assets::chart_script))
+        .route("/vendor/uplot-1.6.32/uPlot.min.css", get(crate::assets::chart_style))
         .route("/api/v1", get(versions))
         .route("/api/v1/cluster", get(cluster))
         .route("/api/v1/nodes", get(nodes))
@@ -60,8 +62,10 @@ async fn versions() -> Json<serde_json::Value> {
 
 async fn cluster(State(p): State<Publisher>) -> Response {
     let v = p.current();
-    Json(json!({ "source": v.source, "atSeconds": v.at_seconds, "cluster": v.cluster, "series": v.series }))
-        .into_response()
+    Json(json!({
+        "source": v.source, "atSeconds": v.at_seconds, "cluster": v.cluster, "series": v.series, "series_x": v.series_x,
+    }))
+    .into_response()
 }
 
 /// `/api/v1/nodes` filters and paging.
@@ -161,13 +165,21 @@ async fn experiments(State(p): State<Publisher>) -> Response {
 }
 
 /// Scheduling events as they happen. A browser that falls behind by more than
-/// [`crate::EVENTS_BUFFERED`] batches gets a `lagged` event with the count of batches it missed.
+/// [`crate::EVENTS_BUFFERED`] batches gets a `lagged` event with the count of batches it missed;
+/// events the tap left out (over [`crate::EVENTS_PER_SECOND`]) are counted in `skipped` events.
 async fn events(State(p): State<Publisher>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     use futures_util::StreamExt;
     let rx = p.events.subscribe();
     let batches = futures_util::stream::unfold(rx, |mut rx| async move {
         let events: Vec<Event> = match rx.recv().await {
-            Ok(batch) => batch.iter().map(|json| Event::default().event("decision").data(&**json)).collect(),
+            Ok(batch) => {
+                let mut out: Vec<Event> =
+                    batch.events.iter().map(|json| Event::default().event("decision").data(&**json)).collect();
+                if batch.skipped > 0 {
+                    out.push(Event::default().event("skipped").data(batch.skipped.to_string()));
+                }
+                out
+            }
             Err(RecvError::Lagged(n)) => vec![Event::default().event("lagged").data(n.to_string())],
             Err(RecvError::Closed) => return None,
         };

@@ -88,6 +88,16 @@ impl Browser {
         self.client.find(Locator::Css(css)).await?.click().await
     }
 
+    /// Replaces the text of the input `css` selects with `text`, as a person types it.
+    pub async fn type_into(&self, css: &str, text: &str) -> Result<(), fantoccini::error::CmdError> {
+        let input = self.client.find(Locator::Css(css)).await?;
+        input.clear().await?;
+        if !text.is_empty() {
+            input.send_keys(text).await?;
+        }
+        Ok(())
+    }
+
     /// Ends the session and chromedriver.
     pub async fn close(mut self) {
         let _ = self.client.clone().close().await;

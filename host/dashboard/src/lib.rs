@@ -1,8 +1,9 @@
 //! The dashboard: what the scheduler or the simulator does, for a person to watch.
 //!
 //! The source (a scheduler's loop, a replay) builds a [`View`] from its own copy-on-write
-//! snapshots and hands it to a [`Publisher`] every so often, and pushes each scheduling event as a
-//! JSON line. The [`Server`] answers a versioned JSON API (`/api/v1/...`, documented in
+//! snapshots and hands it to a [`Publisher`] every so often; the scheduling events reach the
+//! publisher as a tap on the source's event sink ([`wasmsched_events::Tap`]), from the sink's
+//! drainer thread, as its destination gets them. The [`Server`] answers a versioned JSON API (`/api/v1/...`, documented in
 //! `docs/dashboard.md`) from the latest view, streams the events to browsers as server-sent
 //! events, and serves the pages, which use only that API. It is read-only: nothing a browser sends
 //! reaches the source.
@@ -20,6 +21,8 @@ pub mod view;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
 use tokio::sync::{broadcast, watch};
 pub use view::View;
 
@@ -30,17 +33,38 @@ pub const EVENTS_BUFFERED: usize = 1024;
 const BATCH: usize = 256;
 /// The longest an event waits for its batch to fill.
 const BATCH_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+/// Events a second the event sink's tap hands the browsers at most: more than a person reads or a
+/// page redraws; the rest are counted and the pages told how many (`skipped`). Without it, a
+/// scheduler deciding 50,000 pods a second spends a core encoding and streaming events nobody
+/// can read (`bench --dashboard-clients`).
+pub const EVENTS_PER_SECOND: u32 = 500;
 
 /// Where the source publishes its views and events. Cheap to clone.
 #[derive(Clone)]
 pub struct Publisher {
     views: watch::Sender<Arc<View>>,
-    events: broadcast::Sender<Batch>,
+    events: broadcast::Sender<Arc<Batch>>,
     pending: Arc<std::sync::Mutex<Vec<Arc<str>>>>,
+    budget: Arc<Budget>,
 }
 
-/// Events sent together.
-type Batch = Arc<[Arc<str>]>;
+/// Events sent together, and how many the tap left out since the last batch.
+struct Batch {
+    events: Vec<Arc<str>>,
+    skipped: u64,
+}
+
+/// What the sink's tap may still hand the browsers: [`EVENTS_PER_SECOND`] per one-second
+/// window, in atomics so that a source over it pays a count, not a lock.
+struct Budget {
+    epoch: std::time::Instant,
+    /// The current window: whole seconds since `epoch`.
+    window: AtomicU64,
+    /// Events taken in it.
+    used: AtomicU32,
+    /// Events left out since the last batch went out.
+    skipped: AtomicU64,
+}
 
 impl Default for Publisher {
     fn default() -> Publisher {
@@ -53,7 +77,13 @@ impl Publisher {
     pub fn new() -> Publisher {
         let (views, _) = watch::channel(Arc::new(View::default()));
         let (events, _) = broadcast::channel(EVENTS_BUFFERED);
-        Publisher { views, events, pending: Arc::default() }
+        let budget = Budget {
+            epoch: std::time::Instant::now(),
+            window: AtomicU64::new(0),
+            used: AtomicU32::new(0),
+            skipped: AtomicU64::new(0),
+        };
+        Publisher { views, events, pending: Arc::default(), budget: Arc::new(budget) }
     }
 
     /// `view` is what the API shows from now on.
@@ -72,16 +102,42 @@ impl Publisher {
             pending.push(Arc::from(json));
             (pending.len() >= BATCH).then(|| std::mem::take(&mut *pending))
         };
-        if let Some(batch) = full {
-            let _ = self.events.send(batch.into());
+        if let Some(events) = full {
+            self.send(events);
         }
+    }
+
+    /// Whether the next event of the sink's tap goes to the browsers: some follow, and fewer than
+    /// [`EVENTS_PER_SECOND`] went this second; otherwise, once the budget is spent, it is counted
+    /// as skipped.
+    fn takes_next(&self) -> bool {
+        let b = &self.budget;
+        let now = b.epoch.elapsed().as_secs();
+        if b.window.swap(now, Ordering::Relaxed) != now {
+            b.used.store(0, Ordering::Relaxed);
+        }
+        if b.used.load(Ordering::Relaxed) >= EVENTS_PER_SECOND {
+            b.skipped.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        if self.events.receiver_count() == 0 {
+            return false;
+        }
+        b.used.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// `events` to the browsers, with the count of those left out meanwhile.
+    fn send(&self, events: Vec<Arc<str>>) {
+        let skipped = self.budget.skipped.swap(0, Ordering::Relaxed);
+        let _ = self.events.send(Arc::new(Batch { events, skipped }));
     }
 
     /// Sends what waits in a batch that has not filled (the server does every 50 ms).
     fn flush(&self) {
-        let batch = std::mem::take(&mut *self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
-        if !batch.is_empty() {
-            let _ = self.events.send(batch.into());
+        let events = std::mem::take(&mut *self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        if !events.is_empty() || self.budget.skipped.load(Ordering::Relaxed) > 0 {
+            self.send(events);
         }
     }
 
@@ -93,6 +149,25 @@ impl Publisher {
     /// The latest view.
     pub fn current(&self) -> Arc<View> {
         self.views.borrow().clone()
+    }
+}
+
+/// The decision stream is a tap on the source's event sink: every event the outbox encodes, as
+/// the JSONL file or JetStream gets it, while a page follows.
+impl wasmsched_events::Tap for Publisher {
+    fn wants(&self) -> bool {
+        self.watchers() > 0
+    }
+
+    fn accepts(&self) -> bool {
+        self.takes_next()
+    }
+
+    fn event(&self, json: &[u8]) {
+        // The encoder writes JSON, which is UTF-8; anything else is not an event to show.
+        if let Ok(json) = std::str::from_utf8(json) {
+            Publisher::event(self, json);
+        }
     }
 }
 

@@ -24,6 +24,9 @@ pub struct View {
     pub policies: Option<PolicyView>,
     /// Allocation and fragmentation over time, oldest first.
     pub series: Vec<SeriesPoint>,
+    /// What `series[].at` counts (`seconds since the scheduler started`, `virtual seconds`,
+    /// `pods decided`, `capacity arrived (%)`): the chart's axis.
+    pub series_x: String,
     /// Each node's GPU topology as `wasmsched topo` renders it (the `nvidia-smi topo -m` matrix,
     /// NUMA, link classes), for the nodes that publish one. Served with a single node only
     /// (`/api/v1/nodes/{name}`): the list pages stay small. Shared, as topologies rarely change.
@@ -99,6 +102,8 @@ pub struct Cluster {
     pub gpus_shared: u64,
     /// Per GPU model.
     pub models: Vec<ModelCount>,
+    /// MIG partitions device plugins publish, per profile (in profile order).
+    pub partitions: Vec<PartitionCount>,
     /// Tasks placed so far.
     pub placed: u64,
     /// Tasks that could not be placed (a replay) or wait (a scheduler).
@@ -138,6 +143,39 @@ pub struct NodeView {
     /// The DRA devices local to it (`resource.k8s.io` ResourceSlices), whole GPUs and MIG
     /// partitions alike, and which claims hold them.
     pub devices: Vec<DeviceView>,
+    /// MIG partitions its device plugin publishes as extended resources, per profile.
+    pub partitions: Vec<PartitionCount>,
+}
+
+/// MIG partitions of one profile that a device plugin publishes as an extended resource
+/// (`nvidia.com/mig-1g.10gb: 7`, the plugin's `mixed` strategy). Counted, not named: which
+/// instance a pod gets is the kubelet's choice.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PartitionCount {
+    /// The profile (`1g.10gb`).
+    pub profile: String,
+    /// Published (allocatable).
+    pub total: u64,
+    /// Requested by the pods placed there.
+    pub used: u64,
+}
+
+/// The device plugin's MIG resources are `nvidia.com/mig-<profile>`.
+const MIG_RESOURCE: &str = "nvidia.com/mig-";
+
+impl PartitionCount {
+    /// A node's MIG partitions, from what its device plugin publishes and its pods request.
+    fn of(node: &wasmsched_api::Node) -> Vec<PartitionCount> {
+        let used = |name: &str| node.allocated.extended.iter().find(|(n, _)| n == name).map_or(0, |(_, v)| *v);
+        node.allocatable
+            .extended
+            .iter()
+            .filter_map(|(name, total)| {
+                let profile = name.strip_prefix(MIG_RESOURCE)?;
+                Some(PartitionCount { profile: profile.to_string(), total: *total, used: used(name) })
+            })
+            .collect()
+    }
 }
 
 /// One DRA device local to a node.
@@ -198,6 +236,11 @@ pub struct QueueView {
     pub capability_gpu_milli: Option<u64>,
     /// GPUs held above its guarantee (borrowed from others' unused guarantees), in thousandths.
     pub borrowed_gpu_milli: u64,
+    /// Of its unused GPU guarantee, what its siblings' borrowing takes now (see
+    /// [`QueueView::lend`]), in thousandths.
+    pub lent_gpu_milli: u64,
+    /// The most of its GPU guarantee it lends (`None`: all of it), in thousandths.
+    pub lending_limit_gpu_milli: Option<u64>,
     /// A leaf's place in the order fair share last served the leaves (the most underserved first);
     /// `None` for inner queues or before fair share has answered.
     pub served: Option<usize>,
@@ -217,6 +260,18 @@ pub struct QueueView {
     pub guarantee_memory_bytes: u64,
     /// See `guarantee_memory_bytes`.
     pub capability_memory_bytes: Option<u64>,
+    /// CPU held above its guarantee, and lent of its unused guarantee, milli-cores.
+    pub borrowed_cpu_milli: u64,
+    /// See `borrowed_cpu_milli`.
+    pub lent_cpu_milli: u64,
+    /// Memory held above its guarantee, and lent of its unused guarantee, bytes.
+    pub borrowed_memory_bytes: u64,
+    /// See `borrowed_memory_bytes`.
+    pub lent_memory_bytes: u64,
+    /// The most of its CPU and memory guarantees it lends (`None`: all).
+    pub lending_limit_cpu_milli: Option<u64>,
+    /// See `lending_limit_cpu_milli`.
+    pub lending_limit_memory_bytes: Option<u64>,
     /// Tasks waiting in it.
     pub pending: usize,
     /// Tasks running in it.
@@ -243,6 +298,11 @@ impl QueueView {
         let cap = |of: fn(&wasmsched_api::Resources) -> u64| {
             spec.and_then(|q| q.capability.as_ref()).map(of).filter(|&v| v < UNBOUNDED)
         };
+        let lends = |of: fn(&wasmsched_api::Resources) -> u64| {
+            spec.and_then(|q| q.lending_limit.as_ref()).map(of).filter(|&v| v < UNBOUNDED)
+        };
+        let held = &share.allocated;
+        let guaranteed = spec.map(|q| &q.guarantee);
         QueueView {
             name: share.name.clone(),
             parent,
@@ -252,6 +312,8 @@ impl QueueView {
             guarantee_gpu_milli: guarantee,
             capability_gpu_milli: cap(|c| c.gpu_milli),
             borrowed_gpu_milli: share.allocated.gpu_milli.saturating_sub(guarantee),
+            lent_gpu_milli: 0,
+            lending_limit_gpu_milli: lends(|l| l.gpu_milli),
             served: share.served,
             allocated_cpu_milli: share.allocated.cpu_milli,
             deserved_cpu_milli: deserved.map(|d| d.cpu_milli),
@@ -261,8 +323,77 @@ impl QueueView {
             capability_cpu_milli: cap(|c| c.cpu_milli),
             guarantee_memory_bytes: spec.map_or(0, |q| q.guarantee.memory_bytes),
             capability_memory_bytes: cap(|c| c.memory_bytes),
+            borrowed_cpu_milli: held.cpu_milli.saturating_sub(guaranteed.map_or(0, |g| g.cpu_milli)),
+            lent_cpu_milli: 0,
+            borrowed_memory_bytes: held.memory_bytes.saturating_sub(guaranteed.map_or(0, |g| g.memory_bytes)),
+            lent_memory_bytes: 0,
+            lending_limit_cpu_milli: lends(|l| l.cpu_milli),
+            lending_limit_memory_bytes: lends(|l| l.memory_bytes),
             pending,
             running,
+        }
+    }
+}
+
+/// One resource of a queue row, for [`QueueView::lend`].
+struct Dimension {
+    allocated: fn(&QueueView) -> u64,
+    guarantee: fn(&QueueView) -> u64,
+    borrowed: fn(&QueueView) -> u64,
+    lending_limit: fn(&QueueView) -> Option<u64>,
+    lent: fn(&mut QueueView) -> &mut u64,
+}
+
+const DIMENSIONS: [Dimension; 3] = [
+    Dimension {
+        allocated: |q| q.allocated_gpu_milli,
+        guarantee: |q| q.guarantee_gpu_milli,
+        borrowed: |q| q.borrowed_gpu_milli,
+        lending_limit: |q| q.lending_limit_gpu_milli,
+        lent: |q| &mut q.lent_gpu_milli,
+    },
+    Dimension {
+        allocated: |q| q.allocated_cpu_milli,
+        guarantee: |q| q.guarantee_cpu_milli,
+        borrowed: |q| q.borrowed_cpu_milli,
+        lending_limit: |q| q.lending_limit_cpu_milli,
+        lent: |q| &mut q.lent_cpu_milli,
+    },
+    Dimension {
+        allocated: |q| q.allocated_memory_bytes,
+        guarantee: |q| q.guarantee_memory_bytes,
+        borrowed: |q| q.borrowed_memory_bytes,
+        lending_limit: |q| q.lending_limit_memory_bytes,
+        lent: |q| &mut q.lent_memory_bytes,
+    },
+];
+
+impl QueueView {
+    /// What each queue of `rows` (the whole tree) lends, per resource. Borrowing is of idle
+    /// capacity (`docs/scheduling.md`), so no ledger says whose guarantee a borrower uses; the
+    /// dashboard counts it the way a cohort does: among the children of one parent, what the
+    /// borrowers hold above their guarantees comes out of the siblings' lendable amounts (the
+    /// unused guarantee, at most the lending limit), each lending in proportion to what it can.
+    /// What is borrowed beyond all of them comes from capacity nobody is guaranteed.
+    pub fn lend(rows: &mut [QueueView]) {
+        let mut parents: Vec<Option<String>> = rows.iter().map(|q| q.parent.clone()).collect();
+        parents.sort();
+        parents.dedup();
+        for parent in parents {
+            let siblings: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].parent == parent).collect();
+            for d in &DIMENSIONS {
+                let lendable = |q: &QueueView| {
+                    let idle = (d.guarantee)(q).saturating_sub((d.allocated)(q));
+                    (d.lending_limit)(q).map_or(idle, |l| idle.min(l))
+                };
+                let borrowed: u128 = siblings.iter().map(|&i| u128::from((d.borrowed)(&rows[i]))).sum();
+                let offered: u128 = siblings.iter().map(|&i| u128::from(lendable(&rows[i]))).sum();
+                for &i in &siblings {
+                    let can = u128::from(lendable(&rows[i]));
+                    let lent = if borrowed >= offered { can } else { can * borrowed / offered.max(1) };
+                    *(d.lent)(&mut rows[i]) = lent as u64;
+                }
+            }
         }
     }
 }
@@ -362,7 +493,7 @@ pub struct FaultCount {
 /// One point of the allocation history.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct SeriesPoint {
-    /// The source's clock (virtual seconds, or arrived percent × 10 for an FGD replay).
+    /// The source's clock, in the view's `series_x` unit.
     pub at: f64,
     /// GPUs allocated, percent of capacity.
     pub allocation_percent: f64,
@@ -370,11 +501,32 @@ pub struct SeriesPoint {
     pub fragmentation_percent: Option<f64>,
 }
 
+/// The label NVIDIA's GPU feature discovery puts the GPUs' product name in: the model of a node
+/// whose GPUs are not whole devices the scheduler counts (MIG partitions, DRA devices).
+const PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
+
+impl NodeView {
+    /// The row with `devices`, its DRA devices; a node whose GPUs only DRA publishes takes its
+    /// model from them.
+    pub fn with_devices(mut self, devices: Vec<DeviceView>) -> NodeView {
+        if self.gpus.is_empty()
+            && let Some(model) = devices.iter().find_map(|d| d.model.clone())
+        {
+            self.model = model;
+        }
+        self.devices = devices;
+        self
+    }
+}
+
 impl From<&wasmsched_api::Node> for NodeView {
     fn from(node: &wasmsched_api::Node) -> NodeView {
         NodeView {
             name: node.name.clone(),
-            model: node.gpus.first().map(|g| g.model.clone()).unwrap_or_default(),
+            model: match node.gpus.first() {
+                Some(g) => g.model.clone(),
+                None => node.label(PRODUCT_LABEL).unwrap_or_default().to_string(),
+            },
             labels: node.labels.clone(),
             gpus: node
                 .gpus
@@ -396,6 +548,7 @@ impl From<&wasmsched_api::Node> for NodeView {
             unschedulable: node.unschedulable,
             tasks: Vec::new(),
             devices: Vec::new(),
+            partitions: PartitionCount::of(node),
         }
     }
 }
@@ -410,6 +563,15 @@ impl Cluster {
             c.gpu_milli_total += 1000 * n.gpus.len() as u64;
             c.gpu_milli_used += used;
             c.gpus_shared += n.gpus.iter().filter(|g| g.used_milli > 0 && g.used_milli < 1000).count() as u64;
+            for p in &n.partitions {
+                match c.partitions.iter_mut().find(|q| q.profile == p.profile) {
+                    Some(q) => {
+                        q.total += p.total;
+                        q.used += p.used;
+                    }
+                    None => c.partitions.push(p.clone()),
+                }
+            }
             if n.gpus.is_empty() {
                 continue;
             }
@@ -424,6 +586,7 @@ impl Cluster {
             }
         }
         c.models.sort_by(|a, b| a.model.cmp(&b.model));
+        c.partitions.sort_by(|a, b| a.profile.cmp(&b.profile));
         c
     }
 }
@@ -431,6 +594,64 @@ impl Cluster {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_queue_lends_what_its_siblings_borrow_of_its_unused_guarantee_up_to_its_lending_limit() {
+        let q = |name: &str, parent: Option<&str>, guarantee: u64, allocated: u64, limit: Option<u64>| QueueView {
+            name: name.into(),
+            parent: parent.map(String::from),
+            guarantee_gpu_milli: guarantee,
+            allocated_gpu_milli: allocated,
+            borrowed_gpu_milli: allocated.saturating_sub(guarantee),
+            lending_limit_gpu_milli: limit,
+            guarantee_cpu_milli: 8_000,
+            allocated_cpu_milli: 2_000,
+            ..QueueView::default()
+        };
+        // Under org: batch borrows 6 GPUs; prod could lend 10 idle but its limit says 4, dev all
+        // of its 4 idle: 8 offered, 6 taken, in proportion (3 and 3). Nobody borrows CPU.
+        let mut rows = vec![
+            q("org", None, 0, 24_000, None),
+            q("prod", Some("org"), 16_000, 6_000, Some(4_000)),
+            q("dev", Some("org"), 4_000, 0, None),
+            q("batch", Some("org"), 12_000, 18_000, None),
+            // A lone leaf elsewhere, borrowing more than anyone offers.
+            q("solo", Some("other"), 2_000, 9_000, None),
+        ];
+        QueueView::lend(&mut rows);
+        let lent: Vec<(&str, u64, u64)> =
+            rows.iter().map(|q| (q.name.as_str(), q.lent_gpu_milli, q.lent_cpu_milli)).collect();
+        assert_eq!(lent, [("org", 0, 0), ("prod", 3_000, 0), ("dev", 3_000, 0), ("batch", 0, 0), ("solo", 0, 0)]);
+        // Borrowing past what all siblings offer takes each one's whole lendable amount.
+        rows[3].allocated_gpu_milli = 30_000;
+        rows[3].borrowed_gpu_milli = 18_000;
+        QueueView::lend(&mut rows);
+        assert_eq!((rows[1].lent_gpu_milli, rows[2].lent_gpu_milli), (4_000, 4_000));
+    }
+
+    #[test]
+    fn mig_partitions_of_a_device_plugin_are_counted_per_profile_on_the_node_and_the_cluster() {
+        let mig = |name: &str, total: u64, used: u64| {
+            let ext = |v: u64| vec![("example.com/fpga".to_string(), 1), (format!("nvidia.com/mig-{name}"), v)];
+            let mut node = wasmsched_api::Node { name: format!("mig-{name}"), ..Default::default() };
+            node.allocatable.extended = ext(total);
+            node.allocated.extended = if used > 0 { ext(used) } else { vec![] };
+            node
+        };
+        let a = NodeView::from(&mig("1g.10gb", 7, 3));
+        assert_eq!(a.partitions, [PartitionCount { profile: "1g.10gb".into(), total: 7, used: 3 }]);
+        let b = NodeView::from(&mig("3g.40gb", 2, 0));
+        let c = NodeView::from(&mig("1g.10gb", 7, 7));
+        let cluster = Cluster::of(&[a, b, c], 0, 0);
+        assert_eq!(
+            cluster.partitions,
+            [
+                PartitionCount { profile: "1g.10gb".into(), total: 14, used: 10 },
+                PartitionCount { profile: "3g.40gb".into(), total: 2, used: 0 }
+            ]
+        );
+        assert_eq!((cluster.gpus, cluster.models.len()), (0, 0), "partitions are not whole GPUs");
+    }
 
     #[test]
     fn a_capability_bounds_only_what_it_names() {

@@ -2,6 +2,7 @@
 //! can be made), and its pages in Debian's headless Chromium through chromedriver (WebDriver).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -9,8 +10,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use wasmsched_dashboard::browser::{Browser, Locator};
 use wasmsched_dashboard::view::{
-    BudgetView, Cluster, DeviceView, FaultCount, GpuView, NodeTask, NodeView, PluginView, PolicyView, QueueView,
-    SeriesPoint, SharePoint, StageCalls, WorkloadView,
+    BudgetView, Cluster, DeviceView, FaultCount, GpuView, NodeTask, NodeView, PartitionCount, PluginView, PolicyView,
+    QueueView, SeriesPoint, SharePoint, StageCalls, WorkloadView,
 };
 use wasmsched_dashboard::{Publisher, Server, View};
 
@@ -63,7 +64,17 @@ fn node(name: &str, model: &str, used: &[u32]) -> NodeView {
             ],
             _ => vec![],
         },
+        // gpu-b also has an A100 its device plugin splits into MIG partitions (mixed strategy).
+        partitions: match name {
+            "gpu-b" => vec![PartitionCount { profile: "1g.10gb".into(), total: 7, used: 2 }],
+            _ => vec![],
+        },
     }
+}
+
+fn lent(mut queues: Vec<QueueView>) -> Vec<QueueView> {
+    QueueView::lend(&mut queues);
+    queues
 }
 
 fn sample() -> View {
@@ -78,7 +89,8 @@ fn sample() -> View {
         at_seconds: 42,
         cluster: Cluster::of(&nodes, 7, 1),
         nodes,
-        queues: vec![
+        // What prod lends is what research borrows, within prod's lending limit.
+        queues: lent(vec![
             QueueView { name: "all".into(), weight: 1, allocated_gpu_milli: 9_000, ..QueueView::default() },
             QueueView {
                 name: "research".into(),
@@ -96,6 +108,7 @@ fn sample() -> View {
                 guarantee_cpu_milli: 32_000,
                 capability_cpu_milli: Some(64_000),
                 capability_memory_bytes: Some(128 << 30),
+                borrowed_cpu_milli: 16_000,
                 pending: 4,
                 ..QueueView::default()
             },
@@ -107,11 +120,12 @@ fn sample() -> View {
                 deserved_gpu_milli: Some(12_000),
                 guarantee_gpu_milli: 8_000,
                 capability_gpu_milli: Some(16_000),
+                lending_limit_gpu_milli: Some(1_000),
                 served: Some(1),
                 running: 3,
                 ..QueueView::default()
             },
-        ],
+        ]),
         workloads: vec![WorkloadView {
             name: "ml/train".into(),
             queue: "research".into(),
@@ -145,6 +159,7 @@ fn sample() -> View {
             SeriesPoint { at: 0.0, allocation_percent: 0.0, fragmentation_percent: Some(0.0) },
             SeriesPoint { at: 1.0, allocation_percent: 50.0, fragmentation_percent: Some(5.0) },
         ],
+        series_x: "virtual seconds".into(),
         queue_history: std::sync::Arc::new(
             [(
                 "research".to_string(),
@@ -317,6 +332,54 @@ async fn events_stream_live_and_a_client_that_never_reads_holds_nothing_back() {
     drop(stuck);
 }
 
+/// A scheduler deciding faster than anyone reads: a sink only the dashboard reads wants at most
+/// `EVENTS_PER_SECOND` events a second, so no more are built or encoded, and the pages are told
+/// how many were left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_decisions_reaches_the_pages_at_a_bounded_rate_the_rest_counted() {
+    const BURST: u64 = 3_000;
+    let (publisher, server) = serve().await;
+    let mut page = TcpStream::connect(server.addr()).await.unwrap();
+    page.write_all(b"GET /api/v1/events HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    while publisher.watchers() == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let origin = wasmsched_events::Origin { source: "wasmsched/test/scheduler".into(), id_prefix: "r".into() };
+    let sink = wasmsched_events::EventSink::tap_only(origin, Default::default(), Arc::new(publisher.clone())).unwrap();
+    // As the scheduler does: each event built only if the sink wants it.
+    let mut emitted = 0;
+    for payload in decisions_of_a_cycle().into_iter().cycle().take(BURST as usize) {
+        if sink.wanted() {
+            sink.emit(payload);
+            emitted += 1;
+        }
+    }
+    let (mut decisions, mut skipped, mut text) = (0u64, 0u64, String::new());
+    let mut buf = vec![0u8; 1 << 16];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while decisions + skipped < BURST {
+        assert!(Instant::now() < deadline, "{decisions} decisions and {skipped} skipped of {BURST}");
+        let n = tokio::time::timeout(Duration::from_secs(20), page.read(&mut buf)).await.unwrap().unwrap();
+        text.push_str(&String::from_utf8_lossy(&buf[..n]));
+        // Whole SSE events only (a blank line ends one).
+        while let Some(end) = text.find("\n\n") {
+            let event: String = text.drain(..end + 2).collect();
+            if event.contains("event: decision") {
+                decisions += 1;
+            } else if let Some(count) = event.split("data: ").nth(1).filter(|_| event.contains("event: skipped")) {
+                skipped += count.trim().parse::<u64>().unwrap();
+            }
+        }
+    }
+    let limit = u64::from(wasmsched_dashboard::EVENTS_PER_SECOND);
+    // A burst of milliseconds falls in one or two of the tap's one-second windows.
+    assert!((limit..=2 * limit).contains(&decisions), "{decisions} decisions, {skipped} skipped");
+    assert_eq!(decisions + skipped, BURST);
+    assert_eq!(emitted, decisions, "nothing built that the pages were not sent");
+    let stats = sink.close(Duration::from_secs(10));
+    assert_eq!((stats.emitted, stats.delivered, stats.lost()), (emitted, emitted, 0));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pages_render_what_the_api_says_in_a_real_browser() {
     let (publisher, server) = serve().await;
@@ -329,11 +392,20 @@ async fn the_pages_render_what_the_api_says_in_a_real_browser() {
     browser.eventually("node count", "#node-count", |t| t == nodes).await;
     browser.eventually("GPU count", "#gpu-count", |t| t == gpus).await;
     browser.eventually("allocation", "#allocation", |t| t == "59.4 %").await;
+    // Allocation and fragmentation over the source's clock, in the vendored chart.
+    browser
+        .eventually("the history chart", "#history .u-legend", |t| {
+            t.contains("virtual seconds") && t.contains("allocated") && t.contains("fragmented")
+        })
+        .await;
+    browser.eventually("its axis named", "#history-x", |t| t == "virtual seconds").await;
     // Every node a row, each GPU a cell: 16 GPUs, 2.5 of them used wholly or partly.
     let rows = browser.client.find_all(Locator::Css(".node-row")).await.unwrap();
     assert_eq!(rows.len(), 4);
-    let cells = browser.client.find_all(Locator::Css(".node-row .gpu:not(.dra)")).await.unwrap();
+    let cells = browser.client.find_all(Locator::Css(".node-row .gpus > .gpu:not(.dra)")).await.unwrap();
     assert_eq!(cells.len(), 16);
+    // gpu-b's seven MIG partitions, apart from its GPUs.
+    assert_eq!(browser.client.find_all(Locator::Css(".node-row .partitions .gpu.mig")).await.unwrap().len(), 7);
     // gpu-c's DRA devices beside its GPUs: the held MIG partition drawn full, the free GPU free.
     assert_eq!(browser.client.find_all(Locator::Css(".node-row .gpu.dra")).await.unwrap().len(), 2);
     assert_eq!(browser.client.find_all(Locator::Css(".node-row .gpu.dra.mig.full")).await.unwrap().len(), 1);
@@ -357,6 +429,11 @@ async fn the_pages_render_what_the_api_says_in_a_real_browser() {
     browser
         .eventually("the tasks on it", "#node-detail .task-list", |t| t == "web/serve-0 (prod)\nml/eval-1 (research)")
         .await;
+    browser.eventually("its MIG partitions", "#node-detail .partition-list", |t| t == "1g.10gb: 2 of 7 in use").await;
+    browser.eventually("the cluster's MIG partitions", "#partition-count", |t| t == "1g.10gb 2/7").await;
+    let cells =
+        browser.client.find_all(Locator::Css(".node-row[data-name='gpu-b'] .partitions .gpu.full")).await.unwrap();
+    assert_eq!(cells.len(), 2, "a filled cell per partition in use");
     browser.click("#queue-filter option[value='prod']").await.unwrap();
     browser.eventually("filtered by queue", "#shown-count", |t| t == "1 shown").await;
     browser.click("#queue-filter option[value='']").await.unwrap();
@@ -373,18 +450,25 @@ async fn the_pages_render_what_the_api_says_in_a_real_browser() {
         out
     };
     assert_eq!(rows.len(), 3, "{rows:?}");
-    assert!(rows[0].starts_with("prod all 1 3 3 12 8 0 16"), "{rows:?}");
+    assert!(rows[0].starts_with("prod all 1 3 3 12 8 0 1 (limit 1) 16"), "{rows:?}");
     assert!(
-        rows[1].starts_with("research all 2 1 6 4 4 2 – 48 / 40 · guaranteed 32 · cap 64 96 / 64 · cap 128 4 0"),
+        rows[1].starts_with(
+            "research all 2 1 6 4 4 2 0 – 48 / 40 · guaranteed 32 · cap 64 · borrowed 16 96 / 64 · cap 128 4 0"
+        ),
         "{rows:?}"
     );
-    assert!(rows[2].starts_with("all 1 9 – 0 0 –"), "the inner queue last, unserved: {rows:?}");
+    assert!(rows[2].starts_with("all 1 9 – 0 0 0 –"), "the inner queue last, unserved: {rows:?}");
     // A queue's share over time on click.
     browser.click("#queue-rows .queue[data-name='research']").await.unwrap();
     browser.eventually("queue detail", "#queue-name", |t| t == "research").await;
     browser.eventually("its history", "#queue-span", |t| t == "3 samples over 20 s, up to 6 GPUs").await;
-    let lines = browser.client.find_all(Locator::Css("#queue-history polyline")).await.unwrap();
-    assert_eq!(lines.len(), 2, "allocated and deserved");
+    // Drawn by the vendored chart (its legend names each line; the first entry is the axis).
+    browser
+        .eventually("allocated and deserved", "#queue-history .u-legend", |t| {
+            t.contains("allocated") && t.contains("deserved") && t.contains("seconds")
+        })
+        .await;
+    assert!(browser.client.find(Locator::Css("#queue-history canvas")).await.is_ok(), "drawn on its canvas");
     // And from the keyboard: Enter on a focused row.
     let prod = browser.client.find(Locator::Css("#queue-rows .queue[data-name='prod']")).await.unwrap();
     prod.send_keys("\u{E007}").await.unwrap();
@@ -416,7 +500,12 @@ async fn the_pages_render_what_the_api_says_in_a_real_browser() {
         "live": "default@4", "live_origin": "file:/etc/policies", "on_probation": true, "last_good": "default@3",
         "live_window": {"decisions": 2000, "fault_rate": 0.0, "unschedulable_rate": 0.125, "p99_ms": 1.5},
         "candidate": "default@5",
-        "shadow": {"compared": 840, "identical_share": 0.9712, "fault_rate": 0.0, "mean_score_delta": 3.25, "seconds": 61.4},
+        "shadow": {"compared": 840, "identical_share": 0.9712, "fault_rate": 0.0, "mean_score_delta": 3.25, "seconds": 61.4,
+                   "recent_differences": [
+                       {"task": {"id": "ml/pod-9", "namespace": "ml", "queue": "research"}, "live": "gpu-a", "shadow": "gpu-c",
+                        "live_score": 71, "shadow_score": 64},
+                       {"task": {"id": "ml/<i>x</i>", "namespace": "ml", "queue": "research"}, "live": "gpu-b", "shadow": null,
+                        "live_score": 50, "shadow_score": null}]},
         "source_errors": [],
         "history": [
             {"label": "default@5", "origin": "file:/etc/policies", "outcome": "shadow", "reason": "gates passed", "at": 1.7e9},
@@ -436,19 +525,99 @@ async fn the_pages_render_what_the_api_says_in_a_real_browser() {
         })
         .await;
     browser.eventually("history, newest first", "#history-rows .outcome", |t| t == "shadow").await;
+    browser
+        .eventually("the candidate's different decisions", "#shadow-rows", |t| {
+            t == "ml/pod-9 gpu-a (71) gpu-c (64)\nml/<i>x</i> gpu-b (50) unschedulable"
+        })
+        .await;
     let history = browser.client.find(Locator::Css("#history-rows")).await.unwrap().text().await.unwrap();
     assert!(history.contains("promoted <b>by hand</b>") && history.contains("2023-11-14 22:13:20"), "{history}");
-    // Decisions as they happen.
+    // Decisions as they happen, read from an event sink's outbox as a JSONL file or JetStream
+    // would get them, and filtered by kind, node, queue and task.
     browser.click("#tab-decisions").await.unwrap();
     browser.eventually("stream live", "#event-status", |t| t == "live").await;
-    publisher.event("{\"type\":\"task-scheduled\",\"task\":\"ml/pod-7\",\"node\":\"gpu-b\"}");
-    browser.eventually("event shown", "#event-list", |t| t.contains("ml/pod-7")).await;
+    let origin = wasmsched_events::Origin { source: "wasmsched/test/scheduler".into(), id_prefix: "t".into() };
+    let sink = wasmsched_events::EventSink::tap_only(origin, Default::default(), Arc::new(publisher.clone())).unwrap();
+    for payload in decisions_of_a_cycle() {
+        sink.emit(payload);
+    }
+    browser.eventually("every event shown", "#event-count", |t| t == "4").await;
+    let rows = browser.text_of("#event-rows").await.unwrap();
+    assert!(
+        rows.contains(
+            "task-scheduled ml/pod-7 gpu-b research GPUs 0×1, 1×0.5; score 81 of 3 feasible nodes; default@3"
+        ),
+        "{rows}"
+    );
+    assert!(
+        rows.contains("task-unschedulable ml/<b>big</b> research filter: not enough GPUs (2 nodes) — attempt 2"),
+        "{rows}"
+    );
+    assert!(rows.contains("task-preempted ml/low gpu-a batch priority for ml/<b>big</b>; checkpoint done"), "{rows}");
+    assert!(rows.contains("queue-share-changed prod prod deserved 19 → 18 CPU cores; allocated 16 GPUs"), "{rows}");
+    browser.click("#event-kind option[value='task-preempted']").await.unwrap();
+    browser.eventually("by kind", "#event-count", |t| t == "1").await;
+    browser.click("#event-kind option[value='']").await.unwrap();
+    browser.type_into("#event-node", "gpu-b").await.unwrap();
+    browser.eventually("by node", "#event-rows .task", |t| t == "ml/pod-7").await;
+    browser.type_into("#event-node", "").await.unwrap();
+    browser.type_into("#event-queue", "research").await.unwrap();
+    browser.eventually("by queue", "#event-count", |t| t == "2").await;
+    browser.type_into("#event-task", "big").await.unwrap();
+    browser.eventually("by task", "#event-rows .kind", |t| t == "task-unschedulable").await;
+    assert_eq!(sink.stats().delivered, 4, "the outbox counts what the page was handed");
     // A link names the view.
     browser.client.goto(&format!("{url}#/pending")).await.unwrap();
     browser.eventually("linked view", "#workload-rows", |t| t.contains("ml/train")).await;
+    browser.eventually("the header on any tab", "#source", |t| t == "test · t=42s").await;
     let hidden = browser.client.find(Locator::Css("#cluster")).await.unwrap().attr("hidden").await.unwrap();
     assert!(hidden.is_some(), "only the linked view is shown");
     let grid_tab = browser.client.find(Locator::Css("#tab-experiments")).await.unwrap().attr("hidden").await.unwrap();
     assert!(grid_tab.is_some(), "no Experiments tab where no grid runs");
     browser.close().await;
+}
+
+/// A cycle's events as the scheduler emits them: a placement, a gang that does not fit (its
+/// member's name carrying markup), the victim it preempts, and a share that moved.
+fn decisions_of_a_cycle() -> Vec<wasmsched_events::Payload> {
+    use wasmsched_events::schema::*;
+    let task = |id: &str, queue: &str| TaskRef {
+        id: id.into(),
+        namespace: "ml".into(),
+        queue: queue.into(),
+        ..Default::default()
+    };
+    let set = PolicySetRef { name: "default".into(), version: 3 };
+    vec![
+        Payload::TaskScheduled(TaskScheduled {
+            task: task("ml/pod-7", "research"),
+            node: "gpu-b".into(),
+            gpus: vec![GpuShare { gpu: 0, milli: 1000 }, GpuShare { gpu: 1, milli: 500 }],
+            score: ScoreSummary { total: 81, feasible: 3, evaluated: 4 },
+            policy_set: set.clone(),
+            attempt: 1,
+            ..Default::default()
+        }),
+        Payload::TaskUnschedulable(TaskUnschedulable {
+            task: task("ml/<b>big</b>", "research"),
+            reasons: vec![StageReason { stage: Stage::Filter, reason: "not enough GPUs".into(), nodes: 2 }],
+            policy_set: set,
+            attempt: 2,
+        }),
+        Payload::TaskPreempted(TaskPreempted {
+            victim: task("ml/low", "batch"),
+            node: "gpu-a".into(),
+            preemptor: task("ml/<b>big</b>", "research"),
+            reason: PreemptReason::Priority,
+            checkpoint: CheckpointOutcome::Done,
+            grace_seconds: 600,
+        }),
+        // Fair share moved prod's CPU, not its GPUs.
+        Payload::QueueShareChanged(QueueShareChanged {
+            queue: "prod".into(),
+            deserved: Quantity { cpu_milli: 18_000, memory_bytes: 0, gpu_milli: 18_667 },
+            previous: Quantity { cpu_milli: 19_000, memory_bytes: 0, gpu_milli: 18_667 },
+            allocated: Quantity { cpu_milli: 14_000, memory_bytes: 0, gpu_milli: 16_000 },
+        }),
+    ]
 }

@@ -53,6 +53,9 @@ fn drain(shared: Arc<Shared>, file: File, path: PathBuf) {
         })();
         match written {
             Ok(()) => {
+                for item in &mut items {
+                    shared.delivered_to_tap(&item.encoded(&*encode).json);
+                }
                 let short = items.len() < 4096;
                 shared.ack(items, 0);
                 if short && !shared.is_closed() {

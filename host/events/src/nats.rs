@@ -646,6 +646,7 @@ async fn session(
                 let (mut item, _) = inflight.pop_front().expect("front exists");
                 match result {
                     Ok(ack) => {
+                        shared.delivered_to_tap(&item.encoded(encode).json);
                         acked.record(ack.sequence, &mut item, encode);
                         // Ack whatever else is already acknowledged in one go: one lock, not one per event.
                         let mut done = vec![item];
@@ -655,6 +656,7 @@ async fn session(
                                 Some(Ok(ack)) => {
                                     duplicates += u64::from(ack.duplicate);
                                     let (mut next, _) = inflight.pop_front().expect("front exists");
+                                    shared.delivered_to_tap(&next.encoded(encode).json);
                                     acked.record(ack.sequence, &mut next, encode);
                                     done.push(next);
                                 }

@@ -125,7 +125,19 @@ async fn replay_serves_a_scenario_in_virtual_time_with_its_queues_waiting_gangs_
     // 1,520 virtual seconds at 400 per second: at least 3.8 s.
     let started = Instant::now();
     let scenario = "examples/scenarios/queues-gangs-preemption.yaml";
-    let (child, addr) = serving(&["replay", "--scenario", scenario, "--rollout", &rollout, "--speed", "400"]);
+    let file = dir.path().join("events.jsonl");
+    let (child, addr) = serving(&[
+        "replay",
+        "--scenario",
+        scenario,
+        "--rollout",
+        &rollout,
+        "--speed",
+        "400",
+        "--events",
+        file.to_str().unwrap(),
+    ]);
+    let page = follow_decisions(&addr).await;
     // Mid-replay views: the virtual clock moves, and the page follows it.
     let mut clocks = Vec::new();
     let finished = loop {
@@ -178,6 +190,39 @@ async fn replay_serves_a_scenario_in_virtual_time_with_its_queues_waiting_gangs_
     browser.eventually("the rolled-out set", "#policy-name", |t| t == "most-allocated v2").await;
     browser.close().await;
     stop_serving(child);
+    // The decision stream is the event file's outbox: from the moment the page connected, every
+    // event the file got, in its order, stamped in virtual time.
+    let written: Vec<Value> =
+        std::fs::read_to_string(&file).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let seen = page.lock().unwrap().clone();
+    assert!(seen.len() > 20, "{} of {} events streamed", seen.len(), written.len());
+    assert_eq!(seen[..], written[written.len() - seen.len()..], "the stream is the file's tail");
+    let kinds: std::collections::BTreeSet<&str> = seen.iter().filter_map(|e| e["type"].as_str()).collect();
+    for kind in ["task.scheduled", "task.ended", "group.timed-out", "policy.swapped", "queue.share-changed"] {
+        assert!(kinds.contains(format!("io.wasmsched.{kind}.v1").as_str()), "{kind} in {kinds:?}");
+    }
+    assert!(seen.iter().all(|e| e["time"].as_str().is_some_and(|t| t.starts_with("1970-01-01"))), "virtual time");
+}
+
+/// A page following the decision stream at `addr` from now on: the events it has seen, in order.
+async fn follow_decisions(addr: &str) -> std::sync::Arc<std::sync::Mutex<Vec<Value>>> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(b"GET /api/v1/events HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let into = seen.clone();
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(stream).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            assert!(!line.starts_with("event: lagged"), "the page fell behind");
+            if let Some(data) = line.strip_prefix("data: ") {
+                into.lock().unwrap().push(serde_json::from_str(data).expect("each decision is a JSON event"));
+            }
+        }
+    });
+    // Followed once the server counts the page (its first view is there before it listens).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    seen
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -222,8 +267,12 @@ async fn experiment_serves_its_progress_then_its_table_and_curves() {
     let best_fit = rows.iter().find(|r| r["policy"] == "best-fit").unwrap()["at_130"][0].as_f64().unwrap();
     let shown: f64 = best.split(' ').next().unwrap().parse().unwrap();
     assert!((shown - fgd.max(best_fit)).abs() <= 0.005 + 1e-9, "{best}: fgd {fgd}, best-fit {best_fit}");
-    let lines = browser.client.find_all(Locator::Css("#experiment-chart polyline")).await.unwrap();
-    assert_eq!(lines.len(), 2);
+    // A line per policy in the vendored chart: its legend names the axis, then each policy.
+    browser
+        .eventually("a line per policy", "#experiment-chart .u-legend", |t| t.contains("best-fit") && t.contains("fgd"))
+        .await;
+    let lines = browser.client.find_all(Locator::Css("#experiment-chart .u-legend .u-series")).await.unwrap();
+    assert_eq!(lines.len(), 3, "the axis and two policies");
     browser.eventually("what runs", "#source", |t| t.starts_with("experiment: 1 traces × 2 policies × 2 seeds")).await;
     browser.eventually("the axes", "#experiment-axes", |t| t.contains("capacity arrived (%, 80–130)")).await;
     browser.close().await;

@@ -95,6 +95,9 @@ fn killing_the_server_mid_stream_loses_nothing_duplicates_nothing_and_keeps_orde
     let config = NatsConfig { ack_timeout_ms: 2_000, backoff_max_ms: 500, ..server.config() };
     let sink =
         EventSink::nats(config.clone(), origin("k"), OutboxConfig { max_events: N, ..Default::default() }).unwrap();
+    // A dashboard's stream reads beside JetStream: what the server acknowledged, in its order.
+    let tap = crate::sink::Recorder::new(true);
+    sink.tap(tap.clone());
     let emitter = {
         let sink = sink.clone();
         std::thread::spawn(move || {
@@ -140,6 +143,15 @@ fn killing_the_server_mid_stream_loses_nothing_duplicates_nothing_and_keeps_orde
         }
     }
     assert_eq!(raw, N, "every event exactly once");
+    let tapped: Vec<String> = tap
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|json| serde_json::from_slice::<wasmsched_events::Event>(json).unwrap().id)
+        .collect();
+    let stored: Vec<String> = events.iter().map(|e| e.id.clone()).collect();
+    assert_eq!(tapped, stored, "the tap read what the stream stored, once each, in its order");
 }
 
 #[test]

@@ -130,3 +130,82 @@ fn an_idle_drainer_wakes_for_each_event() {
     let median = waits[waits.len() / 2];
     assert!(median < Duration::from_millis(15), "median wait {median:?}: the drainer was not woken");
 }
+
+/// A reader beside the destination (the dashboard's decision stream): it sees each event once,
+/// as the destination gets it, in the same order, spilled ones included.
+pub(crate) struct Recorder {
+    pub(crate) wants: std::sync::atomic::AtomicBool,
+    pub(crate) seen: std::sync::Mutex<Vec<Vec<u8>>>,
+}
+
+impl Recorder {
+    pub(crate) fn new(wants: bool) -> std::sync::Arc<Recorder> {
+        std::sync::Arc::new(Recorder { wants: wants.into(), seen: Default::default() })
+    }
+
+    fn labels(&self) -> Vec<String> {
+        let seen = self.seen.lock().unwrap();
+        seen.iter()
+            .map(|json| {
+                let e: wasmsched_events::Event = serde_json::from_slice(json).unwrap();
+                let Payload::QueueShareChanged(q) = e.payload else { panic!("{:?}", e.payload) };
+                q.queue
+            })
+            .collect()
+    }
+}
+
+impl wasmsched_events::Tap for Recorder {
+    fn wants(&self) -> bool {
+        self.wants.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn event(&self, json: &[u8]) {
+        self.seen.lock().unwrap().push(json.to_vec());
+    }
+}
+
+#[test]
+fn a_tap_reads_every_event_the_file_gets_in_its_order_spilled_ones_too() {
+    const N: u64 = 20_000;
+    let (_dir, path, sink) = jsonl_sink("events.jsonl", "t", |dir| OutboxConfig {
+        max_events: 16,
+        spill_dir: Some(dir.join("spill")),
+        ..OutboxConfig::default()
+    });
+    let tap = Recorder::new(true);
+    assert!(sink.tap(tap.clone()));
+    assert!(!sink.tap(Recorder::new(true)), "one tap per sink");
+    assert!(sink.wanted(), "a sink with a destination always wants its events");
+    for i in 0..N {
+        emit_labelled(&sink, format!("q-{i}"));
+    }
+    let stats = sink.close(Duration::from_secs(60));
+    assert!(stats.spilled > 0, "{stats:?}");
+    let file: Vec<String> = read_labels(&path).into_iter().map(|(_, l)| l).collect();
+    assert_eq!(tap.labels(), file);
+    let lines: Vec<Vec<u8>> =
+        std::fs::read(&path).unwrap().split(|&b| b == b'\n').filter(|l| !l.is_empty()).map(<[u8]>::to_vec).collect();
+    assert_eq!(*tap.seen.lock().unwrap(), lines, "byte for byte what the file got");
+}
+
+#[test]
+fn a_tap_only_sink_counts_what_its_reader_saw_and_encodes_nothing_while_none_reads() {
+    let origin = wasmsched_events::Origin { source: "wasmsched/test/scheduler".into(), id_prefix: "d".into() };
+    let tap = Recorder::new(false);
+    let sink = EventSink::tap_only(origin, OutboxConfig::default(), tap.clone()).unwrap();
+    assert!(!sink.wanted(), "nobody reads: a source may skip building events");
+    for i in 0..100 {
+        emit_labelled(&sink, format!("unread-{i}"));
+    }
+    assert!(sink.flush(Duration::from_secs(10)));
+    assert!(tap.seen.lock().unwrap().is_empty(), "nothing encoded for nobody");
+    tap.wants.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(sink.wanted());
+    for i in 0..100 {
+        emit_labelled(&sink, format!("read-{i}"));
+    }
+    let stats = sink.close(Duration::from_secs(10));
+    assert_eq!((stats.emitted, stats.delivered, stats.lost()), (200, 200, 0), "{stats:?}");
+    assert_eq!(tap.labels(), (0..100).map(|i| format!("read-{i}")).collect::<Vec<_>>());
+}

@@ -4,7 +4,8 @@
 //! into the view — the loop never builds 5,000 node rows itself.
 
 use wasmsched_dashboard::view::{
-    BudgetView, Cluster, FaultCount, NodeTask, NodeView, PluginView, PolicyView, QueueView, StageCalls, WorkloadView,
+    BudgetView, Cluster, FaultCount, NodeTask, NodeView, PluginView, PolicyView, QueueView, SeriesPoint, StageCalls,
+    WorkloadView,
 };
 
 use super::*;
@@ -26,6 +27,31 @@ impl Scheduler {
             self.show_topology(&name);
         }
         self
+    }
+
+    /// The dashboard's decision stream reads the event outbox: a tap on the `--events`/`--nats`
+    /// sink, or, where no destination is set, a sink whose only reader is the dashboard (events
+    /// then go through the outbox but are encoded only while a page follows).
+    pub(super) fn stream_decisions(&mut self) {
+        let Some(publisher) = self.reports.dashboard.clone() else { return };
+        let tap: Arc<dyn wasmsched_events::Tap> = Arc::new(publisher);
+        match &self.reports.events {
+            Some(sink) => {
+                if !sink.tap(tap) {
+                    tracing::warn!("the event sink is read by another tap: the dashboard shows no decisions");
+                }
+            }
+            None => {
+                let origin = wasmsched_events::Origin {
+                    source: format!("wasmsched/{}/scheduler", self.config.scheduler_name),
+                    id_prefix: wasmsched_events::Origin::unique_prefix(),
+                };
+                match EventSink::tap_only(origin, wasmsched_events::OutboxConfig::default(), tap) {
+                    Ok(sink) => self.reports.events = Some(sink),
+                    Err(e) => tracing::warn!(error = %e, "the dashboard shows no decisions"),
+                }
+            }
+        }
     }
 
     /// Keeps `node`'s rendered topology for the dashboard in step with the core's (none: forgotten).
@@ -78,7 +104,7 @@ impl Scheduler {
         let shares = self.core.queue_shares();
         let counts = self.core.queue_tasks();
         let tree = self.core.queues();
-        let queues = shares
+        let mut queues: Vec<QueueView> = shares
             .iter()
             .zip(&counts)
             .enumerate()
@@ -87,6 +113,7 @@ impl Scheduler {
                 QueueView::of(s, tree.get(i), parent, *pending, *running)
             })
             .collect();
+        QueueView::lend(&mut queues);
         let at_seconds = self.now();
         let places = self.core.queue_positions();
         // What runs where: every placed member of every workload holding room.
@@ -99,7 +126,8 @@ impl Scheduler {
                 }
             }
         }
-        if self.reports.queue_sampled.is_none_or(|at| at.elapsed() >= SHARE_EVERY) {
+        let sample = self.reports.queue_sampled.is_none_or(|at| at.elapsed() >= SHARE_EVERY);
+        if sample {
             self.reports.queue_sampled = Some(Instant::now());
             let history = Arc::make_mut(&mut self.reports.queue_history);
             history.retain(|name, _| shares.iter().any(|s| &s.name == name));
@@ -138,6 +166,7 @@ impl Scheduler {
                 });
             }
         }
+        self.held_back(&mut workloads);
         let live = self.shared.registry.current();
         let policies = PolicyView {
             name: live.spec.name.clone(),
@@ -155,7 +184,10 @@ impl Scheduler {
                 .collect(),
             rollout: serde_json::to_value(self.shared.registry.status()).ok(),
         };
-        let (placed, waiting) = (self.core.queue_tasks().iter().map(|c| c.1 as u64).sum(), workloads.len() as u64);
+        // A queue counts its subtree's tasks: the roots' counts are the cluster's.
+        let placed =
+            counts.iter().enumerate().filter(|(i, _)| tree.parent(*i).is_none()).map(|(_, c)| c.1 as u64).sum();
+        let waiting = workloads.len() as u64;
         // Behind a Service both replicas answer: a standby says what it is.
         let source = if *self.leadership.leader.borrow() {
             "kubernetes (leader)".to_string()
@@ -166,31 +198,80 @@ impl Scheduler {
         let queue_history = self.reports.queue_history.clone();
         self.show_dra_devices();
         let devices = self.reports.dra_devices.clone();
+        let allocation = self.reports.allocation.clone();
         tokio::task::spawn_blocking(move || {
             let mut rows: Vec<NodeView> = nodes
                 .slots()
                 .filter_map(|s| nodes.get(s))
-                .map(|n| NodeView {
-                    tasks: on_node.remove(&n.name).unwrap_or_default(),
-                    devices: devices.get(&n.name).map(|d| d.to_vec()).unwrap_or_default(),
-                    ..NodeView::from(n)
+                .map(|n| {
+                    let row = NodeView { tasks: on_node.remove(&n.name).unwrap_or_default(), ..NodeView::from(n) };
+                    row.with_devices(devices.get(&n.name).map(|d| d.to_vec()).unwrap_or_default())
                 })
                 .collect();
             rows.sort_by(|a, b| a.name.cmp(&b.name));
+            let cluster = Cluster::of(&rows, placed, waiting);
+            // The cluster's GPU allocation, sampled with the queues' shares.
+            let series = {
+                let mut points = allocation.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if sample && cluster.gpu_milli_total > 0 {
+                    if points.len() == SHARE_SAMPLES {
+                        points.pop_front();
+                    }
+                    points.push_back(SeriesPoint {
+                        at: at_seconds as f64,
+                        allocation_percent: 100.0 * cluster.gpu_milli_used as f64 / cluster.gpu_milli_total as f64,
+                        fragmentation_percent: None,
+                    });
+                }
+                points.iter().cloned().collect()
+            };
             publisher.publish(wasmsched_dashboard::View {
                 source,
                 at_seconds,
-                cluster: Cluster::of(&rows, placed, waiting),
+                cluster,
                 nodes: rows,
                 queues,
                 workloads,
                 policies: Some(policies),
-                series: Vec::new(),
+                series,
+                series_x: "seconds since the scheduler started".into(),
                 topologies,
                 queue_history,
                 experiments: None,
             });
         });
+    }
+}
+
+impl Scheduler {
+    /// Pods that wait before the core sees them (a gang's members not all created yet, a claim
+    /// its template has not made yet, a queue that does not exist): each says why, as its
+    /// `PodScheduled` condition does, after the workloads the core holds.
+    fn held_back(&self, workloads: &mut Vec<WorkloadView>) {
+        let wall_now = k8s_openapi::jiff::Timestamp::now().as_second().max(0) as u64;
+        let mut held: Vec<WorkloadView> = self
+            .reports
+            .reported
+            .iter()
+            .filter(|(id, _)| self.core.owner_of(id).is_none())
+            .filter_map(|(id, why)| {
+                let pod = self.ours.get(id).filter(|p| !p.bound)?;
+                let created = pod.created.map(|c| c.as_second().max(0) as u64);
+                Some(WorkloadView {
+                    name: id.clone(),
+                    queue: pod.task.queue.clone(),
+                    phase: "Held".into(),
+                    members: 1,
+                    placed: 0,
+                    min_member: 1,
+                    reason: Some(why.clone()),
+                    queue_position: None,
+                    waiting_seconds: created.map(|c| wall_now.saturating_sub(c)),
+                })
+            })
+            .collect();
+        held.sort_by(|a, b| a.name.cmp(&b.name));
+        workloads.extend(held);
     }
 }
 

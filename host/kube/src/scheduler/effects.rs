@@ -198,7 +198,7 @@ impl Scheduler {
             let observed = Observed { task: first, nodes: self.cache.nodes(), result: &result, latency: each };
             self.shared.registry.record(live, observed);
         }
-        if let (Some(sink), Some(first)) = (&self.reports.events, waiting.first()) {
+        if let (Some(sink), Some(first)) = (self.reports.events.as_ref().filter(|s| s.wanted()), waiting.first()) {
             for p in decisions::cycle(d, &self.facts(first, explanation.attempts), self.cache.nodes(), policy) {
                 sink.emit(p);
             }
@@ -270,7 +270,7 @@ impl Scheduler {
     /// evicted through the API.
     pub(super) fn evicted(&mut self, d: &Decision, task: &str, reason: &EvictReason, at: &Carried<'_>) {
         let policy = at.policy;
-        if let Some(sink) = &self.reports.events
+        if let Some(sink) = self.reports.events.as_ref().filter(|s| s.wanted())
             && let Some(victim) = self.ours.get(task)
         {
             let preemptor = match reason {
@@ -301,7 +301,7 @@ impl Scheduler {
         let policy = at.policy;
         let members: Vec<Task> =
             self.core.members_of(workload).map(|m| m.map(|(t, _)| t.clone()).collect()).unwrap_or_default();
-        if let (Some(sink), Some(first)) = (&self.reports.events, members.first()) {
+        if let (Some(sink), Some(first)) = (self.reports.events.as_ref().filter(|s| s.wanted()), members.first()) {
             let status = self.core.status(workload);
             let facts = CycleFacts {
                 min_member: members.len() as u32,
@@ -324,7 +324,7 @@ impl Scheduler {
     pub(super) fn fault(&mut self, d: &Decision, fault: &PluginFault, at: &Carried<'_>) {
         let policy = at.policy;
         tracing::warn!(fault = %fault, "plugin fault");
-        if let Some(sink) = &self.reports.events {
+        if let Some(sink) = self.reports.events.as_ref().filter(|s| s.wanted()) {
             let any = Task::default();
             for p in decisions::cycle(d, &self.facts(&any, 0), self.cache.nodes(), policy) {
                 sink.emit(p);
@@ -384,13 +384,6 @@ impl Scheduler {
         tracing::debug!(pod = %id, reason = message, "unschedulable");
         if !*self.leadership.leader.borrow() {
             return;
-        }
-        // Why a pod waits, as it changes: the dashboard's live stream.
-        if let Some(board) = &self.reports.dashboard
-            && board.watchers() > 0
-        {
-            let event = serde_json::json!({"type": "task-unschedulable", "task": id, "reason": message});
-            board.event(&event.to_string());
         }
         self.reports.reported.insert(id.to_string(), message.to_string());
         if let Some(writer) = &self.reports.pod_status {
@@ -511,14 +504,6 @@ impl Scheduler {
                             template: None,
                         });
                     }
-                }
-                if result.is_ok()
-                    && let Some(board) = &self.reports.dashboard
-                    && board.watchers() > 0
-                {
-                    let node = self.cache.node_of(&id).unwrap_or_default();
-                    let event = serde_json::json!({"type": "task-scheduled", "task": id, "node": node});
-                    board.event(&event.to_string());
                 }
                 self.bind_done(id, result, took, decided_in)
             }

@@ -315,6 +315,9 @@ struct Reports {
     /// Each queue's share over time for the dashboard, and when it was last sampled.
     queue_history: Arc<std::collections::HashMap<String, std::collections::VecDeque<SharePoint>>>,
     queue_sampled: Option<Instant>,
+    /// The cluster's GPU allocation over time, sampled with the queues' shares (by the task that
+    /// builds the view, which counts it).
+    allocation: Arc<std::sync::Mutex<std::collections::VecDeque<wasmsched_dashboard::view::SeriesPoint>>>,
 }
 
 /// API writes under way.
@@ -408,6 +411,7 @@ impl Scheduler {
                 dra_devices: Arc::default(),
                 queue_history: Arc::default(),
                 queue_sampled: None,
+                allocation: Default::default(),
             },
             leadership: Leadership { leader, _always: Some(always) },
         }
@@ -423,6 +427,7 @@ impl Scheduler {
     /// Runs until `stop` changes (or its sender is dropped): starts the election if configured,
     /// watches, decides and binds; on stop, waits for binds in flight and releases the lease.
     pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
+        self.stream_decisions();
         let (stop_election, election) = match self.config.lease.clone() {
             Some(lease) => {
                 let (elector, leader) = Elector::new(self.api.election.clone(), lease);

@@ -27,7 +27,7 @@ impl Scheduler {
     /// Publish `payload` stamped `at`, and count it in the usage meter.
     pub(super) fn publish_at(&self, at: Timestamp, payload: Payload) {
         self.shared.metrics.usage.record(at, &payload);
-        if let Some(sink) = &self.reports.events {
+        if let Some(sink) = self.reports.events.as_ref().filter(|s| s.wanted()) {
             sink.emit_at(at, payload);
         }
     }

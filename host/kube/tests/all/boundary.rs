@@ -68,6 +68,15 @@ pub(crate) fn start_with_dashboard(api: &FakeApi, client: &str, dashboard: wasms
     start_inner(api.clients(client, None), None, None, Some(dashboard))
 }
 
+/// The scheduler publishing to `events` and shown on `dashboard`.
+fn start_with_events_and_dashboard(
+    api: &FakeApi,
+    events: EventSink,
+    dashboard: wasmsched_dashboard::Publisher,
+) -> Running {
+    start_inner(api.clients("a", None), None, Some(events), Some(dashboard))
+}
+
 fn start_full(clients: Clients, lease: Option<LeaseConfig>, events: Option<EventSink>) -> Running {
     start_inner(clients, lease, events, None)
 }
@@ -496,7 +505,14 @@ async fn a_gang_of_a_priority_class_waits_for_its_members_then_preempts_a_checkp
     let _ = std::fs::remove_file(&file);
     let origin = Origin { source: "wasmsched/test/scheduler".into(), id_prefix: "t".into() };
     let sink = EventSink::jsonl(&file, origin, OutboxConfig::default()).unwrap();
-    let run = start_with_events(&api, "a", None, Some(sink.clone()));
+    // A dashboard page follows the decisions from the start: it reads the same outbox as the file.
+    let publisher = wasmsched_dashboard::Publisher::new();
+    let server = wasmsched_dashboard::Server::start("127.0.0.1:0".parse().unwrap(), publisher.clone()).await.unwrap();
+    let page = crate::workloads::follow_decisions(server.addr()).await;
+    while publisher.watchers() == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let run = start_with_events_and_dashboard(&api, sink.clone(), publisher);
     eventually("low bound", Duration::from_secs(30), || node_of(&api, "ml/low").is_some()).await;
     // A gang of two at priority 10, the value of the class its PodGroup names (its pods' own
     // priority is 0, like the victim's): the PodGroup first, then its members one at a time.
@@ -583,6 +599,10 @@ async fn a_gang_of_a_priority_class_waits_for_its_members_then_preempts_a_checkp
     let text = std::fs::read_to_string(&file).unwrap();
     let _ = std::fs::remove_file(&file);
     let events: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    // The page saw every event the file got, the same ones in the same order.
+    eventually("the page has every event", Duration::from_secs(10), || page.lock().unwrap().len() >= events.len())
+        .await;
+    assert_eq!(*page.lock().unwrap(), events, "the dashboard's stream is the outbox's");
     let of = |t: &str| events.iter().filter(|e| e["type"] == t).collect::<Vec<_>>();
     let mut scheduled: Vec<&str> =
         of("io.wasmsched.task.scheduled.v1").iter().map(|e| e["data"]["task"]["id"].as_str().unwrap()).collect();

@@ -633,6 +633,8 @@ async fn the_dashboard_shows_each_nodes_dra_devices_and_the_claims_holding_them(
     let devices = node["devices"].as_array().unwrap();
     let ids: Vec<&str> = devices.iter().map(|d| d["id"].as_str().unwrap()).collect();
     assert_eq!(ids, [format!("{DRIVER}/n1/gpu-0"), format!("{DRIVER}/n1/gpu-1")]);
+    // A node whose GPUs only DRA publishes is listed with their model.
+    assert_eq!(node["model"], "NVIDIA H100 80GB HBM3", "{node}");
     for d in devices {
         assert_eq!(d["model"], "NVIDIA H100 80GB HBM3");
         let id = d["id"].as_str().unwrap();

@@ -814,6 +814,28 @@ pub(crate) async fn dashboard_get(addr: std::net::SocketAddr, path: &str) -> Val
     serde_json::from_str(out.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or_default()).unwrap_or(Value::Null)
 }
 
+/// A page following the decision stream at `addr` from now on: the events it has seen, in order.
+pub(crate) async fn follow_decisions(addr: std::net::SocketAddr) -> std::sync::Arc<std::sync::Mutex<Vec<Value>>> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(b"GET /api/v1/events HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let into = seen.clone();
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(stream).lines();
+        let mut kind = String::new();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(k) = line.strip_prefix("event: ") {
+                kind = k.to_string();
+            } else if let Some(data) = line.strip_prefix("data: ") {
+                assert_eq!(kind, "decision", "the page fell behind: {data}");
+                into.lock().unwrap().push(serde_json::from_str(data).expect("each decision is a JSON event"));
+            }
+        }
+    });
+    seen
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_the_cluster_the_core_sees_and_why_a_gang_waits() {
     let api = FakeApi::new();
@@ -832,36 +854,48 @@ async fn the_dashboard_shows_the_cluster_the_core_sees_and_why_a_gang_waits() {
     for p in job_pods("big", "big-uid", 0..4, 8, None) {
         api.put(Kind::Pod, p);
     }
-    api.put(Kind::Pod, pod("ml", "solo", NAME, 2, "4", "32Gi"));
+    // `solo` runs in a leaf queue under an inner one (a queue counts its subtree's tasks).
+    api.put(Kind::Queue, json!({"metadata": {"name": "org"}, "spec": {}}));
+    api.put(Kind::Queue, json!({"metadata": {"name": "team"}, "spec": {"parent": "org"}}));
+    let mut solo = pod("ml", "solo", NAME, 2, "4", "32Gi");
+    solo["metadata"]["annotations"] = json!({"scheduling.wasmsched.io/queue": "team"});
+    api.put(Kind::Pod, solo);
+    // A pod group of two with one member so far: held back before the core sees it.
+    api.put(Kind::PodGroup, json!({"metadata": {"name": "pair", "namespace": "ml"}, "spec": {"minMember": 2}}));
+    let mut lonely = pod("ml", "lonely", NAME, 1, "1", "1Gi");
+    lonely["metadata"]["labels"]["scheduling.wasmsched.io/pod-group"] = json!("pair");
+    api.put(Kind::Pod, lonely);
     let publisher = wasmsched_dashboard::Publisher::new();
     let server = wasmsched_dashboard::Server::start("127.0.0.1:0".parse().unwrap(), publisher.clone()).await.unwrap();
     // A page following the decisions from the start.
-    let mut stream = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
-    {
-        use tokio::io::AsyncWriteExt;
-        stream.write_all(b"GET /api/v1/events HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
-    }
+    let seen = follow_decisions(server.addr()).await;
     while publisher.watchers() == 0 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // No `--events` destination: the stream is the outbox of a sink only the dashboard reads.
     let run = crate::boundary::start_with_dashboard(&api, "a", publisher);
     eventually("solo bound", Duration::from_secs(20), || node_of(&api, "ml/solo").is_some()).await;
-    // The stream showed the bind and why the gang waits, as they happened.
-    let mut seen = String::new();
-    let mut buf = vec![0u8; 1 << 16];
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !(seen.contains("task-scheduled") && seen.contains("ml/solo") && seen.contains("task-unschedulable")) {
-        use tokio::io::AsyncReadExt;
-        assert!(std::time::Instant::now() < deadline, "decisions streamed: {seen}");
-        let n = tokio::time::timeout(Duration::from_secs(20), stream.read(&mut buf)).await.unwrap().unwrap();
-        assert!(n > 0, "stream open");
-        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
-    }
+    // The stream showed the bind and why the gang waits, as they happened: the events as a sink
+    // publishes them, reasons per stage included.
+    let shown = |t: &str, subject: &str| {
+        let of = |e: &&Value| e["type"] == t && e["subject"].as_str().is_some_and(|s| s.starts_with(subject));
+        seen.lock().unwrap().iter().find(of).cloned()
+    };
+    eventually("decisions streamed", Duration::from_secs(20), || {
+        shown("io.wasmsched.task.scheduled.v1", "ml/solo").is_some()
+            && shown("io.wasmsched.task.unschedulable.v1", "ml/big-").is_some()
+    })
+    .await;
+    let placed = shown("io.wasmsched.task.scheduled.v1", "ml/solo").unwrap();
+    assert!(placed["data"]["node"].as_str().is_some_and(|n| n.starts_with("gpu-")), "{placed}");
+    let waits = shown("io.wasmsched.task.unschedulable.v1", "ml/big-").unwrap();
+    assert!(waits["data"]["reasons"].as_array().is_some_and(|r| !r.is_empty()), "{waits}");
     let started = std::time::Instant::now();
     let (cluster, workloads) = loop {
         let c = dashboard_get(server.addr(), "/api/v1/cluster").await;
         let w = dashboard_get(server.addr(), "/api/v1/workloads").await;
-        let tried = w["workloads"].as_array().is_some_and(|l| l.iter().any(|w| w["reason"].is_string()));
+        let tried = w["workloads"].as_array().is_some_and(|l| l.iter().any(|w| w["reason"].is_string()))
+            && w["workloads"].as_array().is_some_and(|l| l.iter().any(|w| w["phase"] == "Held"));
         if c["cluster"]["gpu_milli_used"] == 2000 && tried {
             break (c, w);
         }
@@ -873,6 +907,16 @@ async fn the_dashboard_shows_the_cluster_the_core_sees_and_why_a_gang_waits() {
         (Some("kubernetes (leader)"), Some(3))
     );
     assert_eq!(cluster["cluster"]["gpus"], 24);
+    assert_eq!(cluster["cluster"]["placed"], 1, "solo, counted once although two queues hold it: {cluster}");
+    // The cluster's GPU allocation over time, sampled from the first view on.
+    let series = cluster["series"].as_array().unwrap();
+    assert!(!series.is_empty(), "{cluster}");
+    assert!(
+        series
+            .iter()
+            .all(|p| p["at"].is_number() && (0.0..=100.0).contains(&p["allocation_percent"].as_f64().unwrap())),
+        "{cluster}"
+    );
     let gang = &workloads["workloads"][0];
     assert_eq!((gang["name"].as_str(), gang["phase"].as_str()), (Some("ml/job/big"), Some("Pending")));
     assert_eq!(
@@ -882,6 +926,11 @@ async fn the_dashboard_shows_the_cluster_the_core_sees_and_why_a_gang_waits() {
     assert!(gang["reason"].as_str().unwrap().contains("gang"), "{gang}");
     assert_eq!(gang["queue_position"], 1, "the only work waiting in its queue: {gang}");
     assert!(gang["waiting_seconds"].as_u64().is_some_and(|s| s < 60), "{gang}");
+    // After what the core holds, the pods held back before it, each with why.
+    let held = &workloads["workloads"][1];
+    assert_eq!((held["name"].as_str(), held["phase"].as_str()), (Some("ml/lonely"), Some("Held")), "{workloads}");
+    assert!(held["reason"].as_str().unwrap().contains("waiting for its 2 members to exist"), "{held}");
+    assert_eq!(workloads["workloads"].as_array().unwrap().len(), 2, "{workloads}");
     let policies = dashboard_get(server.addr(), "/api/v1/policies").await;
     assert!(policies["policies"]["plugins"].as_array().is_some_and(|p| !p.is_empty()), "{policies}");
     // The queue that holds `solo`'s two GPUs, with its guarantee, what it borrows and its place

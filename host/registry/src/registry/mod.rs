@@ -49,6 +49,8 @@ const RECENT_EVERY: u64 = 8;
 const HISTORY: usize = 32;
 /// Differing decisions kept as examples in a shadow report.
 const SHADOW_EXAMPLES: usize = 10;
+/// Differing decisions a shadow run keeps for its status (the dashboard shows them), newest last.
+const SHADOW_RECENT: usize = 20;
 /// Publish a shadow report every this many compared decisions (and at the end).
 const SHADOW_REPORT_EVERY: u64 = 1_000;
 /// Offer a fresh cluster sample when the last one is older than this.
@@ -404,6 +406,7 @@ impl Registry {
                     both_placed: 0,
                     score_delta_sum: 0.0,
                     examples: Vec::new(),
+                    recent: std::collections::VecDeque::new(),
                     reported: 0,
                 });
             }

@@ -14,6 +14,8 @@ pub(super) struct ShadowRun {
     pub(super) both_placed: u64,
     pub(super) score_delta_sum: f64,
     pub(super) examples: Vec<DecisionDiff>,
+    /// The last differing decisions, whatever was reported: what a person looks at.
+    pub(super) recent: std::collections::VecDeque<DecisionDiff>,
     pub(super) reported: u64,
 }
 
@@ -25,6 +27,7 @@ impl ShadowRun {
             fault_rate: if self.compared == 0 { 0.0 } else { self.faults as f64 / self.compared as f64 },
             mean_score_delta: if self.both_placed == 0 { 0.0 } else { self.score_delta_sum / self.both_placed as f64 },
             seconds: self.started.elapsed().as_secs_f64(),
+            recent_differences: self.recent.iter().rev().cloned().collect(),
         }
     }
 
@@ -69,6 +72,9 @@ pub struct ShadowStats {
     pub mean_score_delta: f64,
     /// Seconds since the run began.
     pub seconds: f64,
+    /// The last differing decisions, newest first (at most 20): the task, the node each set chose
+    /// (none: unschedulable) and each one's score of it.
+    pub recent_differences: Vec<DecisionDiff>,
 }
 
 impl Registry {
@@ -100,15 +106,22 @@ impl Registry {
         }
         if live_node == shadow_node {
             run.identical += 1;
-        } else if run.examples.len() < SHADOW_EXAMPLES {
+        } else {
             let name = |s: Option<u32>| s.and_then(|s| d.nodes.get(s)).map(|n| n.name.clone());
-            run.examples.push(DecisionDiff {
+            let diff = DecisionDiff {
                 task: task_ref(d.task),
                 live: name(live_node),
                 shadow: name(shadow_node),
                 live_score,
                 shadow_score,
-            });
+            };
+            if run.recent.len() == SHADOW_RECENT {
+                run.recent.pop_front();
+            }
+            run.recent.push_back(diff.clone());
+            if run.examples.len() < SHADOW_EXAMPLES {
+                run.examples.push(diff);
+            }
         }
         let done = run.done();
         if done || run.compared - run.reported >= SHADOW_REPORT_EVERY {

@@ -597,7 +597,12 @@ impl FakeApi {
             ["apis", group, version, resource] if self.dynamic_kind(group, version, resource).is_some() => {
                 let kind = self.dynamic_kind(group, version, resource).unwrap();
                 if self.state().unserved.contains(&kind) {
-                    respond(404, &status(404, "NotFound", "the server could not find the requested resource"))
+                    // As kube-apiserver v1.36 answers a group/version nobody installed: plain
+                    // text, no `Status`.
+                    let mut r = Response::new(Full::new(Bytes::from_static(b"404 page not found\n")).boxed());
+                    *r.status_mut() = StatusCode::NOT_FOUND;
+                    r.headers_mut().insert(http::header::CONTENT_TYPE, "text/plain; charset=utf-8".parse().unwrap());
+                    r
                 } else {
                     self.collection(kind, &q)
                 }
