@@ -54,6 +54,7 @@ fn explain(args: ExplainArgs) -> anyhow::Result<()> {
         bail!("no Node among --objects: give the nodes too (`kubectl get nodes -o yaml`)");
     }
     let (mut inventory, refused) = Inventory::from_slices(&cluster.slices);
+    inventory.apply_taint_rules(&cluster.taint_rules);
     // Its own earlier allocation does not hold devices against it.
     let others = cluster.claims.iter().filter(|c| c.metadata.name.as_deref() != Some(name.as_str()));
     inventory.hold_allocated(others);

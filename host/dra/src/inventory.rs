@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use k8s_openapi::api::core::v1::{Node, NodeSelector};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+use k8s_openapi::api::resource::v1beta2::DeviceTaintRule;
 
 use crate::node_selector;
 use crate::quantity::Quantity;
@@ -171,6 +172,35 @@ impl Inventory {
             inventory.devices.extend(devices);
         }
         (inventory, refusals)
+    }
+
+    /// Taints `rules` (`DeviceTaintRule`s, `resource.k8s.io/v1beta2`) put on devices, beside the
+    /// ones their slices publish: each rule taints the devices its selector names (by driver, pool
+    /// and device name; none named: every device). Effect `None` only informs, as on slices.
+    pub fn apply_taint_rules<'a>(&mut self, rules: impl IntoIterator<Item = &'a DeviceTaintRule>) {
+        for rule in rules {
+            let taint = &rule.spec.taint;
+            if taint.effect == "None" {
+                continue;
+            }
+            let selector = rule.spec.device_selector.as_ref();
+            let names = |wanted: Option<&String>, actual: &str| wanted.is_none_or(|w| w == actual);
+            let as_v1 = k8s_openapi::api::resource::v1::DeviceTaint {
+                effect: taint.effect.clone(),
+                key: taint.key.clone(),
+                time_added: taint.time_added.clone(),
+                value: taint.value.clone(),
+            };
+            for device in &mut self.devices {
+                let id = &device.id;
+                if names(selector.and_then(|s| s.driver.as_ref()), &id.driver)
+                    && names(selector.and_then(|s| s.pool.as_ref()), &id.pool)
+                    && names(selector.and_then(|s| s.device.as_ref()), &id.device)
+                {
+                    device.taints.push(as_v1.clone());
+                }
+            }
+        }
     }
 
     /// Count the devices `claims` already have allocated (whoever allocated them) as in use.

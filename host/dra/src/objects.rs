@@ -20,6 +20,8 @@ pub struct Objects {
     pub templates: Vec<ResourceClaimTemplate>,
     /// Nodes.
     pub nodes: Vec<Node>,
+    /// DeviceTaintRules (`resource.k8s.io/v1beta2`): taints on the devices they select.
+    pub taint_rules: Vec<k8s_openapi::api::resource::v1beta2::DeviceTaintRule>,
     /// Objects of other kinds, skipped: (file, kind).
     pub skipped: Vec<(PathBuf, String)>,
 }
@@ -91,6 +93,7 @@ impl Objects {
             "ResourceClaim" => self.claims.push(serde_json::from_value(value).map_err(|e| typed(&kind, e))?),
             "ResourceClaimTemplate" => self.templates.push(serde_json::from_value(value).map_err(|e| typed(&kind, e))?),
             "Node" => self.nodes.push(serde_json::from_value(value).map_err(|e| typed(&kind, e))?),
+            "DeviceTaintRule" => self.taint_rules.push(serde_json::from_value(value).map_err(|e| typed(&kind, e))?),
             _ => self.skipped.push((path.into(), kind)),
         }
         Ok(())

@@ -368,3 +368,36 @@ fn devices_that_show_a_selector_the_same_fields_get_its_verdict_without_being_ev
         assert!(s.seen(&inventory.devices()[0]).is_none(), "{expression} reads a map as a whole");
     }
 }
+
+#[test]
+fn a_device_taint_rule_keeps_the_devices_it_selects_from_claims_that_do_not_tolerate_it() {
+    let mut o = Objects::default();
+    o.add(
+        Path::new("objects.yaml"),
+        "{apiVersion: resource.k8s.io/v1, kind: ResourceSlice, metadata: {name: s}, spec: {driver: gpu.nvidia.com, nodeName: n1, pool: {name: n1, generation: 1, resourceSliceCount: 1}, devices: [{name: gpu-0}, {name: gpu-1}, {name: gpu-2}]}}\n---\n\
+         {apiVersion: resource.k8s.io/v1beta2, kind: DeviceTaintRule, metadata: {name: drain-gpu-0}, spec: {deviceSelector: {driver: gpu.nvidia.com, pool: n1, device: gpu-0}, taint: {key: example.com/maintenance, value: drain, effect: NoSchedule}}}\n---\n\
+         {apiVersion: resource.k8s.io/v1beta2, kind: DeviceTaintRule, metadata: {name: note-all}, spec: {taint: {key: example.com/note, effect: None}}}\n---\n\
+         {apiVersion: resource.k8s.io/v1beta2, kind: DeviceTaintRule, metadata: {name: other-driver}, spec: {deviceSelector: {driver: fpga.example.com}, taint: {key: example.com/x, effect: NoExecute}}}\n",
+    )
+    .unwrap();
+    assert_eq!((o.slices.len(), o.taint_rules.len(), o.skipped.len()), (1, 3, 0));
+    let (mut inventory, refused) = Inventory::from_slices(&o.slices);
+    assert!(refused.is_empty(), "{refused:?}");
+    inventory.apply_taint_rules(&o.taint_rules);
+    // Only the device the first rule names carries a taint that keeps claims away; the
+    // informational one and the other driver's leave the rest alone.
+    let tainted: Vec<&str> =
+        inventory.devices().iter().filter(|d| !d.taints.is_empty()).map(|d| d.id.device.as_str()).collect();
+    assert_eq!(tainted, ["gpu-0"]);
+    let class = serde_yaml_ng::from_str("{metadata: {name: gpu.nvidia.com}, spec: {}}").unwrap();
+    let mut a = Allocator::new(inventory, [class]);
+    let n1: Node = serde_yaml_ng::from_str("{metadata: {name: n1}}").unwrap();
+    let err = a.allocate(&gpus(3, "", ""), &n1).unwrap_err().to_string();
+    assert!(err.contains("1 with a taint it does not tolerate"), "{err}");
+    let two = a.allocate(&gpus(2, "", ""), &n1).unwrap();
+    assert!(two.results.iter().all(|r| r.1.device != "gpu-0"), "{two:?}");
+    let spec = claim(
+        "devices: {requests: [{name: gpus, exactly: {deviceClassName: gpu.nvidia.com, count: 3, tolerations: [{key: example.com/maintenance, operator: Exists}]}}]}",
+    );
+    assert_eq!(a.allocate(&spec, &n1).unwrap().results.len(), 3, "tolerated: all three");
+}

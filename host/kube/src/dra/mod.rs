@@ -200,6 +200,8 @@ pub struct Dra {
     slices: Store<ResourceSlice>,
     classes: Store<DeviceClass>,
     claims: Store<ResourceClaim>,
+    /// DeviceTaintRules (`resource.k8s.io/v1beta2`, where served): taints beside the slices'.
+    taint_rules: Store<k8s_openapi::api::resource::v1beta2::DeviceTaintRule>,
     /// Nodes as node selectors see them (name and labels).
     nodes: AHashMap<String, Node>,
     /// Allocations this scheduler wrote (or is writing), by claim, until the watch shows them.
@@ -426,6 +428,14 @@ impl Dra {
         }
     }
 
+    /// A DeviceTaintRule changed: the devices are assembled again, with its taints, on next use.
+    pub fn taint_rule_event(&mut self, event: Event<k8s_openapi::api::resource::v1beta2::DeviceTaintRule>) {
+        if self.taint_rules.on_event(event).is_none_or(|c| !c.is_empty()) {
+            self.allocator = None;
+            self.woke.devices = true;
+        }
+    }
+
     /// A ResourceClaim changed: its devices are held or freed, a pod waiting for it may go on.
     pub fn claim_event(&mut self, event: Event<ResourceClaim>) {
         let changes = self.claims.on_event(event);
@@ -581,7 +591,8 @@ impl Dra {
     /// The allocator with the devices held right now.
     fn allocator(&mut self) -> &mut Allocator {
         let allocator = self.allocator.get_or_insert_with(|| {
-            let (inventory, refusals) = Inventory::from_slices(self.slices.objects.values());
+            let (mut inventory, refusals) = Inventory::from_slices(self.slices.objects.values());
+            inventory.apply_taint_rules(self.taint_rules.objects.values());
             let now: BTreeSet<String> = refusals.iter().map(|r| format!("{}: {}", r.what, r.reason)).collect();
             for r in now.difference(&self.refused) {
                 tracing::warn!(refusal = %r, "DRA: leaving out devices that cannot be used");

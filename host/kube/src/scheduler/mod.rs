@@ -205,6 +205,8 @@ struct Objects {
     dra: crate::dra::Dra,
     /// A DRA watch failed (said once).
     dra_unserved: bool,
+    /// DeviceTaintRules are not served (said once).
+    taint_rules_unserved: bool,
     /// What each pod of ours submitted with claims asks of DRA, for its placement's allocation.
     dra_pods: AHashMap<String, crate::dra::DraPod>,
     /// Claims whose devices the core counts through a task's requests: that task, and the
@@ -452,8 +454,24 @@ impl Scheduler {
         let slices = watch_stream(Api::<ResourceSlice>::all(self.api.client.clone()), watcher::Config::default());
         let device_classes = watch_stream(Api::<DeviceClass>::all(self.api.client.clone()), watcher::Config::default());
         let claims = watch_stream(Api::<ResourceClaim>::all(self.api.client.clone()), watcher::Config::default());
+        let taint_rules = watch_stream(
+            Api::<k8s_openapi::api::resource::v1beta2::DeviceTaintRule>::all(self.api.client.clone()),
+            watcher::Config::default(),
+        );
         let (owners, foreign_groups) = self.group_watches().await;
-        tokio::pin!(nodes, pods, groups, queues, flavors, classes, budgets, slices, device_classes, claims);
+        tokio::pin!(
+            nodes,
+            pods,
+            groups,
+            queues,
+            flavors,
+            classes,
+            budgets,
+            slices,
+            device_classes,
+            claims,
+            taint_rules
+        );
         let (mut owners, mut foreign_groups) = (owners, foreign_groups);
         let mut was_leading = false;
         let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -507,6 +525,7 @@ impl Scheduler {
                 Some(event) = slices.next() => self.dra_event(event, crate::dra::Dra::slice_event),
                 Some(event) = device_classes.next() => self.dra_event(event, crate::dra::Dra::class_event),
                 Some(event) = claims.next() => self.dra_event(event, crate::dra::Dra::claim_event),
+                Some(event) = taint_rules.next() => self.taint_rule_event(event),
                 Ok(()) = self.leadership.leader.changed() => self.next.dirty = true,
                 _ = std::future::ready(()), if runnable => self.cycle(),
                 _ = sleep_until(wakeup), if leading && ready && wakeup.is_some() => {}

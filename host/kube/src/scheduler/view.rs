@@ -332,6 +332,25 @@ impl Scheduler {
         }
     }
 
+    /// A DeviceTaintRule changed. A cluster that does not serve them (`resource.k8s.io/v1beta2`
+    /// off, as by default in 1.36) is said once; slices' own taints still count.
+    pub(super) fn taint_rule_event(
+        &mut self,
+        event: watcher::Result<Event<k8s_openapi::api::resource::v1beta2::DeviceTaintRule>>,
+    ) {
+        match event {
+            Ok(event) => {
+                self.objects.dra.taint_rule_event(event);
+                self.next.dirty = true;
+            }
+            Err(e) if !self.objects.taint_rules_unserved => {
+                self.objects.taint_rules_unserved = true;
+                tracing::info!(error = %e, "DeviceTaintRules (resource.k8s.io/v1beta2) not watched; device taints come from ResourceSlices only");
+            }
+            Err(e) => tracing::debug!(error = %e, "DeviceTaintRule watch failed; retrying"),
+        }
+    }
+
     /// The core takes the queue tree the objects describe, unless that would orphan work.
     pub(super) fn rebuild_queues(&mut self) {
         let (tree, errors) = self.objects.queues.tree(&self.objects.flavors);

@@ -482,7 +482,7 @@ fn serve_budget(allowed: i32, healthy: i32) -> serde_json::Value {
 }
 
 /// Every request the scheduler sent is one the chart's RBAC allows.
-fn assert_chart_rbac_allows(api: &FakeApi) {
+pub(crate) fn assert_chart_rbac_allows(api: &FakeApi) {
     support::assert_rbac_allows(api, "rbac.yaml", &|name| !name.ends_with("-agent"));
 }
 

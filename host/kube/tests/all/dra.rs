@@ -664,3 +664,46 @@ async fn the_dashboard_shows_each_nodes_dra_devices_and_the_claims_holding_them(
     run.stop().await;
     server.stop();
 }
+
+/// A DeviceTaintRule keeps the device it selects from claims that do not tolerate its taint, and
+/// its removal gives the device back; a cluster that does not serve the rules schedules from the
+/// slices alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_taint_rule_keeps_its_device_from_claims_until_it_is_removed() {
+    let api = FakeApi::new();
+    dra_node(&api, "n1", 2);
+    gpu_class(&api);
+    // gpu-0 drained for maintenance: the first claim gets gpu-1, the next waits.
+    api.put(
+        Kind::DeviceTaintRule,
+        json!({"metadata": {"name": "drain-gpu-0"}, "spec": {
+            "deviceSelector": {"driver": DRIVER, "pool": "n1", "device": "gpu-0"},
+            "taint": {"key": "example.com/maintenance", "value": "drain", "effect": "NoSchedule"}}}),
+    );
+    api.put(Kind::ResourceClaim, claim("one-gpu", 1));
+    api.put(Kind::Pod, claiming_pod("one", Some("one-gpu"), None));
+    let running = start(&api, "scheduler", None);
+    eventually("one bound", Duration::from_secs(20), || node_of(&api, "ml/one").is_some()).await;
+    assert_eq!(devices_of(&api, "ml/one-gpu"), vec!["n1/gpu-1"], "the tainted device is not given");
+    api.put(Kind::ResourceClaim, claim("next-gpu", 1));
+    api.put(Kind::Pod, claiming_pod("next", Some("next-gpu"), None));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(node_of(&api, "ml/next").is_none(), "gpu-0 stays drained while the rule stands");
+    // The maintenance is over.
+    api.remove(Kind::DeviceTaintRule, "drain-gpu-0");
+    eventually("next bound", Duration::from_secs(20), || node_of(&api, "ml/next").is_some()).await;
+    assert_eq!(devices_of(&api, "ml/next-gpu"), vec!["n1/gpu-0"]);
+    running.stop().await;
+    crate::boundary::assert_chart_rbac_allows(&api);
+
+    // Not served (`resource.k8s.io/v1beta2` off): the slices' devices are given as they are.
+    let api = FakeApi::new();
+    api.state().unserved.insert(Kind::DeviceTaintRule);
+    dra_node(&api, "n1", 1);
+    gpu_class(&api);
+    api.put(Kind::ResourceClaim, claim("a-gpu", 1));
+    api.put(Kind::Pod, claiming_pod("a", Some("a-gpu"), None));
+    let running = start(&api, "scheduler", None);
+    eventually("bound without the rules", Duration::from_secs(20), || node_of(&api, "ml/a").is_some()).await;
+    running.stop().await;
+}

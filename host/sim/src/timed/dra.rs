@@ -34,6 +34,7 @@ impl Devices {
     /// out: [`Inventory::from_slices`] says why, for the caller to report).
     pub(super) fn new(objects: &Objects, table: &NodeTable) -> Devices {
         let (mut inventory, _) = Inventory::from_slices(&objects.slices);
+        inventory.apply_taint_rules(&objects.taint_rules);
         // Claims the objects show allocated already hold their devices for the whole replay.
         inventory.hold_allocated(&objects.claims);
         let mut nodes = AHashMap::new();

@@ -48,6 +48,9 @@ pub enum Kind {
     ResourceSlice,
     DeviceClass,
     ResourceClaim,
+    /// `resource.k8s.io/v1beta2` DeviceTaintRule (answered `404`, as a real API server does, when
+    /// in [`State::unserved`]).
+    DeviceTaintRule,
     /// The Workload API's `PodGroup` (`scheduling.k8s.io`, at [`State::upstream_version`]).
     UpstreamPodGroup,
     /// The Workload API's `Workload`.
@@ -79,6 +82,7 @@ impl Kind {
             Kind::PriorityClass => "PriorityClassList",
             Kind::PodDisruptionBudget => "PodDisruptionBudgetList",
             Kind::ResourceSlice => "ResourceSliceList",
+            Kind::DeviceTaintRule => "DeviceTaintRuleList",
             Kind::DeviceClass => "DeviceClassList",
             Kind::ResourceClaim => "ResourceClaimList",
             Kind::UpstreamPodGroup | Kind::CoschedulingPodGroup | Kind::VolcanoPodGroup => "PodGroupList",
@@ -105,6 +109,7 @@ impl Kind {
             Kind::PriorityClass => "PriorityClass",
             Kind::PodDisruptionBudget => "PodDisruptionBudget",
             Kind::ResourceSlice => "ResourceSlice",
+            Kind::DeviceTaintRule => "DeviceTaintRule",
             Kind::DeviceClass => "DeviceClass",
             Kind::ResourceClaim => "ResourceClaim",
             Kind::Workload => "Workload",
@@ -127,6 +132,7 @@ impl Kind {
             Kind::PriorityClass => "scheduling.k8s.io/v1",
             Kind::PodDisruptionBudget => "policy/v1",
             Kind::ResourceSlice | Kind::DeviceClass | Kind::ResourceClaim => "resource.k8s.io/v1",
+            Kind::DeviceTaintRule => "resource.k8s.io/v1beta2",
             // The version served is the state's: objects keep the one they were made with.
             Kind::UpstreamPodGroup | Kind::Workload => "scheduling.k8s.io/v1beta1",
             Kind::CoschedulingPodGroup => "scheduling.x-k8s.io/v1alpha1",
@@ -294,6 +300,7 @@ fn key_of(kind: Kind, obj: &Value) -> Key {
                     | Kind::PriorityClass
                     | Kind::ResourceSlice
                     | Kind::DeviceClass
+                    | Kind::DeviceTaintRule
             ) =>
         {
             (kind, format!("{ns}/{name}"))
@@ -717,6 +724,7 @@ impl FakeApi {
             ("kubeflow.org", "v2beta1", "mpijobs") => Kind::MpiJob,
             ("ray.io", "v1", "rayclusters") => Kind::RayCluster,
             ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets") => Kind::LeaderWorkerSet,
+            ("resource.k8s.io", "v1beta2", "devicetaintrules") => Kind::DeviceTaintRule,
             _ => return None,
         })
     }
