@@ -268,9 +268,24 @@ pub struct Feasible {
     pub preferred: Vec<String>,
     /// They can be allocated there now (else only once devices are freed).
     pub now: bool,
+    /// When not now: why no node can serve the claims with the devices free now (a taint, a
+    /// selector, too few free), for the pod's reason beside the core's.
+    pub not_now: Option<String>,
 }
 
 pub use wasmsched_dra::class_resource;
+
+/// `0/N nodes can serve its ResourceClaims: …`, the five commonest reasons first (a node with no
+/// device of the class is the commonest and says the least; a taint or a selector is further down).
+fn summary(why: &BTreeMap<String, usize>, nodes: usize) -> String {
+    const SHOWN: usize = 5;
+    let mut by_count: Vec<(usize, &String)> = why.iter().map(|(r, n)| (*n, r)).collect();
+    by_count.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+    let parts: Vec<String> = by_count.iter().take(SHOWN).map(|(n, r)| format!("{n} node(s): {r}")).collect();
+    let more =
+        if by_count.len() > SHOWN { format!("; {} other reasons", by_count.len() - SHOWN) } else { String::new() };
+    format!("0/{nodes} nodes can serve its ResourceClaims: {}{more}", parts.join("; "))
+}
 
 /// Each device the claims' allocations (and the allocations being written) hold, with the claims
 /// holding it; and each claim's devices.
@@ -753,7 +768,8 @@ impl Dra {
                 if preferred.len() == feasible.len() {
                     preferred.clear();
                 }
-                let answer = Ok(Feasible { nodes: feasible, preferred, now: only_free });
+                let not_now = reasons.first().map(|why| summary(why, nodes.len()));
+                let answer = Ok(Feasible { nodes: feasible, preferred, now: only_free, not_now });
                 self.shapes.insert(shape, answer.clone());
                 return answer;
             }
@@ -761,11 +777,7 @@ impl Dra {
         }
         // Why not now says more (how many devices are free) than why never, unless it is never.
         let why = reasons.pop().unwrap_or_default();
-        let mut by_count: Vec<(usize, String)> = why.into_iter().map(|(r, n)| (n, r)).collect();
-        by_count.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-        let parts: Vec<String> = by_count.iter().take(3).map(|(n, r)| format!("{n} node(s): {r}")).collect();
-        let more = if by_count.len() > 3 { format!("; {} other reasons", by_count.len() - 3) } else { String::new() };
-        let answer = Err(format!("0/{} nodes can serve its ResourceClaims: {}{more}", nodes.len(), parts.join("; ")));
+        let answer = Err(summary(&why, nodes.len()));
         self.shapes.insert(shape, answer.clone());
         answer
     }

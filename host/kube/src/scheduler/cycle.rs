@@ -243,6 +243,7 @@ impl Scheduler {
     fn restrict_to_claims(&mut self, key: &str, tasks: &mut [Task], retry: u64) -> bool {
         let mut any = false;
         let mut refusal = None;
+        self.next.dra_not_now.remove(key);
         for task in tasks.iter_mut() {
             // What an earlier submission asked of DRA is not this one's: the classes serving the
             // pod may be gone (a DeviceClass deleted), and a stale entry would be allocated at bind.
@@ -306,6 +307,9 @@ impl Scheduler {
             match self.objects.dra.feasible_nodes(&task.namespace, &pod.claims, made, candidates.into_iter()) {
                 Ok(feasible) => {
                     tracing::debug!(pod = %task.id, nodes = ?feasible.nodes, now = feasible.now, "DRA: where its claims can go");
+                    if let Some(why) = feasible.not_now.clone() {
+                        self.next.dra_not_now.insert(key.to_string(), why);
+                    }
                     if served.contains_key(GPU_RESOURCE) {
                         task.gpu = Default::default();
                     }

@@ -153,6 +153,7 @@ impl Scheduler {
         let Decision::Bound { workload, task, node, devices, score, feasible, faults } = d else {
             return;
         };
+        self.next.dra_not_now.remove(workload.as_str());
         let (live, policy, each) = (at.live, at.policy, at.each);
         let Some(facts) = self.ours.get(task).cloned() else {
             tracing::warn!(pod = %task, "bound a pod that is gone; the bind will fail");
@@ -204,7 +205,11 @@ impl Scheduler {
             }
         }
         let ids: Vec<String> = waiting.iter().map(|t| t.id.clone()).collect();
-        let why = reason(explanation);
+        let mut why = reason(explanation);
+        // Submitted only for the nodes whose devices could serve it once freed: why none can now.
+        if let Some(now) = self.next.dra_not_now.get(workload) {
+            why = format!("{why}; now: {now}");
+        }
         match self.other_kind_of_node(workload, &ids, &why) {
             Tried::Both(both) => self.report(&ids, &both),
             Tried::PluginNodesOnly => {}

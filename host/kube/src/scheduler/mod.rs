@@ -239,6 +239,9 @@ struct Next {
     /// Pods or groups waiting on their DRA claims (no node can serve them): tried again as soon as
     /// devices are added or freed, not only after `not_before`.
     dra_waiting: AHashSet<String>,
+    /// Workloads submitted for nodes whose devices could serve their claims only once freed:
+    /// why no node can now (a taint, a selector, too few free), told beside the core's reason.
+    dra_not_now: AHashMap<String, String>,
     /// Workloads submitted with the nodes their claims allowed then: submitted again with fresh
     /// nodes when devices are added or freed, while none of their members is placed.
     dra_submitted: AHashSet<String>,
@@ -383,6 +386,7 @@ impl Scheduler {
                 all_pod_labels: false,
                 not_before: AHashMap::new(),
                 dra_waiting: AHashSet::new(),
+                dra_not_now: AHashMap::new(),
                 dra_submitted: AHashSet::new(),
                 dra_avoid: AHashMap::new(),
                 mixed: AHashMap::new(),

@@ -687,7 +687,13 @@ async fn a_device_taint_rule_keeps_its_device_from_claims_until_it_is_removed() 
     assert_eq!(devices_of(&api, "ml/one-gpu"), vec!["n1/gpu-1"], "the tainted device is not given");
     api.put(Kind::ResourceClaim, claim("next-gpu", 1));
     api.put(Kind::Pod, claiming_pod("next", Some("next-gpu"), None));
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Its reason names the taint, beside the core's count of the class's devices.
+    eventually("next told why", Duration::from_secs(20), || {
+        let why = message_of(&api, "ml/next");
+        why.contains("now: 0/1 nodes can serve its ResourceClaims")
+            && why.contains("1 with a taint it does not tolerate")
+    })
+    .await;
     assert!(node_of(&api, "ml/next").is_none(), "gpu-0 stays drained while the rule stands");
     // The maintenance is over.
     api.remove(Kind::DeviceTaintRule, "drain-gpu-0");
