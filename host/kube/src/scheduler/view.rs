@@ -108,6 +108,8 @@ impl Scheduler {
         }
         self.ours.remove(id);
         self.unreport(id);
+        // A lone pod's workload is itself; a gang's note goes with its next submission or bind.
+        self.next.dra_not_now.remove(id);
         if self.in_flight.evicting.remove(id) && self.core.terminated(id) {
             self.next.dirty = true;
         }
