@@ -310,16 +310,16 @@ impl EventSink {
         }
     }
 
-    /// From now on every event this sink encodes also goes to `tap` (see [`Tap`]). A sink has one
-    /// tap: false, and `tap` unused, when it has one already.
+    /// From now on every event this sink's destination takes also goes to `tap` (see [`Tap`]). A
+    /// sink has one tap: false, and `tap` unused, when it has one already.
     pub fn tap(&self, tap: Arc<dyn Tap>) -> bool {
         self.shared.tap.set(tap).is_ok()
     }
 
     /// A sink whose only reader is `tap`: events go through the outbox (numbered, bounded, counted
     /// as delivered once the tap has seen them, or skipped unencoded while it wants none) and
-    /// nowhere else; sources ask [`EventSink::wanted`] before building each. What `wasmsched run --dashboard` streams when no `--events` destination is
-    /// set.
+    /// nowhere else; sources ask [`EventSink::wanted`] before building each. What `wasmsched run
+    /// --dashboard` streams when no `--events` destination is set.
     pub fn tap_only(origin: Origin, outbox: OutboxConfig, tap: Arc<dyn Tap>) -> std::io::Result<EventSink> {
         let sink = EventSink::start(origin, outbox, String::new(), "tap", drain_to_tap)?;
         sink.tap(tap);
