@@ -105,3 +105,28 @@ impl Browser {
         let _ = self.driver.wait();
     }
 }
+
+/// A page following the decision stream of the dashboard at `addr` from now on, without a
+/// browser: every `decision` event it receives, parsed, in order. It panics on `lagged` or
+/// `skipped`, which a test that compares the stream with an event file must not see.
+pub async fn follow_decisions(addr: &str) -> std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("the dashboard listens");
+    stream.write_all(b"GET /api/v1/events HTTP/1.1\r\nHost: x\r\n\r\n").await.expect("request sent");
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let into = seen.clone();
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(stream).lines();
+        let mut kind = String::new();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(k) = line.strip_prefix("event: ") {
+                kind = k.to_string();
+            } else if let Some(data) = line.strip_prefix("data: ") {
+                assert_eq!(kind, "decision", "the page was not sent every event: {kind} {data}");
+                let event = serde_json::from_str(data).expect("each decision is a JSON event");
+                into.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(event);
+            }
+        }
+    });
+    seen
+}

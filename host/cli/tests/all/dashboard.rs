@@ -137,7 +137,9 @@ async fn replay_serves_a_scenario_in_virtual_time_with_its_queues_waiting_gangs_
         "--events",
         file.to_str().unwrap(),
     ]);
-    let page = follow_decisions(&addr).await;
+    let page = wasmsched_dashboard::browser::follow_decisions(&addr).await;
+    // Followed once the server counts the page (its first view is there before it listens).
+    tokio::time::sleep(Duration::from_millis(200)).await;
     // Mid-replay views: the virtual clock moves, and the page follows it.
     let mut clocks = Vec::new();
     let finished = loop {
@@ -202,27 +204,6 @@ async fn replay_serves_a_scenario_in_virtual_time_with_its_queues_waiting_gangs_
         assert!(kinds.contains(format!("io.wasmsched.{kind}.v1").as_str()), "{kind} in {kinds:?}");
     }
     assert!(seen.iter().all(|e| e["time"].as_str().is_some_and(|t| t.starts_with("1970-01-01"))), "virtual time");
-}
-
-/// A page following the decision stream at `addr` from now on: the events it has seen, in order.
-async fn follow_decisions(addr: &str) -> std::sync::Arc<std::sync::Mutex<Vec<Value>>> {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream.write_all(b"GET /api/v1/events HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let into = seen.clone();
-    tokio::spawn(async move {
-        let mut lines = tokio::io::BufReader::new(stream).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            assert!(!line.starts_with("event: lagged"), "the page fell behind");
-            if let Some(data) = line.strip_prefix("data: ") {
-                into.lock().unwrap().push(serde_json::from_str(data).expect("each decision is a JSON event"));
-            }
-        }
-    });
-    // Followed once the server counts the page (its first view is there before it listens).
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    seen
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -508,7 +508,7 @@ async fn a_gang_of_a_priority_class_waits_for_its_members_then_preempts_a_checkp
     // A dashboard page follows the decisions from the start: it reads the same outbox as the file.
     let publisher = wasmsched_dashboard::Publisher::new();
     let server = wasmsched_dashboard::Server::start("127.0.0.1:0".parse().unwrap(), publisher.clone()).await.unwrap();
-    let page = crate::workloads::follow_decisions(server.addr()).await;
+    let page = wasmsched_dashboard::browser::follow_decisions(&server.addr().to_string()).await;
     while publisher.watchers() == 0 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

@@ -814,28 +814,6 @@ pub(crate) async fn dashboard_get(addr: std::net::SocketAddr, path: &str) -> Val
     serde_json::from_str(out.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or_default()).unwrap_or(Value::Null)
 }
 
-/// A page following the decision stream at `addr` from now on: the events it has seen, in order.
-pub(crate) async fn follow_decisions(addr: std::net::SocketAddr) -> std::sync::Arc<std::sync::Mutex<Vec<Value>>> {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream.write_all(b"GET /api/v1/events HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let into = seen.clone();
-    tokio::spawn(async move {
-        let mut lines = tokio::io::BufReader::new(stream).lines();
-        let mut kind = String::new();
-        while let Ok(Some(line)) = lines.next_line().await {
-            if let Some(k) = line.strip_prefix("event: ") {
-                kind = k.to_string();
-            } else if let Some(data) = line.strip_prefix("data: ") {
-                assert_eq!(kind, "decision", "the page fell behind: {data}");
-                into.lock().unwrap().push(serde_json::from_str(data).expect("each decision is a JSON event"));
-            }
-        }
-    });
-    seen
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_the_cluster_the_core_sees_and_why_a_gang_waits() {
     let api = FakeApi::new();
@@ -868,7 +846,7 @@ async fn the_dashboard_shows_the_cluster_the_core_sees_and_why_a_gang_waits() {
     let publisher = wasmsched_dashboard::Publisher::new();
     let server = wasmsched_dashboard::Server::start("127.0.0.1:0".parse().unwrap(), publisher.clone()).await.unwrap();
     // A page following the decisions from the start.
-    let seen = follow_decisions(server.addr()).await;
+    let seen = wasmsched_dashboard::browser::follow_decisions(&server.addr().to_string()).await;
     while publisher.watchers() == 0 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
