@@ -166,7 +166,7 @@ impl Replay {
             self.series.push(SeriesPoint {
                 at: decided as f64,
                 allocation_percent: allocation,
-                fragmentation_percent: None,
+                fragmentation_percent: Some(100.0 * d.after.frag_milli / cluster.gpu_milli_total.max(1) as f64),
             });
             self.publish();
         }

@@ -287,18 +287,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut started: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut shares = decisions::Shares::default();
     let mut board = match args.serve {
-        Some(addr) => {
-            let source = format!("replay: {} jobs on {} nodes", jobs.len(), table.len());
-            Some(crate::replay_dashboard::TimedReplay::start(
-                addr,
-                source,
-                &table,
-                &tree,
-                dra.as_ref(),
-                &policies.live[0],
-                args.speed.unwrap_or_else(|| watchable_speed(&jobs)),
-            )?)
-        }
+        Some(addr) => Some(crate::replay_dashboard::TimedReplay::start(
+            addr,
+            &jobs,
+            &table,
+            &tree,
+            dra.as_ref(),
+            &policies.live[0],
+            args.speed.unwrap_or_else(|| watchable_speed(&jobs)),
+        )?),
         None => None,
     };
     let events = crate::events_cmd::Shown::new(events, board.as_ref().map(|b| b.publisher()), "replay")?;

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use wasmsched_api::fragmentation::{self, ModelAccess, TypicalPod};
 use wasmsched_core::{Decision, NodeTable, QueueShare, QueueTree};
 use wasmsched_dashboard::view::{
     Cluster, DeviceView, NodeTask, NodeView, PluginView, PolicyView, QueueView, SeriesPoint, WorkloadView,
@@ -45,6 +46,11 @@ pub struct TimedReplay {
     policy: PolicyView,
     series: Vec<SeriesPoint>,
     placed: u64,
+    /// FGD's target workload of the replayed jobs, and each node's fragmentation for it (by node
+    /// index), kept current as nodes change.
+    typical: Vec<TypicalPod>,
+    access: ModelAccess,
+    fragmented: Vec<f64>,
 }
 
 fn policy_view(live: &LiveSet) -> PolicyView {
@@ -68,16 +74,17 @@ impl TimedReplay {
         &self.board.publisher
     }
 
-    /// Serves the dashboard on `addr` for a replay over `nodes` and `tree`, starting with `first`.
+    /// Serves the dashboard on `addr` for a replay of `jobs` over `nodes` and `tree`, starting with `first`.
     pub fn start(
         addr: SocketAddr,
-        source: String,
+        jobs: &[Job],
         nodes: &NodeTable,
         tree: &QueueTree,
         dra: Option<&wasmsched_dra::Objects>,
         first: &LiveSet,
         speed: f64,
     ) -> anyhow::Result<TimedReplay> {
+        let source = format!("replay: {} jobs on {} nodes", jobs.len(), nodes.len());
         anyhow::ensure!(
             speed.is_finite() && speed >= 0.0,
             "--speed must be 0 (as fast as possible) or a positive number of virtual seconds per second"
@@ -106,7 +113,15 @@ impl TimedReplay {
             policy: policy_view(first),
             series: Vec::new(),
             placed: 0,
+            typical: wasmsched_sim::timed::target_workload(jobs),
+            access: ModelAccess::default(),
+            fragmented: Vec::new(),
         };
+        replay.fragmented = vec![0.0; replay.nodes.len()];
+        let names: Vec<String> = replay.nodes.iter().map(|n| n.name.clone()).collect();
+        for name in names {
+            replay.refresh(nodes, &name);
+        }
         replay.publish();
         Ok(replay)
     }
@@ -115,6 +130,9 @@ impl TimedReplay {
     fn refresh(&mut self, nodes: &NodeTable, name: &str) {
         if let (Some(&i), Some(node)) = (self.slot.get(name), nodes.slot_of(name).and_then(|s| nodes.get(s))) {
             self.nodes[i] = NodeView::from(node);
+            let model = node.gpus.first().map_or("", |g| g.model.as_str());
+            self.fragmented[i] =
+                fragmentation::of_node(&self.typical, self.access.of(&self.typical, model), node).fragmented;
         }
     }
 
@@ -129,6 +147,7 @@ impl TimedReplay {
 
     /// One decision, made by `live` (the set of its version).
     pub fn decided(&mut self, d: &TimedDecision<'_>, live: Option<&LiveSet>) {
+        self.enter(d.at);
         if let Some(live) = live.filter(|l| l.reference.version != self.policy.version) {
             self.policy = policy_view(live);
         }
@@ -176,35 +195,43 @@ impl TimedReplay {
             }
             Decision::PreemptionRequested { .. } | Decision::Fault(_) => {}
         }
-        self.advance(d.at);
+        self.publish_when_due();
     }
 
     /// A run ended: its room is free.
     pub fn released(&mut self, r: &TimedRelease<'_>) {
+        self.enter(r.at);
         self.remove_task(r.node, &r.task.id);
         self.refresh(r.nodes, r.node);
-        self.advance(r.at);
+        self.publish_when_due();
     }
 
     /// The queues after an instant's cycle.
     pub fn shares(&mut self, at: u64, queues: &[QueueShare]) {
+        self.enter(at);
         self.queues = queues.to_vec();
-        self.advance(at);
+        self.publish_when_due();
     }
 
-    /// Virtual time moved to `at`: wait until the wall clock catches up at `speed`, publish when due.
-    fn advance(&mut self, at: u64) {
-        self.at = self.at.max(at);
+    /// An observation at virtual time `at`, before it changes anything: when time moves on, the
+    /// instant that ended is shown as it ended (every decision of it made) and the replay waits
+    /// for the wall clock to reach `at` at `speed`.
+    fn enter(&mut self, at: u64) {
+        if at <= self.at {
+            return;
+        }
         if self.speed > 0.0 {
-            let due = self.started + Duration::from_secs_f64(self.at as f64 / self.speed);
-            // Publish what happened before sleeping, so a watcher sees the instant it waits at.
-            if due > Instant::now() {
+            let due = self.started + Duration::from_secs_f64(at as f64 / self.speed);
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
                 self.publish();
-                if let Some(wait) = due.checked_duration_since(Instant::now()) {
-                    std::thread::sleep(wait);
-                }
+                std::thread::sleep(wait);
             }
         }
+        self.at = at;
+    }
+
+    /// After an observation: a view when one is due.
+    fn publish_when_due(&mut self) {
         if self.published.elapsed() >= PUBLISH_EVERY {
             self.publish();
         }
@@ -256,12 +283,16 @@ impl TimedReplay {
             .collect();
         let cluster = Cluster::of(&nodes, self.placed, self.waiting.len() as u64);
         let allocation = 100.0 * cluster.gpu_milli_used as f64 / cluster.gpu_milli_total.max(1) as f64;
-        if self.series.last().is_none_or(|p| p.at < self.at as f64) {
-            self.series.push(SeriesPoint {
-                at: self.at as f64,
-                allocation_percent: allocation,
-                fragmentation_percent: None,
-            });
+        let point = SeriesPoint {
+            at: self.at as f64,
+            allocation_percent: allocation,
+            fragmentation_percent: (!self.typical.is_empty() && cluster.gpu_milli_total > 0)
+                .then(|| 100.0 * self.fragmented.iter().sum::<f64>() / cluster.gpu_milli_total as f64),
+        };
+        // One point per virtual instant: the cluster as the instant left it.
+        match self.series.last_mut() {
+            Some(last) if last.at == point.at => *last = point,
+            _ => self.series.push(point),
         }
         let publisher: &Publisher = &self.board.publisher;
         publisher.publish(View {

@@ -1,7 +1,7 @@
 //! The submit-until-X % experiment: every pod is submitted once, in order; it is placed with the
 //! policy set or fails; nothing is deleted (`docs/openb-protocol.md` §3 and §5).
 
-use wasmsched_api::fragmentation::{TypicalPod, measure};
+use wasmsched_api::fragmentation::{ModelAccess, TypicalPod, of_node};
 use wasmsched_api::gpu_affinity::{affinity_recorded, record_affinity};
 use wasmsched_api::{Node, Task};
 use wasmsched_core::{NodeTable, Placement, PolicySet, Unschedulable, bind, place};
@@ -40,14 +40,13 @@ pub struct Run {
 /// Per-node fragmentation for the target workload, kept current as pods land.
 struct FragTracker<'a> {
     typical: &'a [TypicalPod],
-    /// Which typical pods accept each GPU model seen so far.
-    access: Vec<(String, Vec<bool>)>,
+    access: ModelAccess,
     per_node: Vec<(f64, f64)>,
 }
 
 impl<'a> FragTracker<'a> {
     fn new(typical: &'a [TypicalPod], table: &NodeTable) -> Self {
-        let mut t = FragTracker { typical, access: Vec::new(), per_node: Vec::new() };
+        let mut t = FragTracker { typical, access: ModelAccess::default(), per_node: Vec::new() };
         for slot in table.slots() {
             if let Some(n) = table.get(slot) {
                 t.update(slot as usize, n);
@@ -58,16 +57,7 @@ impl<'a> FragTracker<'a> {
 
     fn update(&mut self, at: usize, node: &Node) {
         let model = node.gpus.first().map_or("", |g| g.model.as_str());
-        let i = match self.access.iter().position(|(m, _)| m == model) {
-            Some(i) => i,
-            None => {
-                self.access.push((model.into(), self.typical.iter().map(|t| t.accepts_model(model)).collect()));
-                self.access.len() - 1
-            }
-        };
-        let lefts: Vec<u32> = node.gpus.iter().map(|g| g.free_milli).collect();
-        let cpu_left = node.allocatable.cpu_milli.saturating_sub(node.allocated.cpu_milli);
-        let f = measure(self.typical, &self.access[i].1, cpu_left, &lefts);
+        let f = of_node(self.typical, self.access.of(self.typical, model), node);
         if self.per_node.len() <= at {
             self.per_node.resize(at + 1, (0.0, 0.0));
         }
@@ -101,6 +91,8 @@ pub struct Decision<'a> {
     pub task: &'a Task,
     /// Where it went (the node after binding), or why it could not be placed.
     pub outcome: Result<(&'a Placement, &'a Node), &'a Unschedulable>,
+    /// The run's figures after it: allocation and fragmentation as the replay records them.
+    pub after: Point,
 }
 
 /// [`run`], calling `observe` after every decision.
@@ -119,6 +111,10 @@ pub fn run_observed(
     for pod in pods {
         let task = pod.to_task();
         arrived += pod.gpu_total_milli();
+        let point = |frag: &FragTracker<'_>, used| {
+            let (frag_milli, frag_ratio) = frag.report();
+            Point { arrived_milli: arrived, used_milli: used, frag_milli, frag_ratio }
+        };
         match place(set, &table, &task, 0) {
             // A usage change for mirrors; the affinity label changes only with a new shape.
             Ok(p) => match table.update_usage(p.node, |n| bind(n, &task, &p.devices)) {
@@ -130,7 +126,10 @@ pub fn run_observed(
                     out.placed += 1;
                     if let Some(n) = table.get(p.node) {
                         frag.update(p.node as usize, n);
-                        observe(Decision { task: &task, outcome: Ok((&p, n)) });
+                        let after = point(&frag, used);
+                        out.series.push(after);
+                        observe(Decision { task: &task, outcome: Ok((&p, n)), after });
+                        continue;
                     }
                 }
                 _ => out.failed += 1,
@@ -140,11 +139,13 @@ pub fn run_observed(
                 if !e.diagnosis.faults.is_empty() {
                     out.faulted += 1;
                 }
-                observe(Decision { task: &task, outcome: Err(&e) });
+                let after = point(&frag, used);
+                out.series.push(after);
+                observe(Decision { task: &task, outcome: Err(&e), after });
+                continue;
             }
         }
-        let (frag_milli, frag_ratio) = frag.report();
-        out.series.push(Point { arrived_milli: arrived, used_milli: used, frag_milli, frag_ratio });
+        out.series.push(point(&frag, used));
     }
     out
 }

@@ -55,12 +55,16 @@ impl TypicalPod {
 /// follows from it) is unique.
 pub fn typical_pods(specs: impl IntoIterator<Item = Spec>, popularity_percent: u32) -> Vec<TypicalPod> {
     let mut counts: std::collections::BTreeMap<Spec, u64> = std::collections::BTreeMap::new();
-    let mut total = 0u64;
     for s in specs {
         *counts.entry(s).or_default() += 1;
-        total += 1;
     }
-    let mut sorted: Vec<(Spec, u64)> = counts.into_iter().collect();
+    typical_of_counts(counts, popularity_percent)
+}
+
+/// [`typical_pods`] of shapes already counted (how many pods had each).
+pub fn typical_of_counts(counts: std::collections::BTreeMap<Spec, u64>, popularity_percent: u32) -> Vec<TypicalPod> {
+    let total: u64 = counts.values().sum();
+    let mut sorted: Vec<(Spec, u64)> = counts.into_iter().filter(|(_, n)| *n > 0).collect();
     sorted.sort_by(|(a, na), (b, nb)| {
         nb.cmp(na)
             .then(b.cpu_milli.cmp(&a.cpu_milli))
@@ -90,6 +94,20 @@ pub fn typical_pods(specs: impl IntoIterator<Item = Spec>, popularity_percent: u
             weight: (n as f64 / total) / (cum / total),
         })
         .collect()
+}
+
+impl Spec {
+    /// The shape of `task`: its CPU and whole-or-shared GPU request (a task without GPUs is
+    /// CPU-only, whatever models it names).
+    pub fn of(task: &crate::Task) -> Spec {
+        let gpu = task.gpu.count > 0 && task.gpu.milli_per_gpu > 0;
+        Spec {
+            cpu_milli: task.request.cpu_milli,
+            milli: if gpu { task.gpu.milli_per_gpu } else { 0 },
+            count: if gpu { task.gpu.count } else { 0 },
+            models: if gpu { task.gpu.models.join("|") } else { String::new() },
+        }
+    }
 }
 
 /// A node's fragmentation and its idle GPU share, both in milli-GPU.
@@ -136,6 +154,43 @@ pub fn measure(typical: &[TypicalPod], accessible: &[bool], cpu_left: u64, lefts
     }
 }
 
+/// [`measure`] of `node` as it is now (its free CPU and each GPU's free share).
+pub fn of_node(typical: &[TypicalPod], accessible: &[bool], node: &crate::Node) -> Fragmentation {
+    let lefts: Vec<u32> = node.gpus.iter().map(|g| g.free_milli).collect();
+    measure(typical, accessible, node.free_cpu_milli(), &lefts)
+}
+
+/// Which of `typical` accept each GPU model, computed once per model: a cluster has a handful
+/// of models and thousands of nodes.
+#[derive(Debug, Default)]
+pub struct ModelAccess {
+    models: Vec<(String, Vec<bool>)>,
+}
+
+impl ModelAccess {
+    /// `accessible` for `measure` on a node whose GPUs are `model`.
+    pub fn of(&mut self, typical: &[TypicalPod], model: &str) -> &[bool] {
+        let i = match self.models.iter().position(|(m, _)| m == model) {
+            Some(i) => i,
+            None => {
+                self.models.push((model.into(), typical.iter().map(|t| t.accepts_model(model)).collect()));
+                self.models.len() - 1
+            }
+        };
+        &self.models[i].1
+    }
+}
+
+/// The fragmentation of a whole cluster: its nodes' [`measure`]s summed, in node order.
+pub fn of_cluster<'a>(typical: &[TypicalPod], nodes: impl IntoIterator<Item = &'a crate::Node>) -> Fragmentation {
+    let mut access = ModelAccess::default();
+    nodes.into_iter().fold(Fragmentation::default(), |sum, node| {
+        let model = node.gpus.first().map_or("", |g| g.model.as_str());
+        let f = of_node(typical, access.of(typical, model), node);
+        Fragmentation { fragmented: sum.fragmented + f.fragmented, idle: sum.idle + f.idle }
+    })
+}
+
 /// The FGD node score for a fragmentation change: `trunc(100 · sigmoid((before − after) / 1000))`,
 /// exactly 50 when nothing changes, above 50 when the pod uses share that was fragmented anyway.
 pub fn gradient_score(before: f64, after: f64) -> u32 {
@@ -179,6 +234,61 @@ mod tests {
         assert!(!w[0].accepts_model("T4"));
         // t1 cannot use a T4 at all: its 0.5 weight of the idle 1000 is fragmented.
         assert_eq!(measure(&w, &[false, true, true], 8000, &[1000]).fragmented, 500.0 + 100.0);
+    }
+
+    #[test]
+    fn shapes_counted_elsewhere_give_the_same_target_workload() {
+        let spec = |cpu, milli, count| Spec { cpu_milli: cpu, milli, count, models: String::new() };
+        let specs = [spec(1000, 500, 1), spec(1000, 500, 1), spec(4000, 1000, 8), spec(2000, 0, 0)];
+        let mut counts = std::collections::BTreeMap::new();
+        for s in &specs {
+            *counts.entry(s.clone()).or_insert(0) += 1;
+        }
+        counts.insert(spec(1, 1, 1), 0);
+        assert_eq!(typical_of_counts(counts, 60), typical_pods(specs, 60));
+    }
+
+    #[test]
+    fn a_cluster_is_fragmented_as_much_as_its_nodes_together() {
+        let node = |name: &str, model: &str, cpu_used: u64, lefts: &[u32]| {
+            let mut n = crate::Node { name: name.into(), ..Default::default() };
+            n.allocatable.cpu_milli = 8000;
+            n.allocated.cpu_milli = cpu_used;
+            n.gpus = lefts
+                .iter()
+                .enumerate()
+                .map(|(i, &l)| crate::GpuDevice {
+                    index: i as u32,
+                    model: model.into(),
+                    free_milli: l,
+                    ..Default::default()
+                })
+                .collect();
+            n
+        };
+        let mut w = example();
+        w[1].models = vec!["A100".into()];
+        let nodes =
+            [node("a", "A100", 1000, &[1000, 1000]), node("b", "T4", 0, &[800]), node("c", "A100", 8000, &[600])];
+        let whole = of_cluster(&w, &nodes);
+        // a: 200 (the example's first line); b: 0.4 of 800 for the A100-only shape, 0.5·0 + 0.1·800
+        // for the rest; c: no CPU left, all 600.
+        assert_eq!(whole.fragmented, 200.0 + (320.0 + 80.0) + 600.0);
+        assert_eq!(whole.idle, 2000.0 + 800.0 + 600.0);
+        let task = crate::Task {
+            request: crate::Resources { cpu_milli: 3000, ..Default::default() },
+            gpu: crate::GpuRequest {
+                count: 2,
+                milli_per_gpu: 1000,
+                models: vec!["A100".into(), "H100".into()],
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert_eq!(Spec::of(&task), Spec { cpu_milli: 3000, milli: 1000, count: 2, models: "A100|H100".into() });
+        let cpu_only =
+            crate::Task { gpu: crate::GpuRequest { models: vec!["A100".into()], ..Default::default() }, ..task };
+        assert_eq!(Spec::of(&cpu_only), Spec { cpu_milli: 3000, milli: 0, count: 0, models: String::new() });
     }
 
     #[test]

@@ -158,6 +158,11 @@ async fn replay_serves_a_scenario_in_virtual_time_with_its_queues_waiting_gangs_
     assert!(between.len() >= 5 && between.windows(2).all(|w| w[0] <= w[1]), "a clock that moves: {clocks:?}");
     assert_eq!(finished["atSeconds"].as_u64(), Some(1520));
     assert_eq!((finished["cluster"]["nodes"].as_u64(), finished["cluster"]["gpus"].as_u64()), (Some(2), Some(8)));
+    // FGD's fragmentation over virtual time, for the scenario's job shapes (4 and 2 GPUs): its
+    // jobs fill nodes whole or pair up, so no idle GPU is ever left that a shape could not use.
+    let series = finished["series"].as_array().unwrap();
+    let fragmented: Vec<f64> = series.iter().map(|p| p["fragmentation_percent"].as_f64().unwrap()).collect();
+    assert!(series.len() > 5 && fragmented.iter().all(|&f| f == 0.0), "{fragmented:?}");
     // The queue tree with its quotas, fair shares and order of service.
     let queues = get(&addr, "/api/v1/queues").await;
     let queues = queues["queues"].as_array().unwrap();
@@ -204,6 +209,52 @@ async fn replay_serves_a_scenario_in_virtual_time_with_its_queues_waiting_gangs_
         assert!(kinds.contains(format!("io.wasmsched.{kind}.v1").as_str()), "{kind} in {kinds:?}");
     }
     assert!(seen.iter().all(|e| e["time"].as_str().is_some_and(|t| t.starts_with("1970-01-01"))), "virtual time");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_plots_the_fragmentation_a_small_job_leaves_for_the_popular_shape() {
+    // One 4-GPU node; two of the three jobs want all four GPUs, so FGD's target workload is
+    // 2/3 the 4-GPU shape and 1/3 the 1-GPU one. While the small job runs (0–100 s) its node's
+    // three idle GPUs are fragmented for the 4-GPU shape: 2/3 of 3 of 4 GPUs = 50 %.
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("small-then-big.yaml");
+    let job = |name: &str, arrival: u32, gpus: u32| {
+        format!(
+            "  - {{name: {name}, queue: q, arrival: {arrival}, duration: 10, cpu_milli: 1000, gpus: {gpus}, gpu_milli: 1000}}\n"
+        )
+    };
+    let text = format!(
+        "nodes:\n  - {{name: n0, cpu_milli: 64000, memory_mib: 65536, gpus: 4, model: A100}}\nqueues:\n  - name: q\njobs:\n{}{}{}",
+        job("small", 0, 1).replace("duration: 10", "duration: 100"),
+        job("big-1", 150, 4),
+        job("big-2", 170, 4)
+    );
+    std::fs::write(&scenario, text).unwrap();
+    let (child, addr) = serving(&["replay", "--scenario", scenario.to_str().unwrap(), "--speed", "200"]);
+    let started = Instant::now();
+    let finished = loop {
+        let c = get(&addr, "/api/v1/cluster").await;
+        if c["source"].as_str().is_some_and(|s| s.ends_with("replay finished")) {
+            break c;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "the final view: {c}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    stop_serving(child);
+    let points: Vec<(f64, f64, f64)> = finished["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let f = p["fragmentation_percent"].as_f64().expect("measured");
+            (p["at"].as_f64().unwrap(), p["allocation_percent"].as_f64().unwrap(), f)
+        })
+        .collect();
+    let while_small = points.iter().find(|p| p.0 < 100.0 && p.1 == 25.0).unwrap_or_else(|| panic!("{points:?}"));
+    assert!((while_small.2 - 50.0).abs() < 1e-9, "{points:?}");
+    // A big job on the node leaves nothing idle; after the last one, nothing is fragmented.
+    assert!(points.iter().filter(|p| p.1 == 100.0).all(|p| p.2 == 0.0), "{points:?}");
+    assert_eq!(points.last().map(|p| (p.1, p.2)), Some((0.0, 0.0)), "{points:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,6 +9,7 @@ use wasmsched_dashboard::view::{
 };
 
 use super::*;
+use wasmsched_api::fragmentation;
 
 /// How often a view is published.
 pub(super) const DASHBOARD_EVERY: Duration = Duration::from_secs(1);
@@ -16,6 +17,8 @@ pub(super) const DASHBOARD_EVERY: Duration = Duration::from_secs(1);
 /// hour's worth).
 const SHARE_EVERY: Duration = Duration::from_secs(10);
 const SHARE_SAMPLES: usize = 360;
+/// FGD's target workload covers the shapes of this share of the pods (the simulator's figure).
+const TARGET_POPULARITY_PERCENT: u32 = 95;
 
 impl Scheduler {
     /// Shows this scheduler on `publisher`'s dashboard.
@@ -199,6 +202,12 @@ impl Scheduler {
         self.show_dra_devices();
         let devices = self.reports.dra_devices.clone();
         let allocation = self.reports.allocation.clone();
+        // Fragmentation is measured against the pods this scheduler has now, bound or waiting:
+        // their shapes are the workload the cluster's idle share should still fit.
+        let mut shapes: std::collections::BTreeMap<fragmentation::Spec, u64> = Default::default();
+        for pod in self.ours.values() {
+            *shapes.entry(fragmentation::Spec::of(&pod.task)).or_default() += 1;
+        }
         tokio::task::spawn_blocking(move || {
             let mut rows: Vec<NodeView> = nodes
                 .slots()
@@ -210,20 +219,31 @@ impl Scheduler {
                 .collect();
             rows.sort_by(|a, b| a.name.cmp(&b.name));
             let cluster = Cluster::of(&rows, placed, waiting);
-            // The cluster's GPU allocation, sampled with the queues' shares.
+            // The cluster's GPU allocation and fragmentation, sampled with the queues' shares,
+            // and the view's own moment last (not kept): the chart ends now, as the rows above it.
             let series = {
+                let now = (cluster.gpu_milli_total > 0).then(|| SeriesPoint {
+                    at: at_seconds as f64,
+                    allocation_percent: 100.0 * cluster.gpu_milli_used as f64 / cluster.gpu_milli_total as f64,
+                    fragmentation_percent: fragmented_percent(
+                        &fragmentation::typical_of_counts(shapes, TARGET_POPULARITY_PERCENT),
+                        &nodes,
+                    ),
+                });
                 let mut points = allocation.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                if sample && cluster.gpu_milli_total > 0 {
-                    if points.len() == SHARE_SAMPLES {
-                        points.pop_front();
+                let mut series: Vec<SeriesPoint> = points.iter().cloned().collect();
+                if let Some(now) = now {
+                    if sample {
+                        if points.len() == SHARE_SAMPLES {
+                            points.pop_front();
+                        }
+                        points.push_back(now.clone());
                     }
-                    points.push_back(SeriesPoint {
-                        at: at_seconds as f64,
-                        allocation_percent: 100.0 * cluster.gpu_milli_used as f64 / cluster.gpu_milli_total as f64,
-                        fragmentation_percent: None,
-                    });
+                    if series.last().is_none_or(|p| p.at < now.at) {
+                        series.push(now);
+                    }
                 }
-                points.iter().cloned().collect()
+                series
             };
             publisher.publish(wasmsched_dashboard::View {
                 source,
@@ -241,6 +261,17 @@ impl Scheduler {
             });
         });
     }
+}
+
+/// The share of the GPUs the scheduler shares out (the nodes' own, not DRA devices: those go
+/// whole to claims) that is fragmented for `typical`, in percent; `None` without pods or GPUs.
+fn fragmented_percent(typical: &[fragmentation::TypicalPod], nodes: &wasmsched_core::NodeTable) -> Option<f64> {
+    let all = || nodes.slots().filter_map(|s| nodes.get(s));
+    let capacity: u64 = all().map(|n| n.gpus.len() as u64 * u64::from(wasmsched_api::GPU_MILLI)).sum();
+    if typical.is_empty() || capacity == 0 {
+        return None;
+    }
+    Some(100.0 * fragmentation::of_cluster(typical, all()).fragmented / capacity as f64)
 }
 
 impl Scheduler {

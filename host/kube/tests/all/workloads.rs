@@ -895,6 +895,14 @@ async fn the_dashboard_shows_the_cluster_the_core_sees_and_why_a_gang_waits() {
             .all(|p| p["at"].is_number() && (0.0..=100.0).contains(&p["allocation_percent"].as_f64().unwrap())),
         "{cluster}"
     );
+    // Its last point is the view's moment. Fragmentation is FGD's measure over the shapes of the
+    // pods the scheduler has (4 × 8 GPUs, 1 × 2, 1 × 1): on solo's node the 6 free GPUs are
+    // fragmented for the 8-GPU shape (weight 4/6), the other shapes fit; the other two nodes
+    // take every shape. 4/6 · 6 of 24 GPUs.
+    let now = series.last().unwrap();
+    assert_eq!(now["allocation_percent"].as_f64(), Some(100.0 * 2.0 / 24.0), "{cluster}");
+    let fragmented = now["fragmentation_percent"].as_f64().expect("measured on the scheduler");
+    assert!((fragmented - 100.0 * 4.0 / 24.0).abs() < 1e-9, "{cluster}");
     let gang = &workloads["workloads"][0];
     assert_eq!((gang["name"].as_str(), gang["phase"].as_str()), (Some("ml/job/big"), Some("Pending")));
     assert_eq!(
