@@ -157,7 +157,7 @@ impl Setup {
                 ..Default::default()
             })
             .collect();
-        let node = |name: &str, extended: Vec<(String, u64)>, gpus: u32| Node {
+        let node = |name: &str, extended: Vec<(wasmsched_api::ResourceName, u64)>, gpus: u32| Node {
             name: name.into(),
             allocatable: Resources {
                 cpu_milli: 128_000,

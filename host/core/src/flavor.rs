@@ -50,7 +50,7 @@ pub fn add_flavored(into: &mut Resources, flavor: &str, amount: &Resources) {
         let name = flavored_resource(flavor, resource);
         match into.extended.binary_search_by(|(n, _)| n.as_str().cmp(&name)) {
             Ok(i) => into.extended[i].1 = into.extended[i].1.saturating_add(v),
-            Err(i) => into.extended.insert(i, (name, v)),
+            Err(i) => into.extended.insert(i, (name.into(), v)),
         }
     }
 }
@@ -66,7 +66,7 @@ pub fn flavored_amount(r: &Resources, flavor: &str) -> Resources {
             "cpu" => out.cpu_milli = *v,
             "memory" => out.memory_bytes = *v,
             "gpu" => out.gpu_milli = *v,
-            other => out.extended.push((other.to_string(), *v)),
+            other => out.extended.push((other.into(), *v)),
         }
     }
     out

@@ -1,7 +1,7 @@
 //! Resource accounting on a node: bind a task (with its devices) and release it, refusing
 //! anything that would over-commit the node.
 
-use wasmsched_api::{DeviceShare, GPU_MILLI, Node, Task};
+use wasmsched_api::{DeviceShare, GPU_MILLI, Node, ResourceName, Task};
 
 use crate::plugin::validate;
 
@@ -56,7 +56,7 @@ pub fn bind(node: &mut Node, task: &Task, devices: &[DeviceShare]) -> Result<(),
     node.allocated.cpu_milli += task.request.cpu_milli;
     node.allocated.memory_bytes += task.request.memory_bytes;
     for (name, want) in &task.request.extended {
-        add_extended(&mut node.allocated.extended, name, *want as i128);
+        add_extended(&mut node.allocated.extended, *name, *want as i128);
     }
     node.gpus.update(|gpus| {
         for d in devices {
@@ -78,7 +78,7 @@ pub fn release(node: &mut Node, task: &Task, devices: &[DeviceShare]) {
     node.allocated.cpu_milli = node.allocated.cpu_milli.saturating_sub(task.request.cpu_milli);
     node.allocated.memory_bytes = node.allocated.memory_bytes.saturating_sub(task.request.memory_bytes);
     for (name, want) in &task.request.extended {
-        add_extended(&mut node.allocated.extended, name, -(*want as i128));
+        add_extended(&mut node.allocated.extended, *name, -(*want as i128));
     }
     node.gpus.update(|gpus| {
         for d in devices {
@@ -103,7 +103,7 @@ pub fn bind_fact(node: &mut Node, task: &Task, devices: &[DeviceShare]) {
     node.allocated.cpu_milli = node.allocated.cpu_milli.saturating_add(task.request.cpu_milli);
     node.allocated.memory_bytes = node.allocated.memory_bytes.saturating_add(task.request.memory_bytes);
     for (name, want) in &task.request.extended {
-        add_extended(&mut node.allocated.extended, name, *want as i128);
+        add_extended(&mut node.allocated.extended, *name, *want as i128);
     }
     node.gpus.update(|gpus| {
         for d in devices {
@@ -118,10 +118,10 @@ pub fn bind_fact(node: &mut Node, task: &Task, devices: &[DeviceShare]) {
     }
 }
 
-fn add_extended(list: &mut Vec<(String, u64)>, name: &str, delta: i128) {
-    match list.binary_search_by(|(n, _)| n.as_str().cmp(name)) {
+fn add_extended(list: &mut Vec<(ResourceName, u64)>, name: ResourceName, delta: i128) {
+    match list.binary_search_by(|(n, _)| n.cmp(&name)) {
         Ok(i) => list[i].1 = (list[i].1 as i128 + delta).clamp(0, u64::MAX as i128) as u64,
-        Err(i) if delta > 0 => list.insert(i, (name.to_string(), delta as u64)),
+        Err(i) if delta > 0 => list.insert(i, (name, delta as u64)),
         Err(_) => {}
     }
 }

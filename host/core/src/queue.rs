@@ -260,7 +260,7 @@ impl QueueTree {
         // A guarantee of 0 and a bound of u64::MAX / 4 or more (the frontends' "unbounded") say
         // nothing; anything else makes the qualified resource one to count.
         let flavored =
-            |n: &String| self.flavors.iter().any(|f| n.strip_prefix(&f.name).is_some_and(|r| r.starts_with('/')));
+            |n: &str| self.flavors.iter().any(|f| n.strip_prefix(&f.name).is_some_and(|r| r.starts_with('/')));
         let said = spec.guarantee.extended.iter().filter(|(_, v)| *v > 0).chain(
             [&spec.capability, &spec.borrowing_limit, &spec.lending_limit]
                 .into_iter()
@@ -268,7 +268,7 @@ impl QueueTree {
                 .flat_map(|r| r.extended.iter())
                 .filter(|(_, v)| *v < u64::MAX / 4),
         );
-        let named: Vec<String> = said.map(|(n, _)| n).filter(|n| flavored(n)).cloned().collect();
+        let named: Vec<String> = said.map(|(n, _)| n).filter(|n| flavored(n)).map(|n| n.to_string()).collect();
         self.flavored.extend(named);
         self.queues.push(spec);
         Ok(())

@@ -632,7 +632,7 @@ mod tests {
     #[test]
     fn mig_partitions_of_a_device_plugin_are_counted_per_profile_on_the_node_and_the_cluster() {
         let mig = |name: &str, total: u64, used: u64| {
-            let ext = |v: u64| vec![("example.com/fpga".to_string(), 1), (format!("nvidia.com/mig-{name}"), v)];
+            let ext = |v: u64| vec![("example.com/fpga".into(), 1), (format!("nvidia.com/mig-{name}").into(), v)];
             let mut node = wasmsched_api::Node { name: format!("mig-{name}"), ..Default::default() };
             node.allocatable.extended = ext(total);
             node.allocated.extended = if used > 0 { ext(used) } else { vec![] };

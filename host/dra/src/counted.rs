@@ -6,17 +6,17 @@ use k8s_openapi::api::resource::v1::ResourceClaimSpec;
 
 /// The extended-resource name under which a DeviceClass's devices are counted: the name Kubernetes
 /// gives a class without an `extendedResourceName` of its own (KEP-5004).
-pub fn class_resource(class: &str) -> String {
-    format!("deviceclass.resource.kubernetes.io/{class}")
+pub fn class_resource(class: &str) -> wasmsched_api::ResourceName {
+    wasmsched_api::ResourceName::new(&format!("deviceclass.resource.kubernetes.io/{class}"))
 }
 
 /// What a claim asks of each DeviceClass, as a count: `(class resource, devices)`. Exact counts;
 /// for `firstAvailable` alternatives of one class, the smallest of their counts (the least it
 /// will take). `All`, and alternatives across classes, cannot be counted ahead: the allocator
 /// checks them on the node. Admin access holds no device and counts none.
-pub fn class_counts(spec: &ResourceClaimSpec) -> Vec<(String, u64)> {
+pub fn class_counts(spec: &ResourceClaimSpec) -> Vec<(wasmsched_api::ResourceName, u64)> {
     let exact = |mode: &Option<String>| mode.as_deref().is_none_or(|m| m == "ExactCount");
-    let mut wants: Vec<(String, u64)> = Vec::new();
+    let mut wants: Vec<(wasmsched_api::ResourceName, u64)> = Vec::new();
     let mut add = |class: &str, n: u64| match wants.iter_mut().find(|(r, _)| *r == class_resource(class)) {
         Some((_, total)) => *total += n,
         None => wants.push((class_resource(class), n)),

@@ -104,7 +104,7 @@ pub struct Refusal {
 #[derive(Clone, Debug, Default)]
 pub struct Inventory {
     devices: Vec<Device>,
-    in_use: HashSet<DeviceId>,
+    in_use: ahash::AHashSet<DeviceId>,
 }
 
 impl Inventory {

@@ -16,8 +16,6 @@
 //! A node whose devices publish none of these has no topology: the allocator keeps slice order,
 //! as kube-scheduler does.
 
-use std::collections::HashMap;
-
 use wasmsched_topology::{Gpu, Link, LinkCosts, MAX_GPUS, NodeTopology, NumaPolicy, Prepared};
 
 use crate::inventory::{Attribute, Device};
@@ -92,7 +90,7 @@ pub struct DeviceTopology {
     /// The inventory index of the device at each position.
     members: Vec<usize>,
     /// Position of each member, by inventory index.
-    position: HashMap<usize, u32>,
+    position: ahash::AHashMap<usize, u32>,
     prepared: Prepared,
 }
 

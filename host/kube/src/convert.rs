@@ -145,7 +145,7 @@ pub(crate) fn resources(field: &str, list: &BTreeMap<String, Quantity>) -> Resul
             GPU_RESOURCE => gpus = whole(field, q)?,
             "ephemeral-storage" => {}
             n if n.starts_with("hugepages-") => {}
-            n => r.extended.push((n.to_string(), whole(field, q)?)),
+            n => r.extended.push((n.into(), whole(field, q)?)),
         }
     }
     r.extended.sort();

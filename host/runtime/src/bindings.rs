@@ -48,7 +48,7 @@ pub(crate) fn resources(r: &api::Resources) -> wit::Resources {
         cpu_milli: r.cpu_milli,
         memory_bytes: r.memory_bytes,
         gpu_milli: r.gpu_milli,
-        extended: r.extended.clone(),
+        extended: r.extended.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
     }
 }
 
@@ -57,7 +57,7 @@ pub(crate) fn resources_in(r: wit::Resources) -> api::Resources {
         cpu_milli: r.cpu_milli,
         memory_bytes: r.memory_bytes,
         gpu_milli: r.gpu_milli,
-        extended: r.extended,
+        extended: r.extended.into_iter().map(|(n, v)| (api::ResourceName::new(&n), v)).collect(),
     }
 }
 

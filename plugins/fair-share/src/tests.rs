@@ -81,7 +81,7 @@ fn hierarchy_splits_each_level_by_weight() {
 #[test]
 fn extended_resources_are_dimensions_of_their_own() {
     // Per-flavor quotas: "a100/gpu" and "v100/gpu" are extended resources of the cluster.
-    let ext = |a100: u64, v100: u64| vec![("a100/gpu".to_string(), a100), ("v100/gpu".to_string(), v100)];
+    let ext = |a100: u64, v100: u64| vec![("a100/gpu".into(), a100), ("v100/gpu".into(), v100)];
     let cluster = Resources { extended: ext(8000, 4000), ..all(100) };
     let mut q = [queue("A", None, 1, 0, 100), queue("B", None, 1, 0, 100), queue("C", None, 2, 0, 100)];
     for q in &mut q {

@@ -22,7 +22,7 @@ pub(crate) enum Dim {
     Cpu,
     Memory,
     Gpu,
-    Extended(String),
+    Extended(wasmsched_sdk::ResourceName),
 }
 
 impl Dim {
@@ -33,7 +33,7 @@ impl Dim {
             Dim::Memory => r.memory_bytes,
             Dim::Gpu => r.gpu_milli,
             Dim::Extended(name) => {
-                r.extended.binary_search_by(|(n, _)| n.as_str().cmp(name)).map_or(unnamed, |i| r.extended[i].1)
+                r.extended.binary_search_by(|(n, _)| n.cmp(name)).map_or(unnamed, |i| r.extended[i].1)
             }
         }
     }
@@ -42,7 +42,7 @@ impl Dim {
 /// The dimensions of `cluster`: CPU, memory, GPU, then its extended resources in name order.
 fn dims(cluster: &Resources) -> Vec<Dim> {
     let mut d = vec![Dim::Cpu, Dim::Memory, Dim::Gpu];
-    d.extend(cluster.extended.iter().map(|(n, _)| Dim::Extended(n.clone())));
+    d.extend(cluster.extended.iter().map(|(n, _)| Dim::Extended(*n)));
     d
 }
 
@@ -127,7 +127,7 @@ impl Columns {
                         .iter()
                         .zip(&row[3..])
                         .filter_map(|(dim, &v)| match dim {
-                            Dim::Extended(name) => Some((name.clone(), v)),
+                            Dim::Extended(name) => Some((*name, v)),
                             _ => None,
                         })
                         .collect(),

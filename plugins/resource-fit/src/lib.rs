@@ -19,7 +19,7 @@ pub struct ResourceFit {
     /// answer on a full cluster, and formatting it per node cost more than the check itself (DRA
     /// device classes are extended resources: `wasmsched bench --dra`). At most
     /// [`MAX_REASONS`] names are kept (they live as long as the plugin); others are formatted.
-    shortages: Vec<(String, &'static str)>,
+    shortages: Vec<(wasmsched_sdk::ResourceName, &'static str)>,
 }
 
 /// Extended-resource names whose shortage reason is kept.
@@ -85,8 +85,8 @@ impl Filter for ResourceFit {
 
 impl ResourceFit {
     /// `insufficient <name>`, made once per name.
-    fn shortage(&mut self, name: &str) -> std::borrow::Cow<'static, str> {
-        if let Some((_, reason)) = self.shortages.iter().find(|(n, _)| wasmsched_sdk::same_name(n, name)) {
+    fn shortage(&mut self, name: &wasmsched_sdk::ResourceName) -> std::borrow::Cow<'static, str> {
+        if let Some((_, reason)) = self.shortages.iter().find(|(n, _)| n == name) {
             return std::borrow::Cow::Borrowed(*reason);
         }
         let reason = format!("insufficient {name}");
@@ -94,7 +94,7 @@ impl ResourceFit {
             return std::borrow::Cow::Owned(reason);
         }
         let kept: &'static str = Box::leak(reason.into_boxed_str());
-        self.shortages.push((name.to_string(), kept));
+        self.shortages.push((*name, kept));
         std::borrow::Cow::Borrowed(kept)
     }
 
@@ -172,9 +172,9 @@ mod tests {
         let mut n = node();
         for i in 0..(MAX_REASONS + 3) {
             let name = format!("example.com/r{i}");
-            n.allocatable.extended = vec![(name.clone(), 1)];
+            n.allocatable.extended = vec![(name.as_str().into(), 1)];
             let task = Task {
-                request: Resources { extended: vec![(name.clone(), 2)], ..Default::default() },
+                request: Resources { extended: vec![(name.as_str().into(), 2)], ..Default::default() },
                 ..Default::default()
             };
             for _ in 0..2 {

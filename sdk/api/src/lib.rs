@@ -42,11 +42,13 @@ pub mod batch;
 pub mod fragmentation;
 pub mod gpu_affinity;
 mod model;
+mod resource_name;
 mod stages;
 pub mod topology;
 
 pub use affinity::*;
 pub use model::*;
+pub use resource_name::ResourceName;
 pub use stages::*;
 
 /// The device choice when no policy says otherwise, shared by the host (a policy set without a

@@ -1,5 +1,7 @@
 //! The data model: plain structs mirroring `wasmsched:policy/types`.
 
+use crate::ResourceName;
+
 /// Milli-GPUs in one whole device.
 pub const GPU_MILLI: u32 = 1000;
 
@@ -13,7 +15,7 @@ pub struct Resources {
     /// GPU capacity in milli-GPUs (queues and fair share; per-device state is in [`GpuDevice`]).
     pub gpu_milli: u64,
     /// Extended resources, sorted by name, each name at most once.
-    pub extended: Vec<(String, u64)>,
+    pub extended: Vec<(ResourceName, u64)>,
 }
 
 impl Resources {
@@ -24,9 +26,9 @@ impl Resources {
         out.memory_bytes = out.memory_bytes.checked_add(other.memory_bytes)?;
         out.gpu_milli = out.gpu_milli.checked_add(other.gpu_milli)?;
         for (name, v) in &other.extended {
-            match out.extended.binary_search_by(|(n, _)| n.as_str().cmp(name)) {
+            match out.extended.binary_search_by(|(n, _)| n.as_str().cmp(name.as_str())) {
                 Ok(i) => out.extended[i].1 = out.extended[i].1.checked_add(*v)?,
-                Err(i) => out.extended.insert(i, (name.clone(), *v)),
+                Err(i) => out.extended.insert(i, (*name, *v)),
             }
         }
         Some(out)
@@ -38,9 +40,9 @@ impl Resources {
         self.memory_bytes = self.memory_bytes.saturating_add(other.memory_bytes);
         self.gpu_milli = self.gpu_milli.saturating_add(other.gpu_milli);
         for (name, v) in &other.extended {
-            match self.extended.binary_search_by(|(n, _)| n.as_str().cmp(name)) {
+            match self.extended.binary_search_by(|(n, _)| n.as_str().cmp(name.as_str())) {
                 Ok(i) => self.extended[i].1 = self.extended[i].1.saturating_add(*v),
-                Err(i) => self.extended.insert(i, (name.clone(), *v)),
+                Err(i) => self.extended.insert(i, (*name, *v)),
             }
         }
     }
@@ -69,16 +71,26 @@ impl Resources {
     }
 }
 
-/// `a == b`, eight bytes at a time.
+/// `a == b`: the same address (interned names, [`ResourceName`]) or the same bytes, compared
+/// eight at a time.
+#[inline]
 pub fn same_name(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     if a.len() != b.len() {
         return false;
     }
-    let (a_words, a_rest) = a.split_at(a.len() / 8 * 8);
-    let (b_words, b_rest) = b.split_at(a_words.len());
+    if a.as_ptr() == b.as_ptr() {
+        return true;
+    }
     let word = |c: &[u8]| u64::from_le_bytes(c.try_into().expect("8 bytes"));
-    a_words.chunks_exact(8).zip(b_words.chunks_exact(8)).all(|(x, y)| word(x) == word(y)) && a_rest == b_rest
+    if a.len() < 8 {
+        return a == b;
+    }
+    // Whole words, then the last eight bytes (overlapping the last word): no call for the tail.
+    let words = a.len() / 8 * 8;
+    let tail = a.len() - 8;
+    a[..words].chunks_exact(8).zip(b[..words].chunks_exact(8)).all(|(x, y)| word(x) == word(y))
+        && word(&a[tail..]) == word(&b[tail..])
 }
 
 /// Health of a GPU device as reported by the node agent.
@@ -579,6 +591,16 @@ mod tests {
             assert!(!same_name(base, std::str::from_utf8(&other).unwrap_or("x")), "byte {i}");
         }
         assert!(!same_name(base, &base[1..]) && same_name("", "") && !same_name("a", ""));
+        // Every length around the word size, compared with a copy (another address).
+        for len in 1..=20 {
+            let name = &base[..len];
+            assert!(same_name(name, &name.to_string()), "{len}");
+            for i in 0..len {
+                let mut other = name.as_bytes().to_vec();
+                other[i] ^= 1;
+                assert!(!same_name(name, std::str::from_utf8(&other).unwrap_or("x")), "length {len}, byte {i}");
+            }
+        }
         let r = Resources { extended: vec![("a".into(), 1), (base.into(), 8)], ..Default::default() };
         assert_eq!((r.extended(base), r.extended("a"), r.extended("b")), (8, 1, 0));
     }

@@ -10,7 +10,7 @@ pub(super) fn resources(r: wit::Resources) -> api::Resources {
         cpu_milli: r.cpu_milli,
         memory_bytes: r.memory_bytes,
         gpu_milli: r.gpu_milli,
-        extended: r.extended,
+        extended: r.extended.into_iter().map(|(n, v)| (api::ResourceName::new(&n), v)).collect(),
     }
 }
 
@@ -19,7 +19,7 @@ pub(super) fn resources_out(r: api::Resources) -> wit::Resources {
         cpu_milli: r.cpu_milli,
         memory_bytes: r.memory_bytes,
         gpu_milli: r.gpu_milli,
-        extended: r.extended,
+        extended: r.extended.into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
     }
 }
 

@@ -788,7 +788,7 @@ fn check_accounting(c: &SchedulerCore) {
             let counted = if c.queues.unbounded_flavored(&name) { 0 } else { held };
             assert_eq!(c.queue_use.allocated[q].extended(&name), counted, "queue {q}, flavor {}", f.name);
             if let Some(limit) = c.queues.limit(q) {
-                let bound = limit.extended.iter().find(|(n, _)| *n == name).map_or(u64::MAX, |(_, v)| *v);
+                let bound = limit.extended.iter().find(|(n, _)| **n == *name).map_or(u64::MAX, |(_, v)| *v);
                 assert!(held <= bound, "queue {q} over its limit on flavor {}", f.name);
             }
         }

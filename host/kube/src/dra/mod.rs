@@ -791,7 +791,7 @@ impl Dra {
         namespace: &str,
         claims: &[ClaimRef],
         made: Option<&ResourceClaim>,
-    ) -> Vec<(String, Vec<(String, u64)>)> {
+    ) -> Vec<(String, Vec<(wasmsched_api::ResourceName, u64)>)> {
         let Ok(resolved) = self.resolve(namespace, claims, made) else { return Vec::new() };
         let mut out = Vec::new();
         for (key, claim) in &resolved {
@@ -810,7 +810,11 @@ impl Dra {
     /// held leaves out the devices of a claim `counted_by_core(claim, resource)` says the core
     /// counts under that resource (through the requests of the tasks it placed). A device of two
     /// classes is held in the other class's count too: the core counted it under one.
-    pub fn capacity(&mut self, node: &str, counted_by_core: &dyn Fn(&str, &str) -> bool) -> Vec<(String, u64, u64)> {
+    pub fn capacity(
+        &mut self,
+        node: &str,
+        counted_by_core: &dyn Fn(&str, &str) -> bool,
+    ) -> Vec<(wasmsched_api::ResourceName, u64, u64)> {
         let Some(node) = self.nodes.get(node).cloned() else { return Vec::new() };
         self.allocator();
         let holders = &self.holders;

@@ -313,7 +313,7 @@ impl Scheduler {
                     if served.contains_key(GPU_RESOURCE) {
                         task.gpu = Default::default();
                     }
-                    task.request.extended.retain(|(n, _)| !served.contains_key(n));
+                    task.request.extended.retain(|(n, _)| !served.contains_key(n.as_str()));
                     crate::dra::restrict_to(task, feasible, self.cache.node_names());
                     if let Some(avoid) = self.next.dra_avoid.get(key) {
                         crate::dra::avoid(task, avoid.iter().cloned().collect());
@@ -342,7 +342,7 @@ impl Scheduler {
                 if other.is_some_and(|(t, _)| self.core.owner_of(t).is_some()) {
                     continue;
                 }
-                let resources = wants.iter().map(|(r, _)| r.clone()).collect();
+                let resources = wants.iter().map(|(r, _)| r.to_string()).collect();
                 self.objects.dra_counted.insert(claim, (task.id.clone(), resources));
                 for (resource, n) in wants {
                     add_extended(&mut task.request, &resource, n);
@@ -423,7 +423,7 @@ impl Scheduler {
 fn add_extended(r: &mut wasmsched_api::Resources, name: &str, n: u64) {
     match r.extended.binary_search_by(|(k, _)| k.as_str().cmp(name)) {
         Ok(i) => r.extended[i].1 += n,
-        Err(i) => r.extended.insert(i, (name.to_string(), n)),
+        Err(i) => r.extended.insert(i, (name.into(), n)),
     }
 }
 

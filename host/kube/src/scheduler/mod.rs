@@ -213,7 +213,7 @@ struct Objects {
     /// class resources they are counted under.
     dra_counted: AHashMap<String, (String, Vec<String>)>,
     /// DRA devices by class per node as the core last saw them: (resource, devices, held).
-    dra_capacity: AHashMap<String, Vec<(String, u64, u64)>>,
+    dra_capacity: AHashMap<String, Vec<(wasmsched_api::ResourceName, u64, u64)>>,
 }
 
 /// How far the watches have listed, and when the running pods were taken over.

@@ -586,8 +586,8 @@ pub fn flat_queues(jobs: &[Job]) -> Vec<QueueConfig> {
 }
 
 /// What `claims` ask of each DeviceClass, summed, as the core counts it.
-fn class_counts(claims: &[ResourceClaimSpec]) -> Vec<(String, u64)> {
-    let mut total: BTreeMap<String, u64> = BTreeMap::new();
+fn class_counts(claims: &[ResourceClaimSpec]) -> Vec<(wasmsched_api::ResourceName, u64)> {
+    let mut total: BTreeMap<wasmsched_api::ResourceName, u64> = BTreeMap::new();
     for (resource, n) in claims.iter().flat_map(wasmsched_dra::class_counts) {
         *total.entry(resource).or_default() += n;
     }
