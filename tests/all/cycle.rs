@@ -23,7 +23,7 @@ fn node(name: &str, gpus: u32) -> Node {
             cpu_milli: 64_000,
             memory_bytes: 512 << 30,
             gpu_milli: u64::from(gpus) * 1000,
-            extended: vec![],
+            extended: Default::default(),
         },
         gpus: (0..gpus).map(|i| GpuDevice { index: i, free_milli: 1000, ..Default::default() }).collect(),
         ..Default::default()

@@ -12,7 +12,7 @@ fn resources(rng: &mut Rng, scale: u64) -> Resources {
         cpu_milli: rng.below(scale * 1000),
         memory_bytes: rng.below(scale << 30),
         gpu_milli: rng.below(scale * 100),
-        extended: vec![("rdma/hca".into(), rng.below(scale))],
+        extended: vec![("rdma/hca".into(), rng.below(scale))].into(),
     }
 }
 

@@ -15,7 +15,12 @@ fn gpu_nodes(n: usize) -> NodeTable {
     for i in 0..n {
         t.upsert(Node {
             name: format!("n{i}"),
-            allocatable: Resources { cpu_milli: 8000, memory_bytes: 1 << 36, gpu_milli: 1000, extended: vec![] },
+            allocatable: Resources {
+                cpu_milli: 8000,
+                memory_bytes: 1 << 36,
+                gpu_milli: 1000,
+                extended: Default::default(),
+            },
             gpus: vec![GpuDevice { index: 0, free_milli: 1000, ..Default::default() }].into(),
             ..Default::default()
         });
@@ -142,7 +147,7 @@ fn placement_sends_a_task_brief_only_when_every_list_is_empty() {
     assert_eq!(fault.kind, FaultKind::GuestError);
     assert!(fault.message.contains("the task came brief"), "{fault}");
     let one_list_each: [fn(&mut Task); 6] = [
-        |t| t.request.extended = vec![("rdma/hca".into(), 1)],
+        |t| t.request.extended = vec![("rdma/hca".into(), 1)].into(),
         |t| t.gpu.models = vec!["H100".into()],
         |t| t.node_selector = vec![("zone".into(), "a".into())],
         |t| t.node_affinity.required = vec![NodeSelectorTerm::default()],

@@ -42,7 +42,12 @@ fn pcie_pairs() -> NodeTopology {
 fn node(name: &str, free: &[u32]) -> Node {
     Node {
         name: name.into(),
-        allocatable: Resources { cpu_milli: 128_000, memory_bytes: 1 << 40, gpu_milli: 8000, extended: vec![] },
+        allocatable: Resources {
+            cpu_milli: 128_000,
+            memory_bytes: 1 << 40,
+            gpu_milli: 8000,
+            extended: Default::default(),
+        },
         gpus: (0..8)
             .map(|i| GpuDevice {
                 index: i,

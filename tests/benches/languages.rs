@@ -142,7 +142,7 @@ fn resources(rng: &mut Rng, scale: u64) -> Resources {
         cpu_milli: rng.below(scale * 1000),
         memory_bytes: rng.below(scale << 30),
         gpu_milli: rng.below(scale * 1000),
-        extended: vec![],
+        extended: Default::default(),
     }
 }
 

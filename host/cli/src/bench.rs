@@ -265,7 +265,7 @@ fn cluster(n: usize, rng: &mut Rng) -> NodeTable {
                 cpu_milli: 128_000,
                 memory_bytes: 1 << 40,
                 gpu_milli: u64::from(gpus * GPU_MILLI),
-                extended: vec![],
+                extended: Default::default(),
             },
             gpus: gpu_devices(model, gpus).into(),
             ..Default::default()

@@ -163,7 +163,7 @@ impl Setup {
                 cpu_milli: 128_000,
                 memory_bytes: 1 << 40,
                 gpu_milli: u64::from(gpus * GPU_MILLI),
-                extended,
+                extended: extended.into(),
             },
             gpus: crate::bench::gpu_devices("A100-SXM4-80GB", gpus).into(),
             ..Default::default()
@@ -179,7 +179,7 @@ impl Setup {
                 let one_root = (count == 2 || count == 4) && rng.below(2) == 0;
                 let base = crate::bench::cpu_memory_pod(&mut rng, i);
                 let mut dra = base.clone();
-                dra.request.extended = vec![(class_resource(CLASS), u64::from(count))];
+                dra.request.extended = vec![(class_resource(CLASS), u64::from(count))].into();
                 let plugin = Task { gpu: GpuRequest { count, milli_per_gpu: GPU_MILLI, ..Default::default() }, ..base };
                 (dra, claim(count, one_root), plugin)
             })

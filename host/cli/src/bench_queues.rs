@@ -104,7 +104,12 @@ fn flavor_name(k: usize) -> String {
 
 /// A limit on GPUs only.
 fn unbounded() -> Resources {
-    Resources { cpu_milli: u64::MAX / 4, memory_bytes: u64::MAX / 4, gpu_milli: u64::MAX / 4, extended: vec![] }
+    Resources {
+        cpu_milli: u64::MAX / 4,
+        memory_bytes: u64::MAX / 4,
+        gpu_milli: u64::MAX / 4,
+        extended: Default::default(),
+    }
 }
 
 /// Run the churn once with `set`.
@@ -125,7 +130,7 @@ pub fn run(set: &PolicySet, runtime: &'static str, churn: Churn) -> QueueRun {
                     cpu_milli: 128_000,
                     memory_bytes: 1 << 40,
                     gpu_milli: 8 * u64::from(GPU_MILLI),
-                    extended: vec![],
+                    extended: Default::default(),
                 },
                 gpus: (0..8).map(|g| GpuDevice { index: g, free_milli: GPU_MILLI, ..Default::default() }).collect(),
                 labels: if flavors > 0 { vec![("gpu-model".into(), flavor_name(i % flavors))] } else { Vec::new() },

@@ -278,7 +278,7 @@ mod tests {
                     cpu_milli: 64_000,
                     memory_bytes: 256 << 30,
                     gpu_milli: u64::from(gpus) * 1000,
-                    extended: vec![],
+                    extended: Default::default(),
                 },
                 gpus: (0..gpus)
                     .map(|g| GpuDevice {

@@ -78,12 +78,12 @@ mod tests {
 
     #[test]
     fn flavored_copies_keep_extended_resources_sorted_and_add_up() {
-        let mut r = Resources { cpu_milli: 1, extended: vec![("pods".into(), 3)], ..Default::default() };
+        let mut r = Resources { cpu_milli: 1, extended: vec![("pods".into(), 3)].into(), ..Default::default() };
         let amount = Resources {
             cpu_milli: 2_000,
             memory_bytes: 8,
             gpu_milli: 1_000,
-            extended: vec![("example.com/nic".into(), 1)],
+            extended: vec![("example.com/nic".into(), 1)].into(),
         };
         add_flavored(&mut r, "a100", &amount);
         add_flavored(&mut r, "a100", &amount);
@@ -94,7 +94,7 @@ mod tests {
             cpu_milli: 4_000,
             memory_bytes: 16,
             gpu_milli: 2_000,
-            extended: vec![("example.com/nic".into(), 2)],
+            extended: vec![("example.com/nic".into(), 2)].into(),
         };
         assert_eq!(flavored_amount(&r, "a100"), doubled);
         assert_eq!(flavored_amount(&r, "a10"), Resources::default(), "a prefix of a flavor's name is another flavor");

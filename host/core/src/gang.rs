@@ -273,7 +273,7 @@ mod tests {
                     cpu_milli: 96_000,
                     memory_bytes: 1 << 40,
                     gpu_milli: u64::from(*gpus) * 1000,
-                    extended: vec![],
+                    extended: Default::default(),
                 },
                 gpus: (0..*gpus).map(|i| GpuDevice { index: i, free_milli: 1000, ..Default::default() }).collect(),
                 ..Default::default()
@@ -380,7 +380,12 @@ mod tests {
             t.upsert(Node {
                 name: name.into(),
                 labels: vec![("rack".into(), rack.into()), ("spine".into(), spine.into())],
-                allocatable: Resources { cpu_milli: 96_000, memory_bytes: 1 << 40, gpu_milli: 8000, extended: vec![] },
+                allocatable: Resources {
+                    cpu_milli: 96_000,
+                    memory_bytes: 1 << 40,
+                    gpu_milli: 8000,
+                    extended: Default::default(),
+                },
                 gpus: (0..8).map(|i| GpuDevice { index: i, free_milli: 1000, ..Default::default() }).collect(),
                 ..Default::default()
             });

@@ -54,7 +54,7 @@
 //! for (name, gpus) in [("small", 1), ("big", 4)] {
 //!     nodes.upsert(Node {
 //!         name: name.into(),
-//!         allocatable: Resources { cpu_milli: 32_000, memory_bytes: 1 << 40, gpu_milli: gpus * 1000, extended: vec![] },
+//!         allocatable: Resources { cpu_milli: 32_000, memory_bytes: 1 << 40, gpu_milli: gpus * 1000, extended: Default::default() },
 //!         gpus: (0..gpus as u32).map(|i| GpuDevice { index: i, free_milli: 1000, ..Default::default() }).collect(),
 //!         ..Default::default()
 //!     });

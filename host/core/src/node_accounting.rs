@@ -118,7 +118,7 @@ pub fn bind_fact(node: &mut Node, task: &Task, devices: &[DeviceShare]) {
     }
 }
 
-fn add_extended(list: &mut Vec<(ResourceName, u64)>, name: ResourceName, delta: i128) {
+fn add_extended(list: &mut wasmsched_api::Extended, name: ResourceName, delta: i128) {
     match list.binary_search_by(|(n, _)| n.cmp(&name)) {
         Ok(i) => list[i].1 = (list[i].1 as i128 + delta).clamp(0, u64::MAX as i128) as u64,
         Err(i) if delta > 0 => list.insert(i, (name, delta as u64)),

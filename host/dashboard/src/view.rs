@@ -632,10 +632,12 @@ mod tests {
     #[test]
     fn mig_partitions_of_a_device_plugin_are_counted_per_profile_on_the_node_and_the_cluster() {
         let mig = |name: &str, total: u64, used: u64| {
-            let ext = |v: u64| vec![("example.com/fpga".into(), 1), (format!("nvidia.com/mig-{name}").into(), v)];
+            let ext = |v: u64| -> wasmsched_api::Extended {
+                vec![("example.com/fpga".into(), 1), (format!("nvidia.com/mig-{name}").into(), v)].into()
+            };
             let mut node = wasmsched_api::Node { name: format!("mig-{name}"), ..Default::default() };
             node.allocatable.extended = ext(total);
-            node.allocated.extended = if used > 0 { ext(used) } else { vec![] };
+            node.allocated.extended = if used > 0 { ext(used) } else { Default::default() };
             node
         };
         let a = NodeView::from(&mig("1g.10gb", 7, 3));
@@ -656,8 +658,12 @@ mod tests {
     #[test]
     fn a_capability_bounds_only_what_it_names() {
         let unnamed = u64::MAX / 4;
-        let cap =
-            wasmsched_api::Resources { gpu_milli: 8_000, cpu_milli: unnamed, memory_bytes: unnamed, extended: vec![] };
+        let cap = wasmsched_api::Resources {
+            gpu_milli: 8_000,
+            cpu_milli: unnamed,
+            memory_bytes: unnamed,
+            extended: Default::default(),
+        };
         let spec = wasmsched_core::QueueSpec {
             name: "batch".into(),
             weight: 1,

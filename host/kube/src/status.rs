@@ -144,7 +144,7 @@ mod tests {
 
     #[test]
     fn resource_lists_and_fingerprints_ignore_what_does_not_matter() {
-        let r = Resources { cpu_milli: 1500, memory_bytes: 1 << 30, gpu_milli: 2500, extended: vec![] };
+        let r = Resources { cpu_milli: 1500, memory_bytes: 1 << 30, gpu_milli: 2500, extended: Default::default() };
         let list = resource_list(&r);
         assert_eq!(list["cpu"].0, "1500m");
         assert_eq!(list[GPU_RESOURCE].0, "2500m");

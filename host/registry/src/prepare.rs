@@ -145,7 +145,7 @@ impl Sample {
                     cpu_milli: 96_000,
                     memory_bytes: 1 << 40,
                     gpu_milli: 8 * u64::from(GPU_MILLI),
-                    extended: vec![],
+                    extended: Default::default(),
                 },
                 gpus: (0..8).map(|i| GpuDevice { index: i, free_milli: GPU_MILLI, ..Default::default() }).collect(),
                 ..Default::default()

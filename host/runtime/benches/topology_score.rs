@@ -41,7 +41,12 @@ fn cluster() -> NodeTable {
         let name = format!("node-{i}");
         table.upsert(Node {
             name: name.clone(),
-            allocatable: Resources { cpu_milli: 128_000, memory_bytes: 1 << 40, gpu_milli: 8000, extended: vec![] },
+            allocatable: Resources {
+                cpu_milli: 128_000,
+                memory_bytes: 1 << 40,
+                gpu_milli: 8000,
+                extended: Default::default(),
+            },
             gpus: (0..8u32)
                 .map(|g| GpuDevice {
                     index: g,

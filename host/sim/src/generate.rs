@@ -153,13 +153,13 @@ pub fn node(rng: &mut Rng, name: String) -> Node {
             cpu_milli: cpu,
             memory_bytes: mem,
             gpu_milli: u64::from(gpu_count * GPU_MILLI),
-            extended: vec![("rdma/hca".into(), rng.below(3))],
+            extended: vec![("rdma/hca".into(), rng.below(3))].into(),
         },
         allocated: Resources {
             cpu_milli: rng.below(cpu + 1),
             memory_bytes: rng.below(mem + 1),
             gpu_milli: allocated_gpu,
-            extended: vec![],
+            extended: Default::default(),
         },
         gpus: gpus.into(),
         unschedulable: rng.percent(2),
@@ -245,7 +245,7 @@ pub fn task(rng: &mut Rng, id: String) -> Task {
             vec![Toleration { key: "gpu".into(), operator: TolerationOperator::Exists, ..Default::default() }];
     }
     if rng.percent(10) {
-        t.request.extended = vec![("rdma/hca".into(), 1)];
+        t.request.extended = vec![("rdma/hca".into(), 1)].into();
     }
     t
 }

@@ -190,7 +190,7 @@ pub fn gpu_node(name: &str, cpu_milli: u64, memory_bytes: u64, gpus: u32, model:
             cpu_milli,
             memory_bytes,
             gpu_milli: u64::from(gpus) * u64::from(GPU_MILLI),
-            extended: vec![],
+            extended: Default::default(),
         },
         gpus: (0..gpus)
             .map(|index| GpuDevice { index, model: model.to_string(), free_milli: GPU_MILLI, ..Default::default() })

@@ -3,7 +3,7 @@
 use super::*;
 
 fn res(cpu: u64, mem: u64, gpu: u64) -> Resources {
-    Resources { cpu_milli: cpu, memory_bytes: mem, gpu_milli: gpu, extended: vec![] }
+    Resources { cpu_milli: cpu, memory_bytes: mem, gpu_milli: gpu, extended: Default::default() }
 }
 
 fn all(x: u64) -> Resources {
@@ -81,15 +81,17 @@ fn hierarchy_splits_each_level_by_weight() {
 #[test]
 fn extended_resources_are_dimensions_of_their_own() {
     // Per-flavor quotas: "a100/gpu" and "v100/gpu" are extended resources of the cluster.
-    let ext = |a100: u64, v100: u64| vec![("a100/gpu".into(), a100), ("v100/gpu".into(), v100)];
+    let ext = |a100: u64, v100: u64| -> wasmsched_sdk::Extended {
+        vec![("a100/gpu".into(), a100), ("v100/gpu".into(), v100)].into()
+    };
     let cluster = Resources { extended: ext(8000, 4000), ..all(100) };
     let mut q = [queue("A", None, 1, 0, 100), queue("B", None, 1, 0, 100), queue("C", None, 2, 0, 100)];
     for q in &mut q {
         q.request.extended = ext(8000, 4000);
     }
     // A may use at most 1,000 of the A100s (a name it does not list is unbounded: V100).
-    q[0].capability = Some(Resources { extended: vec![("a100/gpu".into(), 1000)], ..all(u64::MAX) });
-    q[2].request.extended = vec![("v100/gpu".into(), 4000)];
+    q[0].capability = Some(Resources { extended: vec![("a100/gpu".into(), 1000)].into(), ..all(u64::MAX) });
+    q[2].request.extended = vec![("v100/gpu".into(), 4000)].into();
     let d = compute("proportion", &q, &cluster);
     // A100: A capped at 1,000, the other 7,000 to B (C asks for none). V100 by weight 1:1:2.
     assert_eq!(d.deserved[0].extended, ext(1000, 1000));
@@ -97,13 +99,13 @@ fn extended_resources_are_dimensions_of_their_own() {
     assert_eq!(d.deserved[2].extended, ext(0, 2000));
     // Serving order by the largest used fraction of the deserved share, in any dimension: B uses
     // half its V100 share, A half of its A100 share and C a quarter of its V100 share.
-    q[0].allocated.extended = vec![("a100/gpu".into(), 500)];
-    q[1].allocated.extended = vec![("v100/gpu".into(), 500)];
-    q[2].allocated.extended = vec![("v100/gpu".into(), 500)];
+    q[0].allocated.extended = vec![("a100/gpu".into(), 500)].into();
+    q[1].allocated.extended = vec![("v100/gpu".into(), 500)].into();
+    q[2].allocated.extended = vec![("v100/gpu".into(), 500)].into();
     assert_eq!(compute("proportion", &q, &cluster).order, vec![2, 0, 1]);
     // Nothing pending in A's and C's dimensions once they hold what they ask for.
     q[0].allocated.extended = ext(8000, 4000);
-    q[2].allocated.extended = vec![("v100/gpu".into(), 4000)];
+    q[2].allocated.extended = vec![("v100/gpu".into(), 4000)].into();
     q[0].allocated = Resources { extended: q[0].allocated.extended.clone(), ..all(100) };
     q[2].allocated = Resources { extended: q[2].allocated.extended.clone(), ..all(100) };
     assert_eq!(compute("drf", &q, &cluster).order, vec![1]);

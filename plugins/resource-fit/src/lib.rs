@@ -172,9 +172,9 @@ mod tests {
         let mut n = node();
         for i in 0..(MAX_REASONS + 3) {
             let name = format!("example.com/r{i}");
-            n.allocatable.extended = vec![(name.as_str().into(), 1)];
+            n.allocatable.extended = vec![(name.as_str().into(), 1)].into();
             let task = Task {
-                request: Resources { extended: vec![(name.as_str().into(), 2)], ..Default::default() },
+                request: Resources { extended: vec![(name.as_str().into(), 2)].into(), ..Default::default() },
                 ..Default::default()
             };
             for _ in 0..2 {
@@ -187,7 +187,12 @@ mod tests {
     fn node() -> Node {
         Node {
             name: "n".into(),
-            allocatable: Resources { cpu_milli: 8000, memory_bytes: 64 << 30, gpu_milli: 2000, extended: vec![] },
+            allocatable: Resources {
+                cpu_milli: 8000,
+                memory_bytes: 64 << 30,
+                gpu_milli: 2000,
+                extended: Default::default(),
+            },
             gpus: vec![gpu(0, 1000, "V100"), gpu(1, 300, "V100")].into(),
             ..Default::default()
         }

@@ -15,8 +15,14 @@ pub struct Resources {
     /// GPU capacity in milli-GPUs (queues and fair share; per-device state is in [`GpuDevice`]).
     pub gpu_milli: u64,
     /// Extended resources, sorted by name, each name at most once.
-    pub extended: Vec<(ResourceName, u64)>,
+    pub extended: Extended,
 }
+
+/// Extended resources, the first one stored inline: a filter reads a node's free amount of a
+/// requested resource from the node's record itself, as it reads the GPU aggregates, rather
+/// than through a pointer to a list elsewhere (a cache miss per node scanned; BENCHMARKS.md,
+/// "DRA inside `bench`"). Most nodes name one (a DRA class's device count, say), or none.
+pub type Extended = smallvec::SmallVec<[(ResourceName, u64); 1]>;
 
 impl Resources {
     /// `self + other`, `None` if any quantity overflows.
@@ -601,19 +607,20 @@ mod tests {
                 assert!(!same_name(name, std::str::from_utf8(&other).unwrap_or("x")), "length {len}, byte {i}");
             }
         }
-        let r = Resources { extended: vec![("a".into(), 1), (base.into(), 8)], ..Default::default() };
+        let r = Resources { extended: vec![("a".into(), 1), (base.into(), 8)].into(), ..Default::default() };
         assert_eq!((r.extended(base), r.extended("a"), r.extended("b")), (8, 1, 0));
     }
 
     #[test]
     fn resource_addition_merges_extended_and_handles_overflow() {
-        let a = Resources { cpu_milli: 1, extended: vec![("b".into(), 2)], ..Default::default() };
-        let b = Resources { cpu_milli: 2, extended: vec![("a".into(), 1), ("b".into(), 3)], ..Default::default() };
+        let a = Resources { cpu_milli: 1, extended: vec![("b".into(), 2)].into(), ..Default::default() };
+        let b =
+            Resources { cpu_milli: 2, extended: vec![("a".into(), 1), ("b".into(), 3)].into(), ..Default::default() };
         assert_eq!(
             b.saturating_sub(&a),
-            Resources { cpu_milli: 1, extended: vec![("a".into(), 1), ("b".into(), 1)], ..Default::default() }
+            Resources { cpu_milli: 1, extended: vec![("a".into(), 1), ("b".into(), 1)].into(), ..Default::default() }
         );
-        assert_eq!(a.saturating_sub(&b), Resources { extended: vec![("b".into(), 0)], ..Default::default() });
+        assert_eq!(a.saturating_sub(&b), Resources { extended: vec![("b".into(), 0)].into(), ..Default::default() });
         let sum = a.checked_add(&b).unwrap();
         assert_eq!((sum.cpu_milli, sum.extended("a"), sum.extended("b")), (3, 1, 5));
         let max = Resources { gpu_milli: u64::MAX, ..Default::default() };

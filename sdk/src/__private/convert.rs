@@ -122,7 +122,7 @@ pub(super) fn stage_task(t: placement::StageTask) -> api::Task {
                 cpu_milli: t.cpu_milli,
                 memory_bytes: t.memory_bytes,
                 gpu_milli: t.gpu_milli,
-                extended: Vec::new(),
+                extended: Default::default(),
             },
             gpu: api::GpuRequest {
                 count: t.gpu_count,

@@ -543,7 +543,7 @@ impl SchedulerCore {
     /// accounted again; those that no longer fit are evicted. Capacity may have grown, so parked
     /// work is re-activated.
     pub fn upsert_node(&mut self, mut node: Node, now: u64) -> Vec<Decision> {
-        node.allocated = Resources { extended: Vec::new(), ..Default::default() };
+        node.allocated = Resources::default();
         node.gpus.update(|gpus| {
             for g in gpus.iter_mut() {
                 g.free_milli = wasmsched_api::GPU_MILLI;

@@ -23,7 +23,7 @@ fn gpu_node(name: &str, gpus: u32) -> Node {
             cpu_milli: 64_000,
             memory_bytes: 512 << 30,
             gpu_milli: u64::from(gpus) * 1000,
-            extended: vec![],
+            extended: Default::default(),
         },
         gpus: (0..gpus).map(|i| GpuDevice { index: i, free_milli: 1000, ..Default::default() }).collect(),
         ..Default::default()
@@ -52,7 +52,12 @@ fn gang(name: &str, queue: &str, members: usize, min: usize, gpus: u32) -> Workl
 }
 
 fn unlimited() -> Resources {
-    Resources { cpu_milli: u64::MAX / 4, memory_bytes: u64::MAX / 4, gpu_milli: u64::MAX / 4, extended: vec![] }
+    Resources {
+        cpu_milli: u64::MAX / 4,
+        memory_bytes: u64::MAX / 4,
+        gpu_milli: u64::MAX / 4,
+        extended: Default::default(),
+    }
 }
 
 fn queue(name: &str, weight: u32) -> QueueSpec {

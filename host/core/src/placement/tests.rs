@@ -26,7 +26,7 @@ fn table(n: usize, gpus_every: usize) -> NodeTable {
                 cpu_milli: 8000,
                 memory_bytes: 1 << 36,
                 gpu_milli: u64::from(gpus) * 1000,
-                extended: vec![],
+                extended: Default::default(),
             },
             gpus: (0..gpus).map(|g| GpuDevice { index: g, free_milli: 1000, ..Default::default() }).collect(),
             ..Default::default()
@@ -105,7 +105,7 @@ fn sampling_places_among_the_first_feasible_nodes_in_scan_order() {
                 cpu_milli: 8000,
                 memory_bytes: 1 << 36,
                 gpu_milli: if gpu { 1000 } else { 0 },
-                extended: vec![],
+                extended: Default::default(),
             },
             allocated: Resources { cpu_milli: (i * 37 % 8) * 1000, ..Default::default() },
             gpus: if gpu {

@@ -71,7 +71,7 @@ impl Devices {
             }
         }
         extended.sort();
-        Resources { extended, ..Resources::default() }
+        Resources { extended: extended.into(), ..Resources::default() }
     }
 
     /// Devices some DeviceClass selects on `node` (each once), in milli-GPUs: the replay's

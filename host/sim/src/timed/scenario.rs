@@ -260,7 +260,7 @@ impl Job {
                 cpu_milli: self.cpu_milli,
                 memory_bytes: self.memory_mib.saturating_mul(1 << 20),
                 // Its claims' devices, counted by class like extended resources.
-                extended: class_counts(&self.claims),
+                extended: class_counts(&self.claims).into(),
                 ..Default::default()
             },
             gpu: if self.gpus == 0 {
@@ -356,7 +356,7 @@ impl Amount {
             cpu_milli: self.cpu_milli.unwrap_or(unset),
             memory_bytes: self.memory_mib.map_or(unset, |m| m.saturating_mul(1 << 20)),
             gpu_milli,
-            extended: Vec::new(),
+            extended: Default::default(),
         })
     }
 }

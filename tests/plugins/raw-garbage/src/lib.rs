@@ -183,7 +183,7 @@ mod component {
             _changed: Vec<(u32, fair_share::QueueState)>,
             _cluster: Resources,
         ) -> Result<fair_share_delta::ShareDelta, String> {
-            let none = || Resources { cpu_milli: 0, memory_bytes: 0, gpu_milli: 0, extended: vec![] };
+            let none = || Resources { cpu_milli: 0, memory_bytes: 0, gpu_milli: 0, extended: Default::default() };
             let deserved = match mode() {
                 "delta-out-of-range" => (0..=count).map(|i| (i, none())).collect(),
                 "delta-missing" => vec![],
