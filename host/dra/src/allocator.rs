@@ -4,7 +4,9 @@
 //! CEL, and `matchAttribute`/`distinctAttribute` constraints across requests, searched depth first
 //! with backtracking.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use ahash::AHashMap as HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -212,7 +214,7 @@ pub struct Allocator {
     /// A compiled selector's table, by the selector's address (`selectors` keeps each alive).
     table_of: HashMap<usize, usize>,
     /// Each node's local devices as a topology (with the node's clique label it was built with),
-    /// made on first use: devices never move, so it lasts as long as the inventory.
+    /// made with the allocator: devices never move, so it lasts as long as the inventory.
     topologies: HashMap<String, (Option<String>, Option<DeviceTopology>)>,
 }
 
@@ -220,7 +222,7 @@ impl Allocator {
     /// An allocator over `inventory`'s devices and the cluster's `classes`.
     pub fn new(inventory: Inventory, classes: impl IntoIterator<Item = DeviceClass>) -> Allocator {
         let values = vec![None; inventory.devices().len()];
-        let mut by_node: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut by_node: HashMap<String, Vec<usize>> = HashMap::default();
         let mut not_local = Vec::new();
         for (i, d) in inventory.devices().iter().enumerate() {
             match &d.reach {
@@ -229,6 +231,16 @@ impl Allocator {
             }
         }
         let classes = classes.into_iter().filter_map(|c| Some((c.metadata.name.clone()?, c))).collect();
+        // Each node's devices as a topology, made now (as the devices are): the first claims
+        // on each node would otherwise pay for it. A node labelled with an NVLink clique has
+        // its own made again on first use.
+        let topologies = by_node
+            .iter()
+            .map(|(name, local)| {
+                let devices = inventory.devices();
+                (name.clone(), (None, DeviceTopology::new(local.iter().map(|&i| (i, &devices[i])), None)))
+            })
+            .collect();
         Allocator {
             inventory,
             by_node,
@@ -238,8 +250,8 @@ impl Allocator {
             env: Environment::default(),
             selectors: Selectors::default(),
             verdicts: Vec::new(),
-            table_of: HashMap::new(),
-            topologies: HashMap::new(),
+            table_of: HashMap::default(),
+            topologies,
         }
     }
 
@@ -578,7 +590,7 @@ impl Allocator {
         if let Some(&t) = self.table_of.get(&address) {
             return t;
         }
-        self.verdicts.push((selector, vec![None; self.values.len()], HashMap::new()));
+        self.verdicts.push((selector, vec![None; self.values.len()], HashMap::default()));
         self.table_of.insert(address, self.verdicts.len() - 1);
         self.verdicts.len() - 1
     }
