@@ -146,10 +146,10 @@ fn combine(a: &Resources, b: &Resources, f: fn(u64, u64) -> u64) -> Resources {
     for (name, v) in &b.extended {
         match extended.iter_mut().find(|(n, _)| n == name) {
             Some((_, x)) => *x = f(*x, *v),
-            None => extended.push((name.clone(), *v)),
+            None => extended.push((*name, *v)),
         }
     }
-    extended.sort_by(|a, b| a.0.cmp(&b.0)); // lookups binary-search them
+    extended.sort_by_key(|e| e.0); // lookups binary-search them
     Resources {
         cpu_milli: f(a.cpu_milli, b.cpu_milli),
         memory_bytes: f(a.memory_bytes, b.memory_bytes),
@@ -165,7 +165,7 @@ fn plus_bound(a: &Resources, b: &Resources) -> Resources {
         cpu_milli: a.cpu_milli.saturating_add(b.cpu_milli),
         memory_bytes: a.memory_bytes.saturating_add(b.memory_bytes),
         gpu_milli: a.gpu_milli.saturating_add(b.gpu_milli),
-        extended: b.extended.iter().map(|(n, v)| (n.clone(), a.extended(n).saturating_add(*v))).collect(),
+        extended: b.extended.iter().map(|(n, v)| (*n, a.extended(n).saturating_add(*v))).collect(),
     }
 }
 
@@ -227,11 +227,7 @@ impl QueueTree {
         };
         let reserve = spec.lending_limit.as_ref().map(|l| Resources {
             // An extended resource the lending limit does not name is lent in full.
-            extended: l
-                .extended
-                .iter()
-                .map(|(n, v)| (n.clone(), spec.guarantee.extended(n).saturating_sub(*v)))
-                .collect(),
+            extended: l.extended.iter().map(|(n, v)| (*n, spec.guarantee.extended(n).saturating_sub(*v))).collect(),
             ..spec.guarantee.saturating_sub(l)
         });
         let order = if spec.flavors.is_empty() {

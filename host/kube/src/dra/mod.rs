@@ -13,6 +13,7 @@
 //! count as held until the watch shows them.
 
 pub mod extended;
+mod holds;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -25,7 +26,7 @@ use kube::runtime::watcher::Event;
 use wasmsched_api::{
     MAX_PREFERRED_WEIGHT, NODE_NAME_FIELD, NodeSelectorTerm, PreferredTerm, SelectorOperator, SelectorRequirement, Task,
 };
-use wasmsched_dra::{Allocation, Allocator, DeviceId, Inventory, Reach, node_selector};
+use wasmsched_dra::{Allocation, Allocator, DeviceId, Inventory, node_selector};
 
 /// The finalizer kube-scheduler puts on a claim it allocates: the claim is not deleted while
 /// allocated (the resource-claim controller removes it once the claim is deallocated).
@@ -217,20 +218,13 @@ pub struct Dra {
     refused: BTreeSet<String>,
     /// Answers of [`Dra::feasible_nodes`] by the shape of the question, while holds stay.
     shapes: AHashMap<u64, Result<Feasible, String>>,
-    /// The claims holding each held device (admin access holds none; one claim but for a
-    /// device several may share).
-    holders: AHashMap<DeviceId, Vec<String>>,
-    /// The devices each claim holds.
-    held_by: AHashMap<String, Vec<DeviceId>>,
-    /// Nodes whose devices or holds changed since [`Dra::take_changed_nodes`] (`None`: any).
-    changed_nodes: Option<AHashSet<String>>,
-    /// The node each device is local to (`None`: reached by several).
-    device_nodes: AHashMap<DeviceId, Option<String>>,
-    /// Each node's local devices, as indexes into the inventory.
-    node_devices: AHashMap<String, Vec<usize>>,
-    /// Nodes whose devices or holds changed since [`Dra::take_shown_changes`] (`None`: any): the
-    /// dashboard's copy of them is brought up to date from these alone.
-    shown_nodes: Option<AHashSet<String>>,
+    /// The devices claims hold.
+    holds: holds::Holds,
+    /// Where each device is.
+    homes: holds::Homes,
+    /// Nodes whose devices or holds changed since the core ([`Dra::take_changed_nodes`]) and
+    /// the dashboard ([`Dra::take_shown_changes`]) last looked.
+    changed: holds::Changed,
 }
 
 /// A device local to one node, as the dashboard shows it.
@@ -285,41 +279,6 @@ fn summary(why: &BTreeMap<String, usize>, nodes: usize) -> String {
     let more =
         if by_count.len() > SHOWN { format!("; {} other reasons", by_count.len() - SHOWN) } else { String::new() };
     format!("0/{nodes} nodes can serve its ResourceClaims: {}{more}", parts.join("; "))
-}
-
-/// Each device the claims' allocations (and the allocations being written) hold, with the claims
-/// holding it; and each claim's devices.
-#[allow(clippy::type_complexity)]
-fn holders(
-    claims: &AHashMap<String, ResourceClaim>,
-    pending: &AHashMap<String, Allocation>,
-) -> (AHashMap<DeviceId, Vec<String>>, AHashMap<String, Vec<DeviceId>>) {
-    let mut held_by: AHashMap<String, Vec<DeviceId>> = AHashMap::new();
-    for (key, claim) in claims {
-        let Some(devices) = allocation(claim).and_then(|a| a.devices.as_ref()) else { continue };
-        let ids = devices.results.iter().flatten().filter(|r| r.admin_access != Some(true));
-        let ids: Vec<DeviceId> = ids
-            .map(|r| DeviceId { driver: r.driver.clone(), pool: r.pool.clone(), device: r.device.clone() })
-            .collect();
-        if !ids.is_empty() {
-            held_by.insert(key.clone(), ids);
-        }
-    }
-    for (key, a) in pending {
-        if !held_by.contains_key(key) {
-            let ids: Vec<DeviceId> = a.results.iter().filter(|r| !r.2).map(|r| r.1.clone()).collect();
-            if !ids.is_empty() {
-                held_by.insert(key.clone(), ids);
-            }
-        }
-    }
-    let mut holders: AHashMap<DeviceId, Vec<String>> = AHashMap::new();
-    for (key, ids) in &held_by {
-        for id in ids {
-            holders.entry(id.clone()).or_default().push(key.clone());
-        }
-    }
-    (holders, held_by)
 }
 
 /// Allocates each prepared claim on `node` in turn, each holding its devices while the next looks
@@ -419,7 +378,7 @@ impl Dra {
     /// devices of the slices left out (each logged once with why).
     pub fn counts(&mut self) -> (usize, usize, usize) {
         let usable = self.allocator().inventory().devices().len();
-        (usable, self.holders.len(), self.refused.len())
+        (usable, self.holds.devices(), self.refused.len())
     }
 
     /// What changed since the last call that may let a waiting pod be placed.
@@ -480,70 +439,28 @@ impl Dra {
     /// the one being written — one claim at a time, so a claim written costs its own devices, not
     /// a count of every claim's.
     fn rehold(&mut self, key: &str) {
-        let devices = |a: &AllocationResult| -> Vec<DeviceId> {
-            a.devices
-                .iter()
-                .flat_map(|d| d.results.iter().flatten())
-                .filter(|r| r.admin_access != Some(true))
-                .map(|r| DeviceId { driver: r.driver.clone(), pool: r.pool.clone(), device: r.device.clone() })
-                .collect()
-        };
         let now: Vec<DeviceId> = match self.claims.objects.get(key).and_then(allocation) {
-            Some(a) => devices(a),
-            None => self
-                .pending
-                .get(key)
-                .map(|a| a.results.iter().filter(|r| !r.2).map(|r| r.1.clone()).collect())
-                .unwrap_or_default(),
+            Some(a) => holds::held_devices(a),
+            None => self.pending.get(key).map(holds::pending_devices).unwrap_or_default(),
         };
-        let before = self.held_by.remove(key).unwrap_or_default();
-        if before != now {
-            for id in &before {
-                let keys = self.holders.entry(id.clone()).or_default();
-                keys.retain(|k| k != key);
-                if keys.is_empty() {
-                    self.holders.remove(id);
-                    if let Some(a) = self.allocator.as_mut() {
-                        a.release_device(id);
-                    }
-                }
-                self.mark(id);
+        let Some(moved) = self.holds.set(key, now.clone()) else { return };
+        if let Some(a) = self.allocator.as_mut() {
+            for id in &moved.freed {
+                a.release_device(id);
             }
-            for id in &now {
-                let keys = self.holders.entry(id.clone()).or_default();
-                if !keys.iter().any(|k| k == key) {
-                    keys.push(key.to_string());
-                }
-                if let Some(a) = self.allocator.as_mut() {
-                    a.hold_device(id.clone());
-                }
-                self.mark(id);
+            for id in now {
+                a.hold_device(id);
             }
-            self.shapes.clear();
         }
-        if !now.is_empty() {
-            self.held_by.insert(key.to_string(), now);
-        }
-    }
-
-    /// The node of a device whose hold changed is seen again (every node, for a device several reach).
-    fn mark(&mut self, id: &DeviceId) {
-        match self.device_nodes.get(id) {
-            Some(Some(node)) => {
-                for changed in [self.changed_nodes.as_mut(), self.shown_nodes.as_mut()].into_iter().flatten() {
-                    changed.insert(node.clone());
-                }
+        for id in &moved.touched {
+            match self.homes.node_of(id) {
+                Some(Some(node)) => self.changed.node(node),
+                Some(None) => self.changed.any(),
+                // Not a device of a complete pool: no node counts it.
+                None => {}
             }
-            Some(None) => self.any_changed(),
-            // Not a device of a complete pool: no node counts it.
-            None => {}
         }
-    }
-
-    /// Any node's devices may have changed.
-    fn any_changed(&mut self) {
-        self.changed_nodes = None;
-        self.shown_nodes = None;
+        self.shapes.clear();
     }
 
     /// A node's labels, for the node selectors of pools and allocations.
@@ -559,7 +476,7 @@ impl Dra {
         };
         self.nodes.insert(name, bare);
         self.shapes.clear();
-        self.any_changed();
+        self.changed.any();
         self.woke.devices = true;
     }
 
@@ -573,20 +490,19 @@ impl Dra {
     /// may have): the ones whose [`Dra::devices_on`] the dashboard must read again.
     pub fn take_shown_changes(&mut self) -> Option<Vec<String>> {
         self.allocator();
-        let changed = self.shown_nodes.replace(AHashSet::new());
-        changed.map(|c| c.into_iter().collect())
+        self.changed.take_shown()
     }
 
     /// Nodes with local devices.
     pub fn device_node_names(&mut self) -> Vec<String> {
         self.allocator();
-        self.node_devices.keys().cloned().collect()
+        self.homes.nodes().cloned().collect()
     }
 
     /// `node`'s local devices, with the claims that hold each (for the dashboard).
     pub fn devices_on(&mut self, node: &str) -> Vec<NodeDevice> {
         self.allocator();
-        let (Some(allocator), Some(indexes)) = (&self.allocator, self.node_devices.get(node)) else {
+        let (Some(allocator), Some(indexes)) = (&self.allocator, self.homes.on_node(node)) else {
             return Vec::new();
         };
         let devices = allocator.inventory().devices();
@@ -597,7 +513,7 @@ impl Dra {
                 model: d.string_attribute("productName").map(str::to_owned),
                 kind: d.string_attribute("type").map(str::to_owned),
                 profile: d.string_attribute("profile").map(str::to_owned),
-                held_by: self.holders.get(&d.id).cloned().unwrap_or_default(),
+                held_by: self.holds.holders(&d.id).to_vec(),
                 id: d.id.clone(),
             })
             .collect()
@@ -614,37 +530,15 @@ impl Dra {
             }
             self.refused = now;
             self.holds_stale = true;
-            self.changed_nodes = None;
-            self.shown_nodes = None;
-            self.node_devices = AHashMap::new();
-            for (i, d) in inventory.devices().iter().enumerate() {
-                if let Reach::Node(n) = &d.reach {
-                    self.node_devices.entry(n.clone()).or_default().push(i);
-                }
-            }
-            self.device_nodes = inventory
-                .devices()
-                .iter()
-                .map(|d| {
-                    (
-                        d.id.clone(),
-                        match &d.reach {
-                            Reach::Node(n) => Some(n.clone()),
-                            _ => None,
-                        },
-                    )
-                })
-                .collect();
+            self.changed.any();
+            self.homes = holds::Homes::of(&inventory);
             Allocator::new(inventory, self.classes.objects.values().cloned())
         });
         if std::mem::take(&mut self.holds_stale) {
             self.shapes.clear();
             allocator.hold_only(self.claims.objects.values(), self.pending.values());
-            let (holders, held_by) = holders(&self.claims.objects, &self.pending);
-            self.holders = holders;
-            self.held_by = held_by;
-            self.changed_nodes = None;
-            self.shown_nodes = None;
+            self.holds = holds::Holds::of(&self.claims.objects, &self.pending);
+            self.changed.any();
         }
         allocator
     }
@@ -817,17 +711,15 @@ impl Dra {
     ) -> Vec<(wasmsched_api::ResourceName, u64, u64)> {
         let Some(node) = self.nodes.get(node).cloned() else { return Vec::new() };
         self.allocator();
-        let holders = &self.holders;
+        let holds = &self.holds;
         let Some(allocator) = self.allocator.as_mut() else { return Vec::new() };
         allocator
             .class_devices(&node)
             .into_iter()
             .map(|(class, ids)| {
                 let resource = class_resource(&class);
-                let held = ids
-                    .iter()
-                    .filter(|id| holders.get(*id).is_some_and(|c| c.iter().any(|c| !counted_by_core(c, &resource))))
-                    .count();
+                let held =
+                    ids.iter().filter(|id| holds.holders(id).iter().any(|c| !counted_by_core(c, &resource))).count();
                 (resource, ids.len() as u64, held as u64)
             })
             .collect()
@@ -837,8 +729,7 @@ impl Dra {
     /// may have): what [`Dra::capacity`] says of them may have changed.
     pub fn take_changed_nodes(&mut self) -> Option<Vec<String>> {
         self.allocator();
-        let changed = self.changed_nodes.replace(AHashSet::new());
-        changed.map(|c| c.into_iter().collect())
+        self.changed.take_counted()
     }
 
     /// The writes that give a pod its claims on `node`, with their devices held from now on; or
