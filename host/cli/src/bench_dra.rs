@@ -201,7 +201,8 @@ impl Setup {
         let (mut placed, mut retries, mut start, mut asked) = (0, 0, 0, 0);
         let total = table.len().max(1);
         for (task, spec, _) in &self.pods {
-            let mut task = task.clone();
+            // Copied only when a retry keeps it off a node (the device-plugin run copies none).
+            let mut task = std::borrow::Cow::Borrowed(task);
             for attempt in 0..=RETRIES {
                 let sampled = place_sampled(set, &table, &task, 0, start, self.find);
                 start = (start + sampled.examined) % total;
@@ -228,7 +229,7 @@ impl Setup {
                     Err(_) if attempt < RETRIES => {
                         retries += 1;
                         let name = node.metadata.name.clone().unwrap_or_default();
-                        avoid(&mut task, name);
+                        avoid(task.to_mut(), name);
                     }
                     Err(_) => {}
                 }

@@ -66,6 +66,7 @@ impl Resources {
     }
 
     /// The quantity of an extended resource, 0 when absent.
+    #[inline]
     pub fn extended(&self, name: &str) -> u64 {
         // A node has a handful of extended resources: a scan with a word-wise comparison. Filters
         // ask this per node, and inside a Wasm plugin a byte-wise `memcmp` of names like

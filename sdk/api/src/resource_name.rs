@@ -7,20 +7,17 @@
 //! (BENCHMARKS.md, "DRA inside `bench`"). An interned name is one `&'static str` for all nodes
 //! and tasks, so names compare by address and their bytes are read once, hot.
 //!
-//! Interning keeps every distinct name for the life of the process. A cluster names a handful
-//! of extended resources; the bound below stops a stream of made-up names from growing it
-//! without end (past it, names are kept per value, compared by content).
+//! Interning keeps every distinct name for the life of the process, once: a cluster names a
+//! handful of extended resources, and a stream of made-up names (pods asking for resources no
+//! node has) costs their bytes once each — less than the pods that carried them.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
-/// Distinct names interned before new ones are no longer kept.
-const MAX_INTERNED: usize = 65_536;
-
 static NAMES: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
 
 /// An extended resource's name (`nvidia.com/gpu`, `deviceclass.resource.kubernetes.io/<class>`).
-/// Cheap to copy; equal names are usually the same address, compared first.
+/// Cheap to copy; equal names are the same address, compared first.
 #[derive(Clone, Copy)]
 pub struct ResourceName(&'static str);
 
@@ -32,9 +29,7 @@ impl ResourceName {
             return ResourceName(kept);
         }
         let kept: &'static str = Box::leak(name.to_owned().into_boxed_str());
-        if names.len() < MAX_INTERNED {
-            names.insert(kept);
-        }
+        names.insert(kept);
         ResourceName(kept)
     }
 
