@@ -1,7 +1,8 @@
 //! `bench --dashboard-clients N`: what a dashboard with N pages open costs the scheduling thread.
 //! Each repetition runs the same pods with the dashboard live and without, in alternating order;
-//! live means what `run --dashboard` does — the loop hands a copy-on-write snapshot of the node
-//! table to a builder thread every second (which publishes the view) — plus every decision's
+//! live means what `run --dashboard` does — the loop hands the pods' shape counts and a
+//! copy-on-write snapshot of the node table to a builder thread every second (which measures
+//! fragmentation and publishes the view) — plus every decision's
 //! event, emitted into an event sink whose only reader is the dashboard (as `run --dashboard`
 //! without `--events` does; its drainer encodes them for the pages), while N clients do what an
 //! open page does: poll the cluster and every node page, and follow the event stream.
@@ -10,8 +11,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use wasmsched_api::fragmentation::{self, TypicalPod};
 use wasmsched_core::{NodeTable, PolicySet};
-use wasmsched_dashboard::view::{Cluster, NodeView};
+use wasmsched_dashboard::view::{Cluster, NodeView, SeriesPoint};
 use wasmsched_dashboard::{Publisher, Server, View};
 
 use crate::bench::{Publish, Scenario, run_with};
@@ -93,19 +95,21 @@ pub(crate) fn measure(
         rt.spawn(page(server.addr(), answers.clone()));
     }
     // The builder: snapshots in, views out, off the scheduling thread.
-    let (tx, rx) = mpsc::sync_channel::<NodeTable>(1);
+    let (tx, rx) = mpsc::sync_channel::<(NodeTable, Vec<TypicalPod>)>(1);
     let builder_publisher = publisher.clone();
     let builder = std::thread::spawn(move || {
         let mut views = 0u64;
-        for table in rx {
+        for (table, typical) in rx {
             let mut nodes: Vec<NodeView> = table.slots().filter_map(|s| table.get(s)).map(NodeView::from).collect();
             nodes.sort_by(|a, b| a.name.cmp(&b.name));
-            builder_publisher.publish(View {
-                source: "bench".into(),
-                cluster: Cluster::of(&nodes, 0, 0),
-                nodes,
-                ..View::default()
-            });
+            let cluster = Cluster::of(&nodes, 0, 0);
+            let fragmented = fragmentation::of_cluster(&typical, table.slots().filter_map(|s| table.get(s)));
+            let series = vec![SeriesPoint {
+                at: 0.0,
+                allocation_percent: 100.0 * cluster.gpu_milli_used as f64 / cluster.gpu_milli_total.max(1) as f64,
+                fragmentation_percent: Some(100.0 * fragmented.fragmented / cluster.gpu_milli_total.max(1) as f64),
+            }];
+            builder_publisher.publish(View { source: "bench".into(), cluster, nodes, series, ..View::default() });
             views += 1;
         }
         views
@@ -118,6 +122,10 @@ pub(crate) fn measure(
     let origin = wasmsched_events::Origin { source: "wasmsched/bench/scheduler".into(), id_prefix: "b".into() };
     let sink =
         wasmsched_events::EventSink::tap_only(origin, Default::default(), std::sync::Arc::new(publisher.clone()))?;
+    let mut shapes: std::collections::BTreeMap<fragmentation::Spec, u64> = Default::default();
+    for pod in &s.pods {
+        *shapes.entry(fragmentation::Spec::of(pod)).or_default() += 1;
+    }
     let mut ratios = Vec::with_capacity(repeat);
     let (mut in_tap, mut live_seconds) = (Duration::ZERO, 0.0f64);
     for r in 0..repeat {
@@ -130,8 +138,11 @@ pub(crate) fn measure(
                 let t0 = Instant::now();
                 if last.elapsed() >= VIEW_EVERY {
                     last = Instant::now();
+                    // FGD's target workload from the pods' shapes, counted as they arrived (as
+                    // `run --dashboard` keeps them).
+                    let typical = fragmentation::typical_of_counts(shapes.clone(), 95);
                     // Never waits: a builder still busy with the last snapshot skips this one.
-                    let _ = tx.try_send(table.snapshot());
+                    let _ = tx.try_send((table.snapshot(), typical));
                 }
                 spent += t0.elapsed();
             };

@@ -204,10 +204,7 @@ impl Scheduler {
         let allocation = self.reports.allocation.clone();
         // Fragmentation is measured against the pods this scheduler has now, bound or waiting:
         // their shapes are the workload the cluster's idle share should still fit.
-        let mut shapes: std::collections::BTreeMap<fragmentation::Spec, u64> = Default::default();
-        for pod in self.ours.values() {
-            *shapes.entry(fragmentation::Spec::of(&pod.task)).or_default() += 1;
-        }
+        let shapes = self.ours.shapes().clone();
         tokio::task::spawn_blocking(move || {
             let mut rows: Vec<NodeView> = nodes
                 .slots()

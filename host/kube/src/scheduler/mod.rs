@@ -62,6 +62,7 @@ mod cycle;
 mod dashboard;
 mod effects;
 mod grouping;
+mod ours;
 mod runs;
 mod statuses;
 mod view;
@@ -149,7 +150,7 @@ pub struct Scheduler {
     cache: Cache,
     core: SchedulerCore,
     /// Our pods (pending and bound), by `namespace/name`.
-    ours: AHashMap<String, PodFacts>,
+    ours: ours::OurPods,
     objects: Objects,
     listing: Listing,
     next: Next,
@@ -377,7 +378,7 @@ impl Scheduler {
             api: ApiClients { client, election: election_client, effects },
             shared: Shared { registry, metrics },
             cache: Cache::new(),
-            ours: AHashMap::new(),
+            ours: ours::OurPods::default(),
             objects: Objects { queues, owners, ..Objects::default() },
             listing: Listing::default(),
             next: Next {
