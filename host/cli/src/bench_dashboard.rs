@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use wasmsched_api::fragmentation::{self, TypicalPod};
 use wasmsched_core::{NodeTable, PolicySet};
-use wasmsched_dashboard::view::{Cluster, NodeView, SeriesPoint};
+use wasmsched_dashboard::view::{Cluster, NodeView, SeriesPoint, TARGET_POPULARITY_PERCENT, TARGET_SHAPES};
 use wasmsched_dashboard::{Publisher, Server, View};
 
 use crate::bench::{Publish, Scenario, run_with};
@@ -68,8 +68,15 @@ async fn page(addr: std::net::SocketAddr, answers: std::sync::Arc<std::sync::ato
         let mut offset = 0;
         while let Some(body) = get(addr, &format!("/api/v1/nodes?offset={offset}&limit=1000")).await {
             answers.fetch_add(1, Ordering::Relaxed);
-            let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-            let (total, got) = (v["total"].as_u64().unwrap_or(0), v["nodes"].as_array().map_or(0, Vec::len) as u64);
+            // Only what paging needs is read: a browser parses the rows on its own machine, and
+            // building them here would bill the scheduler's machine for the page's work.
+            #[derive(serde::Deserialize, Default)]
+            struct Page {
+                total: u64,
+                nodes: Vec<serde::de::IgnoredAny>,
+            }
+            let v: Page = serde_json::from_str(&body).unwrap_or_default();
+            let (total, got) = (v.total, v.nodes.len() as u64);
             offset += got;
             if got == 0 || offset >= total {
                 break;
@@ -140,7 +147,8 @@ pub(crate) fn measure(
                     last = Instant::now();
                     // FGD's target workload from the pods' shapes, counted as they arrived (as
                     // `run --dashboard` keeps them).
-                    let typical = fragmentation::typical_of_counts(shapes.clone(), 95);
+                    let typical =
+                        fragmentation::typical_of_counts(shapes.clone(), TARGET_POPULARITY_PERCENT, TARGET_SHAPES);
                     // Never waits: a builder still busy with the last snapshot skips this one.
                     let _ = tx.try_send((table.snapshot(), typical));
                 }

@@ -490,6 +490,14 @@ pub struct FaultCount {
     pub count: u64,
 }
 
+/// The fragmentation a live scheduler's dashboard shows is FGD's measure for the shapes covering
+/// this share of the pods it has (the simulator's figure)…
+pub const TARGET_POPULARITY_PERCENT: u32 = 95;
+/// …at most this many of them, most popular first: pods ask for every CPU amount there is, and
+/// the measure costs shapes × nodes × GPUs on the view's builder, beside the scheduler (at 5,000
+/// nodes, hundreds of shapes cost tens of milliseconds a view).
+pub const TARGET_SHAPES: usize = 32;
+
 /// One point of the allocation history.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct SeriesPoint {

@@ -58,11 +58,17 @@ pub fn typical_pods(specs: impl IntoIterator<Item = Spec>, popularity_percent: u
     for s in specs {
         *counts.entry(s).or_default() += 1;
     }
-    typical_of_counts(counts, popularity_percent)
+    typical_of_counts(counts, popularity_percent, usize::MAX)
 }
 
-/// [`typical_pods`] of shapes already counted (how many pods had each).
-pub fn typical_of_counts(counts: std::collections::BTreeMap<Spec, u64>, popularity_percent: u32) -> Vec<TypicalPod> {
+/// [`typical_pods`] of shapes already counted (how many pods had each), keeping at most
+/// `max_shapes` of them: a live cluster's pods ask for every CPU amount there is, and the long
+/// tail would make each measure cost shapes × nodes × GPUs for little weight.
+pub fn typical_of_counts(
+    counts: std::collections::BTreeMap<Spec, u64>,
+    popularity_percent: u32,
+    max_shapes: usize,
+) -> Vec<TypicalPod> {
     let total: u64 = counts.values().sum();
     let mut sorted: Vec<(Spec, u64)> = counts.into_iter().filter(|(_, n)| *n > 0).collect();
     sorted.sort_by(|(a, na), (b, nb)| {
@@ -78,7 +84,7 @@ pub fn typical_of_counts(counts: std::collections::BTreeMap<Spec, u64>, populari
     for (_, n) in &sorted {
         cum += n;
         kept += 1;
-        if cum as f64 >= expected {
+        if cum as f64 >= expected || kept >= max_shapes {
             break;
         }
     }
@@ -245,7 +251,10 @@ mod tests {
             *counts.entry(s.clone()).or_insert(0) += 1;
         }
         counts.insert(spec(1, 1, 1), 0);
-        assert_eq!(typical_of_counts(counts, 60), typical_pods(specs, 60));
+        assert_eq!(typical_of_counts(counts.clone(), 60, usize::MAX), typical_pods(specs, 60));
+        // At most one shape: the most popular, weighing all.
+        let one = typical_of_counts(counts, 100, 1);
+        assert_eq!((one.len(), one[0].milli, one[0].weight), (1, 500, 1.0));
     }
 
     #[test]

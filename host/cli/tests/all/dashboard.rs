@@ -31,6 +31,7 @@ async fn simulate_serves_the_replay_and_its_pages_show_what_the_api_says() {
     // The address it chose, on stderr; the placed count, on stdout.
     let addr = address_of(&mut child);
     let stdout = BufReader::new(child.stdout.take().unwrap());
+    let child = Served(child);
     let (placed_tx, placed_rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in stdout.lines().map_while(Result::ok) {
@@ -41,15 +42,7 @@ async fn simulate_serves_the_replay_and_its_pages_show_what_the_api_says() {
         }
     });
     let placed = placed_rx.recv_timeout(Duration::from_secs(180)).expect("the replay's summary on stdout");
-    let started = Instant::now();
-    let cluster = loop {
-        let c = get(&addr, "/api/v1/cluster").await;
-        if c["source"].as_str().is_some_and(|s| s.ends_with("replay finished")) {
-            break c;
-        }
-        assert!(started.elapsed() < Duration::from_secs(30), "the final view: {c}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let cluster = finished_view(&addr, Duration::from_secs(30)).await;
     // The API agrees with the replay: openb's 1,213 nodes and 6,212 GPUs, every pod it placed.
     assert_eq!((cluster["cluster"]["nodes"].as_u64(), cluster["cluster"]["gpus"].as_u64()), (Some(1213), Some(6212)));
     assert_eq!(cluster["cluster"]["placed"].as_u64(), Some(placed));
@@ -80,14 +73,41 @@ async fn simulate_serves_the_replay_and_its_pages_show_what_the_api_says() {
 }
 
 /// Ends a command serving the dashboard with SIGTERM, as a service manager would: it exits 0.
-fn stop_serving(mut child: std::process::Child) {
+/// The cluster view once the replay served on `addr` has finished, waiting at most `within`.
+async fn finished_view(addr: &str, within: Duration) -> Value {
+    let started = Instant::now();
+    loop {
+        let c = get(addr, "/api/v1/cluster").await;
+        if c["source"].as_str().is_some_and(|s| s.ends_with("replay finished")) {
+            return c;
+        }
+        assert!(started.elapsed() < within, "the final view: {c}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A serving command, killed if a test fails before [`stop_serving`] (no process outlives it).
+struct Served(std::process::Child);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// SIGTERM ends a serving command, cleanly.
+fn stop_serving(mut served: Served) {
+    let child = &mut served.0;
     assert!(Command::new("kill").arg(child.id().to_string()).status().unwrap().success());
     let status = child.wait().unwrap();
     assert!(status.success(), "{status}");
 }
 
 /// `wasmsched ARGS --serve 127.0.0.1:0 --quiet` in the repository's root, and the address it serves on.
-fn serving(args: &[&str]) -> (std::process::Child, String) {
+fn serving(args: &[&str]) -> (Served, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_wasmsched"))
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
         .args(args)
@@ -97,7 +117,7 @@ fn serving(args: &[&str]) -> (std::process::Child, String) {
         .spawn()
         .unwrap();
     let addr = address_of(&mut child);
-    (child, addr)
+    (Served(child), addr)
 }
 
 /// The dashboard's address, printed on stderr by a command started with `--serve 127.0.0.1:0`.
@@ -231,15 +251,7 @@ async fn replay_plots_the_fragmentation_a_small_job_leaves_for_the_popular_shape
     );
     std::fs::write(&scenario, text).unwrap();
     let (child, addr) = serving(&["replay", "--scenario", scenario.to_str().unwrap(), "--speed", "200"]);
-    let started = Instant::now();
-    let finished = loop {
-        let c = get(&addr, "/api/v1/cluster").await;
-        if c["source"].as_str().is_some_and(|s| s.ends_with("replay finished")) {
-            break c;
-        }
-        assert!(started.elapsed() < Duration::from_secs(60), "the final view: {c}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let finished = finished_view(&addr, Duration::from_secs(60)).await;
     stop_serving(child);
     let points: Vec<(f64, f64, f64)> = finished["series"]
         .as_array()
@@ -347,14 +359,7 @@ async fn replay_shows_the_dra_devices_a_claim_holds_while_its_job_runs() {
     let devices: usize = page["nodes"].as_array().unwrap().iter().map(|n| n["devices"].as_array().unwrap().len()).sum();
     assert_eq!(devices, 20, "two DGX A100s of 8 and an H100 node of 4, as examples/dra/cluster.yaml publishes");
     // Once the replay is over every run has ended: every device free again.
-    loop {
-        let c = get(&addr, "/api/v1/cluster").await;
-        if c["source"].as_str().is_some_and(|s| s.ends_with("replay finished")) {
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(60), "the end: {c}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    finished_view(&addr, Duration::from_secs(60).saturating_sub(started.elapsed())).await;
     let page = get(&addr, "/api/v1/nodes").await;
     let still: Vec<&Value> = page["nodes"]
         .as_array()

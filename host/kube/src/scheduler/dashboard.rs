@@ -5,7 +5,7 @@
 
 use wasmsched_dashboard::view::{
     BudgetView, Cluster, FaultCount, NodeTask, NodeView, PluginView, PolicyView, QueueView, SeriesPoint, StageCalls,
-    WorkloadView,
+    TARGET_POPULARITY_PERCENT, TARGET_SHAPES, WorkloadView,
 };
 
 use super::*;
@@ -17,8 +17,6 @@ pub(super) const DASHBOARD_EVERY: Duration = Duration::from_secs(1);
 /// hour's worth).
 const SHARE_EVERY: Duration = Duration::from_secs(10);
 const SHARE_SAMPLES: usize = 360;
-/// FGD's target workload covers the shapes of this share of the pods (the simulator's figure).
-const TARGET_POPULARITY_PERCENT: u32 = 95;
 
 impl Scheduler {
     /// Shows this scheduler on `publisher`'s dashboard.
@@ -223,7 +221,7 @@ impl Scheduler {
                     at: at_seconds as f64,
                     allocation_percent: 100.0 * cluster.gpu_milli_used as f64 / cluster.gpu_milli_total as f64,
                     fragmentation_percent: fragmented_percent(
-                        &fragmentation::typical_of_counts(shapes, TARGET_POPULARITY_PERCENT),
+                        &fragmentation::typical_of_counts(shapes, TARGET_POPULARITY_PERCENT, TARGET_SHAPES),
                         &nodes,
                     ),
                 });
