@@ -35,14 +35,7 @@ fn drain(shared: Arc<Shared>, file: File, path: PathBuf) {
     let mut out = BufWriter::with_capacity(256 << 10, file);
     shared.set_connected(true);
     let mut backoff = Duration::from_millis(100);
-    loop {
-        let mut items = shared.take_blocking(4096, Duration::from_millis(200));
-        if items.is_empty() {
-            if shared.is_closed() {
-                break;
-            }
-            continue;
-        }
+    while let Some(mut items) = shared.next_batch() {
         let written = (|| -> io::Result<()> {
             for item in &mut items {
                 let rec = item.encoded(&*encode);
@@ -56,12 +49,9 @@ fn drain(shared: Arc<Shared>, file: File, path: PathBuf) {
                 for item in &mut items {
                     shared.delivered_to_tap(&item.encoded(&*encode).json);
                 }
-                let short = items.len() < 4096;
+                let taken = items.len();
                 shared.ack(items, 0);
-                if short && !shared.is_closed() {
-                    // Linger: let a few events gather instead of waking per event.
-                    std::thread::sleep(Duration::from_millis(2));
-                }
+                shared.linger_after(taken);
                 shared.set_error(None);
                 backoff = Duration::from_millis(100);
             }
