@@ -269,6 +269,15 @@ fn the_component_ranks_dra_devices_as_natively_and_the_allocator_follows_it() {
     let mut table = NodeTable::new();
     let slot = table.upsert(Node { name: "dgx-a100-0".into(), ..Default::default() });
     let (wasm, native) = both("");
+    // A device stage that ranks says so (the host builds a request only for one that may);
+    // gpu-share-score's does not, nor does a set without a device stage.
+    assert!(wasm.ranks_claim_devices() && native.ranks_claim_devices());
+    let share = Arc::new(
+        NativePlugin::<wasmsched_plugin_gpu_share_score::GpuShareScore>::new(r#"{"policy": "best-fit"}"#, 1).unwrap(),
+    );
+    assert!(!share.ranks_claim_devices());
+    assert!(!PolicySet::builder().devices(share).build().ranks_claim_devices());
+    assert!(PolicySet::builder().devices(native.clone()).build().ranks_claim_devices());
     let task = Task { id: "pod".into(), ..Default::default() };
     let mut asked: Vec<ClaimRequest> = Vec::new();
     let one: k8s_openapi::api::resource::v1::ResourceClaimSpec = serde_json::from_value(serde_json::json!({
@@ -276,14 +285,19 @@ fn the_component_ranks_dra_devices_as_natively_and_the_allocator_follows_it() {
     }))
     .unwrap();
     let got = allocator
-        .allocate_ranked(&one, dgx, &mut |request| {
-            asked.push(request.clone());
-            let ctx = CallContext { worker: 0, nodes: &table };
-            let w = wasm.rank_claim_devices(ctx, &task, slot, request).unwrap();
-            let n = native.rank_claim_devices(CallContext { worker: 0, nodes: &table }, &task, slot, request).unwrap();
-            assert_eq!(w, n, "the component and the native build agree");
-            w
-        })
+        .allocate_ranked(
+            &one,
+            dgx,
+            Some(&mut |request| {
+                asked.push(request.clone());
+                let ctx = CallContext { worker: 0, nodes: &table };
+                let w = wasm.rank_claim_devices(ctx, &task, slot, request).unwrap();
+                let n =
+                    native.rank_claim_devices(CallContext { worker: 0, nodes: &table }, &task, slot, request).unwrap();
+                assert_eq!(w, n, "the component and the native build agree");
+                w
+            }),
+        )
         .unwrap();
     // Five candidates, with their attributes; the first root's last GPU (best fit) ranked first.
     assert_eq!(asked.len(), 1);
@@ -305,10 +319,14 @@ fn the_component_ranks_dra_devices_as_natively_and_the_allocator_follows_it() {
         let set = PolicySet::builder().devices(Arc::new(raw.unwrap())).build();
         let mut last = None;
         let got = allocator
-            .allocate_ranked(&one, dgx, &mut |request| {
-                last = request.candidates.last().map(|d| d.id.clone());
-                set.rank_claim_devices(&table, &task, "dgx-a100-0", request)
-            })
+            .allocate_ranked(
+                &one,
+                dgx,
+                Some(&mut |request| {
+                    last = request.candidates.last().map(|d| d.id.clone());
+                    set.rank_claim_devices(&table, &task, "dgx-a100-0", request)
+                }),
+            )
             .unwrap();
         (got.results[0].1.to_string(), last.unwrap())
     };

@@ -200,6 +200,7 @@ impl Setup {
         let t = Instant::now();
         let (mut placed, mut retries, mut start, mut asked) = (0, 0, 0, 0);
         let total = table.len().max(1);
+        let ranks = set.ranks_claim_devices();
         for (task, spec, _) in &self.pods {
             // Copied only when a retry keeps it off a node (the device-plugin run copies none).
             let mut task = std::borrow::Cow::Borrowed(task);
@@ -217,7 +218,8 @@ impl Setup {
                 let name = node.metadata.name.as_deref().unwrap_or_default();
                 let mut rank =
                     |request: &wasmsched_api::ClaimRequest| set.rank_claim_devices(&table, &task, name, request);
-                match allocator.allocate_ranked(spec, node, &mut rank) {
+                let rank: Option<&mut wasmsched_dra::allocator::Rank> = ranks.then_some(&mut rank);
+                match allocator.allocate_ranked(spec, node, rank) {
                     Ok(a) => {
                         allocator.hold(&a, true);
                         if matches!(table.update_usage(p.node, |n| bind(n, &task, &p.devices)), Some(Ok(()))) {

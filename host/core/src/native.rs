@@ -17,6 +17,8 @@ pub struct NativePlugin<P> {
     name: String,
     stages: Vec<Stage>,
     failure: FailurePolicy,
+    /// The policy type ranks DRA claim devices (it answers `as_rank_claim_devices`).
+    ranks_claim_devices: bool,
     instances: Vec<Mutex<P>>,
 }
 
@@ -27,8 +29,16 @@ impl<P: Plugin + Stages + Send> NativePlugin<P> {
         for _ in 0..workers.max(1) {
             instances.push(Mutex::new(P::new(config)?));
         }
-        let stages = instances[0].get_mut().map_err(|_| "poisoned")?.stages();
-        Ok(NativePlugin { name: P::NAME.to_string(), stages, failure: FailurePolicy::default(), instances })
+        let first = instances[0].get_mut().map_err(|_| "poisoned")?;
+        let stages = first.stages();
+        let ranks_claim_devices = first.as_rank_claim_devices().is_some();
+        Ok(NativePlugin {
+            name: P::NAME.to_string(),
+            stages,
+            failure: FailurePolicy::default(),
+            ranks_claim_devices,
+            instances,
+        })
     }
 
     /// Register under another name (e.g. `most-allocated` for `allocation-score`).
@@ -112,6 +122,10 @@ impl<P: Plugin + Stages + Send> PolicyPlugin for NativePlugin<P> {
             validate::scores(&scores, candidates.len()).map_err(|m| (FaultKind::BadOutput, m))?;
             Ok(scores)
         })
+    }
+
+    fn ranks_claim_devices(&self) -> bool {
+        self.ranks_claim_devices
     }
 
     fn rank_claim_devices(

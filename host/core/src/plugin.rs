@@ -133,6 +133,13 @@ pub trait PolicyPlugin: Send + Sync {
         node: Slot,
     ) -> Result<Result<Vec<DeviceShare>, Rejection>, PluginFault>;
 
+    /// Whether [`PolicyPlugin::rank_claim_devices`] may answer anything but `None`: when it
+    /// cannot, the host does not build the request (each candidate device with its attributes,
+    /// the larger part of a DRA allocation's cost, `wasmsched bench --dra`).
+    fn ranks_claim_devices(&self) -> bool {
+        false
+    }
+
     /// Rank a DRA claim request's candidate devices on `node`: candidate indexes, most wanted
     /// first, each once (validated); `None` when the plugin does not rank them (the default, and
     /// what components built before this part of the contract answer).

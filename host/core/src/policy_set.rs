@@ -76,6 +76,12 @@ impl PolicySet {
         self.fair_share.as_ref()
     }
 
+    /// Whether the device-selection plugin may rank a DRA claim's candidate devices
+    /// ([`PolicySet::rank_claim_devices`]); when not, there is no request to build.
+    pub fn ranks_claim_devices(&self) -> bool {
+        self.devices.as_ref().is_some_and(|p| p.ranks_claim_devices())
+    }
+
     /// The device-selection plugin's order of a DRA claim request's candidates on `node` (the
     /// node called `node` in `nodes`), most wanted first; `None` when there is no such plugin, it
     /// does not rank, or it faulted (the host's own order is used then: a ranking is a

@@ -20,7 +20,7 @@ use wasmsched_api::{AttributeValue, ClaimDevice, ClaimRequest};
 
 use crate::inventory::{Attribute, DeviceId, Inventory, Reach};
 use crate::node_selector;
-use crate::selector::{DeviceValue, Environment, Seen, Selector, SelectorError, Selectors};
+use crate::selector::{DeviceValue, Environment, Footprints, Selector, SelectorError, Selectors};
 use crate::topology::{CLIQUE_LABEL, DeviceTopology};
 
 /// The most search steps one claim on one node may take: a claim whose constraints no device set
@@ -34,6 +34,10 @@ pub struct Allocation {
     pub results: Vec<(String, DeviceId, bool)>,
     /// The nodes a pod using the claim may run on (`None`: any).
     pub node_selector: Option<NodeSelector>,
+    /// Each result's device's place in the inventory that allocated it: holding it then needs no
+    /// lookup by id (the place is checked against the id, since the inventory may have been
+    /// rebuilt from new slices since).
+    places: Vec<usize>,
 }
 
 impl Allocation {
@@ -161,15 +165,26 @@ struct Want<'p> {
     candidates: Vec<usize>,
 }
 
-/// A selector's answer on one device, once it has been asked.
-type Verdict = Option<Result<bool, SelectorError>>;
+/// A selector's answers on the devices, by place in the inventory: a byte each (`UNASKED`,
+/// `REJECTS`, `ACCEPTS`, `FAILED`), the failures' errors aside. Each device once had an
+/// `Option<Result<bool, SelectorError>>` of ~170 bytes: 7 MB per selector at 40,000 devices, every
+/// page of it touched when a claim first named the selector (`wasmsched bench --dra`).
+struct Verdicts {
+    selector: Arc<Selector>,
+    answers: Vec<u8>,
+    failures: HashMap<usize, SelectorError>,
+    /// Answers by what devices show the selector ([`Selector::seen`]).
+    by_seen: Footprints,
+}
+
+const UNASKED: u8 = 0;
+const REJECTS: u8 = 1;
+const ACCEPTS: u8 = 2;
+const FAILED: u8 = 3;
 
 /// A policy's order of a request's candidate devices (indexes, most wanted first); `None`: no
 /// preference.
 pub type Rank<'r> = dyn FnMut(&ClaimRequest) -> Option<Vec<u32>> + 'r;
-
-/// A selector's answers by what devices show it ([`Selector::seen`]).
-type Shared = HashMap<Vec<Seen>, bool>;
 
 /// A claim checked and its selectors compiled once, to be tried on many nodes (what
 /// kube-scheduler's PreFilter does before Filter runs per node).
@@ -197,9 +212,10 @@ impl Rule<'_> {
 /// The allocator over one cluster's devices and classes.
 pub struct Allocator {
     inventory: Inventory,
-    /// Node-local devices by node, and the others (selector-reached or everywhere): a claim on a
-    /// node looks at its own devices only, not the whole cluster's.
-    by_node: HashMap<String, Vec<usize>>,
+    /// Node-local devices, by node (looked up once per claim and node), and the others
+    /// (selector-reached or everywhere): a claim on a node looks at its own devices only, not the
+    /// whole cluster's.
+    by_node: HashMap<String, Local>,
     not_local: Vec<usize>,
     /// Each device's CEL value, built the first time a selector is evaluated on it (with
     /// footprints, most devices never need one).
@@ -210,23 +226,34 @@ pub struct Allocator {
     /// Per compiled selector, its verdict on each device: a device's attributes never change, so
     /// each selector runs at most once per device. A claim finds its tables when it is prepared
     /// (`table_of`), so trying it on a node is plain indexing.
-    verdicts: Vec<(Arc<Selector>, Vec<Verdict>, Shared)>,
+    verdicts: Vec<Verdicts>,
     /// A compiled selector's table, by the selector's address (`selectors` keeps each alive).
     table_of: HashMap<usize, usize>,
-    /// Each node's local devices as a topology (with the node's clique label it was built with),
-    /// made with the allocator: devices never move, so it lasts as long as the inventory.
-    topologies: HashMap<String, (Option<String>, Option<DeviceTopology>)>,
+}
+
+/// One node's own devices.
+struct Local {
+    /// Places in the inventory, in inventory order.
+    devices: Vec<usize>,
+    /// The devices as a topology, with the node's clique label it was built with: made with the
+    /// allocator (devices never move, so it lasts as long as the inventory), made again if the
+    /// node's label changes.
+    clique: Option<String>,
+    topology: Option<Arc<DeviceTopology>>,
 }
 
 impl Allocator {
     /// An allocator over `inventory`'s devices and the cluster's `classes`.
     pub fn new(inventory: Inventory, classes: impl IntoIterator<Item = DeviceClass>) -> Allocator {
         let values = vec![None; inventory.devices().len()];
-        let mut by_node: HashMap<String, Vec<usize>> = HashMap::default();
+        let mut by_node: HashMap<String, Local> = HashMap::default();
         let mut not_local = Vec::new();
         for (i, d) in inventory.devices().iter().enumerate() {
             match &d.reach {
-                Reach::Node(n) => by_node.entry(n.clone()).or_default().push(i),
+                Reach::Node(n) => {
+                    let local = by_node.entry(n.clone());
+                    local.or_insert_with(|| Local { devices: Vec::new(), clique: None, topology: None }).devices.push(i)
+                }
                 _ => not_local.push(i),
             }
         }
@@ -234,13 +261,10 @@ impl Allocator {
         // Each node's devices as a topology, made now (as the devices are): the first claims
         // on each node would otherwise pay for it. A node labelled with an NVLink clique has
         // its own made again on first use.
-        let topologies = by_node
-            .iter()
-            .map(|(name, local)| {
-                let devices = inventory.devices();
-                (name.clone(), (None, DeviceTopology::new(local.iter().map(|&i| (i, &devices[i])), None)))
-            })
-            .collect();
+        let devices = inventory.devices();
+        for local in by_node.values_mut() {
+            local.topology = DeviceTopology::new(local.devices.iter().map(|&i| (i, &devices[i])), None).map(Arc::new);
+        }
         Allocator {
             inventory,
             by_node,
@@ -251,7 +275,6 @@ impl Allocator {
             selectors: Selectors::default(),
             verdicts: Vec::new(),
             table_of: HashMap::default(),
-            topologies,
         }
     }
 
@@ -262,11 +285,15 @@ impl Allocator {
 
     /// Mark an allocation's devices as held (after it was written), or release them.
     pub fn hold(&mut self, allocation: &Allocation, held: bool) {
-        for (_, id, admin) in &allocation.results {
-            match (held, admin) {
-                (true, false) => self.inventory.hold(id.clone()),
-                (false, false) => self.inventory.release(id),
-                _ => {}
+        for (k, (_, id, admin)) in allocation.results.iter().enumerate() {
+            if *admin {
+                continue;
+            }
+            let devices = self.inventory.devices();
+            match allocation.places.get(k).filter(|&&i| devices.get(i).is_some_and(|d| d.id == *id)) {
+                Some(&i) => self.inventory.set_held_at(i, held),
+                None if held => self.inventory.hold(id.clone()),
+                None => self.inventory.release(id),
             }
         }
     }
@@ -304,16 +331,16 @@ impl Allocator {
 
     /// [`Allocator::allocate`], asking `rank` (a policy's device-selection stage) for its order of
     /// each request's candidates where there is a choice: its picks are tried first, then the
-    /// topology's order; constraints hold whatever the order. `rank` answering `None` leaves the
-    /// host's order.
+    /// topology's order; constraints hold whatever the order. `rank` answering `None`, or no
+    /// `rank` (a policy that does not rank: no request is built), leaves the host's order.
     pub fn allocate_ranked(
         &mut self,
         claim: &ResourceClaimSpec,
         node: &Node,
-        rank: &mut Rank<'_>,
+        rank: Option<&mut Rank<'_>>,
     ) -> Result<Allocation, Unsatisfied> {
         let prepared = self.prepare(claim)?;
-        self.allocate_on(&prepared, node, true, true, Some(rank))
+        self.allocate_on(&prepared, node, true, true, rank)
     }
 
     /// Check `claim` and compile its selectors, once for any number of nodes: a malformed
@@ -439,29 +466,34 @@ impl Allocator {
         out
     }
 
-    /// `node`'s local devices as a topology, if their attributes place them.
-    fn topology(&mut self, node: &Node) -> Option<&DeviceTopology> {
-        let name = node.metadata.name.as_deref()?;
-        let clique = node.metadata.labels.as_ref().and_then(|l| l.get(CLIQUE_LABEL)).cloned();
-        if self.topologies.get(name).is_none_or(|(c, _)| *c != clique) {
-            let devices = self.inventory.devices();
-            let local = self.by_node.get(name).map(Vec::as_slice).unwrap_or_default();
-            let built = DeviceTopology::new(local.iter().map(|&i| (i, &devices[i])), clique.as_deref());
-            self.topologies.insert(name.to_string(), (clique, built));
+    /// The devices usable from `node`, in inventory order, and its own as a topology made with
+    /// its current clique label: one lookup of the node.
+    fn on_node_with_topology(&mut self, node: &Node) -> (Vec<usize>, Option<Arc<DeviceTopology>>) {
+        let devices = self.inventory.devices();
+        let mut on_node = Vec::new();
+        let mut topology = None;
+        if let Some(local) = node.metadata.name.as_deref().and_then(|n| self.by_node.get_mut(n)) {
+            let clique = node.metadata.labels.as_ref().and_then(|l| l.get(CLIQUE_LABEL));
+            if local.clique.as_ref() != clique {
+                let placed = local.devices.iter().map(|&i| (i, &devices[i]));
+                local.topology = DeviceTopology::new(placed, clique.map(String::as_str)).map(Arc::new);
+                local.clique = clique.cloned();
+            }
+            on_node.extend_from_slice(&local.devices);
+            topology = local.topology.clone();
         }
-        self.topologies.get(name).and_then(|(_, t)| t.as_ref())
+        on_node.extend(self.not_local.iter().filter(|&&i| devices[i].reachable_from(node)));
+        // Inventory order (pools by driver and name, devices as published), as kube-scheduler
+        // tries them (a node's own devices are listed in that order already).
+        if !self.not_local.is_empty() {
+            on_node.sort_unstable();
+        }
+        (on_node, topology)
     }
 
     /// The devices usable from `node`, in inventory order.
-    fn on_node(&self, node: &Node) -> Vec<usize> {
-        let local =
-            node.metadata.name.as_ref().and_then(|n| self.by_node.get(n)).map(Vec::as_slice).unwrap_or_default();
-        let devices = self.inventory.devices();
-        let mut on_node: Vec<usize> =
-            local.iter().chain(self.not_local.iter().filter(|&&i| devices[i].reachable_from(node))).copied().collect();
-        // Inventory order (pools by driver and name, devices as published), as kube-scheduler tries them.
-        on_node.sort_unstable();
-        on_node
+    fn on_node(&mut self, node: &Node) -> Vec<usize> {
+        self.on_node_with_topology(node).0
     }
 
     fn allocate_on(
@@ -472,7 +504,7 @@ impl Allocator {
         ranked: bool,
         mut rank: Option<&mut Rank<'_>>,
     ) -> Result<Allocation, Unsatisfied> {
-        let on_node = self.on_node(node);
+        let (on_node, topology) = self.on_node_with_topology(node);
         let mut choices: Vec<Vec<Want>> = Vec::with_capacity(claim.requests.len());
         for alternatives in &claim.requests {
             let mut wants = Vec::new();
@@ -483,7 +515,7 @@ impl Allocator {
                 if ranked
                     && !alt.admin
                     && let Some(n) = alt.count
-                    && let Some(topology) = self.topology(node)
+                    && let Some(topology) = topology.as_deref()
                 {
                     topology.order(&mut candidates, n);
                 }
@@ -545,6 +577,7 @@ impl Allocator {
             }
         }
         Allocation {
+            places: picked.iter().map(|&(_, i)| i).collect(),
             results: picked
                 .into_iter()
                 .map(|(want, i)| (want.alt.name.clone(), devices[i].id.clone(), want.alt.admin))
@@ -576,7 +609,7 @@ impl Allocator {
                 funnel.tainted += 1;
                 continue;
             }
-            if !only_free || alt.admin || device.allow_multiple_allocations || !self.inventory.is_in_use(&device.id) {
+            if !only_free || alt.admin || device.allow_multiple_allocations || !self.inventory.is_held_at(i) {
                 funnel.free += 1;
                 out.push(i);
             }
@@ -590,38 +623,50 @@ impl Allocator {
         if let Some(&t) = self.table_of.get(&address) {
             return t;
         }
-        self.verdicts.push((selector, vec![None; self.values.len()], HashMap::default()));
+        self.verdicts.push(Verdicts {
+            selector,
+            answers: vec![UNASKED; self.values.len()],
+            failures: HashMap::default(),
+            by_seen: Footprints::default(),
+        });
         self.table_of.insert(address, self.verdicts.len() - 1);
         self.verdicts.len() - 1
     }
 
     fn all_match(&mut self, tables: &[usize], device: usize, request: &str) -> Result<bool, Unsatisfied> {
         for &t in tables {
-            let (selector, verdicts, by_seen) = &mut self.verdicts[t];
-            if verdicts[device].is_none() {
+            let table = &mut self.verdicts[t];
+            if table.answers[device] == UNASKED {
                 // Devices that show the selector the same values share its answer; failures are
                 // evaluated per device (their message names the device).
-                let seen = selector.seen(&self.inventory.devices()[device]);
-                let known = seen.as_ref().and_then(|k| by_seen.get(k)).copied();
-                let verdict = match known {
+                let shown = &self.inventory.devices()[device];
+                let verdict = match table.by_seen.verdict(&table.selector, shown) {
                     Some(v) => Ok(v),
                     None => {
-                        let value = self.values[device]
-                            .get_or_insert_with(|| DeviceValue::new(&self.inventory.devices()[device]));
-                        let v = selector.matches(&self.env, value);
-                        if let (Some(seen), Ok(b)) = (seen, &v) {
-                            by_seen.insert(seen, *b);
+                        let value = self.values[device].get_or_insert_with(|| DeviceValue::new(shown));
+                        let v = table.selector.matches(&self.env, value);
+                        if let Ok(b) = v {
+                            table.by_seen.learn(&table.selector, shown, b);
                         }
                         v
                     }
                 };
-                verdicts[device] = Some(verdict);
+                table.answers[device] = match verdict {
+                    Ok(true) => ACCEPTS,
+                    Ok(false) => REJECTS,
+                    Err(error) => {
+                        table.failures.insert(device, error);
+                        FAILED
+                    }
+                };
             }
-            let verdict = verdicts[device].as_ref().expect("filled above");
-            match verdict {
-                Ok(true) => {}
-                Ok(false) => return Ok(false),
-                Err(error) => return Err(Unsatisfied::Selector { request: request.into(), error: error.clone() }),
+            match table.answers[device] {
+                ACCEPTS => {}
+                REJECTS => return Ok(false),
+                _ => {
+                    let error = table.failures[&device].clone();
+                    return Err(Unsatisfied::Selector { request: request.into(), error });
+                }
             }
         }
         Ok(true)

@@ -62,6 +62,10 @@ pub struct Device {
     pub attributes: BTreeMap<String, Attribute>,
     /// Capacities by fully qualified name (`gpu.nvidia.com/memory`).
     pub capacity: BTreeMap<String, Quantity>,
+    /// The domains of its attribute and capacity names (`gpu.nvidia.com`): a selector reading a
+    /// domain's map asks whether the device has it, once per device, and a walk over every name
+    /// was most of that question's cost.
+    pub domains: BTreeSet<String>,
     /// Where it can be used from.
     pub reach: Reach,
     /// The device may be allocated to several claims at once.
@@ -104,7 +108,15 @@ pub struct Refusal {
 #[derive(Clone, Debug, Default)]
 pub struct Inventory {
     devices: Vec<Device>,
-    in_use: ahash::AHashSet<DeviceId>,
+    /// Each device's place in `devices`: a hold names a device by its id.
+    index: ahash::AHashMap<DeviceId, usize>,
+    /// Whether a claim holds the device at that place. The allocator asks this of every
+    /// candidate device of every claim: an index, where a set of ids hashed three strings per
+    /// device (`wasmsched bench --dra`).
+    held: Vec<bool>,
+    /// Held devices that are in no complete pool (a claim allocated from a pool since gone or not
+    /// complete): still held when asked by id.
+    held_elsewhere: ahash::AHashSet<DeviceId>,
 }
 
 impl Inventory {
@@ -171,6 +183,8 @@ impl Inventory {
             }
             inventory.devices.extend(devices);
         }
+        inventory.index = inventory.devices.iter().enumerate().map(|(i, d)| (d.id.clone(), i)).collect();
+        inventory.held = vec![false; inventory.devices.len()];
         (inventory, refusals)
     }
 
@@ -210,11 +224,7 @@ impl Inventory {
             let results = claim.status.iter().flat_map(|s| &s.allocation).flat_map(|a| &a.devices);
             for r in results.flat_map(|d| d.results.iter().flatten()) {
                 if r.admin_access != Some(true) {
-                    self.in_use.insert(DeviceId {
-                        driver: r.driver.clone(),
-                        pool: r.pool.clone(),
-                        device: r.device.clone(),
-                    });
+                    self.hold(DeviceId { driver: r.driver.clone(), pool: r.pool.clone(), device: r.device.clone() });
                 }
             }
         }
@@ -222,22 +232,46 @@ impl Inventory {
 
     /// Forget which devices are held (before they are counted again from the claims).
     pub fn release_all(&mut self) {
-        self.in_use.clear();
+        self.held.fill(false);
+        self.held_elsewhere.clear();
     }
 
     /// Mark one device as held (an allocation just made).
     pub fn hold(&mut self, id: DeviceId) {
-        self.in_use.insert(id);
+        match self.index.get(&id) {
+            Some(&i) => self.held[i] = true,
+            None => {
+                self.held_elsewhere.insert(id);
+            }
+        }
     }
 
     /// Release a device (its claim was deallocated).
     pub fn release(&mut self, id: &DeviceId) {
-        self.in_use.remove(id);
+        match self.index.get(id) {
+            Some(&i) => self.held[i] = false,
+            None => {
+                self.held_elsewhere.remove(id);
+            }
+        }
     }
 
     /// Whether a claim holds the device.
     pub fn is_in_use(&self, id: &DeviceId) -> bool {
-        self.in_use.contains(id)
+        match self.index.get(id) {
+            Some(&i) => self.held[i],
+            None => self.held_elsewhere.contains(id),
+        }
+    }
+
+    /// Hold or release the device at `index` in [`Inventory::devices`].
+    pub fn set_held_at(&mut self, index: usize, held: bool) {
+        self.held[index] = held;
+    }
+
+    /// Whether a claim holds the device at `index` in [`Inventory::devices`].
+    pub fn is_held_at(&self, index: usize) -> bool {
+        self.held[index]
     }
 
     /// Every usable device, pools in (driver, pool) order, devices in slice order.
@@ -280,14 +314,21 @@ fn convert(
         reach_of(spec.node_name.as_ref(), spec.node_selector.as_ref(), spec.all_nodes)
             .ok_or("the slice names no node, node selector or allNodes")?
     };
+    let domains = domains_of(attributes.keys().chain(capacity.keys()).map(String::as_str));
     Ok(Device {
         id: DeviceId { driver: driver.to_string(), pool: pool.to_string(), device: device.name.clone() },
         attributes,
         capacity,
+        domains,
         reach,
         allow_multiple_allocations: device.allow_multiple_allocations == Some(true),
         taints: device.taints.iter().flatten().filter(|t| t.effect != "None").cloned().collect(),
     })
+}
+
+/// The domains of qualified names (`gpu.nvidia.com` of `gpu.nvidia.com/memory`).
+pub(crate) fn domains_of<'a>(names: impl Iterator<Item = &'a str>) -> BTreeSet<String> {
+    names.filter_map(|k| k.rsplit_once('/')).map(|(domain, _)| domain.to_string()).collect()
 }
 
 fn reach_of(node: Option<&String>, selector: Option<&NodeSelector>, all: Option<bool>) -> Option<Reach> {

@@ -117,6 +117,79 @@ pub enum Seen {
     Present(bool),
 }
 
+/// [`Seen`], borrowed from the device: a footprint is hashed and compared in this form, and made
+/// owned only the first time it is seen.
+#[derive(Hash)]
+enum SeenRef<'d> {
+    Text(&'d str),
+    Attribute(&'d Attribute),
+    Quantity(Quantity),
+    Missing,
+    Present(bool),
+}
+
+impl SeenRef<'_> {
+    fn is(&self, owned: &Seen) -> bool {
+        match (self, owned) {
+            (SeenRef::Text(a), Seen::Text(b)) => *a == b,
+            (SeenRef::Attribute(a), Seen::Attribute(b)) => *a == b,
+            (SeenRef::Quantity(a), Seen::Quantity(b)) => a == b,
+            (SeenRef::Missing, Seen::Missing) => true,
+            (SeenRef::Present(a), Seen::Present(b)) => a == b,
+            _ => false,
+        }
+    }
+
+    fn to_owned(&self) -> Seen {
+        match self {
+            SeenRef::Text(s) => Seen::Text(s.to_string()),
+            SeenRef::Attribute(a) => Seen::Attribute((*a).clone()),
+            SeenRef::Quantity(q) => Seen::Quantity(*q),
+            SeenRef::Missing => Seen::Missing,
+            SeenRef::Present(b) => Seen::Present(*b),
+        }
+    }
+}
+
+/// One selector's verdicts by footprint ([`Selector::seen`]): a device whose footprint is known
+/// gets its verdict without an evaluation. Looked up once per (selector, device), so the lookup
+/// builds nothing: the footprint is hashed and compared as the device shows it (building it
+/// owned, with its strings, was most of a cold allocation: `wasmsched bench --dra`).
+#[derive(Default)]
+pub struct Footprints {
+    state: ahash::RandomState,
+    /// By the footprint's hash, the footprints with that hash and their verdicts.
+    known: ahash::AHashMap<u64, Vec<(Vec<Seen>, bool)>>,
+}
+
+impl Footprints {
+    /// The verdict of `selector` on devices showing it what `device` shows; `None` when not known
+    /// yet, or when the selector reads more than named fields.
+    pub fn verdict(&self, selector: &Selector, device: &Device) -> Option<bool> {
+        let hash = self.hash(selector, device)?;
+        let same = |owned: &[Seen]| {
+            let mut view = selector.view(device).into_iter().flatten();
+            owned.iter().all(|o| view.next().is_some_and(|s| s.is(o))) && view.next().is_none()
+        };
+        self.known.get(&hash)?.iter().find(|(owned, _)| same(owned)).map(|(_, v)| *v)
+    }
+
+    /// Remember `verdict` for the footprint `device` shows `selector`.
+    pub fn learn(&mut self, selector: &Selector, device: &Device, verdict: bool) {
+        let (Some(hash), Some(owned)) = (self.hash(selector, device), selector.seen(device)) else { return };
+        self.known.entry(hash).or_default().push((owned, verdict));
+    }
+
+    fn hash(&self, selector: &Selector, device: &Device) -> Option<u64> {
+        use std::hash::{BuildHasher, Hash, Hasher};
+        let mut hasher = self.state.build_hasher();
+        for s in selector.view(device)? {
+            s.hash(&mut hasher);
+        }
+        Some(hasher.finish())
+    }
+}
+
 impl std::fmt::Debug for Selector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Selector").field("expression", &self.expression).finish()
@@ -168,27 +241,18 @@ impl Selector {
     /// What the expression reads of `device`, when it reads only named fields: devices that
     /// show it the same values get the same verdict (`None`: no such promise).
     pub fn seen(&self, device: &Device) -> Option<Vec<Seen>> {
+        Some(self.view(device)?.map(|s| s.to_owned()).collect())
+    }
+
+    /// [`Selector::seen`], borrowed from the device.
+    fn view<'d>(&'d self, device: &'d Device) -> Option<impl Iterator<Item = SeenRef<'d>> + 'd> {
         let reads = self.footprint.as_ref()?;
-        let has_domain = |d: &str| {
-            device
-                .attributes
-                .keys()
-                .chain(device.capacity.keys())
-                .any(|k| k.rsplit_once('/').is_some_and(|(x, _)| x == d))
-        };
-        Some(
-            reads
-                .iter()
-                .map(|r| match r {
-                    Read::Driver => Seen::Text(device.id.driver.clone()),
-                    Read::Attribute(name) => {
-                        device.attributes.get(name).cloned().map_or(Seen::Missing, Seen::Attribute)
-                    }
-                    Read::Capacity(name) => device.capacity.get(name).copied().map_or(Seen::Missing, Seen::Quantity),
-                    Read::Domain(d) => Seen::Present(has_domain(d)),
-                })
-                .collect(),
-        )
+        Some(reads.iter().map(move |r| match r {
+            Read::Driver => SeenRef::Text(&device.id.driver),
+            Read::Attribute(name) => device.attributes.get(name).map_or(SeenRef::Missing, SeenRef::Attribute),
+            Read::Capacity(name) => device.capacity.get(name).copied().map_or(SeenRef::Missing, SeenRef::Quantity),
+            Read::Domain(d) => SeenRef::Present(device.domains.contains(d)),
+        }))
     }
 
     /// The source text.
@@ -223,7 +287,8 @@ impl Selector {
 /// each time without compiling it again).
 #[derive(Default)]
 pub struct Selectors {
-    compiled: HashMap<String, Result<Arc<Selector>, SelectorError>>,
+    /// Looked up once per request of every claim prepared: ahash, not SipHash.
+    compiled: ahash::AHashMap<String, Result<Arc<Selector>, SelectorError>>,
 }
 
 impl Selectors {

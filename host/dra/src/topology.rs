@@ -148,6 +148,7 @@ mod tests {
             id: DeviceId { driver: "gpu.nvidia.com".into(), pool: "n".into(), device: name.into() },
             attributes: attributes.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
             capacity: BTreeMap::new(),
+            domains: crate::inventory::domains_of(attributes.iter().map(|(k, _)| *k)),
             reach: Reach::Node("n".into()),
             allow_multiple_allocations: false,
             taints: Vec::new(),

@@ -951,6 +951,12 @@ impl PolicyPlugin for WasmPlugin {
         })
     }
 
+    fn ranks_claim_devices(&self) -> bool {
+        // The SDK exports ranking with every device stage and answers empty for plugins
+        // without it: only a component built before the export is known not to rank.
+        self.blueprint.indices.select_claim_devices.is_some()
+    }
+
     fn rank_claim_devices(
         &self,
         ctx: CallContext<'_>,

@@ -157,6 +157,36 @@ fn held_devices_are_never_given_twice() {
 }
 
 #[test]
+fn an_allocation_made_before_the_slices_changed_holds_and_releases_the_same_devices() {
+    let o = examples();
+    let mut before = allocator(&o);
+    let dgx = node(&o, "dgx-a100-0");
+    let given = before.allocate(&gpus(3, "", ""), dgx).unwrap();
+    // New slices: another driver's pool sorts first, so every device has moved in the
+    // inventory; and without dgx-a100-0's pool, the devices are in none.
+    let extra = slice(
+        "{metadata: {name: a}, spec: {driver: a.example.com, nodeName: dgx-a100-0, pool: {name: a, generation: 1, resourceSliceCount: 1}, devices: [{name: x}, {name: y}, {name: z}, {name: w}]}}",
+    );
+    let held_count = |a: &Allocator| a.inventory().devices().iter().filter(|d| a.inventory().is_in_use(&d.id)).count();
+    let moved: Vec<ResourceSlice> = std::iter::once(extra.clone()).chain(o.slices.iter().cloned()).collect();
+    let gone: Vec<ResourceSlice> =
+        std::iter::once(extra).chain(o.slices.iter().filter(|s| s.spec.pool.name != "dgx-a100-0").cloned()).collect();
+    for slices in [moved, gone] {
+        let (mut inventory, _) = Inventory::from_slices(&slices);
+        inventory.hold_allocated(&o.claims);
+        let mut after = Allocator::new(inventory, o.classes.clone());
+        let already = held_count(&after);
+        after.hold(&given, true);
+        assert!(given.results.iter().all(|(_, id, _)| after.inventory().is_in_use(id)), "{given}");
+        let in_pool = given.results.iter().filter(|(_, id, _)| after.inventory().devices().iter().any(|d| d.id == *id));
+        assert_eq!(held_count(&after), already + in_pool.count(), "only the allocation's devices");
+        after.hold(&given, false);
+        assert!(given.results.iter().all(|(_, id, _)| !after.inventory().is_in_use(id)));
+        assert_eq!(held_count(&after), already);
+    }
+}
+
+#[test]
 fn cel_sees_quantities_versions_and_missing_domains_as_kubernetes_does() {
     let o = examples();
     let mut a = allocator(&o);
@@ -182,9 +212,12 @@ fn bad_cel_is_a_reason_on_the_claim_never_a_panic() {
         other => panic!("{expression}: {other:?}"),
     };
     assert!(matches!(reason(&mut a, "device.driver =="), SelectorError::Compile { .. }));
-    match reason(&mut a, "device.attributes['gpu.nvidia.com'].nosuch == 1") {
-        SelectorError::Runtime { device, .. } => assert!(device.starts_with("gpu.nvidia.com/dgx-a100-0/gpu-")),
-        other => panic!("{other:?}"),
+    // Asked again, the failure comes from the allocator's table of verdicts: the same error.
+    for _ in 0..2 {
+        match reason(&mut a, "device.attributes['gpu.nvidia.com'].nosuch == 1") {
+            SelectorError::Runtime { device, .. } => assert!(device.starts_with("gpu.nvidia.com/dgx-a100-0/gpu-")),
+            other => panic!("{other:?}"),
+        }
     }
     assert!(matches!(reason(&mut a, "device.driver"), SelectorError::NotBoolean { .. }));
     assert!(matches!(reason(&mut a, "quantity('lots') == quantity('1')"), SelectorError::Runtime { .. }));
@@ -362,10 +395,30 @@ fn devices_that_show_a_selector_the_same_fields_get_its_verdict_without_being_ev
             assert_eq!(*first, verdict, "{expression} on {}", d.id);
         }
         assert!(by_seen.len() < inventory.devices().len() / 2 || expression.contains("index"), "{expression}");
+        // The allocator's table of them answers what evaluating would, for every device whose
+        // footprint it has learnt, and knows nothing of the others.
+        let mut footprints = wasmsched_dra::selector::Footprints::default();
+        let mut learnt = std::collections::HashSet::new();
+        for d in inventory.devices() {
+            let truth = s.matches(&env, &DeviceValue::new(d));
+            match footprints.verdict(&s, d) {
+                Some(v) => assert_eq!(Ok(v), truth.map_err(|_| ()), "{expression} on {}", d.id),
+                // Failures are not learnt (their message names the device).
+                None => {
+                    if let Ok(v) = truth {
+                        assert!(learnt.insert(s.seen(d).unwrap()), "{expression}: a learnt footprint forgotten");
+                        footprints.learn(&s, d, v);
+                    }
+                }
+            }
+        }
     }
     for expression in whole {
         let s = wasmsched_dra::Selector::compile(expression).unwrap();
         assert!(s.seen(&inventory.devices()[0]).is_none(), "{expression} reads a map as a whole");
+        let mut footprints = wasmsched_dra::selector::Footprints::default();
+        footprints.learn(&s, &inventory.devices()[0], true);
+        assert_eq!(footprints.verdict(&s, &inventory.devices()[0]), None, "{expression}: never shared");
     }
 }
 

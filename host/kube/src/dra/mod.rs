@@ -740,7 +740,7 @@ impl Dra {
         claims: &[ClaimRef],
         to_make: Option<&MadeClaim>,
         node: &str,
-        rank: &mut wasmsched_dra::allocator::Rank<'_>,
+        mut rank: Option<&mut wasmsched_dra::allocator::Rank<'_>>,
     ) -> Result<Vec<ClaimWrite>, String> {
         let resolved = self.resolve(namespace, claims, to_make.map(|m| &m.claim))?;
         let Some(node_obj) = self.nodes.get(node).cloned() else {
@@ -771,7 +771,7 @@ impl Dra {
             match allocator.allocate_ranked(
                 claim.spec.as_ref().unwrap_or(&ResourceClaimSpec::default()),
                 &node_obj,
-                rank,
+                rank.as_deref_mut(),
             ) {
                 Ok(a) => {
                     allocator.hold(&a, true);
@@ -926,9 +926,9 @@ mod tests {
         // The other claim's three devices are still held: two are not free now, anywhere.
         let small = dra.feasible_nodes("ns", &claim("small"), None, ["n1"].into_iter()).unwrap();
         assert!(!small.now, "{small:?}");
-        let refused = dra.reserve("ns", &claim("small"), None, "n1", &mut |_| None).unwrap_err();
+        let refused = dra.reserve("ns", &claim("small"), None, "n1", None).unwrap_err();
         assert!(refused.contains("1 free"), "{refused}");
         // Nor does a refused reservation free what others hold.
-        assert!(dra.reserve("ns", &claim("small"), None, "n1", &mut |_| None).is_err());
+        assert!(dra.reserve("ns", &claim("small"), None, "n1", None).is_err());
     }
 }

@@ -96,7 +96,9 @@ impl Scheduler {
             let nodes = self.cache.nodes();
             let mut rank =
                 |request: &wasmsched_api::ClaimRequest| set.rank_claim_devices(nodes, &facts.task, node, request);
-            match self.objects.dra.reserve(&facts.task.namespace, &pod.claims, pod.made.as_ref(), node, &mut rank) {
+            let rank: Option<&mut wasmsched_dra::allocator::Rank> =
+                if set.ranks_claim_devices() { Some(&mut rank) } else { None };
+            match self.objects.dra.reserve(&facts.task.namespace, &pod.claims, pod.made.as_ref(), node, rank) {
                 Ok(writes) => {
                     self.in_flight.claims.insert(task.clone(), writes);
                     reserved.entry(workload).or_default().push(task);

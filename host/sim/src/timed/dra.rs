@@ -137,12 +137,12 @@ impl Devices {
         task: &str,
         job: &Job,
         node: &str,
-        rank: &mut wasmsched_dra::allocator::Rank<'_>,
+        mut rank: Option<&mut wasmsched_dra::allocator::Rank<'_>>,
     ) -> Result<(), String> {
         let Some(n) = self.nodes.get(node) else { return Err(format!("node {node} is unknown")) };
         let mut made: Vec<Allocation> = Vec::new();
         for (i, spec) in job.claims.iter().enumerate() {
-            match self.allocator.allocate_ranked(spec, n, rank) {
+            match self.allocator.allocate_ranked(spec, n, rank.as_deref_mut()) {
                 Ok(a) => {
                     self.allocator.hold(&a, true);
                     made.push(a);

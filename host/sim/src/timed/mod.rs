@@ -492,7 +492,9 @@ fn claims_where_placed(
         let Some(spec) = lookup.task(task) else { continue };
         let nodes = core.nodes();
         let mut rank = |request: &wasmsched_api::ClaimRequest| set.rank_claim_devices(nodes, spec, node, request);
-        match devices.reserve(task, &lookup.jobs[j], node, &mut rank) {
+        let rank: Option<&mut wasmsched_dra::allocator::Rank> =
+            if set.ranks_claim_devices() { Some(&mut rank) } else { None };
+        match devices.reserve(task, &lookup.jobs[j], node, rank) {
             Ok(()) => reserved.entry(workload).or_default().push(task),
             Err(reason) => {
                 for t in reserved.remove(workload.as_str()).unwrap_or_default() {
