@@ -138,6 +138,56 @@ fn native_and_wasm_agree_on_random_clusters() {
 }
 
 #[test]
+fn tasks_asking_only_for_extended_resources_get_the_same_verdicts_counted_brief_or_in_full() {
+    // A task whose only list is its extended resources (DRA claims counted by device class)
+    // goes to a component as `placement-counted`'s `counted` form, through the plain exports in
+    // full: the guest must see every name and amount, including names no node has.
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let plain_rt = Runtime::new(RuntimeConfig { placement_calls: false, ..Default::default() }).unwrap();
+    let (pair, plain) = (&pairs(&rt)[0], &plain_calls(&plain_rt)[0]);
+    let class = |c: &str| format!("deviceclass.resource.kubernetes.io/{c}");
+    let mut rng = Rng::new(7);
+    let mut table = generate::cluster(&mut rng, 200);
+    let slots: Vec<u32> = table.slots().collect();
+    for &s in &slots {
+        let gpus = rng.below(9);
+        table.update(s, |n| {
+            n.allocatable.extended.push((class("gpu.nvidia.com").as_str().into(), gpus));
+            n.allocatable.extended.sort();
+        });
+    }
+    let (mut fits, mut short) = (0, 0);
+    for round in 0..40 {
+        let mut task = generate::task(&mut rng, format!("t{round}"));
+        task.gpu = Default::default();
+        (task.node_selector, task.tolerations) = (Vec::new(), Vec::new());
+        let mut extended = vec![(class("gpu.nvidia.com"), 1 + rng.below(8))];
+        if round % 3 == 0 {
+            extended.push(("rdma/hca".into(), rng.below(3)));
+        }
+        if round % 10 == 9 {
+            extended.push((class("nowhere"), 1));
+        }
+        extended.sort();
+        task.request.extended = extended.iter().map(|(n, v)| (n.as_str().into(), *v)).collect();
+        let ctx = CallContext { worker: 0, nodes: &table };
+        let a = pair.native.filter(ctx, &task, &slots).unwrap();
+        assert_eq!(a, pair.wasm.filter(ctx, &task, &slots).unwrap(), "round {round}: counted");
+        assert_eq!(a, plain.filter(ctx, &task, &slots).unwrap(), "round {round}: in full");
+        fits += a.codes.iter().filter(|&&c| c == 0).count();
+        short += a.codes.iter().filter(|&&c| c != 0).count();
+        if round % 10 == 9 {
+            assert!(a.codes.iter().all(|&c| c != 0), "round {round}: no node has the class");
+        }
+        // Take what the task asked of a node that fits, as a bind would.
+        if let Some(k) = a.codes.iter().position(|&c| c == 0) {
+            table.update_usage(slots[k], |n| n.allocated.saturating_add_assign(&task.request));
+        }
+    }
+    assert!(fits > 100 && short > 100, "{fits} fits, {short} shortages");
+}
+
+#[test]
 fn native_and_wasm_place_the_same_tasks_on_the_same_nodes() {
     let rt = Runtime::new(RuntimeConfig::default()).unwrap();
     let pairs = pairs(&rt);

@@ -32,8 +32,9 @@ pub const MAX_STEPS: usize = 100_000;
 pub struct Allocation {
     /// (request name — `request/subrequest` for a `firstAvailable` choice —, device, admin access).
     pub results: Vec<(String, DeviceId, bool)>,
-    /// The nodes a pod using the claim may run on (`None`: any).
-    pub node_selector: Option<NodeSelector>,
+    /// The nodes a pod using the claim may run on (`None`: any). Shared: a node's own selector is
+    /// made once, not per allocation.
+    pub node_selector: Option<Arc<NodeSelector>>,
     /// Each result's device's place in the inventory that allocated it: holding it then needs no
     /// lookup by id (the place is checked against the id, since the inventory may have been
     /// rebuilt from new slices since).
@@ -50,9 +51,9 @@ impl Allocation {
                         .iter()
                         .map(|(request, id, admin)| DeviceRequestAllocationResult {
                             request: request.clone(),
-                            driver: id.driver.clone(),
-                            pool: id.pool.clone(),
-                            device: id.device.clone(),
+                            driver: id.driver.to_string(),
+                            pool: id.pool.to_string(),
+                            device: id.device.to_string(),
                             admin_access: admin.then_some(true),
                             ..Default::default()
                         })
@@ -60,7 +61,7 @@ impl Allocation {
                 ),
                 config: None,
             }),
-            node_selector: self.node_selector.clone(),
+            node_selector: self.node_selector.as_deref().cloned(),
             allocation_timestamp: None,
         }
     }
@@ -231,6 +232,16 @@ pub struct Allocator {
     table_of: HashMap<usize, usize>,
 }
 
+/// What a claim on one node may use.
+struct Reachable {
+    /// Places in the inventory of the devices usable from the node, in inventory order.
+    devices: Vec<usize>,
+    /// The node's own devices as a topology, made with its current clique label.
+    topology: Option<Arc<DeviceTopology>>,
+    /// The node selector naming the node, when it has devices of its own.
+    selector: Option<Arc<NodeSelector>>,
+}
+
 /// One node's own devices.
 struct Local {
     /// Places in the inventory, in inventory order.
@@ -240,6 +251,8 @@ struct Local {
     /// node's label changes.
     clique: Option<String>,
     topology: Option<Arc<DeviceTopology>>,
+    /// The node selector of an allocation of its devices (the node by name).
+    selector: Arc<NodeSelector>,
 }
 
 impl Allocator {
@@ -252,7 +265,14 @@ impl Allocator {
             match &d.reach {
                 Reach::Node(n) => {
                     let local = by_node.entry(n.clone());
-                    local.or_insert_with(|| Local { devices: Vec::new(), clique: None, topology: None }).devices.push(i)
+                    let selector = || Arc::new(node_selector::for_node(n));
+                    let local = local.or_insert_with(|| Local {
+                        devices: Vec::new(),
+                        clique: None,
+                        topology: None,
+                        selector: selector(),
+                    });
+                    local.devices.push(i)
                 }
                 _ => not_local.push(i),
             }
@@ -466,12 +486,11 @@ impl Allocator {
         out
     }
 
-    /// The devices usable from `node`, in inventory order, and its own as a topology made with
-    /// its current clique label: one lookup of the node.
-    fn on_node_with_topology(&mut self, node: &Node) -> (Vec<usize>, Option<Arc<DeviceTopology>>) {
+    /// What a claim on `node` may use, from one lookup of the node.
+    fn reachable(&mut self, node: &Node) -> Reachable {
         let devices = self.inventory.devices();
         let mut on_node = Vec::new();
-        let mut topology = None;
+        let (mut topology, mut selector) = (None, None);
         if let Some(local) = node.metadata.name.as_deref().and_then(|n| self.by_node.get_mut(n)) {
             let clique = node.metadata.labels.as_ref().and_then(|l| l.get(CLIQUE_LABEL));
             if local.clique.as_ref() != clique {
@@ -481,6 +500,7 @@ impl Allocator {
             }
             on_node.extend_from_slice(&local.devices);
             topology = local.topology.clone();
+            selector = Some(local.selector.clone());
         }
         on_node.extend(self.not_local.iter().filter(|&&i| devices[i].reachable_from(node)));
         // Inventory order (pools by driver and name, devices as published), as kube-scheduler
@@ -488,12 +508,12 @@ impl Allocator {
         if !self.not_local.is_empty() {
             on_node.sort_unstable();
         }
-        (on_node, topology)
+        Reachable { devices: on_node, topology, selector }
     }
 
     /// The devices usable from `node`, in inventory order.
     fn on_node(&mut self, node: &Node) -> Vec<usize> {
-        self.on_node_with_topology(node).0
+        self.reachable(node).devices
     }
 
     fn allocate_on(
@@ -504,7 +524,7 @@ impl Allocator {
         ranked: bool,
         mut rank: Option<&mut Rank<'_>>,
     ) -> Result<Allocation, Unsatisfied> {
-        let (on_node, topology) = self.on_node_with_topology(node);
+        let Reachable { devices: on_node, topology, selector } = self.reachable(node);
         let mut choices: Vec<Vec<Want>> = Vec::with_capacity(claim.requests.len());
         for alternatives in &claim.requests {
             let mut wants = Vec::new();
@@ -561,18 +581,22 @@ impl Allocator {
         let mut search =
             Search { allocator: self, choices: &choices, rules: &claim.rules, picked: Vec::new(), steps: 0 };
         match search.run(0)? {
-            Some(picked) => Ok(self.finish(picked)),
+            Some(picked) => Ok(self.finish(picked, selector)),
             None => Err(Unsatisfied::Constraint(claim.rules.iter().map(Rule::text).collect::<Vec<_>>().join(", "))),
         }
     }
 
-    fn finish(&self, picked: Vec<(&Want, usize)>) -> Allocation {
+    /// The allocation of the devices `picked` on a node whose own devices `local` names.
+    fn finish(&self, picked: Vec<(&Want, usize)>, local: Option<Arc<NodeSelector>>) -> Allocation {
         let devices = self.inventory.devices();
         let mut node_selector = None;
         for (_, i) in &picked {
             match &devices[*i].reach {
-                Reach::Node(n) => node_selector = Some(node_selector::for_node(n)),
-                Reach::Selector(s) if node_selector.is_none() => node_selector = Some(s.clone()),
+                // A device of the node's own is reached from it alone (`reachable`).
+                Reach::Node(n) => {
+                    node_selector = Some(local.clone().unwrap_or_else(|| Arc::new(node_selector::for_node(n))));
+                }
+                Reach::Selector(s) if node_selector.is_none() => node_selector = Some(Arc::new(s.clone())),
                 _ => {}
             }
         }
@@ -861,8 +885,8 @@ impl fmt::Display for Allocation {
         type Group<'r> = ((&'r str, &'r str, &'r str), Vec<String>);
         let mut groups: Vec<Group> = Vec::new();
         for (request, id, admin) in &self.results {
-            let key = (request.as_str(), id.driver.as_str(), id.pool.as_str());
-            let device = if *admin { format!("{} (admin access)", id.device) } else { id.device.clone() };
+            let key = (request.as_str(), &*id.driver, &*id.pool);
+            let device = if *admin { format!("{} (admin access)", id.device) } else { id.device.to_string() };
             match groups.last_mut() {
                 Some((k, devices)) if *k == key => devices.push(device),
                 _ => groups.push((key, vec![device])),

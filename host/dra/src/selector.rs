@@ -441,7 +441,7 @@ impl DeviceValue {
         let domains = attributes.keys().chain(capacity.keys()).cloned().collect();
         let mut d = DeviceValue {
             id: device.id.to_string(),
-            driver: device.id.driver.clone(),
+            driver: device.id.driver.to_string(),
             attributes,
             capacity,
             domains,

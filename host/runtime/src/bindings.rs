@@ -1,15 +1,16 @@
-//! Host bindings generated from `wit/policy.wit`, and conversions from the API types.
+//! Host bindings generated from `wit/policy.wit` (world `every-stage`: every export the host
+//! can call), and conversions from the API types.
 
 wasmtime::component::bindgen!({
     path: "../../wit",
-    world: "policy",
+    world: "every-stage",
 });
 
 use wasmsched::policy::types as wit;
 use wasmsched_api as api;
 
 pub(crate) use exports::wasmsched::policy::{
-    fair_share, fair_share_delta, filter, mirror, mirror_usage, placement, plugin, preempt, score,
+    fair_share, fair_share_delta, filter, mirror, mirror_usage, placement, placement_counted, plugin, preempt, score,
     select_claim_devices, select_devices,
 };
 
@@ -149,16 +150,40 @@ pub(crate) fn task(t: &api::Task) -> wit::Task {
 /// `placement`'s form of `t`: brief when every list the contract sends is empty (the host-only
 /// `labels` and `pod_affinity` are never sent).
 pub(crate) fn stage_task(t: &api::Task) -> placement::StageTask {
-    let brief = t.request.extended.is_empty()
-        && t.gpu.models.is_empty()
+    if t.request.extended.is_empty() && lists_but_extended_empty(t) {
+        placement::StageTask::Brief(brief_task(t))
+    } else {
+        placement::StageTask::Full(task(t))
+    }
+}
+
+/// `placement-counted`'s form of `t`: brief when every list is empty, counted when only its
+/// extended resources are not, else full.
+pub(crate) fn counted_stage_task(t: &api::Task) -> placement_counted::CountedStageTask {
+    use placement_counted::CountedStageTask as Form;
+    if !lists_but_extended_empty(t) {
+        return Form::Full(task(t));
+    }
+    if t.request.extended.is_empty() {
+        return Form::Brief(brief_task(t));
+    }
+    Form::Counted(placement_counted::CountedTask {
+        brief: brief_task(t),
+        extended: t.request.extended.iter().map(|(n, v)| (n.as_str().to_owned(), *v)).collect(),
+    })
+}
+
+/// Every list of the task the contract sends, extended resources aside, is empty.
+fn lists_but_extended_empty(t: &api::Task) -> bool {
+    t.gpu.models.is_empty()
         && t.node_selector.is_empty()
         && t.node_affinity.required.is_empty()
         && t.node_affinity.preferred.is_empty()
-        && t.tolerations.is_empty();
-    if !brief {
-        return placement::StageTask::Full(task(t));
-    }
-    placement::StageTask::Brief(placement::BriefTask {
+        && t.tolerations.is_empty()
+}
+
+fn brief_task(t: &api::Task) -> placement::BriefTask {
+    placement::BriefTask {
         id: t.id.clone(),
         namespace: t.namespace.clone(),
         group: t.group.clone(),
@@ -171,7 +196,7 @@ pub(crate) fn stage_task(t: &api::Task) -> placement::StageTask {
         gpu_count: t.gpu.count,
         milli_per_gpu: t.gpu.milli_per_gpu,
         memory_bytes_per_gpu: t.gpu.memory_bytes_per_gpu,
-    })
+    }
 }
 
 fn qos(q: api::Qos) -> wit::Qos {
@@ -255,5 +280,55 @@ pub(crate) fn queue(q: &api::QueueState) -> fair_share::QueueState {
         request: resources(&q.request),
         decayed_usage: q.decayed_usage,
         reclaimable: q.reclaimable,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(edit: impl FnOnce(&mut api::Task)) -> api::Task {
+        let mut t = api::Task { id: "t".into(), ..Default::default() };
+        edit(&mut t);
+        t
+    }
+
+    #[test]
+    fn a_task_goes_counted_when_only_its_extended_resources_are_listed() {
+        use placement_counted::CountedStageTask as Counted;
+        let extended = |t: &mut api::Task| {
+            t.request.extended = vec![("a/x".into(), 2), ("deviceclass.resource.kubernetes.io/gpu".into(), 4)].into();
+        };
+        // Nothing listed: brief either way.
+        assert!(matches!(counted_stage_task(&with(|_| {})), Counted::Brief(_)));
+        assert!(matches!(stage_task(&with(|_| {})), placement::StageTask::Brief(_)));
+        // Extended resources only: counted, with every name and amount in order; full for
+        // `placement`, which has no such form.
+        match counted_stage_task(&with(extended)) {
+            Counted::Counted(c) => {
+                assert_eq!(c.extended, [("a/x".to_string(), 2), ("deviceclass.resource.kubernetes.io/gpu".into(), 4)]);
+                assert_eq!(c.brief.id, "t");
+            }
+            _ => panic!("not counted"),
+        }
+        assert!(matches!(stage_task(&with(extended)), placement::StageTask::Full(_)));
+        // Any other list makes it full, with or without extended resources.
+        let others: [fn(&mut api::Task); 5] = [
+            |t| t.gpu.models = vec!["H100".into()],
+            |t| t.node_selector = vec![("zone".into(), "a".into())],
+            |t| t.node_affinity.required = vec![api::NodeSelectorTerm::default()],
+            |t| t.node_affinity.preferred = vec![api::PreferredTerm::default()],
+            |t| t.tolerations = vec![api::Toleration::default()],
+        ];
+        for (i, other) in others.iter().enumerate() {
+            assert!(matches!(counted_stage_task(&with(other)), Counted::Full(_)), "list {i}");
+            let both = with(|t| {
+                extended(t);
+                other(t);
+            });
+            assert!(matches!(counted_stage_task(&both), Counted::Full(_)), "list {i} with extended resources");
+        }
+        // Host-only fields are never sent: they leave it brief.
+        assert!(matches!(counted_stage_task(&with(|t| t.labels = vec![("a".into(), "b".into())])), Counted::Brief(_)));
     }
 }

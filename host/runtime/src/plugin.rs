@@ -15,8 +15,8 @@ use wasmtime::component::InstancePre;
 use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 
 use crate::bindings::{
-    self, fair_share, fair_share_delta, filter, mirror, mirror_usage, placement, plugin, preempt, score,
-    select_claim_devices, select_devices,
+    self, fair_share, fair_share_delta, filter, mirror, mirror_usage, placement, placement_counted, plugin, preempt,
+    score, select_claim_devices, select_devices,
 };
 use crate::breaker::{Breaker, BreakerConfig};
 use crate::budget::{self, Budget};
@@ -144,6 +144,7 @@ struct Indices {
     filter: Option<filter::GuestIndices>,
     score: Option<score::GuestIndices>,
     placement: Option<placement::GuestIndices>,
+    placement_counted: Option<placement_counted::GuestIndices>,
     select_devices: Option<select_devices::GuestIndices>,
     select_claim_devices: Option<select_claim_devices::GuestIndices>,
     preempt: Option<preempt::GuestIndices>,
@@ -161,6 +162,9 @@ struct Live {
     score: Option<score::Guest>,
     /// `filter` and `score` with the usage changes along; without it, `mirror-usage` goes first.
     placement: Option<placement::Guest>,
+    /// `placement` with a lighter form of a task that asks for extended resources; used instead
+    /// of `placement` where the component exports it.
+    placement_counted: Option<placement_counted::Guest>,
     select_devices: Option<select_devices::Guest>,
     /// DRA device ranking (added to 0.2.0): without it, the host's order.
     select_claim_devices: Option<select_claim_devices::Guest>,
@@ -286,6 +290,7 @@ impl Blueprint {
             filter: load!(filter, "filter"),
             score: load!(score, "score"),
             placement: load!(placement, "placement"),
+            placement_counted: load!(placement_counted, "placement-counted"),
             select_devices: load!(select_devices, "select-devices"),
             select_claim_devices: load!(select_claim_devices, "select-claim-devices"),
             preempt: load!(preempt, "preempt"),
@@ -372,6 +377,11 @@ impl WasmPlugin {
             filter: optional!(filter, "filter"),
             score: optional!(score, "score"),
             placement: if rt.config.placement_calls { optional!(placement, "placement") } else { None },
+            placement_counted: if rt.config.placement_calls {
+                optional!(placement_counted, "placement-counted")
+            } else {
+                None
+            },
             select_devices: optional!(select_devices, "select-devices"),
             select_claim_devices: optional!(select_claim_devices, "select-claim-devices"),
             preempt: optional!(preempt, "preempt"),
@@ -564,7 +574,8 @@ impl WasmPlugin {
         live.store.data_mut().begin_call();
         live.store.data_mut().topology = nodes.and_then(NodeTable::topology_view);
         let started = Instant::now();
-        let defer = live.placement.is_some() && matches!(stage, Stage::Filter | Stage::Score);
+        let placement = live.placement.is_some() || live.placement_counted.is_some();
+        let defer = placement && matches!(stage, Stage::Filter | Stage::Score);
         let result = match nodes {
             Some(nodes) => self.sync(live, nodes, defer).and_then(|deferred| f(&self.blueprint, live, deferred)),
             None => f(&self.blueprint, live, Deferred::default()),
@@ -878,8 +889,18 @@ impl PolicyPlugin for WasmPlugin {
         let enough = u32::try_from(enough).ok().filter(|&e| (e as usize) < candidates.len());
         self.call(ctx.worker, Stage::Filter, Some(ctx.nodes), |bp, live, deferred| {
             bp.arm(&mut live.store, 1);
-            let r = match live.placement.as_ref() {
-                Some(p) => p
+            let r = match (live.placement_counted.as_ref(), live.placement.as_ref()) {
+                (Some(p), _) => p
+                    .call_filter(
+                        &mut live.store,
+                        deferred.generation,
+                        &deferred.usage,
+                        &bindings::counted_stage_task(task),
+                        candidates,
+                        enough,
+                    )?
+                    .map_err(stage_error)?,
+                (None, Some(p)) => p
                     .call_filter(
                         &mut live.store,
                         deferred.generation,
@@ -889,7 +910,7 @@ impl PolicyPlugin for WasmPlugin {
                         enough,
                     )?
                     .map_err(stage_error)?,
-                None => {
+                (None, None) => {
                     let f = live.filter.as_ref().ok_or_else(|| CallError::Bad("filter export missing".into()))?;
                     f.call_filter(&mut live.store, &bindings::task(task), candidates)?.map_err(CallError::Guest)?
                 }
@@ -905,8 +926,17 @@ impl PolicyPlugin for WasmPlugin {
     fn score(&self, ctx: CallContext<'_>, task: &Task, candidates: &[Slot]) -> Result<Vec<u32>, PluginFault> {
         self.call(ctx.worker, Stage::Score, Some(ctx.nodes), |bp, live, deferred| {
             bp.arm(&mut live.store, 1);
-            let scores = match live.placement.as_ref() {
-                Some(p) => p
+            let scores = match (live.placement_counted.as_ref(), live.placement.as_ref()) {
+                (Some(p), _) => p
+                    .call_score(
+                        &mut live.store,
+                        deferred.generation,
+                        &deferred.usage,
+                        &bindings::counted_stage_task(task),
+                        candidates,
+                    )?
+                    .map_err(stage_error)?,
+                (None, Some(p)) => p
                     .call_score(
                         &mut live.store,
                         deferred.generation,
@@ -915,7 +945,7 @@ impl PolicyPlugin for WasmPlugin {
                         candidates,
                     )?
                     .map_err(stage_error)?,
-                None => {
+                (None, None) => {
                     let s = live.score.as_ref().ok_or_else(|| CallError::Bad("score export missing".into()))?;
                     s.call_score(&mut live.store, &bindings::task(task), candidates)?.map_err(CallError::Guest)?
                 }

@@ -74,13 +74,11 @@ impl Resources {
         // own loop, the rest out of line. Out of line with the text comparison, it cost a filter
         // of DRA-counted pods ~7 ns a node, a quarter of its time; as a loop inside a Wasm
         // filter, Cranelift spilled its locals (`wasmsched bench --dra`).
-        if let Some((n, v)) = self.extended.first()
-            && n.as_str().as_ptr() == name.as_ptr()
-            && n.len() == name.len()
-        {
-            return *v;
+        match self.extended.first() {
+            None => 0,
+            Some((n, v)) if n.as_str().as_ptr() == name.as_ptr() && n.len() == name.len() => *v,
+            Some(_) => self.extended_by_text(name),
         }
-        self.extended_by_text(name)
     }
 
     #[inline(never)]

@@ -2,7 +2,7 @@
 //! maps to an API value, so the guest never panics on host input.
 
 use super::bindings::wasmsched::policy::types as wit;
-use super::{fair_share, placement, preempt};
+use super::{fair_share, placement, placement_counted, preempt};
 use wasmsched_api as api;
 
 pub(super) fn resources(r: wit::Resources) -> api::Resources {
@@ -111,27 +111,44 @@ fn qos(q: wit::Qos) -> api::Qos {
 pub(super) fn stage_task(t: placement::StageTask) -> api::Task {
     match t {
         placement::StageTask::Full(t) => task(t),
-        placement::StageTask::Brief(t) => api::Task {
-            id: t.id,
-            namespace: t.namespace,
-            group: t.group,
-            queue: t.queue,
-            priority: t.priority,
-            qos: qos(t.qos),
-            request: api::Resources {
-                cpu_milli: t.cpu_milli,
-                memory_bytes: t.memory_bytes,
-                gpu_milli: t.gpu_milli,
-                extended: Default::default(),
-            },
-            gpu: api::GpuRequest {
-                count: t.gpu_count,
-                milli_per_gpu: t.milli_per_gpu,
-                memory_bytes_per_gpu: t.memory_bytes_per_gpu,
-                models: Vec::new(),
-            },
-            ..api::Task::default()
+        placement::StageTask::Brief(t) => brief_task(t),
+    }
+}
+
+/// `placement-counted`'s task: a counted one is a brief one with its extended resources.
+pub(super) fn counted_stage_task(t: placement_counted::CountedStageTask) -> api::Task {
+    match t {
+        placement_counted::CountedStageTask::Full(t) => task(t),
+        placement_counted::CountedStageTask::Brief(t) => brief_task(t),
+        placement_counted::CountedStageTask::Counted(t) => {
+            let mut out = brief_task(t.brief);
+            out.request.extended = t.extended.into_iter().map(|(n, v)| (api::ResourceName::new(&n), v)).collect();
+            out
+        }
+    }
+}
+
+fn brief_task(t: placement::BriefTask) -> api::Task {
+    api::Task {
+        id: t.id,
+        namespace: t.namespace,
+        group: t.group,
+        queue: t.queue,
+        priority: t.priority,
+        qos: qos(t.qos),
+        request: api::Resources {
+            cpu_milli: t.cpu_milli,
+            memory_bytes: t.memory_bytes,
+            gpu_milli: t.gpu_milli,
+            extended: Default::default(),
         },
+        gpu: api::GpuRequest {
+            count: t.gpu_count,
+            milli_per_gpu: t.milli_per_gpu,
+            memory_bytes_per_gpu: t.memory_bytes_per_gpu,
+            models: Vec::new(),
+        },
+        ..api::Task::default()
     }
 }
 

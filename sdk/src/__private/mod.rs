@@ -11,11 +11,12 @@ use crate::candidates::{missing_slot, resolve, resolved};
 
 mod convert;
 
-/// Bindings generated from `wit/policy.wit` (world `policy`).
+/// Bindings generated from `wit/policy.wit` (world `every-stage`: `policy` and the optional
+/// `placement-counted`).
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../wit",
-        world: "policy",
+        world: "every-stage",
         default_bindings_module: "wasmsched_sdk::__private::bindings",
         pub_export_macro: true,
         export_macro_name: "__export_policy",
@@ -23,7 +24,7 @@ pub mod bindings {
 }
 
 pub use bindings::exports::wasmsched::policy::{
-    fair_share, fair_share_delta, filter, mirror, mirror_usage, placement, plugin, preempt, score,
+    fair_share, fair_share_delta, filter, mirror, mirror_usage, placement, placement_counted, plugin, preempt, score,
     select_claim_devices, select_devices,
 };
 use bindings::wasmsched::policy::{host, topology as wit_topology, types as wit};
@@ -268,6 +269,30 @@ pub fn placement_score<P: Score + Any>(
     score_task::<P>(convert::stage_task(task), candidates).map_err(placement::StageError::Failed)
 }
 
+/// `placement-counted.filter`: as [`placement_filter`], the task in one of three forms.
+pub fn placement_counted_filter<P: Filter + Any>(
+    generation: u64,
+    usage: Vec<(u32, mirror_usage::NodeUsage)>,
+    task: placement_counted::CountedStageTask,
+    candidates: Vec<u32>,
+    enough: Option<u32>,
+) -> Result<filter::FilterResult, placement::StageError> {
+    update_usage(generation, usage).map_err(placement::StageError::OutOfStep)?;
+    let enough = enough.map_or(usize::MAX, |e| e as usize);
+    filter_task::<P>(convert::counted_stage_task(task), candidates, enough).map_err(placement::StageError::Failed)
+}
+
+/// `placement-counted.score`: as [`placement_score`], the task in one of three forms.
+pub fn placement_counted_score<P: Score + Any>(
+    generation: u64,
+    usage: Vec<(u32, mirror_usage::NodeUsage)>,
+    task: placement_counted::CountedStageTask,
+    candidates: Vec<u32>,
+) -> Result<Vec<u32>, placement::StageError> {
+    update_usage(generation, usage).map_err(placement::StageError::OutOfStep)?;
+    score_task::<P>(convert::counted_stage_task(task), candidates).map_err(placement::StageError::Failed)
+}
+
 /// A `placement` export for a stage the plugin does not list: the usage still applies (the host
 /// counts on it), the stage answers "not implemented".
 pub fn placement_not_listed<R>(
@@ -499,6 +524,39 @@ macro_rules! __export_component {
                 ) -> Result<Vec<u32>, __p::placement::StageError> {
                     $crate::__if_stage!(score [$($stage)+] {
                         __p::placement_score::<$ty>(generation, usage, task, candidates)
+                    } else {
+                        {
+                            let _ = (task, candidates);
+                            __p::placement_not_listed(generation, usage, "score")
+                        }
+                    })
+                }
+            }
+            impl __p::placement_counted::Guest for __WasmschedComponent {
+                fn filter(
+                    generation: u64,
+                    usage: Vec<(u32, __p::mirror_usage::NodeUsage)>,
+                    task: __p::placement_counted::CountedStageTask,
+                    candidates: Vec<u32>,
+                    enough: Option<u32>,
+                ) -> Result<__p::filter::FilterResult, __p::placement::StageError> {
+                    $crate::__if_stage!(filter [$($stage)+] {
+                        __p::placement_counted_filter::<$ty>(generation, usage, task, candidates, enough)
+                    } else {
+                        {
+                            let _ = (task, candidates, enough);
+                            __p::placement_not_listed(generation, usage, "filter")
+                        }
+                    })
+                }
+                fn score(
+                    generation: u64,
+                    usage: Vec<(u32, __p::mirror_usage::NodeUsage)>,
+                    task: __p::placement_counted::CountedStageTask,
+                    candidates: Vec<u32>,
+                ) -> Result<Vec<u32>, __p::placement::StageError> {
+                    $crate::__if_stage!(score [$($stage)+] {
+                        __p::placement_counted_score::<$ty>(generation, usage, task, candidates)
                     } else {
                         {
                             let _ = (task, candidates);

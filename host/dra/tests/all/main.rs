@@ -62,7 +62,7 @@ fn the_example_claim_gets_four_a100s_under_one_pcie_root_and_every_other_node_sa
         .map(|(_, id, _)| format!("{:?}", attribute(&a, id, "resource.kubernetes.io/pcieRoot")))
         .collect();
     assert_eq!(roots.len(), 1, "one PCIe root: {roots:?}");
-    assert!(fit.results.iter().all(|(request, id, admin)| request == "gpus" && id.pool == "dgx-a100-0" && !admin));
+    assert!(fit.results.iter().all(|(request, id, admin)| request == "gpus" && &*id.pool == "dgx-a100-0" && !admin));
     let status = fit.to_status();
     let terms = &status.node_selector.unwrap().node_selector_terms;
     assert_eq!(terms[0].match_fields.as_ref().unwrap()[0].values, Some(vec!["dgx-a100-0".to_string()]));
@@ -321,7 +321,7 @@ fn a_tainted_device_goes_only_to_a_request_that_tolerates_its_taint() {
     assert!(err.contains("2 selected, 1 with a taint it does not tolerate, 1 free"), "{err}");
     // One: the untainted (an informational taint keeps nothing away).
     let one = a.allocate(&gpus(1, "", ""), &n1).unwrap();
-    assert_eq!(one.results[0].1.device, "gpu-1");
+    assert_eq!(&*one.results[0].1.device, "gpu-1");
     // A request that tolerates the taint — by key and value, or any value of the key — gets both.
     for toleration in [
         "{key: gpu.nvidia.com/ecc, operator: Equal, value: uncorrectable, effect: NoSchedule}",
@@ -440,7 +440,7 @@ fn a_device_taint_rule_keeps_the_devices_it_selects_from_claims_that_do_not_tole
     // Only the device the first rule names carries a taint that keeps claims away; the
     // informational one and the other driver's leave the rest alone.
     let tainted: Vec<&str> =
-        inventory.devices().iter().filter(|d| !d.taints.is_empty()).map(|d| d.id.device.as_str()).collect();
+        inventory.devices().iter().filter(|d| !d.taints.is_empty()).map(|d| &*d.id.device).collect();
     assert_eq!(tainted, ["gpu-0"]);
     let class = serde_yaml_ng::from_str("{metadata: {name: gpu.nvidia.com}, spec: {}}").unwrap();
     let mut a = Allocator::new(inventory, [class]);
@@ -448,7 +448,7 @@ fn a_device_taint_rule_keeps_the_devices_it_selects_from_claims_that_do_not_tole
     let err = a.allocate(&gpus(3, "", ""), &n1).unwrap_err().to_string();
     assert!(err.contains("1 with a taint it does not tolerate"), "{err}");
     let two = a.allocate(&gpus(2, "", ""), &n1).unwrap();
-    assert!(two.results.iter().all(|r| r.1.device != "gpu-0"), "{two:?}");
+    assert!(two.results.iter().all(|r| &*r.1.device != "gpu-0"), "{two:?}");
     let spec = claim(
         "devices: {requests: [{name: gpus, exactly: {deviceClassName: gpu.nvidia.com, count: 3, tolerations: [{key: example.com/maintenance, operator: Exists}]}}]}",
     );

@@ -96,7 +96,11 @@ pub(super) fn held_devices(a: &k8s_openapi::api::resource::v1::AllocationResult)
         .iter()
         .flat_map(|d| d.results.iter().flatten())
         .filter(|r| r.admin_access != Some(true))
-        .map(|r| DeviceId { driver: r.driver.clone(), pool: r.pool.clone(), device: r.device.clone() })
+        .map(|r| DeviceId {
+            driver: r.driver.as_str().into(),
+            pool: r.pool.as_str().into(),
+            device: r.device.as_str().into(),
+        })
         .collect()
 }
 

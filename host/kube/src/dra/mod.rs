@@ -582,7 +582,7 @@ impl Dra {
     fn allocated(&self, key: &str, claim: &ResourceClaim) -> Option<Option<k8s_openapi::api::core::v1::NodeSelector>> {
         match allocation(claim) {
             Some(a) => Some(a.node_selector.clone()),
-            None => self.pending.get(key).map(|a| a.node_selector.clone()),
+            None => self.pending.get(key).map(|a| a.node_selector.as_deref().cloned()),
         }
     }
 

@@ -548,7 +548,7 @@ fn the_dra_example_allocates_claims_with_their_selectors_constraints_and_topolog
             .slices
             .iter()
             .flat_map(|sl| sl.spec.devices.iter().flatten().map(move |d| (sl.spec.pool.name.clone(), d)))
-            .find(|(pool, d)| *pool == id.pool && d.name == id.device)
+            .find(|(pool, d)| **pool == *id.pool && *d.name == *id.device)
             .unwrap()
             .1;
         d.attributes.as_ref().unwrap()["resource.kubernetes.io/pcieRoot"].string.clone().unwrap()
