@@ -163,6 +163,38 @@ impl SchedulerCore {
         Ok(true)
     }
 
+    /// Charge a placed task for `more` than it asked: DRA devices its claims were allocated beyond
+    /// what could be counted ahead (an `All` request, a larger `firstAvailable` alternative). Its
+    /// node and its queues count them from now on and release them with the task. Refused,
+    /// changing nothing, when its queues' limits (or the reserves lending queues keep) cannot take
+    /// them: whoever allocated the devices then gives them back.
+    pub fn charge_more(&mut self, task: &str, more: &[(wasmsched_api::ResourceName, u64)]) -> Result<(), CoreError> {
+        let wl = self.owner.get(task).cloned().ok_or_else(|| CoreError::UnknownTask(task.into()))?;
+        let e = &self.entries[&wl];
+        let idx = e.spec.members.iter().position(|t| t.id == task).expect("owner is a member");
+        let Some(member) = e.members[idx].as_ref() else { return Err(CoreError::NotPlaced(task.into())) };
+        let more = wasmsched_api::Resources { extended: more.iter().copied().collect(), ..Default::default() };
+        let before = &e.spec.members[idx];
+        let mut after = before.clone();
+        after.request.saturating_add_assign(&more);
+        let flavor = member.flavor.as_deref();
+        let held = demand_in(&after, flavor, &self.queues).saturating_sub(&demand_in(before, flavor, &self.queues));
+        if !self.within_capability(e.leaf, &held) {
+            let names = held.extended.iter().map(|(n, v)| format!("{v} {n}")).collect::<Vec<_>>().join(", ");
+            return Err(CoreError::OverLimit {
+                task: task.into(),
+                queue: self.queues.get(e.leaf).map(|q| q.name.clone()).unwrap_or_default(),
+                more: names,
+            });
+        }
+        let (slot, leaf) = (member.slot, e.leaf);
+        // Added as a fact, not checked against the node: the devices are allocated already.
+        self.nodes.update_usage(slot, |n| n.allocated.saturating_add_assign(&more));
+        self.account(leaf, &held, true);
+        self.entries.get_mut(&wl).expect("owner names a workload").spec.members[idx] = after;
+        Ok(())
+    }
+
     /// Workloads the core tracks that own `task`.
     pub fn owner_of(&self, task: &str) -> Option<&str> {
         self.owner.get(task).map(String::as_str)

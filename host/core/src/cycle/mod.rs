@@ -266,6 +266,20 @@ pub enum CoreError {
     /// No workload has this task.
     #[error("unknown task {0}")]
     UnknownTask(String),
+    /// The task is not placed on a node.
+    #[error("task {0} is not placed")]
+    NotPlaced(String),
+    /// Charging the task more would take its queue, or one above it, past a limit (or into what
+    /// lending queues keep for themselves).
+    #[error("queue {queue} cannot hold {more} more for task {task}")]
+    OverLimit {
+        /// The task.
+        task: String,
+        /// Its leaf queue.
+        queue: String,
+        /// What it would have been charged, as text.
+        more: String,
+    },
     /// A queue change would leave a workload without its leaf queue.
     #[error("queue {queue} still holds workload {workload}")]
     QueueInUse {

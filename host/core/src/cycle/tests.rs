@@ -184,6 +184,43 @@ fn capability_caps_a_queue_and_frees_with_completions() {
 }
 
 #[test]
+fn a_placed_task_charged_more_holds_it_on_its_node_and_queue_within_the_limits_and_releases_it() {
+    // DRA devices beyond what was counted ahead (an `All` request): charged after placement.
+    let class: wasmsched_api::ResourceName = "deviceclass.resource.kubernetes.io/gpu".into();
+    let extended = |n: u64| -> wasmsched_api::Extended { vec![(class, n)].into() };
+    let mut capped = queue("capped", 1);
+    capped.capability = Some(Resources { extended: extended(6), ..unlimited() });
+    let mut c = core(vec![capped], &[]);
+    let mut node = gpu_node("n0", 0);
+    node.allocatable.extended = extended(8);
+    c.upsert_node(node, 0);
+    let mut w = job("claims", "capped", 0, 0);
+    w.members[0].request.extended = extended(2);
+    c.submit(w, 0).unwrap();
+    assert_eq!(bound(&c.schedule(&full(), 0)), ["claims"]);
+    let held = |c: &SchedulerCore| {
+        let node = c.nodes().get(c.nodes().slot_of("n0").unwrap()).unwrap().allocated.extended(&class);
+        (node, c.queue_shares()[0].allocated.extended(&class))
+    };
+    assert_eq!(held(&c), (2, 2));
+    c.charge_more("claims", &[(class, 3)]).unwrap();
+    assert_eq!(held(&c), (5, 5));
+    // Past the queue's capability: refused, nothing changed.
+    let refused = c.charge_more("claims", &[(class, 2)]).unwrap_err();
+    assert!(matches!(&refused, CoreError::OverLimit { queue, .. } if queue == "capped"), "{refused}");
+    assert_eq!(held(&c), (5, 5));
+    assert!(matches!(c.charge_more("nobody", &[(class, 1)]), Err(CoreError::UnknownTask(_))));
+    // Released with the task.
+    c.finish("claims").unwrap();
+    assert_eq!(held(&c), (0, 0));
+    // Only a placed task can be charged.
+    let mut waiting = job("waiting", "capped", 0, 0);
+    waiting.members[0].request.extended = extended(7);
+    c.submit(waiting, 0).unwrap();
+    assert!(matches!(c.charge_more("waiting", &[(class, 1)]), Err(CoreError::NotPlaced(_))));
+}
+
+#[test]
 fn g1_g2_gang_all_or_nothing_then_timeout() {
     let mut c = core(vec![queue("q", 1)], &[("n0", 8), ("n1", 8), ("n2", 8)]);
     c.submit(gang("volcano", "q", 4, 4, 8), 0).unwrap();

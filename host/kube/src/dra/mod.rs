@@ -84,6 +84,17 @@ pub struct ClaimWrite {
     pub seen: Option<ResourceClaim>,
 }
 
+impl ClaimWrite {
+    /// What the devices allocated now hold of each DeviceClass beyond what the cycle counted for
+    /// the claim ahead ([`wasmsched_dra::beyond_count`]); nothing for a claim allocated before.
+    pub fn beyond_count(&self) -> Vec<(wasmsched_api::ResourceName, u64)> {
+        let Some(allocation) = &self.allocation else { return Vec::new() };
+        let claim = self.create.as_ref().map(|m| &m.claim).or(self.seen.as_ref());
+        let Some(spec) = claim.and_then(|c| c.spec.as_ref()) else { return Vec::new() };
+        wasmsched_dra::beyond_count(spec, allocation)
+    }
+}
+
 /// What a pod of ours asks of DRA: its claims (with the one made for its extended resources once
 /// it exists) and the claim still to be made for them.
 #[derive(Clone, Debug, PartialEq)]

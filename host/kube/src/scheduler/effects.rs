@@ -98,7 +98,43 @@ impl Scheduler {
                 |request: &wasmsched_api::ClaimRequest| set.rank_claim_devices(nodes, &facts.task, node, request);
             let rank: Option<&mut wasmsched_dra::allocator::Rank> =
                 if set.ranks_claim_devices() { Some(&mut rank) } else { None };
-            match self.objects.dra.reserve(&facts.task.namespace, &pod.claims, pod.made.as_ref(), node, rank) {
+            let mut outcome =
+                self.objects.dra.reserve(&facts.task.namespace, &pod.claims, pod.made.as_ref(), node, rank);
+            // Devices beyond what the cycle counted (an `All` request, a larger `firstAvailable`
+            // alternative) are charged to the pod's node and queues, or the allocation is given
+            // back when its queues cannot hold them.
+            if let Ok(writes) = &outcome {
+                let mut more: Vec<(wasmsched_api::ResourceName, u64)> = Vec::new();
+                for (resource, n) in writes.iter().flat_map(crate::dra::ClaimWrite::beyond_count) {
+                    match more.iter_mut().find(|(r, _)| *r == resource) {
+                        Some((_, total)) => *total += n,
+                        None => more.push((resource, n)),
+                    }
+                }
+                if !more.is_empty() {
+                    match self.core.charge_more(task, &more) {
+                        Ok(()) => {
+                            for w in writes.iter().filter(|w| w.allocation.is_some()) {
+                                let key = format!("{}/{}", w.namespace, w.name);
+                                let counted =
+                                    self.objects.dra_counted.entry(key).or_insert_with(|| (task.clone(), Vec::new()));
+                                for (resource, _) in w.beyond_count() {
+                                    if !counted.1.iter().any(|r| r.as_str() == resource.as_str()) {
+                                        counted.1.push(resource.to_string());
+                                    }
+                                }
+                            }
+                            // Its devices of those classes are the core's count now, not others' holds.
+                            self.next.stale_nodes.insert(node.clone());
+                        }
+                        Err(e) => {
+                            self.objects.dra.forget(writes);
+                            outcome = Err(format!("its claims got devices beyond what was counted ahead: {e}"));
+                        }
+                    }
+                }
+            }
+            match outcome {
                 Ok(writes) => {
                     self.in_flight.claims.insert(task.clone(), writes);
                     reserved.entry(workload).or_default().push(task);

@@ -415,6 +415,63 @@ async fn a_queue_caps_the_devices_of_a_class_its_pods_claim() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn devices_an_all_request_gets_count_against_its_queue_once_allocated() {
+    // An `All` request has no count ahead of its node: what it gets is charged to its queue when
+    // it is allocated, so a queue's capability holds against it too.
+    let api = FakeApi::new();
+    dra_node(&api, "n1", 4);
+    dra_node(&api, "n2", 4);
+    gpu_class(&api);
+    api.put(
+        Kind::Queue,
+        json!({"metadata": {"name": "team"}, "spec": {"capability": {"deviceclass.resource.kubernetes.io/gpu": "5"}}}),
+    );
+    let queued = |name: &str| {
+        let mut p = claiming_pod(name, Some(&format!("{name}-gpus")), None);
+        p["metadata"]["annotations"] = json!({"scheduling.wasmsched.io/queue": "team"});
+        p
+    };
+    let mut all = claim("all-gpus", 1);
+    all["spec"]["devices"]["requests"][0]["exactly"] = json!({"deviceClassName": "gpu", "allocationMode": "All"});
+    api.put(Kind::ResourceClaim, all);
+    api.put(Kind::Pod, queued("all"));
+    let running = start(&api, "scheduler", None);
+    eventually("the All pod bound", Duration::from_secs(20), || node_of(&api, "ml/all").is_some()).await;
+    assert_eq!(devices_of(&api, "ml/all-gpus").len(), 4, "every device of its node");
+    // 4 of the queue's 5 are held: a pair does not fit under it, though n2 has 4 free.
+    api.put(Kind::ResourceClaim, claim("pair-gpus", 2));
+    api.put(Kind::Pod, queued("pair"));
+    eventually("the pair refused by the quota", Duration::from_secs(20), || {
+        message_of(&api, "ml/pair").contains("queue team at capability")
+    })
+    .await;
+    assert!(devices_of(&api, "ml/pair-gpus").is_empty(), "its claim is not allocated");
+    running.stop().await;
+
+    // A queue that cannot hold what the `All` request would get on any node: not bound, its claim
+    // not kept, and told why.
+    let api = FakeApi::new();
+    dra_node(&api, "n1", 4);
+    gpu_class(&api);
+    api.put(
+        Kind::Queue,
+        json!({"metadata": {"name": "team"}, "spec": {"capability": {"deviceclass.resource.kubernetes.io/gpu": "3"}}}),
+    );
+    let mut all = claim("all-gpus", 1);
+    all["spec"]["devices"]["requests"][0]["exactly"] = json!({"deviceClassName": "gpu", "allocationMode": "All"});
+    api.put(Kind::ResourceClaim, all);
+    api.put(Kind::Pod, queued("all"));
+    let running = start(&api, "scheduler", None);
+    eventually("the All pod told why", Duration::from_secs(20), || {
+        message_of(&api, "ml/all").contains("beyond what was counted ahead")
+    })
+    .await;
+    assert!(node_of(&api, "ml/all").is_none());
+    assert!(devices_of(&api, "ml/all-gpus").is_empty(), "its claim is not allocated");
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gpu_request_is_served_by_dra_devices_through_a_claim_made_for_the_pod() {
     let api = FakeApi::new();
     // The GPUs are DRA devices; the class says it serves `nvidia.com/gpu` (KEP-5004).
