@@ -38,10 +38,9 @@ pub fn class_counts(spec: &ResourceClaimSpec) -> Vec<(wasmsched_api::ResourceNam
     wants
 }
 
-/// What `allocation` holds of each DeviceClass beyond what [`class_counts`] counted ahead for the
-/// claim: the devices of an `All` request, of a larger `firstAvailable` alternative than the
-/// smallest, of alternatives across classes. Admin access holds none.
-pub fn beyond_count(
+/// What `allocation` holds of each DeviceClass, by class resource: a running pod's claims, counted
+/// as its own when a scheduler takes it over. Admin access holds none.
+pub fn held_by_class(
     spec: &ResourceClaimSpec,
     allocation: &AllocationResult,
 ) -> Vec<(wasmsched_api::ResourceName, u64)> {
@@ -66,16 +65,25 @@ pub fn beyond_count(
             None => held.push((resource, 1)),
         }
     }
+    held.sort();
+    held
+}
+
+/// What `allocation` holds of each DeviceClass beyond what [`class_counts`] counted ahead for the
+/// claim: the devices of an `All` request, of a larger `firstAvailable` alternative than the
+/// smallest, of alternatives across classes.
+pub fn beyond_count(
+    spec: &ResourceClaimSpec,
+    allocation: &AllocationResult,
+) -> Vec<(wasmsched_api::ResourceName, u64)> {
     let counted = class_counts(spec);
-    let mut beyond: Vec<(wasmsched_api::ResourceName, u64)> = held
+    held_by_class(spec, allocation)
         .into_iter()
         .filter_map(|(r, n)| {
             let ahead = counted.iter().find(|(c, _)| *c == r).map_or(0, |(_, k)| *k);
             (n > ahead).then(|| (r, n - ahead))
         })
-        .collect();
-    beyond.sort();
-    beyond
+        .collect()
 }
 
 #[cfg(test)]
@@ -124,5 +132,7 @@ mod tests {
         // The smallest alternative: nothing beyond the count but the NICs.
         let small = results(&["a", "a", "c", "d", "e/small"]);
         assert_eq!(beyond_count(&spec, &small), vec![(class_resource("nic"), 1)]);
+        // All it holds, admin access aside: what a running pod's claim counts after a restart.
+        assert_eq!(held_by_class(&spec, &big), vec![(class_resource("gpu"), 6), (class_resource("nic"), 3)]);
     }
 }

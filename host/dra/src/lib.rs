@@ -16,7 +16,7 @@ pub mod selector;
 pub mod topology;
 
 pub use allocator::{Allocation, Allocator, Funnel, PreparedClaim, Unsatisfied, explain};
-pub use counted::{beyond_count, class_counts, class_resource};
+pub use counted::{beyond_count, class_counts, class_resource, held_by_class};
 pub use inventory::{Attribute, Device, DeviceId, Inventory, Reach, Refusal};
 pub use objects::{Objects, ObjectsError};
 pub use quantity::Quantity;

@@ -687,6 +687,19 @@ impl Dra {
         answer
     }
 
+    /// What a running pod's allocated claims hold of each DeviceClass: `(claim, [(resource name,
+    /// devices)])`, for the core to count as the pod's own when it takes the pod over.
+    pub fn held(&self, namespace: &str, claims: &[ClaimRef]) -> Vec<(String, Vec<(wasmsched_api::ResourceName, u64)>)> {
+        let Ok(resolved) = self.resolve(namespace, claims, None) else { return Vec::new() };
+        resolved
+            .iter()
+            .filter_map(|(key, claim)| {
+                let held = wasmsched_dra::held_by_class(claim.spec.as_ref()?, allocation(claim)?);
+                (!held.is_empty()).then(|| (key.clone(), held))
+            })
+            .collect()
+    }
+
     /// What a pod's claims not allocated yet ask of each DeviceClass, as the core counts it:
     /// `(claim, [(resource name, devices)])`: exact counts, and for `firstAvailable` alternatives
     /// of one class the smallest of their counts. `All`, and alternatives across classes, are

@@ -61,7 +61,8 @@ impl Scheduler {
         }
         let mut refused = Vec::new();
         for id in singles {
-            let w = workloads::single(&self.ours[&id], &self.objects.priority_classes);
+            let mut w = workloads::single(&self.ours[&id], &self.objects.priority_classes);
+            self.count_held_devices(&mut w.members[0]);
             let placed: Vec<_> = self.placed(std::slice::from_ref(&id));
             if let Err(e) = self.core.adopt(w, &placed, now) {
                 refused.push((id, e.to_string()));
@@ -78,6 +79,9 @@ impl Scheduler {
             let mut w = workloads::gang(&key, &info, &members, &self.objects.priority_classes);
             for task in &mut w.members {
                 task.group = Some(name.clone());
+                if bound.contains(&task.id) {
+                    self.count_held_devices(task);
+                }
             }
             let placed = self.placed(&bound);
             if let Err(e) = self.core.adopt(w, &placed, now) {
@@ -91,6 +95,10 @@ impl Scheduler {
                 self.next.stale_nodes.insert(node);
             }
         }
+        // The devices of the claims counted now are the core's own, no longer others' holds.
+        if !self.objects.dra_counted.is_empty() {
+            self.next.stale_nodes.extend(self.cache.node_names().map(String::from));
+        }
         let (adopted, pending) = (running.len(), self.ours.len() - running.len());
         if *self.leadership.leader.borrow() {
             tracing::info!(adopted, pending, "leading: took over the running pods of ours");
@@ -101,6 +109,24 @@ impl Scheduler {
         }
         self.listing.adopted = Some(Instant::now());
         self.next.dirty = true;
+    }
+
+    /// `task`, a running pod of ours being taken over, with the devices its allocated claims hold,
+    /// by class, in its request — as the cycle counted them when it placed the pod, and charged
+    /// it beyond — so that its queue counts them after a restart as before. A claim shared with a
+    /// pod counted already is counted once.
+    fn count_held_devices(&mut self, task: &mut wasmsched_api::Task) {
+        let Some(f) = self.ours.get(&task.id) else { return };
+        for (claim, held) in self.objects.dra.held(&task.namespace, &f.claims) {
+            if self.objects.dra_counted.get(&claim).is_some_and(|(t, _)| *t != task.id) {
+                continue;
+            }
+            let resources = held.iter().map(|(r, _)| r.to_string()).collect();
+            self.objects.dra_counted.insert(claim, (task.id.clone(), resources));
+            for (resource, n) in held {
+                super::cycle::add_extended(&mut task.request, &resource, n);
+            }
+        }
     }
 
     /// A follower that becomes the leader starts its core afresh: the pods the previous leader

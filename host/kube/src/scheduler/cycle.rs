@@ -420,7 +420,7 @@ impl Scheduler {
 }
 
 /// `n` more of extended resource `name` in `r` (kept sorted by name).
-fn add_extended(r: &mut wasmsched_api::Resources, name: &str, n: u64) {
+pub(super) fn add_extended(r: &mut wasmsched_api::Resources, name: &str, n: u64) {
     match r.extended.binary_search_by(|(k, _)| k.as_str().cmp(name)) {
         Ok(i) => r.extended[i].1 += n,
         Err(i) => r.extended.insert(i, (name.into(), n)),

@@ -271,6 +271,53 @@ async fn a_claim_allocated_before_a_restart_is_taken_over_not_allocated_again() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_the_devices_of_running_pods_count_in_their_queue() {
+    // A pod of ours runs on n1 with a claim of two devices (allocated, reserved, bound before the
+    // restart). Taken over, it counts them in queue "team" again: a second pair does not fit
+    // under the queue's capability of three, though n2's devices are free.
+    let api = FakeApi::new();
+    dra_node(&api, "n1", 2);
+    dra_node(&api, "n2", 2);
+    gpu_class(&api);
+    api.put(
+        Kind::Queue,
+        json!({"metadata": {"name": "team"}, "spec": {"capability": {"deviceclass.resource.kubernetes.io/gpu": "3"}}}),
+    );
+    let queued = |name: &str| {
+        let mut p = claiming_pod(name, Some(&format!("{name}-gpus")), None);
+        p["metadata"]["annotations"] = json!({"scheduling.wasmsched.io/queue": "team"});
+        p
+    };
+    let mut old = queued("old");
+    old["spec"]["nodeName"] = json!("n1");
+    old["status"]["phase"] = json!("Running");
+    api.put(Kind::Pod, old);
+    let uid = uid_of(&api, "ml/old");
+    let mut c = claim("old-gpus", 2);
+    c["metadata"]["finalizers"] = json!(["resource.kubernetes.io/delete-protection"]);
+    c["status"] = json!({
+        "allocation": {
+            "devices": {"results": [
+                {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-0"},
+                {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-1"}]},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}
+        },
+        "reservedFor": [{"resource": "pods", "name": "old", "uid": uid}]
+    });
+    api.put(Kind::ResourceClaim, c);
+    api.put(Kind::ResourceClaim, claim("pair-gpus", 2));
+    api.put(Kind::Pod, queued("pair"));
+    let running = start(&api, "scheduler", None);
+    eventually("the pair refused by the quota", Duration::from_secs(20), || {
+        message_of(&api, "ml/pair").contains("queue team at capability")
+    })
+    .await;
+    assert!(node_of(&api, "ml/pair").is_none());
+    assert!(devices_of(&api, "ml/pair-gpus").is_empty(), "its claim is not allocated");
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gang_gets_all_its_claims_split_across_nodes_as_their_devices_allow() {
     let api = FakeApi::new();
     // Two GPUs free on each node: a gang of two members of two GPUs each runs only split.
