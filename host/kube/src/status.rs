@@ -31,6 +31,11 @@ pub fn resource_list(r: &Resources) -> ResourceList {
         };
         list.insert(GPU_RESOURCE.into(), Quantity(gpus));
     }
+    // Extended resources too: a DeviceClass's DRA devices (`deviceclass.resource.kubernetes.io/…`)
+    // count in a queue like GPUs, and its status shows them.
+    for (name, n) in r.extended.iter().filter(|(_, n)| *n > 0) {
+        list.insert(name.to_string(), Quantity(n.to_string()));
+    }
     list
 }
 
@@ -149,6 +154,11 @@ mod tests {
         assert_eq!(list["cpu"].0, "1500m");
         assert_eq!(list[GPU_RESOURCE].0, "2500m");
         assert_eq!(resource_list(&Resources { gpu_milli: 3000, ..Default::default() })[GPU_RESOURCE].0, "3");
+        let dra = Resources {
+            extended: vec![("deviceclass.resource.kubernetes.io/gpu".into(), 4)].into(),
+            ..Default::default()
+        };
+        assert_eq!(resource_list(&dra)["deviceclass.resource.kubernetes.io/gpu"].0, "4", "DRA devices by class show");
         let a = group_status(PodGroupPhase::Pending, 0, 2, "waiting");
         std::thread::sleep(std::time::Duration::from_millis(2));
         let b = group_status(PodGroupPhase::Pending, 0, 2, "waiting");

@@ -15,7 +15,7 @@ impl Scheduler {
             let status = match shares.iter().position(|s| s.name == name) {
                 Some(i) => QueueStatus {
                     conditions: vec![status::condition("Ready", true, "Accepted", "in the queue tree")],
-                    allocated: status::resource_list(&shares[i].allocated),
+                    allocated: status::resource_list(&unflavored(&shares[i].allocated, self.core.queues().flavors())),
                     flavors: self
                         .core
                         .queues()
@@ -144,4 +144,13 @@ impl Scheduler {
             }
         }
     }
+}
+
+/// `r` without the flavor-qualified copies quotas per flavor are kept under (shown per flavor).
+fn unflavored(r: &wasmsched_api::Resources, flavors: &[wasmsched_core::Flavor]) -> wasmsched_api::Resources {
+    let mut plain = r.clone();
+    plain.extended.retain(|(name, _)| {
+        !flavors.iter().any(|f| name.strip_prefix(f.name.as_str()).is_some_and(|rest| rest.starts_with('/')))
+    });
+    plain
 }

@@ -485,6 +485,11 @@ async fn devices_an_all_request_gets_count_against_its_queue_once_allocated() {
     let running = start(&api, "scheduler", None);
     eventually("the All pod bound", Duration::from_secs(20), || node_of(&api, "ml/all").is_some()).await;
     assert_eq!(devices_of(&api, "ml/all-gpus").len(), 4, "every device of its node");
+    eventually("the queue's status shows them", Duration::from_secs(20), || {
+        api.get(Kind::Queue, "team")
+            .is_some_and(|q| q["status"]["allocated"]["deviceclass.resource.kubernetes.io/gpu"] == json!("4"))
+    })
+    .await;
     // 4 of the queue's 5 are held: a pair does not fit under it, though n2 has 4 free.
     api.put(Kind::ResourceClaim, claim("pair-gpus", 2));
     api.put(Kind::Pod, queued("pair"));
