@@ -244,53 +244,48 @@ fn score_task<P: Score + Any>(task: Task, candidates: Vec<u32>) -> Result<Vec<u3
     })
 }
 
-/// `placement.filter`: the usage changes (all or nothing, as `mirror-usage.update-usage`), then
-/// [`filter_static`], stopping at the `enough`-th fit.
+/// The task of a `placement` or `placement-counted` call: brief, counted or full, the same task
+/// to the plugin.
+pub trait StageTaskForm {
+    /// The task as the plugin sees it.
+    fn into_task(self) -> Task;
+}
+
+impl StageTaskForm for placement::StageTask {
+    fn into_task(self) -> Task {
+        convert::stage_task(self)
+    }
+}
+
+impl StageTaskForm for placement_counted::CountedStageTask {
+    fn into_task(self) -> Task {
+        convert::counted_stage_task(self)
+    }
+}
+
+/// `placement.filter` and `placement-counted.filter`: the usage changes (all or nothing, as
+/// `mirror-usage.update-usage`), then [`filter_static`], stopping at the `enough`-th fit.
 pub fn placement_filter<P: Filter + Any>(
     generation: u64,
     usage: Vec<(u32, mirror_usage::NodeUsage)>,
-    task: placement::StageTask,
+    task: impl StageTaskForm,
     candidates: Vec<u32>,
     enough: Option<u32>,
 ) -> Result<filter::FilterResult, placement::StageError> {
     update_usage(generation, usage).map_err(placement::StageError::OutOfStep)?;
     let enough = enough.map_or(usize::MAX, |e| e as usize);
-    filter_task::<P>(convert::stage_task(task), candidates, enough).map_err(placement::StageError::Failed)
+    filter_task::<P>(task.into_task(), candidates, enough).map_err(placement::StageError::Failed)
 }
 
-/// `placement.score`: the usage changes, then [`score_static`].
+/// `placement.score` and `placement-counted.score`: the usage changes, then [`score_static`].
 pub fn placement_score<P: Score + Any>(
     generation: u64,
     usage: Vec<(u32, mirror_usage::NodeUsage)>,
-    task: placement::StageTask,
+    task: impl StageTaskForm,
     candidates: Vec<u32>,
 ) -> Result<Vec<u32>, placement::StageError> {
     update_usage(generation, usage).map_err(placement::StageError::OutOfStep)?;
-    score_task::<P>(convert::stage_task(task), candidates).map_err(placement::StageError::Failed)
-}
-
-/// `placement-counted.filter`: as [`placement_filter`], the task in one of three forms.
-pub fn placement_counted_filter<P: Filter + Any>(
-    generation: u64,
-    usage: Vec<(u32, mirror_usage::NodeUsage)>,
-    task: placement_counted::CountedStageTask,
-    candidates: Vec<u32>,
-    enough: Option<u32>,
-) -> Result<filter::FilterResult, placement::StageError> {
-    update_usage(generation, usage).map_err(placement::StageError::OutOfStep)?;
-    let enough = enough.map_or(usize::MAX, |e| e as usize);
-    filter_task::<P>(convert::counted_stage_task(task), candidates, enough).map_err(placement::StageError::Failed)
-}
-
-/// `placement-counted.score`: as [`placement_score`], the task in one of three forms.
-pub fn placement_counted_score<P: Score + Any>(
-    generation: u64,
-    usage: Vec<(u32, mirror_usage::NodeUsage)>,
-    task: placement_counted::CountedStageTask,
-    candidates: Vec<u32>,
-) -> Result<Vec<u32>, placement::StageError> {
-    update_usage(generation, usage).map_err(placement::StageError::OutOfStep)?;
-    score_task::<P>(convert::counted_stage_task(task), candidates).map_err(placement::StageError::Failed)
+    score_task::<P>(task.into_task(), candidates).map_err(placement::StageError::Failed)
 }
 
 /// A `placement` export for a stage the plugin does not list: the usage still applies (the host
@@ -541,7 +536,7 @@ macro_rules! __export_component {
                     enough: Option<u32>,
                 ) -> Result<__p::filter::FilterResult, __p::placement::StageError> {
                     $crate::__if_stage!(filter [$($stage)+] {
-                        __p::placement_counted_filter::<$ty>(generation, usage, task, candidates, enough)
+                        __p::placement_filter::<$ty>(generation, usage, task, candidates, enough)
                     } else {
                         {
                             let _ = (task, candidates, enough);
@@ -556,7 +551,7 @@ macro_rules! __export_component {
                     candidates: Vec<u32>,
                 ) -> Result<Vec<u32>, __p::placement::StageError> {
                     $crate::__if_stage!(score [$($stage)+] {
-                        __p::placement_counted_score::<$ty>(generation, usage, task, candidates)
+                        __p::placement_score::<$ty>(generation, usage, task, candidates)
                     } else {
                         {
                             let _ = (task, candidates);
