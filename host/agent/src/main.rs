@@ -65,6 +65,7 @@ struct RunArgs {
 }
 
 fn main() -> ExitCode {
+    wasmsched_events::cli::end_on_panic();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("WASMSCHED_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)

@@ -155,6 +155,23 @@ pub fn finish(sink: Option<EventSink>, grace: Duration) -> Option<Stats> {
     Some(stats)
 }
 
+/// How long a panic's last moments give the event sinks to deliver, and then again to spill.
+pub const PANIC_GRACE: Duration = Duration::from_secs(2);
+
+/// Make any panic end the process the same way in every build: the message as usual, then the
+/// events the process still holds kept as at a shutdown ([`crate::keep_events_at_panic`]), then
+/// an abort (a non-zero exit, and a restart under Kubernetes). Release builds do not unwind
+/// (`panic = "abort"`), and a debug build that did would go on with the task that panicked gone.
+/// Call first thing in `main`.
+pub fn end_on_panic() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        crate::keep_events_at_panic(PANIC_GRACE);
+        std::process::abort();
+    }));
+}
+
 /// An error when events were lost (dropped, or lost by the server after it acknowledged them),
 /// saying how many and where the undelivered rest is: a command that lost events must not exit 0.
 pub fn delivered(stats: Option<&Stats>) -> Result<(), OptionsError> {

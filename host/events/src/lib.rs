@@ -34,7 +34,7 @@ pub use nats::{
 };
 pub use outbox::OutboxConfig;
 pub use schema::{Event, Kind, Payload, json_schema};
-pub use sink::{EventSink, Origin, Stats, Tap};
+pub use sink::{EventSink, Origin, Stats, Tap, keep_events_at_panic};
 pub use time::Timestamp;
 pub use why::{TaskState, Why};
 

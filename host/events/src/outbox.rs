@@ -493,6 +493,11 @@ impl Outbox {
             self.mem.clear();
             return lost;
         };
+        // What the open segment's writer still buffers must reach the file now: the process may
+        // end without dropping the outbox (an abort after a panic).
+        if let Err(e) = spill.seal_writer() {
+            tracing::error!(error = %e, "cannot finish the spill segment being written at shutdown");
+        }
         // In memory: first the events that never reached disk (older than anything on disk), then
         // records read back from disk, which stay in their segments and are read again by the next
         // process. So the former go to a new segment placed before every existing one.

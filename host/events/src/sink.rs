@@ -18,8 +18,8 @@
 //! (see [`IDLE_LOOK`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
 use crate::outbox::{Encoded, Item, Outbox, OutboxConfig, Pending, Pushed};
@@ -168,6 +168,8 @@ pub(crate) struct Shared {
     tap: std::sync::OnceLock<Arc<dyn Tap>>,
     /// The tap is the sink's only reader ([`EventSink::tap_only`]).
     only_tap: AtomicBool,
+    /// The drainer has returned (after spilling what it could not deliver).
+    stopped: AtomicBool,
 }
 
 /// Identity of the events a sink emits.
@@ -266,10 +268,14 @@ impl EventSink {
             spill_dir,
             tap: std::sync::OnceLock::new(),
             only_tap: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
         });
         let for_thread = shared.clone();
-        let thread =
-            std::thread::Builder::new().name(format!("wasmsched-events-{name}")).spawn(move || drain(for_thread))?;
+        let thread = std::thread::Builder::new().name(format!("wasmsched-events-{name}")).spawn(move || {
+            drain(for_thread.clone());
+            for_thread.stopped.store(true, Ordering::SeqCst);
+        })?;
+        open_sinks().push(OpenSink { shared: Arc::downgrade(&shared), drainer: thread.thread().id() });
         Ok(EventSink { shared: shared.clone(), worker: Arc::new(Worker { shared, thread: Mutex::new(Some(thread)) }) })
     }
 
@@ -602,7 +608,10 @@ impl Shared {
 
     /// At shutdown: keep what is left on disk if possible, count the rest as dropped.
     pub(crate) fn spill_remaining(&self) {
-        let mut q = self.lock();
+        self.spill_locked(self.lock());
+    }
+
+    fn spill_locked(&self, mut q: MutexGuard<'_, Queue>) {
         q.pull(self);
         let held = q.outbox.held();
         let lost = q.outbox.spill_all() as u64;
@@ -720,4 +729,95 @@ fn a_staged_placement_is_three_cache_lines() {
     // until the usage fields (holdings, model, pool, submission) came in session 32; the third
     // cost nothing measurable (`emit/packed-inline` 249 ns vs 253 ns before, same machine).
     assert!(std::mem::size_of::<Staged>() <= 192, "{} bytes", std::mem::size_of::<Staged>());
+}
+
+/// A sink of this process that may still hold events, for [`keep_events_at_panic`].
+struct OpenSink {
+    /// Weak: being listed keeps no sink alive.
+    shared: Weak<Shared>,
+    drainer: ThreadId,
+}
+
+static OPEN_SINKS: Mutex<Vec<OpenSink>> = Mutex::new(Vec::new());
+
+/// The list of sinks, without those already gone.
+fn open_sinks() -> MutexGuard<'static, Vec<OpenSink>> {
+    let mut open = OPEN_SINKS.lock().unwrap_or_else(|p| p.into_inner());
+    open.retain(|s| s.shared.strong_count() > 0);
+    open
+}
+
+/// For a panic hook: keep the events every open sink of this process still holds the way a
+/// shutdown does, before the process ends. Each sink gets up to `grace` to deliver them (a
+/// destination that is away is retried at once), then its drainer stops and puts what is left in
+/// the spill directory (published by the next run), or counts and logs it as dropped when there
+/// is none. A process built with `panic = "abort"` never unwinds, so without this the events in
+/// memory would vanish with it, silently.
+///
+/// Never waits on a lock the panicking thread may hold: if a sink's outbox is locked throughout
+/// (the panic came from inside it), or its drainer does not stop within `grace`, the events it
+/// holds are reported as lost in the log. A panic on a drainer's own thread spills what the
+/// outbox holds at once (the batch in its hands is lost, and counted).
+pub fn keep_events_at_panic(grace: Duration) {
+    let Ok(mut listed) = OPEN_SINKS.try_lock() else {
+        tracing::error!("a panic came while a sink was being opened: its events are not kept");
+        return;
+    };
+    let open: Vec<(Arc<Shared>, ThreadId)> =
+        listed.iter().filter_map(|s| Some((s.shared.upgrade()?, s.drainer))).collect();
+    listed.clear();
+    drop(listed);
+    let me = std::thread::current().id();
+    for (shared, _) in &open {
+        shared.hurry.store(true, Ordering::SeqCst);
+        shared.notify.notify_one();
+        shared.ready.notify_all();
+    }
+    let deadline = Instant::now() + grace;
+    for (shared, drainer) in open {
+        if shared.stopped.load(Ordering::SeqCst) {
+            continue;
+        }
+        if drainer == me {
+            match shared.queue.try_lock() {
+                Ok(q) => shared.spill_locked(q),
+                Err(std::sync::TryLockError::Poisoned(p)) => shared.spill_locked(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    tracing::error!("the events sink panicked holding its outbox: its events are lost")
+                }
+            }
+            continue;
+        }
+        let delivered = wait_until(deadline, || {
+            shared.queue.try_lock().is_ok_and(|mut q| {
+                q.pull(&shared);
+                q.outbox.held() == 0
+            })
+        });
+        shared.closed.store(true, Ordering::SeqCst);
+        shared.ready.notify_all();
+        shared.notify.notify_one();
+        // The drainer notices `closed` within `IDLE_LOOK` even if this notification came just
+        // before it waited; it then spills what it could not deliver.
+        let stop_by = Instant::now().max(deadline) + grace;
+        if !wait_until(stop_by, || shared.stopped.load(Ordering::SeqCst)) && !delivered {
+            tracing::error!(
+                events = shared.queue.try_lock().map_or(0, |q| q.outbox.held()),
+                "events not delivered and not spilled before the panic ended the process: lost"
+            );
+        }
+    }
+}
+
+/// Poll `done` every few milliseconds until it holds (true) or `deadline` passes (false).
+fn wait_until(deadline: Instant, mut done: impl FnMut() -> bool) -> bool {
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }

@@ -4,6 +4,8 @@
 #[cfg(feature = "decisions")]
 mod decisions;
 mod nats;
+#[cfg(feature = "cli")]
+mod panic;
 mod schema;
 mod sink;
 mod support;
