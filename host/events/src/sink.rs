@@ -759,8 +759,18 @@ fn open_sinks() -> MutexGuard<'static, Vec<OpenSink>> {
 /// holds are reported as lost in the log. A panic on a drainer's own thread spills what the
 /// outbox holds at once (the batch in its hands is lost, and counted).
 pub fn keep_events_at_panic(grace: Duration) {
-    let Ok(mut listed) = OPEN_SINKS.try_lock() else {
-        tracing::error!("a panic came while a sink was being opened: its events are not kept");
+    // Another thread may be opening a sink this very moment; the panicking one may be, too.
+    let mut listed = None;
+    wait_until(Instant::now() + grace, || {
+        listed = match OPEN_SINKS.try_lock() {
+            Ok(l) => Some(l),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        listed.is_some()
+    });
+    let Some(mut listed) = listed else {
+        tracing::error!("a panic came while a sink was being opened: the events of this process are not kept");
         return;
     };
     let open: Vec<(Arc<Shared>, ThreadId)> =
