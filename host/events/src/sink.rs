@@ -754,10 +754,11 @@ fn open_sinks() -> MutexGuard<'static, Vec<OpenSink>> {
 /// is none. A process built with `panic = "abort"` never unwinds, so without this the events in
 /// memory would vanish with it, silently.
 ///
-/// Never waits on a lock the panicking thread may hold: if a sink's outbox is locked throughout
-/// (the panic came from inside it), or its drainer does not stop within `grace`, the events it
-/// holds are reported as lost in the log. A panic on a drainer's own thread spills what the
-/// outbox holds at once (the batch in its hands is lost, and counted).
+/// Never blocks on a lock the panicking thread may hold (it polls), and returns within about three
+/// times `grace`: if a sink's outbox stays locked (the panic came from inside it), or its drainer
+/// does not stop in time, the events it holds are reported as lost in the log. A panic on a
+/// drainer's own thread spills what its outbox holds at once (the batch in its hands is lost, and
+/// counted).
 pub fn keep_events_at_panic(grace: Duration) {
     // Another thread may be opening a sink this very moment; the panicking one may be, too.
     let mut listed = None;
@@ -778,43 +779,48 @@ pub fn keep_events_at_panic(grace: Duration) {
     listed.clear();
     drop(listed);
     let me = std::thread::current().id();
-    for (shared, _) in &open {
+    let (own, others): (Vec<_>, Vec<_>) =
+        open.into_iter().filter(|(s, _)| !s.stopped.load(Ordering::SeqCst)).partition(|(_, d)| *d == me);
+    // The panic is on this sink's drainer: nobody else will deliver or spill its events.
+    for (shared, _) in own {
+        match shared.queue.try_lock() {
+            Ok(q) => shared.spill_locked(q),
+            Err(std::sync::TryLockError::Poisoned(p)) => shared.spill_locked(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                tracing::error!("the events sink panicked holding its outbox: its events are lost")
+            }
+        }
+    }
+    let others: Vec<Arc<Shared>> = others.into_iter().map(|(s, _)| s).collect();
+    for shared in &others {
         shared.hurry.store(true, Ordering::SeqCst);
         shared.notify.notify_one();
         shared.ready.notify_all();
     }
-    let deadline = Instant::now() + grace;
-    for (shared, drainer) in open {
-        if shared.stopped.load(Ordering::SeqCst) {
-            continue;
-        }
-        if drainer == me {
-            match shared.queue.try_lock() {
-                Ok(q) => shared.spill_locked(q),
-                Err(std::sync::TryLockError::Poisoned(p)) => shared.spill_locked(p.into_inner()),
-                Err(std::sync::TryLockError::WouldBlock) => {
-                    tracing::error!("the events sink panicked holding its outbox: its events are lost")
-                }
-            }
-            continue;
-        }
-        let delivered = wait_until(deadline, || {
-            shared.queue.try_lock().is_ok_and(|mut q| {
-                q.pull(&shared);
+    let delivered_by = Instant::now() + grace;
+    wait_until(delivered_by, || {
+        others.iter().all(|s| {
+            s.queue.try_lock().is_ok_and(|mut q| {
+                q.pull(s);
                 q.outbox.held() == 0
             })
-        });
+        })
+    });
+    for shared in &others {
         shared.closed.store(true, Ordering::SeqCst);
         shared.ready.notify_all();
         shared.notify.notify_one();
-        // The drainer notices `closed` within `IDLE_LOOK` even if this notification came just
-        // before it waited; it then spills what it could not deliver.
-        let stop_by = Instant::now().max(deadline) + grace;
-        if !wait_until(stop_by, || shared.stopped.load(Ordering::SeqCst)) && !delivered {
-            tracing::error!(
-                events = shared.queue.try_lock().map_or(0, |q| q.outbox.held()),
+    }
+    // A drainer notices `closed` within `IDLE_LOOK` even if its notification came just before it
+    // waited; it then spills what it could not deliver, and stops.
+    wait_until(Instant::now().max(delivered_by) + grace, || others.iter().all(|s| s.stopped.load(Ordering::SeqCst)));
+    for shared in others.iter().filter(|s| !s.stopped.load(Ordering::SeqCst)) {
+        match shared.queue.try_lock().map(|q| q.outbox.held()) {
+            Ok(0) => {}
+            held => tracing::error!(
+                events = held.map_or_else(|_| "unknown".to_string(), |n| n.to_string()),
                 "events not delivered and not spilled before the panic ended the process: lost"
-            );
+            ),
         }
     }
 }

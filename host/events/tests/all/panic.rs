@@ -23,6 +23,19 @@ fn emit(sink: &EventSink, i: u64) {
     sink.emit(Payload::QueueShareChanged(QueueShareChanged { queue: format!("q-{i}"), ..Default::default() }));
 }
 
+/// Events the JSONL file sink of the first test is given.
+const FILE_EVENTS: u64 = 50_000;
+
+/// The ids of a JSONL file's events, in order.
+fn ids_in(path: &Path) -> Vec<String> {
+    let mut reader = JsonlReader::open(path).unwrap();
+    let mut ids = Vec::new();
+    while let Some(e) = reader.next_event().unwrap() {
+        ids.push(e.id);
+    }
+    ids
+}
+
 fn origin(prefix: &str) -> Origin {
     Origin { source: "wasmsched/test/scheduler".into(), id_prefix: prefix.into() }
 }
@@ -43,8 +56,9 @@ fn run_child(test: &str, dir: &Path, env: &[(&str, String)]) {
 
 /// The server is away: 5,000 events, 4,000 of them spilled while the outbox was full and 1,000 in
 /// memory, when a thread other than main panics. Without `keep_events_at_panic` the 1,000 vanish
-/// with the process; with it they join the spill directory, ahead of nothing and in order, and the
-/// next run publishes all 5,000.
+/// with the process; with it they join the spill directory, in order, and the next run publishes
+/// all 5,000. A second sink open at the same time (a JSONL file given 50,000 events just before)
+/// is kept within the same grace.
 #[test]
 fn a_panic_on_a_worker_thread_spills_what_the_server_did_not_get() {
     const N: u64 = 5_000;
@@ -59,24 +73,30 @@ fn a_panic_on_a_worker_thread_spills_what_the_server_did_not_get() {
     if let Ok(dir) = std::env::var(CHILD) {
         cli::end_on_panic();
         let port: u16 = std::env::var(PORT).unwrap().parse().unwrap();
-        let sink = EventSink::nats(config(port), origin("p1"), outbox(Path::new(&dir))).unwrap();
+        let dir = Path::new(&dir);
+        let sink = EventSink::nats(config(port), origin("p1"), outbox(&dir.join("spill"))).unwrap();
         for i in 0..N {
             emit(&sink, i);
+        }
+        let file = EventSink::jsonl(dir.join("events.jsonl"), origin("j"), OutboxConfig::default()).unwrap();
+        for i in 0..FILE_EVENTS {
+            emit(&file, i);
         }
         let _ = std::thread::spawn(|| panic!("a bug on a worker thread")).join();
         unreachable!("the panic ends the process");
     }
 
-    let spill = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     run_child(
         "panic::a_panic_on_a_worker_thread_spills_what_the_server_did_not_get",
-        spill.path(),
+        dir.path(),
         &[(PORT, port.to_string())],
     );
+    assert_eq!(ids_in(&dir.path().join("events.jsonl")).len() as u64, FILE_EVENTS, "the other sink's file");
 
     let server = NatsServer::start_on(port, &[]);
-    let sink = EventSink::nats(config(server.port), origin("p2"), outbox(spill.path())).unwrap();
+    let sink = EventSink::nats(config(server.port), origin("p2"), outbox(&dir.path().join("spill"))).unwrap();
     assert_eq!(sink.stats().recovered, N, "every event the child emitted is kept");
     assert!(sink.flush(Duration::from_secs(30)), "{:?}", sink.stats());
     let mut got = Vec::new();
@@ -106,11 +126,7 @@ fn a_panic_on_the_main_thread_still_writes_every_event_to_the_file() {
 
     let dir = tempfile::tempdir().unwrap();
     run_child("panic::a_panic_on_the_main_thread_still_writes_every_event_to_the_file", dir.path(), &[]);
-    let mut reader = JsonlReader::open(&dir.path().join("events.jsonl")).unwrap();
-    let mut ids = Vec::new();
-    while let Some(e) = reader.next_event().unwrap() {
-        ids.push(e.id);
-    }
+    let ids = ids_in(&dir.path().join("events.jsonl"));
     assert_eq!(ids.len() as u64, N, "events in the file");
     assert_eq!(ids.last().map(String::as_str), Some(format!("j-{N}").as_str()));
 }
