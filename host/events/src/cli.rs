@@ -156,7 +156,7 @@ pub fn finish(sink: Option<EventSink>, grace: Duration) -> Option<Stats> {
 }
 
 /// How long a panic's last moments give the event sinks to deliver, and then again to spill.
-pub const PANIC_GRACE: Duration = Duration::from_secs(2);
+const PANIC_GRACE: Duration = Duration::from_secs(2);
 
 /// Make any panic end the process the same way in every build: the message as usual, then the
 /// events the process still holds kept as at a shutdown ([`crate::keep_events_at_panic`]), then
