@@ -437,6 +437,48 @@ pub fn compute_changed(
     })
 }
 
+/// The two placement interfaces' guest traits differ only in the task's type (the whole task, or
+/// the brief one with its counted resources): one body serves both.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_placement {
+    ($ty:ty : [$($stage:ident)+] $task:ident :: $task_ty:ident => $iface:ident) => {
+        impl $crate::__private::$iface::Guest for __WasmschedComponent {
+            fn filter(
+                generation: u64,
+                usage: Vec<(u32, $crate::__private::mirror_usage::NodeUsage)>,
+                task: $crate::__private::$task::$task_ty,
+                candidates: Vec<u32>,
+                enough: Option<u32>,
+            ) -> Result<$crate::__private::filter::FilterResult, $crate::__private::placement::StageError> {
+                $crate::__if_stage!(filter [$($stage)+] {
+                    $crate::__private::placement_filter::<$ty>(generation, usage, task, candidates, enough)
+                } else {
+                    {
+                        let _ = (task, candidates, enough);
+                        $crate::__private::placement_not_listed(generation, usage, "filter")
+                    }
+                })
+            }
+            fn score(
+                generation: u64,
+                usage: Vec<(u32, $crate::__private::mirror_usage::NodeUsage)>,
+                task: $crate::__private::$task::$task_ty,
+                candidates: Vec<u32>,
+            ) -> Result<Vec<u32>, $crate::__private::placement::StageError> {
+                $crate::__if_stage!(score [$($stage)+] {
+                    $crate::__private::placement_score::<$ty>(generation, usage, task, candidates)
+                } else {
+                    {
+                        let _ = (task, candidates);
+                        $crate::__private::placement_not_listed(generation, usage, "score")
+                    }
+                })
+            }
+        }
+    };
+}
+
 /// Implements the generated guest traits for the macro's local type by delegating to the functions
 /// above, then exports it.
 #[doc(hidden)]
@@ -494,72 +536,8 @@ macro_rules! __export_component {
                     })
                 }
             }
-            impl __p::placement::Guest for __WasmschedComponent {
-                fn filter(
-                    generation: u64,
-                    usage: Vec<(u32, __p::mirror_usage::NodeUsage)>,
-                    task: __p::placement::StageTask,
-                    candidates: Vec<u32>,
-                    enough: Option<u32>,
-                ) -> Result<__p::filter::FilterResult, __p::placement::StageError> {
-                    $crate::__if_stage!(filter [$($stage)+] {
-                        __p::placement_filter::<$ty>(generation, usage, task, candidates, enough)
-                    } else {
-                        {
-                            let _ = (task, candidates, enough);
-                            __p::placement_not_listed(generation, usage, "filter")
-                        }
-                    })
-                }
-                fn score(
-                    generation: u64,
-                    usage: Vec<(u32, __p::mirror_usage::NodeUsage)>,
-                    task: __p::placement::StageTask,
-                    candidates: Vec<u32>,
-                ) -> Result<Vec<u32>, __p::placement::StageError> {
-                    $crate::__if_stage!(score [$($stage)+] {
-                        __p::placement_score::<$ty>(generation, usage, task, candidates)
-                    } else {
-                        {
-                            let _ = (task, candidates);
-                            __p::placement_not_listed(generation, usage, "score")
-                        }
-                    })
-                }
-            }
-            impl __p::placement_counted::Guest for __WasmschedComponent {
-                fn filter(
-                    generation: u64,
-                    usage: Vec<(u32, __p::mirror_usage::NodeUsage)>,
-                    task: __p::placement_counted::CountedStageTask,
-                    candidates: Vec<u32>,
-                    enough: Option<u32>,
-                ) -> Result<__p::filter::FilterResult, __p::placement::StageError> {
-                    $crate::__if_stage!(filter [$($stage)+] {
-                        __p::placement_filter::<$ty>(generation, usage, task, candidates, enough)
-                    } else {
-                        {
-                            let _ = (task, candidates, enough);
-                            __p::placement_not_listed(generation, usage, "filter")
-                        }
-                    })
-                }
-                fn score(
-                    generation: u64,
-                    usage: Vec<(u32, __p::mirror_usage::NodeUsage)>,
-                    task: __p::placement_counted::CountedStageTask,
-                    candidates: Vec<u32>,
-                ) -> Result<Vec<u32>, __p::placement::StageError> {
-                    $crate::__if_stage!(score [$($stage)+] {
-                        __p::placement_score::<$ty>(generation, usage, task, candidates)
-                    } else {
-                        {
-                            let _ = (task, candidates);
-                            __p::placement_not_listed(generation, usage, "score")
-                        }
-                    })
-                }
-            }
+            $crate::__export_placement!($ty : [$($stage)+] placement::StageTask => placement);
+            $crate::__export_placement!($ty : [$($stage)+] placement_counted::CountedStageTask => placement_counted);
             impl __p::select_devices::Guest for __WasmschedComponent {
                 fn select_devices(
                     task: __p::bindings::wasmsched::policy::types::Task,
