@@ -2,8 +2,9 @@
 //!
 //! Used by `plugins/build.rs` (the built-in policies embedded in the binary) and `tests/build.rs`
 //! (guest fixtures, hostile ones included), the way wasmtime builds its test programs. The nested
-//! cargo uses its own target directory (`<target>/guests`) so it never waits on the outer build's
-//! lock, and the `guest` profile from the workspace manifest (LTO, stripped).
+//! cargo uses its own target directory (`<target>/guests`, inside the outer build's) so it never
+//! waits on the outer build's lock, and the `guest` profile from the workspace manifest (LTO,
+//! stripped).
 
 // Build scripts talk to cargo through stdout.
 #![allow(clippy::print_stdout)]
@@ -21,8 +22,9 @@ pub const TARGET: &str = "wasm32-wasip2";
 pub fn build(packages: &[&str]) -> Vec<(String, PathBuf)> {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("run from a build script"));
     let workspace = find_workspace(&manifest_dir);
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
+    let out_dir = std::env::var_os("OUT_DIR").map(PathBuf::from);
+    let target_dir = outer_target_dir(out_dir.as_deref())
+        .or_else(|| std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from))
         .unwrap_or_else(|| workspace.join("target"))
         .join("guests");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -70,10 +72,60 @@ pub fn build(packages: &[&str]) -> Vec<(String, PathBuf)> {
         .collect()
 }
 
+/// The outer build's target directory, however it was chosen (`--target-dir`, `CARGO_TARGET_DIR`,
+/// `build.target-dir` in a cargo config): the one holding this build script's `OUT_DIR`
+/// (`<target>/[<triple>/]<profile>/build/<package>-<hash>/out`), the outer of the two that cargo
+/// marks with a `CACHEDIR.TAG` (so `--target <triple>` shares the guests). Reading only
+/// `CARGO_TARGET_DIR` put the guests in the checkout's `target/` under `cargo build --target-dir
+/// DIR`: a "clean" build in DIR reused them.
+fn outer_target_dir(out_dir: Option<&Path>) -> Option<PathBuf> {
+    let out = out_dir?;
+    out.ancestors().skip(4).take(2).filter(|d| d.join("CACHEDIR.TAG").is_file()).last().map(Path::to_path_buf)
+}
+
 fn find_workspace(start: &Path) -> PathBuf {
     start
         .ancestors()
         .find(|d| d.join("Cargo.toml").is_file() && d.join("wit").is_dir())
         .expect("workspace root with wit/ above the build script's crate")
         .to_path_buf()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::outer_target_dir;
+    use std::path::Path;
+
+    /// A target directory as cargo lays it out: `CACHEDIR.TAG` at its root and, for `--target`,
+    /// in the triple's directory too.
+    fn out_dir(target: &Path, triple: Option<&str>) -> std::path::PathBuf {
+        std::fs::create_dir_all(target).unwrap();
+        std::fs::write(target.join("CACHEDIR.TAG"), "Signature: 8a477f597d28d172789f06886806bc55").unwrap();
+        let mut base = target.to_path_buf();
+        if let Some(triple) = triple {
+            base = base.join(triple);
+            std::fs::create_dir_all(&base).unwrap();
+            std::fs::write(base.join("CACHEDIR.TAG"), "Signature: 8a477f597d28d172789f06886806bc55").unwrap();
+        }
+        let out = base.join("release/build/wasmsched-plugins-0123abcd/out");
+        std::fs::create_dir_all(&out).unwrap();
+        out
+    }
+
+    #[test]
+    fn the_guests_go_where_the_outer_build_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        // `--target-dir DIR` (or a config's `build.target-dir`): DIR, not the checkout's target/.
+        let flagged = dir.path().join("flagged");
+        assert_eq!(outer_target_dir(Some(&out_dir(&flagged, None))).as_deref(), Some(flagged.as_path()));
+        // `--target <triple>`: the same directory, not a second one under the triple.
+        let cross = dir.path().join("cross");
+        let out = out_dir(&cross, Some("x86_64-unknown-linux-gnu"));
+        assert_eq!(outer_target_dir(Some(&out)).as_deref(), Some(cross.as_path()));
+        // Not cargo's layout, or no OUT_DIR: the caller falls back (CARGO_TARGET_DIR, target/).
+        let stray = dir.path().join("a/b/c/d/e/out");
+        std::fs::create_dir_all(&stray).unwrap();
+        assert_eq!(outer_target_dir(Some(&stray)), None);
+        assert_eq!(outer_target_dir(None), None);
+    }
 }
