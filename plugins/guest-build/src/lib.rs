@@ -22,8 +22,8 @@ pub const TARGET: &str = "wasm32-wasip2";
 pub fn build(packages: &[&str]) -> Vec<(String, PathBuf)> {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("run from a build script"));
     let workspace = find_workspace(&manifest_dir);
-    let out_dir = std::env::var_os("OUT_DIR").map(PathBuf::from);
-    let target_dir = outer_target_dir(out_dir.as_deref())
+    let target_dir = std::env::var_os("OUT_DIR")
+        .and_then(|out| outer_target_dir(Path::new(&out)))
         .or_else(|| std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from))
         .unwrap_or_else(|| workspace.join("target"))
         .join("guests");
@@ -78,9 +78,8 @@ pub fn build(packages: &[&str]) -> Vec<(String, PathBuf)> {
 /// marks with a `CACHEDIR.TAG` (so `--target <triple>` shares the guests). Reading only
 /// `CARGO_TARGET_DIR` put the guests in the checkout's `target/` under `cargo build --target-dir
 /// DIR`: a "clean" build in DIR reused them.
-fn outer_target_dir(out_dir: Option<&Path>) -> Option<PathBuf> {
-    let out = out_dir?;
-    out.ancestors().skip(4).take(2).filter(|d| d.join("CACHEDIR.TAG").is_file()).last().map(Path::to_path_buf)
+fn outer_target_dir(out_dir: &Path) -> Option<PathBuf> {
+    out_dir.ancestors().skip(4).take(2).filter(|d| d.join("CACHEDIR.TAG").is_file()).last().map(Path::to_path_buf)
 }
 
 fn find_workspace(start: &Path) -> PathBuf {
@@ -99,14 +98,13 @@ mod tests {
     /// A target directory as cargo lays it out: `CACHEDIR.TAG` at its root and, for `--target`,
     /// in the triple's directory too.
     fn out_dir(target: &Path, triple: Option<&str>) -> std::path::PathBuf {
-        std::fs::create_dir_all(target).unwrap();
-        std::fs::write(target.join("CACHEDIR.TAG"), "Signature: 8a477f597d28d172789f06886806bc55").unwrap();
-        let mut base = target.to_path_buf();
-        if let Some(triple) = triple {
-            base = base.join(triple);
-            std::fs::create_dir_all(&base).unwrap();
-            std::fs::write(base.join("CACHEDIR.TAG"), "Signature: 8a477f597d28d172789f06886806bc55").unwrap();
-        }
+        let tag = |dir: &Path| {
+            std::fs::create_dir_all(dir).unwrap();
+            std::fs::write(dir.join("CACHEDIR.TAG"), "Signature: 8a477f597d28d172789f06886806bc55").unwrap();
+        };
+        tag(target);
+        let base = triple.map_or_else(|| target.to_path_buf(), |t| target.join(t));
+        tag(&base);
         let out = base.join("release/build/wasmsched-plugins-0123abcd/out");
         std::fs::create_dir_all(&out).unwrap();
         out
@@ -117,15 +115,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         // `--target-dir DIR` (or a config's `build.target-dir`): DIR, not the checkout's target/.
         let flagged = dir.path().join("flagged");
-        assert_eq!(outer_target_dir(Some(&out_dir(&flagged, None))).as_deref(), Some(flagged.as_path()));
+        assert_eq!(outer_target_dir(&out_dir(&flagged, None)).as_deref(), Some(flagged.as_path()));
         // `--target <triple>`: the same directory, not a second one under the triple.
         let cross = dir.path().join("cross");
         let out = out_dir(&cross, Some("x86_64-unknown-linux-gnu"));
-        assert_eq!(outer_target_dir(Some(&out)).as_deref(), Some(cross.as_path()));
-        // Not cargo's layout, or no OUT_DIR: the caller falls back (CARGO_TARGET_DIR, target/).
+        assert_eq!(outer_target_dir(&out).as_deref(), Some(cross.as_path()));
+        // Not cargo's layout: the caller falls back (CARGO_TARGET_DIR, then target/).
         let stray = dir.path().join("a/b/c/d/e/out");
         std::fs::create_dir_all(&stray).unwrap();
-        assert_eq!(outer_target_dir(Some(&stray)), None);
-        assert_eq!(outer_target_dir(None), None);
+        assert_eq!(outer_target_dir(&stray), None);
     }
 }
