@@ -896,6 +896,25 @@ fn the_smoke_gate_calls_preempt_and_fair_share_too() {
     assert!(e.contains("preempt on the sample cluster") && e.contains("(bad-output)"), "{e}");
 }
 
+/// The gates give a deadline fault one more try on a fresh instance, because a busy machine can
+/// charge a call for time that was not the guest's. An attacker cannot ride that: a plugin that
+/// loops overruns its retry too and fails, after exactly two cut calls.
+#[test]
+fn a_looping_plugin_fails_its_retry_too() {
+    use wasmsched_api::Stage;
+    use wasmsched_core::FaultKind;
+    let rt = runtime();
+    let looping = rt
+        .load(&fixtures::read(fixtures::HOSTILE), wasmsched_runtime::PluginConfig::new("looping").with_config("loop"))
+        .unwrap();
+    let tried = wasmsched_registry::exercise_stage(&looping, Stage::Filter, &evil_sample());
+    let fault = tried.run.outcome.expect_err("a loop never answers");
+    assert_eq!(fault.kind, FaultKind::Deadline, "{fault}");
+    assert!(tried.overran.is_none(), "nothing was forgiven");
+    assert_eq!(looping.metrics().faults(FaultKind::Deadline), 2, "one retry, no more");
+    assert_eq!(looping.metrics().instances_discarded(), 2, "each overrun discards its instance");
+}
+
 /// `exercise` (what `plugin check` runs) calls every stage the plugin exports and reports each
 /// answer or fault on its own.
 #[test]

@@ -31,7 +31,7 @@ mod watch;
 
 pub use builtins::{BuiltIn, BuiltIns};
 pub use error::{PrepareError, SourceError, SpecError};
-pub use exercise::{StageRun, exercise};
+pub use exercise::{StageRun, StageTry, exercise, exercise_stage};
 pub use object_store::{MAX_OBJECT_BYTES, ObjectStoreSource, push};
 pub use prepare::{PluginInfo, PolicyVersion, Preparer, Sample, build_set};
 pub use registry::{ControlError, Decision, HistoryEntry, Outcome, Registry, ShadowStats, Status, WindowStats};

@@ -17,11 +17,14 @@
 //! Every call runs under a CPU-time deadline (default 10 ms of its thread's CPU, checked when the
 //! epoch deadline fires, so time spent waiting for a CPU is not charged; `budget.rs`) with a
 //! wall-clock ceiling, and a memory cap (default 64 MiB), and under fuel when the runtime is
-//! deterministic (the simulator). Plugins see no filesystem, network, environment, arguments or
-//! real clock (WASI clocks are frozen at zero, randomness is a fixed sequence), and cannot wait:
-//! every clock subscription is due at once, so no WASI call parks the thread out of the deadline's
-//! reach. Component files, compiled artefacts and WASI handles are bounded too. A trap, an exhausted budget or a malformed answer discards the instance (the
-//! next call gets a fresh one), is recorded in metrics and reported to the fault observer, and the
+//! deterministic (the simulator). Instantiation with `init` (ten calls' worth, at least 1 s) and
+//! each mirror call that copies nodes into an instance (ten calls' worth) get more: the runtime
+//! asks for that work, the policy does not decide it. Plugins see no filesystem, network,
+//! environment, arguments or real clock (WASI clocks are frozen at zero, randomness is a fixed
+//! sequence), and cannot wait: every clock subscription is due at once, so no WASI call parks the
+//! thread out of the deadline's reach. Component files, compiled artefacts and WASI handles are
+//! bounded too. A trap, an exhausted budget or a malformed answer discards the instance (the next
+//! call gets a fresh one), is recorded in metrics and reported to the fault observer, and the
 //! caller applies the plugin's failure policy. Repeated failures open a circuit breaker.
 //!
 //! # Example

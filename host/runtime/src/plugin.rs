@@ -41,6 +41,10 @@ const MIN_WALL_CEILING: Duration = Duration::from_secs(1);
 /// the decision path (loading, replacing a faulted instance). Still bounded, so a plugin whose
 /// `init` loops fails to load.
 const INIT_BUDGET: Duration = Duration::from_secs(1);
+/// Budget of each mirror call that copies nodes (reset, upserts, usage), in calls' worth: copying
+/// a cluster into a fresh instance is the mirror's cost, not the policy's, and the first calls
+/// of an interpreted guest (JavaScript, Python) also compile its code.
+const SYNC_SCALE: u64 = 10;
 /// Nodes per `mirror.upsert` call during a full sync; bounds the size of one call.
 const SYNC_CHUNK: usize = 512;
 /// Usage changes of at most this many nodes ride along with a `placement` call; more (a mirror
@@ -719,7 +723,7 @@ impl WasmPlugin {
             let batch: Vec<(u32, bindings::wasmsched::policy::types::Node)> =
                 slots.filter_map(|s| nodes.get(s).map(|n| (s, bindings::node(n)))).collect();
             if !batch.is_empty() {
-                bp.arm(live_store, 10);
+                bp.arm(live_store, SYNC_SCALE);
                 mirror.call_upsert(&mut *live_store, generation, &batch)?;
             }
             Ok(())
@@ -741,7 +745,7 @@ impl WasmPlugin {
                         for chunk in usage.chunks(SYNC_CHUNK) {
                             let batch: Vec<(u32, mirror_usage::NodeUsage)> =
                                 chunk.iter().filter_map(|&s| nodes.get(s).map(|n| (s, bindings::usage(n)))).collect();
-                            bp.arm(&mut live.store, 10);
+                            bp.arm(&mut live.store, SYNC_SCALE);
                             if let Err(e) = mirror_usage.call_update_usage(&mut live.store, generation, &batch)? {
                                 // Out of step with the host (it applied nothing): start over.
                                 tracing::warn!(plugin = %bp.name, "mirror refused a usage update ({e}); resending every node");
@@ -765,7 +769,7 @@ impl WasmPlugin {
         }
         if resend {
             generation = nodes.generation();
-            bp.arm(&mut live.store, 1);
+            bp.arm(&mut live.store, SYNC_SCALE);
             mirror.call_reset(&mut live.store, generation, nodes.slot_count())?;
             let slots: Vec<Slot> = nodes.slots().collect();
             for chunk in slots.chunks(SYNC_CHUNK) {

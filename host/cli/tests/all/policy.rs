@@ -84,6 +84,7 @@ fn plugin_check_calls_every_stage_and_reports_each() {
     assert!(stdout.contains("plugin   resource-fit (registered here as fit)\n"), "its own name first: {stdout}");
     let filter = stdout.lines().find(|l| l.trim_start().starts_with("filter")).expect("a line for the filter stage");
     assert!(filter.contains(" ok ") && filter.contains("nodes fit"), "{filter}");
+    assert!(filter.contains(" ms, then "), "both calls' costs: {filter}");
 
     let named = wasmsched(&["plugin", "check", wasm.to_str().unwrap(), "--name", "resource-fit"]);
     assert!(String::from_utf8_lossy(&named.stdout).contains("plugin   resource-fit\n"));
