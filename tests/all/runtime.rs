@@ -217,6 +217,26 @@ fn many_usage_changes_at_once_all_reach_the_mirror() {
     }
 }
 
+/// A fresh instance's copy of the nodes (reset, then upserts) gets ten deadlines per mirror call,
+/// as the README says, and no more: a guest whose reset or upsert never returns is cut at ten
+/// times its 10 ms deadline, its instance discarded, and the host goes on.
+#[test]
+fn a_mirror_call_that_never_returns_is_cut_at_ten_deadlines() {
+    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    let table = gpu_nodes(4);
+    let ctx = CallContext { worker: 0, nodes: &table };
+    let slots: Vec<u32> = table.slots().collect();
+    for mode in ["reset-loop", "upsert-loop"] {
+        let p = rt
+            .load(&fixtures::read(fixtures::RAW_GARBAGE), wasmsched_runtime::PluginConfig::new(mode).with_config(mode))
+            .unwrap();
+        let fault = p.filter(ctx, &gpu_task("t"), &slots).map(|_| ()).unwrap_err();
+        assert_eq!(fault.kind, FaultKind::Deadline, "{mode}: {fault}");
+        assert!(fault.message.contains("over its 100ms budget"), "{mode}: {}", fault.message);
+        assert_eq!(p.metrics().instances_discarded(), 1, "{mode}");
+    }
+}
+
 #[test]
 fn not_implemented_stage_is_a_fault_not_a_crash() {
     let rt = Runtime::new(RuntimeConfig::default()).unwrap();

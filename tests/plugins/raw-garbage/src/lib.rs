@@ -8,8 +8,9 @@
 //! (answering no share at all after a reset), `brief-task-error` (its `placement.filter` fails
 //! for a task sent as a `brief-task`, succeeds for a full one), `stops-short` (its
 //! `placement.filter` stops one fit before `enough`), `rank-out-of-range` / `rank-twice` (its DRA
-//! ranking names a device that is not a candidate, or one twice). `placement` answers as the plain
-//! stage exports do.
+//! ranking names a device that is not a candidate, or one twice), `reset-loop` / `upsert-loop`
+//! (the mirror call that starts or fills a fresh instance's copy of the nodes never returns).
+//! `placement` answers as the plain stage exports do.
 //! Natively this crate is empty.
 #![cfg_attr(not(target_family = "wasm"), allow(unused))]
 // Raw wit-bindgen output declares exported `unsafe extern` functions.
@@ -58,13 +59,24 @@ mod component {
 
     impl mirror::Guest for Raw {
         fn reset(_: u64, _: u32) {
+            spin_in("reset-loop");
             held().clear();
         }
         fn upsert(_: u64, nodes: Vec<(u32, Node)>) {
+            spin_in("upsert-loop");
             held().extend(nodes.iter().map(|(s, _)| *s));
         }
         fn remove(_: u64, slots: Vec<u32>) {
             held().retain(|s| !slots.contains(s));
+        }
+    }
+
+    /// Never return in mode `looping`: only the host's budget ends the call.
+    fn spin_in(looping: &str) {
+        if mode() == looping {
+            loop {
+                std::hint::black_box(0u64);
+            }
         }
     }
 
