@@ -50,8 +50,22 @@ fn explain(args: ExplainArgs) -> anyhow::Result<()> {
         ),
         _ => bail!("{}: give exactly one ResourceClaim or ResourceClaimTemplate", args.claim.display()),
     };
-    if cluster.nodes.is_empty() {
-        bail!("no Node among --objects: give the nodes too (`kubectl get nodes -o yaml`)");
+    // Without Nodes, the nodes the slices name are all we know: explain on those, and say what
+    // that cannot check.
+    let nodes_guessed = cluster.nodes.is_empty();
+    if nodes_guessed {
+        cluster.nodes = nodes_named_by_slices(&cluster);
+        if cluster.nodes.is_empty() {
+            bail!(
+                "no Node among --objects and no ResourceSlice names its node (spec.nodeName): give the nodes too (`kubectl get nodes -o yaml`)"
+            );
+        }
+        eprintln!(
+            "note: no Node among --objects: explaining on the {} node(s) the ResourceSlices name (spec.nodeName); \
+             their labels and taints were not known, so slices that select nodes by label match none of them \
+             (`kubectl get nodes -o yaml` gives them)",
+            cluster.nodes.len()
+        );
     }
     let (mut inventory, refused) = Inventory::from_slices(&cluster.slices);
     inventory.apply_taint_rules(&cluster.taint_rules);
@@ -85,6 +99,7 @@ fn explain(args: ExplainArgs) -> anyhow::Result<()> {
             "refused": refused.iter().map(|r| json!({"what": r.what, "reason": r.reason})).collect::<Vec<_>>(),
             "skipped_kinds": cluster.skipped.iter().map(|(_, k)| k).collect::<Vec<_>>(),
             "nodes_that_fit": fits,
+            "nodes_from_slices": nodes_guessed,
             "nodes": nodes,
         });
         println!("{}", serde_json::to_string_pretty(&out).context("writing JSON")?);
@@ -109,4 +124,20 @@ fn explain(args: ExplainArgs) -> anyhow::Result<()> {
         bail!("claim {name} fits on none of the {} node(s)", verdicts.len());
     }
     Ok(())
+}
+
+/// A Node with only its name for each node a ResourceSlice is published for.
+fn nodes_named_by_slices(cluster: &Objects) -> Vec<k8s_openapi::api::core::v1::Node> {
+    let names: std::collections::BTreeSet<&str> =
+        cluster.slices.iter().filter_map(|s| s.spec.node_name.as_deref()).filter(|n| !n.is_empty()).collect();
+    names
+        .into_iter()
+        .map(|name| k8s_openapi::api::core::v1::Node {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(name.to_string()),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+        .collect()
 }

@@ -12,6 +12,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod toolchain;
+
 /// The Rust target plugins are built for.
 pub const TARGET: &str = "wasm32-wasip2";
 
@@ -28,6 +30,19 @@ pub fn build(packages: &[&str]) -> Vec<(String, PathBuf)> {
         .unwrap_or_else(|| workspace.join("target"))
         .join("guests");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+
+    // Before anything compiles: a missing target stops the outer build within seconds, not after
+    // the nested one has failed beside minutes of third-party crates.
+    match toolchain::ensure_target(&target_dir) {
+        Ok(Some(installed)) => println!("cargo:warning={installed}"),
+        Ok(None) => {}
+        Err(why) => {
+            eprintln!("{why}");
+            println!("cargo:warning={}", why.lines().next().unwrap_or_default());
+            println!("cargo:warning={}", why.lines().last().unwrap_or_default());
+            std::process::exit(1);
+        }
+    }
 
     let mut cmd = Command::new(cargo);
     cmd.current_dir(&workspace)
@@ -52,10 +67,7 @@ pub fn build(packages: &[&str]) -> Vec<(String, PathBuf)> {
     }
     let out = cmd.output().expect("failed to run cargo for the wasm guests");
     if !out.status.success() {
-        panic!(
-            "building wasm guests {packages:?} failed (is the {TARGET} target installed? `rustup target add {TARGET}`)\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        panic!("building wasm guests {packages:?} failed\n{}", String::from_utf8_lossy(&out.stderr));
     }
 
     for dir in ["wit", "sdk", "plugins", "examples/plugins", "tests/plugins"] {

@@ -57,3 +57,48 @@ fn a_claim_that_fits_nowhere_or_bad_objects_exit_non_zero_with_the_reason() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("bad.yaml: document 1: not a valid ResourceSlice"), "{err}");
 }
+
+#[test]
+fn without_nodes_the_slices_nodes_are_explained_and_the_gap_is_said() {
+    // The cluster's objects without its Nodes (the `List` of three that cluster.yaml opens with).
+    let cluster =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/dra/cluster.yaml")).unwrap();
+    let no_nodes: Vec<&str> = cluster.split("\n---\n").filter(|doc| !doc.contains("kind: Node")).collect();
+    assert!(no_nodes.len() < cluster.split("\n---\n").count(), "cluster.yaml has Nodes to leave out");
+    let dir = tempfile::tempdir().unwrap();
+    let objects = dir.path().join("slices.yaml");
+    std::fs::write(&objects, no_nodes.join("\n---\n")).unwrap();
+
+    let o = wasmsched(&[
+        "dra",
+        "explain",
+        "examples/dra/claim-four-a100-one-pcie-root.yaml",
+        "--objects",
+        objects.to_str().unwrap(),
+    ]);
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{out}{err}");
+    assert!(err.contains("no Node among --objects: explaining on the 3 node(s) the ResourceSlices name"), "{err}");
+    assert!(err.contains("labels and taints were not known"), "{err}");
+    let line = |node: &str| out.lines().find(|l| l.starts_with(node)).unwrap_or_default().to_string();
+    assert!(line("dgx-a100-0 ").contains("fits: gpus: gpu.nvidia.com/dgx-a100-0 gpu-0, gpu-1, gpu-2, gpu-3"), "{out}");
+    assert!(line("h100-0 ").contains("0 selected"), "{out}");
+
+    // Slices that name no node (all published with a node selector) leave nothing to explain on.
+    let only_class = dir.path().join("class.yaml");
+    let class: Vec<&str> = cluster.split("\n---\n").filter(|doc| doc.contains("kind: DeviceClass")).collect();
+    std::fs::write(&only_class, class.join("\n---\n")).unwrap();
+    let o = wasmsched(&[
+        "dra",
+        "explain",
+        "examples/dra/claim-four-a100-one-pcie-root.yaml",
+        "--objects",
+        only_class.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("give the nodes too"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
