@@ -18,7 +18,7 @@ use crate::TARGET;
 const INSTALL_LIMIT: Duration = Duration::from_secs(300);
 
 /// What the build found out about the target; `Err` is the message the build stops with.
-pub(crate) fn ensure_target(lock_dir: &Path) -> Result<Option<String>, String> {
+pub(crate) fn ensure_target(log_dir: &Path) -> Result<Option<String>, String> {
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let libdir = target_libdir(&rustc)?;
     if has_std(&libdir) {
@@ -36,17 +36,22 @@ pub(crate) fn ensure_target(lock_dir: &Path) -> Result<Option<String>, String> {
     let toolchain = toolchain(&rustc)?;
     let fix = format!("rustup target add --toolchain {toolchain} {TARGET}");
 
-    // Two build scripts (the plugins' and the tests') can get here at once: one installs, the
-    // other waits for it and then finds the target there.
-    std::fs::create_dir_all(lock_dir).map_err(|e| format!("create {}: {e}", lock_dir.display()))?;
-    let lock_path = lock_dir.join(format!(".{TARGET}-install.lock"));
+    // Two build scripts (the plugins' and the tests') and scripts/rustc-wrapper can get here at
+    // once: one installs, the others wait for it and then find the target there. The lock is the
+    // toolchain's, the file the wrapper takes too.
+    let rustlib = libdir.parent().and_then(Path::parent).filter(|d| writable(d));
+    let lock_path = match rustlib {
+        Some(dir) => dir.join(format!(".wasmsched-{TARGET}-install.lock")),
+        None => std::env::temp_dir().join(format!("wasmsched-{TARGET}-install.lock")),
+    };
     let lock = std::fs::File::create(&lock_path).map_err(|e| format!("create {}: {e}", lock_path.display()))?;
     lock.lock().map_err(|e| format!("lock {}: {e}", lock_path.display()))?;
     if has_std(&libdir) {
         return Ok(None);
     }
 
-    let log = lock_dir.join(format!(".{TARGET}-install.log"));
+    std::fs::create_dir_all(log_dir).map_err(|e| format!("create {}: {e}", log_dir.display()))?;
+    let log = log_dir.join(format!(".{TARGET}-install.log"));
     let installed =
         run_with_limit(Command::new(&rustup).args(["target", "add", "--toolchain", &toolchain, TARGET]), &log);
     match installed {
@@ -64,6 +69,10 @@ pub(crate) fn ensure_target(lock_dir: &Path) -> Result<Option<String>, String> {
              Fix (it needs the network once): {fix}"
         )),
     }
+}
+
+fn writable(dir: &Path) -> bool {
+    std::fs::metadata(dir).is_ok_and(|m| !m.permissions().readonly())
 }
 
 /// Where `rustc` keeps the target's libraries; it names the directory whether or not it exists.
