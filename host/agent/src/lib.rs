@@ -3,7 +3,12 @@
 //!
 //! The binary (`wasmsched-agent`) wires it to NVML or `nvidia-smi` text, a timer, the XID watcher
 //! and an event sink, and writes the report on the node's Kubernetes Node object
-//! ([`node_object`], `--patch-node`) or as JSON files (`--write DIR`).
+//! ([`node_object`], `--patch-node`) or as JSON files (`--write DIR`). With `--device-plugin` it
+//! also serves the GPUs to the kubelet ([`device_plugin`]) and gives each pod's containers exactly
+//! the GPUs the scheduler chose for it ([`decisions`]).
+
+pub mod decisions;
+pub mod device_plugin;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -63,6 +68,9 @@ pub enum Source {
     Nvml,
     /// `nvidia-smi topo -m` output in a file (hosts without NVML access, tests, replays).
     Smi(std::path::PathBuf),
+    /// An NVML inventory recorded earlier (`wasmsched-agent discover --inventory`): stand-in
+    /// devices for nodes without GPUs (tests, a kubelet on a machine without a GPU).
+    Recorded(std::path::PathBuf),
 }
 
 /// One discovery: the topology and the driver that reported it.
@@ -85,12 +93,54 @@ impl Source {
                 let topology = inventory.topology()?;
                 Ok(Discovery { topology, driver: inventory.driver.clone(), inventory: Some(inventory) })
             }
+            Source::Recorded(path) => {
+                let text = std::fs::read_to_string(path).map_err(file_error("reading", path))?;
+                let inventory: wasmsched_nvml::Inventory =
+                    serde_json::from_str(&text).map_err(|e| AgentError::File {
+                        what: "parsing",
+                        path: path.display().to_string(),
+                        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+                    })?;
+                let topology = inventory.topology()?;
+                Ok(Discovery { topology, driver: inventory.driver.clone(), inventory: Some(inventory) })
+            }
             Source::Smi(path) => {
                 let text = std::fs::read_to_string(path).map_err(file_error("reading", path))?;
                 let topology = wasmsched_topology::smi::parse(&text)
                     .map_err(|source| AgentError::Smi { path: path.display().to_string(), source })?;
                 Ok(Discovery { topology, driver: String::new(), inventory: None })
             }
+        }
+    }
+}
+
+impl Discovery {
+    /// The GPUs as the device plugin serves them, those in `unhealthy` reported so.
+    pub fn gpu_devices(&self, unhealthy: &BTreeSet<u32>) -> Vec<device_plugin::GpuDevice> {
+        match &self.inventory {
+            Some(inventory) => inventory
+                .devices
+                .iter()
+                .map(|d| device_plugin::GpuDevice {
+                    index: d.index,
+                    id: d.uuid.clone(),
+                    numa: d.numa,
+                    memory_mib: Some(d.memory_bytes / (1 << 20)),
+                    healthy: !unhealthy.contains(&d.index),
+                })
+                .collect(),
+            None => self
+                .topology
+                .gpus()
+                .iter()
+                .map(|g| device_plugin::GpuDevice {
+                    index: g.index,
+                    id: g.uuid.clone().unwrap_or_else(|| format!("gpu-{}", g.index)),
+                    numa: g.numa,
+                    memory_mib: None,
+                    healthy: !unhealthy.contains(&g.index),
+                })
+                .collect(),
         }
     }
 }

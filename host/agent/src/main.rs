@@ -5,11 +5,14 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::sync::mpsc::{RecvTimeoutError, channel};
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use wasmsched_agent::decisions::Decisions;
+use wasmsched_agent::device_plugin::{Exposure, GpuShares, NodeGpus, WholeGpus};
 use wasmsched_agent::{Agent, Source};
 use wasmsched_events::cli::{Sink, finish};
 use wasmsched_nvml::XidWatcher;
@@ -47,6 +50,26 @@ struct RunArgs {
     /// Read `nvidia-smi topo -m` output from this file instead of asking NVML.
     #[arg(long, value_name = "FILE")]
     smi: Option<PathBuf>,
+    /// Read a recorded NVML inventory (`discover --inventory`) instead of asking NVML: stand-in
+    /// devices on a machine without GPUs (tests, trying the device plugin with a real kubelet).
+    #[arg(long, value_name = "FILE", conflicts_with = "smi")]
+    inventory: Option<PathBuf>,
+    /// Serve the GPUs to the kubelet as its device plugin (`nvidia.com/gpu` and
+    /// `wasmsched.io/gpu-milli`), giving each pod exactly the GPUs the scheduler chose: watches
+    /// this node's pods (needs `list` and `watch` on pods). Replaces NVIDIA's device plugin.
+    #[arg(long)]
+    device_plugin: bool,
+    /// The kubelet's device-plugin directory (its `kubelet.sock`).
+    #[arg(long, value_name = "DIR", default_value = wasmsched_deviceplugin::DEFAULT_DIR)]
+    device_plugin_dir: PathBuf,
+    /// How containers get their GPUs: `env` (NVIDIA_VISIBLE_DEVICES, for the NVIDIA container
+    /// toolkit's hook) or `cdi` (CDI device names).
+    #[arg(long, value_enum, default_value_t = Exposure::Env)]
+    exposure: Exposure,
+    /// Host directory with one NVIDIA MPS pipe directory per GPU (`DIR/<uuid>`), mounted into
+    /// share containers so their MPS limits apply.
+    #[arg(long, value_name = "DIR")]
+    mps_dir: Option<PathBuf>,
     /// Seconds between discoveries.
     #[arg(long, default_value_t = 60)]
     interval: u64,
@@ -89,6 +112,93 @@ fn source(smi: Option<PathBuf>) -> Source {
     smi.map_or(Source::Nvml, Source::Smi)
 }
 
+/// The device plugin's side of the agent: both resources served on their own runtime, and the
+/// watch of this node's pods that feeds the decisions.
+struct DevicePlugin {
+    runtime: tokio::runtime::Runtime,
+    gpus: Arc<NodeGpus>,
+    stop: tokio::sync::watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl DevicePlugin {
+    fn start(args: &RunArgs) -> anyhow::Result<DevicePlugin> {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+        let client = runtime
+            .block_on(kube::Client::try_default())
+            .context("connecting to the Kubernetes API (the device plugin watches this node's pods)")?;
+        let gpus = Arc::new(NodeGpus::default());
+        let decisions = Arc::new(Decisions::new(&args.node));
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let whole: Arc<dyn wasmsched_deviceplugin::Resource> =
+            Arc::new(WholeGpus { gpus: gpus.clone(), decisions: decisions.clone(), exposure: args.exposure });
+        let shares: Arc<dyn wasmsched_deviceplugin::Resource> = Arc::new(GpuShares {
+            gpus: gpus.clone(),
+            decisions: decisions.clone(),
+            exposure: args.exposure,
+            mps_dir: args.mps_dir.clone(),
+        });
+        let mut tasks = Vec::new();
+        for resource in [whole, shares] {
+            let dir = args.device_plugin_dir.clone();
+            let stopped = stopped.clone();
+            tasks.push(runtime.spawn(async move {
+                let name = resource.name().to_string();
+                let served = wasmsched_deviceplugin::Served::new();
+                if let Err(e) = wasmsched_deviceplugin::serve(resource, dir, stopped, served).await {
+                    tracing::error!(resource = %name, error = %e, "device plugin stopped");
+                }
+            }));
+        }
+        tasks.push(runtime.spawn(watch_pods(client, args.node.clone(), decisions, stopped)));
+        Ok(DevicePlugin { runtime, gpus, stop, tasks })
+    }
+
+    fn stop(self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            let _ = self.runtime.block_on(task);
+        }
+    }
+}
+
+/// Follows this node's pods into `decisions` until `stop`.
+async fn watch_pods(
+    client: kube::Client,
+    node: String,
+    decisions: Arc<Decisions>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    use futures_util::StreamExt;
+    use kube::runtime::watcher::{self, Event};
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::all(client);
+    let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
+    let mut events = std::pin::pin!(watcher::watcher(pods, config));
+    let mut listed = std::collections::BTreeSet::new();
+    loop {
+        let event = tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            event = events.next() => event,
+        };
+        match event {
+            Some(Ok(Event::Apply(pod))) => decisions.apply(&pod),
+            Some(Ok(Event::Delete(pod))) => decisions.delete(pod.metadata.uid.as_deref().unwrap_or_default()),
+            Some(Ok(Event::Init)) => listed.clear(),
+            Some(Ok(Event::InitApply(pod))) => {
+                listed.extend(pod.metadata.uid.clone());
+                decisions.apply(&pod);
+            }
+            Some(Ok(Event::InitDone)) => decisions.retain(&std::mem::take(&mut listed)),
+            // The watcher retries by itself; say why it had to.
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "watching this node's pods");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            None => return,
+        }
+    }
+}
+
 fn discover(smi: Option<PathBuf>, inventory: bool) -> anyhow::Result<()> {
     let found = source(smi).discover().context("discovery")?;
     if inventory {
@@ -106,8 +216,12 @@ fn discover(smi: Option<PathBuf>, inventory: bool) -> anyhow::Result<()> {
 }
 
 fn run(args: RunArgs) -> anyhow::Result<()> {
-    let uses_nvml = args.smi.is_none();
-    let source = source(args.smi.clone());
+    let uses_nvml = args.smi.is_none() && args.inventory.is_none();
+    let source = match &args.inventory {
+        Some(path) => Source::Recorded(path.clone()),
+        None => source(args.smi.clone()),
+    };
+    let device_plugin = if args.device_plugin && !args.once { Some(DevicePlugin::start(&args)?) } else { None };
     let sink = args.sink.open("agent")?;
     let grace = args.sink.grace();
     let mut agent = Agent::new(&args.node, sink);
@@ -127,6 +241,9 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         match source.discover() {
             Ok(found) => {
+                if let Some(plugin) = &device_plugin {
+                    plugin.gpus.set(found.gpu_devices(&agent.unhealthy()));
+                }
                 if let Some(report) = agent.observe(found) {
                     tracing::info!(node = %args.node, labels = report.labels.len(), "inventory changed");
                     if let Some(dir) = &args.write {
@@ -150,7 +267,17 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         match xid_rx.recv_timeout(interval) {
             Ok(event) => {
-                if let Some(report) = agent.on_xid(&event) {
+                let changed = agent.on_xid(&event);
+                if let Some(plugin) = &device_plugin {
+                    // An unhealthy GPU is offered to nobody from now on.
+                    let unhealthy = agent.unhealthy();
+                    let gpus = plugin.gpus.gpus().into_iter().map(|mut g| {
+                        g.healthy = !unhealthy.contains(&g.index);
+                        g
+                    });
+                    plugin.gpus.set(gpus.collect());
+                }
+                if let Some(report) = changed {
                     if let Some(dir) = &args.write {
                         report.write(dir)?;
                     }
@@ -164,6 +291,9 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             // No watcher (no NVML, or it stopped): just wait for the next discovery.
             Err(RecvTimeoutError::Disconnected) => std::thread::sleep(interval),
         }
+    }
+    if let Some(plugin) = device_plugin {
+        plugin.stop();
     }
     let stats = finish(agent.into_sink(), grace);
     if let Some(stats) = &stats {

@@ -19,6 +19,10 @@ pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 pub const PODS_RESOURCE: &str = "pods";
 /// Pod annotation: a share of one GPU in milli-GPUs (1–999) instead of whole devices.
 pub const GPU_MILLI_ANNOTATION: &str = "wasmsched.io/gpu-milli";
+/// The same share as an extended resource in a container's limits (`wasmsched.io/gpu-milli:
+/// 500`): the form the kubelet admits, served by the node agent's device plugin (one device per
+/// milli-GPU). A pod may give either or both (then equal).
+pub const GPU_SHARE_RESOURCE: &str = "wasmsched.io/gpu-milli";
 /// Pod annotation: allowed GPU models, comma-separated (e.g. `H100,A100`).
 pub const GPU_MODELS_ANNOTATION: &str = "wasmsched.io/gpu-models";
 /// Pod annotation: the queue (`default` when absent).
@@ -34,9 +38,8 @@ pub const GROUP_LABEL: &str = "scheduling.wasmsched.io/pod-group";
 pub const COSCHEDULING_GROUP_LABEL: &str = "scheduling.x-k8s.io/pod-group";
 /// Volcano's pod-group annotation.
 pub const VOLCANO_GROUP_ANNOTATION: &str = "scheduling.k8s.io/group-name";
-/// Pod annotation written at bind: the GPUs the pod got, `index` or `index:milli`, comma-separated,
-/// for a device plugin (or the container runtime hook) to expose exactly those devices.
-pub const GPU_IDS_ANNOTATION: &str = "wasmsched.io/gpu-ids";
+/// Pod annotation written at bind: the GPUs the pod got (the node agent's device plugin reads it).
+pub use wasmsched_topology::annotation::GPU_IDS_ANNOTATION;
 /// Pod annotation written at bind when all its GPUs sit on one NUMA node: that node's id, for CPU
 /// and memory pinning next to them.
 pub const NUMA_NODE_ANNOTATION: &str = "wasmsched.io/numa-node";
@@ -373,8 +376,21 @@ fn task_of(pod: &Pod, strict: bool) -> Result<Task, ConvertError> {
     let spec = pod.spec.as_ref().ok_or(ConvertError::Missing("spec"))?;
     let annotations = pod.metadata.annotations.as_ref();
     let annotation = |k: &str| annotations.and_then(|a| a.get(k)).map(String::as_str);
-    let (request, whole_gpus) = pod_request(pod)?;
-    let gpu = match annotation(GPU_MILLI_ANNOTATION) {
+    let (mut request, whole_gpus) = pod_request(pod)?;
+    // The share asked for as the device plugin's resource is the share, not an opaque resource.
+    let share_resource =
+        request.extended.iter().position(|(n, _)| n == GPU_SHARE_RESOURCE).map(|i| request.extended.remove(i).1);
+    let share_annotation = match (annotation(GPU_MILLI_ANNOTATION), share_resource) {
+        (Some(a), Some(r)) if a.trim().parse::<u64>().ok() != Some(r) => {
+            return Err(ConvertError::Annotation {
+                name: GPU_MILLI_ANNOTATION,
+                reason: format!("{a:?} differs from the {GPU_SHARE_RESOURCE} the containers ask for ({r})"),
+            });
+        }
+        (Some(a), _) => Some(a.to_string()),
+        (None, r) => r.map(|r| r.to_string()),
+    };
+    let gpu = match share_annotation.as_deref() {
         Some(m) => {
             let milli: u32 = m.trim().parse().ok().filter(|m| (1..GPU_MILLI).contains(m)).ok_or_else(|| {
                 ConvertError::Annotation {
@@ -573,32 +589,13 @@ fn pod_affinity(spec: &k8s_openapi::api::core::v1::PodSpec, strict: bool) -> Res
     }
 }
 
-/// The GPU ids annotation for `devices`: whole devices by index, shares as `index:milli`.
-pub fn gpu_ids(devices: &[DeviceShare]) -> String {
-    let parts: Vec<String> = devices
-        .iter()
-        .map(|d| if d.milli >= GPU_MILLI { d.gpu.to_string() } else { format!("{}:{}", d.gpu, d.milli) })
-        .collect();
-    parts.join(",")
-}
+/// The annotation value for `devices` (the format lives with the agent's side of the contract).
+pub use wasmsched_topology::annotation::gpu_ids;
 
 /// Parses [`gpu_ids`] back (a bound pod's devices, when the cache is rebuilt after a restart).
 pub fn parse_gpu_ids(s: &str) -> Result<Vec<DeviceShare>, ConvertError> {
-    let bad = |reason: String| ConvertError::Annotation { name: GPU_IDS_ANNOTATION, reason };
-    s.split(',')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (gpu, milli) = p.split_once(':').unwrap_or((p, "1000"));
-            let gpu = gpu.parse().map_err(|_| bad(format!("bad GPU index in {p:?}")))?;
-            let milli = milli
-                .parse()
-                .ok()
-                .filter(|m| (1..=GPU_MILLI).contains(m))
-                .ok_or_else(|| bad(format!("bad share in {p:?}")))?;
-            Ok(DeviceShare { gpu, milli })
-        })
-        .collect()
+    wasmsched_topology::annotation::parse_gpu_ids(s)
+        .map_err(|e| ConvertError::Annotation { name: GPU_IDS_ANNOTATION, reason: e.to_string() })
 }
 
 /// A pod's queue, first found of: our annotation, Volcano's annotation, Kueue's label, else
@@ -664,6 +661,28 @@ mod tests {
         assert_eq!(queue_of(&pod(serde_json::json!({QUEUE_ANNOTATION: ""}), serde_json::json!({}))), "default");
         let empty_ours = serde_json::json!({QUEUE_ANNOTATION: ""});
         assert_eq!(queue_of(&pod(empty_ours, serde_json::json!({KUEUE_QUEUE_LABEL: "c"}))), "c");
+    }
+
+    #[test]
+    fn a_share_asked_for_as_the_device_plugins_resource_is_the_share() {
+        let pod = |annotations: serde_json::Value, limits: serde_json::Value| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "namespace": "ml", "annotations": annotations},
+                "spec": {"containers": [{"name": "c", "resources": {"limits": limits}}]}
+            }))
+            .unwrap()
+        };
+        let by_resource = task(&pod(serde_json::json!({}), serde_json::json!({GPU_SHARE_RESOURCE: "500"}))).unwrap();
+        assert_eq!((by_resource.gpu.count, by_resource.gpu.milli_per_gpu), (1, 500));
+        assert!(by_resource.request.extended.is_empty(), "not an opaque resource as well");
+        let both =
+            pod(serde_json::json!({GPU_MILLI_ANNOTATION: "500"}), serde_json::json!({GPU_SHARE_RESOURCE: "500"}));
+        assert_eq!(task(&both).unwrap().gpu.milli_per_gpu, 500);
+        let differ =
+            pod(serde_json::json!({GPU_MILLI_ANNOTATION: "250"}), serde_json::json!({GPU_SHARE_RESOURCE: "500"}));
+        assert!(task(&differ).unwrap_err().to_string().contains("differs from the wasmsched.io/gpu-milli"));
+        let whole = pod(serde_json::json!({}), serde_json::json!({GPU_SHARE_RESOURCE: "1000"}));
+        assert!(task(&whole).is_err(), "a share is 1–999 milli");
     }
 
     fn with_affinity(affinity: serde_json::Value) -> Pod {

@@ -21,6 +21,39 @@ pub const UNHEALTHY_ANNOTATION: &str = "wasmsched.io/unhealthy-gpus";
 /// Annotation listing degraded GPU indexes: usable, worth draining.
 pub const DEGRADED_ANNOTATION: &str = "wasmsched.io/degraded-gpus";
 
+/// Pod annotation written at bind: the GPUs the pod got, `index` or `index:milli`, comma-separated.
+/// The node agent's device plugin reads it to give the pod's containers exactly those devices.
+pub const GPU_IDS_ANNOTATION: &str = "wasmsched.io/gpu-ids";
+
+/// The [`GPU_IDS_ANNOTATION`] value for `devices`: a whole GPU as its index, a share as
+/// `index:milli`.
+pub fn gpu_ids(devices: &[wasmsched_api::DeviceShare]) -> String {
+    let parts: Vec<String> = devices
+        .iter()
+        .map(|d| if d.milli >= wasmsched_api::GPU_MILLI { d.gpu.to_string() } else { format!("{}:{}", d.gpu, d.milli) })
+        .collect();
+    parts.join(",")
+}
+
+/// Parses [`gpu_ids`] back; the error says which part is wrong.
+pub fn parse_gpu_ids(s: &str) -> Result<Vec<wasmsched_api::DeviceShare>, Error> {
+    let bad = |what: &str, part: &str| Error::Invalid(format!("{GPU_IDS_ANNOTATION}: bad {what} in {part:?}"));
+    s.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (gpu, milli) = p.split_once(':').unwrap_or((p, "1000"));
+            let gpu = gpu.parse().map_err(|_| bad("GPU index", p))?;
+            let milli = milli
+                .parse()
+                .ok()
+                .filter(|m| (1..=wasmsched_api::GPU_MILLI).contains(m))
+                .ok_or_else(|| bad("share", p))?;
+            Ok(wasmsched_api::DeviceShare { gpu, milli })
+        })
+        .collect()
+}
+
 /// What the scheduler reads back from a node's annotations (the agent's side of the contract is
 /// [`to_annotation`], [`labels`] and the two health annotations).
 #[derive(Clone, Debug, Default, PartialEq)]

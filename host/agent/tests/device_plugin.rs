@@ -1,0 +1,300 @@
+//! The agent as the kubelet's device plugin, over real unix sockets with the stand-in kubelet
+//! (`wasmsched_deviceplugin::fake_kubelet`, the mock at the kubelet's gRPC boundary) admitting
+//! containers as the kubelet's device manager does. The node: 8 stand-in GPUs made from the
+//! recorded H200 inventory (NUMA 0 for GPUs 0–3, 1 for 4–7), read through `Source::Recorded`.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::json;
+use tokio::sync::watch;
+use wasmsched_agent::Source;
+use wasmsched_agent::decisions::Decisions;
+use wasmsched_agent::device_plugin::{Exposure, GpuShares, NodeGpus, SHARE_RESOURCE, WHOLE_RESOURCE, WholeGpus};
+use wasmsched_deviceplugin::fake_kubelet::FakeKubelet;
+use wasmsched_deviceplugin::{HEALTHY, Resource, Served, UNHEALTHY};
+
+const NODE: &str = "gpu-node-0";
+
+/// The recorded H200 inventory grown to 8 GPUs: each a copy of the real one with its own index,
+/// UUID, PCI address and NUMA node.
+fn eight_gpu_inventory(dir: &std::path::Path) -> std::path::PathBuf {
+    let recorded = std::fs::read_to_string(format!(
+        "{}/../nvml/tests/fixtures/h200-driver-580.159.04-agent-inventory.json",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let mut inventory: serde_json::Value = serde_json::from_str(&recorded).unwrap();
+    let one = inventory["devices"][0].clone();
+    let devices: Vec<serde_json::Value> = (0..8)
+        .map(|i| {
+            let mut d = one.clone();
+            d["index"] = json!(i);
+            d["uuid"] = json!(uuid(i));
+            d["pci"] = json!(format!("0000:{:02x}:00.0", 0x10 + i));
+            d["numa"] = json!(i / 4);
+            d
+        })
+        .collect();
+    inventory["devices"] = json!(devices);
+    let mut paths = Vec::new();
+    for a in 0..8 {
+        for b in a + 1..8 {
+            paths.push(if a / 4 == b / 4 { "node" } else { "system" });
+        }
+    }
+    inventory["paths"] = json!(paths);
+    let path = dir.join("inventory.json");
+    std::fs::write(&path, inventory.to_string()).unwrap();
+    path
+}
+
+fn uuid(i: u32) -> String {
+    format!("GPU-5406ae7e-c004-9128-b16e-eb647c4a0d3{i}")
+}
+
+/// A pod bound to `node` with the scheduler's `gpu-ids`.
+fn pod(name: &str, node: &str, gpu_ids: &str, phase: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}"),
+                     "annotations": {"wasmsched.io/gpu-ids": gpu_ids}},
+        "spec": {"nodeName": node, "containers": [{"name": "main"}]},
+        "status": {"phase": phase},
+    }))
+    .unwrap()
+}
+
+struct Node {
+    dir: tempfile::TempDir,
+    kubelet: FakeKubelet,
+    gpus: Arc<NodeGpus>,
+    decisions: Arc<Decisions>,
+    stop: watch::Sender<bool>,
+    served: Vec<Arc<Served>>,
+    servers: Vec<tokio::task::JoinHandle<Result<(), wasmsched_deviceplugin::ServeError>>>,
+}
+
+impl Node {
+    async fn start() -> Node {
+        let dir = tempfile::tempdir().unwrap();
+        let kubelet = FakeKubelet::start(dir.path()).await;
+        let found = Source::Recorded(eight_gpu_inventory(dir.path())).discover().unwrap();
+        let gpus = Arc::new(NodeGpus::default());
+        gpus.set(found.gpu_devices(&BTreeSet::new()));
+        let decisions = Arc::new(Decisions::new(NODE));
+        let (stop, stopped) = watch::channel(false);
+        let mut node = Node { dir, kubelet, gpus, decisions, stop, served: vec![], servers: vec![] };
+        node.serve(stopped);
+        for resource in [WHOLE_RESOURCE, SHARE_RESOURCE] {
+            let list = node.kubelet.devices(resource).await;
+            until("the device list", || (!list.borrow().is_empty()).then_some(())).await;
+        }
+        node
+    }
+
+    fn serve(&mut self, stopped: watch::Receiver<bool>) {
+        let whole: Arc<dyn Resource> =
+            Arc::new(WholeGpus { gpus: self.gpus.clone(), decisions: self.decisions.clone(), exposure: Exposure::Env });
+        let shares: Arc<dyn Resource> = Arc::new(GpuShares {
+            gpus: self.gpus.clone(),
+            decisions: self.decisions.clone(),
+            exposure: Exposure::Env,
+            mps_dir: Some("/run/wasmsched/mps".into()),
+        });
+        for resource in [whole, shares] {
+            let served = Served::new();
+            self.served.push(served.clone());
+            let dir = self.dir.path().to_path_buf();
+            self.servers.push(tokio::spawn(wasmsched_deviceplugin::serve(resource, dir, stopped.clone(), served)));
+        }
+    }
+
+    async fn stop(self) {
+        self.stop.send(true).unwrap();
+        for s in self.servers {
+            tokio::time::timeout(Duration::from_secs(10), s).await.unwrap().unwrap().unwrap();
+        }
+    }
+}
+
+/// `f`, or a failed test after 10 s (never a hung one).
+async fn within<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(10), f).await.expect("within 10 s")
+}
+
+async fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    for _ in 0..400 {
+        if let Some(v) = f() {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whole_gpu_pods_get_exactly_the_schedulers_gpus_and_the_kubelet_agrees() {
+    let node = Node::start().await;
+    let registered: Vec<String> = node.kubelet.registrations().iter().map(|r| r.resource_name.clone()).collect();
+    assert_eq!(registered, [WHOLE_RESOURCE, SHARE_RESOURCE]);
+
+    // The list: 8 GPUs by UUID, healthy, each on its NUMA node; 1000 share units per GPU.
+    let list = node.kubelet.devices(WHOLE_RESOURCE).await.borrow().clone();
+    assert_eq!(list.len(), 8);
+    assert_eq!(list[2].id, uuid(2));
+    assert_eq!(list[2].health, HEALTHY);
+    assert_eq!(list[5].topology.as_ref().unwrap().nodes[0].id, 1);
+    assert_eq!(node.kubelet.devices(SHARE_RESOURCE).await.borrow().len(), 8000);
+
+    // The scheduler chose {2,3}: the kubelet would have started from GPU 0.
+    node.decisions.apply(&pod("train", NODE, "2,3", "Pending"));
+    let got = node.kubelet.admit(WHOLE_RESOURCE, 2).await.unwrap();
+    assert_eq!(got.preferred, [uuid(2), uuid(3)]);
+    assert_eq!(got.devices, [uuid(2), uuid(3)]);
+    assert_eq!(got.response.envs["NVIDIA_VISIBLE_DEVICES"], format!("{},{}", uuid(2), uuid(3)));
+    assert_eq!(got.response.envs["WASMSCHED_GPU_IDS"], "2,3");
+    // The kubelet's accounting (what PodResources reports) names the same GPUs.
+    assert_eq!(node.kubelet.held(WHOLE_RESOURCE), [uuid(2), uuid(3)].into_iter().collect());
+
+    // Two pods admitted back to back get their own GPUs, in the order the kubelet admits them.
+    node.decisions.apply(&pod("a", NODE, "5", "Pending"));
+    node.decisions.apply(&pod("b", NODE, "0", "Pending"));
+    let a = node.kubelet.admit(WHOLE_RESOURCE, 1).await.unwrap();
+    let b = node.kubelet.admit(WHOLE_RESOURCE, 1).await.unwrap();
+    assert_eq!((a.devices, b.devices), (vec![uuid(5)], vec![uuid(0)]));
+
+    // A pod no decision names is refused, with the reason the pod's events will show.
+    let refused = node.kubelet.admit(WHOLE_RESOURCE, 1).await.unwrap_err();
+    // (The kubelet picked GPU 1, the first it had free, once no preference came.)
+    let reason = refused.message();
+    assert!(reason.contains("no pod bound to node gpu-node-0 was given whole GPU(s) [1]"), "{reason}");
+    assert!(reason.contains("(waiting here: none)"), "{reason}");
+    assert_eq!(node.kubelet.held(WHOLE_RESOURCE).len(), 4, "nothing handed out for the refused pod");
+    // A pod bound to another node is not this node's decision.
+    node.decisions.apply(&pod("elsewhere", "gpu-node-1", "7", "Pending"));
+    assert!(node.kubelet.admit(WHOLE_RESOURCE, 1).await.is_err());
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelet_that_picks_other_gpus_than_the_scheduler_is_refused() {
+    let node = Node::start().await;
+    node.decisions.apply(&pod("train", NODE, "6", "Pending"));
+    // The kubelet's side of the call, picking GPU 1 by itself (as it does when a plugin's
+    // preference is not among what it has free).
+    let whole = WholeGpus { gpus: node.gpus.clone(), decisions: node.decisions.clone(), exposure: Exposure::Env };
+    let refused = whole.allocate(&[uuid(1)]).unwrap_err();
+    assert!(refused.0.contains("whole GPU(s) [1]") && refused.0.contains("ml/train (GPUs 6)"), "{refused}");
+    // Devices the node does not have.
+    assert!(whole.allocate(&["GPU-not-here".into()]).unwrap_err().0.contains("no GPU GPU-not-here"));
+    // Its own GPU is still there for it.
+    assert_eq!(node.kubelet.admit(WHOLE_RESOURCE, 1).await.unwrap().devices, [uuid(6)]);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shares_land_on_the_schedulers_gpu_with_their_limits_and_never_overfill_it() {
+    let node = Node::start().await;
+    node.decisions.apply(&pod("infer-a", NODE, "4:500", "Pending"));
+    node.decisions.apply(&pod("infer-b", NODE, "4:500", "Pending"));
+    for _ in 0..2 {
+        let got = node.kubelet.admit(SHARE_RESOURCE, 500).await.unwrap();
+        assert_eq!(got.devices.len(), 500);
+        assert!(got.devices.iter().all(|u| u.starts_with(&format!("{}::", uuid(4)))), "all units on GPU 4");
+        let envs = &got.response.envs;
+        assert_eq!(envs["NVIDIA_VISIBLE_DEVICES"], uuid(4));
+        assert_eq!(envs["WASMSCHED_GPU_IDS"], "4:500");
+        assert_eq!(envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "50");
+        // Half of the recorded H200's 143,771 MiB.
+        assert_eq!(envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=71885M");
+        assert_eq!(envs["CUDA_MPS_PIPE_DIRECTORY"], "/tmp/nvidia-mps");
+        assert_eq!(got.response.mounts[0].host_path, format!("/run/wasmsched/mps/{}", uuid(4)));
+    }
+    // GPU 4 is full: a stale decision for more of it is never admitted, whatever units the
+    // kubelet still has (its other GPUs' units are free).
+    node.decisions.apply(&pod("late", NODE, "4:300", "Pending"));
+    let refused = node.kubelet.admit(SHARE_RESOURCE, 300).await.unwrap_err();
+    assert!(refused.message().contains("was given a share of 300 milli"), "{refused:?}");
+    let shares = GpuShares {
+        gpus: node.gpus.clone(),
+        decisions: node.decisions.clone(),
+        exposure: Exposure::Env,
+        mps_dir: None,
+    };
+    let units: Vec<String> = (600..900).map(|k| format!("{}::{k}", uuid(4))).collect();
+    let refused = shares.allocate(&units).unwrap_err();
+    assert!(refused.0.contains("GPU 4 on node gpu-node-0 has 0 milli free, the share needs 300"), "{refused}");
+    // Units over two GPUs are not a share.
+    let mixed = vec![format!("{}::1", uuid(0)), format!("{}::1", uuid(1))];
+    assert!(shares.allocate(&mixed).unwrap_err().0.contains("units of one GPU"));
+    // A GPU held whole takes no share, and a GPU with shares is not given whole.
+    node.decisions.apply(&pod("whole-4", NODE, "4", "Pending"));
+    let whole = WholeGpus { gpus: node.gpus.clone(), decisions: node.decisions.clone(), exposure: Exposure::Env };
+    assert!(whole.allocate(&[uuid(4)]).unwrap_err().0.contains("holds shares of other pods (1000 milli)"));
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelet_restart_and_an_agent_restart_give_no_gpu_twice() {
+    let mut node = Node::start().await;
+    node.decisions.apply(&pod("first", NODE, "0,1", "Pending"));
+    node.kubelet.admit(WHOLE_RESOURCE, 2).await.unwrap();
+
+    // The kubelet restarts: both resources register again, its held devices stay (its
+    // checkpoint), and the next pod gets its own GPUs.
+    node.kubelet.restart().await;
+    for served in &node.served {
+        within(served.registrations().wait_for(|n| *n == 2)).await.unwrap();
+    }
+    let list = node.kubelet.devices(WHOLE_RESOURCE).await;
+    until("the list after the restart", || (list.borrow().len() == 8).then_some(())).await;
+    node.decisions.apply(&pod("second", NODE, "2", "Pending"));
+    assert_eq!(node.kubelet.admit(WHOLE_RESOURCE, 1).await.unwrap().devices, [uuid(2)]);
+
+    // The agent restarts: new decisions, rebuilt from the pods as the watch lists them. The
+    // running pods hold their GPUs; a stale decision naming one of them is refused.
+    node.stop.send(true).unwrap();
+    for s in std::mem::take(&mut node.servers) {
+        tokio::time::timeout(Duration::from_secs(10), s).await.unwrap().unwrap().unwrap();
+    }
+    node.decisions = Arc::new(Decisions::new(NODE));
+    node.served.clear();
+    let (stop, stopped) = watch::channel(false);
+    node.stop = stop;
+    node.serve(stopped);
+    for served in &node.served {
+        within(served.registrations().wait_for(|n| *n == 1)).await.unwrap();
+    }
+    node.decisions.apply(&pod("first", NODE, "0,1", "Running"));
+    node.decisions.apply(&pod("second", NODE, "2", "Running"));
+    node.decisions.apply(&pod("stale", NODE, "1", "Pending"));
+    let whole = WholeGpus { gpus: node.gpus.clone(), decisions: node.decisions.clone(), exposure: Exposure::Env };
+    let refused = whole.allocate(&[uuid(1)]).unwrap_err();
+    assert!(refused.0.contains("GPU 1 on node gpu-node-0 is held by pod ml/first"), "{refused}");
+    // Once the holder is gone, its GPU can go to the next decision.
+    node.decisions.delete("uid-first");
+    assert_eq!(whole.allocate(&[uuid(1)]).unwrap().envs["WASMSCHED_GPU_IDS"], "1");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unhealthy_gpu_is_offered_to_nobody() {
+    let node = Node::start().await;
+    let found = Source::Recorded(eight_gpu_inventory(node.dir.path())).discover().unwrap();
+    node.gpus.set(found.gpu_devices(&[6].into_iter().collect()));
+    let list = node.kubelet.devices(WHOLE_RESOURCE).await;
+    until("GPU 6 unhealthy", || (list.borrow()[6].health == UNHEALTHY).then_some(())).await;
+    let units = node.kubelet.devices(SHARE_RESOURCE).await;
+    until("GPU 6's units unhealthy", || {
+        (units.borrow().iter().filter(|d| d.health == UNHEALTHY).count() == 1000).then_some(())
+    })
+    .await;
+    // A pod the scheduler placed on it before it failed is refused, not moved to another GPU.
+    node.decisions.apply(&pod("unlucky", NODE, "6", "Pending"));
+    let refused = node.kubelet.admit(WHOLE_RESOURCE, 1).await.unwrap_err();
+    assert!(refused.message().contains("ml/unlucky (GPUs 6)"), "{refused:?}");
+    assert!(node.kubelet.held(WHOLE_RESOURCE).is_empty());
+    node.stop().await;
+}

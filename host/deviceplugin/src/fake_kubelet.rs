@@ -1,0 +1,242 @@
+//! A stand-in for the kubelet's side of the Device Plugin API, over real unix sockets: the mock at
+//! the narrowest boundary, for tests where no kubelet can run (CI).
+//!
+//! What it does as the kubelet's device manager does: serves `Registration` on `kubelet.sock`,
+//! connects back to each registered plugin and keeps its latest `ListAndWatch` list; admits a
+//! container by offering the healthy devices no earlier container holds to
+//! `GetPreferredAllocation`, taking the preferred ones when they are a valid answer (else the
+//! first available), calling `Allocate`, and holding the devices only when `Allocate` succeeds (a
+//! refusal fails the admission); [`FakeKubelet::restart`] removes every socket in the directory, as
+//! a starting kubelet does, and serves a new `kubelet.sock`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use tokio::net::UnixListener;
+use tokio::sync::watch;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::{Request, Response, Status};
+
+use crate::serve::unix_channel;
+use crate::v1beta1::device_plugin_client::DevicePluginClient;
+use crate::v1beta1::registration_server::{Registration, RegistrationServer};
+use crate::v1beta1::{
+    AllocateRequest, ContainerAllocateRequest, ContainerAllocateResponse, ContainerPreferredAllocationRequest, Device,
+    Empty, PreferredAllocationRequest, RegisterRequest,
+};
+use crate::{HEALTHY, KUBELET_SOCKET, VERSION};
+
+/// One registered resource as the fake kubelet knows it.
+#[derive(Default)]
+struct Plugin {
+    endpoint: String,
+    devices: Option<watch::Sender<Vec<Device>>>,
+    /// Devices held by admitted containers.
+    held: BTreeSet<String>,
+}
+
+#[derive(Default)]
+struct State {
+    plugins: BTreeMap<String, Plugin>,
+    registrations: Vec<RegisterRequest>,
+}
+
+/// What one admission got.
+#[derive(Debug, Clone)]
+pub struct Admitted {
+    /// What `GetPreferredAllocation` answered.
+    pub preferred: Vec<String>,
+    /// The devices the container got.
+    pub devices: Vec<String>,
+    /// What `Allocate` answered for it.
+    pub response: ContainerAllocateResponse,
+}
+
+/// The stand-in kubelet.
+pub struct FakeKubelet {
+    dir: PathBuf,
+    state: Arc<Mutex<State>>,
+    stop: Option<watch::Sender<bool>>,
+}
+
+impl FakeKubelet {
+    /// Serves `kubelet.sock` in `dir`.
+    pub async fn start(dir: &Path) -> FakeKubelet {
+        let mut kubelet = FakeKubelet { dir: dir.to_path_buf(), state: Arc::default(), stop: None };
+        kubelet.listen();
+        kubelet
+    }
+
+    fn listen(&mut self) {
+        let socket = self.dir.join(KUBELET_SOCKET);
+        let _ = std::fs::remove_file(&socket);
+        let listener = UnixListener::bind(&socket).expect("bind kubelet.sock");
+        let (stop, mut stopped) = watch::channel(false);
+        let service = RegistrationService { dir: self.dir.clone(), state: self.state.clone(), stop: stopped.clone() };
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(RegistrationServer::new(service))
+                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async move {
+                    let _ = stopped.wait_for(|s| *s).await;
+                }),
+        );
+        self.stop = Some(stop);
+    }
+
+    /// As a restarting kubelet: stops serving, removes every socket in its directory (the plugins'
+    /// too), forgets what it knew of the plugins (their devices held stay held: the real kubelet
+    /// keeps them in its checkpoint) and serves a new `kubelet.sock`.
+    pub async fn restart(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(true);
+        }
+        if let Ok(entries) = std::fs::read_dir(&self.dir) {
+            for e in entries.flatten() {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+        for plugin in self.state.lock().unwrap().plugins.values_mut() {
+            plugin.devices = None;
+        }
+        self.listen();
+    }
+
+    /// Every registration request received, in order.
+    pub fn registrations(&self) -> Vec<RegisterRequest> {
+        self.state.lock().unwrap().registrations.clone()
+    }
+
+    /// The latest device list of `resource`, and its changes (waits for the plugin's registration).
+    pub async fn devices(&self, resource: &str) -> watch::Receiver<Vec<Device>> {
+        for _ in 0..200 {
+            if let Some(rx) =
+                self.state.lock().unwrap().plugins.get(resource).and_then(|p| p.devices.as_ref()).map(|d| d.subscribe())
+            {
+                return rx;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        panic!("{resource} never registered with the fake kubelet");
+    }
+
+    /// Admits one container asking for `size` devices of `resource`, as the device manager does.
+    pub async fn admit(&self, resource: &str, size: usize) -> Result<Admitted, Status> {
+        let (endpoint, available) = {
+            let state = self.state.lock().unwrap();
+            let plugin = state.plugins.get(resource).ok_or_else(|| Status::not_found("resource not registered"))?;
+            let devices = plugin.devices.as_ref().map(|d| d.borrow().clone()).unwrap_or_default();
+            let available: Vec<String> = devices
+                .into_iter()
+                .filter(|d| d.health == HEALTHY && !plugin.held.contains(&d.id))
+                .map(|d| d.id)
+                .collect();
+            (plugin.endpoint.clone(), available)
+        };
+        if available.len() < size {
+            return Err(Status::resource_exhausted(format!(
+                "requested {size} of {resource}, {} available",
+                available.len()
+            )));
+        }
+        let mut client = DevicePluginClient::new(
+            unix_channel(&self.dir.join(&endpoint)).await.map_err(|e| Status::unavailable(e.to_string()))?,
+        );
+        let request = PreferredAllocationRequest {
+            container_requests: vec![ContainerPreferredAllocationRequest {
+                available_device_ids: available.clone(),
+                must_include_device_ids: vec![],
+                allocation_size: size as i32,
+            }],
+        };
+        let preferred = client
+            .get_preferred_allocation(request)
+            .await
+            .map(|r| r.into_inner().container_responses.into_iter().next().map(|c| c.device_ids).unwrap_or_default())
+            .unwrap_or_default();
+        // The kubelet takes a preferred answer only when it is the right size of available
+        // devices; otherwise it picks by itself.
+        let valid = preferred.len() == size
+            && preferred.iter().all(|d| available.contains(d))
+            && preferred.iter().collect::<BTreeSet<_>>().len() == size;
+        let devices = if valid { preferred.clone() } else { available[..size].to_vec() };
+        let response = client
+            .allocate(AllocateRequest {
+                container_requests: vec![ContainerAllocateRequest { devices_ids: devices.clone() }],
+            })
+            .await?
+            .into_inner()
+            .container_responses
+            .into_iter()
+            .next()
+            .ok_or_else(|| Status::internal("no container response"))?;
+        let mut state = self.state.lock().unwrap();
+        let plugin = state.plugins.get_mut(resource).ok_or_else(|| Status::not_found("resource gone"))?;
+        plugin.held.extend(devices.iter().cloned());
+        Ok(Admitted { preferred, devices, response })
+    }
+
+    /// The devices of `resource` that admitted containers hold (its PodResources view).
+    pub fn held(&self, resource: &str) -> BTreeSet<String> {
+        self.state.lock().unwrap().plugins.get(resource).map(|p| p.held.clone()).unwrap_or_default()
+    }
+
+    /// A container ended: its devices are free again.
+    pub fn release(&self, resource: &str, devices: &[String]) {
+        if let Some(p) = self.state.lock().unwrap().plugins.get_mut(resource) {
+            for d in devices {
+                p.held.remove(d);
+            }
+        }
+    }
+}
+
+impl Drop for FakeKubelet {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(true);
+        }
+    }
+}
+
+struct RegistrationService {
+    dir: PathBuf,
+    state: Arc<Mutex<State>>,
+    stop: watch::Receiver<bool>,
+}
+
+#[tonic::async_trait]
+impl Registration for RegistrationService {
+    async fn register(&self, request: Request<RegisterRequest>) -> Result<Response<Empty>, Status> {
+        let request = request.into_inner();
+        if request.version != VERSION {
+            return Err(Status::invalid_argument(format!("unsupported version {}", request.version)));
+        }
+        let (devices, _) = watch::channel(Vec::new());
+        {
+            let mut state = self.state.lock().unwrap();
+            state.registrations.push(request.clone());
+            let plugin = state.plugins.entry(request.resource_name.clone()).or_default();
+            plugin.endpoint = request.endpoint.clone();
+            plugin.devices = Some(devices.clone());
+        }
+        // As the kubelet: connect back and follow the plugin's device list.
+        let socket = self.dir.join(&request.endpoint);
+        let mut stop = self.stop.clone();
+        tokio::spawn(async move {
+            let Ok(channel) = unix_channel(&socket).await else { return };
+            let Ok(stream) = DevicePluginClient::new(channel).list_and_watch(Empty {}).await else { return };
+            let mut stream = stream.into_inner();
+            loop {
+                tokio::select! {
+                    _ = stop.wait_for(|s| *s) => return,
+                    next = stream.message() => match next {
+                        Ok(Some(list)) => { devices.send_replace(list.devices); }
+                        _ => return,
+                    },
+                }
+            }
+        });
+        Ok(Response::new(Empty {}))
+    }
+}
