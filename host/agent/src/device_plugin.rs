@@ -146,10 +146,12 @@ impl Resource for WholeGpus {
     }
 
     fn allocate(&self, devices: &[String]) -> Result<ContainerAllocateResponse, Refusal> {
-        let gpus = devices
+        let mut gpus = devices
             .iter()
             .map(|id| self.gpus.by_id(id).ok_or_else(|| Refusal(format!("wasmsched: no GPU {id} on this node"))))
             .collect::<Result<Vec<_>, _>>()?;
+        // The kubelet passes them in no particular order; the container sees them by index.
+        gpus.sort_by_key(|g| g.index);
         let indexes: Vec<u32> = gpus.iter().map(|g| g.index).collect();
         let pod = self.decisions.give_whole(&indexes)?;
         tracing::info!(pod = %pod.name, gpus = ?indexes, "whole GPUs allocated");

@@ -167,9 +167,8 @@ async fn whole_gpu_pods_get_exactly_the_schedulers_gpus_and_the_kubelet_agrees()
 
     // A pod no decision names is refused, with the reason the pod's events will show.
     let refused = node.kubelet.admit(WHOLE_RESOURCE, 1).await.unwrap_err();
-    // (The kubelet picked GPU 1, the first it had free, once no preference came.)
     let reason = refused.message();
-    assert!(reason.contains("no pod bound to node gpu-node-0 was given whole GPU(s) [1]"), "{reason}");
+    assert!(reason.contains("no pod bound to node gpu-node-0 was given 1 whole GPU(s) among [1, 4, 6, 7]"), "{reason}");
     assert!(reason.contains("(waiting here: none)"), "{reason}");
     assert_eq!(node.kubelet.held(WHOLE_RESOURCE).len(), 4, "nothing handed out for the refused pod");
     // A pod bound to another node is not this node's decision.
@@ -191,6 +190,23 @@ async fn a_kubelet_that_picks_other_gpus_than_the_scheduler_is_refused() {
     assert!(whole.allocate(&["GPU-not-here".into()]).unwrap_err().0.contains("no GPU GPU-not-here"));
     // Its own GPU is still there for it.
     assert_eq!(node.kubelet.admit(WHOLE_RESOURCE, 1).await.unwrap().devices, [uuid(6)]);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_exactly_as_many_gpus_free_as_asked_the_kubelet_does_not_ask_and_allocate_refuses() {
+    let node = Node::start().await;
+    node.decisions.apply(&pod("big", NODE, "0,1,2,3,4,5,6", "Pending"));
+    let got = node.kubelet.admit(WHOLE_RESOURCE, 7).await.unwrap();
+    assert_eq!(got.devices.len(), 7);
+    assert_eq!(got.response.envs["WASMSCHED_GPU_IDS"], "0,1,2,3,4,5,6");
+    // A stale decision for a GPU that is taken: one GPU is free, so the kubelet takes it without
+    // a preference, and only Allocate stands between the pod and the wrong GPU.
+    node.decisions.apply(&pod("stale", NODE, "3", "Pending"));
+    let refused = node.kubelet.admit(WHOLE_RESOURCE, 1).await.unwrap_err();
+    let reason = refused.message();
+    assert!(reason.contains("was given whole GPU(s) [7]") && reason.contains("ml/stale (GPUs 3)"), "{reason}");
+    assert_eq!(node.kubelet.held(WHOLE_RESOURCE).len(), 7);
     node.stop().await;
 }
 

@@ -1,13 +1,16 @@
 //! A stand-in for the kubelet's side of the Device Plugin API, over real unix sockets: the mock at
 //! the narrowest boundary, for tests where no kubelet can run (CI).
 //!
-//! What it does as the kubelet's device manager does: serves `Registration` on `kubelet.sock`,
-//! connects back to each registered plugin and keeps its latest `ListAndWatch` list; admits a
-//! container by offering the healthy devices no earlier container holds to
-//! `GetPreferredAllocation`, taking the preferred ones when they are a valid answer (else the
-//! first available), calling `Allocate`, and holding the devices only when `Allocate` succeeds (a
-//! refusal fails the admission); [`FakeKubelet::restart`] removes every socket in the directory, as
-//! a starting kubelet does, and serves a new `kubelet.sock`.
+//! What it does as the kubelet's device manager does (checked against a real kubelet 1.36, whose
+//! differences from the first version of this stand-in are the rules marked "real"): serves
+//! `Registration` on `kubelet.sock`, connects back to each registered plugin and keeps its latest
+//! `ListAndWatch` list; admits a container from the healthy devices no earlier container holds:
+//! when exactly as many are free as asked, takes them all without asking the plugin (real);
+//! otherwise asks `GetPreferredAllocation`, and an error there fails the admission (real: no
+//! fallback), else takes the preferred devices that are free, then fills up from the rest (real);
+//! calls `Allocate`, and holds the devices only when it succeeds (a refusal fails the admission).
+//! [`FakeKubelet::restart`] removes every socket in the directory, as a starting kubelet does, and
+//! serves a new `kubelet.sock`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -45,7 +48,8 @@ struct State {
 /// What one admission got.
 #[derive(Debug, Clone)]
 pub struct Admitted {
-    /// What `GetPreferredAllocation` answered.
+    /// What `GetPreferredAllocation` answered (empty when it was not asked: exactly as many
+    /// devices free as needed).
     pub preferred: Vec<String>,
     /// The devices the container got.
     pub devices: Vec<String>,
@@ -142,24 +146,33 @@ impl FakeKubelet {
         let mut client = DevicePluginClient::new(
             unix_channel(&self.dir.join(&endpoint)).await.map_err(|e| Status::unavailable(e.to_string()))?,
         );
-        let request = PreferredAllocationRequest {
-            container_requests: vec![ContainerPreferredAllocationRequest {
-                available_device_ids: available.clone(),
-                must_include_device_ids: vec![],
-                allocation_size: size as i32,
-            }],
+        let (preferred, devices) = if available.len() == size {
+            (Vec::new(), available)
+        } else {
+            let request = PreferredAllocationRequest {
+                container_requests: vec![ContainerPreferredAllocationRequest {
+                    available_device_ids: available.clone(),
+                    must_include_device_ids: vec![],
+                    allocation_size: size as i32,
+                }],
+            };
+            let preferred = client
+                .get_preferred_allocation(request)
+                .await?
+                .into_inner()
+                .container_responses
+                .into_iter()
+                .next()
+                .map(|c| c.device_ids)
+                .unwrap_or_default();
+            let mut devices: Vec<String> = Vec::with_capacity(size);
+            for d in preferred.iter().chain(available.iter()) {
+                if devices.len() < size && available.contains(d) && !devices.contains(d) {
+                    devices.push(d.clone());
+                }
+            }
+            (preferred, devices)
         };
-        let preferred = client
-            .get_preferred_allocation(request)
-            .await
-            .map(|r| r.into_inner().container_responses.into_iter().next().map(|c| c.device_ids).unwrap_or_default())
-            .unwrap_or_default();
-        // The kubelet takes a preferred answer only when it is the right size of available
-        // devices; otherwise it picks by itself.
-        let valid = preferred.len() == size
-            && preferred.iter().all(|d| available.contains(d))
-            && preferred.iter().collect::<BTreeSet<_>>().len() == size;
-        let devices = if valid { preferred.clone() } else { available[..size].to_vec() };
         let response = client
             .allocate(AllocateRequest {
                 container_requests: vec![ContainerAllocateRequest { devices_ids: devices.clone() }],

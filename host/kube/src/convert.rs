@@ -674,7 +674,11 @@ mod tests {
         };
         let by_resource = task(&pod(serde_json::json!({}), serde_json::json!({GPU_SHARE_RESOURCE: "500"}))).unwrap();
         assert_eq!((by_resource.gpu.count, by_resource.gpu.milli_per_gpu), (1, 500));
-        assert!(by_resource.request.extended.is_empty(), "not an opaque resource as well");
+        assert!(
+            !by_resource.request.extended.iter().any(|(n, _)| *n == GPU_SHARE_RESOURCE),
+            "not an opaque resource as well: {:?}",
+            by_resource.request.extended
+        );
         let both =
             pod(serde_json::json!({GPU_MILLI_ANNOTATION: "500"}), serde_json::json!({GPU_SHARE_RESOURCE: "500"}));
         assert_eq!(task(&both).unwrap().gpu.milli_per_gpu, 500);
