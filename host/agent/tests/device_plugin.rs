@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use wasmsched_agent::Source;
 use wasmsched_agent::decisions::Decisions;
 use wasmsched_agent::device_plugin::{Exposure, GpuShares, NodeGpus, SHARE_RESOURCE, WHOLE_RESOURCE, WholeGpus};
-use wasmsched_deviceplugin::fake_kubelet::FakeKubelet;
+use wasmsched_deviceplugin::fake_kubelet::{FakeKubelet, until, within};
 use wasmsched_deviceplugin::{HEALTHY, Resource, Served, UNHEALTHY};
 
 const NODE: &str = "gpu-node-0";
@@ -117,21 +117,6 @@ impl Node {
             tokio::time::timeout(Duration::from_secs(10), s).await.unwrap().unwrap().unwrap();
         }
     }
-}
-
-/// `f`, or a failed test after 10 s (never a hung one).
-async fn within<T>(f: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(10), f).await.expect("within 10 s")
-}
-
-async fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    for _ in 0..400 {
-        if let Some(v) = f() {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("timed out waiting for {what}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -85,7 +85,52 @@ impl Browser {
 
     /// Clicks the first element `css` selects.
     pub async fn click(&self, css: &str) -> Result<(), fantoccini::error::CmdError> {
-        self.client.find(Locator::Css(css)).await?.click().await
+        self.fresh(css, |el| async move { el.click().await }).await
+    }
+
+    /// Sends `keys` (e.g. `"\u{E007}"`, Enter) to the first element `css` selects.
+    pub async fn send_keys(&self, css: &str, keys: &str) -> Result<(), fantoccini::error::CmdError> {
+        self.fresh(css, |el| async move { el.send_keys(keys).await }).await
+    }
+
+    /// The texts of every element `css` selects, read from one rendering of the page (read again
+    /// when a redraw made them stale midway).
+    pub async fn texts(&self, css: &str) -> Result<Vec<String>, fantoccini::error::CmdError> {
+        let mut tries = 0;
+        'again: loop {
+            let mut out = Vec::new();
+            for el in self.client.find_all(Locator::Css(css)).await? {
+                match el.text().await {
+                    Ok(t) => out.push(t),
+                    Err(e) if e.is_stale_element_reference() && tries < 5 => {
+                        tries += 1;
+                        continue 'again;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            return Ok(out);
+        }
+    }
+
+    /// Does `act` on the first element `css` selects as the page shows it now. The pages redraw
+    /// every second, so an element found just before a redraw is stale when acted on; a person
+    /// would act on the one on screen, so it is found again (a few times at most).
+    async fn fresh<F, Fut>(&self, css: &str, act: F) -> Result<(), fantoccini::error::CmdError>
+    where
+        F: Fn(fantoccini::elements::Element) -> Fut,
+        Fut: std::future::Future<Output = Result<(), fantoccini::error::CmdError>>,
+    {
+        let mut tries = 0;
+        loop {
+            match act(self.client.find(Locator::Css(css)).await?).await {
+                Err(e) if e.is_stale_element_reference() && tries < 5 => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                done => return done,
+            }
+        }
     }
 
     /// Replaces the text of the input `css` selects with `text`, as a person types it.

@@ -442,13 +442,7 @@ async fn the_pages_render_what_the_api_says_in_a_real_browser() {
     // Queues: the leaves in the order fair share serves them, then the inner queue.
     browser.click("#tab-queues").await.unwrap();
     browser.eventually("most underserved first", "#queue-rows .queue td", |t| t == "prod").await;
-    let rows: Vec<String> = {
-        let mut out = Vec::new();
-        for row in browser.client.find_all(Locator::Css("#queue-rows .queue")).await.unwrap() {
-            out.push(row.text().await.unwrap());
-        }
-        out
-    };
+    let rows = browser.texts("#queue-rows .queue").await.unwrap();
     assert_eq!(rows.len(), 3, "{rows:?}");
     assert!(rows[0].starts_with("prod all 1 3 3 12 8 0 1 (limit 1) 16"), "{rows:?}");
     assert!(
@@ -470,8 +464,7 @@ async fn the_pages_render_what_the_api_says_in_a_real_browser() {
         .await;
     assert!(browser.client.find(Locator::Css("#queue-history canvas")).await.is_ok(), "drawn on its canvas");
     // And from the keyboard: Enter on a focused row.
-    let prod = browser.client.find(Locator::Css("#queue-rows .queue[data-name='prod']")).await.unwrap();
-    prod.send_keys("\u{E007}").await.unwrap();
+    browser.send_keys("#queue-rows .queue[data-name='prod']", "\u{E007}").await.unwrap();
     browser.eventually("queue detail by keyboard", "#queue-name", |t| t == "prod").await;
 
     browser.click("#tab-pending").await.unwrap();

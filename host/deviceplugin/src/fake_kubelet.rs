@@ -30,6 +30,22 @@ use crate::v1beta1::{
 };
 use crate::{HEALTHY, KUBELET_SOCKET, VERSION};
 
+/// `f`, or a panic after 10 s: a test waiting on the kubelet fails instead of hanging.
+pub async fn within<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(std::time::Duration::from_secs(10), f).await.expect("within 10 s")
+}
+
+/// Asks `f` every 25 ms until it gives a value; panics naming `what` after 10 s.
+pub async fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    for _ in 0..400 {
+        if let Some(v) = f() {
+            return v;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
 /// One registered resource as the fake kubelet knows it.
 #[derive(Default)]
 struct Plugin {
@@ -113,15 +129,10 @@ impl FakeKubelet {
 
     /// The latest device list of `resource`, and its changes (waits for the plugin's registration).
     pub async fn devices(&self, resource: &str) -> watch::Receiver<Vec<Device>> {
-        for _ in 0..200 {
-            if let Some(rx) =
-                self.state.lock().unwrap().plugins.get(resource).and_then(|p| p.devices.as_ref()).map(|d| d.subscribe())
-            {
-                return rx;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-        }
-        panic!("{resource} never registered with the fake kubelet");
+        until(&format!("{resource} to register with the fake kubelet"), || {
+            self.state.lock().unwrap().plugins.get(resource).and_then(|p| p.devices.as_ref()).map(|d| d.subscribe())
+        })
+        .await
     }
 
     /// Admits one container asking for `size` devices of `resource`, as the device manager does.

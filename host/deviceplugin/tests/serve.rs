@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
-use wasmsched_deviceplugin::fake_kubelet::FakeKubelet;
+use wasmsched_deviceplugin::fake_kubelet::{FakeKubelet, until, within};
 use wasmsched_deviceplugin::{ContainerAllocateResponse, Device, HEALTHY, Refusal, Resource, Served, UNHEALTHY};
 
 /// Devices `d0`…; prefers the last ones offered; refuses `d0`.
@@ -38,21 +38,6 @@ impl Resource for Plain {
         r.envs.insert("THINGS".into(), devices.join(","));
         Ok(r)
     }
-}
-
-/// `f`, or a failed test after 10 s (never a hung one).
-async fn within<T>(f: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(10), f).await.expect("within 10 s")
-}
-
-async fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    for _ in 0..400 {
-        if let Some(v) = f() {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("timed out waiting for {what}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
