@@ -99,6 +99,12 @@ impl NodeGpus {
         self.units.send_replace(units);
     }
 
+    /// Health changed (an XID): the GPUs in `unhealthy` are offered to nobody from now on.
+    pub fn set_health(&self, unhealthy: &std::collections::BTreeSet<u32>) {
+        let gpus = self.gpus().into_iter().map(|g| GpuDevice { healthy: !unhealthy.contains(&g.index), ..g });
+        self.set(gpus.collect());
+    }
+
     /// The GPUs now.
     pub fn gpus(&self) -> Vec<GpuDevice> {
         self.table.borrow().clone()

@@ -269,13 +269,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             Ok(event) => {
                 let changed = agent.on_xid(&event);
                 if let Some(plugin) = &device_plugin {
-                    // An unhealthy GPU is offered to nobody from now on.
-                    let unhealthy = agent.unhealthy();
-                    let gpus = plugin.gpus.gpus().into_iter().map(|mut g| {
-                        g.healthy = !unhealthy.contains(&g.index);
-                        g
-                    });
-                    plugin.gpus.set(gpus.collect());
+                    plugin.gpus.set_health(&agent.unhealthy());
                 }
                 if let Some(report) = changed {
                     if let Some(dir) = &args.write {

@@ -283,8 +283,8 @@ async fn a_kubelet_restart_and_an_agent_restart_give_no_gpu_twice() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unhealthy_gpu_is_offered_to_nobody() {
     let node = Node::start().await;
-    let found = Source::Recorded(eight_gpu_inventory(node.dir.path())).discover().unwrap();
-    node.gpus.set(found.gpu_devices(&[6].into_iter().collect()));
+    // As the XID watcher reports it.
+    node.gpus.set_health(&[6].into_iter().collect());
     let list = node.kubelet.devices(WHOLE_RESOURCE).await;
     until("GPU 6 unhealthy", || (list.borrow()[6].health == UNHEALTHY).then_some(())).await;
     let units = node.kubelet.devices(SHARE_RESOURCE).await;
