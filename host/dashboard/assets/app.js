@@ -132,14 +132,25 @@ function drawRows() {
     `<div class="node-row" role="button" tabindex="0" data-name="${esc(n.name)}" data-row="${first + i}">` +
     `<span class="name">${esc(n.name)}</span><span class="model">${esc(n.model || "no GPU")}</span>` +
     `<span class="gpus">${n.gpus.map(gpuCell).join("")}${n.devices.map(deviceCell).join("")}${n.partitions.map(partitionCells).join("")}</span></div>`);
-  const html = rows.join("");
-  // Unchanged rows are left alone: focus, hover and a click in progress stay where they are.
-  if (inner.dataset.drawn !== html) {
-    inner.innerHTML = html;
-    inner.dataset.drawn = html;
+  if (redraw(inner, rows.join(""))) {
     // Placed through the CSSOM: the page's CSP allows no inline style attributes.
     for (const row of inner.children) row.style.top = `${row.dataset.row * ROW}px`;
   }
+}
+
+/**
+ * Puts `html` into `el` when it differs from what `el` shows; says whether it did. The pages
+ * refresh every second, so unchanged rows are left alone (focus, hover, a selection and a click in
+ * progress stay where they are), and a redraw gives the keyboard focus back to the row of the same
+ * name: a keyboard user never loses their place to a refresh.
+ */
+function redraw(el, html) {
+  if (el.dataset.drawn === html) return false;
+  const focused = el.contains(document.activeElement) ? document.activeElement.closest("[data-name]")?.dataset.name : null;
+  el.innerHTML = html;
+  el.dataset.drawn = html;
+  if (focused != null) el.querySelector(`[data-name="${CSS.escape(focused)}"]`)?.focus();
+  return true;
 }
 
 async function showNode(name) {
@@ -220,14 +231,14 @@ async function refreshQueues() {
   const opt = (v, f) => (v == null ? "–" : f(v));
   const cores = (m) => (m / 1000).toLocaleString("en", { maximumFractionDigits: 1 });
   const gib = (b) => (b / 2 ** 30).toLocaleString("en", { maximumFractionDigits: 1 });
-  $("queue-rows").innerHTML = rows.map((q) => `<tr class="queue" role="button" tabindex="0" data-name="${esc(q.name)}"><td>${esc(q.name)}</td><td>${esc(q.parent)}</td>` +
+  redraw($("queue-rows"), rows.map((q) => `<tr class="queue" role="button" tabindex="0" data-name="${esc(q.name)}"><td>${esc(q.name)}</td><td>${esc(q.parent)}</td>` +
     `<td class="served">${q.served ?? ""}</td><td>${q.weight}</td><td>${gpus(q.allocated_gpu_milli)}</td>` +
     `<td>${opt(q.deserved_gpu_milli, gpus)}</td><td>${gpus(q.guarantee_gpu_milli)}</td><td class="borrowed">${gpus(q.borrowed_gpu_milli)}</td>` +
     `<td class="lent">${gpus(q.lent_gpu_milli)}${q.lending_limit_gpu_milli != null ? ` (limit ${gpus(q.lending_limit_gpu_milli)})` : ""}</td>` +
     `<td>${opt(q.capability_gpu_milli, gpus)}</td>` +
     `<td class="cpu">${cores(q.allocated_cpu_milli)} / ${opt(q.deserved_cpu_milli, cores)}${quota(q.guarantee_cpu_milli, q.capability_cpu_milli, q.borrowed_cpu_milli, q.lent_cpu_milli, cores)}</td>` +
     `<td class="memory">${gib(q.allocated_memory_bytes)} / ${opt(q.deserved_memory_bytes, gib)}${quota(q.guarantee_memory_bytes, q.capability_memory_bytes, q.borrowed_memory_bytes, q.lent_memory_bytes, gib)}</td>` +
-    `<td>${q.pending}</td><td>${q.running}</td></tr>`).join("");
+    `<td>${q.pending}</td><td>${q.running}</td></tr>`).join(""));
 }
 
 /** Seconds as the largest two units: "45 s", "3 min 20 s", "2 h 5 min", "3 d 4 h". */

@@ -466,6 +466,13 @@ async fn the_pages_render_what_the_api_says_in_a_real_browser() {
     // And from the keyboard: Enter on a focused row.
     browser.send_keys("#queue-rows .queue[data-name='prod']", "\u{E007}").await.unwrap();
     browser.eventually("queue detail by keyboard", "#queue-name", |t| t == "prod").await;
+    // A refresh that changes the rows keeps the keyboard user's place: the focus stays on prod.
+    let mut busier = sample();
+    busier.queues.iter_mut().find(|q| q.name == "prod").unwrap().running = 4;
+    publisher.publish(busier);
+    browser.eventually("prod's rows redrawn", "#queue-rows .queue[data-name='prod']", |t| t.ends_with(" 4")).await;
+    let focused = browser.client.execute("return document.activeElement.dataset.name ?? null", vec![]).await.unwrap();
+    assert_eq!(focused, serde_json::json!("prod"), "the focus survives the redraw");
 
     browser.click("#tab-pending").await.unwrap();
     browser
