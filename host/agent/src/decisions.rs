@@ -173,6 +173,12 @@ impl Decisions {
         self.ledger.lock().expect("ledger lock").pods.retain(|uid, _| uids.contains(uid));
     }
 
+    /// The GPUs that hold shares or have shares decided on them: those whose MPS daemon must run.
+    pub fn share_gpus(&self) -> BTreeSet<u32> {
+        let ledger = self.ledger.lock().expect("ledger lock");
+        ledger.pods.values().filter_map(|d| d.share).map(|s| s.gpu).collect()
+    }
+
     /// `GetPreferredAllocation` for `size` whole GPUs among `available`: the GPUs of the first
     /// waiting decision that fits.
     pub fn prefer_whole(&self, available: &[u32], must_include: &[u32], size: usize) -> Result<Vec<u32>, Refusal> {

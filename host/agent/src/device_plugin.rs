@@ -25,6 +25,7 @@ use wasmsched_deviceplugin::v1beta1::{CdiDevice, Mount, NumaNode, TopologyInfo};
 use wasmsched_deviceplugin::{ContainerAllocateResponse, Device, HEALTHY, Refusal, Resource, UNHEALTHY};
 
 use crate::decisions::Decisions;
+use crate::mps::MpsDaemons;
 
 /// Whole GPUs: the resource NVIDIA's device plugin serves, so pods need no change.
 pub const WHOLE_RESOURCE: &str = "nvidia.com/gpu";
@@ -190,9 +191,9 @@ pub struct GpuShares {
     pub decisions: Arc<Decisions>,
     /// How containers get their GPU.
     pub exposure: Exposure,
-    /// The host directory holding one MPS pipe directory per GPU (`<dir>/<uuid>`), mounted into
-    /// share containers; None: no mount (MPS not run by the agent).
-    pub mps_dir: Option<std::path::PathBuf>,
+    /// The MPS control daemons that enforce the shares; None: the limits are only in the
+    /// environment (no daemon, no mount).
+    pub mps: Option<Arc<MpsDaemons>>,
 }
 
 impl Resource for GpuShares {
@@ -234,8 +235,14 @@ impl Resource for GpuShares {
         let gpu = self.gpus.by_id(id).ok_or_else(|| Refusal(format!("wasmsched: no GPU {id} on this node")))?;
         let milli = u32::try_from(devices.len()).unwrap_or(u32::MAX);
         let pod = self.decisions.give_share(gpu.index, milli)?;
+        // The daemon runs before the container does, or the share is not enforced: refused then
+        // (the pod fails admission and drops out of the decisions), never run unlimited.
+        if let Some(mps) = &self.mps {
+            mps.ensure(&gpu.id)
+                .map_err(|e| Refusal(format!("wasmsched: {pod}'s share is not enforceable: {e}", pod = pod.name)))?;
+        }
         tracing::info!(pod = %pod.name, gpu = gpu.index, milli, "GPU share allocated");
-        Ok(share_response(&gpu, milli, self.exposure, self.mps_dir.as_deref()))
+        Ok(share_response(&gpu, milli, self.exposure, self.mps.as_deref()))
     }
 }
 
@@ -243,12 +250,12 @@ impl Resource for GpuShares {
 /// share — the active-thread percentage (its part of the SMs) and the pinned device-memory limit
 /// (its part of the memory; ordinal 0, the one GPU the container sees), read by the CUDA driver
 /// when the process connects to the MPS control daemon whose pipes are mounted at
-/// [`MPS_PIPE_IN_CONTAINER`].
+/// [`MPS_PIPE_IN_CONTAINER`] (and whose server's shared memory is the container's `/dev/shm`).
 pub fn share_response(
     gpu: &GpuDevice,
     milli: u32,
     exposure: Exposure,
-    mps_dir: Option<&std::path::Path>,
+    mps: Option<&MpsDaemons>,
 ) -> ContainerAllocateResponse {
     let mut response = whole_response(std::slice::from_ref(gpu), exposure);
     response.envs.insert("WASMSCHED_GPU_IDS".into(), format!("{}:{milli}", gpu.index));
@@ -260,11 +267,16 @@ pub fn share_response(
         let limit = total * u64::from(milli) / u64::from(GPU_MILLI);
         response.envs.insert("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".into(), format!("0={limit}M"));
     }
-    if let Some(dir) = mps_dir {
+    if let Some(mps) = mps {
         response.envs.insert("CUDA_MPS_PIPE_DIRECTORY".into(), MPS_PIPE_IN_CONTAINER.into());
         response.mounts.push(Mount {
             container_path: MPS_PIPE_IN_CONTAINER.into(),
-            host_path: dir.join(&gpu.id).display().to_string(),
+            host_path: mps.pipe_dir(&gpu.id).display().to_string(),
+            read_only: false,
+        });
+        response.mounts.push(Mount {
+            container_path: "/dev/shm".into(),
+            host_path: mps.shm_dir().display().to_string(),
             read_only: false,
         });
     }

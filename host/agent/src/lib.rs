@@ -5,10 +5,12 @@
 //! and an event sink, and writes the report on the node's Kubernetes Node object
 //! ([`node_object`], `--patch-node`) or as JSON files (`--write DIR`). With `--device-plugin` it
 //! also serves the GPUs to the kubelet ([`device_plugin`]) and gives each pod's containers exactly
-//! the GPUs the scheduler chose for it ([`decisions`]).
+//! the GPUs the scheduler chose for it ([`decisions`]), running the MPS control daemons that hold
+//! share pods to their shares ([`mps`]).
 
 pub mod decisions;
 pub mod device_plugin;
+pub mod mps;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

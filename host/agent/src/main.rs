@@ -13,6 +13,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use wasmsched_agent::decisions::Decisions;
 use wasmsched_agent::device_plugin::{Exposure, GpuShares, NodeGpus, WholeGpus};
+use wasmsched_agent::mps::MpsDaemons;
 use wasmsched_agent::{Agent, Source};
 use wasmsched_events::cli::{Sink, finish};
 use wasmsched_nvml::XidWatcher;
@@ -66,10 +67,18 @@ struct RunArgs {
     /// toolkit's hook) or `cdi` (CDI device names).
     #[arg(long, value_enum, default_value_t = Exposure::Env)]
     exposure: Exposure,
-    /// Host directory with one NVIDIA MPS pipe directory per GPU (`DIR/<uuid>`), mounted into
-    /// share containers so their MPS limits apply.
+    /// Run an NVIDIA MPS control daemon for each GPU that holds shares, with its pipes in
+    /// `DIR/<uuid>` (mounted into the GPU's share containers) so their limits are enforced.
+    /// Without it a share's limits are only in its environment.
     #[arg(long, value_name = "DIR")]
     mps_dir: Option<PathBuf>,
+    /// The MPS control program.
+    #[arg(long, value_name = "PROGRAM", default_value = "nvidia-cuda-mps-control", requires = "mps_dir")]
+    mps_control: PathBuf,
+    /// The host directory that is this agent's `/dev/shm`, where the MPS servers keep their
+    /// shared memory; mounted as share containers' `/dev/shm` (the chart mounts `<mpsDir>/shm`).
+    #[arg(long, value_name = "DIR", default_value = "/dev/shm", requires = "mps_dir")]
+    mps_shm: PathBuf,
     /// Seconds between discoveries.
     #[arg(long, default_value_t = 60)]
     interval: u64,
@@ -112,8 +121,17 @@ fn source(smi: Option<PathBuf>) -> Source {
     smi.map_or(Source::Nvml, Source::Smi)
 }
 
-/// The device plugin's side of the agent: both resources served on their own runtime, and the
-/// watch of this node's pods that feeds the decisions.
+/// What wakes the agent between discoveries.
+enum Wake {
+    /// An XID event from NVML.
+    Xid(wasmsched_nvml::XidEvent),
+    /// A device plugin stopped for good (e.g. the kubelet refused its registration): the agent
+    /// ends with an error, so the DaemonSet shows it instead of a node silently without GPUs.
+    PluginFailed(anyhow::Error),
+}
+
+/// The device plugin's side of the agent: both resources served on their own runtime, the watch
+/// of this node's pods that feeds the decisions, and the MPS daemons' upkeep.
 struct DevicePlugin {
     runtime: tokio::runtime::Runtime,
     gpus: Arc<NodeGpus>,
@@ -122,7 +140,7 @@ struct DevicePlugin {
 }
 
 impl DevicePlugin {
-    fn start(args: &RunArgs) -> anyhow::Result<DevicePlugin> {
+    fn start(args: &RunArgs, wake: std::sync::mpsc::Sender<Wake>) -> anyhow::Result<DevicePlugin> {
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
         let client = runtime
             .block_on(kube::Client::try_default())
@@ -132,23 +150,29 @@ impl DevicePlugin {
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let whole: Arc<dyn wasmsched_deviceplugin::Resource> =
             Arc::new(WholeGpus { gpus: gpus.clone(), decisions: decisions.clone(), exposure: args.exposure });
+        let mps = args.mps_dir.as_ref().map(|dir| Arc::new(MpsDaemons::new(&args.mps_control, dir, &args.mps_shm)));
         let shares: Arc<dyn wasmsched_deviceplugin::Resource> = Arc::new(GpuShares {
             gpus: gpus.clone(),
             decisions: decisions.clone(),
             exposure: args.exposure,
-            mps_dir: args.mps_dir.clone(),
+            mps: mps.clone(),
         });
         let mut tasks = Vec::new();
         for resource in [whole, shares] {
             let dir = args.device_plugin_dir.clone();
             let stopped = stopped.clone();
+            let wake = wake.clone();
             tasks.push(runtime.spawn(async move {
                 let name = resource.name().to_string();
                 let served = wasmsched_deviceplugin::Served::new();
                 if let Err(e) = wasmsched_deviceplugin::serve(resource, dir, stopped, served).await {
-                    tracing::error!(resource = %name, error = %e, "device plugin stopped");
+                    let _ = wake
+                        .send(Wake::PluginFailed(anyhow::Error::new(e).context(format!("device plugin for {name}"))));
                 }
             }));
+        }
+        if let Some(mps) = mps {
+            tasks.push(runtime.spawn(keep_mps(mps, gpus.clone(), decisions.clone(), stopped.clone())));
         }
         tasks.push(runtime.spawn(watch_pods(client, args.node.clone(), decisions, stopped)));
         Ok(DevicePlugin { runtime, gpus, stop, tasks })
@@ -158,6 +182,26 @@ impl DevicePlugin {
         let _ = self.stop.send(true);
         for task in self.tasks {
             let _ = self.runtime.block_on(task);
+        }
+    }
+}
+
+/// Every few seconds until `stop`: MPS daemons for exactly the GPUs with shares (a GPU whose last
+/// share ended leaves MPS, so it can be given whole; a daemon that died comes back).
+async fn keep_mps(
+    mps: Arc<MpsDaemons>,
+    gpus: Arc<NodeGpus>,
+    decisions: Arc<Decisions>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        let by_index = decisions.share_gpus();
+        let wanted = gpus.gpus().into_iter().filter(|g| by_index.contains(&g.index)).map(|g| g.id).collect();
+        let mps = mps.clone();
+        let _ = tokio::task::spawn_blocking(move || mps.reconcile(&wanted)).await;
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
         }
     }
 }
@@ -221,17 +265,29 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         Some(path) => Source::Recorded(path.clone()),
         None => source(args.smi.clone()),
     };
-    let device_plugin = if args.device_plugin && !args.once { Some(DevicePlugin::start(&args)?) } else { None };
+    // Kept here too, so the channel never closes: waiting on it is the wait between discoveries.
+    let (wake_tx, wake_rx) = channel();
+    let device_plugin =
+        if args.device_plugin && !args.once { Some(DevicePlugin::start(&args, wake_tx.clone())?) } else { None };
     let sink = args.sink.open("agent")?;
     let grace = args.sink.grace();
     let mut agent = Agent::new(&args.node, sink);
-    let (xid_tx, xid_rx) = channel();
     // Health needs NVML; without it the agent still reports the topology.
     let _watcher = if uses_nvml && !args.once {
+        let (xid_tx, xid_rx) = channel();
+        let wake = wake_tx.clone();
+        std::thread::spawn(move || {
+            for event in xid_rx {
+                if wake.send(Wake::Xid(event)).is_err() {
+                    return;
+                }
+            }
+        });
         XidWatcher::spawn(xid_tx).map_err(|e| tracing::warn!(error = %e, "no XID health watching")).ok()
     } else {
         None
     };
+    let mut failed = None;
     let interval = Duration::from_secs(args.interval.max(1));
     let mut node_object = if args.patch_node { Some(NodeObject::connect()?) } else { None };
     loop {
@@ -265,8 +321,12 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         if args.once {
             break;
         }
-        match xid_rx.recv_timeout(interval) {
-            Ok(event) => {
+        match wake_rx.recv_timeout(interval) {
+            Ok(Wake::PluginFailed(e)) => {
+                failed = Some(e);
+                break;
+            }
+            Ok(Wake::Xid(event)) => {
                 let changed = agent.on_xid(&event);
                 if let Some(plugin) = &device_plugin {
                     plugin.gpus.set_health(&agent.unhealthy());
@@ -282,8 +342,8 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}
-            // No watcher (no NVML, or it stopped): just wait for the next discovery.
-            Err(RecvTimeoutError::Disconnected) => std::thread::sleep(interval),
+            // The agent holds a sender itself.
+            Err(RecvTimeoutError::Disconnected) => unreachable!("the agent holds a sender"),
         }
     }
     if let Some(plugin) = device_plugin {
@@ -292,6 +352,9 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     let stats = finish(agent.into_sink(), grace);
     if let Some(stats) = &stats {
         tracing::info!(delivered = stats.delivered, dropped = stats.dropped, "events closed");
+    }
+    if let Some(e) = failed {
+        return Err(e);
     }
     Ok(wasmsched_events::cli::delivered(stats.as_ref())?)
 }

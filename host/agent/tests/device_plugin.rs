@@ -4,6 +4,7 @@
 //! recorded H200 inventory (NUMA 0 for GPUs 0–3, 1 for 4–7), read through `Source::Recorded`.
 
 use std::collections::BTreeSet;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use tokio::sync::watch;
 use wasmsched_agent::Source;
 use wasmsched_agent::decisions::Decisions;
 use wasmsched_agent::device_plugin::{Exposure, GpuShares, NodeGpus, SHARE_RESOURCE, WHOLE_RESOURCE, WholeGpus};
+use wasmsched_agent::mps::MpsDaemons;
 use wasmsched_deviceplugin::fake_kubelet::{FakeKubelet, until, within};
 use wasmsched_deviceplugin::{HEALTHY, Resource, Served, UNHEALTHY};
 
@@ -66,8 +68,39 @@ fn pod(name: &str, node: &str, gpu_ids: &str, phase: &str) -> Pod {
     .unwrap()
 }
 
+/// A stand-in for NVIDIA's `nvidia-cuda-mps-control` (no GPU in CI), keeping to what the agent
+/// relies on: `-d` forks a daemon into the background that writes its pid in
+/// `$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid`; `quit` on stdin (same pipe directory)
+/// ends it. It also notes the environment it was started with.
+const MPS_CONTROL: &str = r#"#!/bin/bash
+set -eu
+pipes="$CUDA_MPS_PIPE_DIRECTORY"
+if [ "${1:-}" = -d ]; then
+  echo "$CUDA_VISIBLE_DEVICES $CUDA_MPS_LOG_DIRECTORY" >> "$pipes/started-with"
+  setsid sleep 600 </dev/null >/dev/null 2>&1 &
+  echo $! > "$pipes/nvidia-cuda-mps-control.pid"
+  exit 0
+fi
+read -r command
+[ "$command" = quit ] || { echo "unknown command $command" >&2; exit 1; }
+kill "$(cat "$pipes/nvidia-cuda-mps-control.pid")"
+rm -f "$pipes/nvidia-cuda-mps-control.pid"
+"#;
+
+/// The MPS daemons of a node whose control program is [`MPS_CONTROL`], under `dir`.
+fn stand_in_mps(dir: &std::path::Path) -> Arc<MpsDaemons> {
+    use std::os::unix::fs::PermissionsExt;
+    let control = dir.join("nvidia-cuda-mps-control");
+    std::fs::write(&control, MPS_CONTROL).unwrap();
+    std::fs::set_permissions(&control, std::fs::Permissions::from_mode(0o755)).unwrap();
+    Arc::new(MpsDaemons::new(control, dir.join("mps"), dir.join("shm")))
+}
+
 struct Node {
     dir: tempfile::TempDir,
+    /// The node's own files (the kubelet's directory is emptied by a kubelet restart).
+    state: tempfile::TempDir,
+    mps: Arc<MpsDaemons>,
     kubelet: FakeKubelet,
     gpus: Arc<NodeGpus>,
     decisions: Arc<Decisions>,
@@ -85,7 +118,9 @@ impl Node {
         gpus.set(found.gpu_devices(&BTreeSet::new()));
         let decisions = Arc::new(Decisions::new(NODE));
         let (stop, stopped) = watch::channel(false);
-        let mut node = Node { dir, kubelet, gpus, decisions, stop, served: vec![], servers: vec![] };
+        let state = tempfile::tempdir().unwrap();
+        let mps = stand_in_mps(state.path());
+        let mut node = Node { dir, state, mps, kubelet, gpus, decisions, stop, served: vec![], servers: vec![] };
         node.serve(stopped);
         for resource in [WHOLE_RESOURCE, SHARE_RESOURCE] {
             let list = node.kubelet.devices(resource).await;
@@ -101,7 +136,7 @@ impl Node {
             gpus: self.gpus.clone(),
             decisions: self.decisions.clone(),
             exposure: Exposure::Env,
-            mps_dir: Some("/run/wasmsched/mps".into()),
+            mps: Some(self.mps.clone()),
         });
         for resource in [whole, shares] {
             let served = Served::new();
@@ -112,6 +147,8 @@ impl Node {
     }
 
     async fn stop(self) {
+        // The stand-in daemons end with the test.
+        self.mps.reconcile(&BTreeSet::new());
         self.stop.send(true).unwrap();
         for s in self.servers {
             tokio::time::timeout(Duration::from_secs(10), s).await.unwrap().unwrap().unwrap();
@@ -122,7 +159,9 @@ impl Node {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn whole_gpu_pods_get_exactly_the_schedulers_gpus_and_the_kubelet_agrees() {
     let node = Node::start().await;
-    let registered: Vec<String> = node.kubelet.registrations().iter().map(|r| r.resource_name.clone()).collect();
+    // Both registered once (in either order: each resource registers on its own).
+    let mut registered: Vec<String> = node.kubelet.registrations().iter().map(|r| r.resource_name.clone()).collect();
+    registered.sort();
     assert_eq!(registered, [WHOLE_RESOURCE, SHARE_RESOURCE]);
 
     // The list: 8 GPUs by UUID, healthy, each on its NUMA node; 1000 share units per GPU.
@@ -211,19 +250,26 @@ async fn shares_land_on_the_schedulers_gpu_with_their_limits_and_never_overfill_
         // Half of the recorded H200's 143,771 MiB.
         assert_eq!(envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=71885M");
         assert_eq!(envs["CUDA_MPS_PIPE_DIRECTORY"], "/tmp/nvidia-mps");
-        assert_eq!(got.response.mounts[0].host_path, format!("/run/wasmsched/mps/{}", uuid(4)));
+        let mounts: Vec<(&str, String)> =
+            got.response.mounts.iter().map(|m| (m.container_path.as_str(), m.host_path.clone())).collect();
+        let host = node.state.path().display();
+        assert_eq!(
+            mounts,
+            [("/tmp/nvidia-mps", format!("{host}/mps/{}", uuid(4))), ("/dev/shm", format!("{host}/shm"))]
+        );
     }
+    // One MPS control daemon for GPU 4, started before the first share's container, seeing only
+    // GPU 4, its log outside the directory the containers get.
+    assert!(node.mps.running(&uuid(4)).is_some(), "GPU 4's daemon runs");
+    let started = std::fs::read_to_string(node.mps.pipe_dir(&uuid(4)).join("started-with")).unwrap();
+    assert_eq!(started, format!("{} {}/mps/log/{}\n", uuid(4), node.state.path().display(), uuid(4)), "started once");
     // GPU 4 is full: a stale decision for more of it is never admitted, whatever units the
     // kubelet still has (its other GPUs' units are free).
     node.decisions.apply(&pod("late", NODE, "4:300", "Pending"));
     let refused = node.kubelet.admit(SHARE_RESOURCE, 300).await.unwrap_err();
     assert!(refused.message().contains("was given a share of 300 milli"), "{refused:?}");
-    let shares = GpuShares {
-        gpus: node.gpus.clone(),
-        decisions: node.decisions.clone(),
-        exposure: Exposure::Env,
-        mps_dir: None,
-    };
+    let shares =
+        GpuShares { gpus: node.gpus.clone(), decisions: node.decisions.clone(), exposure: Exposure::Env, mps: None };
     let units: Vec<String> = (600..900).map(|k| format!("{}::{k}", uuid(4))).collect();
     let refused = shares.allocate(&units).unwrap_err();
     assert!(refused.0.contains("GPU 4 on node gpu-node-0 has 0 milli free, the share needs 300"), "{refused}");
@@ -298,4 +344,87 @@ async fn an_unhealthy_gpu_is_offered_to_nobody() {
     assert!(refused.message().contains("ml/unlucky (GPUs 6)"), "{refused:?}");
     assert!(node.kubelet.held(WHOLE_RESOURCE).is_empty());
     node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpus_mps_daemon_runs_while_it_holds_shares_and_comes_back_if_it_dies() {
+    let node = Node::start().await;
+    let wanted = |gpus: &[u32]| gpus.iter().map(|&g| uuid(g)).collect::<BTreeSet<String>>();
+    node.decisions.apply(&pod("infer-a", NODE, "5:250", "Pending"));
+    node.decisions.apply(&pod("infer-b", NODE, "5:250", "Pending"));
+    assert_eq!(node.decisions.share_gpus(), [5].into());
+    for _ in 0..2 {
+        node.kubelet.admit(SHARE_RESOURCE, 250).await.unwrap();
+    }
+    let pid = node.mps.running(&uuid(5)).expect("GPU 5's daemon runs");
+    // Killed (an agent container restart ends it too) while its GPU holds shares: started again.
+    assert!(Command::new("kill").arg(pid.to_string()).status().unwrap().success());
+    until("the daemon gone", || node.mps.running(&uuid(5)).is_none().then_some(())).await;
+    node.mps.reconcile(&wanted(&node.decisions.share_gpus().into_iter().collect::<Vec<_>>()));
+    let again = node.mps.running(&uuid(5)).expect("started again");
+    assert_ne!(again, pid);
+    // One share ends: the daemon stays for the other.
+    node.decisions.delete("uid-infer-a");
+    node.mps.reconcile(&wanted(&[5]));
+    assert_eq!(node.mps.running(&uuid(5)), Some(again));
+    // The last ends: it quits, so GPU 5 can be given whole without MPS in front of it.
+    node.decisions.delete("uid-infer-b");
+    assert!(node.decisions.share_gpus().is_empty());
+    node.mps.reconcile(&wanted(&[]));
+    assert_eq!(node.mps.running(&uuid(5)), None);
+    assert!(!node.mps.pipe_dir(&uuid(5)).join("nvidia-cuda-mps-control.pid").exists());
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_whose_mps_daemon_cannot_start_is_refused_not_run_unlimited() {
+    let node = Node::start().await;
+    let broken =
+        Arc::new(MpsDaemons::new("/nonexistent/nvidia-cuda-mps-control", node.state.path().join("mps"), "/dev/shm"));
+    let shares = GpuShares {
+        gpus: node.gpus.clone(),
+        decisions: node.decisions.clone(),
+        exposure: Exposure::Env,
+        mps: Some(broken),
+    };
+    node.decisions.apply(&pod("infer", NODE, "3:500", "Pending"));
+    let units: Vec<String> = (0..500).map(|k| format!("{}::{k}", uuid(3))).collect();
+    let refused = shares.allocate(&units).unwrap_err();
+    assert!(
+        refused.0.contains("ml/infer's share is not enforceable: cannot run /nonexistent/nvidia-cuda-mps-control"),
+        "{refused}"
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelet_that_refuses_the_registration_ends_the_agent_with_the_reason() {
+    let kubelet_dir = tempfile::tempdir().unwrap();
+    let files = tempfile::tempdir().unwrap();
+    // A kubelet that dropped v1beta1: it refuses the agent's registration.
+    let _kubelet = FakeKubelet::speaking(kubelet_dir.path(), "v2").await;
+    let inventory = eight_gpu_inventory(files.path());
+    // The pod watch needs an API server only once the plugins run; this one is never reached.
+    let kubeconfig = files.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]\n\
+         users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
+    )
+    .unwrap();
+    let mut agent = Command::new(env!("CARGO_BIN_EXE_wasmsched-agent"))
+        .args(["run", "--node", NODE, "--device-plugin", "--inventory"])
+        .arg(&inventory)
+        .arg("--device-plugin-dir")
+        .arg(kubelet_dir.path())
+        .env("KUBECONFIG", &kubeconfig)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = until("the agent to end", || agent.try_wait().unwrap()).await;
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut agent.stderr.take().unwrap(), &mut err).unwrap();
+    drop(agent);
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("the kubelet refused to register") && err.contains("unsupported version v1beta1"), "{err}");
 }

@@ -78,12 +78,20 @@ pub struct FakeKubelet {
     dir: PathBuf,
     state: Arc<Mutex<State>>,
     stop: Option<watch::Sender<bool>>,
+    version: String,
 }
 
 impl FakeKubelet {
     /// Serves `kubelet.sock` in `dir`.
     pub async fn start(dir: &Path) -> FakeKubelet {
-        let mut kubelet = FakeKubelet { dir: dir.to_path_buf(), state: Arc::default(), stop: None };
+        FakeKubelet::speaking(dir, VERSION).await
+    }
+
+    /// A kubelet that speaks device-plugin API `version` only, as a newer kubelet that dropped
+    /// ours would: it refuses any other version's registration, as the real one does.
+    pub async fn speaking(dir: &Path, version: &str) -> FakeKubelet {
+        let mut kubelet =
+            FakeKubelet { dir: dir.to_path_buf(), state: Arc::default(), stop: None, version: version.into() };
         kubelet.listen();
         kubelet
     }
@@ -93,7 +101,12 @@ impl FakeKubelet {
         let _ = std::fs::remove_file(&socket);
         let listener = UnixListener::bind(&socket).expect("bind kubelet.sock");
         let (stop, mut stopped) = watch::channel(false);
-        let service = RegistrationService { dir: self.dir.clone(), state: self.state.clone(), stop: stopped.clone() };
+        let service = RegistrationService {
+            dir: self.dir.clone(),
+            state: self.state.clone(),
+            stop: stopped.clone(),
+            version: self.version.clone(),
+        };
         tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(RegistrationServer::new(service))
@@ -227,13 +240,14 @@ struct RegistrationService {
     dir: PathBuf,
     state: Arc<Mutex<State>>,
     stop: watch::Receiver<bool>,
+    version: String,
 }
 
 #[tonic::async_trait]
 impl Registration for RegistrationService {
     async fn register(&self, request: Request<RegisterRequest>) -> Result<Response<Empty>, Status> {
         let request = request.into_inner();
-        if request.version != VERSION {
+        if request.version != self.version {
             return Err(Status::invalid_argument(format!("unsupported version {}", request.version)));
         }
         let (devices, _) = watch::channel(Vec::new());

@@ -1,0 +1,209 @@
+//! The NVIDIA MPS control daemons that hold share pods to their shares.
+//!
+//! A share container's limits (`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`,
+//! `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`) are read by the CUDA driver when the process connects to an
+//! MPS control daemon; without one they are only words in the environment. So the agent runs one
+//! control daemon per GPU that holds shares — started before the first share's container starts
+//! (in `Allocate`), quit once no pod holds or waits for a share of that GPU
+//! ([`MpsDaemons::reconcile`]) so a GPU given whole afterwards is not behind MPS.
+//!
+//! Each daemon sees only its GPU (`CUDA_VISIBLE_DEVICES=<uuid>`, so ordinal 0 in the share's
+//! memory limit is that GPU) and has its own pipe directory `<dir>/<uuid>`, which share containers
+//! get mounted; its logs go to `<dir>/log/<uuid>`, which they do not. The daemon's MPS server
+//! keeps its shared memory in the agent's `/dev/shm`; share containers get the host directory
+//! behind it (`--mps-shm`) as theirs, so client and server meet.
+//!
+//! The daemon forks into the background (`-d`) and writes its pid in its pipe directory, so an
+//! agent that restarts finds the daemons it started still running (same container) or gone
+//! (container restarted: the reconcile starts them again for GPUs with shares).
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The control daemon's pid file in its pipe directory.
+const PID_FILE: &str = "nvidia-cuda-mps-control.pid";
+/// How long a daemon gets to write its pid file, or to go after `quit`.
+const SETTLE: Duration = Duration::from_secs(5);
+
+/// Why a daemon could not be started or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum MpsError {
+    /// The control program could not be run.
+    #[error("cannot run {program} (NVIDIA's MPS control, from the driver's compute utilities): {source}")]
+    Spawn {
+        /// The program.
+        program: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// It ran and failed, or never wrote its pid.
+    #[error("the MPS control daemon for {gpu} {what}")]
+    Daemon {
+        /// The GPU's UUID.
+        gpu: String,
+        /// What went wrong, with the program's own words.
+        what: String,
+    },
+    /// Its directories could not be made.
+    #[error("creating {path}: {source}")]
+    Dir {
+        /// The directory.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// The control daemons of one node.
+#[derive(Debug)]
+pub struct MpsDaemons {
+    control: PathBuf,
+    dir: PathBuf,
+    shm: PathBuf,
+}
+
+impl MpsDaemons {
+    /// Daemons run with the control program `control` (`nvidia-cuda-mps-control`), one pipe
+    /// directory per GPU under `dir`; `shm` is the host directory that is the daemons' `/dev/shm`.
+    pub fn new(control: impl Into<PathBuf>, dir: impl Into<PathBuf>, shm: impl Into<PathBuf>) -> MpsDaemons {
+        MpsDaemons { control: control.into(), dir: dir.into(), shm: shm.into() }
+    }
+
+    /// The pipe directory of `gpu`'s daemon, as the host sees it.
+    pub fn pipe_dir(&self, gpu: &str) -> PathBuf {
+        self.dir.join(gpu)
+    }
+
+    /// The host directory that is the daemons' `/dev/shm`.
+    pub fn shm_dir(&self) -> &Path {
+        &self.shm
+    }
+
+    /// The pid of `gpu`'s daemon, if it runs.
+    pub fn running(&self, gpu: &str) -> Option<u32> {
+        let pid: u32 = std::fs::read_to_string(self.pipe_dir(gpu).join(PID_FILE)).ok()?.trim().parse().ok()?;
+        alive(pid).then_some(pid)
+    }
+
+    /// Starts `gpu`'s daemon unless it runs; returns once it has written its pid.
+    pub fn ensure(&self, gpu: &str) -> Result<u32, MpsError> {
+        if let Some(pid) = self.running(gpu) {
+            return Ok(pid);
+        }
+        let pipes = self.pipe_dir(gpu);
+        let logs = self.dir.join("log").join(gpu);
+        for dir in [&pipes, &logs] {
+            std::fs::create_dir_all(dir).map_err(|source| MpsError::Dir { path: dir.display().to_string(), source })?;
+        }
+        // A pid file left by a daemon that died with its container names nobody now.
+        let _ = std::fs::remove_file(pipes.join(PID_FILE));
+        let out = Command::new(&self.control)
+            .arg("-d")
+            .env("CUDA_VISIBLE_DEVICES", gpu)
+            .env("CUDA_MPS_PIPE_DIRECTORY", &pipes)
+            .env("CUDA_MPS_LOG_DIRECTORY", &logs)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|source| MpsError::Spawn { program: self.control.display().to_string(), source })?;
+        if !out.status.success() {
+            return Err(MpsError::Daemon {
+                gpu: gpu.into(),
+                what: format!("did not start ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()),
+            });
+        }
+        let started = Instant::now();
+        loop {
+            if let Some(pid) = self.running(gpu) {
+                tracing::info!(gpu, pid, pipes = %pipes.display(), "MPS control daemon started");
+                return Ok(pid);
+            }
+            if started.elapsed() > SETTLE {
+                return Err(MpsError::Daemon {
+                    gpu: gpu.into(),
+                    what: format!(
+                        "wrote no pid in {} within {SETTLE:?} (its log: {})",
+                        pipes.display(),
+                        logs.display()
+                    ),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Asks `gpu`'s daemon to quit (its servers end with it) and waits until it is gone.
+    pub fn quit(&self, gpu: &str) -> Result<(), MpsError> {
+        if self.running(gpu).is_none() {
+            // Gone already; its pid file, if left, names nobody.
+            let _ = std::fs::remove_file(self.pipe_dir(gpu).join(PID_FILE));
+            return Ok(());
+        }
+        let mut child = Command::new(&self.control)
+            .env("CUDA_MPS_PIPE_DIRECTORY", self.pipe_dir(gpu))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|source| MpsError::Spawn { program: self.control.display().to_string(), source })?;
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = stdin.write_all(b"quit\n");
+        }
+        let out = child
+            .wait_with_output()
+            .map_err(|source| MpsError::Spawn { program: self.control.display().to_string(), source })?;
+        let started = Instant::now();
+        while self.running(gpu).is_some() {
+            if started.elapsed() > SETTLE {
+                return Err(MpsError::Daemon {
+                    gpu: gpu.into(),
+                    what: format!(
+                        "is still running {SETTLE:?} after quit ({}): {}",
+                        out.status,
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    ),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        tracing::info!(gpu, "MPS control daemon quit: no share of its GPU is left");
+        Ok(())
+    }
+
+    /// Daemons for exactly the GPUs in `wanted`: the others (found by the pid files in their pipe
+    /// directories) are quit. Those in `wanted` are not started here — `Allocate` starts a GPU's
+    /// daemon when its first share's container is about to run — but one that died (its pid file
+    /// left behind) is started again, so running share pods get their server back.
+    pub fn reconcile(&self, wanted: &BTreeSet<String>) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else { return };
+        for entry in entries.flatten() {
+            let Some(gpu) = entry.file_name().to_str().map(str::to_string) else { continue };
+            if !entry.path().join(PID_FILE).exists() {
+                continue;
+            }
+            let result = if !wanted.contains(&gpu) {
+                self.quit(&gpu)
+            } else if self.running(&gpu).is_none() {
+                tracing::warn!(gpu, "MPS control daemon gone while its GPU holds shares; starting it again");
+                self.ensure(&gpu).map(drop)
+            } else {
+                Ok(())
+            };
+            if let Err(e) = result {
+                tracing::error!(gpu, error = %e, "MPS control daemon");
+            }
+        }
+    }
+}
+
+/// Whether process `pid` exists and has not ended. A daemon that quit stays a zombie until its
+/// parent reaps it — in a container the agent is that parent (PID 1, the daemon's `-d` fork is
+/// reparented to it) — so a zombie counts as gone.
+fn alive(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    // `pid (comm) state …`; comm may hold spaces and parentheses, so the state follows the last `)`.
+    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+    !matches!(state, None | Some('Z' | 'X'))
+}
