@@ -18,10 +18,12 @@
 //!   else it is **refused**, the pod fails admission with the reason in its events, and nothing is
 //!   handed out silently. A container never gets a GPU the scheduler did not give its pod.
 //!
-//! Races, and why they are safe: a pod the agent has not seen yet when the kubelet admits it finds
-//! no decision and is refused (the kubelet reports it; the pod's controller makes a new one) —
-//! the agent's watch and the kubelet's come from the same API server, so this needs the agent's
-//! watch to lag the kubelet's. Two waiting pods whose decisions both fit a request could be
+//! Races, and why they are safe: the kubelet admits a pod the moment its watch shows it bound, and
+//! the agent's watch of the same API server may show it a few milliseconds later (seen on a real
+//! kubelet: its `GetPreferredAllocation` came before the agent knew the pod). So a call no decision
+//! explains waits for the watch — it looks again on every pod the watch shows, for
+//! [`DEFAULT_GRACE`] — and only then is refused (the kubelet reports it; the pod's controller makes
+//! a new one). A call a decision explains but that is wrong (a GPU held) is refused at once. Two waiting pods whose decisions both fit a request could be
 //! swapped only if the kubelet admitted them out of watch order; each still gets GPUs the
 //! scheduler gave one of them, never a GPU twice (the check above), and the swap shows as a
 //! difference between the annotation and the kubelet's PodResources. After an agent restart, pods
@@ -29,7 +31,8 @@
 //! hold can be given to another.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use wasmsched_api::{DeviceShare, GPU_MILLI};
@@ -104,22 +107,67 @@ impl Ledger {
     }
 }
 
+/// How long a kubelet call no decision explains waits for the agent's watch to show one.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(2);
+
+/// Why a call found nothing to give.
+enum Miss {
+    /// No waiting decision explains it (yet): the agent's watch may be behind the kubelet's.
+    NoDecision(String),
+    /// A decision explains it, and it is still wrong (a GPU held, a share that does not fit).
+    Refused(Refusal),
+}
+
 /// The decisions for one node.
 pub struct Decisions {
     node: String,
     ledger: Mutex<Ledger>,
+    /// Signalled on every pod the watch shows.
+    changed: Condvar,
+    grace: Duration,
 }
 
 impl Decisions {
     /// The decisions for the node `node` (none yet).
     pub fn new(node: impl Into<String>) -> Decisions {
-        Decisions { node: node.into(), ledger: Mutex::default() }
+        Decisions { node: node.into(), ledger: Mutex::default(), changed: Condvar::new(), grace: DEFAULT_GRACE }
+    }
+
+    /// How long a call no decision explains waits for one before it is refused
+    /// ([`DEFAULT_GRACE`]). The kubelet sees a pod bound as soon as the agent does — both watch the
+    /// same API server — and admits it at once, so on a real node its call often comes a few
+    /// milliseconds before the agent's watch shows the decision.
+    pub fn with_grace(mut self, grace: Duration) -> Decisions {
+        self.grace = grace;
+        self
+    }
+
+    /// `attempt` on the ledger; while no decision explains the call, again on each pod the watch
+    /// shows, for [`Decisions::with_grace`] at most.
+    fn patiently<T>(&self, mut attempt: impl FnMut(&mut Ledger) -> Result<T, Miss>) -> Result<T, Refusal> {
+        let until = Instant::now() + self.grace;
+        let mut ledger = self.ledger.lock().expect("ledger lock");
+        loop {
+            match attempt(&mut ledger) {
+                Ok(v) => return Ok(v),
+                Err(Miss::Refused(r)) => return Err(r),
+                Err(Miss::NoDecision(what)) => {
+                    let left = until.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(self.no_decision(&ledger, &what));
+                    }
+                    ledger = self.changed.wait_timeout(ledger, left).expect("ledger lock").0;
+                }
+            }
+        }
     }
 
     /// A pod as the watch shows it now (added or changed).
     pub fn apply(&self, pod: &Pod) {
         let Some(uid) = pod.metadata.uid.clone() else { return };
         let mut ledger = self.ledger.lock().expect("ledger lock");
+        // Whatever it changes, a call waiting for a decision looks again once the lock is free.
+        self.changed.notify_all();
         let here = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(self.node.as_str());
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
         let ids = pod.metadata.annotations.as_ref().and_then(|a| a.get(GPU_IDS_ANNOTATION));
@@ -182,93 +230,95 @@ impl Decisions {
     /// `GetPreferredAllocation` for `size` whole GPUs among `available`: the GPUs of the first
     /// waiting decision that fits.
     pub fn prefer_whole(&self, available: &[u32], must_include: &[u32], size: usize) -> Result<Vec<u32>, Refusal> {
-        let ledger = self.ledger.lock().expect("ledger lock");
-        for d in ledger.waiting() {
-            let waiting = d.waiting_whole();
-            if waiting.len() < size {
-                continue;
+        self.patiently(|ledger| {
+            for d in ledger.waiting() {
+                let waiting = d.waiting_whole();
+                if waiting.len() < size {
+                    continue;
+                }
+                let pick: Vec<u32> = waiting[..size].to_vec();
+                if pick.iter().all(|g| available.contains(g)) && must_include.iter().all(|g| pick.contains(g)) {
+                    return Ok(pick);
+                }
             }
-            let pick: Vec<u32> = waiting[..size].to_vec();
-            if pick.iter().all(|g| available.contains(g)) && must_include.iter().all(|g| pick.contains(g)) {
-                return Ok(pick);
-            }
-        }
-        Err(self.no_decision(&ledger, &format!("{size} whole GPU(s) among {available:?}")))
+            Err(Miss::NoDecision(format!("{size} whole GPU(s) among {available:?}")))
+        })
     }
 
     /// `Allocate` of the whole GPUs `gpus`: which pod they are for, now marked given; refused
     /// unless they are GPUs of one waiting decision and nobody else holds them.
     pub fn give_whole(&self, gpus: &[u32]) -> Result<PodRef, Refusal> {
-        let mut ledger = self.ledger.lock().expect("ledger lock");
-        let uid = ledger
-            .waiting()
-            .into_iter()
-            .find(|d| {
-                let waiting = d.waiting_whole();
-                gpus.iter().all(|g| waiting.contains(g))
-            })
-            .map(|d| d.pod.uid.clone())
-            .ok_or_else(|| self.no_decision(&ledger, &format!("whole GPU(s) {gpus:?}")))?;
-        for &gpu in gpus {
-            match ledger.holders(gpu) {
-                (Some(holder), _) => {
-                    return Err(Refusal(format!("GPU {gpu} on node {} is held by pod {}", self.node, holder.name)));
+        self.patiently(|ledger| {
+            let uid = ledger
+                .waiting()
+                .into_iter()
+                .find(|d| {
+                    let waiting = d.waiting_whole();
+                    gpus.iter().all(|g| waiting.contains(g))
+                })
+                .map(|d| d.pod.uid.clone())
+                .ok_or_else(|| Miss::NoDecision(format!("whole GPU(s) {gpus:?}")))?;
+            for &gpu in gpus {
+                match ledger.holders(gpu) {
+                    (Some(holder), _) => {
+                        let why = format!("GPU {gpu} on node {} is held by pod {}", self.node, holder.name);
+                        return Err(Miss::Refused(Refusal(why)));
+                    }
+                    (None, milli) if milli > 0 => {
+                        let why = format!("GPU {gpu} on node {} holds shares of other pods ({milli} milli)", self.node);
+                        return Err(Miss::Refused(Refusal(why)));
+                    }
+                    _ => {}
                 }
-                (None, milli) if milli > 0 => {
-                    return Err(Refusal(format!(
-                        "GPU {gpu} on node {} holds shares of other pods ({milli} milli)",
-                        self.node
-                    )));
-                }
-                _ => {}
             }
-        }
-        let d = ledger.pods.get_mut(&uid).expect("found above");
-        d.given_whole.extend(gpus.iter().copied());
-        Ok(d.pod.clone())
+            let d = ledger.pods.get_mut(&uid).expect("found above");
+            d.given_whole.extend(gpus.iter().copied());
+            Ok(d.pod.clone())
+        })
     }
 
     /// `GetPreferredAllocation` for a share of `milli` with `free` milli-units free per GPU: the
     /// GPU of the first waiting share decision of that size whose GPU has room.
     pub fn prefer_share(&self, free: &BTreeMap<u32, usize>, milli: u32) -> Result<u32, Refusal> {
-        let ledger = self.ledger.lock().expect("ledger lock");
-        for d in ledger.waiting() {
-            if let Some(s) = d.waiting_share()
-                && s.milli == milli
-                && free.get(&s.gpu).copied().unwrap_or(0) >= milli as usize
-            {
-                return Ok(s.gpu);
+        self.patiently(|ledger| {
+            for d in ledger.waiting() {
+                if let Some(s) = d.waiting_share()
+                    && s.milli == milli
+                    && free.get(&s.gpu).copied().unwrap_or(0) >= milli as usize
+                {
+                    return Ok(s.gpu);
+                }
             }
-        }
-        Err(self.no_decision(&ledger, &format!("a share of {milli} milli")))
+            Err(Miss::NoDecision(format!("a share of {milli} milli")))
+        })
     }
 
     /// `Allocate` of `milli` units on `gpu`: which pod it is for, now marked given; refused unless
     /// it is one waiting share decision and the GPU has room for it beside its other holders.
     pub fn give_share(&self, gpu: u32, milli: u32) -> Result<PodRef, Refusal> {
-        let mut ledger = self.ledger.lock().expect("ledger lock");
-        let uid = ledger
-            .waiting()
-            .into_iter()
-            .find(|d| d.waiting_share() == Some(DeviceShare { gpu, milli }))
-            .map(|d| d.pod.uid.clone())
-            .ok_or_else(|| self.no_decision(&ledger, &format!("a share of {milli} milli of GPU {gpu}")))?;
-        match ledger.holders(gpu) {
-            (Some(holder), _) => {
-                return Err(Refusal(format!("GPU {gpu} on node {} is held whole by pod {}", self.node, holder.name)));
+        self.patiently(|ledger| {
+            let uid = ledger
+                .waiting()
+                .into_iter()
+                .find(|d| d.waiting_share() == Some(DeviceShare { gpu, milli }))
+                .map(|d| d.pod.uid.clone())
+                .ok_or_else(|| Miss::NoDecision(format!("a share of {milli} milli of GPU {gpu}")))?;
+            match ledger.holders(gpu) {
+                (Some(holder), _) => {
+                    let why = format!("GPU {gpu} on node {} is held whole by pod {}", self.node, holder.name);
+                    return Err(Miss::Refused(Refusal(why)));
+                }
+                (None, held) if held + milli > GPU_MILLI => {
+                    let free = GPU_MILLI - held.min(GPU_MILLI);
+                    let why = format!("GPU {gpu} on node {} has {free} milli free, the share needs {milli}", self.node);
+                    return Err(Miss::Refused(Refusal(why)));
+                }
+                _ => {}
             }
-            (None, held) if held + milli > GPU_MILLI => {
-                return Err(Refusal(format!(
-                    "GPU {gpu} on node {} has {} milli free, the share needs {milli}",
-                    self.node,
-                    GPU_MILLI - held.min(GPU_MILLI)
-                )));
-            }
-            _ => {}
-        }
-        let d = ledger.pods.get_mut(&uid).expect("found above");
-        d.given_share = true;
-        Ok(d.pod.clone())
+            let d = ledger.pods.get_mut(&uid).expect("found above");
+            d.given_share = true;
+            Ok(d.pod.clone())
+        })
     }
 
     fn no_decision(&self, ledger: &Ledger, what: &str) -> Refusal {

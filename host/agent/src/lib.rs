@@ -21,7 +21,7 @@ use wasmsched_nvml::{Health, Session, XidEvent};
 use wasmsched_topology::NodeTopology;
 use wasmsched_topology::annotation::{self, TOPOLOGY_ANNOTATION};
 
-pub use wasmsched_topology::annotation::{DEGRADED_ANNOTATION, UNHEALTHY_ANNOTATION};
+pub use wasmsched_topology::annotation::{DEGRADED_ANNOTATION, OUT_OF_SERVICE_ANNOTATION, UNHEALTHY_ANNOTATION};
 
 /// What discovering a node or writing its report can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +45,14 @@ pub enum AgentError {
         /// The file.
         path: String,
         /// Why.
+        source: wasmsched_topology::Error,
+    },
+    /// An annotation on the Node object (an operator's) does not parse.
+    #[error("node {node}: {source}")]
+    Annotation {
+        /// The node.
+        node: String,
+        /// Why, naming the annotation.
         source: wasmsched_topology::Error,
     },
     /// The Node object could not be read or patched.
@@ -178,6 +186,8 @@ pub struct Agent {
     topology: Option<NodeTopology>,
     driver: String,
     health: BTreeMap<u32, Health>,
+    /// GPUs an operator took out of service ([`OUT_OF_SERVICE_ANNOTATION`]).
+    out_of_service: BTreeSet<u32>,
     published: Option<NodeReport>,
 }
 
@@ -190,6 +200,7 @@ impl Agent {
             topology: None,
             driver: String::new(),
             health: BTreeMap::new(),
+            out_of_service: BTreeSet::new(),
             published: None,
         }
     }
@@ -199,14 +210,54 @@ impl Agent {
         let Some(topology) = &self.topology else { return NodeReport::default() };
         let mut report = NodeReport { annotations: BTreeMap::new(), labels: annotation::labels(topology) };
         report.annotations.insert(TOPOLOGY_ANNOTATION.into(), annotation::to_annotation(topology));
-        for (key, wanted) in [(UNHEALTHY_ANNOTATION, Health::Unhealthy), (DEGRADED_ANNOTATION, Health::Degraded)] {
-            let gpus: Vec<String> =
-                self.health.iter().filter(|(_, h)| **h == wanted).map(|(g, _)| g.to_string()).collect();
+        let unhealthy = self.unhealthy();
+        let degraded = self.health.iter().filter(|(g, h)| **h == Health::Degraded && !unhealthy.contains(g));
+        let degraded: BTreeSet<u32> = degraded.map(|(g, _)| *g).collect();
+        for (key, gpus) in [(UNHEALTHY_ANNOTATION, unhealthy), (DEGRADED_ANNOTATION, degraded)] {
             if !gpus.is_empty() {
-                report.annotations.insert(key.into(), gpus.join(","));
+                let list: Vec<String> = gpus.iter().map(u32::to_string).collect();
+                report.annotations.insert(key.into(), list.join(","));
             }
         }
         report
+    }
+
+    /// Takes the GPUs an operator has out of service now (the node's
+    /// [`OUT_OF_SERVICE_ANNOTATION`]): they are unhealthy while listed, and back as the XIDs left
+    /// them once not. Publishes `node-gpu-health-changed` for each GPU that changed, and the
+    /// changed report.
+    pub fn set_out_of_service(&mut self, gpus: BTreeSet<u32>) -> Option<NodeReport> {
+        if gpus == self.out_of_service {
+            return None;
+        }
+        let xid = |g: &u32| self.health.get(g).copied().unwrap_or(Health::Healthy);
+        let changes: Vec<(u32, Health, Health, &str)> = self
+            .out_of_service
+            .symmetric_difference(&gpus)
+            .filter_map(|g| {
+                let (from, to, why) = if gpus.contains(g) {
+                    (xid(g), Health::Unhealthy, "taken out of service by an operator (wasmsched.io/gpu-out-of-service)")
+                } else {
+                    (Health::Unhealthy, xid(g), "back in service (removed from wasmsched.io/gpu-out-of-service)")
+                };
+                (from != to).then_some((*g, from, to, why))
+            })
+            .collect();
+        if let (Some(sink), Some(topology)) = (&self.sink, &self.topology) {
+            for (gpu, from, to, reason) in changes {
+                sink.emit(Payload::NodeGpuHealthChanged(NodeGpuHealthChanged {
+                    node: self.node.clone(),
+                    gpu,
+                    uuid: topology.gpus().get(gpu as usize).and_then(|g| g.uuid.clone()),
+                    from: wire(from),
+                    to: wire(to),
+                    reason: reason.into(),
+                    xid: None,
+                }));
+            }
+        }
+        self.out_of_service = gpus;
+        self.publish_if_changed()
     }
 
     /// Takes a new discovery. Returns the report when it differs from the last one published (and
@@ -263,16 +314,17 @@ impl Agent {
                 driver: self.driver.clone(),
                 topology: report.annotations.get(TOPOLOGY_ANNOTATION).cloned().unwrap_or_default(),
                 labels: report.labels.clone(),
-                unhealthy_gpus: self.health.iter().filter(|(_, h)| **h == Health::Unhealthy).map(|(g, _)| *g).collect(),
+                unhealthy_gpus: self.unhealthy().into_iter().collect(),
             }));
         }
         self.published = Some(report.clone());
         Some(report)
     }
 
-    /// GPUs currently marked unhealthy.
+    /// GPUs currently unhealthy: by XID, or out of service.
     pub fn unhealthy(&self) -> BTreeSet<u32> {
-        self.health.iter().filter(|(_, h)| **h == Health::Unhealthy).map(|(g, _)| *g).collect()
+        let by_xid = self.health.iter().filter(|(_, h)| **h == Health::Unhealthy).map(|(g, _)| *g);
+        by_xid.chain(self.out_of_service.iter().copied()).collect()
     }
 
     /// Hands back the sink (to flush and close it).
@@ -343,6 +395,23 @@ pub mod node_object {
             return None;
         }
         Some(json!({"metadata": {"labels": labels, "annotations": annotations}}))
+    }
+
+    /// The GPUs the node `name` has out of service ([`super::OUT_OF_SERVICE_ANNOTATION`]; none
+    /// when it is absent). A value that does not parse is an error naming it: the caller keeps
+    /// what it had, so a typo never puts GPUs back in service.
+    pub async fn out_of_service(
+        client: &kube::Client,
+        name: &str,
+    ) -> Result<std::collections::BTreeSet<u32>, AgentError> {
+        let nodes: Api<Node> = Api::all(client.clone());
+        let node =
+            nodes.get(name).await.map_err(|source| AgentError::Kube { what: "reading", node: name.into(), source })?;
+        let annotations = node.metadata.annotations.unwrap_or_default();
+        let Some(value) = annotations.get(super::OUT_OF_SERVICE_ANNOTATION) else { return Ok(Default::default()) };
+        let gpus = wasmsched_topology::annotation::gpu_list(super::OUT_OF_SERVICE_ANNOTATION, value)
+            .map_err(|source| AgentError::Annotation { node: name.into(), source })?;
+        Ok(gpus.into_iter().collect())
     }
 
     /// Patches the node `name` with `report` (read, compare, merge-patch).

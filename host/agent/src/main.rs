@@ -318,6 +318,21 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             }
             Err(e) => return Err(anyhow::Error::new(e).context("discovery")),
         }
+        // GPUs an operator took out of service (or put back) since the last round.
+        if let Some(o) = node_object.as_mut()
+            && let Some(gpus) = o.out_of_service(&args.node)
+            && let Some(report) = agent.set_out_of_service(gpus)
+        {
+            tracing::info!(node = %args.node, unhealthy = ?agent.unhealthy(), "GPUs out of service changed");
+            if let Some(plugin) = &device_plugin {
+                plugin.gpus.set_health(&agent.unhealthy());
+            }
+            if let Some(dir) = &args.write {
+                report.write(dir)?;
+            }
+            o.pending = Some(report);
+            o.flush(&args.node);
+        }
         if args.once {
             break;
         }
@@ -373,6 +388,18 @@ impl NodeObject {
             .block_on(kube::Client::try_default())
             .context("connecting to the Kubernetes API (kubeconfig or in-cluster)")?;
         Ok(NodeObject { runtime, client, pending: None })
+    }
+
+    /// The node's out-of-service GPUs now; None when they could not be read (said in the log:
+    /// the agent keeps what it had).
+    fn out_of_service(&self, node: &str) -> Option<std::collections::BTreeSet<u32>> {
+        match self.runtime.block_on(wasmsched_agent::node_object::out_of_service(&self.client, node)) {
+            Ok(gpus) => Some(gpus),
+            Err(e) => {
+                tracing::warn!(node, error = %format!("{e:#}"), "could not read the GPUs out of service; keeping the last");
+                None
+            }
+        }
     }
 
     fn flush(&mut self, node: &str) {

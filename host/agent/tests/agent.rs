@@ -160,6 +160,41 @@ fn xids_mark_gpus_and_publish_health_and_the_new_report() {
     );
 }
 
+#[test]
+fn gpus_out_of_service_are_unhealthy_while_listed_and_back_as_their_xids_left_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("events.jsonl");
+    let origin = Origin { source: "wasmsched/test/agent".into(), id_prefix: "t".into() };
+    let sink = EventSink::jsonl(&file, origin, OutboxConfig::default()).unwrap();
+    let mut agent = Agent::new("gpu-3", Some(sink));
+    agent.observe(Discovery { topology: with_uuids("h100-sxm-8gpu-nv18.txt"), driver: "550".into(), inventory: None });
+    let xid = XidEvent { uuid: "GPU-6".into(), xid: Some(79), health: Health::Unhealthy, description: "bus".into() };
+    agent.on_xid(&xid).unwrap();
+    // The operator takes GPUs 2 and 6 out (6 is unhealthy already): one more unhealthy GPU.
+    let report = agent.set_out_of_service([2, 6].into()).unwrap();
+    assert_eq!(report.annotations[UNHEALTHY_ANNOTATION], "2,6");
+    assert!(agent.set_out_of_service([2, 6].into()).is_none(), "the same list changes nothing");
+    // Back in service: 2 is healthy again, 6 stays unhealthy by its XID.
+    let report = agent.set_out_of_service([].into()).unwrap();
+    assert_eq!(report.annotations[UNHEALTHY_ANNOTATION], "6");
+    assert_eq!(agent.unhealthy(), [6].into());
+
+    let sink = agent.into_sink().unwrap();
+    assert!(sink.flush(Duration::from_secs(5)));
+    sink.close(Duration::from_secs(1));
+    let mut reader = JsonlReader::open(&file).unwrap();
+    let mut health = Vec::new();
+    while let Some(event) = reader.next_event().unwrap() {
+        if let Payload::NodeGpuHealthChanged(h) = event.payload {
+            health.push((h.gpu, h.to, h.reason));
+        }
+    }
+    assert_eq!(health.len(), 3, "XID on 6, out on 2, back on 2 (6 never changed): {health:?}");
+    assert_eq!((health[1].0, health[1].1), (2, GpuHealth::Unhealthy));
+    assert!(health[1].2.contains("out of service by an operator"), "{health:?}");
+    assert_eq!((health[2].0, health[2].1), (2, GpuHealth::Healthy));
+}
+
 /// On a GPU host (the lent device machine; without a driver this returns at once, the case above
 /// covers it): the agent's NVML discovery and its reading of `nvidia-smi topo -m` of the same host
 /// describe the same node — labels, links, NUMA and CPU affinity — and the NVML one adds identity.

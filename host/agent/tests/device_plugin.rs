@@ -116,7 +116,8 @@ impl Node {
         let found = Source::Recorded(eight_gpu_inventory(dir.path())).discover().unwrap();
         let gpus = Arc::new(NodeGpus::default());
         gpus.set(found.gpu_devices(&BTreeSet::new()));
-        let decisions = Arc::new(Decisions::new(NODE));
+        // Refusals come after a short wait here (2 s on a node: the agent's watch may lag).
+        let decisions = Arc::new(Decisions::new(NODE).with_grace(Duration::from_millis(100)));
         let (stop, stopped) = watch::channel(false);
         let state = tempfile::tempdir().unwrap();
         let mps = stand_in_mps(state.path());
@@ -427,4 +428,36 @@ async fn a_kubelet_that_refuses_the_registration_ends_the_agent_with_the_reason(
     drop(agent);
     assert_eq!(status.code(), Some(1), "{err}");
     assert!(err.contains("the kubelet refused to register") && err.contains("unsupported version v1beta1"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_the_kubelet_admits_before_the_agents_watch_shows_it_gets_its_gpus() {
+    let mut node = Node::start().await;
+    // As on a node: the agent's decisions wait up to 2 s for its watch.
+    node.decisions = Arc::new(Decisions::new(NODE));
+    node.stop.send(true).unwrap();
+    let servers = std::mem::take(&mut node.servers);
+    for s in servers {
+        s.await.unwrap().unwrap();
+    }
+    let (stop, stopped) = watch::channel(false);
+    node.stop = stop;
+    node.serve(stopped);
+    until("registered again", || (node.kubelet.registrations().len() == 4).then_some(())).await;
+    // The kubelet asks first; the agent's watch shows the pod 300 ms later.
+    let decisions = node.decisions.clone();
+    let late = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        decisions.apply(&pod("quick", NODE, "6,7", "Pending"));
+    });
+    let got = node.kubelet.admit(WHOLE_RESOURCE, 2).await.unwrap();
+    late.await.unwrap();
+    assert_eq!(got.preferred, [uuid(6), uuid(7)]);
+    assert_eq!(got.response.envs["WASMSCHED_GPU_IDS"], "6,7");
+    // Nothing shows up at all: refused after the wait, with the reason.
+    let started = std::time::Instant::now();
+    let refused = node.kubelet.admit(WHOLE_RESOURCE, 1).await.unwrap_err();
+    assert!(started.elapsed() >= Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(refused.message().contains("no pod bound to node gpu-node-0 was given 1 whole GPU(s)"), "{refused:?}");
+    node.stop().await;
 }

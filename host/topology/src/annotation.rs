@@ -20,6 +20,17 @@ pub const FORMAT_VERSION: u32 = 1;
 pub const UNHEALTHY_ANNOTATION: &str = "wasmsched.io/unhealthy-gpus";
 /// Annotation listing degraded GPU indexes: usable, worth draining.
 pub const DEGRADED_ANNOTATION: &str = "wasmsched.io/degraded-gpus";
+/// Annotation an operator sets on a Node to take GPUs out of service by hand (`3` or `0-1,5`):
+/// the node agent reports them unhealthy — to the kubelet and in [`UNHEALTHY_ANNOTATION`] — until
+/// it is removed. For a GPU suspected bad that NVML does not flag, or one waiting for repair.
+pub const OUT_OF_SERVICE_ANNOTATION: &str = "wasmsched.io/gpu-out-of-service";
+
+/// The GPU indexes of a GPU-list annotation's value (`3,5`, ranges `0-3`); the error names `key`.
+pub fn gpu_list(key: &str, value: &str) -> Result<Vec<u32>, Error> {
+    crate::CpuSet::parse(value)
+        .map(|set| set.iter().collect())
+        .map_err(|e| Error::Invalid(format!("annotation {key}: {}", e.replace("CPU", "GPU"))))
+}
 
 /// Pod annotation written at bind: the GPUs the pod got, `index` or `index:milli`, comma-separated.
 /// The node agent's device plugin reads it to give the pod's containers exactly those devices.
@@ -71,11 +82,7 @@ pub struct NodeFacts {
 pub fn read_node<'a>(annotations: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<NodeFacts, Error> {
     let mut facts = NodeFacts::default();
     for (key, value) in annotations {
-        let gpus = |value: &str| {
-            crate::CpuSet::parse(value)
-                .map(|set| set.iter().collect::<Vec<u32>>())
-                .map_err(|e| Error::Invalid(format!("annotation {key}: {}", e.replace("CPU", "GPU"))))
-        };
+        let gpus = |value: &str| gpu_list(key, value);
         match key {
             TOPOLOGY_ANNOTATION => facts.topology = Some(from_annotation(value)?),
             UNHEALTHY_ANNOTATION => facts.unhealthy = gpus(value)?,
