@@ -31,6 +31,7 @@
 //! hold can be given to another.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -125,12 +126,21 @@ pub struct Decisions {
     /// Signalled on every pod the watch shows.
     changed: Condvar,
     grace: Duration,
+    /// The watch has listed the node's pods once: until then the ledger knows nothing of the
+    /// pods running here, so nothing may be concluded from what it lacks.
+    listed: AtomicBool,
 }
 
 impl Decisions {
     /// The decisions for the node `node` (none yet).
     pub fn new(node: impl Into<String>) -> Decisions {
-        Decisions { node: node.into(), ledger: Mutex::default(), changed: Condvar::new(), grace: DEFAULT_GRACE }
+        Decisions {
+            node: node.into(),
+            ledger: Mutex::default(),
+            changed: Condvar::new(),
+            grace: DEFAULT_GRACE,
+            listed: AtomicBool::new(false),
+        }
     }
 
     /// How long a call no decision explains waits for one before it is refused
@@ -219,6 +229,13 @@ impl Decisions {
     /// The watch listed every pod again: those not among `pods` are gone.
     pub fn retain(&self, uids: &BTreeSet<String>) {
         self.ledger.lock().expect("ledger lock").pods.retain(|uid, _| uids.contains(uid));
+        self.listed.store(true, Ordering::Release);
+    }
+
+    /// Whether the watch has listed the node's pods (see [`Decisions::retain`]) since the agent
+    /// started: before that, a GPU with no decision may still hold a running pod's share.
+    pub fn listed(&self) -> bool {
+        self.listed.load(Ordering::Acquire)
     }
 
     /// The GPUs that hold shares or have shares decided on them: those whose MPS daemon must run.

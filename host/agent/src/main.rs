@@ -172,7 +172,13 @@ impl DevicePlugin {
             }));
         }
         if let Some(mps) = mps {
-            tasks.push(runtime.spawn(keep_mps(mps, gpus.clone(), decisions.clone(), stopped.clone())));
+            tasks.push(runtime.spawn(wasmsched_agent::mps::keep(
+                mps,
+                gpus.clone(),
+                decisions.clone(),
+                Duration::from_secs(5),
+                stopped.clone(),
+            )));
         }
         tasks.push(runtime.spawn(watch_pods(client, args.node.clone(), decisions, stopped)));
         Ok(DevicePlugin { runtime, gpus, stop, tasks })
@@ -182,26 +188,6 @@ impl DevicePlugin {
         let _ = self.stop.send(true);
         for task in self.tasks {
             let _ = self.runtime.block_on(task);
-        }
-    }
-}
-
-/// Every few seconds until `stop`: MPS daemons for exactly the GPUs with shares (a GPU whose last
-/// share ended leaves MPS, so it can be given whole; a daemon that died comes back).
-async fn keep_mps(
-    mps: Arc<MpsDaemons>,
-    gpus: Arc<NodeGpus>,
-    decisions: Arc<Decisions>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) {
-    loop {
-        let by_index = decisions.share_gpus();
-        let wanted = gpus.gpus().into_iter().filter(|g| by_index.contains(&g.index)).map(|g| g.id).collect();
-        let mps = mps.clone();
-        let _ = tokio::task::spawn_blocking(move || mps.reconcile(&wanted)).await;
-        tokio::select! {
-            _ = stop.wait_for(|s| *s) => return,
-            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
         }
     }
 }

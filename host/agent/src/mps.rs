@@ -21,7 +21,11 @@ use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use crate::decisions::Decisions;
+use crate::device_plugin::NodeGpus;
 
 /// The control daemon's pid file in its pipe directory.
 const PID_FILE: &str = "nvidia-cuda-mps-control.pid";
@@ -206,4 +210,30 @@ fn alive(pid: u32) -> bool {
     // `pid (comm) state …`; comm may hold spaces and parentheses, so the state follows the last `)`.
     let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
     !matches!(state, None | Some('Z' | 'X'))
+}
+
+/// Every `every` until `stop`: daemons for exactly the GPUs with shares decided or held (a GPU
+/// whose last share ended leaves MPS, so it can be given whole; a daemon that died comes back).
+/// Nothing is quit before the pod watch has listed the node's pods: an agent that just restarted
+/// knows no pod yet, and would otherwise end the daemons its running share pods use.
+pub async fn keep(
+    mps: Arc<MpsDaemons>,
+    gpus: Arc<NodeGpus>,
+    decisions: Arc<Decisions>,
+    every: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        if decisions.listed() {
+            let by_index = decisions.share_gpus();
+            let wanted = gpus.gpus().into_iter().filter(|g| by_index.contains(&g.index)).map(|g| g.id).collect();
+            let mps = mps.clone();
+            let _ = tokio::task::spawn_blocking(move || mps.reconcile(&wanted)).await;
+        }
+        let pause = if decisions.listed() { every } else { every.min(Duration::from_millis(250)) };
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(pause) => {}
+        }
+    }
 }

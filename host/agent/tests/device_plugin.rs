@@ -461,3 +461,34 @@ async fn a_pod_the_kubelet_admits_before_the_agents_watch_shows_it_gets_its_gpus
     assert!(refused.message().contains("no pod bound to node gpu-node-0 was given 1 whole GPU(s)"), "{refused:?}");
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_agent_keeps_the_mps_daemons_of_running_share_pods() {
+    let node = Node::start().await;
+    // Before the restart: a share pod running on GPU 5 with its daemon.
+    let pid = node.mps.ensure(&uuid(5)).unwrap();
+    // The restarted agent: no pod known until its watch has listed them.
+    let decisions = Arc::new(Decisions::new(NODE));
+    let (stop, stopped) = watch::channel(false);
+    let every = Duration::from_millis(50);
+    let keeper = tokio::spawn(wasmsched_agent::mps::keep(
+        node.mps.clone(),
+        node.gpus.clone(),
+        decisions.clone(),
+        every,
+        stopped,
+    ));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(node.mps.running(&uuid(5)), Some(pid), "not quit before the pods are listed");
+    // Listed: the running pod holds its share, the daemon stays.
+    decisions.apply(&pod("serving", NODE, "5:400", "Running"));
+    decisions.retain(&["uid-serving".to_string()].into());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(node.mps.running(&uuid(5)), Some(pid), "kept for the running share");
+    // It ends: the daemon quits.
+    decisions.delete("uid-serving");
+    until("the daemon quit", || node.mps.running(&uuid(5)).is_none().then_some(())).await;
+    stop.send(true).unwrap();
+    within(keeper).await.unwrap();
+    node.stop().await;
+}
