@@ -4,7 +4,7 @@
 //! `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`) are read by the CUDA driver when the process connects to an
 //! MPS control daemon; without one they are only words in the environment. So the agent runs one
 //! control daemon per GPU that holds shares — started before the first share's container starts
-//! (in `Allocate`), quit once no pod holds or waits for a share of that GPU
+//! (in `Allocate`), kept while a pod holds or waits for a share of that GPU and quit after
 //! ([`MpsDaemons::reconcile`]) so a GPU given whole afterwards is not behind MPS.
 //!
 //! Each daemon sees only its GPU (`CUDA_VISIBLE_DEVICES=<uuid>`, so ordinal 0 in the share's
@@ -176,22 +176,27 @@ impl MpsDaemons {
         Ok(())
     }
 
-    /// Daemons for exactly the GPUs in `wanted`: the others (found by the pid files in their pipe
-    /// directories) are quit. Those in `wanted` are not started here — `Allocate` starts a GPU's
-    /// daemon when its first share's container is about to run — but one that died (its pid file
-    /// left behind) is started again, so running share pods get their server back.
+    /// Daemons for exactly the GPUs in `wanted`: one is started for each that has none (a GPU
+    /// whose share pods run without their server — the daemon died, or ended with the agent's
+    /// container — gets it back), and the others (found by the pid files in their pipe
+    /// directories) are quit.
     pub fn reconcile(&self, wanted: &BTreeSet<String>) {
-        let Ok(entries) = std::fs::read_dir(&self.dir) else { return };
-        for entry in entries.flatten() {
-            let Some(gpu) = entry.file_name().to_str().map(str::to_string) else { continue };
-            if !entry.path().join(PID_FILE).exists() {
-                continue;
+        let mut running = BTreeSet::new();
+        if let Ok(entries) = std::fs::read_dir(&self.dir) {
+            for entry in entries.flatten() {
+                if let Some(gpu) = entry.file_name().to_str()
+                    && entry.path().join(PID_FILE).exists()
+                {
+                    running.insert(gpu.to_string());
+                }
             }
-            let result = if !wanted.contains(&gpu) {
-                self.quit(&gpu)
-            } else if self.running(&gpu).is_none() {
-                tracing::warn!(gpu, "MPS control daemon gone while its GPU holds shares; starting it again");
-                self.ensure(&gpu).map(drop)
+        }
+        for gpu in running.union(wanted) {
+            let result = if !wanted.contains(gpu) {
+                self.quit(gpu)
+            } else if self.running(gpu).is_none() {
+                tracing::warn!(gpu, "no MPS control daemon for a GPU with shares; starting it");
+                self.ensure(gpu).map(drop)
             } else {
                 Ok(())
             };
