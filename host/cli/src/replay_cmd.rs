@@ -271,7 +271,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let policies = ReplayPolicies::prepare(initial, &args.rollouts, preparer.as_ref(), &sample)?;
     drop(sample);
-    let events = args.sink.open("replay")?;
+    let events = args.sink.open_for_simulation("replay")?;
     let mut policy_events = policies.events().into_iter().peekable();
     let mut decisions_by_version: std::collections::BTreeMap<u64, usize> = Default::default();
     let config = CoreConfig::default();

@@ -137,7 +137,7 @@ pub fn run(args: Args, started: Instant) -> anyhow::Result<()> {
     };
     let setup_seconds = started.elapsed().as_secs_f64();
 
-    let events = args.sink.open("simulator")?;
+    let events = args.sink.open_for_simulation("simulator")?;
     let runtime_name = if args.native { "native" } else { "wasm" };
     if !args.json {
         // The header first: piped to a file, it is there while the replay runs.

@@ -115,6 +115,17 @@ impl Nats {
 impl Sink {
     /// Open the configured sink; `component` names the emitter in `source`.
     pub fn open(&self, component: &str) -> Result<Option<EventSink>, OptionsError> {
+        self.open_with(component, false)
+    }
+
+    /// [`Sink::open`] for a simulator: its clock is virtual, so a full outbox makes it wait for
+    /// the file to be written instead of dropping events (a busy machine never costs a replay's
+    /// record). A JetStream sink keeps its spill directory for that.
+    pub fn open_for_simulation(&self, component: &str) -> Result<Option<EventSink>, OptionsError> {
+        self.open_with(component, true)
+    }
+
+    fn open_with(&self, component: &str, simulated: bool) -> Result<Option<EventSink>, OptionsError> {
         let outbox =
             OutboxConfig { max_events: self.outbox_events, spill_dir: self.spill_dir.clone(), ..Default::default() };
         if let Some(config) = self.nats.config()? {
@@ -127,6 +138,7 @@ impl Sink {
         let Some(path) = &self.events else { return Ok(None) };
         let cluster = self.nats.cluster.clone().unwrap_or_else(|| "local".into());
         let origin = Origin { source: format!("wasmsched/{cluster}/{component}"), id_prefix: Origin::unique_prefix() };
+        let outbox = OutboxConfig { wait_when_full: simulated, ..outbox };
         Ok(Some(EventSink::jsonl(path, origin, outbox)?))
     }
 }

@@ -31,11 +31,25 @@ pub struct OutboxConfig {
     pub max_spill_bytes: u64,
     /// Size at which a spill segment is sealed and a new one started.
     pub segment_bytes: u64,
+    /// When the outbox is full, `emit` waits for the drainer instead of dropping: for a source
+    /// that can wait (the simulator's virtual clock), never for a scheduler serving a cluster.
+    /// It stops waiting — and drops, counted and reported — only when the drainer has delivered
+    /// nothing for [`WAIT_FOR_DRAINER`] (a destination that is gone).
+    pub wait_when_full: bool,
 }
+
+/// How long a waiting `emit` gives a drainer that delivers nothing before it drops after all.
+pub const WAIT_FOR_DRAINER: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Default for OutboxConfig {
     fn default() -> Self {
-        OutboxConfig { max_events: 100_000, spill_dir: None, max_spill_bytes: 1 << 30, segment_bytes: 16 << 20 }
+        OutboxConfig {
+            max_events: 100_000,
+            spill_dir: None,
+            max_spill_bytes: 1 << 30,
+            segment_bytes: 16 << 20,
+            wait_when_full: false,
+        }
     }
 }
 

@@ -170,6 +170,8 @@ pub(crate) struct Shared {
     only_tap: AtomicBool,
     /// The drainer has returned (after spilling what it could not deliver).
     stopped: AtomicBool,
+    /// `emit` waits for room instead of dropping ([`OutboxConfig::wait_when_full`]).
+    wait_when_full: bool,
 }
 
 /// Identity of the events a sink emits.
@@ -245,6 +247,7 @@ impl EventSink {
             None => format!("outbox full ({} events in memory, spill disabled)", outbox.max_events),
         };
         let spill_dir = outbox.spill_dir.clone();
+        let wait_when_full = outbox.wait_when_full;
         let (outbox, recovered) = Outbox::new(outbox, &subject_root, encoder(subject_root.clone(), origin))?;
         if recovered > 0 {
             tracing::info!(events = recovered, "recovered spilled events from a previous run");
@@ -269,6 +272,7 @@ impl EventSink {
             tap: std::sync::OnceLock::new(),
             only_tap: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
+            wait_when_full,
         });
         let for_thread = shared.clone();
         let thread = std::thread::Builder::new().name(format!("wasmsched-events-{name}")).spawn(move || {
@@ -296,6 +300,10 @@ impl EventSink {
     #[inline]
     pub(crate) fn emit_record_at(&self, time: Timestamp, record: Record) {
         let shared = &self.shared;
+        if shared.wait_when_full {
+            self.emit_waiting(time, record);
+            return;
+        }
         let pushed = {
             let mut staging = shared.staging.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             // Emitting threads are serialised by the lock: no read-modify-write needed.
@@ -313,6 +321,40 @@ impl EventSink {
         // then wakes by itself within `IDLE_LOOK`.
         if shared.sleeping.load(Ordering::Relaxed) && shared.sleeping.swap(false, Ordering::SeqCst) {
             // Taking the lock waits until the drainer is inside its wait, so the signal is not lost.
+            drop(shared.lock());
+            shared.ready.notify_one();
+            shared.notify.notify_one();
+        }
+    }
+
+    /// [`EventSink::emit_at`] for a sink that waits for room ([`OutboxConfig::wait_when_full`]):
+    /// straight into the outbox under its lock (behind anything staged), once it has room.
+    fn emit_waiting(&self, time: Timestamp, record: Record) {
+        let shared = &self.shared;
+        let mut q = shared.lock();
+        shared.emitted.store(shared.emitted.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        q.pull(shared);
+        let mut progress = (shared.counters.delivered.load(Ordering::Relaxed), Instant::now());
+        // Room for the event and a drop report.
+        while !q.outbox.has_room(2) && !shared.is_closed() {
+            let delivered = shared.counters.delivered.load(Ordering::Relaxed);
+            if delivered != progress.0 {
+                progress = (delivered, Instant::now());
+            } else if progress.1.elapsed() > crate::outbox::WAIT_FOR_DRAINER {
+                tracing::warn!("the event drainer delivered nothing for 30 s; dropping instead of waiting");
+                break;
+            }
+            shared.ready.notify_all();
+            shared.notify.notify_one();
+            q = match shared.drained.wait_timeout(q, Duration::from_millis(20)) {
+                Ok((q, _)) => q,
+                Err(p) => p.into_inner().0,
+            };
+            q.pull(shared);
+        }
+        q.admit(shared, Staged { time, record });
+        drop(q);
+        if shared.sleeping.load(Ordering::Relaxed) && shared.sleeping.swap(false, Ordering::SeqCst) {
             drop(shared.lock());
             shared.ready.notify_one();
             shared.notify.notify_one();
@@ -584,7 +626,8 @@ impl Shared {
         drop(q);
         self.counters.delivered.fetch_add(n, Ordering::Relaxed);
         self.counters.duplicates.fetch_add(duplicates, Ordering::Relaxed);
-        if empty {
+        // A sink whose `emit` waits for room is woken by every delivery, `flush` by the last.
+        if empty || self.wait_when_full {
             self.drained.notify_all();
         }
     }

@@ -97,6 +97,10 @@ pub struct Dropped {
     pub first: u64,
     /// Time of the last.
     pub last: u64,
+    /// The report's own publisher and sequence number: the publisher numbered the dropped events
+    /// too, so they are also a hole in its numbering, just before the report — one hole, not two.
+    #[serde(skip)]
+    pub reported_as: Option<(String, u64)>,
 }
 
 /// What was read, and what could not be used.
@@ -175,7 +179,7 @@ impl Ledger {
             Ok(parsed) => {
                 let (id, time) = (&parsed.envelope.id, parsed.envelope.time.millis());
                 if self.first_time(id, time) {
-                    self.apply(parsed.fact());
+                    self.apply_from(id, parsed.fact());
                 }
             }
             Err(Malformed { event, message }) => {
@@ -197,7 +201,7 @@ impl Ledger {
     pub fn read_event(&mut self, event: &Event) {
         self.intake.events += 1;
         if self.first_time(&event.id, event.time.millis()) {
-            self.apply(of_payload(event.time, &event.payload));
+            self.apply_from(&event.id, of_payload(event.time, &event.payload));
         }
     }
 
@@ -222,6 +226,16 @@ impl Ledger {
     /// What was read.
     pub fn intake(&self) -> &Intake {
         &self.intake
+    }
+
+    /// [`Ledger::apply`] of the event `id`'s fact, noting where a drop report sits in its
+    /// publisher's numbering.
+    fn apply_from(&mut self, id: &str, fact: Fact<'_>) {
+        let reports = self.dropped.len();
+        self.apply(fact);
+        if let Some(d) = self.dropped.get_mut(reports) {
+            d.reported_as = id.rsplit_once('-').and_then(|(p, s)| Some((p.to_string(), s.parse().ok()?)));
+        }
     }
 
     fn apply(&mut self, fact: Fact<'_>) {
@@ -259,7 +273,9 @@ impl Ledger {
                 let q = self.names.id(queue);
                 self.deserved.entry(q).or_default().push((at, gpu_milli));
             }
-            Fact::Dropped { first, last, count } => self.dropped.push(Dropped { count, first, last }),
+            Fact::Dropped { first, last, count } => {
+                self.dropped.push(Dropped { count, first, last, reported_as: None })
+            }
             Fact::Other => {}
             Fact::Unknown(kind) => *self.intake.unknown_types.entry(kind.to_string()).or_default() += 1,
         }

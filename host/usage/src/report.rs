@@ -334,9 +334,11 @@ impl Ledger {
     /// Holes touching `[from, to]`.
     fn missing(&self, from: u64, to: u64) -> Vec<Missing> {
         let touches = |a: Option<u64>, b: u64| a.unwrap_or(0) <= to && b >= from;
+        let reported = self.reported_gaps();
         let mut out: Vec<Missing> = self
             .gaps()
             .into_iter()
+            .filter(|g: &Gap| !reported.contains(&(g.publisher.clone(), g.from_seq)))
             .filter(|g: &Gap| touches(g.after, g.before))
             .map(|g| Missing {
                 found_by: "sequence",
@@ -353,6 +355,36 @@ impl Ledger {
             from: Some(Timestamp(d.first).to_string()),
             to: Timestamp(d.last).to_string(),
         }));
+        out
+    }
+}
+
+impl Ledger {
+    /// The numbering gaps (publisher, first missing number) that drop reports account for: a
+    /// publisher numbers the events it drops, so each report follows the gaps of the events it
+    /// counts. The gaps between a report and the publisher's previous one are its, when they add
+    /// up to its count; then the hole is listed once, as the report.
+    fn reported_gaps(&self) -> std::collections::BTreeSet<(String, u64)> {
+        let mut by_publisher: BTreeMap<&str, Vec<(u64, u64)>> = BTreeMap::new();
+        for d in &self.dropped {
+            if let Some((publisher, seq)) = &d.reported_as {
+                by_publisher.entry(publisher).or_default().push((*seq, d.count));
+            }
+        }
+        let gaps = self.gaps();
+        let mut out = std::collections::BTreeSet::new();
+        for (publisher, mut reports) in by_publisher {
+            reports.sort_unstable();
+            let mut after = 0;
+            for (seq, count) in reports {
+                let mine: Vec<&Gap> =
+                    gaps.iter().filter(|g| g.publisher == publisher && g.from_seq > after && g.to_seq < seq).collect();
+                if mine.iter().map(|g| g.to_seq - g.from_seq + 1).sum::<u64>() == count {
+                    out.extend(mine.iter().map(|g| (g.publisher.clone(), g.from_seq)));
+                }
+                after = seq;
+            }
+        }
         out
     }
 }

@@ -235,6 +235,22 @@ fn a_stream_with_holes_is_reported_incomplete_with_the_window_and_never_billed_s
     assert!(!ok);
     assert_eq!(report["missing"][0]["found_by"], "dropped");
     assert_eq!(report["missing"][0]["events"], 42);
+
+    // As a sink drops them: it numbered events 11–13 and reports them in event 14 — one hole of 3,
+    // said once (not a numbering gap of 3 and a report of 3).
+    let mut as_sink: Vec<String> =
+        all.iter().enumerate().filter(|(i, _)| !(10..13).contains(i)).map(|(_, l)| l.clone()).collect();
+    let mut report_event: Value = serde_json::from_str(&all[13]).unwrap();
+    report_event["type"] = "io.wasmsched.events.dropped.v1".into();
+    report_event["data"] =
+        serde_json::json!({"count": 3, "first": before["time"], "last": after["time"], "reason": "outbox full"});
+    as_sink[10] = report_event.to_string();
+    let as_sink = write(&dir.path().join("as-sink.jsonl"), &as_sink);
+    let (report, ok, _) = usage(&["--file", as_sink.to_str().unwrap(), "--to", &to]);
+    assert!(!ok);
+    let missing = report["missing"].as_array().unwrap();
+    assert_eq!(missing.len(), 1, "{missing:?}");
+    assert_eq!((missing[0]["found_by"].as_str(), missing[0]["events"].as_u64()), (Some("dropped"), Some(3)));
 }
 
 #[test]

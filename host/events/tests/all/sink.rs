@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use support::jsonl_sink;
 use wasmsched_events::schema::{Payload, QueueShareChanged};
-use wasmsched_events::{EventSink, JsonlReader, OutboxConfig};
+use wasmsched_events::{EventSink, JsonlReader, Origin, OutboxConfig};
 
 /// An event that carries `label` (as a queue name; any payload kind would do).
 fn emit_labelled(sink: &EventSink, label: String) {
@@ -74,6 +74,45 @@ fn a_jsonl_sink_spills_and_reads_back_in_order() {
     assert_eq!((stats.emitted, stats.delivered, stats.dropped, stats.pending), (N, N, 0, 0), "{stats:?}");
     let labels: Vec<String> = read_labels(&path).into_iter().map(|(_, l)| l).collect();
     assert_eq!(labels, (0..N).map(|i| format!("q-{i}")).collect::<Vec<_>>());
+}
+
+/// A sink that waits for room (the simulator's) behind a slow disk: the file is a pipe whose
+/// reader takes 50 µs a line, the outbox holds 16 events with no spill directory, and the emitter
+/// is far faster. Every event is written, in order, none dropped; the same sink without waiting
+/// drops (so the set-up does press it).
+#[test]
+fn a_sink_that_waits_for_room_never_drops() {
+    const N: u64 = 5_000;
+    let run = |wait_when_full: bool| {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.pipe");
+        assert!(std::process::Command::new("mkfifo").arg(&path).status().unwrap().success());
+        let reading = path.clone();
+        let reader = std::thread::spawn(move || {
+            use std::io::BufRead;
+            let file = std::io::BufReader::new(std::fs::File::open(reading).unwrap());
+            let mut labels = Vec::new();
+            for line in file.lines() {
+                let event: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+                labels.push(event["data"]["queue"].as_str().unwrap_or("<report>").to_string());
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            labels
+        });
+        let origin = Origin { source: "wasmsched/test/w".into(), id_prefix: "w".into() };
+        let outbox = OutboxConfig { max_events: 16, wait_when_full, ..OutboxConfig::default() };
+        let sink = EventSink::jsonl(&path, origin, outbox).unwrap();
+        for i in 0..N {
+            emit_labelled(&sink, format!("q-{i}"));
+        }
+        let stats = sink.close(Duration::from_secs(60));
+        (stats, reader.join().unwrap())
+    };
+    let (stats, labels) = run(true);
+    assert_eq!((stats.emitted, stats.delivered, stats.dropped, stats.pending), (N, N, 0, 0), "{stats:?}");
+    assert_eq!(labels, (0..N).map(|i| format!("q-{i}")).collect::<Vec<_>>());
+    let (stats, _) = run(false);
+    assert!(stats.dropped > 0, "without waiting the slow file costs events: {stats:?}");
 }
 
 /// Events that cause one another across threads (A emits, then hands over to B, which emits) keep
