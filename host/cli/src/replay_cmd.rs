@@ -50,6 +50,14 @@ pub struct Args {
     /// Never evict running work (no preempt stage).
     #[arg(long)]
     no_preemption: bool,
+    /// How long a gang may wait unplaced before it times out (s); a job's own `timeout` wins.
+    #[arg(long, value_name = "SECONDS", default_value_t = CoreConfig::default().gang_timeout_seconds)]
+    gang_timeout: u64,
+    /// A gang that times out leaves the replay. By default it is submitted again, as on
+    /// Kubernetes (its pods stay, and so does the demand): dropping the big jobs of a real trace
+    /// makes every delay look better than it was.
+    #[arg(long)]
+    drop_timed_out_gangs: bool,
     /// Replay with a policy set of your own instead of `--policy`/`--fair-share`: a directory with
     /// `policy.yaml` (the hot-reload format, `docs/hot-reload.md`) or the file. It passes the gates
     /// of a hot reload first (digests, compilation, contract, a smoke test on this cluster).
@@ -115,7 +123,12 @@ struct Report<'a> {
     #[serde(skip_serializing_if = "<[RejectedRollout]>::is_empty")]
     rejected_rollouts: &'a [RejectedRollout],
     placement_attempts: usize,
+    /// Pods evicted (each member of a gang counts).
     evictions: usize,
+    /// Jobs' runs stopped by evictions (a gang is one): what the queues' `evictions` add up to.
+    job_evictions: u32,
+    /// Gang timeouts (a gang submitted again may time out again; `--drop-timed-out-gangs`: given
+    /// up).
     gangs_timed_out: usize,
     plugin_faults: usize,
     /// Time-weighted over the whole run (first to last event).
@@ -274,7 +287,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let events = args.sink.open_for_simulation("replay")?;
     let mut policy_events = policies.events().into_iter().peekable();
     let mut decisions_by_version: std::collections::BTreeMap<u64, usize> = Default::default();
-    let config = CoreConfig::default();
+    let config = CoreConfig { gang_timeout_seconds: args.gang_timeout, ..CoreConfig::default() };
+    let settings = timed::ReplaySettings { core: config.clone(), drop_timed_out_gangs: args.drop_timed_out_gangs };
     let by_name: std::collections::HashMap<&str, &Job> = jobs.iter().map(|j| (j.name.as_str(), j)).collect();
     // Per workload: failed attempts since it last ran, and the gang fit of the last one.
     let mut tries: std::collections::HashMap<String, (u32, u32)> = std::collections::HashMap::new();
@@ -299,7 +313,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => None,
     };
     let events = crate::events_cmd::Shown::new(events, board.as_ref().map(|b| b.publisher()), "replay")?;
-    let r = timed::run_with_devices(&policies.timeline(), &table, dra.as_ref(), &tree, &jobs, &config, |o| {
+    let r = timed::run_with_devices(&policies.timeline(), &table, dra.as_ref(), &tree, &jobs, &settings, |o| {
         let d = match o {
             timed::Observed::Decision(d) => d,
             timed::Observed::Released(r) => {
@@ -422,6 +436,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         rejected_rollouts: &policies.rejected,
         placement_attempts: r.attempts,
         evictions: r.evictions,
+        job_evictions: r.queues.values().map(|q| q.evictions).sum(),
         gangs_timed_out: r.timed_out,
         plugin_faults: r.faults,
         utilisation_mean_percent: r.utilisation_mean,
@@ -518,10 +533,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     println!(
-        "fair share {}, preemption {}: {} evictions, {} gangs timed out, {} plugin faults",
+        "fair share {}, preemption {}: {} pods evicted ({} job runs stopped), {} gang timeouts, {} plugin faults",
         report.fair_share,
         if report.preemption { "on" } else { "off" },
         report.evictions,
+        report.job_evictions,
         report.gangs_timed_out,
         report.plugin_faults
     );

@@ -176,7 +176,9 @@ async fn replay_serves_a_scenario_in_virtual_time_with_its_queues_waiting_gangs_
     assert!(started.elapsed() >= Duration::from_millis(3800), "paced: {:?}", started.elapsed());
     let between: Vec<u64> = clocks.iter().copied().filter(|&t| t > 0 && t < 1520).collect();
     assert!(between.len() >= 5 && between.windows(2).all(|w| w[0] <= w[1]), "a clock that moves: {clocks:?}");
-    assert_eq!(finished["atSeconds"].as_u64(), Some(1520));
+    // The last job ends at 1520; the clock runs on while the gang that never fits times out and
+    // is submitted again, until nothing has changed for twice the longest timeout.
+    assert!(finished["atSeconds"].as_u64().is_some_and(|t| t >= 1520), "{finished}");
     assert_eq!((finished["cluster"]["nodes"].as_u64(), finished["cluster"]["gpus"].as_u64()), (Some(2), Some(8)));
     // FGD's fragmentation over virtual time, for the scenario's job shapes (4 and 2 GPUs): its
     // jobs fill nodes whole or pair up, so no idle GPU is ever left that a shape could not use.
@@ -191,11 +193,13 @@ async fn replay_serves_a_scenario_in_virtual_time_with_its_queues_waiting_gangs_
     let batch = &queues[2];
     assert_eq!((batch["parent"].as_str(), batch["capability_gpu_milli"].as_u64()), (Some("org"), Some(8000)));
     assert!(queues.iter().any(|q| q["deserved_gpu_milli"].as_u64().is_some()), "fair share answered: {queues:?}");
-    // The gang that can never fit its queue's quota waits, timed out, saying why.
+    // The gang that can never fit its queue's quota waits (timed out, or submitted again after its
+    // timeout), saying why.
     let workloads = get(&addr, "/api/v1/workloads").await;
     let too_big = workloads["workloads"].as_array().unwrap().iter().find(|w| w["name"] == "too-big").cloned();
     let too_big = too_big.unwrap_or_else(|| panic!("{workloads}"));
-    assert_eq!((too_big["phase"].as_str(), too_big["members"].as_u64()), (Some("TimedOut"), Some(3)));
+    assert!(matches!(too_big["phase"].as_str(), Some("TimedOut" | "Pending")), "{too_big}");
+    assert_eq!(too_big["members"].as_u64(), Some(3));
     assert!(too_big["reason"].as_str().unwrap().contains("queue batch at capability"), "{too_big}");
     // The rollout at 300 s: the set live at the end is the one rolled out, version 2.
     let policies = get(&addr, "/api/v1/policies").await;

@@ -40,6 +40,8 @@ pub(super) struct Agenda {
     pub(super) checkpoints: BinaryHeap<Reverse<(u64, String)>>,
     /// (time, task id, GPU milli-units it holds until then)
     pub(super) terminations: BinaryHeap<Reverse<(u64, String, u64)>>,
+    /// (time, job): gangs that timed out, submitted again then.
+    pub(super) resubmissions: BinaryHeap<Reverse<(u64, usize)>>,
 }
 
 /// The jobs and their workloads, and which job a task or workload belongs to.
@@ -140,6 +142,9 @@ pub(super) struct Driver<'a, 'j> {
     pub(super) progress: &'a mut Progress,
     pub(super) core: &'a mut SchedulerCore,
     pub(super) now: u64,
+    /// After how long a gang that timed out is submitted again; None: it is given up
+    /// ([`super::ReplaySettings`]).
+    pub(super) resubmit_after: Option<u64>,
 }
 
 impl Effects for Driver<'_, '_> {
@@ -223,14 +228,23 @@ impl Effects for Driver<'_, '_> {
         let Some(j) = self.jobs.job_of_workload(workload) else { return };
         let p = &mut *self.progress;
         p.counts.timed_out += 1;
-        p.last_change = self.now;
-        p.out[j].waiting_reason = Some(format!("gang timed out after {} s", self.now - self.jobs.jobs[j].arrival));
-        p.out[j].given_up = Some(self.now);
+        let waited = self.now - self.jobs.jobs[j].arrival;
         for member in &self.jobs.workloads[j].members {
             p.runs.finish(&member.id, self.now, RunEnd::Evicted);
         }
-        // Given up: forget it so its name and pods are free again.
+        // Forget it so its name and pods are free again.
         let _ = self.core.finish(&self.jobs.jobs[j].name);
+        if let Some(after) = self.resubmit_after {
+            // As the Kubernetes path does: the same gang again a little later, its delay counted
+            // from its first arrival. Not a change of the cluster, so a gang that can never be
+            // placed does not keep the replay going by itself.
+            p.out[j].waiting_reason = Some(format!("gang timed out after {waited} s; submitted again"));
+            p.agenda.resubmissions.push(Reverse((self.now.saturating_add(after), j)));
+            return;
+        }
+        p.last_change = self.now;
+        p.out[j].waiting_reason = Some(format!("gang timed out after {waited} s"));
+        p.out[j].given_up = Some(self.now);
     }
 
     /// Counted with every decision's faults ([`Decision::faults`]), not here.

@@ -25,7 +25,8 @@ pub struct QueueStats {
     pub delay_p99: u64,
     /// Mean completion time (end − arrival) of finished jobs (s).
     pub jct_mean: f64,
-    /// Times its jobs were stopped by eviction.
+    /// Times its jobs' runs were stopped by an eviction: a job, not a pod (a gang of 4 evicted
+    /// is 1 here and 4 in the replay's pod count, [`super::TimedRun::evictions`]).
     pub evictions: u32,
     /// GPU-seconds received over GPU-seconds demanded (within the replay; first start to end).
     pub service_ratio: f64,

@@ -88,9 +88,11 @@ pub struct TimedRun {
     pub jain_fairness: f64,
     /// Decisions taken: bindings plus failed attempts (a measure of the scheduler's work).
     pub attempts: usize,
-    /// Evictions (preemptions, broken gangs).
+    /// Pods evicted (preemptions, broken gangs): each member of an evicted gang counts. The
+    /// queues' [`QueueStats::evictions`] count jobs' runs stopped instead.
     pub evictions: usize,
-    /// Gangs given up after their timeout.
+    /// Gang timeouts: each time a gang waited its timeout out unplaced (submitted again, or with
+    /// [`ReplaySettings::drop_timed_out_gangs`] given up).
     pub timed_out: usize,
     /// Plugin faults the cycle recovered from.
     pub faults: usize,
@@ -115,6 +117,40 @@ pub enum ReplayError {
         /// Why.
         reason: String,
     },
+}
+
+/// How a replay stands in for what surrounds the scheduler on a cluster: the core's settings, and
+/// what becomes of a gang that times out.
+#[derive(Clone, Debug, Default)]
+pub struct ReplaySettings {
+    /// The scheduler core's settings (its gang timeout among them).
+    pub core: CoreConfig,
+    /// A gang that times out leaves the replay. By default it is submitted again
+    /// [`RESUBMIT_AFTER_SECONDS`] later, as `wasmsched run` does on Kubernetes, where a pod waits
+    /// as long as it exists: dropping it makes the big jobs of a real trace vanish and every delay
+    /// look better than it was.
+    pub drop_timed_out_gangs: bool,
+}
+
+/// How long after its timeout a gang is submitted again: the Kubernetes path's default.
+pub const RESUBMIT_AFTER_SECONDS: u64 = 10;
+
+impl From<&CoreConfig> for ReplaySettings {
+    fn from(core: &CoreConfig) -> ReplaySettings {
+        ReplaySettings { core: core.clone(), drop_timed_out_gangs: false }
+    }
+}
+
+impl From<&ReplaySettings> for ReplaySettings {
+    fn from(settings: &ReplaySettings) -> ReplaySettings {
+        settings.clone()
+    }
+}
+
+impl From<CoreConfig> for ReplaySettings {
+    fn from(core: CoreConfig) -> ReplaySettings {
+        ReplaySettings { core, drop_timed_out_gangs: false }
+    }
 }
 
 /// Replay `jobs` on a copy of `nodes` with `set`, queues `queues`, the core's default settings.
@@ -218,10 +254,10 @@ pub fn run_observed(
     nodes: &NodeTable,
     queues: &QueueTree,
     jobs: &[Job],
-    config: &CoreConfig,
+    settings: impl Into<ReplaySettings>,
     mut observe: impl FnMut(TimedDecision<'_>),
 ) -> Result<TimedRun, ReplayError> {
-    run_with_devices(policies, nodes, None, queues, jobs, config, |o| {
+    run_with_devices(policies, nodes, None, queues, jobs, settings, |o| {
         if let Observed::Decision(d) = o {
             observe(d)
         }
@@ -262,10 +298,11 @@ pub fn run_with_devices(
     dra: Option<&wasmsched_dra::Objects>,
     queues: &QueueTree,
     jobs: &[Job],
-    config: &CoreConfig,
+    settings: impl Into<ReplaySettings>,
     mut observe: impl FnMut(Observed<'_>),
 ) -> Result<TimedRun, ReplayError> {
-    let config = CoreConfig { await_termination: true, ..config.clone() };
+    let settings = settings.into();
+    let config = CoreConfig { await_termination: true, ..settings.core.clone() };
     let mut core = SchedulerCore::new(queues.clone(), config.clone());
     *core.topologies_mut() = nodes.topologies().clone();
     let mut devices = dra.map(|objects| Devices::new(objects, nodes));
@@ -297,6 +334,16 @@ pub fn run_with_devices(
             }
         }
     }
+    // A replica no node could hold even empty is refused at arrival, not left to wait forever
+    // as if the cluster were only busy.
+    for (j, workload) in lookup.workloads.iter().enumerate() {
+        if !never[j]
+            && let Some(reason) = workload.members.first().and_then(|task| never_fits(task, nodes))
+        {
+            progress.out[j].waiting_reason = Some(format!("refused: {reason}"));
+            never[j] = true;
+        }
+    }
     let mut arrivals: Vec<usize> = (0..jobs.len()).filter(|&j| !never[j]).collect();
     arrivals.sort_by_key(|&i| (jobs[i].arrival, i));
     let mut next_arrival = 0;
@@ -319,12 +366,17 @@ pub fn run_with_devices(
         .into_iter()
         .flatten()
         .min();
-        let wakeup = core
-            .next_wakeup()
-            .map(|t| t.max(now.saturating_add(1)))
-            // The core's wake-ups alone (back-offs of work that is not parked) end once nothing
-            // changes.
-            .filter(|&t| t <= progress.last_change.max(rollout).saturating_add(idle_limit));
+        let quiet_until = progress.last_change.max(rollout).saturating_add(idle_limit);
+        // The core's wake-ups alone (back-offs of work that is not parked), and gangs submitted
+        // again after a timeout, end once nothing changes.
+        let wakeup = [
+            core.next_wakeup().map(|t| t.max(now.saturating_add(1))),
+            progress.agenda.resubmissions.peek().map(|Reverse((t, _))| *t),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .filter(|&t| t <= quiet_until);
         now = match (external, wakeup) {
             (None, None) => break,
             (a, b) => a.unwrap_or(u64::MAX).min(b.unwrap_or(u64::MAX)),
@@ -388,6 +440,17 @@ pub fn run_with_devices(
                 Err(e) => return Err(ReplayError::Job { job: jobs[i].name.clone(), reason: e.to_string() }),
             }
         }
+        while let Some(&Reverse((t, j))) = p.agenda.resubmissions.peek() {
+            if t != now {
+                break;
+            }
+            p.agenda.resubmissions.pop();
+            // Its earlier incarnation was forgotten at its timeout; a refusal now is reported as
+            // at arrival.
+            if let Err(e) = core.submit(lookup.workloads[j].clone(), now) {
+                p.out[j].waiting_reason = Some(format!("refused: {e}"));
+            }
+        }
         if let Some(d) = devices.as_mut() {
             for j in d.take_forgiven() {
                 let spec = &lookup.workloads[j];
@@ -411,7 +474,13 @@ pub fn run_with_devices(
             {
                 dev.release(task);
             }
-            let mut driver = Driver { jobs: &lookup, progress: &mut progress, core: &mut core, now };
+            let mut driver = Driver {
+                jobs: &lookup,
+                progress: &mut progress,
+                core: &mut core,
+                now,
+                resubmit_after: (!settings.drop_timed_out_gangs).then_some(RESUBMIT_AFTER_SECONDS),
+            };
             carry_out(d, &mut driver);
             progress.counts.faults += d.faults().len();
             let (task, job) = lookup.of(d);
@@ -564,4 +633,49 @@ fn waiting_replicas(core: &SchedulerCore, spec: &wasmsched_core::Workload) -> Op
     let members: Vec<(String, bool)> =
         core.members_of(&spec.name).into_iter().flatten().map(|(t, placed)| (t.id.clone(), placed)).collect();
     members.iter().any(|(_, placed)| *placed).then(|| members.into_iter().filter(|(_, p)| !p).map(|(t, _)| t).collect())
+}
+
+/// Why no node of `nodes` could ever hold `task`, even with nothing else on it; None when one
+/// could. Only what a node has counts here (GPUs, their model and memory, CPU and memory), not its
+/// labels or taints: those a cluster's operator may change.
+fn never_fits(task: &Task, nodes: &NodeTable) -> Option<String> {
+    let gpu = &task.gpu;
+    let (mut most_gpus, mut most_cpu, mut most_memory) = (0u32, 0u64, 0u64);
+    for node in nodes.slots().filter_map(|s| nodes.get(s)) {
+        let gpus = node
+            .gpus
+            .iter()
+            .filter(|g| {
+                g.health != wasmsched_api::GpuHealth::Unhealthy
+                    && gpu.allows_model(&g.model)
+                    && g.memory_bytes >= gpu.memory_bytes_per_gpu
+            })
+            .count() as u32;
+        let (cpu, memory) = (node.allocatable.cpu_milli, node.allocatable.memory_bytes);
+        if gpus >= gpu.count && cpu >= task.request.cpu_milli && memory >= task.request.memory_bytes {
+            return None;
+        }
+        most_gpus = most_gpus.max(gpus);
+        most_cpu = most_cpu.max(cpu);
+        most_memory = most_memory.max(memory);
+    }
+    let mut why = Vec::new();
+    if gpu.count > most_gpus {
+        let kind = if gpu.models.is_empty() { String::new() } else { format!(" ({})", gpu.models.join(" or ")) };
+        why.push(format!("{} GPUs{kind} on one node, and no node has more than {most_gpus}", gpu.count));
+    }
+    if task.request.cpu_milli > most_cpu {
+        why.push(format!("{} milli-CPU, and no node has more than {most_cpu}", task.request.cpu_milli));
+    }
+    if task.request.memory_bytes > most_memory {
+        why.push(format!(
+            "{} MiB of memory, and no node has more than {}",
+            task.request.memory_bytes >> 20,
+            most_memory >> 20
+        ));
+    }
+    if why.is_empty() {
+        why.push("no single node has all it asks for at once".into());
+    }
+    Some(format!("no node could ever hold one replica: it asks {}", why.join("; ")))
 }

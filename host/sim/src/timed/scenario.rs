@@ -28,10 +28,12 @@ pub struct Job {
     /// Leaf queue it waits in.
     #[serde(default = "default_queue")]
     pub queue: String,
-    /// Arrival time (s).
+    /// Arrival time (s; a fraction is rounded to the nearest second, the replay's tick).
+    #[serde(deserialize_with = "seconds::whole")]
     pub arrival: u64,
-    /// Run time once started (s); `None` runs until the end of the replay.
-    #[serde(default)]
+    /// Run time once started (s; fractions rounded, at least 1 s); `None` runs until the end of
+    /// the replay.
+    #[serde(default, deserialize_with = "seconds::some_whole")]
     pub duration: Option<u64>,
     /// Higher runs first within its queue, and may preempt lower.
     #[serde(default)]
@@ -65,17 +67,17 @@ pub struct Job {
     pub preempts: bool,
     /// It saves a checkpoint when preempted, taking this long (s); the progress made is kept. Without
     /// it an evicted job starts over.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "seconds::some_whole")]
     pub checkpoint_seconds: Option<u64>,
     /// Grace period it is given to checkpoint (s); default the core's (30 s).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "seconds::some_whole")]
     pub grace_seconds: Option<u64>,
     /// How long an evicted replica takes to stop (s): its GPUs stay in use meanwhile and its
     /// preemptor waits, as on Kubernetes, where an eviction is a graceful deletion. Default 0.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "seconds::some_whole")]
     pub termination_seconds: Option<u64>,
     /// A gang not placed within this long is given up (s); default the core's (600 s).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "seconds::some_whole")]
     pub timeout: Option<u64>,
     /// Labels of each replica: what other jobs' `pod_affinity` terms select.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -908,5 +910,72 @@ impl Scenario {
     /// The scenario's queues, with its flavors.
     pub fn queue_tree(&self) -> Result<QueueTree, String> {
         queue_tree_with(&self.flavors, &self.queues)
+    }
+}
+
+/// Times in a scenario: whole seconds, or a number with a fraction (a trace's `1.5`), rounded to
+/// the nearest second — the replay's clock ticks in seconds. A non-zero duration stays at least
+/// one tick.
+mod seconds {
+    use serde::Deserializer;
+    use serde::de::{Error, Visitor};
+
+    struct Seconds {
+        /// A positive value never rounds to 0 (a duration).
+        at_least_one: bool,
+    }
+
+    impl Visitor<'_> for Seconds {
+        type Value = u64;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a time in seconds (a number from 0 on, e.g. 30 or 1.5)")
+        }
+
+        fn visit_u64<E: Error>(self, v: u64) -> Result<u64, E> {
+            Ok(v)
+        }
+
+        fn visit_i64<E: Error>(self, v: i64) -> Result<u64, E> {
+            u64::try_from(v).map_err(|_| E::custom(format!("{v} s: a time is never negative")))
+        }
+
+        fn visit_f64<E: Error>(self, v: f64) -> Result<u64, E> {
+            if !v.is_finite() || v < 0.0 || v >= u64::MAX as f64 {
+                return Err(E::custom(format!("{v} s: a time is a number from 0 on")));
+            }
+            let whole = v.round() as u64;
+            Ok(if whole == 0 && v > 0.0 && self.at_least_one { 1 } else { whole })
+        }
+    }
+
+    struct Maybe(Seconds);
+
+    impl<'de> Visitor<'de> for Maybe {
+        type Value = Option<u64>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            self.0.expecting(f)
+        }
+
+        fn visit_none<E: Error>(self) -> Result<Option<u64>, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E: Error>(self) -> Result<Option<u64>, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<u64>, D::Error> {
+            d.deserialize_any(self.0).map(Some)
+        }
+    }
+
+    pub(super) fn whole<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        d.deserialize_any(Seconds { at_least_one: false })
+    }
+
+    pub(super) fn some_whole<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        d.deserialize_option(Maybe(Seconds { at_least_one: true }))
     }
 }

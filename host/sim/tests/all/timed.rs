@@ -101,7 +101,7 @@ fn a_policy_rolled_out_mid_replay_decides_from_its_time_on_and_retries_parked_wo
             &s.node_table(),
             &queue_tree(&s.queues).unwrap(),
             &s.jobs,
-            &Default::default(),
+            timed::ReplaySettings::default(),
             |d| versions.push((d.at, d.policy_version)),
         )
         .unwrap();
@@ -193,7 +193,7 @@ fn queues_gangs_elastic_jobs_preemption_checkpoints_and_reclaim_replay_as_docume
         &s.node_table(),
         &queue_tree(&s.queues).unwrap(),
         &s.jobs,
-        &Default::default(),
+        timed::ReplaySettings::default(),
         |d| log.push(format!("t={} {:?}", d.at, d.decision)),
     )
     .unwrap();
@@ -208,9 +208,13 @@ fn queues_gangs_elastic_jobs_preemption_checkpoints_and_reclaim_replay_as_docume
     assert_eq!(span("prod-low"), (Some(200), Some(330), 1));
     assert!(log.iter().any(|l| l.starts_with("t=220 PreemptionRequested") && l.contains("prod-low")));
     assert!(log.iter().any(|l| l.starts_with("t=225 Evicted") && l.contains("checkpointed: true")));
-    // Act 3: given up at its timeout.
+    // Act 3: it times out, and is submitted again 10 s later, as `wasmsched run` does.
     assert_eq!(span("too-big"), (None, None, 0));
-    assert!(at("too-big").waiting_reason.as_deref().unwrap().contains("timed out after 60 s"));
+    let timeouts: Vec<&String> = log.iter().filter(|l| l.contains("TimedOut { workload: \"too-big\" }")).collect();
+    assert!(
+        timeouts.len() > 1 && timeouts[1].starts_with("t=530 "),
+        "submitted again 10 s later, timed out 60 s after: {timeouts:?}"
+    );
     assert!(log.iter().any(|l| l == "t=460 TimedOut { workload: \"too-big\" }"), "{log:#?}");
     // Act 4: prod reclaims its half; the evicted batch pod had no checkpoint and starts over.
     assert_eq!(span("prod-c"), (Some(510), Some(530), 0));
@@ -232,7 +236,7 @@ fn queues_gangs_elastic_jobs_preemption_checkpoints_and_reclaim_replay_as_docume
     assert_eq!(kind(225), ["Priority", "GangBroken"]);
     assert_eq!(kind(510), ["Reclaim"]);
     // 1 surplus member + 2 gang members + 1 reclaimed pod; nothing lost, nothing faulted.
-    assert_eq!((r.evictions, r.timed_out, r.faults), (4, 1, 0));
+    assert_eq!((r.evictions, r.timed_out, r.faults), (4, timeouts.len(), 0));
     assert_eq!(r.horizon, 1530);
     assert_eq!(r.queues["prod"].evictions, 1);
     assert_eq!(r.queues["batch"].evictions, 1);
@@ -248,7 +252,7 @@ fn queues_gangs_elastic_jobs_preemption_checkpoints_and_reclaim_replay_as_docume
         &s2.node_table(),
         &queue_tree(&s2.queues).unwrap(),
         &s2.jobs,
-        &Default::default(),
+        timed::ReplaySettings::default(),
         |d| again.push(format!("t={} {:?}", d.at, d.decision)),
     )
     .unwrap();
@@ -268,12 +272,57 @@ fn malformed_queues_and_jobs_in_yaml_are_rejected_with_a_reason() {
         ("replicas: 2, min_replicas: 1}", "replicas: 2, min_replicas: 3}", "min_replicas 3 must be 1..=2"),
         ("replicas: 3, timeout: 60}", "replicas: 0, timeout: 60}", "replicas must be"),
         ("{name: batch-b, queue: batch,", "{name: batch-fill-0, queue: batch,", "is taken by another job"),
-        ("checkpoint_seconds: 5}", "checkpoint_seconds: -5}", "checkpoint_seconds: invalid type: integer `-5`"),
+        ("checkpoint_seconds: 5}", "checkpoint_seconds: -5}", "checkpoint_seconds: -5 s: a time is never negative"),
+        (
+            "checkpoint_seconds: 5}",
+            "checkpoint_seconds: soon}",
+            "a time in seconds (a number from 0 on, e.g. 30 or 1.5)",
+        ),
     ] {
         assert!(EXAMPLE.contains(from), "{from}");
         let e = Scenario::parse("s.yaml", &EXAMPLE.replacen(from, to, 1)).unwrap_err().to_string();
         assert!(e.contains(why), "{why}: {e}");
     }
+}
+
+#[test]
+fn a_timed_out_gang_is_submitted_again_unless_the_replay_drops_it() {
+    let s = Scenario::parse("queues-gangs-preemption.yaml", EXAMPLE).unwrap();
+    let set = full_set();
+    let replay = |drop_timed_out_gangs: bool| {
+        let settings = timed::ReplaySettings { drop_timed_out_gangs, ..Default::default() };
+        let timeline = timed::PolicyTimeline::new(&set);
+        timed::run_observed(&timeline, &s.node_table(), &queue_tree(&s.queues).unwrap(), &s.jobs, settings, |_| {})
+            .unwrap()
+    };
+    let too_big = s.jobs.iter().position(|j| j.name == "too-big").unwrap();
+    // Dropped: given up once, at its 60 s timeout, with the reason.
+    let dropped = replay(true);
+    assert_eq!((dropped.timed_out, dropped.jobs[too_big].given_up), (1, Some(460)));
+    assert_eq!(dropped.jobs[too_big].waiting_reason.as_deref(), Some("gang timed out after 60 s"));
+    // Submitted again (the default): still waiting at the end, never given up, its demand still
+    // counted; and a gang that can never be placed does not keep the replay going.
+    let kept = replay(false);
+    assert_eq!(kept.jobs[too_big].given_up, None);
+    assert!(kept.timed_out > 1, "{}", kept.timed_out);
+    assert_eq!(kept.horizon, dropped.horizon);
+}
+
+#[test]
+fn fractional_times_are_rounded_to_the_replays_second_and_impossible_jobs_refused_at_arrival() {
+    let scenario = SCENARIO
+        .replace("\"arrival\": 1, \"duration\": 5", "\"arrival\": 1.4, \"duration\": 4.6")
+        .replace("\"arrival\": 4, \"duration\": 1,", "\"arrival\": 4, \"duration\": 0.2,");
+    let s = Scenario::parse("s.json", &scenario).unwrap();
+    let job = |name: &str| s.jobs.iter().find(|j| j.name == name).unwrap();
+    assert_eq!((job("low").arrival, job("low").duration), (1, Some(5)));
+    assert_eq!(job("cpu").duration, Some(1), "a short job still takes a tick");
+    let r = timed::run(&set(), &s.node_table(), &queue_tree(&s.queues).unwrap(), &s.jobs).unwrap();
+    let huge = &r.jobs[s.jobs.iter().position(|j| j.name == "huge").unwrap()];
+    assert_eq!(
+        huge.waiting_reason.as_deref(),
+        Some("refused: no node could ever hold one replica: it asks 2 GPUs on one node, and no node has more than 1")
+    );
 }
 
 #[test]
@@ -449,8 +498,9 @@ fn pod_affinity_spreads_replicas_and_keeps_a_sidecar_waiting_for_its_peer_in_a_r
     // would wait for web-1 to leave at 10); it starts in the next cycle. A gang of three that
     // must spread over two nodes never starts.
     assert_eq!(starts, [Some(0), Some(0), Some(11), Some(4), Some(3), None]);
+    // It times out and is submitted again, waiting for the same reason.
     let ring = jobs[5].waiting_reason.as_deref().unwrap_or_default();
-    assert!(ring.contains("timed out"), "{ring}");
+    assert!(ring.contains("affinity"), "{ring}");
     // Without the terms every pod fits at once (the nodes have room for all of them).
     for j in &mut s.jobs {
         j.pod_affinity = None;
