@@ -26,7 +26,7 @@ fn replay_with_events(set: &PolicySet, scenario: &Scenario) -> (TimedRun, Vec<Pa
         &scenario.node_table(),
         &scenario.queue_tree().unwrap(),
         &scenario.jobs,
-        &Default::default(),
+        timed::ReplaySettings::default(),
         |d| {
             let facts = CycleFacts {
                 task: d.task.unwrap_or(&none),

@@ -313,7 +313,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => None,
     };
     let events = crate::events_cmd::Shown::new(events, board.as_ref().map(|b| b.publisher()), "replay")?;
-    let r = timed::run_with_devices(&policies.timeline(), &table, dra.as_ref(), &tree, &jobs, &settings, |o| {
+    let r = timed::run_with_devices(&policies.timeline(), &table, dra.as_ref(), &tree, &jobs, settings.clone(), |o| {
         let d = match o {
             timed::Observed::Decision(d) => d,
             timed::Observed::Released(r) => {

@@ -155,7 +155,7 @@ impl From<CoreConfig> for ReplaySettings {
 
 /// Replay `jobs` on a copy of `nodes` with `set`, queues `queues`, the core's default settings.
 pub fn run(set: &PolicySet, nodes: &NodeTable, queues: &QueueTree, jobs: &[Job]) -> Result<TimedRun, ReplayError> {
-    run_observed(&PolicyTimeline::new(set), nodes, queues, jobs, &CoreConfig::default(), |_| {})
+    run_observed(&PolicyTimeline::new(set), nodes, queues, jobs, ReplaySettings::default(), |_| {})
 }
 
 /// The policy sets of a replay: the first from the start, each later one from its virtual time on

@@ -567,7 +567,7 @@ fn replay_with_devices(
         Some(objects),
         &s.queue_tree().unwrap(),
         &s.jobs,
-        &wasmsched_core::CoreConfig::default(),
+        wasmsched_core::CoreConfig::default(),
         |o| {
             let timed::Observed::Decision(d) = o else { return };
             let (wasmsched_core::Decision::Bound { task, node, .. }, false) = (d.decision, d.claims.is_empty()) else {
