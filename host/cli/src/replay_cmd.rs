@@ -139,7 +139,11 @@ struct Report<'a> {
     /// cluster was allocated while work waited for it. `null` when no job ever waited.
     utilisation_mean_while_waiting_percent: Option<f64>,
     utilisation_peak_percent: f64,
+    /// Jain's index over the queues' service ratios at the end (1 whenever everything finished).
     jain_fairness: f64,
+    /// Jain's index over the backlogged queues' allocated / deserved share, time-weighted over the
+    /// instants two or more queues had work waiting: fairness while it mattered.
+    jain_fairness_while_backlogged: Option<f64>,
     queues: &'a std::collections::BTreeMap<String, QueueStats>,
     /// What each queue's runs held, by the simulator's own count (runs going on counted up to the
     /// horizon): what `wasmsched usage --by queue` finds again from the events.
@@ -444,6 +448,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         utilisation_mean_while_waiting_percent: r.utilisation_mean_while_waiting,
         utilisation_peak_percent: r.utilisation.iter().map(|u| u.1).fold(0.0, f64::max),
         jain_fairness: r.jain_fairness,
+        jain_fairness_while_backlogged: r.jain_fairness_while_backlogged,
         queues: &r.queues,
         usage: &r.usage,
         waiting_at_end_by_reason: &r.waiting_by_reason,
@@ -557,11 +562,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .map_or_else(|| "no job waited".to_string(), |m| format!("mean {m:.2} % while work waited"));
     println!(
         "GPU allocation: {while_waiting}; {:.2} % while jobs arrived, {:.2} % over the whole run; \
-         peak {:.2} %\nJain's fairness over queues {:.3}\n",
+         peak {:.2} %\nJain's fairness over queues {:.3} at the end, {} while queues waited\n",
         report.utilisation_mean_while_arriving_percent,
         report.utilisation_mean_percent,
         report.utilisation_peak_percent,
-        report.jain_fairness
+        report.jain_fairness,
+        report.jain_fairness_while_backlogged.map_or_else(|| "– (never two at once)".into(), |j| format!("{j:.3}")),
     );
     println!(
         "{:<12} {:>7} {:>8} {:>8} {:>12} {:>10} {:>10} {:>12} {:>9} {:>8}",

@@ -30,6 +30,8 @@ pub struct QueueStats {
     pub evictions: u32,
     /// GPU-seconds received over GPU-seconds demanded (within the replay; first start to end).
     pub service_ratio: f64,
+    /// GPU-hours it held less than its deserved share while it had work waiting.
+    pub share_deficit_gpu_hours: f64,
 }
 
 /// Counters gathered along the replay.
@@ -127,6 +129,7 @@ pub(super) fn summarise(
     mut out: Vec<JobOutcome>,
     utilisation: Vec<(u64, f64)>,
     counts: Counts,
+    fairness: FairnessOverTime,
     horizon: u64,
 ) -> TimedRun {
     for o in out.iter_mut().filter(|o| o.start.is_none() && o.waiting_reason.is_none()) {
@@ -160,6 +163,7 @@ pub(super) fn summarise(
                 jct_mean: mean(&jcts),
                 evictions: ids.iter().map(|&i| out[i].evictions).sum(),
                 service_ratio: if demanded > 0.0 { received / demanded } else { 1.0 },
+                share_deficit_gpu_hours: 0.0,
             },
         );
     }
@@ -174,8 +178,13 @@ pub(super) fn summarise(
     let utilisation_mean_while_arriving = time_weighted_mean(&utilisation, arriving);
     let utilisation_mean_while_waiting = mean_over_windows(&utilisation, &waiting_windows(&out, horizon));
     let x: Vec<f64> = queues.values().map(|q| q.service_ratio).collect();
-    let (s, s2) = x.iter().fold((0.0, 0.0), |(s, s2), v| (s + v, s2 + v * v));
-    let jain_fairness = if s2 > 0.0 { s * s / (x.len() as f64 * s2) } else { 1.0 };
+    let jain_fairness = jain(&x);
+    let jain_fairness_while_backlogged = fairness.jain_while_backlogged(horizon);
+    for (q, hours) in fairness.deficit_gpu_hours(horizon) {
+        if let Some(stats) = queues.get_mut(&q) {
+            stats.share_deficit_gpu_hours = hours;
+        }
+    }
     TimedRun {
         jobs: out,
         queues,
@@ -185,6 +194,7 @@ pub(super) fn summarise(
         utilisation_mean_while_arriving,
         utilisation_mean_while_waiting,
         jain_fairness,
+        jain_fairness_while_backlogged,
         attempts: counts.attempts,
         evictions: counts.evictions,
         timed_out: counts.timed_out,
@@ -230,4 +240,72 @@ mod tests {
         assert_eq!(mean, (250.0 + 750.0 + 1000.0) / 30.0);
         assert_eq!(mean_over_windows(&steps, &waiting_windows(&out[..1], 60)), None, "nothing waited");
     }
+}
+
+/// Fairness while it matters: at each instant, the leaf queues that have work waiting
+/// (backlogged) and the part of its deserved GPU share each holds. Measured at the end of a replay
+/// in which everything finishes, every queue's service ratio is 1 and Jain's index says nothing;
+/// over the backlogged periods it says how evenly the waiting queues were served as they waited.
+#[derive(Debug, Default)]
+pub(super) struct FairnessOverTime {
+    /// (time, Jain's index over the backlogged queues' allocated / deserved) at instants with two
+    /// or more backlogged queues; (time, None) at the others.
+    samples: Vec<(u64, Option<f64>)>,
+    /// Per leaf queue: (time, GPU-milli short of its deserved share while backlogged).
+    deficit: BTreeMap<String, Vec<(u64, f64)>>,
+}
+
+impl FairnessOverTime {
+    /// The state after the cycle at `now`: each leaf's share and its (waiting, placed) tasks.
+    pub(super) fn sample(&mut self, now: u64, leaves: &[(String, u64, Option<u64>, usize)]) {
+        let mut ratios = Vec::new();
+        for (name, allocated, deserved, waiting) in leaves {
+            let short = match deserved {
+                Some(d) if *waiting > 0 && *d > 0 => {
+                    ratios.push(*allocated as f64 / *d as f64);
+                    d.saturating_sub(*allocated) as f64
+                }
+                _ => 0.0,
+            };
+            self.deficit.entry(name.clone()).or_default().push((now, short));
+        }
+        self.samples.push((now, (ratios.len() >= 2).then(|| jain(&ratios))));
+    }
+
+    /// Time-weighted Jain's index over the instants two or more queues were backlogged, up to
+    /// `horizon`; None when that never happened.
+    pub(super) fn jain_while_backlogged(&self, horizon: u64) -> Option<f64> {
+        let (mut weighted, mut length) = (0.0, 0u64);
+        for (i, &(t, j)) in self.samples.iter().enumerate() {
+            let until = self.samples.get(i + 1).map_or(horizon, |n| n.0).min(horizon);
+            if let Some(j) = j
+                && until > t
+            {
+                weighted += j * (until - t) as f64;
+                length += until - t;
+            }
+        }
+        (length > 0).then(|| weighted / length as f64)
+    }
+
+    /// Per queue: GPU-hours it was short of its deserved share while it had work waiting.
+    pub(super) fn deficit_gpu_hours(&self, horizon: u64) -> BTreeMap<String, f64> {
+        self.deficit
+            .iter()
+            .map(|(q, steps)| {
+                let mut milli_seconds = 0.0;
+                for (i, &(t, short)) in steps.iter().enumerate() {
+                    let until = steps.get(i + 1).map_or(horizon, |n| n.0).min(horizon);
+                    milli_seconds += short * until.saturating_sub(t) as f64;
+                }
+                (q.clone(), milli_seconds / 1000.0 / 3600.0)
+            })
+            .collect()
+    }
+}
+
+/// Jain's fairness index of `x`: 1 when all are equal, 1/n when one holds everything.
+fn jain(x: &[f64]) -> f64 {
+    let (s, s2) = x.iter().fold((0.0, 0.0), |(s, s2), v| (s + v, s2 + v * v));
+    if s2 > 0.0 { s * s / (x.len() as f64 * s2) } else { 1.0 }
 }

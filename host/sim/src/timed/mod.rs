@@ -84,8 +84,14 @@ pub struct TimedRun {
     /// up): how much of the cluster the scheduler kept busy while work was waiting for it — the
     /// figure that says how well it packs. `None` when no job ever waited.
     pub utilisation_mean_while_waiting: Option<f64>,
-    /// Jain's fairness index over the queues' service ratios (1 = perfectly even).
+    /// Jain's fairness index over the queues' service ratios (1 = perfectly even), at the end: in
+    /// a replay where everything finishes every ratio is 1, so this says little; see
+    /// `jain_fairness_while_backlogged`.
     pub jain_fairness: f64,
+    /// Jain's index over the backlogged leaf queues' allocated / deserved GPU share, time-weighted
+    /// over the instants when two or more queues had work waiting; `None` when that never
+    /// happened.
+    pub jain_fairness_while_backlogged: Option<f64>,
     /// Decisions taken: bindings plus failed attempts (a measure of the scheduler's work).
     pub attempts: usize,
     /// Pods evicted (preemptions, broken gangs): each member of an evicted gang counts. The
@@ -348,6 +354,7 @@ pub fn run_with_devices(
     arrivals.sort_by_key(|&i| (jobs[i].arrival, i));
     let mut next_arrival = 0;
     let mut utilisation = Vec::new();
+    let mut fairness = metrics::FairnessOverTime::default();
     let mut now = 0;
     let mut last_version = None;
     // When the policy set last changed (a rollout is a change for the core's wake-ups, not for
@@ -499,7 +506,17 @@ pub fn run_with_devices(
             }));
             report_released(&mut progress, &lookup, jobs, core.nodes(), &mut observe);
         }
-        observe(Observed::Shares(now, &core.queue_shares()));
+        let shares = core.queue_shares();
+        let tasks = core.queue_tasks();
+        let leaves: Vec<(String, u64, Option<u64>, usize)> = (0..shares.len())
+            .filter(|&i| queues.is_leaf(i))
+            .map(|i| {
+                let q = &shares[i];
+                (q.name.clone(), q.allocated.gpu_milli, q.deserved.as_ref().map(|d| d.gpu_milli), tasks[i].0)
+            })
+            .collect();
+        fairness.sample(now, &leaves);
+        observe(Observed::Shares(now, &shares));
         let pct = if capacity > 0 { 100.0 * progress.used as f64 / capacity as f64 } else { 0.0 };
         utilisation.push((now, pct));
     }
@@ -507,7 +524,7 @@ pub fn run_with_devices(
     let horizon = progress.last_change;
     utilisation.retain(|&(t, _)| t <= horizon);
     let usage = progress.runs.usage_until(horizon, &lookup);
-    let mut run = metrics::summarise(jobs, progress.out, utilisation, progress.counts, horizon);
+    let mut run = metrics::summarise(jobs, progress.out, utilisation, progress.counts, fairness, horizon);
     run.usage = usage;
     Ok(run)
 }

@@ -326,6 +326,48 @@ fn fractional_times_are_rounded_to_the_replays_second_and_impossible_jobs_refuse
 }
 
 #[test]
+fn fairness_is_measured_while_queues_wait_not_only_at_the_end() {
+    // Queue a fills the 4 GPUs at 0 with 8 jobs; b's 2 jobs arrive at 10 and wait (no preemption)
+    // until a's first four leave at 100. Everything finishes.
+    let mut jobs = Vec::new();
+    for i in 0..8 {
+        jobs.push(format!(
+            r#"{{"name": "a{i}", "queue": "a", "arrival": 0, "duration": 100, "gpus": 1, "gpu_milli": 1000}}"#
+        ));
+    }
+    for i in 0..2 {
+        jobs.push(format!(
+            r#"{{"name": "b{i}", "queue": "b", "arrival": 10, "duration": 50, "gpus": 1, "gpu_milli": 1000}}"#
+        ));
+    }
+    let scenario = format!(
+        r#"{{"nodes": [{{"name": "n1", "cpu_milli": 8000, "memory_mib": 65536, "gpus": 4, "model": "T4"}}],
+             "queues": ["a", "b"], "jobs": [{}]}}"#,
+        jobs.join(",")
+    );
+    let s = Scenario::parse("s.json", &scenario).unwrap();
+    let score = Arc::new(NativePlugin::<GpuShareScore>::new(r#"{"policy":"best-fit"}"#, 1).unwrap());
+    let no_preemption = PolicySet::builder()
+        .filter(Arc::new(NativePlugin::<ResourceFit>::new("", 1).unwrap()))
+        .score(score.clone(), 1)
+        .devices(score)
+        .fair_share(Arc::new(NativePlugin::<FairSharePolicy>::new("", 1).unwrap()))
+        .build();
+    let r = timed::run(&no_preemption, &s.node_table(), &queue_tree(&s.queues).unwrap(), &s.jobs).unwrap();
+    // At the end every queue got all it asked for: the end-of-run index says "perfectly fair".
+    assert!(r.jain_fairness > 0.999, "{}", r.jain_fairness);
+    // While both waited (10–100; from 100 b's jobs run and it waits no more): a held 4 GPUs of
+    // its deserved 2 and b none — an index of 0.5.
+    let backlogged = r.jain_fairness_while_backlogged.unwrap();
+    assert!((backlogged - 0.5).abs() < 1e-9, "{backlogged}");
+    let b = |name: &str| r.jobs[s.jobs.iter().position(|j| j.name == name).unwrap()].start;
+    assert_eq!((b("b0"), b("b1")), (Some(100), Some(100)), "b served first when GPUs free");
+    // b was 2 GPUs short for 90 s: 0.05 GPU-hours.
+    assert!((r.queues["b"].share_deficit_gpu_hours - 0.05).abs() < 1e-9, "{:?}", r.queues["b"]);
+    assert_eq!(r.queues["a"].share_deficit_gpu_hours, 0.0);
+}
+
+#[test]
 fn the_openb_default_trace_replays_in_time() {
     let text =
         include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/traces/openb/openb_pod_list_default.csv"));
