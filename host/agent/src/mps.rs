@@ -67,13 +67,16 @@ pub struct MpsDaemons {
     control: PathBuf,
     dir: PathBuf,
     shm: PathBuf,
+    /// Starts and stops one at a time: `Allocate` starting a GPU's daemon and the upkeep quitting
+    /// it must not cross (a second daemon on one pipe directory, or a quit after a start).
+    changing: std::sync::Mutex<()>,
 }
 
 impl MpsDaemons {
     /// Daemons run with the control program `control` (`nvidia-cuda-mps-control`), one pipe
     /// directory per GPU under `dir`; `shm` is the host directory that is the daemons' `/dev/shm`.
     pub fn new(control: impl Into<PathBuf>, dir: impl Into<PathBuf>, shm: impl Into<PathBuf>) -> MpsDaemons {
-        MpsDaemons { control: control.into(), dir: dir.into(), shm: shm.into() }
+        MpsDaemons { control: control.into(), dir: dir.into(), shm: shm.into(), changing: Default::default() }
     }
 
     /// The pipe directory of `gpu`'s daemon, as the host sees it.
@@ -94,6 +97,11 @@ impl MpsDaemons {
 
     /// Starts `gpu`'s daemon unless it runs; returns once it has written its pid.
     pub fn ensure(&self, gpu: &str) -> Result<u32, MpsError> {
+        let _one_at_a_time = self.changing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.start(gpu)
+    }
+
+    fn start(&self, gpu: &str) -> Result<u32, MpsError> {
         if let Some(pid) = self.running(gpu) {
             return Ok(pid);
         }
@@ -140,6 +148,11 @@ impl MpsDaemons {
 
     /// Asks `gpu`'s daemon to quit (its servers end with it) and waits until it is gone.
     pub fn quit(&self, gpu: &str) -> Result<(), MpsError> {
+        let _one_at_a_time = self.changing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.stop(gpu)
+    }
+
+    fn stop(&self, gpu: &str) -> Result<(), MpsError> {
         if self.running(gpu).is_none() {
             // Gone already; its pid file, if left, names nobody.
             let _ = std::fs::remove_file(self.pipe_dir(gpu).join(PID_FILE));
@@ -180,7 +193,12 @@ impl MpsDaemons {
     /// whose share pods run without their server — the daemon died, or ended with the agent's
     /// container — gets it back), and the others (found by the pid files in their pipe
     /// directories) are quit.
-    pub fn reconcile(&self, wanted: &BTreeSet<String>) {
+    ///
+    /// `wanted` is asked once the daemons are held still, so a share decided meanwhile (whose
+    /// `Allocate` may have found its daemon running) is counted and its daemon kept.
+    pub fn reconcile(&self, wanted: impl FnOnce() -> BTreeSet<String>) {
+        let _one_at_a_time = self.changing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let wanted = &wanted();
         let mut running = BTreeSet::new();
         if let Ok(entries) = std::fs::read_dir(&self.dir) {
             for entry in entries.flatten() {
@@ -193,10 +211,10 @@ impl MpsDaemons {
         }
         for gpu in running.union(wanted) {
             let result = if !wanted.contains(gpu) {
-                self.quit(gpu)
+                self.stop(gpu)
             } else if self.running(gpu).is_none() {
                 tracing::warn!(gpu, "no MPS control daemon for a GPU with shares; starting it");
-                self.ensure(gpu).map(drop)
+                self.start(gpu).map(drop)
             } else {
                 Ok(())
             };
@@ -230,10 +248,12 @@ pub async fn keep(
 ) {
     loop {
         if decisions.listed() {
-            let by_index = decisions.share_gpus();
-            let wanted = gpus.gpus().into_iter().filter(|g| by_index.contains(&g.index)).map(|g| g.id).collect();
-            let mps = mps.clone();
-            let _ = tokio::task::spawn_blocking(move || mps.reconcile(&wanted)).await;
+            let (mps, gpus, decisions) = (mps.clone(), gpus.clone(), decisions.clone());
+            let wanted = move || {
+                let by_index = decisions.share_gpus();
+                gpus.gpus().into_iter().filter(|g| by_index.contains(&g.index)).map(|g| g.id).collect()
+            };
+            let _ = tokio::task::spawn_blocking(move || mps.reconcile(wanted)).await;
         }
         let pause = if decisions.listed() { every } else { every.min(Duration::from_millis(250)) };
         tokio::select! {

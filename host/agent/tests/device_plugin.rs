@@ -149,7 +149,7 @@ impl Node {
 
     async fn stop(self) {
         // The stand-in daemons end with the test.
-        self.mps.reconcile(&BTreeSet::new());
+        self.mps.reconcile(BTreeSet::new);
         self.stop.send(true).unwrap();
         for s in self.servers {
             tokio::time::timeout(Duration::from_secs(10), s).await.unwrap().unwrap().unwrap();
@@ -361,17 +361,17 @@ async fn a_gpus_mps_daemon_runs_while_it_holds_shares_and_comes_back_if_it_dies(
     // Killed (an agent container restart ends it too) while its GPU holds shares: started again.
     assert!(Command::new("kill").arg(pid.to_string()).status().unwrap().success());
     until("the daemon gone", || node.mps.running(&uuid(5)).is_none().then_some(())).await;
-    node.mps.reconcile(&wanted(&node.decisions.share_gpus().into_iter().collect::<Vec<_>>()));
+    node.mps.reconcile(|| wanted(&node.decisions.share_gpus().into_iter().collect::<Vec<_>>()));
     let again = node.mps.running(&uuid(5)).expect("started again");
     assert_ne!(again, pid);
     // One share ends: the daemon stays for the other.
     node.decisions.delete("uid-infer-a");
-    node.mps.reconcile(&wanted(&[5]));
+    node.mps.reconcile(|| wanted(&[5]));
     assert_eq!(node.mps.running(&uuid(5)), Some(again));
     // The last ends: it quits, so GPU 5 can be given whole without MPS in front of it.
     node.decisions.delete("uid-infer-b");
     assert!(node.decisions.share_gpus().is_empty());
-    node.mps.reconcile(&wanted(&[]));
+    node.mps.reconcile(|| wanted(&[]));
     assert_eq!(node.mps.running(&uuid(5)), None);
     assert!(!node.mps.pipe_dir(&uuid(5)).join("nvidia-cuda-mps-control.pid").exists());
     node.stop().await;
@@ -490,5 +490,26 @@ async fn a_restarted_agent_keeps_the_mps_daemons_of_running_share_pods() {
     until("the daemon quit", || node.mps.running(&uuid(5)).is_none().then_some(())).await;
     stop.send(true).unwrap();
     within(keeper).await.unwrap();
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allocation_during_the_upkeep_never_loses_its_daemon() {
+    let node = Node::start().await;
+    node.mps.ensure(&uuid(3)).unwrap();
+    // The upkeep finds GPU 3 without shares (its answer takes 300 ms); 100 ms in, a share of GPU 3
+    // is allocated and asks for its daemon. Either the quit comes first and the allocation starts
+    // the daemon again, or the allocation's daemon is kept: never a share left without one.
+    let mps = node.mps.clone();
+    let upkeep = std::thread::spawn(move || {
+        mps.reconcile(|| {
+            std::thread::sleep(Duration::from_millis(300));
+            BTreeSet::new()
+        })
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    node.mps.ensure(&uuid(3)).unwrap();
+    upkeep.join().unwrap();
+    assert!(node.mps.running(&uuid(3)).is_some(), "the allocated share has its daemon");
     node.stop().await;
 }
