@@ -50,6 +50,10 @@ pub struct Args {
     /// Never evict running work (no preempt stage).
     #[arg(long)]
     no_preemption: bool,
+    /// A run another queue reclaims must have run this long (s); 0 reclaims any run (as
+    /// `wasmsched run --reclaim-min-runtime`).
+    #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+    reclaim_min_runtime: u64,
     /// How long a gang may wait unplaced before it times out (s); a job's own `timeout` wins.
     #[arg(long, value_name = "SECONDS", default_value_t = CoreConfig::default().gang_timeout_seconds)]
     gang_timeout: u64,
@@ -291,7 +295,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let events = args.sink.open_for_simulation("replay")?;
     let mut policy_events = policies.events().into_iter().peekable();
     let mut decisions_by_version: std::collections::BTreeMap<u64, usize> = Default::default();
-    let config = CoreConfig { gang_timeout_seconds: args.gang_timeout, ..CoreConfig::default() };
+    let config = CoreConfig {
+        gang_timeout_seconds: args.gang_timeout,
+        reclaim_min_runtime_seconds: args.reclaim_min_runtime,
+        ..CoreConfig::default()
+    };
     let settings = timed::ReplaySettings { core: config.clone(), drop_timed_out_gangs: args.drop_timed_out_gangs };
     let by_name: std::collections::HashMap<&str, &Job> = jobs.iter().map(|j| (j.name.as_str(), j)).collect();
     // Per workload: failed attempts since it last ran, and the gang fit of the last one.

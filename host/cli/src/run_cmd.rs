@@ -67,6 +67,10 @@ pub struct Args {
     /// Binds in flight at most.
     #[arg(long, default_value_t = 16)]
     bind_concurrency: usize,
+    /// A run another queue reclaims must have run this long (s), so a placement just made is never
+    /// taken back and queues cannot trade capacity back and forth; 0 reclaims any run.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0, env = "WASMSCHED_RECLAIM_MIN_RUNTIME")]
+    reclaim_min_runtime: u64,
     /// Requests per second to the API server (kube-scheduler's `clientConnection.qps`); 0: no
     /// limit. The Lease has a client of its own, outside this limit.
     #[arg(long, default_value_t = 50.0)]
@@ -140,6 +144,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         tokio::spawn(metrics::serve(listener, metrics.clone()));
         let mut config = SchedulerConfig::new(&args.scheduler_name);
         config.bind_concurrency = args.bind_concurrency;
+        config.core.reclaim_min_runtime_seconds = args.reclaim_min_runtime;
         config.owner_kinds = owner_kinds;
         if args.leader_elect {
             let identity = match &args.identity {

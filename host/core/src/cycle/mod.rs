@@ -120,6 +120,10 @@ pub struct CoreConfig {
     /// preemptor at once would hand the victims' GPUs out twice. `false` treats an eviction as
     /// instant (trace replays that do not model termination).
     pub await_termination: bool,
+    /// A run another queue reclaims must have run this long (s), every running member of its
+    /// workload: what it loses is then never a placement just made, and queues cannot take
+    /// capacity back and forth within a moment. 0 (the default for now) reclaims any run.
+    pub reclaim_min_runtime_seconds: u64,
 }
 
 impl Default for CoreConfig {
@@ -135,6 +139,7 @@ impl Default for CoreConfig {
             reuse_failures: true,
             max_attempts_per_cycle: None,
             await_termination: false,
+            reclaim_min_runtime_seconds: 0,
         }
     }
 }

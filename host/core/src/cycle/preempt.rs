@@ -39,6 +39,8 @@ struct Preemptor<'a> {
     may_reclaim: bool,
     /// The resource flavor tried (its name), whose quota the preemptor's members take.
     flavor: Option<&'a str>,
+    /// The cycle's time (s): how long a reclaim victim has run.
+    now: u64,
 }
 
 impl Preemptor<'_> {
@@ -85,9 +87,11 @@ impl Preemptor<'_> {
         if surplus && v.spec.priority <= self.priority {
             return true;
         }
+        let min_runtime = core.config.reclaim_min_runtime_seconds;
         self.may_reclaim
             && core.queues.get(v.leaf).is_some_and(|q| q.reclaimable)
             && over_share.get(v.leaf).copied().unwrap_or(false)
+            && v.members.iter().flatten().all(|m| self.now.saturating_sub(m.started) >= min_runtime)
     }
 }
 
@@ -167,6 +171,7 @@ fn preempt_with(
         quota_bound: admitted < min,
         may_reclaim,
         flavor: flavor_name.as_deref(),
+        now,
     };
     let members: Vec<Task> =
         e.spec.members.iter().map(|t| core.prepare(t, flavor, &mut None)).collect::<Result<_, _>>()?;

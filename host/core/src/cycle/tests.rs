@@ -667,6 +667,30 @@ fn reclaim_returns_borrowed_capacity_and_never_ping_pongs() {
 }
 
 #[test]
+fn reclaim_waits_until_the_run_it_takes_back_has_run_its_minimum() {
+    let mut c = core(vec![queue("a", 1), queue("b", 1)], &[("n0", 8), ("n1", 8)]);
+    c.config.reclaim_min_runtime_seconds = 60;
+    c.submit(job("a1", "a", 0, 8), 0).unwrap();
+    assert_eq!(bound(&c.schedule(&full(), 0)), ["a1"]);
+    // a borrows the idle half at 30; b arrives at 40 and wants it back.
+    c.submit(job("a2", "a", 0, 8), 30).unwrap();
+    assert_eq!(bound(&c.schedule(&full(), 30)), ["a2"]);
+    c.submit(job("b1", "b", 0, 8), 40).unwrap();
+    // At 40 a1 has run 40 s and a2 10 s; at 59, 59 s and 29 s: neither may be reclaimed yet.
+    for t in [40, 59] {
+        c.upsert_node(gpu_node("n0", 8), t); // a change, so b1 is tried again
+        let d = c.schedule(&full(), t);
+        assert!(evicted(&d).is_empty(), "reclaimed a run younger than 60 s at t={t}: {d:?}");
+    }
+    // At 62 (b1's back-off over) a1 has run its minute (a2 only 32 s): a1 is the one taken
+    // back, and b1 runs.
+    c.upsert_node(gpu_node("n0", 8), 62);
+    let d = c.schedule(&full(), 62);
+    assert_eq!(evicted(&d), ["a1"], "{d:?}");
+    assert_eq!(bound(&d), ["b1"]);
+}
+
+#[test]
 fn reclaim_respects_guarantees_and_non_reclaimable_queues() {
     let mut guarded = queue("guarded", 1);
     guarded.guarantee = Resources { gpu_milli: 16_000, ..Default::default() };
