@@ -23,12 +23,12 @@
 //! kubelet: its `GetPreferredAllocation` came before the agent knew the pod). So a call no decision
 //! explains waits for the watch — it looks again on every pod the watch shows, for
 //! [`DEFAULT_GRACE`] — and only then is refused (the kubelet reports it; the pod's controller makes
-//! a new one). A call a decision explains but that is wrong (a GPU held) is refused at once. Two waiting pods whose decisions both fit a request could be
-//! swapped only if the kubelet admitted them out of watch order; each still gets GPUs the
-//! scheduler gave one of them, never a GPU twice (the check above), and the swap shows as a
-//! difference between the annotation and the kubelet's PodResources. After an agent restart, pods
-//! whose containers started hold their decided GPUs again (from their status), so nothing they
-//! hold can be given to another.
+//! a new one). A call a decision explains but that is wrong (a GPU held) is refused at once. Two
+//! waiting pods whose decisions both fit a request could be swapped only if the kubelet admitted
+//! them out of watch order; each still gets GPUs the scheduler gave one of them, never a GPU twice
+//! (the check above), and the swap shows as a difference between the annotation and the kubelet's
+//! PodResources. After an agent restart, pods whose containers started hold their decided GPUs
+//! again (from their status), so nothing they hold can be given to another.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -243,18 +243,9 @@ impl Agent {
                 (from != to).then_some((*g, from, to, why))
             })
             .collect();
-        if let (Some(sink), Some(topology)) = (&self.sink, &self.topology) {
-            for (gpu, from, to, reason) in changes {
-                sink.emit(Payload::NodeGpuHealthChanged(NodeGpuHealthChanged {
-                    node: self.node.clone(),
-                    gpu,
-                    uuid: topology.gpus().get(gpu as usize).and_then(|g| g.uuid.clone()),
-                    from: wire(from),
-                    to: wire(to),
-                    reason: reason.into(),
-                    xid: None,
-                }));
-            }
+        for (gpu, from, to, reason) in changes {
+            let uuid = self.topology.as_ref().and_then(|t| t.gpus().get(gpu as usize)).and_then(|g| g.uuid.clone());
+            self.health_changed(gpu, uuid, from, to, reason.into(), None);
         }
         self.out_of_service = gpus;
         self.publish_if_changed()
@@ -284,21 +275,29 @@ impl Agent {
             return None;
         }
         self.health.insert(index, after);
-        if let Some(sink) = &self.sink {
-            sink.emit(Payload::NodeGpuHealthChanged(NodeGpuHealthChanged {
-                node: self.node.clone(),
-                gpu: index,
-                uuid: Some(event.uuid.clone()),
-                from: wire(before),
-                to: wire(after),
-                reason: match event.xid {
-                    Some(xid) => format!("XID {xid}: {}", event.description),
-                    None => event.description.clone(),
-                },
-                xid: event.xid.and_then(|x| u32::try_from(x).ok()),
-            }));
-        }
+        let reason = match event.xid {
+            Some(xid) => format!("XID {xid}: {}", event.description),
+            None => event.description.clone(),
+        };
+        let xid = event.xid.and_then(|x| u32::try_from(x).ok());
+        self.health_changed(index, Some(event.uuid.clone()), before, after, reason, xid);
         self.publish_if_changed()
+    }
+
+    /// Publishes `node-gpu-health-changed`.
+    fn health_changed(
+        &self,
+        gpu: u32,
+        uuid: Option<String>,
+        from: Health,
+        to: Health,
+        reason: String,
+        xid: Option<u32>,
+    ) {
+        if let Some(sink) = &self.sink {
+            let (node, from, to) = (self.node.clone(), wire(from), wire(to));
+            sink.emit(Payload::NodeGpuHealthChanged(NodeGpuHealthChanged { node, gpu, uuid, from, to, reason, xid }));
+        }
     }
 
     fn publish_if_changed(&mut self) -> Option<NodeReport> {

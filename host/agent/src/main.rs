@@ -288,13 +288,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 }
                 if let Some(report) = agent.observe(found) {
                     tracing::info!(node = %args.node, labels = report.labels.len(), "inventory changed");
-                    if let Some(dir) = &args.write {
-                        report.write(dir)?;
-                    }
-                    if let Some(o) = node_object.as_mut() {
-                        o.pending = Some(report);
-                        o.flush(&args.node);
-                    }
+                    deliver(report, &args, node_object.as_mut())?;
                 }
             }
             // A failing discovery keeps the last good report: the node did not lose its GPUs
@@ -305,19 +299,14 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             Err(e) => return Err(anyhow::Error::new(e).context("discovery")),
         }
         // GPUs an operator took out of service (or put back) since the last round.
-        if let Some(o) = node_object.as_mut()
-            && let Some(gpus) = o.out_of_service(&args.node)
+        if let Some(gpus) = node_object.as_ref().and_then(|o| o.out_of_service(&args.node))
             && let Some(report) = agent.set_out_of_service(gpus)
         {
             tracing::info!(node = %args.node, unhealthy = ?agent.unhealthy(), "GPUs out of service changed");
             if let Some(plugin) = &device_plugin {
                 plugin.gpus.set_health(&agent.unhealthy());
             }
-            if let Some(dir) = &args.write {
-                report.write(dir)?;
-            }
-            o.pending = Some(report);
-            o.flush(&args.node);
+            deliver(report, &args, node_object.as_mut())?;
         }
         if args.once {
             break;
@@ -333,13 +322,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                     plugin.gpus.set_health(&agent.unhealthy());
                 }
                 if let Some(report) = changed {
-                    if let Some(dir) = &args.write {
-                        report.write(dir)?;
-                    }
-                    if let Some(o) = node_object.as_mut() {
-                        o.pending = Some(report);
-                        o.flush(&args.node);
-                    }
+                    deliver(report, &args, node_object.as_mut())?;
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}
@@ -358,6 +341,22 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         return Err(e);
     }
     Ok(wasmsched_events::cli::delivered(stats.as_ref())?)
+}
+
+/// Writes a changed report where the agent was told to: `--write DIR` and the Node object.
+fn deliver(
+    report: wasmsched_agent::NodeReport,
+    args: &RunArgs,
+    node_object: Option<&mut NodeObject>,
+) -> anyhow::Result<()> {
+    if let Some(dir) = &args.write {
+        report.write(dir)?;
+    }
+    if let Some(o) = node_object {
+        o.pending = Some(report);
+        o.flush(&args.node);
+    }
+    Ok(())
 }
 
 /// The Kubernetes Node object the agent writes its report on.

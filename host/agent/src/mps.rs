@@ -119,31 +119,23 @@ impl MpsDaemons {
             .env("CUDA_MPS_LOG_DIRECTORY", &logs)
             .stdin(Stdio::null())
             .output()
-            .map_err(|source| MpsError::Spawn { program: self.control.display().to_string(), source })?;
+            .map_err(|source| self.spawn_error(source))?;
         if !out.status.success() {
             return Err(MpsError::Daemon {
                 gpu: gpu.into(),
                 what: format!("did not start ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()),
             });
         }
-        let started = Instant::now();
-        loop {
-            if let Some(pid) = self.running(gpu) {
-                tracing::info!(gpu, pid, pipes = %pipes.display(), "MPS control daemon started");
-                return Ok(pid);
-            }
-            if started.elapsed() > SETTLE {
-                return Err(MpsError::Daemon {
-                    gpu: gpu.into(),
-                    what: format!(
-                        "wrote no pid in {} within {SETTLE:?} (its log: {})",
-                        pipes.display(),
-                        logs.display()
-                    ),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let Some(pid) = settled(|| self.running(gpu)) else {
+            let what = format!("wrote no pid in {} within {SETTLE:?} (its log: {})", pipes.display(), logs.display());
+            return Err(MpsError::Daemon { gpu: gpu.into(), what });
+        };
+        tracing::info!(gpu, pid, pipes = %pipes.display(), "MPS control daemon started");
+        Ok(pid)
+    }
+
+    fn spawn_error(&self, source: std::io::Error) -> MpsError {
+        MpsError::Spawn { program: self.control.display().to_string(), source }
     }
 
     /// Asks `gpu`'s daemon to quit (its servers end with it) and waits until it is gone.
@@ -164,26 +156,15 @@ impl MpsDaemons {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|source| MpsError::Spawn { program: self.control.display().to_string(), source })?;
+            .map_err(|source| self.spawn_error(source))?;
         if let Some(mut stdin) = child.stdin.take() {
             let _ = stdin.write_all(b"quit\n");
         }
-        let out = child
-            .wait_with_output()
-            .map_err(|source| MpsError::Spawn { program: self.control.display().to_string(), source })?;
-        let started = Instant::now();
-        while self.running(gpu).is_some() {
-            if started.elapsed() > SETTLE {
-                return Err(MpsError::Daemon {
-                    gpu: gpu.into(),
-                    what: format!(
-                        "is still running {SETTLE:?} after quit ({}): {}",
-                        out.status,
-                        String::from_utf8_lossy(&out.stderr).trim()
-                    ),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let out = child.wait_with_output().map_err(|source| self.spawn_error(source))?;
+        if settled(|| self.running(gpu).is_none().then_some(())).is_none() {
+            let why = String::from_utf8_lossy(&out.stderr);
+            let what = format!("is still running {SETTLE:?} after quit ({}): {}", out.status, why.trim());
+            return Err(MpsError::Daemon { gpu: gpu.into(), what });
         }
         tracing::info!(gpu, "MPS control daemon quit: no share of its GPU is left");
         Ok(())
@@ -222,6 +203,20 @@ impl MpsDaemons {
                 tracing::error!(gpu, error = %e, "MPS control daemon");
             }
         }
+    }
+}
+
+/// `f`'s answer once it has one, asked every 20 ms for [`SETTLE`] at most.
+fn settled<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let started = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if started.elapsed() > SETTLE {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -253,43 +253,32 @@ impl DevicePlugin for Service {
         &self,
         request: Request<PreferredAllocationRequest>,
     ) -> Result<Response<PreferredAllocationResponse>, Status> {
-        let started = std::time::Instant::now();
         let resource = self.resource.clone();
         let requests = request.into_inner().container_requests;
-        // The resource may wait (for the pod the call is for to be known): off the async workers.
-        let container_responses = blocking(move || {
-            requests
-                .iter()
-                .map(|c| {
-                    let size = usize::try_from(c.allocation_size).unwrap_or(0);
-                    let device_ids = resource.preferred(&c.available_device_ids, &c.must_include_device_ids, size)?;
-                    Ok(ContainerPreferredAllocationResponse { device_ids })
-                })
-                .collect::<Result<Vec<_>, Refusal>>()
-        })
-        .await?;
-        // The kubelet has no metric for this call: the plugin's own time, for BENCHMARKS.md.
-        tracing::debug!(
-            resource = self.resource.name(),
-            micros = started.elapsed().as_micros() as u64,
-            "answered GetPreferredAllocation"
-        );
+        let container_responses = self
+            .answer("GetPreferredAllocation", move || {
+                requests
+                    .iter()
+                    .map(|c| {
+                        let size = usize::try_from(c.allocation_size).unwrap_or(0);
+                        let device_ids =
+                            resource.preferred(&c.available_device_ids, &c.must_include_device_ids, size)?;
+                        Ok(ContainerPreferredAllocationResponse { device_ids })
+                    })
+                    .collect::<Result<Vec<_>, Refusal>>()
+            })
+            .await?;
         Ok(Response::new(PreferredAllocationResponse { container_responses }))
     }
 
     async fn allocate(&self, request: Request<AllocateRequest>) -> Result<Response<AllocateResponse>, Status> {
-        let started = std::time::Instant::now();
         let resource = self.resource.clone();
         let requests = request.into_inner().container_requests;
-        let container_responses = blocking(move || {
-            requests.iter().map(|c| resource.allocate(&c.devices_ids)).collect::<Result<Vec<_>, Refusal>>()
-        })
-        .await?;
-        tracing::debug!(
-            resource = self.resource.name(),
-            micros = started.elapsed().as_micros() as u64,
-            "answered Allocate"
-        );
+        let container_responses = self
+            .answer("Allocate", move || {
+                requests.iter().map(|c| resource.allocate(&c.devices_ids)).collect::<Result<Vec<_>, Refusal>>()
+            })
+            .await?;
         Ok(Response::new(AllocateResponse { container_responses }))
     }
 
@@ -301,11 +290,23 @@ impl DevicePlugin for Service {
     }
 }
 
-/// Runs a resource's call on the blocking pool; a refusal is the kubelet's `FailedPrecondition`
-/// with the reason (what the pod's events show).
-async fn blocking<T: Send + 'static>(call: impl FnOnce() -> Result<T, Refusal> + Send + 'static) -> Result<T, Status> {
-    match tokio::task::spawn_blocking(call).await {
-        Ok(result) => result.map_err(|r| Status::failed_precondition(r.0)),
-        Err(e) => Err(Status::internal(format!("the device plugin's call failed: {e}"))),
+impl Service {
+    /// Runs a resource's answer to the kubelet's call `what` on the blocking pool (it may wait for
+    /// the pod the call is for to be known); a refusal is the kubelet's `FailedPrecondition` with
+    /// the reason (what the pod's events show). Its time is logged at debug: the kubelet has no
+    /// metric for `GetPreferredAllocation`.
+    async fn answer<T: Send + 'static>(
+        &self,
+        what: &'static str,
+        call: impl FnOnce() -> Result<T, Refusal> + Send + 'static,
+    ) -> Result<T, Status> {
+        let started = std::time::Instant::now();
+        let result = match tokio::task::spawn_blocking(call).await {
+            Ok(result) => result.map_err(|r| Status::failed_precondition(r.0)),
+            Err(e) => Err(Status::internal(format!("the device plugin's call failed: {e}"))),
+        };
+        let micros = started.elapsed().as_micros() as u64;
+        tracing::debug!(resource = self.resource.name(), micros, "answered {what}");
+        result
     }
 }
