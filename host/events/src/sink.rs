@@ -316,15 +316,7 @@ impl EventSink {
             q.pull(shared);
             q.admit(shared, staged);
         }
-        // No fence between the push and this look (it would wait for the event's stores to reach
-        // the other CPU): the look may miss a drainer falling asleep at this very moment, which
-        // then wakes by itself within `IDLE_LOOK`.
-        if shared.sleeping.load(Ordering::Relaxed) && shared.sleeping.swap(false, Ordering::SeqCst) {
-            // Taking the lock waits until the drainer is inside its wait, so the signal is not lost.
-            drop(shared.lock());
-            shared.ready.notify_one();
-            shared.notify.notify_one();
-        }
+        shared.wake_drainer();
     }
 
     /// [`EventSink::emit_at`] for a sink that waits for room ([`OutboxConfig::wait_when_full`]):
@@ -354,11 +346,7 @@ impl EventSink {
         }
         q.admit(shared, Staged { time, record });
         drop(q);
-        if shared.sleeping.load(Ordering::Relaxed) && shared.sleeping.swap(false, Ordering::SeqCst) {
-            drop(shared.lock());
-            shared.ready.notify_one();
-            shared.notify.notify_one();
-        }
+        shared.wake_drainer();
     }
 
     /// From now on every event this sink's destination takes also goes to `tap` (see [`Tap`]). A
@@ -511,6 +499,19 @@ impl Shared {
             }
         }
         pushed
+    }
+
+    /// Wakes the drainer if it sleeps waiting for events. No fence between the event's push and
+    /// this look (it would wait for the event's stores to reach the other CPU): the look may miss a
+    /// drainer falling asleep at this very moment, which then wakes by itself within `IDLE_LOOK`.
+    #[inline]
+    fn wake_drainer(&self) {
+        if self.sleeping.load(Ordering::Relaxed) && self.sleeping.swap(false, Ordering::SeqCst) {
+            // Taking the lock waits until the drainer is inside its wait, so the signal is not lost.
+            drop(self.lock());
+            self.ready.notify_one();
+            self.notify.notify_one();
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Queue> {

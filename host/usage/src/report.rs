@@ -334,9 +334,9 @@ impl Ledger {
     /// Holes touching `[from, to]`.
     fn missing(&self, from: u64, to: u64) -> Vec<Missing> {
         let touches = |a: Option<u64>, b: u64| a.unwrap_or(0) <= to && b >= from;
-        let reported = self.reported_gaps();
-        let mut out: Vec<Missing> = self
-            .gaps()
+        let gaps = self.gaps();
+        let reported = self.reported_gaps(&gaps);
+        let mut out: Vec<Missing> = gaps
             .into_iter()
             .filter(|g: &Gap| !reported.contains(&(g.publisher.clone(), g.from_seq)))
             .filter(|g: &Gap| touches(g.after, g.before))
@@ -364,14 +364,13 @@ impl Ledger {
     /// publisher numbers the events it drops, so each report follows the gaps of the events it
     /// counts. The gaps between a report and the publisher's previous one are its, when they add
     /// up to its count; then the hole is listed once, as the report.
-    fn reported_gaps(&self) -> std::collections::BTreeSet<(String, u64)> {
+    fn reported_gaps(&self, gaps: &[Gap]) -> std::collections::BTreeSet<(String, u64)> {
         let mut by_publisher: BTreeMap<&str, Vec<(u64, u64)>> = BTreeMap::new();
         for d in &self.dropped {
             if let Some((publisher, seq)) = &d.reported_as {
                 by_publisher.entry(publisher).or_default().push((*seq, d.count));
             }
         }
-        let gaps = self.gaps();
         let mut out = std::collections::BTreeSet::new();
         for (publisher, mut reports) in by_publisher {
             reports.sort_unstable();

@@ -248,15 +248,17 @@ mod tests {
 /// over the backlogged periods it says how evenly the waiting queues were served as they waited.
 #[derive(Debug, Default)]
 pub(super) struct FairnessOverTime {
-    /// (time, Jain's index over the backlogged queues' allocated / deserved) at instants with two
-    /// or more backlogged queues; (time, None) at the others.
-    samples: Vec<(u64, Option<f64>)>,
-    /// Per leaf queue: (time, GPU-milli short of its deserved share while backlogged).
+    /// Step functions over time: Jain's index over the backlogged queues' allocated / deserved
+    /// where two or more are backlogged (else 0), and whether they are (1 or 0).
+    jain: Vec<(u64, f64)>,
+    counted: Vec<(u64, f64)>,
+    /// Per leaf queue: GPU-milli short of its deserved share while backlogged, over time.
     deficit: BTreeMap<String, Vec<(u64, f64)>>,
 }
 
 impl FairnessOverTime {
-    /// The state after the cycle at `now`: each leaf's share and its (waiting, placed) tasks.
+    /// The state after the cycle at `now`: each leaf's (name, allocated and deserved GPU-milli,
+    /// tasks waiting).
     pub(super) fn sample(&mut self, now: u64, leaves: &[(String, u64, Option<u64>, usize)]) {
         let mut ratios = Vec::new();
         for (name, allocated, deserved, waiting) in leaves {
@@ -269,23 +271,17 @@ impl FairnessOverTime {
             };
             self.deficit.entry(name.clone()).or_default().push((now, short));
         }
-        self.samples.push((now, (ratios.len() >= 2).then(|| jain(&ratios))));
+        let contended = ratios.len() >= 2;
+        self.jain.push((now, if contended { jain(&ratios) } else { 0.0 }));
+        self.counted.push((now, if contended { 1.0 } else { 0.0 }));
     }
 
     /// Time-weighted Jain's index over the instants two or more queues were backlogged, up to
     /// `horizon`; None when that never happened.
     pub(super) fn jain_while_backlogged(&self, horizon: u64) -> Option<f64> {
-        let (mut weighted, mut length) = (0.0, 0u64);
-        for (i, &(t, j)) in self.samples.iter().enumerate() {
-            let until = self.samples.get(i + 1).map_or(horizon, |n| n.0).min(horizon);
-            if let Some(j) = j
-                && until > t
-            {
-                weighted += j * (until - t) as f64;
-                length += until - t;
-            }
-        }
-        (length > 0).then(|| weighted / length as f64)
+        let window = (self.counted.first().map_or(0, |s| s.0), horizon);
+        let length = integral(&self.counted, window);
+        (length > 0.0).then(|| integral(&self.jain, window) / length)
     }
 
     /// Per queue: GPU-hours it was short of its deserved share while it had work waiting.
@@ -293,12 +289,8 @@ impl FairnessOverTime {
         self.deficit
             .iter()
             .map(|(q, steps)| {
-                let mut milli_seconds = 0.0;
-                for (i, &(t, short)) in steps.iter().enumerate() {
-                    let until = steps.get(i + 1).map_or(horizon, |n| n.0).min(horizon);
-                    milli_seconds += short * until.saturating_sub(t) as f64;
-                }
-                (q.clone(), milli_seconds / 1000.0 / 3600.0)
+                let window = (steps.first().map_or(0, |s| s.0), horizon);
+                (q.clone(), integral(steps, window) / 1000.0 / 3600.0)
             })
             .collect()
     }

@@ -141,18 +141,6 @@ pub struct ReplaySettings {
 /// How long after its timeout a gang is submitted again: the Kubernetes path's default.
 pub const RESUBMIT_AFTER_SECONDS: u64 = 10;
 
-impl From<&CoreConfig> for ReplaySettings {
-    fn from(core: &CoreConfig) -> ReplaySettings {
-        ReplaySettings { core: core.clone(), drop_timed_out_gangs: false }
-    }
-}
-
-impl From<&ReplaySettings> for ReplaySettings {
-    fn from(settings: &ReplaySettings) -> ReplaySettings {
-        settings.clone()
-    }
-}
-
 impl From<CoreConfig> for ReplaySettings {
     fn from(core: CoreConfig) -> ReplaySettings {
         ReplaySettings { core, drop_timed_out_gangs: false }
