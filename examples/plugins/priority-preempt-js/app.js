@@ -13,9 +13,14 @@ const GPU = BigInt(GPU_MILLI);
 
 const surplus = (v) => v.groupRunning > v.groupMinMember;
 
+/** A non-surplus member of a group: evicting it takes the whole running group down. */
+const breaksGroup = (v) => v.task.group !== undefined && !surplus(v);
+
+/** The work a victim loses: its own, or (when it breaks its gang) the whole running gang's. */
 function lostGpuSeconds(v) {
   if (v.checkpointable) return 0n;
-  return (v.runningSeconds * BigInt(v.task.gpu.count) * BigInt(v.task.gpu.milliPerGpu)) / GPU;
+  const own = (v.runningSeconds * BigInt(v.task.gpu.count) * BigInt(v.task.gpu.milliPerGpu)) / GPU;
+  return breaksGroup(v) ? own * BigInt(Math.max(v.groupRunning, 1)) : own;
 }
 
 function extended(resources, name) {
@@ -112,23 +117,26 @@ export class PriorityPreempt extends Policy {
   cost(c, chosen) {
     const victims = chosen.map((i) => c.victims[i]);
     let total = 0;
+    let lost = 0n;
     const groups = new Set();
     for (const v of victims) {
-      if (v.task.group !== undefined && !surplus(v)) {
+      if (breaksGroup(v)) {
         const key = `${v.task.namespace}\u0000${v.task.group}`;
         if (!groups.has(key)) {
           groups.add(key);
           total += Math.max(v.groupRunning, 1);
+          lost += lostGpuSeconds(v);
         }
       } else {
         total += 1;
+        lost += lostGpuSeconds(v);
       }
     }
     return [
-      victims.filter((v) => !surplus(v)).length,
-      total,
+      victims.some((v) => !surplus(v)) ? 1 : 0,
       Math.max(...victims.map((v) => v.task.priority)),
-      victims.reduce((sum, v) => sum + lostGpuSeconds(v), 0n),
+      lost,
+      total,
     ];
   }
 

@@ -7,9 +7,11 @@ candidate node, the cheapest set that makes room:
 2. on each node, victims are added cheapest first until the preemptor fits, then any victim that
    turns out unnecessary is dropped again (most expensive first). Cheapest: elastic surplus first,
    then lowest priority, then least GPU-time lost, then the host's order;
-3. across nodes the plan with the fewest non-surplus victims wins, then the fewest victims (a victim
-   that breaks its gang counts the whole running gang), then the lowest highest victim priority,
-   then the least GPU-time lost, then the earliest candidate.
+3. across nodes a plan of elastic surplus only wins, then the lowest highest victim priority, then
+   the least GPU-time lost, then the fewest victims, then the earliest candidate.
+
+GPU-time lost: none for a checkpointable victim, else running time × GPUs; a victim that breaks its
+gang loses the whole running gang's work (its own × the members running, counted once per gang).
 
 Configuration (JSON, all optional): `{"min_priority_diff": 1, "min_runtime_seconds": 0,
 "max_victims": 0}` (`max_victims` 0 = no limit).
@@ -28,10 +30,16 @@ def surplus(v) -> bool:
     return v.group_running > v.group_min_member
 
 
+def breaks_group(v) -> bool:
+    """A non-surplus member of a group: evicting it takes the whole running group down."""
+    return v.task.group is not None and not surplus(v)
+
+
 def lost_gpu_seconds(v) -> int:
     if v.checkpointable:
         return 0
-    return v.running_seconds * (v.task.gpu.count * v.task.gpu.milli_per_gpu) // 1000
+    own = v.running_seconds * (v.task.gpu.count * v.task.gpu.milli_per_gpu) // 1000
+    return own * max(v.group_running, 1) if breaks_group(v) else own
 
 
 def fits_after(task, node, victims) -> bool:
@@ -122,20 +130,23 @@ class PriorityPreempt(wp.Policy):
     def cost(self, c, chosen):
         victims = [c.victims[i] for i in chosen]
         total = 0
+        lost = 0
         groups = set()
         for v in victims:
-            if v.task.group is not None and not surplus(v):
+            if breaks_group(v):
                 key = (v.task.namespace, v.task.group)
                 if key not in groups:
                     groups.add(key)
                     total += max(v.group_running, 1)
+                    lost += lost_gpu_seconds(v)
             else:
                 total += 1
+                lost += lost_gpu_seconds(v)
         return (
-            sum(1 for v in victims if not surplus(v)),
-            total,
+            any(not surplus(v) for v in victims),
             max((v.task.priority for v in victims), default=-(2**31)),
-            sum(lost_gpu_seconds(v) for v in victims),
+            lost,
+            total,
         )
 
     def select_victims(self, preemptor, candidates, nodes):

@@ -82,8 +82,8 @@ mod queue;
 mod topology;
 
 pub use cycle::{
-    CoreConfig, CoreError, Decision, EvictReason, Explanation, Phase, PreemptKind, PreemptionPolicy, QueueShare,
-    RunningPod, SchedulerCore, Workload, WorkloadError, WorkloadStatus,
+    CoreConfig, CoreError, Decision, EvictReason, Explanation, Phase, PreemptKind, PreemptionPolicy, QueueMove,
+    QueueShare, RunningPod, SchedulerCore, ShareMove, Workload, WorkloadError, WorkloadStatus,
 };
 pub use effects::{Effects, carry_out};
 pub use flavor::{Flavor, add_flavored, flavored_amount, flavored_resource};

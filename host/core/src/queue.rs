@@ -26,6 +26,10 @@ pub struct QueueSpec {
     pub lending_limit: Option<Resources>,
     /// Others may reclaim what it borrows.
     pub reclaimable: bool,
+    /// How long (s) a run of this queue must have run before another queue may reclaim it;
+    /// `None`: [`crate::CoreConfig::reclaim_min_runtime_seconds`]. Longer for queues whose jobs
+    /// do not checkpoint and lose hours of work, shorter for queues of short or restartable work.
+    pub reclaim_min_runtime_seconds: Option<u64>,
     /// What a workload must satisfy to be accepted into the queue at all.
     pub admission: Admission,
     /// The [`Flavor`]s its work may use, in the order they are tried; empty: its parent's (a

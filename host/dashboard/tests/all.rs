@@ -611,6 +611,7 @@ fn decisions_of_a_cycle() -> Vec<wasmsched_events::Payload> {
             reason: PreemptReason::Priority,
             checkpoint: CheckpointOutcome::Done,
             grace_seconds: 600,
+            reclaim: None,
         }),
         // Fair share moved prod's CPU, not its GPUs.
         Payload::QueueShareChanged(QueueShareChanged {

@@ -4,15 +4,24 @@
 use crate::record::{HeldView, PackedScheduled, Record, ScheduledView, TaskView};
 use crate::schema::{
     AlertSeverity, CheckpointOutcome, EndReason, EvictedReason, FaultKind, GpuShare, GroupTimedOut, Payload,
-    PluginFault, PolicySetRef, PreemptReason, Quantity, QueueShareChanged, ScoreSummary, Stage, StageReason, TaskEnded,
-    TaskEvicted, TaskPreempted, TaskRef, TaskScheduled, TaskTopologyAlert, TaskUnschedulable,
+    PluginFault, PolicySetRef, PreemptReason, Quantity, QueueShareChanged, QueueShareMove, ReclaimCost, ScoreSummary,
+    Stage, StageReason, TaskEnded, TaskEvicted, TaskPreempted, TaskRef, TaskScheduled, TaskTopologyAlert,
+    TaskUnschedulable,
 };
 use crate::{EventSink, Timestamp};
 use wasmsched_api::{DeviceShare, Node, Stage as CoreStage, Task};
 use wasmsched_core::{
     Decision as CycleDecision, Diagnosis, EvictReason, Explanation, FaultKind as CoreFault, NodeTable, Placement,
-    PreemptKind, QueueShare,
+    PreemptKind, QueueMove, QueueShare,
 };
+
+fn share_move(m: &QueueMove) -> QueueShareMove {
+    QueueShareMove {
+        before_gpu_milli: m.before_gpu_milli,
+        after_gpu_milli: m.after_gpu_milli,
+        deserved_gpu_milli: m.deserved_gpu_milli,
+    }
+}
 
 /// One placement decision.
 pub struct Decision<'a> {
@@ -363,7 +372,7 @@ fn decision(d: &CycleDecision, facts: &CycleFacts<'_>, nodes: &NodeTable, policy
                 preemptor: facts.preemptor.map(task_ref).unwrap_or_default(),
                 reason: match kind {
                     PreemptKind::Priority => PreemptReason::Priority,
-                    PreemptKind::Reclaim => PreemptReason::Reclaim,
+                    PreemptKind::Reclaim(_) => PreemptReason::Reclaim,
                     PreemptKind::ElasticShrink => PreemptReason::ElasticShrink,
                 },
                 checkpoint: match (facts.grace_seconds, checkpointed) {
@@ -372,6 +381,14 @@ fn decision(d: &CycleDecision, facts: &CycleFacts<'_>, nodes: &NodeTable, policy
                     (Some(_), false) => CheckpointOutcome::TimedOut,
                 },
                 grace_seconds: facts.grace_seconds.unwrap_or(0),
+                reclaim: match kind {
+                    PreemptKind::Reclaim(m) => Some(ReclaimCost {
+                        victim_queue: share_move(&m.victim_queue),
+                        preemptor_queue: share_move(&m.preemptor_queue),
+                        lost_gpu_seconds: m.lost_gpu_seconds,
+                    }),
+                    _ => None,
+                },
             })]
         }
         CycleDecision::TimedOut { workload } => {

@@ -626,6 +626,53 @@ pub struct TaskPreempted {
     pub checkpoint: CheckpointOutcome,
     /// Grace period the victim was given, in seconds.
     pub grace_seconds: u64,
+    /// For a reclaim, the shares it moved and the work it cost: what an operator audits a
+    /// reclaim by. Absent for the other reasons.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim: Option<ReclaimCost>,
+}
+
+/// What one reclaim moved and cost. The queues' figures are for the whole decision (every
+/// victim evicted for the same preemptor in the same cycle); the lost work is this victim's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ReclaimCost {
+    /// The victim's queue (named in `victim.queue`): it held more than its deserved share and
+    /// keeps at least that share.
+    pub victim_queue: QueueShareMove,
+    /// The preemptor's queue (named in `preemptor.queue`): it stays within its deserved share.
+    pub preemptor_queue: QueueShareMove,
+    /// GPU-seconds of work the victim loses (its run time × its GPUs; 0 when it checkpoints).
+    pub lost_gpu_seconds: u64,
+}
+
+/// One queue's GPUs (in thousandths) around a reclaim.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct QueueShareMove {
+    /// Held before the reclaim.
+    pub before_gpu_milli: u64,
+    /// Held after it.
+    pub after_gpu_milli: u64,
+    /// The queue's deserved share when the reclaim was decided.
+    pub deserved_gpu_milli: u64,
+}
+
+impl std::fmt::Display for ReclaimCost {
+    /// `queue a 24 → 16 GPUs (deserved 16), queue b 0 → 8 (deserved 16), 12.5 GPU-h lost`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let gpus = |m: u64| m as f64 / 1000.0;
+        let (v, p) = (&self.victim_queue, &self.preemptor_queue);
+        write!(
+            f,
+            "victim's queue {} → {} GPUs (deserved {}), preemptor's queue {} → {} (deserved {}), {:.1} GPU-h lost",
+            gpus(v.before_gpu_milli),
+            gpus(v.after_gpu_milli),
+            gpus(v.deserved_gpu_milli),
+            gpus(p.before_gpu_milli),
+            gpus(p.after_gpu_milli),
+            gpus(p.deserved_gpu_milli),
+            self.lost_gpu_seconds as f64 / 3600.0
+        )
+    }
 }
 
 /// Data of `io.wasmsched.task.evicted.v1`.

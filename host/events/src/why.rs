@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use crate::schema::{Event, EvictedReason, Payload, PreemptReason, StageReason};
+use crate::schema::{Event, EvictedReason, Payload, PreemptReason, ReclaimCost, StageReason};
 use crate::time::Timestamp;
 
 /// What the stream says about one task so far.
@@ -39,6 +39,8 @@ pub enum TaskState {
         node: String,
         /// The rule that allowed it.
         reason: PreemptReason,
+        /// For a reclaim, the shares it moved and what it cost.
+        reclaim: Option<ReclaimCost>,
         /// When.
         at: Timestamp,
     },
@@ -90,6 +92,7 @@ impl Why {
                     by: e.preemptor.id.clone(),
                     node: e.node.clone(),
                     reason: e.reason,
+                    reclaim: e.reclaim,
                     at: event.time,
                 };
             }
@@ -130,12 +133,17 @@ impl fmt::Display for Why {
                     }
                 }
             }
-            TaskState::Preempted { by, node, reason, at } => write!(
-                f,
-                "{}: preempted on {node} at {at} for {by} ({}); waiting to be placed again",
-                self.task,
-                serde_json::to_value(reason).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
-            )?,
+            TaskState::Preempted { by, node, reason, reclaim, at } => {
+                write!(
+                    f,
+                    "{}: preempted on {node} at {at} for {by} ({}); waiting to be placed again",
+                    self.task,
+                    serde_json::to_value(reason).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
+                )?;
+                if let Some(r) = reclaim {
+                    write!(f, "\n  reclaim: {r}")?;
+                }
+            }
             TaskState::Evicted { node, reason, at } => write!(
                 f,
                 "{}: evicted from {node} at {at} ({}); waiting to be placed again",
@@ -228,6 +236,7 @@ mod tests {
                 reason: PreemptReason::Priority,
                 checkpoint: crate::schema::CheckpointOutcome::NotCheckpointable,
                 grace_seconds: 0,
+                reclaim: None,
             }),
         ));
         assert!(why.to_string().contains("preempted on gpu-3 at "), "{why}");

@@ -61,6 +61,11 @@ pub struct QueueSpec {
     /// Whether what the queue borrows may be reclaimed (by preemption) when its owner needs it.
     #[serde(default = "yes")]
     pub reclaimable: bool,
+    /// How long (seconds) a run of this queue is safe from reclaim by other queues; absent: the
+    /// scheduler's `--reclaim-min-runtime`. Longer for jobs that lose hours of work when stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 31536000))]
+    pub reclaim_min_runtime_seconds: Option<u64>,
     /// Limits checked when a pod (or pod group) is submitted to the queue; one they refuse waits
     /// with the reason and is tried again later.
     #[serde(default, skip_serializing_if = "Option::is_none")]

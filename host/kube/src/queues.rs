@@ -30,6 +30,7 @@ pub fn spec(q: &Queue) -> Result<QueueSpec, ConvertError> {
         borrowing_limit: plain.borrowing_limit,
         lending_limit: plain.lending_limit,
         reclaimable: q.spec.reclaimable,
+        reclaim_min_runtime_seconds: q.spec.reclaim_min_runtime_seconds,
         admission: q
             .spec
             .admission

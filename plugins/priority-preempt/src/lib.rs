@@ -6,11 +6,16 @@
 //! 2. on each node, victims are added cheapest first until the preemptor fits, then any victim
 //!    that turns out unnecessary is dropped again (most expensive first). Cheapest means: elastic
 //!    surplus members (their group stays at or above min-member) first, then lowest priority, then
-//!    least GPU-time lost (none for a checkpointable victim, else running time × GPUs), then the
-//!    host's order;
-//! 3. across nodes the plan with the fewest non-surplus victims wins, then the fewest victims (a
-//!    victim that breaks its gang counts the whole running gang), then the lowest highest victim
-//!    priority, then the least GPU-time lost, then the earliest candidate.
+//!    least GPU-time lost, then the host's order;
+//! 3. across nodes a plan of elastic surplus only wins, then the lowest highest
+//!    victim priority, then the least GPU-time lost, then the fewest victims, then the earliest
+//!    candidate.
+//!
+//! GPU-time lost is the work thrown away: none for a checkpointable victim, else running time ×
+//! GPUs — and a victim that breaks its gang (non-surplus member of a group) loses the whole running
+//! gang's work, estimated as its own times the members running, counted once per gang. Work lost
+//! comes before the number of victims: evicting one 32-GPU gang that ran for hours to place 4 GPUs
+//! costs the cluster more than evicting two 2-GPU jobs that started a minute ago.
 //!
 //! Which tasks may be victims at all (strictly lower priority in the same queue, borrowed capacity
 //! of queues above their deserved share, elastic surplus) is the host's rule; the fit estimate here
@@ -63,9 +68,19 @@ fn surplus(v: &Victim) -> bool {
     v.group_running > v.group_min_member
 }
 
-/// GPU-seconds a victim loses when evicted.
+/// GPU-seconds a victim loses when evicted: its own work, or (when it breaks its gang) the whole
+/// running gang's, each member assumed like this one.
 fn lost_gpu_seconds(v: &Victim) -> u64 {
-    if v.checkpointable { 0 } else { v.running_seconds.saturating_mul(v.task.gpu.total_milli()) / 1000 }
+    if v.checkpointable {
+        return 0;
+    }
+    let own = v.running_seconds.saturating_mul(v.task.gpu.total_milli()) / 1000;
+    if breaks_group(v) { own.saturating_mul(u64::from(v.group_running.max(1))) } else { own }
+}
+
+/// A non-surplus member of a group: evicting it takes the whole running group down.
+fn breaks_group(v: &Victim) -> bool {
+    v.task.group.is_some() && !surplus(v)
 }
 
 /// Estimate (from node totals) whether `task` fits `node` once `victims` are gone.
@@ -100,10 +115,11 @@ fn fits_after(task: &Task, node: &Node, victims: &[&Victim]) -> bool {
 /// What a plan costs, compared lexicographically (lower is better).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Cost {
-    non_surplus: usize,
-    victims: u64,
+    /// Some victim is not elastic surplus: a job stops, not just shrinks.
+    non_surplus: bool,
     top_priority: i32,
     lost: u64,
+    victims: u64,
 }
 
 impl PriorityPreempt {
@@ -160,25 +176,30 @@ impl PriorityPreempt {
 
     fn cost(&self, c: &PreemptCandidate, chosen: &[usize]) -> Cost {
         let victims: Vec<&Victim> = chosen.iter().map(|&i| &c.victims[i]).collect();
-        // A victim whose group falls below min-member takes the whole running group with it.
-        let mut total = 0u64;
+        // A victim whose group falls below min-member takes the whole running group with it:
+        // the group is counted (members and work lost) once.
+        let (mut total, mut lost) = (0u64, 0u64);
         let mut groups: Vec<(&str, &str)> = Vec::new();
         for v in &victims {
             match &v.task.group {
-                Some(g) if !surplus(v) => {
+                Some(g) if breaks_group(v) => {
                     if !groups.contains(&(v.task.namespace.as_str(), g.as_str())) {
                         groups.push((v.task.namespace.as_str(), g.as_str()));
                         total += u64::from(v.group_running.max(1));
+                        lost = lost.saturating_add(lost_gpu_seconds(v));
                     }
                 }
-                _ => total += 1,
+                _ => {
+                    total += 1;
+                    lost = lost.saturating_add(lost_gpu_seconds(v));
+                }
             }
         }
         Cost {
-            non_surplus: victims.iter().filter(|v| !surplus(v)).count(),
-            victims: total,
+            non_surplus: victims.iter().any(|v| !surplus(v)),
             top_priority: victims.iter().map(|v| v.task.priority).max().unwrap_or(i32::MIN),
-            lost: victims.iter().map(|v| lost_gpu_seconds(v)).fold(0, u64::saturating_add),
+            lost,
+            victims: total,
         }
     }
 }

@@ -98,22 +98,32 @@ fn p4_free_capacity_counts_first_and_unneeded_victims_are_dropped() {
 }
 
 #[test]
-fn fewest_victims_then_lowest_priority_then_least_lost_across_nodes() {
+fn lowest_priority_then_least_work_lost_then_fewest_victims_across_nodes() {
     let mut p = plugin("");
     let preemptor = task("p", "q", 10, 2);
-    let two_small = PreemptCandidate { node: 0, victims: vec![victim("a", 0, 1, 10), victim("b", 0, 1, 10)] };
-    let one_big = PreemptCandidate { node: 1, victims: vec![victim("c", 5, 2, 10)] };
+    let two_low = PreemptCandidate { node: 0, victims: vec![victim("a", 0, 1, 10), victim("b", 0, 1, 10)] };
+    let one_higher = PreemptCandidate { node: 1, victims: vec![victim("c", 5, 2, 10)] };
     assert_eq!(
-        choose(&mut p, &preemptor, &[two_small, one_big.clone()], &[node(2, 0), node(2, 0)]).unwrap().candidate,
-        1
-    );
-    let one_low = PreemptCandidate { node: 2, victims: vec![victim("d", 1, 2, 10)] };
-    assert_eq!(
-        choose(&mut p, &preemptor, &[one_big.clone(), one_low], &[node(2, 0), node(2, 0)]).unwrap().candidate,
+        choose(&mut p, &preemptor, &[one_higher, two_low], &[node(2, 0), node(2, 0)]).unwrap().candidate,
         1,
-        "same count: lower priority"
+        "the lowest highest priority first, however many victims"
     );
-    let mut long = victim("e", 5, 2, 100_000);
+    // Same priority: two young 1-GPU runs (20 GPU-s) before one 2-GPU run of an hour (7,200).
+    let two_young = PreemptCandidate { node: 0, victims: vec![victim("a", 1, 1, 10), victim("b", 1, 1, 10)] };
+    let one_old = PreemptCandidate { node: 1, victims: vec![victim("d", 1, 2, 3600)] };
+    assert_eq!(
+        choose(&mut p, &preemptor, &[one_old, two_young], &[node(2, 0), node(2, 0)]).unwrap().candidate,
+        1,
+        "same priority: the least GPU-time lost"
+    );
+    let two_same = PreemptCandidate { node: 0, victims: vec![victim("a", 1, 1, 10), victim("b", 1, 1, 10)] };
+    let one_same = PreemptCandidate { node: 1, victims: vec![victim("e", 1, 2, 10)] };
+    assert_eq!(
+        choose(&mut p, &preemptor, &[two_same, one_same], &[node(2, 0), node(2, 0)]).unwrap().candidate,
+        1,
+        "same work lost: the fewest victims"
+    );
+    let mut long = victim("f", 5, 2, 100_000);
     let saved = PreemptCandidate { node: 3, victims: vec![long.clone()] };
     long.checkpointable = true;
     let checkpointed = PreemptCandidate { node: 4, victims: vec![long] };
@@ -122,6 +132,31 @@ fn fewest_victims_then_lowest_priority_then_least_lost_across_nodes() {
         1,
         "a checkpointable victim loses no GPU-time"
     );
+}
+
+#[test]
+fn a_small_job_takes_young_single_runs_before_a_long_running_gang() {
+    // The replay case: a 4-GPU job, one node holding a member of a 2 × 8-GPU gang that has run
+    // 14 h, another holding four 1-GPU runs of ten minutes. Counting victims first picks the gang
+    // (two members beat four runs): it loses 224 GPU-hours instead of 40 GPU-minutes.
+    let mut p = plugin("");
+    let preemptor = task("p", "q", 0, 4);
+    let mut member = victim("g-0", 0, 8, 14 * 3600);
+    member.task.group = Some("g".into());
+    member.group_running = 2;
+    member.group_min_member = 2;
+    member.task.queue = "lender".into();
+    let gang = PreemptCandidate { node: 0, victims: vec![member] };
+    let lent = |i: usize| {
+        let mut v = victim(&format!("y{i}"), 0, 1, 600);
+        v.task.queue = "lender".into();
+        v
+    };
+    let young = PreemptCandidate { node: 1, victims: (0..4).map(lent).collect() };
+    let mut four = node(4, 0);
+    four.gpus.update(|g| g.truncate(4));
+    let plan = choose(&mut p, &preemptor, &[gang, young], &[node(8, 0), four]).unwrap();
+    assert_eq!((plan.candidate, plan.victims.len()), (1, 4));
 }
 
 #[test]
@@ -146,10 +181,11 @@ fn breaking_a_gang_counts_the_whole_gang() {
     member.group_running = 4;
     member.group_min_member = 4;
     let gang = PreemptCandidate { node: 0, victims: vec![member] };
-    let two = PreemptCandidate { node: 1, victims: vec![victim("a", 1, 1, 10), victim("b", 1, 1, 10)] };
+    let two = PreemptCandidate { node: 1, victims: vec![victim("a", 0, 1, 10), victim("b", 0, 1, 10)] };
     let mut n1 = node(2, 0);
     n1.gpus.update(|g| g.truncate(2));
-    // Node 1 needs only one of its two victims; node 0 would take a 4-member gang down.
+    // Node 1 needs only one of its two victims (10 GPU-s); node 0 would take a 4-member gang
+    // down (40 GPU-s).
     assert_eq!(choose(&mut p, &preemptor, &[gang, two], &[node(1, 0), n1]).unwrap().candidate, 1);
 }
 

@@ -4,10 +4,12 @@
 use super::*;
 
 impl SchedulerCore {
-    /// Try to place one workload (its unplaced members), preempting if it may.
     /// Try to place workload `name` (and to preempt for it when `may_preempt`). Room kept for
-    /// nominated workloads of lower priority is open to it: they do not hold back work that
-    /// outranks them, and wait for their victims again (or preempt anew) if it takes the room.
+    /// nominated workloads of lower priority *in its own queue* is open to it: they do not hold
+    /// back work that outranks them, and wait for their victims again (or preempt anew) if it
+    /// takes the room. Priority orders work within a queue only: room held for another queue's
+    /// workload (a reclaim's room above all) is never lent, or a victim's queue-mate of higher
+    /// priority would take back what its queue was over its share by.
     pub(super) fn attempt(
         &mut self,
         set: &PolicySet,
@@ -16,14 +18,14 @@ impl SchedulerCore {
         out: &mut Vec<Decision>,
         may_preempt: bool,
     ) {
-        let priority = self.entries[name].spec.priority;
+        let (priority, leaf) = (self.entries[name].spec.priority, self.entries[name].leaf);
         let mut outranked: Vec<String> = self
             .holders
             .iter()
             .filter(|w| {
-                self.entries
-                    .get(*w)
-                    .is_some_and(|e| e.phase == Phase::Preempting && e.spec.priority < priority && !e.holds.is_empty())
+                self.entries.get(*w).is_some_and(|e| {
+                    e.phase == Phase::Preempting && e.leaf == leaf && e.spec.priority < priority && !e.holds.is_empty()
+                })
             })
             .cloned()
             .collect();

@@ -180,10 +180,36 @@ pub enum EvictReason {
 pub enum PreemptKind {
     /// Higher-priority work of its own queue needed the room.
     Priority,
-    /// A queue within its deserved share took back what the victim's queue borrowed.
-    Reclaim,
+    /// A queue within its deserved share took back what the victim's queue held beyond its
+    /// share; the numbers the reclaim was judged by.
+    Reclaim(ShareMove),
     /// The victim's job was elastic and keeps running at or above its minimum.
     ElasticShrink,
+}
+
+/// A reclaim in numbers: what the victim's and the preemptor's queues hold of GPUs against their
+/// deserved shares before and after the whole plan, and the work the victim loses. An operator
+/// audits a reclaim by these (`events why`), and a replay sums what reclaims cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShareMove {
+    /// The victim's leaf queue.
+    pub victim_queue: QueueMove,
+    /// The preemptor's leaf queue.
+    pub preemptor_queue: QueueMove,
+    /// GPU-seconds of work the victim task loses: its run time × its GPUs, 0 when it can
+    /// checkpoint.
+    pub lost_gpu_seconds: u64,
+}
+
+/// One queue's GPUs (milli) around a reclaim.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueMove {
+    /// Held before the plan.
+    pub before_gpu_milli: u64,
+    /// Held after it.
+    pub after_gpu_milli: u64,
+    /// Its deserved share when it was decided.
+    pub deserved_gpu_milli: u64,
 }
 
 /// What the driver must carry out, in order.

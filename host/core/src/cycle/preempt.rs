@@ -17,7 +17,9 @@ use std::sync::Arc;
 
 use wasmsched_api::{PreemptCandidate, Resources, Task, Victim};
 
-use super::{Decision, Entry, EvictReason, Leaving, Member, Phase, PreemptKind, SchedulerCore, demand_in};
+use super::{
+    Decision, Entry, EvictReason, Leaving, Member, Phase, PreemptKind, QueueMove, SchedulerCore, ShareMove, demand_in,
+};
 use crate::node_accounting::{bind, release};
 use crate::node_table::Slot;
 use crate::placement::{Placement, place, place_among};
@@ -37,6 +39,8 @@ struct Preemptor<'a> {
     quota_bound: bool,
     /// Its queue stays within its deserved share once placed: it may reclaim.
     may_reclaim: bool,
+    /// What its min-member members take: the resources a reclaim is judged in.
+    need: Resources,
     /// The resource flavor tried (its name), whose quota the preemptor's members take.
     flavor: Option<&'a str>,
     /// The cycle's time (s): how long a reclaim victim has run.
@@ -48,14 +52,9 @@ impl Preemptor<'_> {
     /// index). One pass over the workloads; what does not depend on the victim is looked up once.
     fn eligible(&self, core: &SchedulerCore) -> Vec<(String, usize)> {
         let preempted_by = core.entries.get(self.name).map_or(&[][..], |p| p.preempted_by.as_slice());
-        // Only a preemptor that may reclaim asks whether a victim's queue is over its share.
-        let over_share: Vec<bool> = match (&core.queue_use.deserved, self.may_reclaim) {
-            (Some(d), true) => core.queue_use.allocated.iter().zip(d).map(|(a, d)| !fits(a, d)).collect(),
-            _ => Vec::new(),
-        };
         core.entries
             .values()
-            .filter(|v| self.may_evict(core, v, preempted_by, &over_share))
+            .filter(|v| self.may_evict(core, v, preempted_by))
             .flat_map(|v| {
                 v.members
                     .iter()
@@ -67,8 +66,8 @@ impl Preemptor<'_> {
     }
 
     /// Whether `v`'s running members may be evicted for it; `preempted_by` lists the workloads
-    /// that preempted it, `over_share` per queue whether it holds more than its deserved share.
-    fn may_evict(&self, core: &SchedulerCore, v: &Entry, preempted_by: &[String], over_share: &[bool]) -> bool {
+    /// that preempted it.
+    fn may_evict(&self, core: &SchedulerCore, v: &Entry, preempted_by: &[String]) -> bool {
         if v.spec.name == self.name || !v.spec.preemptible || v.phase != Phase::Running {
             return false;
         }
@@ -87,12 +86,85 @@ impl Preemptor<'_> {
         if surplus && v.spec.priority <= self.priority {
             return true;
         }
-        let min_runtime = core.config.reclaim_min_runtime_seconds;
+        // A reclaim: the whole workload leaves (it is at its minimum), so it is judged whole.
+        let min_runtime = core.queues.get(v.leaf).and_then(|q| q.reclaim_min_runtime_seconds);
+        let min_runtime = min_runtime.unwrap_or(core.config.reclaim_min_runtime_seconds);
+        let all: Vec<(String, usize)> =
+            v.members.iter().enumerate().filter(|(_, m)| m.is_some()).map(|(i, _)| (v.spec.name.clone(), i)).collect();
         self.may_reclaim
             && core.queues.get(v.leaf).is_some_and(|q| q.reclaimable)
-            && over_share.get(v.leaf).copied().unwrap_or(false)
             && v.members.iter().flatten().all(|m| self.now.saturating_sub(m.started) >= min_runtime)
+            && self.shares_allow(core, &self.reclaimed_from(core, &all))
     }
+
+    /// What evicting `chosen` takes from each queue outside the preemptor's own path (the victims'
+    /// leaves and their ancestors below the queue both share), counting only workloads that fall
+    /// below their minimum, i.e. reclaims: elastic surplus given up is not a reclaim.
+    fn reclaimed_from(&self, core: &SchedulerCore, chosen: &[(String, usize)]) -> BTreeMap<usize, Resources> {
+        let own: Vec<usize> = core.queues.chain(self.leaf).collect();
+        let mut freed: BTreeMap<usize, Resources> = BTreeMap::new();
+        for (w, i) in chosen {
+            let v = &core.entries[w];
+            let leaving = chosen.iter().filter(|(x, _)| x == w).count();
+            if v.leaf == self.leaf || v.running().saturating_sub(leaving) >= v.spec.min_member {
+                continue;
+            }
+            let held = v.held(*i, &core.queues);
+            for q in core.queues.chain(v.leaf).filter(|q| !own.contains(q)) {
+                freed.entry(q).or_default().saturating_add_assign(&held);
+            }
+        }
+        freed
+    }
+
+    /// The share rule of a reclaim (module docs): in the resources the preemptor needs, every
+    /// queue that loses is above its deserved share in at least one of them, and stays at or above
+    /// it in each of those after the eviction. With the preemptor's queue at or below its share
+    /// after placement (`may_reclaim`), the preemptor's share after the move is never above the
+    /// victim's (Kueue's rule); and because the loser keeps at least its share, a share that whole
+    /// jobs cannot meet exactly leaves the last job where it runs instead of swapping it back and
+    /// forth (the hysteresis: never less than a whole job's worth of imbalance).
+    fn shares_allow(&self, core: &SchedulerCore, freed: &BTreeMap<usize, Resources>) -> bool {
+        let Some(deserved) = core.queue_use.deserved.as_ref() else { return false };
+        freed.iter().all(|(&q, lost)| {
+            let (held, owed) = (&core.queue_use.allocated[q], &deserved[q]);
+            let mut over_in_some = false;
+            for dim in dims(&self.need).filter(|d| d.of(&self.need) > 0 && d.of(lost) > 0) {
+                if dim.of(held) > dim.of(owed) {
+                    over_in_some = true;
+                    if dim.of(held).saturating_sub(dim.of(lost)) < dim.of(owed) {
+                        return false;
+                    }
+                }
+            }
+            over_in_some
+        })
+    }
+}
+
+/// One resource of a [`Resources`]: reclaim is judged resource by resource.
+#[derive(Clone, Copy)]
+enum Dim<'a> {
+    Cpu,
+    Memory,
+    Gpu,
+    Extended(&'a str),
+}
+
+impl Dim<'_> {
+    fn of(self, r: &Resources) -> u64 {
+        match self {
+            Dim::Cpu => r.cpu_milli,
+            Dim::Memory => r.memory_bytes,
+            Dim::Gpu => r.gpu_milli,
+            Dim::Extended(name) => r.extended(name),
+        }
+    }
+}
+
+/// The resources `r` names.
+fn dims(r: &Resources) -> impl Iterator<Item = Dim<'_>> {
+    [Dim::Cpu, Dim::Memory, Dim::Gpu].into_iter().chain(r.extended.iter().map(|(k, _)| Dim::Extended(k.as_ref())))
 }
 
 /// Make room for workload `name`; on success its members are bound (or it waits nominated for
@@ -170,6 +242,7 @@ fn preempt_with(
         priority: e.spec.priority,
         quota_bound: admitted < min,
         may_reclaim,
+        need,
         flavor: flavor_name.as_deref(),
         now,
     };
@@ -235,18 +308,51 @@ fn preempt_with(
         core.entries.get_mut(name).expect("preemptor exists").phase = Phase::Preempting;
     }
     // Which rule lets each victim go, on the whole plan: the victims are released at this point,
-    // so a job still at its minimum only lost elastic surplus; otherwise its queue decides.
-    let kind_of = |core: &SchedulerCore, w: &str| {
+    // so a job still at its minimum only lost elastic surplus; otherwise its queue decides, and a
+    // reclaim records the shares it moved.
+    let deserved_gpu = |core: &SchedulerCore, q: usize| {
+        core.queue_use.deserved.as_ref().and_then(|d| d.get(q)).map_or(0, |d| d.gpu_milli)
+    };
+    let mut reclaimed_gpu: BTreeMap<usize, u64> = BTreeMap::new();
+    for (w, i, m) in &taken {
+        let v = &core.entries[w];
+        if v.leaf != leaf {
+            let held = demand_in(&v.spec.members[*i], m.flavor.as_deref(), &core.queues);
+            *reclaimed_gpu.entry(v.leaf).or_default() += held.gpu_milli;
+        }
+    }
+    let preemptor_before = core.queue_use.allocated[leaf].gpu_milli;
+    let preemptor_queue = QueueMove {
+        before_gpu_milli: preemptor_before,
+        after_gpu_milli: preemptor_before.saturating_add(who.need.gpu_milli),
+        deserved_gpu_milli: deserved_gpu(core, leaf),
+    };
+    let kind_of = |core: &SchedulerCore, w: &str, i: usize, m: &Member| {
         let v = &core.entries[w];
         if v.placed() >= v.spec.min_member {
-            PreemptKind::ElasticShrink
-        } else if v.leaf == leaf {
-            PreemptKind::Priority
-        } else {
-            PreemptKind::Reclaim
+            return PreemptKind::ElasticShrink;
         }
+        if v.leaf == leaf {
+            return PreemptKind::Priority;
+        }
+        let after = core.queue_use.allocated[v.leaf].gpu_milli;
+        let started = m.started;
+        let gpus_milli = v.spec.members[i].gpu.total_milli();
+        PreemptKind::Reclaim(ShareMove {
+            victim_queue: QueueMove {
+                before_gpu_milli: after.saturating_add(reclaimed_gpu.get(&v.leaf).copied().unwrap_or(0)),
+                after_gpu_milli: after,
+                deserved_gpu_milli: deserved_gpu(core, v.leaf),
+            },
+            preemptor_queue,
+            lost_gpu_seconds: if v.spec.checkpointable {
+                0
+            } else {
+                now.saturating_sub(started).saturating_mul(gpus_milli) / 1000
+            },
+        })
     };
-    let kinds: Vec<PreemptKind> = taken.iter().map(|(w, _, _)| kind_of(core, w)).collect();
+    let kinds: Vec<PreemptKind> = taken.iter().map(|(w, i, m)| kind_of(core, w, *i, m)).collect();
     let mut waiting_for = Vec::new();
     let mut victim_workloads: Vec<String> = Vec::new();
     for ((w, i, mut m), kind) in taken.into_iter().zip(kinds) {
@@ -468,7 +574,7 @@ fn room_for(
         let slot = slots[c];
         let mut chosen: Vec<(String, usize)> = plan.victims.iter().map(|&v| lists[c][v as usize].clone()).collect();
         whole_groups(core, &mut chosen);
-        if !guarantees_hold(core, who.leaf, &chosen) {
+        if !guarantees_hold(core, who.leaf, &chosen) || !who.shares_allow(core, &who.reclaimed_from(core, &chosen)) {
             slots.retain(|&s| s != slot);
             continue;
         }

@@ -690,6 +690,188 @@ fn reclaim_waits_until_the_run_it_takes_back_has_run_its_minimum() {
     assert_eq!(bound(&d), ["b1"]);
 }
 
+/// The reclaim numbers of each eviction in `d`, by task.
+fn reclaims(d: &[Decision]) -> Vec<(String, ShareMove)> {
+    d.iter()
+        .filter_map(|d| match d {
+            Decision::Evicted {
+                task, reason: EvictReason::Preempted { kind: PreemptKind::Reclaim(m), .. }, ..
+            } => Some((task.clone(), *m)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn reclaim_leaves_a_queue_over_a_fractional_share_by_less_than_a_job_alone() {
+    // Three queues of equal weight share 16 GPUs: 5.33 each, which 4-GPU jobs cannot meet exactly.
+    let three = || core(vec![queue("a", 1), queue("b", 1), queue("c", 1)], &[("n0", 8), ("n1", 8)]);
+    let mut c = three();
+    for (name, q) in [("a1", "a"), ("a2", "a"), ("b1", "b"), ("b2", "b")] {
+        c.submit(job(name, q, 0, 4), 0).unwrap();
+    }
+    assert_eq!(bound(&c.schedule(&full(), 0)).len(), 4);
+    c.submit(job("a3", "a", 0, 4), 1).unwrap();
+    c.submit(job("b3", "b", 0, 4), 1).unwrap();
+    c.submit(job("c1", "c", 0, 4), 100).unwrap();
+    c.submit(job("c2", "c", 0, 4), 100).unwrap();
+    // a and b hold 8 each, 2.67 over their share: taking a 4-GPU job would push either to 4, below
+    // it, and then it would be owed the job back. c waits for capacity to free up instead.
+    for t in 100..160 {
+        c.upsert_node(gpu_node("n0", 8), t); // a change, so c1 is tried again
+        let d = c.schedule(&full(), t);
+        assert!(evicted(&d).is_empty(), "reclaimed below a fractional share at t={t}: {d:?}");
+    }
+    assert!(
+        c.explain("c1").unwrap().to_string().contains("no running task may be evicted"),
+        "{}",
+        c.explain("c1").unwrap()
+    );
+    // Capacity frees up the ordinary way: c, furthest below its share, gets it.
+    c.finish("a1").unwrap();
+    let placed: Vec<String> = (160..175).flat_map(|t| bound(&c.schedule(&full(), t))).collect();
+    assert_eq!(placed, ["c1"]);
+
+    // A queue over its share by a whole job does lose one — exactly one, with the numbers recorded.
+    let mut c = three();
+    for name in ["a1", "a2", "a3"] {
+        c.submit(job(name, "a", 0, 4), 0).unwrap();
+    }
+    c.submit(job("b1", "b", 0, 4), 0).unwrap();
+    assert_eq!(bound(&c.schedule(&full(), 0)).len(), 4);
+    c.submit(job("a4", "a", 0, 4), 1).unwrap();
+    c.submit(job("b2", "b", 0, 4), 1).unwrap();
+    c.submit(job("c1", "c", 0, 4), 100).unwrap();
+    c.submit(job("c2", "c", 0, 4), 100).unwrap();
+    let d = c.schedule(&full(), 100);
+    let r = reclaims(&d);
+    assert_eq!(r.len(), 1, "{d:?}");
+    assert_eq!(bound(&d), ["c1"]);
+    let (victim, m) = &r[0];
+    assert!(victim.starts_with('a'), "{victim}");
+    let share = 16_000 / 3;
+    assert_eq!((m.victim_queue.before_gpu_milli, m.victim_queue.after_gpu_milli), (12_000, 8_000));
+    assert_eq!((m.preemptor_queue.before_gpu_milli, m.preemptor_queue.after_gpu_milli), (0, 4_000));
+    assert!(m.victim_queue.deserved_gpu_milli.abs_diff(share) <= 1, "{m:?}");
+    assert!(m.victim_queue.after_gpu_milli >= m.victim_queue.deserved_gpu_milli);
+    assert!(m.preemptor_queue.after_gpu_milli <= m.preemptor_queue.deserved_gpu_milli);
+    assert_eq!(m.lost_gpu_seconds, 4 * 100, "4 GPUs for 100 s");
+    for t in 101..200 {
+        c.upsert_node(gpu_node("n0", 8), t);
+        let d = c.schedule(&full(), t);
+        assert!(evicted(&d).is_empty(), "a second reclaim at t={t}: {d:?}");
+    }
+}
+
+#[test]
+fn a_small_job_never_evicts_a_long_running_gang_unless_the_shares_call_for_it() {
+    let nodes = [("n0", 8), ("n1", 8), ("n2", 8), ("n3", 8)];
+    // a runs two 4-GPU jobs since 0 and a 2 × 8-GPU gang since 1000; the last 8 GPUs run b's
+    // job, or two more of a's.
+    let setup = |b_pending: u32, b_runs: bool| {
+        let mut c = core(vec![queue("a", 1), queue("b", 1)], &nodes);
+        c.submit(job("s1", "a", 0, 4), 0).unwrap();
+        c.submit(job("s2", "a", 0, 4), 0).unwrap();
+        if b_runs {
+            c.submit(job("b0", "b", 0, 8), 0).unwrap();
+        } else {
+            c.submit(job("s3", "a", 0, 4), 0).unwrap();
+            c.submit(job("s4", "a", 0, 4), 0).unwrap();
+        }
+        c.schedule(&full(), 0);
+        c.submit(gang("g", "a", 2, 2, 8), 1000).unwrap();
+        assert_eq!(bound(&c.schedule(&full(), 1000)).len(), 2);
+        for i in 0..b_pending {
+            c.submit(job(&format!("b{}", i + 1), "b", 0, 4), 1100).unwrap();
+        }
+        c
+    };
+    // b asks for 4 more: its share is 12 (its request), a's 20. a is 4 over — one small job's worth.
+    // The gang has lost less work (16 GPUs × 100 s against 4 × 1,100 s), so the plugin alone would
+    // take it, leaving a at 8 GPUs, far below its 20: the host does not allow it.
+    let mut c = setup(1, true);
+    let d = c.schedule(&full(), 1100);
+    let gone = evicted(&d);
+    assert_eq!(gone.len(), 1, "{d:?}");
+    assert!(gone[0] == "s1" || gone[0] == "s2", "{gone:?}");
+    assert_eq!(bound(&d), ["b1"]);
+
+    // a holds all 32 and b asks for 16: shares 16 each, a is 16 over — a whole gang's worth. Now
+    // the shares call for it and the cheapest work to lose is the young gang's.
+    let mut c = setup(4, false);
+    let d = c.schedule(&full(), 1100);
+    let mut gone = evicted(&d);
+    gone.sort();
+    assert_eq!(gone, ["g-0", "g-1"], "{d:?}");
+    for (_, m) in reclaims(&d) {
+        assert_eq!((m.victim_queue.before_gpu_milli, m.victim_queue.after_gpu_milli), (32_000, 16_000), "{m:?}");
+    }
+}
+
+#[test]
+fn room_reclaimed_for_a_queue_is_held_for_it_against_the_victims_queue_and_lower_claimants() {
+    // a holds all 24 GPUs; b (weight 2: a share of 16) wants a 2 × 8 gang back. Evictions are
+    // graceful deletions: the victims terminate one by one.
+    let config = CoreConfig { await_termination: true, ..CoreConfig::default() };
+    let mut c = SchedulerCore::new(QueueTree::new(vec![queue("a", 1), queue("b", 2)]).unwrap(), config);
+    for n in ["n0", "n1", "n2"] {
+        c.upsert_node(gpu_node(n, 8), 0);
+    }
+    for name in ["a1", "a2", "a3"] {
+        c.submit(job(name, "a", 0, 8), 0).unwrap();
+    }
+    assert_eq!(bound(&c.schedule(&full(), 0)).len(), 3);
+    c.submit(gang("pair", "b", 2, 2, 8), 100).unwrap();
+    let d = c.schedule(&full(), 100);
+    let mut victims = evicted(&d);
+    victims.sort();
+    assert_eq!(victims.len(), 2, "{d:?}");
+    assert_eq!(c.status("pair").unwrap().phase, Phase::Preempting);
+    // Meanwhile: a higher-priority job of the victims' queue, and a lower-priority one of b's own.
+    c.submit(job("a-urgent", "a", 100, 8), 101).unwrap();
+    c.submit(job("b-low", "b", -5, 8), 101).unwrap();
+    // The first victim is gone: its room is held for the pair, which still waits for the second.
+    assert!(c.terminated(&victims[0]));
+    for t in 102..110 {
+        let d = c.schedule(&full(), t);
+        assert!(bound(&d).is_empty(), "someone took the reclaimed room at t={t}: {d:?}");
+        check_accounting(&c);
+    }
+    assert!(c.terminated(&victims[1]));
+    let d = c.schedule(&full(), 110);
+    let mut placed = bound(&d);
+    placed.sort();
+    assert_eq!(placed, ["pair-0", "pair-1"], "{d:?}");
+    for v in &victims {
+        assert_eq!(c.status(v).unwrap().phase, Phase::Pending, "{v} came back");
+    }
+}
+
+#[test]
+fn a_queue_may_protect_its_runs_from_reclaim_longer_than_the_default() {
+    let mut patient = queue("patient", 1);
+    patient.reclaim_min_runtime_seconds = Some(3600);
+    let nodes = [("n0", 8), ("n1", 8), ("n2", 8), ("n3", 8)];
+    let mut c = core(vec![patient, queue("quick", 1), queue("b", 2)], &nodes);
+    c.config.reclaim_min_runtime_seconds = 60;
+    for i in 0..4 {
+        c.submit(job(&format!("p{i}"), "patient", 0, 4), 0).unwrap();
+        c.submit(job(&format!("q{i}"), "quick", 0, 4), 0).unwrap();
+    }
+    assert_eq!(bound(&c.schedule(&full(), 0)).len(), 8);
+    // b (shares 8, 8, 16 of 32) wants 16 at 120: both other queues hold 16, 8 over their share;
+    // quick's runs have had their minute, patient's not their hour. Only quick gives, and only
+    // down to its share.
+    for i in 0..4 {
+        c.submit(job(&format!("b{i}"), "b", 0, 4), 120).unwrap();
+    }
+    let d = c.schedule(&full(), 120);
+    let gone = evicted(&d);
+    assert_eq!(gone.len(), 2, "{d:?}");
+    assert!(gone.iter().all(|t| t.starts_with('q')), "{gone:?}");
+    assert_eq!(c.queue_shares()[1].allocated.gpu_milli, 8000);
+}
+
 #[test]
 fn reclaim_respects_guarantees_and_non_reclaimable_queues() {
     let mut guarded = queue("guarded", 1);

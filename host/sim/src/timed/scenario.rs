@@ -383,6 +383,9 @@ pub struct QueueConfig {
     pub lending_limit: Option<Amount>,
     /// Others may reclaim what it borrows above its deserved share.
     pub reclaimable: bool,
+    /// How long (s) its runs are safe from reclaim; `None`: the replay's `--reclaim-min-runtime`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reclaim_min_runtime: Option<u64>,
     /// Admission limits; a job they refuse never waits (its outcome says why).
     pub admission: AdmissionConfig,
     /// Quota per resource flavor, in the order its jobs try the flavors; empty: its parent's
@@ -450,6 +453,7 @@ impl QueueConfig {
             borrowing_limit: None,
             lending_limit: None,
             reclaimable: true,
+            reclaim_min_runtime: None,
             admission: AdmissionConfig::default(),
             flavors: Vec::new(),
         }
@@ -498,6 +502,7 @@ impl QueueConfig {
                 .map_err(bad)?,
             lending_limit: self.lending_limit.as_ref().map(|c| c.resources(u64::MAX / 4)).transpose().map_err(bad)?,
             reclaimable: self.reclaimable,
+            reclaim_min_runtime_seconds: self.reclaim_min_runtime,
             admission: wasmsched_core::Admission {
                 max_jobs: self.admission.max_jobs,
                 max_gpus_per_job: self.admission.max_gpus_per_job,
@@ -528,6 +533,8 @@ impl<'de> Deserialize<'de> for QueueConfig {
             lending_limit: Option<Amount>,
             #[serde(default = "yes")]
             reclaimable: bool,
+            #[serde(default, deserialize_with = "seconds::some_whole")]
+            reclaim_min_runtime: Option<u64>,
             #[serde(default)]
             admission: AdmissionConfig,
             #[serde(default)]
@@ -537,7 +544,7 @@ impl<'de> Deserialize<'de> for QueueConfig {
         impl<'de> serde::de::Visitor<'de> for Visitor {
             type Value = QueueConfig;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a queue name or a queue object {name, parent, weight, guarantee, capability, borrowing_limit, lending_limit, reclaimable, admission, flavors}")
+                f.write_str("a queue name or a queue object {name, parent, weight, guarantee, capability, borrowing_limit, lending_limit, reclaimable, reclaim_min_runtime, admission, flavors}")
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<QueueConfig, E> {
                 Ok(QueueConfig::named(v))
@@ -553,6 +560,7 @@ impl<'de> Deserialize<'de> for QueueConfig {
                     borrowing_limit: f.borrowing_limit,
                     lending_limit: f.lending_limit,
                     reclaimable: f.reclaimable,
+                    reclaim_min_runtime: f.reclaim_min_runtime,
                     admission: f.admission,
                     flavors: f.flavors,
                 })

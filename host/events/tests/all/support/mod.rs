@@ -173,6 +173,7 @@ pub fn samples() -> Vec<Payload> {
             reason: PreemptReason::Priority,
             checkpoint: CheckpointOutcome::Done,
             grace_seconds: 30,
+            reclaim: None,
         }),
         Payload::TaskEvicted(TaskEvicted {
             task: task("worker-3", "team-b"),
