@@ -14,6 +14,7 @@ mod bench_dashboard;
 mod bench_dra;
 mod bench_queues;
 mod chart;
+mod convert_cmd;
 mod dashboard;
 mod dra_cmd;
 mod events_cmd;
@@ -75,6 +76,9 @@ enum Command {
     /// A node's GPU topology (from `nvidia-smi topo -m` or the agent's annotation), and which k
     /// GPUs a task would get on it, and why.
     Topo(topo_cmd::Args),
+    /// Public GPU-cluster traces as replay scenarios (`wasmsched replay --scenario`).
+    #[command(subcommand)]
+    Convert(convert_cmd::Command),
     /// Usage accounting from the events: GPU-, CPU- and memory-hours per queue, namespace, GPU
     /// model or node pool over a window, lost GPU-hours, queueing delay, fair share.
     Usage(usage_cmd::Args),
@@ -106,6 +110,7 @@ fn main() -> ExitCode {
         Command::Policy(cmd) => policy_cmd::run(cmd).context("policy"),
         Command::Topo(args) => topo_cmd::run(args).context("topo"),
         Command::Usage(args) => usage_cmd::run(args).context("usage"),
+        Command::Convert(cmd) => convert_cmd::run(cmd).context("convert"),
         Command::Dra(cmd) => dra_cmd::run(cmd).context("dra"),
         Command::Run(args) => run_cmd::run(args).context("run"),
         Command::Extender(args) => run_cmd::extender(args).context("extender"),

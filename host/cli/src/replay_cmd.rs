@@ -51,9 +51,14 @@ pub struct Args {
     #[arg(long)]
     no_preemption: bool,
     /// A run another queue reclaims must have run this long (s); 0 reclaims any run (as
-    /// `wasmsched run --reclaim-min-runtime`).
-    #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+    /// `wasmsched run --reclaim-min-runtime`). A scenario queue's `reclaim_min_runtime` overrides
+    /// it for its runs.
+    #[arg(long, value_name = "SECONDS", default_value_t = CoreConfig::default().reclaim_min_runtime_seconds)]
     reclaim_min_runtime: u64,
+    /// A reclaim may throw away at most the GPU-time its queue has been short of its deserved share
+    /// while it waited (as `wasmsched run --reclaim-within-deficit`; docs/scheduling.md).
+    #[arg(long)]
+    reclaim_within_deficit: bool,
     /// How long a gang may wait unplaced before it times out (s); a job's own `timeout` wins.
     #[arg(long, value_name = "SECONDS", default_value_t = CoreConfig::default().gang_timeout_seconds)]
     gang_timeout: u64,
@@ -298,6 +303,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let config = CoreConfig {
         gang_timeout_seconds: args.gang_timeout,
         reclaim_min_runtime_seconds: args.reclaim_min_runtime,
+        reclaim_within_deficit: args.reclaim_within_deficit,
         ..CoreConfig::default()
     };
     let settings = timed::ReplaySettings { core: config.clone(), drop_timed_out_gangs: args.drop_timed_out_gangs };
@@ -577,8 +583,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         report.jain_fairness,
         report.jain_fairness_while_backlogged.map_or_else(|| "– (never two at once)".into(), |j| format!("{j:.3}")),
     );
+    let gpu_hours = |milli_seconds: u64| milli_seconds as f64 / 3.6e6;
+    let held: u64 = report.usage.values().map(|u| u.gpu_milli_seconds).sum();
+    let lost: u64 = report.usage.values().map(|u| u.lost_gpu_milli_seconds).sum();
     println!(
-        "{:<12} {:>7} {:>8} {:>8} {:>12} {:>10} {:>10} {:>12} {:>9} {:>8}",
+        "GPU-hours lost to evictions (work thrown away): {:.1} of {:.1} held ({:.2} %)\n",
+        gpu_hours(lost),
+        gpu_hours(held),
+        if held == 0 { 0.0 } else { 100.0 * lost as f64 / held as f64 }
+    );
+    println!(
+        "{:<12} {:>7} {:>8} {:>8} {:>12} {:>10} {:>10} {:>12} {:>9} {:>8} {:>10} {:>12}",
         "queue",
         "jobs",
         "started",
@@ -588,11 +603,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "delay p99",
         "JCT mean",
         "evictions",
-        "service"
+        "service",
+        "lost GPU-h",
+        "deficit GPU-h"
     );
     for (name, q) in report.queues {
+        let lost = report.usage.get(name).map_or(0, |u| u.lost_gpu_milli_seconds);
         println!(
-            "{name:<12} {:>7} {:>8} {:>8} {:>11.1}s {:>9}s {:>9}s {:>11.0}s {:>9} {:>8.3}",
+            "{name:<12} {:>7} {:>8} {:>8} {:>11.1}s {:>9}s {:>9}s {:>11.0}s {:>9} {:>8.3} {:>10.1} {:>12.1}",
             q.jobs,
             q.started,
             q.waiting,
@@ -601,7 +619,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             q.delay_p99,
             q.jct_mean,
             q.evictions,
-            q.service_ratio
+            q.service_ratio,
+            gpu_hours(lost),
+            q.share_deficit_gpu_hours
         );
     }
     if let Some(t) = &report.topology {

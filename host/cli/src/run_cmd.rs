@@ -68,9 +68,14 @@ pub struct Args {
     #[arg(long, default_value_t = 16)]
     bind_concurrency: usize,
     /// A run another queue reclaims must have run this long (s), so a placement just made is never
-    /// taken back and queues cannot trade capacity back and forth; 0 reclaims any run.
-    #[arg(long, value_name = "SECONDS", default_value_t = 0, env = "WASMSCHED_RECLAIM_MIN_RUNTIME")]
+    /// taken back and queues cannot trade capacity back and forth; 0 reclaims any run. A Queue's
+    /// `reclaimMinRuntimeSeconds` overrides it for its runs.
+    #[arg(long, value_name = "SECONDS", default_value_t = wasmsched_core::CoreConfig::default().reclaim_min_runtime_seconds, env = "WASMSCHED_RECLAIM_MIN_RUNTIME")]
     reclaim_min_runtime: u64,
+    /// A reclaim may throw away at most the GPU-time its queue has been short of its deserved share
+    /// while it waited since it last had its share (docs/scheduling.md).
+    #[arg(long, env = "WASMSCHED_RECLAIM_WITHIN_DEFICIT")]
+    reclaim_within_deficit: bool,
     /// Requests per second to the API server (kube-scheduler's `clientConnection.qps`); 0: no
     /// limit. The Lease has a client of its own, outside this limit.
     #[arg(long, default_value_t = 50.0)]
@@ -145,6 +150,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let mut config = SchedulerConfig::new(&args.scheduler_name);
         config.bind_concurrency = args.bind_concurrency;
         config.core.reclaim_min_runtime_seconds = args.reclaim_min_runtime;
+        config.core.reclaim_within_deficit = args.reclaim_within_deficit;
         config.owner_kinds = owner_kinds;
         if args.leader_elect {
             let identity = match &args.identity {

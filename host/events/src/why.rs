@@ -241,5 +241,38 @@ mod tests {
         ));
         assert!(why.to_string().contains("preempted on gpu-3 at "), "{why}");
         assert!(why.to_string().contains("for ml/urgent (priority)"), "{why}");
+        assert!(!why.to_string().contains("reclaim:"), "{why}");
+        let cost = crate::schema::ReclaimCost {
+            victim_queue: crate::schema::QueueShareMove {
+                before_gpu_milli: 12_000,
+                after_gpu_milli: 8_000,
+                deserved_gpu_milli: 5_333,
+            },
+            preemptor_queue: crate::schema::QueueShareMove {
+                before_gpu_milli: 0,
+                after_gpu_milli: 4_000,
+                deserved_gpu_milli: 5_333,
+            },
+            lost_gpu_seconds: 4 * 5400,
+        };
+        why.observe(&event(
+            9_000,
+            Payload::TaskPreempted(TaskPreempted {
+                victim: task("ml/train-0"),
+                node: "gpu-3".into(),
+                preemptor: task("ml/other-team"),
+                reason: PreemptReason::Reclaim,
+                checkpoint: crate::schema::CheckpointOutcome::NotCheckpointable,
+                grace_seconds: 0,
+                reclaim: Some(cost),
+            }),
+        ));
+        assert!(
+            why.to_string().contains(
+                "(reclaim); waiting to be placed again\n  reclaim: victim's queue 12 → 8 GPUs (deserved 5.333), \
+                 preemptor's queue 0 → 4 (deserved 5.333), 6.0 GPU-h lost\n"
+            ),
+            "{why}"
+        );
     }
 }

@@ -14,6 +14,7 @@
 //! - [`experiment`]: the traces × policies × seeds grid in parallel, and the headline table.
 //! - [`timed`]: time-driven replay through the scheduling core (queues, gangs, preemption), and the
 //!   scenario format (JSON/YAML).
+//! - [`philly`]: Microsoft's Philly job log (real multi-GPU jobs of hours to weeks) as a scenario.
 //! - [`generate`]: seeded random clusters and tasks, shared with tests and benchmarks.
 //!
 //! # Example
@@ -34,6 +35,7 @@
 
 pub mod experiment;
 pub mod generate;
+pub mod philly;
 pub mod replay;
 pub mod timed;
 pub mod trace;

@@ -209,6 +209,23 @@ fn replay_publishes_preemptions_with_their_rule_and_checkpoint_and_gang_timeouts
     assert_eq!((&preempted[0].2[..], &preempted[0].3[..]), ("elastic-shrink", "not-checkpointable"));
     assert_eq!((&preempted[1].1[..], &preempted[1].2[..], &preempted[1].3[..]), ("prod-high", "priority", "done"));
     assert_eq!((&preempted[2].1[..], &preempted[2].2[..]), ("prod-c", "reclaim"));
+    // The reclaim says what it moved and cost: batch 8 → 4 GPUs of its deserved 4, prod 0 → 4 of
+    // 4, and the victim's 100 s on 4 GPUs thrown away; the other preemptions carry no such figures.
+    let reclaim = events
+        .iter()
+        .find(|e| e["type"] == "io.wasmsched.task.preempted.v1" && e["data"]["reason"] == "reclaim")
+        .map(|e| &e["data"]["reclaim"])
+        .unwrap();
+    let gpus = |q: &str| {
+        let m = &reclaim[q];
+        (m["before_gpu_milli"].as_u64(), m["after_gpu_milli"].as_u64(), m["deserved_gpu_milli"].as_u64())
+    };
+    assert_eq!(gpus("victim_queue"), (Some(8000), Some(4000), Some(4000)), "{reclaim}");
+    assert_eq!(gpus("preemptor_queue"), (Some(0), Some(4000), Some(4000)), "{reclaim}");
+    assert_eq!(reclaim["lost_gpu_seconds"], 400, "{reclaim}");
+    let others =
+        events.iter().filter(|e| e["type"] == "io.wasmsched.task.preempted.v1" && e["data"]["reason"] != "reclaim");
+    assert!(others.clone().count() == 2 && others.into_iter().all(|e| e["data"].get("reclaim").is_none()));
     let timed_out: Vec<&serde_json::Value> =
         events.iter().filter(|e| e["type"] == "io.wasmsched.group.timed-out.v1").collect();
     assert_eq!(timed_out.len(), 1);

@@ -266,6 +266,8 @@ impl SchedulerCore {
         self.queue_use.allocated = vec![Default::default(); queues.len()];
         self.queue_use.reserves.take();
         self.queue_use.usage = usage;
+        self.queue_use.starved = vec![0; queues.len()];
+        self.queue_use.starving = vec![0; queues.len()];
         self.queues = queues;
         self.queue_use.deserved = None;
         self.queue_use.order.clear();

@@ -122,8 +122,16 @@ pub struct CoreConfig {
     pub await_termination: bool,
     /// A run another queue reclaims must have run this long (s), every running member of its
     /// workload: what it loses is then never a placement just made, and queues cannot take
-    /// capacity back and forth within a moment. 0 (the default for now) reclaims any run.
+    /// capacity back and forth within a moment. A queue may set its own
+    /// ([`crate::QueueSpec::reclaim_min_runtime_seconds`]). 60 by default; 0 reclaims any run.
     pub reclaim_min_runtime_seconds: u64,
+    /// A reclaim may throw away at most the GPU-time its queue has been short of its deserved
+    /// share while it waited, since it last had its share (the work the victims lose: run time ×
+    /// GPUs, none when they checkpoint; a broken gang whole). A queue briefly under its share
+    /// then takes back only young runs, or waits for completions; one starved for long may take
+    /// more; and over a replay the work reclaims throw away never exceeds the shortfall they
+    /// repair. Off by default for now.
+    pub reclaim_within_deficit: bool,
 }
 
 impl Default for CoreConfig {
@@ -139,7 +147,8 @@ impl Default for CoreConfig {
             reuse_failures: true,
             max_attempts_per_cycle: None,
             await_termination: false,
-            reclaim_min_runtime_seconds: 0,
+            reclaim_min_runtime_seconds: 60,
+            reclaim_within_deficit: false,
         }
     }
 }
@@ -491,6 +500,13 @@ struct QueueUse {
     usage_at: u64,
     /// Per queue, the deserved share the fair-share stage last computed.
     deserved: Option<Vec<Resources>>,
+    /// Per leaf queue, GPU-milli-seconds it has been short of its deserved share while it had work
+    /// waiting, since it last had its share: what its reclaims may throw away
+    /// ([`CoreConfig::reclaim_within_deficit`]), less what they already did.
+    starved: Vec<u64>,
+    /// Per leaf queue, GPU-milli short of its deserved share as the last cycle left it, when it has
+    /// work waiting (else 0): the rate `starved` grows at until the next cycle.
+    starving: Vec<u64>,
     /// The leaf queues in the order the fair-share stage last served them (empty: none yet).
     order: Vec<usize>,
     /// The unused reserves of lending queues and the roots' total allocation for the current
@@ -555,6 +571,8 @@ impl SchedulerCore {
                 usage: vec![0.0; n],
                 usage_at: 0,
                 deserved: None,
+                starved: vec![0; n],
+                starving: vec![0; n],
                 order: Vec::new(),
                 reserves: OnceLock::new(),
                 share_input: None,
@@ -947,6 +965,9 @@ impl SchedulerCore {
         }
 
         self.grow(set, now, &mut out);
+        if self.config.reclaim_within_deficit {
+            self.note_starving();
+        }
         out
     }
 }

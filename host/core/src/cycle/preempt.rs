@@ -41,6 +41,9 @@ struct Preemptor<'a> {
     may_reclaim: bool,
     /// What its min-member members take: the resources a reclaim is judged in.
     need: Resources,
+    /// GPU-milli-seconds of work its reclaims may throw away
+    /// ([`super::CoreConfig::reclaim_within_deficit`]); `None`: no such limit.
+    budget: Option<u64>,
     /// The resource flavor tried (its name), whose quota the preemptor's members take.
     flavor: Option<&'a str>,
     /// The cycle's time (s): how long a reclaim victim has run.
@@ -95,6 +98,42 @@ impl Preemptor<'_> {
             && core.queues.get(v.leaf).is_some_and(|q| q.reclaimable)
             && v.members.iter().flatten().all(|m| self.now.saturating_sub(m.started) >= min_runtime)
             && self.shares_allow(core, &self.reclaimed_from(core, &all))
+            && self.budget.is_none_or(|b| self.lost_work(core, &all, &[]) <= b)
+    }
+
+    /// GPU-milli-seconds of work the reclaims among `chosen` (and `taken` already) throw away:
+    /// each member's run time × GPUs, none for a workload that checkpoints.
+    fn lost_work(&self, core: &SchedulerCore, chosen: &[(String, usize)], taken: &[(String, usize, Member)]) -> u64 {
+        let reclaimed = self.reclaimed_from_leaves(core, chosen);
+        let lost = |w: &str, i: usize, m: &Member| {
+            let v = &core.entries[w];
+            if v.spec.checkpointable {
+                return 0;
+            }
+            self.now
+                .saturating_sub(m.started)
+                .saturating_mul(demand_in(&v.spec.members[i], m.flavor.as_deref(), &core.queues).gpu_milli)
+        };
+        let now_chosen = chosen
+            .iter()
+            .filter(|(w, _)| reclaimed.contains(w))
+            .filter_map(|(w, i)| core.entries[w].members[*i].as_ref().map(|m| lost(w, *i, m)));
+        let before = taken.iter().filter(|(w, _, _)| core.entries[w].leaf != self.leaf).map(|(w, i, m)| lost(w, *i, m));
+        now_chosen.chain(before).fold(0, u64::saturating_add)
+    }
+
+    /// The workloads among `chosen` whose eviction is a reclaim (another queue's, left below
+    /// their minimum).
+    fn reclaimed_from_leaves(&self, core: &SchedulerCore, chosen: &[(String, usize)]) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for (w, _) in chosen {
+            let v = &core.entries[w];
+            let leaving = chosen.iter().filter(|(x, _)| x == w).count();
+            if v.leaf != self.leaf && v.running().saturating_sub(leaving) < v.spec.min_member && !out.contains(w) {
+                out.push(w.clone());
+            }
+        }
+        out
     }
 
     /// What evicting `chosen` takes from each queue outside the preemptor's own path (the victims'
@@ -243,6 +282,7 @@ fn preempt_with(
         quota_bound: admitted < min,
         may_reclaim,
         need,
+        budget: core.config.reclaim_within_deficit.then(|| core.queue_use.starved.get(e.leaf).copied().unwrap_or(0)),
         flavor: flavor_name.as_deref(),
         now,
     };
@@ -353,6 +393,16 @@ fn preempt_with(
         })
     };
     let kinds: Vec<PreemptKind> = taken.iter().map(|(w, i, m)| kind_of(core, w, *i, m)).collect();
+    let spent: u64 = kinds
+        .iter()
+        .map(|k| match k {
+            PreemptKind::Reclaim(m) => m.lost_gpu_seconds.saturating_mul(1000),
+            _ => 0,
+        })
+        .fold(0, u64::saturating_add);
+    if let Some(starved) = core.queue_use.starved.get_mut(leaf) {
+        *starved = starved.saturating_sub(spent);
+    }
     let mut waiting_for = Vec::new();
     let mut victim_workloads: Vec<String> = Vec::new();
     for ((w, i, mut m), kind) in taken.into_iter().zip(kinds) {
@@ -574,7 +624,10 @@ fn room_for(
         let slot = slots[c];
         let mut chosen: Vec<(String, usize)> = plan.victims.iter().map(|&v| lists[c][v as usize].clone()).collect();
         whole_groups(core, &mut chosen);
-        if !guarantees_hold(core, who.leaf, &chosen) || !who.shares_allow(core, &who.reclaimed_from(core, &chosen)) {
+        if !guarantees_hold(core, who.leaf, &chosen)
+            || !who.shares_allow(core, &who.reclaimed_from(core, &chosen))
+            || who.budget.is_some_and(|b| who.lost_work(core, &chosen, taken) > b)
+        {
             slots.retain(|&s| s != slot);
             continue;
         }

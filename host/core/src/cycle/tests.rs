@@ -646,14 +646,14 @@ fn reclaim_returns_borrowed_capacity_and_never_ping_pongs() {
     c.submit(job("a1", "a", 0, 8), 0).unwrap();
     c.submit(job("a2", "a", 0, 8), 0).unwrap();
     assert_eq!(bound(&c.schedule(&full(), 0)).len(), 2, "a borrows the idle half");
-    c.submit(job("b1", "b", 0, 8), 10).unwrap();
-    let d = c.schedule(&full(), 10);
+    c.submit(job("b1", "b", 0, 8), 100).unwrap();
+    let d = c.schedule(&full(), 100);
     assert_eq!(evicted(&d).len(), 1, "{d:?}");
     assert_eq!(bound(&d), ["b1"]);
     let victim = evicted(&d)[0].clone();
     // The victim is back in queue a, which now holds exactly its deserved share: it cannot
     // reclaim back from b however often the cycle runs.
-    for t in 11..200 {
+    for t in 101..300 {
         let d = c.schedule(&full(), t);
         assert!(evicted(&d).is_empty(), "ping-pong at t={t}: {d:?}");
         if t % 20 == 0 {
@@ -870,6 +870,47 @@ fn a_queue_may_protect_its_runs_from_reclaim_longer_than_the_default() {
     assert_eq!(gone.len(), 2, "{d:?}");
     assert!(gone.iter().all(|t| t.starts_with('q')), "{gone:?}");
     assert_eq!(c.queue_shares()[1].allocated.gpu_milli, 8000);
+}
+
+#[test]
+fn a_reclaim_throws_away_at_most_the_shortfall_its_queue_waited_through() {
+    let mut c = core(vec![queue("a", 1), queue("b", 1)], &[("n0", 8), ("n1", 8)]);
+    c.config.reclaim_within_deficit = true;
+    c.config.reclaim_min_runtime_seconds = 0;
+    c.submit(job("big", "a", 0, 8), 0).unwrap();
+    c.submit(job("old", "a", 0, 4), 0).unwrap();
+    assert_eq!(bound(&c.schedule(&full(), 0)).len(), 2);
+    c.submit(job("young", "a", 0, 4), 900).unwrap();
+    assert_eq!(bound(&c.schedule(&full(), 900)), ["young"]);
+    // b wants 8 from 1000: shares 8 and 8, a is 8 over. b's shortfall grows 8 GPU-s a second;
+    // young would lose 4 GPU-s a second of its age, 400 at 1000: b may take it once its 8 × wait
+    // reaches 4 × (wait + 100), at 1100 — not before, and never old (4 × 1,100 s and growing as
+    // fast as b's shortfall once b holds 4).
+    c.submit(job("b1", "b", 0, 4), 1000).unwrap();
+    c.submit(job("b2", "b", 0, 4), 1000).unwrap();
+    let mut reclaimed = Vec::new();
+    for t in 1000..4000 {
+        c.upsert_node(gpu_node("n0", 8), t); // a change, so b's jobs are tried again
+        let d = c.schedule(&full(), t);
+        for (task, m) in reclaims(&d) {
+            reclaimed.push((t, task, m.lost_gpu_seconds));
+        }
+    }
+    assert_eq!(reclaimed.len(), 1, "{reclaimed:?}");
+    let (t, task, lost) = &reclaimed[0];
+    assert!((1100..=1110).contains(t), "{reclaimed:?}");
+    assert_eq!((task.as_str(), *lost), ("young", 4 * (t - 900)));
+    // Without the limit b takes young back at once.
+    let mut c = core(vec![queue("a", 1), queue("b", 1)], &[("n0", 8), ("n1", 8)]);
+    c.config.reclaim_min_runtime_seconds = 0;
+    c.submit(job("big", "a", 0, 8), 0).unwrap();
+    c.submit(job("old", "a", 0, 4), 0).unwrap();
+    c.schedule(&full(), 0);
+    c.submit(job("young", "a", 0, 4), 900).unwrap();
+    c.schedule(&full(), 900);
+    c.submit(job("b1", "b", 0, 4), 1000).unwrap();
+    c.submit(job("b2", "b", 0, 4), 1000).unwrap();
+    assert_eq!(evicted(&c.schedule(&full(), 1000)).len(), 2);
 }
 
 #[test]
@@ -1458,6 +1499,8 @@ fn k1_k2_flavor_quotas_borrow_up_to_their_limit_then_the_next_flavor_is_tried() 
     // share splits what cq can get (64 + 32), not the whole cluster, so ns-a and ns-b deserve 48
     // each: the queue served a V100 node ahead of its turn gives one back by reclaim.
     let mut c = k1_cohort(false);
+    // Reclaim within the same second: this is about what each flavor's shares allow, not run times.
+    c.config.reclaim_min_runtime_seconds = 0;
     for i in 0..16 {
         c.submit(job(&format!("j{i:02}"), ["ns-a", "ns-b"][i % 2], 0, 8), 0).unwrap();
     }
@@ -1474,6 +1517,7 @@ fn k1_k2_flavor_quotas_borrow_up_to_their_limit_then_the_next_flavor_is_tried() 
 #[test]
 fn a_queue_without_a_flavor_never_uses_its_nodes_and_reclaim_stays_within_the_flavor() {
     let mut c = k1_cohort(true);
+    c.config.reclaim_min_runtime_seconds = 0; // about flavors, not run times
     // The lender may use only A100 nodes: of 13 jobs, 12 take them all and one waits.
     for i in 0..13 {
         c.submit(job(&format!("l{i:02}"), "lender", 0, 8), 0).unwrap();

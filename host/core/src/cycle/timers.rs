@@ -26,12 +26,35 @@ impl SchedulerCore {
         next
     }
 
+    /// `dt` seconds passed as the last cycle left the queues: each leaf that was short of its
+    /// deserved GPU share with work waiting accrues the shortfall; any other starts over from
+    /// nothing (it had its share, or wanted no more).
+    fn accrue_starvation(&mut self, dt: u64) {
+        let use_ = &mut self.queue_use;
+        for (starved, &rate) in use_.starved.iter_mut().zip(&use_.starving) {
+            *starved = if rate > 0 { starved.saturating_add(rate.saturating_mul(dt)) } else { 0 };
+        }
+    }
+
+    /// After a cycle: how far short of its deserved GPU share each leaf with work waiting is.
+    pub(super) fn note_starving(&mut self) {
+        let tasks = self.queue_tasks();
+        let deserved = self.queue_use.deserved.as_ref();
+        for q in 0..self.queues.len() {
+            let short = deserved.map_or(0, |d| d[q].gpu_milli.saturating_sub(self.queue_use.allocated[q].gpu_milli));
+            self.queue_use.starving[q] = if self.queues.is_leaf(q) && tasks[q].0 > 0 { short } else { 0 };
+        }
+    }
+
     pub(super) fn timeout_of(&self, e: &Entry) -> u64 {
         e.spec.timeout_seconds.unwrap_or(self.config.gang_timeout_seconds)
     }
 
     /// Let time pass: usage decays and accrues, grace periods and gang timeouts expire.
     pub(super) fn advance(&mut self, now: u64, out: &mut Vec<Decision>) {
+        if now > self.queue_use.usage_at && self.config.reclaim_within_deficit {
+            self.accrue_starvation(now - self.queue_use.usage_at);
+        }
         if now > self.queue_use.usage_at {
             let dt = (now - self.queue_use.usage_at) as f64;
             let decay = 0.5f64.powf(dt / self.config.usage_half_life_seconds.max(1) as f64);

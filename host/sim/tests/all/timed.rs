@@ -217,11 +217,11 @@ fn queues_gangs_elastic_jobs_preemption_checkpoints_and_reclaim_replay_as_docume
     );
     assert!(log.iter().any(|l| l == "t=460 TimedOut { workload: \"too-big\" }"), "{log:#?}");
     // Act 4: prod reclaims its half; the evicted batch pod had no checkpoint and starts over.
-    assert_eq!(span("prod-c"), (Some(510), Some(530), 0));
+    assert_eq!(span("prod-c"), (Some(600), Some(620), 0));
     let (a, b) = (span("batch-a"), span("batch-b"));
     let (kept, restarted) = if a.2 == 0 { (a, b) } else { (b, a) };
     assert_eq!(kept, (Some(500), Some(1500), 0));
-    assert_eq!(restarted, (Some(500), Some(1530), 1), "restarted from scratch at 530");
+    assert_eq!(restarted, (Some(500), Some(1620), 1), "restarted from scratch at 620");
     // Each eviction says which rule allowed it.
     let kind = |t: u64| -> Vec<&str> {
         let prefix = format!("t={t} Evicted");
@@ -234,10 +234,10 @@ fn queues_gangs_elastic_jobs_preemption_checkpoints_and_reclaim_replay_as_docume
     };
     assert_eq!(kind(10), ["ElasticShrink"]);
     assert_eq!(kind(225), ["Priority", "GangBroken"]);
-    assert_eq!(kind(510), ["Reclaim"]);
+    assert_eq!(kind(600), ["Reclaim"]);
     // 1 surplus member + 2 gang members + 1 reclaimed pod; nothing lost, nothing faulted.
     assert_eq!((r.evictions, r.timed_out, r.faults), (4, timeouts.len(), 0));
-    assert_eq!(r.horizon, 1530);
+    assert_eq!(r.horizon, 1620);
     assert_eq!(r.queues["prod"].evictions, 1);
     assert_eq!(r.queues["batch"].evictions, 1);
     assert_eq!(r.waiting_by_reason.values().sum::<usize>(), 1);
@@ -399,7 +399,7 @@ fn the_openb_default_trace_replays_in_time() {
 #[test]
 fn a_lending_limit_keeps_part_of_a_queue_s_guarantee_free_in_a_replay() {
     // `research` is guaranteed both GPUs and lends one: `batch` runs one job at a time until
-    // research's job takes the reserved GPU at 5; without the limit batch takes both at once.
+    // research's job takes the reserved GPU at 70; without the limit batch takes both at once.
     let scenario = |lending: &str| {
         format!(
             r#"
@@ -410,9 +410,9 @@ queues:
   - {{name: research, guarantee: {{gpus: 2}}{lending}}}
   - {{name: batch, borrowing_limit: {{gpus: 2}}}}
 jobs:
-  - {{name: b1, queue: batch, arrival: 0, duration: 10, cpu_milli: 1000, gpus: 1, gpu_milli: 1000}}
-  - {{name: b2, queue: batch, arrival: 0, duration: 10, cpu_milli: 1000, gpus: 1, gpu_milli: 1000}}
-  - {{name: r1, queue: research, arrival: 5, duration: 10, cpu_milli: 1000, gpus: 1, gpu_milli: 1000}}
+  - {{name: b1, queue: batch, arrival: 0, duration: 100, cpu_milli: 1000, gpus: 1, gpu_milli: 1000}}
+  - {{name: b2, queue: batch, arrival: 0, duration: 100, cpu_milli: 1000, gpus: 1, gpu_milli: 1000}}
+  - {{name: r1, queue: research, arrival: 70, duration: 10, cpu_milli: 1000, gpus: 1, gpu_milli: 1000}}
 "#
         )
     };
@@ -421,10 +421,11 @@ jobs:
         let r = timed::run(&full_set(), &s.node_table(), &queue_tree(&s.queues).unwrap(), &s.jobs).unwrap();
         r.jobs.iter().map(|j| j.start).collect::<Vec<_>>()
     };
-    assert_eq!(starts(scenario(", lending_limit: {gpus: 1}")), [Some(0), Some(10), Some(5)]);
-    // Without it batch borrows both GPUs, and research reclaims one (its guarantee) at 5.
+    assert_eq!(starts(scenario(", lending_limit: {gpus: 1}")), [Some(0), Some(100), Some(70)]);
+    // Without it batch borrows both GPUs, and research reclaims one (its guarantee) at 70, once
+    // batch's runs have had the minute a reclaim leaves them.
     let free = starts(scenario(""));
-    assert_eq!((free[0], free[2]), (Some(0), Some(5)), "{free:?}");
+    assert_eq!((free[0], free[2]), (Some(0), Some(70)), "{free:?}");
     assert_eq!(free[1], Some(0), "{free:?}");
 }
 
@@ -703,4 +704,39 @@ fn a_placement_whose_claim_the_devices_cannot_serve_is_taken_back_and_holds_noth
     // A claim naming a class that does not exist is refused with the reason; the rest ran.
     let why = job("ghost").waiting_reason.clone().unwrap_or_default();
     assert!(job("ghost").start.is_none() && why.contains("nope"), "{why}");
+}
+
+#[test]
+fn the_replays_clock_never_goes_back_when_a_resubmitted_gang_falls_due_in_a_quiet_stretch() {
+    // The gang can never run (two 8-GPU members, one node) and keeps timing out (every 61 s) and
+    // coming back 10 s later; once nothing has changed for 1,200 s the replay skips ahead to the
+    // next arrival, a day later, past a resubmission due at 1,217. A
+    // resubmission that fell due in the stretch it skipped happens then, not back in the past
+    // (where the clock went before: time-weighted figures came out as 10^16 %).
+    let yaml = r#"
+nodes:
+  - {name: n, cpu_milli: 64000, memory_mib: 65536, gpus: 8, model: A100}
+queues: [q]
+jobs:
+  - {name: long, queue: q, arrival: 0, duration: 200000, cpu_milli: 1000, gpus: 8, gpu_milli: 1000}
+  - {name: pair, queue: q, arrival: 10, duration: 100, cpu_milli: 1000, gpus: 8, gpu_milli: 1000, replicas: 2, timeout: 61}
+  - {name: later, queue: q, arrival: 86400, duration: 10, cpu_milli: 1000, gpus: 0}
+"#;
+    let s = Scenario::parse("quiet.yaml", yaml).unwrap();
+    let mut times = Vec::new();
+    let r = timed::run_observed(
+        &timed::PolicyTimeline::new(&full_set()),
+        &s.node_table(),
+        &queue_tree(&s.queues).unwrap(),
+        &s.jobs,
+        timed::ReplaySettings::default(),
+        |d| times.push(d.at),
+    )
+    .unwrap();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "decisions out of order: {times:?}");
+    assert!(r.timed_out >= 2, "{}", r.timed_out);
+    assert_eq!(r.jobs[2].start, Some(86_400));
+    for u in [r.utilisation_mean, r.utilisation_mean_while_arriving] {
+        assert!((0.0..=100.0).contains(&u), "{u}");
+    }
 }
