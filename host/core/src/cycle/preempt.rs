@@ -92,62 +92,52 @@ impl Preemptor<'_> {
         // A reclaim: the whole workload leaves (it is at its minimum), so it is judged whole.
         let min_runtime = core.queues.get(v.leaf).and_then(|q| q.reclaim_min_runtime_seconds);
         let min_runtime = min_runtime.unwrap_or(core.config.reclaim_min_runtime_seconds);
+        if !(self.may_reclaim
+            && core.queues.get(v.leaf).is_some_and(|q| q.reclaimable)
+            && v.members.iter().flatten().all(|m| self.now.saturating_sub(m.started) >= min_runtime))
+        {
+            return false;
+        }
         let all: Vec<(String, usize)> =
             v.members.iter().enumerate().filter(|(_, m)| m.is_some()).map(|(i, _)| (v.spec.name.clone(), i)).collect();
-        self.may_reclaim
-            && core.queues.get(v.leaf).is_some_and(|q| q.reclaimable)
-            && v.members.iter().flatten().all(|m| self.now.saturating_sub(m.started) >= min_runtime)
-            && self.shares_allow(core, &self.reclaimed_from(core, &all))
+        self.shares_allow(core, &self.reclaimed_from(core, &all))
             && self.budget.is_none_or(|b| self.lost_work(core, &all, &[]) <= b)
     }
 
-    /// GPU-milli-seconds of work the reclaims among `chosen` (and `taken` already) throw away:
-    /// each member's run time × GPUs, none for a workload that checkpoints.
-    fn lost_work(&self, core: &SchedulerCore, chosen: &[(String, usize)], taken: &[(String, usize, Member)]) -> u64 {
-        let reclaimed = self.reclaimed_from_leaves(core, chosen);
-        let lost = |w: &str, i: usize, m: &Member| {
+    /// The members among `chosen` whose eviction is a reclaim: of another queue's workload that
+    /// falls below its minimum (elastic surplus given up is not a reclaim).
+    fn reclaims<'c>(
+        &self,
+        core: &SchedulerCore,
+        chosen: &'c [(String, usize)],
+    ) -> impl Iterator<Item = &'c (String, usize)> {
+        chosen.iter().filter(move |(w, _)| {
             let v = &core.entries[w];
-            if v.spec.checkpointable {
-                return 0;
-            }
-            self.now
-                .saturating_sub(m.started)
-                .saturating_mul(demand_in(&v.spec.members[i], m.flavor.as_deref(), &core.queues).gpu_milli)
-        };
-        let now_chosen = chosen
+            let leaving = chosen.iter().filter(|(x, _)| x == w).count();
+            v.leaf != self.leaf && v.running().saturating_sub(leaving) < v.spec.min_member
+        })
+    }
+
+    /// GPU-milli-seconds of work the reclaims among `chosen` (and the other queues' members in
+    /// `taken` already) throw away.
+    fn lost_work(&self, core: &SchedulerCore, chosen: &[(String, usize)], taken: &[(String, usize, Member)]) -> u64 {
+        let now_chosen = self
+            .reclaims(core, chosen)
+            .filter_map(|(w, i)| core.entries[w].members[*i].as_ref().map(|m| lost_work(core, w, *i, m, self.now)));
+        let before = taken
             .iter()
-            .filter(|(w, _)| reclaimed.contains(w))
-            .filter_map(|(w, i)| core.entries[w].members[*i].as_ref().map(|m| lost(w, *i, m)));
-        let before = taken.iter().filter(|(w, _, _)| core.entries[w].leaf != self.leaf).map(|(w, i, m)| lost(w, *i, m));
+            .filter(|(w, _, _)| core.entries[w].leaf != self.leaf)
+            .map(|(w, i, m)| lost_work(core, w, *i, m, self.now));
         now_chosen.chain(before).fold(0, u64::saturating_add)
     }
 
-    /// The workloads among `chosen` whose eviction is a reclaim (another queue's, left below
-    /// their minimum).
-    fn reclaimed_from_leaves(&self, core: &SchedulerCore, chosen: &[(String, usize)]) -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
-        for (w, _) in chosen {
-            let v = &core.entries[w];
-            let leaving = chosen.iter().filter(|(x, _)| x == w).count();
-            if v.leaf != self.leaf && v.running().saturating_sub(leaving) < v.spec.min_member && !out.contains(w) {
-                out.push(w.clone());
-            }
-        }
-        out
-    }
-
-    /// What evicting `chosen` takes from each queue outside the preemptor's own path (the victims'
-    /// leaves and their ancestors below the queue both share), counting only workloads that fall
-    /// below their minimum, i.e. reclaims: elastic surplus given up is not a reclaim.
+    /// What the reclaims among `chosen` take from each queue outside the preemptor's own path (the
+    /// victims' leaves and their ancestors below the queue both share).
     fn reclaimed_from(&self, core: &SchedulerCore, chosen: &[(String, usize)]) -> BTreeMap<usize, Resources> {
         let own: Vec<usize> = core.queues.chain(self.leaf).collect();
         let mut freed: BTreeMap<usize, Resources> = BTreeMap::new();
-        for (w, i) in chosen {
+        for (w, i) in self.reclaims(core, chosen) {
             let v = &core.entries[w];
-            let leaving = chosen.iter().filter(|(x, _)| x == w).count();
-            if v.leaf == self.leaf || v.running().saturating_sub(leaving) >= v.spec.min_member {
-                continue;
-            }
             let held = v.held(*i, &core.queues);
             for q in core.queues.chain(v.leaf).filter(|q| !own.contains(q)) {
                 freed.entry(q).or_default().saturating_add_assign(&held);
@@ -179,6 +169,16 @@ impl Preemptor<'_> {
             over_in_some
         })
     }
+}
+
+/// GPU-milli-seconds of work member `i` of `w` (running as `m`) throws away when evicted at
+/// `now`: its run time × its GPUs, none when its workload checkpoints.
+fn lost_work(core: &SchedulerCore, w: &str, i: usize, m: &Member, now: u64) -> u64 {
+    let v = &core.entries[w];
+    if v.spec.checkpointable {
+        return 0;
+    }
+    now.saturating_sub(m.started).saturating_mul(v.spec.members[i].gpu.total_milli())
 }
 
 /// One resource of a [`Resources`]: reclaim is judged resource by resource.
@@ -376,8 +376,6 @@ fn preempt_with(
             return PreemptKind::Priority;
         }
         let after = core.queue_use.allocated[v.leaf].gpu_milli;
-        let started = m.started;
-        let gpus_milli = v.spec.members[i].gpu.total_milli();
         PreemptKind::Reclaim(ShareMove {
             victim_queue: QueueMove {
                 before_gpu_milli: after.saturating_add(reclaimed_gpu.get(&v.leaf).copied().unwrap_or(0)),
@@ -385,11 +383,7 @@ fn preempt_with(
                 deserved_gpu_milli: deserved_gpu(core, v.leaf),
             },
             preemptor_queue,
-            lost_gpu_seconds: if v.spec.checkpointable {
-                0
-            } else {
-                now.saturating_sub(started).saturating_mul(gpus_milli) / 1000
-            },
+            lost_gpu_seconds: lost_work(core, w, i, m, now) / 1000,
         })
     };
     let kinds: Vec<PreemptKind> = taken.iter().map(|(w, i, m)| kind_of(core, w, *i, m)).collect();

@@ -181,6 +181,21 @@ fn lenient_scenarios_leave_out_and_report_only_the_malformed_jobs() {
     assert!(skipped[0].contains("replicas must be"), "{skipped:?}");
 }
 
+/// `s` replayed with the full policy set and the default settings, each decision shown to `observe`.
+fn replay_full(s: &Scenario, observe: impl FnMut(timed::TimedDecision<'_>)) -> timed::TimedRun {
+    let set = full_set();
+    let timeline = timed::PolicyTimeline::new(&set);
+    timed::run_observed(
+        &timeline,
+        &s.node_table(),
+        &queue_tree(&s.queues).unwrap(),
+        &s.jobs,
+        timed::ReplaySettings::default(),
+        observe,
+    )
+    .unwrap()
+}
+
 const EXAMPLE: &str =
     include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/scenarios/queues-gangs-preemption.yaml"));
 
@@ -188,15 +203,7 @@ const EXAMPLE: &str =
 fn queues_gangs_elastic_jobs_preemption_checkpoints_and_reclaim_replay_as_documented() {
     let s = Scenario::parse("queues-gangs-preemption.yaml", EXAMPLE).unwrap();
     let mut log = Vec::new();
-    let r = timed::run_observed(
-        &timed::PolicyTimeline::new(&full_set()),
-        &s.node_table(),
-        &queue_tree(&s.queues).unwrap(),
-        &s.jobs,
-        timed::ReplaySettings::default(),
-        |d| log.push(format!("t={} {:?}", d.at, d.decision)),
-    )
-    .unwrap();
+    let r = replay_full(&s, |d| log.push(format!("t={} {:?}", d.at, d.decision)));
     let at = |name: &str| &r.jobs[s.jobs.iter().position(|j| j.name == name).unwrap()];
     let span = |name: &str| (at(name).start, at(name).end, at(name).evictions);
     // Act 1: the prod gang takes the elastic surplus; batch-fill keeps running at its minimum.
@@ -247,15 +254,7 @@ fn queues_gangs_elastic_jobs_preemption_checkpoints_and_reclaim_replay_as_docume
     let json = serde_json::to_string(&s).unwrap();
     let s2 = Scenario::parse("same.json", &json).unwrap();
     assert_eq!(s2, s);
-    timed::run_observed(
-        &timed::PolicyTimeline::new(&full_set()),
-        &s2.node_table(),
-        &queue_tree(&s2.queues).unwrap(),
-        &s2.jobs,
-        timed::ReplaySettings::default(),
-        |d| again.push(format!("t={} {:?}", d.at, d.decision)),
-    )
-    .unwrap();
+    replay_full(&s2, |d| again.push(format!("t={} {:?}", d.at, d.decision)));
     assert_eq!(log, again);
 }
 
@@ -724,15 +723,7 @@ jobs:
 "#;
     let s = Scenario::parse("quiet.yaml", yaml).unwrap();
     let mut times = Vec::new();
-    let r = timed::run_observed(
-        &timed::PolicyTimeline::new(&full_set()),
-        &s.node_table(),
-        &queue_tree(&s.queues).unwrap(),
-        &s.jobs,
-        timed::ReplaySettings::default(),
-        |d| times.push(d.at),
-    )
-    .unwrap();
+    let r = replay_full(&s, |d| times.push(d.at));
     assert!(times.windows(2).all(|w| w[0] <= w[1]), "decisions out of order: {times:?}");
     assert!(r.timed_out >= 2, "{}", r.timed_out);
     assert_eq!(r.jobs[2].start, Some(86_400));
