@@ -451,6 +451,11 @@ fn a_live_version_that_faults_is_rolled_back_and_a_good_one_passes_probation() {
         })
         .collect();
     assert_eq!(rolled, [(bad, 1), (v, good)]);
+    // What the metrics export: every rollback counted, whatever the history still shows.
+    let counts = registry.outcome_counts();
+    let count = |o: Outcome| counts.iter().find(|(c, _)| *c == o).map(|(_, n)| *n);
+    assert_eq!(count(Outcome::RolledBack), Some(2), "{counts:?}");
+    assert_eq!(count(Outcome::Rejected), Some(0), "{counts:?}");
 }
 
 #[test]

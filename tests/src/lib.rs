@@ -10,6 +10,8 @@ pub mod fixtures {
     }
 }
 
+pub mod promql;
+
 /// The repository's root.
 pub fn root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")

@@ -67,7 +67,12 @@ pub struct NodeGpus {
     table: watch::Sender<Vec<GpuDevice>>,
     whole: watch::Sender<Vec<Device>>,
     units: watch::Sender<Vec<Device>>,
+    /// The kubelet's calls answered, by resource, call and outcome (the agent's `/metrics`).
+    calls: std::sync::Mutex<BTreeMap<CallKey, u64>>,
 }
+
+/// `(resource, call, result)`: `result` is `ok` or `refused`.
+pub type CallKey = (&'static str, &'static str, &'static str);
 
 impl Default for NodeGpus {
     fn default() -> Self {
@@ -75,6 +80,7 @@ impl Default for NodeGpus {
             table: watch::Sender::new(Vec::new()),
             whole: watch::Sender::new(Vec::new()),
             units: watch::Sender::new(Vec::new()),
+            calls: std::sync::Mutex::new(BTreeMap::new()),
         }
     }
 }
@@ -114,6 +120,23 @@ impl NodeGpus {
     fn by_id(&self, id: &str) -> Option<GpuDevice> {
         self.table.borrow().iter().find(|g| g.id == id).cloned()
     }
+
+    /// The kubelet's calls answered so far, by resource, call and outcome.
+    pub fn calls(&self) -> BTreeMap<CallKey, u64> {
+        self.calls.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Counts the answer to the kubelet's `call` for `resource`, and passes it on.
+    fn counted<T>(&self, resource: &'static str, call: &'static str, answer: Result<T, Refusal>) -> Result<T, Refusal> {
+        let result = if answer.is_ok() { "ok" } else { "refused" };
+        *self
+            .calls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry((resource, call, result))
+            .or_default() += 1;
+        answer
+    }
 }
 
 fn unit_id(gpu: &str, k: u32) -> String {
@@ -144,6 +167,16 @@ impl Resource for WholeGpus {
     }
 
     fn preferred(&self, available: &[String], must_include: &[String], size: usize) -> Result<Vec<String>, Refusal> {
+        self.gpus.counted(WHOLE_RESOURCE, "GetPreferredAllocation", self.prefer(available, must_include, size))
+    }
+
+    fn allocate(&self, devices: &[String]) -> Result<ContainerAllocateResponse, Refusal> {
+        self.gpus.counted(WHOLE_RESOURCE, "Allocate", self.give(devices))
+    }
+}
+
+impl WholeGpus {
+    fn prefer(&self, available: &[String], must_include: &[String], size: usize) -> Result<Vec<String>, Refusal> {
         let table = self.gpus.gpus();
         let index = |id: &String| table.iter().find(|g| &g.id == id).map(|g| g.index);
         let available: Vec<u32> = available.iter().filter_map(index).collect();
@@ -152,7 +185,7 @@ impl Resource for WholeGpus {
         Ok(pick.iter().filter_map(|i| table.iter().find(|g| g.index == *i).map(|g| g.id.clone())).collect())
     }
 
-    fn allocate(&self, devices: &[String]) -> Result<ContainerAllocateResponse, Refusal> {
+    fn give(&self, devices: &[String]) -> Result<ContainerAllocateResponse, Refusal> {
         let mut gpus = devices
             .iter()
             .map(|id| self.gpus.by_id(id).ok_or_else(|| Refusal(format!("wasmsched: no GPU {id} on this node"))))
@@ -206,6 +239,16 @@ impl Resource for GpuShares {
     }
 
     fn preferred(&self, available: &[String], must_include: &[String], size: usize) -> Result<Vec<String>, Refusal> {
+        self.gpus.counted(SHARE_RESOURCE, "GetPreferredAllocation", self.prefer(available, must_include, size))
+    }
+
+    fn allocate(&self, devices: &[String]) -> Result<ContainerAllocateResponse, Refusal> {
+        self.gpus.counted(SHARE_RESOURCE, "Allocate", self.give(devices))
+    }
+}
+
+impl GpuShares {
+    fn prefer(&self, available: &[String], must_include: &[String], size: usize) -> Result<Vec<String>, Refusal> {
         let table = self.gpus.gpus();
         let mut free: BTreeMap<u32, usize> = BTreeMap::new();
         for unit in available {
@@ -224,7 +267,7 @@ impl Resource for GpuShares {
         Ok(pick)
     }
 
-    fn allocate(&self, devices: &[String]) -> Result<ContainerAllocateResponse, Refusal> {
+    fn give(&self, devices: &[String]) -> Result<ContainerAllocateResponse, Refusal> {
         let gpus: std::collections::BTreeSet<&str> = devices.iter().filter_map(|u| unit_gpu(u)).collect();
         let [id] = gpus.into_iter().collect::<Vec<_>>()[..] else {
             return Err(Refusal(format!(

@@ -10,6 +10,7 @@
 
 pub mod decisions;
 pub mod device_plugin;
+pub mod metrics;
 pub mod mps;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -63,6 +63,10 @@ struct RunArgs {
     /// The kubelet's device-plugin directory (its `kubelet.sock`).
     #[arg(long, value_name = "DIR", default_value = wasmsched_deviceplugin::DEFAULT_DIR)]
     device_plugin_dir: PathBuf,
+    /// Serve the device plugin's `/metrics` here (GPUs by health, the kubelet's calls by
+    /// outcome), e.g. `0.0.0.0:10261`.
+    #[arg(long, value_name = "ADDR", requires = "device_plugin")]
+    metrics_addr: Option<std::net::SocketAddr>,
     /// How containers get their GPUs: `env` (NVIDIA_VISIBLE_DEVICES, for the NVIDIA container
     /// toolkit's hook) or `cdi` (CDI device names).
     #[arg(long, value_enum, default_value_t = Exposure::Env)]
@@ -181,6 +185,13 @@ impl DevicePlugin {
             )));
         }
         tasks.push(runtime.spawn(watch_pods(client, args.node.clone(), decisions, stopped)));
+        if let Some(addr) = args.metrics_addr {
+            let listener = runtime
+                .block_on(tokio::net::TcpListener::bind(addr))
+                .with_context(|| format!("listening on {addr} for /metrics"))?;
+            // Not joined at stop: it ends with the runtime.
+            runtime.spawn(wasmsched_agent::metrics::serve(listener, gpus.clone()));
+        }
         Ok(DevicePlugin { runtime, gpus, stop, tasks })
     }
 

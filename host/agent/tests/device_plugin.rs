@@ -513,3 +513,51 @@ async fn an_allocation_during_the_upkeep_never_loses_its_daemon() {
     assert!(node.mps.running(&uuid(3)).is_some(), "the allocated share has its daemon");
     node.stop().await;
 }
+
+/// The agent's `/metrics` over HTTP: GPUs by health, the kubelet's calls by resource, call and
+/// result, each counted as the fake kubelet made them; and every series and label the chart's
+/// node dashboard and alerts read from the agents is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_count_the_kubelets_calls_and_carry_what_the_node_dashboard_reads() {
+    use wasmsched_tests::promql::{exposition, scrape, used_series};
+    let node = Node::start().await;
+    node.gpus.set_health(&[6].into_iter().collect());
+    node.decisions.apply(&pod("train", NODE, "2,3", "Pending"));
+    node.kubelet.admit(WHOLE_RESOURCE, 2).await.unwrap();
+    node.decisions.apply(&pod("infer", NODE, "4:500", "Pending"));
+    node.kubelet.admit(SHARE_RESOURCE, 500).await.unwrap();
+    // No decision names it: GetPreferredAllocation refuses (the kubelet fails the pod there).
+    node.kubelet.admit(WHOLE_RESOURCE, 1).await.unwrap_err();
+    // A kubelet that picked a GPU by itself: Allocate refuses.
+    let whole = WholeGpus { gpus: node.gpus.clone(), decisions: node.decisions.clone(), exposure: Exposure::Env };
+    whole.allocate(&[uuid(1)]).unwrap_err();
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(wasmsched_agent::metrics::serve(listener, node.gpus.clone()));
+    let text = tokio::task::spawn_blocking(move || scrape(addr)).await.unwrap();
+    let sample = |series: &str| -> f64 {
+        let line = text.lines().find_map(|l| l.strip_prefix(series)).unwrap_or_else(|| panic!("no {series}: {text}"));
+        line.trim().parse().unwrap()
+    };
+    assert_eq!(sample(r#"wasmsched_agent_gpus{health="healthy"}"#), 7.0);
+    assert_eq!(sample(r#"wasmsched_agent_gpus{health="unhealthy"}"#), 1.0);
+    let calls = |resource: &str, call: &str, result: &str| {
+        sample(&format!(
+            r#"wasmsched_agent_device_plugin_calls_total{{resource="{resource}",call="{call}",result="{result}"}}"#
+        ))
+    };
+    assert_eq!(calls(WHOLE_RESOURCE, "Allocate", "ok"), 1.0);
+    assert_eq!(calls(WHOLE_RESOURCE, "GetPreferredAllocation", "ok"), 1.0);
+    assert_eq!(calls(SHARE_RESOURCE, "Allocate", "ok"), 1.0);
+    assert_eq!(calls(WHOLE_RESOURCE, "GetPreferredAllocation", "refused"), 1.0);
+    assert_eq!(calls(WHOLE_RESOURCE, "Allocate", "refused"), 1.0);
+    // What the chart reads from the agents (the PodMonitor adds `node`).
+    let exported = exposition(&text);
+    let uses: Vec<_> = used_series().into_iter().filter(|u| u.reads_agents()).collect();
+    assert!(uses.len() >= 5, "the node dashboard and its alert: {uses:?}");
+    let missing: Vec<String> = uses.iter().filter_map(|u| u.check(&exported).err()).collect();
+    assert!(missing.is_empty(), "{missing:#?}");
+    server.abort();
+    node.stop().await;
+}

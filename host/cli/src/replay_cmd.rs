@@ -55,10 +55,11 @@ pub struct Args {
     /// it for its runs.
     #[arg(long, value_name = "SECONDS", default_value_t = CoreConfig::default().reclaim_min_runtime_seconds)]
     reclaim_min_runtime: u64,
-    /// A reclaim may throw away at most the GPU-time its queue has been short of its deserved share
-    /// while it waited (as `wasmsched run --reclaim-within-deficit`; docs/scheduling.md).
-    #[arg(long)]
-    reclaim_within_deficit: bool,
+    /// A reclaim may throw away at most K times the GPU-time its queue has been short of its
+    /// deserved share while it waited (as `wasmsched run --reclaim-within-deficit`;
+    /// docs/scheduling.md). The flag alone is K = 1; 0: no such limit.
+    #[arg(long, value_name = "K", num_args = 0..=1, default_value_t = 0, default_missing_value = "1")]
+    reclaim_within_deficit: u32,
     /// How long a gang may wait unplaced before it times out (s); a job's own `timeout` wins.
     #[arg(long, value_name = "SECONDS", default_value_t = CoreConfig::default().gang_timeout_seconds)]
     gang_timeout: u64,

@@ -72,10 +72,11 @@ pub struct Args {
     /// `reclaimMinRuntimeSeconds` overrides it for its runs.
     #[arg(long, value_name = "SECONDS", default_value_t = wasmsched_core::CoreConfig::default().reclaim_min_runtime_seconds, env = "WASMSCHED_RECLAIM_MIN_RUNTIME")]
     reclaim_min_runtime: u64,
-    /// A reclaim may throw away at most the GPU-time its queue has been short of its deserved share
-    /// while it waited since it last had its share (docs/scheduling.md).
-    #[arg(long, env = "WASMSCHED_RECLAIM_WITHIN_DEFICIT")]
-    reclaim_within_deficit: bool,
+    /// A reclaim may throw away at most K times the GPU-time its queue has been short of its
+    /// deserved share while it waited since it last had its share (docs/scheduling.md). The flag
+    /// alone is K = 1; 0: no such limit.
+    #[arg(long, value_name = "K", num_args = 0..=1, default_value_t = 0, default_missing_value = "1", env = "WASMSCHED_RECLAIM_WITHIN_DEFICIT")]
+    reclaim_within_deficit: u32,
     /// Requests per second to the API server (kube-scheduler's `clientConnection.qps`); 0: no
     /// limit. The Lease has a client of its own, outside this limit.
     #[arg(long, default_value_t = 50.0)]

@@ -41,7 +41,7 @@ pub struct QueueLabels {
 /// A bind's outcome.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BindLabels {
-    /// `ok`, `conflict`, `not_found`, `retry` or `not_leader`.
+    /// `ok`, `conflict`, `not_found`, `throttled` (429), `retry` (5xx, transport) or `not_leader`.
     pub result: &'static str,
 }
 
@@ -50,6 +50,62 @@ pub struct BindLabels {
 pub struct DraLabels {
     /// `usable`, `held` or `refused`.
     pub state: &'static str,
+}
+
+/// What a preemption was for (`reason` of `wasmsched_preemptions_total`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PreemptLabels {
+    /// `priority`, `reclaim`, `elastic_shrink`, `gang_broken` or `node_lost`.
+    pub reason: &'static str,
+}
+
+/// Figures the scheduling loop computes from its own state (at most twice a second) and a scrape
+/// reads whole, under one lock: a queue, pool or reason that goes away leaves no stale series.
+#[derive(Clone, Debug, Default)]
+pub struct Figures {
+    /// One row per queue (leaves and parents; a parent counts its subtree).
+    pub queues: Vec<QueueFigures>,
+    /// Waiting workloads by leaf queue and why they wait ([`crate::scheduler`] names the reasons).
+    pub waiting: Vec<(String, &'static str, u64)>,
+    /// The nodes' GPUs by model and pool.
+    pub gpus: Vec<GpuFigures>,
+    /// The event sink's counters, where events go somewhere.
+    pub events: Option<wasmsched_events::Stats>,
+}
+
+/// One queue's figures.
+#[derive(Clone, Debug, Default)]
+pub struct QueueFigures {
+    /// The queue's name.
+    pub queue: String,
+    /// GPUs held by its placed tasks (shares as fractions).
+    pub allocated_gpus: f64,
+    /// Its deserved share of GPUs; `None` while no fair-share plugin computes one.
+    pub deserved_gpus: Option<f64>,
+    /// Pods placed and pods waiting.
+    pub running_pods: u64,
+    /// Pods waiting.
+    pub pending_pods: u64,
+    /// How long its longest-waiting workload has waited, in seconds (0: none waits).
+    pub oldest_pending_seconds: u64,
+}
+
+/// The GPUs of one model in one pool.
+#[derive(Clone, Debug, Default)]
+pub struct GpuFigures {
+    /// GPU model (the devices' own name).
+    pub model: String,
+    /// Node pool (`wasmsched.io/node-pool` or the platform's label); empty: none.
+    pub pool: String,
+    /// Devices.
+    pub devices: u64,
+    /// Devices marked unhealthy (XIDs, `wasmsched.io/gpu-out-of-service`).
+    pub unhealthy: u64,
+    /// GPUs held, shares as fractions.
+    pub allocated: f64,
+    /// GPUs' worth of idle share that none of the pods this scheduler has could use (the
+    /// fragmentation measure of the dashboard); `None` without pods to measure against.
+    pub fragmented: Option<f64>,
 }
 
 /// Every metric the scheduler exports, and its health.
@@ -75,6 +131,13 @@ pub struct Metrics {
     /// `wasmsched_dra_devices{state}`: DRA devices in complete pools (`usable`), held by claims
     /// (`held`), and pools or devices left out of ResourceSlices that cannot be used (`refused`).
     pub dra_devices: Family<DraLabels, Gauge>,
+    /// `wasmsched_preemptions_total{reason}`: pods evicted by a decision of the scheduler.
+    pub preemptions: Family<PreemptLabels, Counter>,
+    /// `wasmsched_evictions_total{result}`: Eviction API calls, `ok`, `refused` (a disruption
+    /// budget or throttling: retried) or `abandoned` (refused for too long: the pod runs on).
+    pub evictions: Family<BindLabels, Counter>,
+    /// The loop's figures (queues, waiting work, GPUs, events), exported at scrape time.
+    pub figures: Arc<std::sync::Mutex<Figures>>,
     /// Usage of our pods, from the events the scheduler publishes: exported as
     /// `wasmsched_allocated_*_seconds_total{queue, namespace, model}` and friends.
     pub usage: Arc<wasmsched_usage::Meter>,
@@ -179,7 +242,148 @@ impl Collector for PluginCollector {
             None,
             faults.metric_type(),
         )?;
-        faults.encode(faults_encoder)
+        faults.encode(faults_encoder)?;
+        encode_policy_state(&mut encoder, policies, live.version)
+    }
+}
+
+/// The live version, whether it is on probation or has a candidate beside it, failing sources,
+/// and how many versions reached each outcome (a rollback is `outcome="rolled-back"`).
+fn encode_policy_state(
+    encoder: &mut DescriptorEncoder,
+    policies: &wasmsched_registry::Registry,
+    live_version: u64,
+) -> Result<(), std::fmt::Error> {
+    use prometheus_client::metrics::MetricType;
+    let status = policies.status();
+    let gauges: [(&str, &str, i64); 4] = [
+        ("wasmsched_policy_live_version", "Version number of the live policy set.", live_version as i64),
+        (
+            "wasmsched_policy_on_probation",
+            "1 while the live policy version is on probation (watched for rollback).",
+            i64::from(status.on_probation),
+        ),
+        (
+            "wasmsched_policy_candidate",
+            "1 while a candidate policy version runs in shadow or waits for promotion.",
+            i64::from(status.candidate.is_some()),
+        ),
+        ("wasmsched_policy_source_errors", "Policy sources whose last poll failed.", status.source_errors.len() as i64),
+    ];
+    for (name, help, value) in gauges {
+        let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+        metric.encode_gauge(&value)?;
+    }
+    let mut outcomes = encoder.encode_descriptor(
+        "wasmsched_policy_outcomes",
+        "Policy versions that reached each outcome since the scheduler started (live, rolled-back, rejected, ...).",
+        None,
+        MetricType::Counter,
+    )?;
+    for (outcome, n) in policies.outcome_counts() {
+        outcomes.encode_family(&[("outcome", outcome.as_str())])?.encode_counter::<NoLabels, u64, f64>(&n, None)?;
+    }
+    Ok(())
+}
+
+/// Exports the loop's [`Figures`] at scrape time.
+struct FiguresCollector(Arc<std::sync::Mutex<Figures>>);
+
+impl std::fmt::Debug for FiguresCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FiguresCollector")
+    }
+}
+
+impl Collector for FiguresCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use prometheus_client::metrics::MetricType;
+        let figures = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        type QueuePick = fn(&QueueFigures) -> Option<f64>;
+        let per_queue: [(&str, &str, QueuePick); 5] = [
+            (
+                "wasmsched_queue_allocated_gpus",
+                "GPUs held by a queue's placed pods (a parent counts its subtree).",
+                |q| Some(q.allocated_gpus),
+            ),
+            ("wasmsched_queue_deserved_gpus", "A queue's deserved share of GPUs (fair share).", |q| q.deserved_gpus),
+            ("wasmsched_queue_running_pods", "A queue's placed pods.", |q| Some(q.running_pods as f64)),
+            ("wasmsched_queue_pending_pods", "A queue's pods waiting for a placement.", |q| {
+                Some(q.pending_pods as f64)
+            }),
+            (
+                "wasmsched_queue_oldest_pending_seconds",
+                "How long a queue's longest-waiting workload has waited (0: none waits).",
+                |q| Some(q.oldest_pending_seconds as f64),
+            ),
+        ];
+        for (name, help, pick) in per_queue {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for q in &figures.queues {
+                if let Some(v) = pick(q) {
+                    family.encode_family(&[("queue", q.queue.as_str())])?.encode_gauge(&v)?;
+                }
+            }
+        }
+        let mut waiting = encoder.encode_descriptor(
+            "wasmsched_pending_workloads",
+            "Workloads waiting, by leaf queue and why: no_fit (no node has room), gang (too few members fit), queue (quota or queue order), affinity, gated (members or claims not there yet), not_tried.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (queue, reason, n) in &figures.waiting {
+            waiting.encode_family(&[("queue", queue.as_str()), ("reason", reason)])?.encode_gauge(&(*n as i64))?;
+        }
+        type GpuPick = fn(&GpuFigures) -> Option<f64>;
+        let per_pool: [(&str, &str, GpuPick); 4] = [
+            ("wasmsched_gpus", "GPU devices on the nodes, by model and pool.", |g| Some(g.devices as f64)),
+            ("wasmsched_gpus_unhealthy", "GPU devices marked unhealthy, by model and pool.", |g| {
+                Some(g.unhealthy as f64)
+            }),
+            ("wasmsched_gpus_allocated", "GPUs held by placed pods (shares as fractions), by model and pool.", |g| {
+                Some(g.allocated)
+            }),
+            (
+                "wasmsched_gpus_fragmented",
+                "GPUs' worth of idle share none of the scheduler's pods could use, by model and pool.",
+                |g| g.fragmented,
+            ),
+        ];
+        for (name, help, pick) in per_pool {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for g in &figures.gpus {
+                if let Some(v) = pick(g) {
+                    family
+                        .encode_family(&[("model", g.model.as_str()), ("pool", g.pool.as_str())])?
+                        .encode_gauge(&v)?;
+                }
+            }
+        }
+        if let Some(e) = &figures.events {
+            let counters: [(&str, &str, u64); 5] = [
+                ("wasmsched_events_emitted", "Decision events handed to the event sink.", e.emitted),
+                ("wasmsched_events_delivered", "Events written or acknowledged by JetStream.", e.delivered),
+                ("wasmsched_events_dropped", "Events dropped: the outbox and its spill were full.", e.dropped),
+                (
+                    "wasmsched_events_spilled",
+                    "Events written to the spill directory while the destination was away.",
+                    e.spilled,
+                ),
+                ("wasmsched_events_lost_by_server", "Events JetStream acknowledged and then lost.", e.lost_by_server),
+            ];
+            for (name, help, value) in counters {
+                let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+                metric.encode_counter::<NoLabels, u64, f64>(&value, None)?;
+            }
+            let mut pending = encoder.encode_descriptor(
+                "wasmsched_events_pending",
+                "Events held (memory, in flight, spill) waiting for their destination.",
+                None,
+                MetricType::Gauge,
+            )?;
+            pending.encode_gauge(&(e.pending as i64))?;
+        }
+        Ok(())
     }
 }
 
@@ -296,6 +500,20 @@ impl Metrics {
             "DRA devices: usable (in complete pools), held by claims, and refused (pools or devices left out of ResourceSlices that cannot be used)",
             dra_devices.clone(),
         );
+        let preemptions = Family::<PreemptLabels, Counter>::default();
+        registry.register(
+            "wasmsched_preemptions",
+            "Pods evicted by the scheduler's decisions, by why: priority, reclaim (fair share), elastic_shrink, gang_broken, node_lost.",
+            preemptions.clone(),
+        );
+        let evictions = Family::<BindLabels, Counter>::default();
+        registry.register(
+            "wasmsched_evictions",
+            "Eviction API calls by outcome: ok, refused (retried), abandoned (the pod runs on).",
+            evictions.clone(),
+        );
+        let figures = Arc::new(std::sync::Mutex::new(Figures::default()));
+        registry.register_collector(Box::new(FiguresCollector(figures.clone())));
         let policies = Arc::new(OnceLock::new());
         registry.register_collector(Box::new(PluginCollector(policies.clone())));
         let usage = Arc::new(wasmsched_usage::Meter::new());
@@ -314,9 +532,17 @@ impl Metrics {
             cache_nodes,
             cache_pods,
             dra_devices,
+            preemptions,
+            evictions,
+            figures,
             ready: AtomicBool::new(false),
             heartbeat_ms: AtomicU64::new(now_ms()),
         })
+    }
+
+    /// Replaces the loop's figures (what the next scrape exports).
+    pub fn set_figures(&self, figures: Figures) {
+        *self.figures.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = figures;
     }
 
     /// Exports the plugin metrics of `policies`' live version from now on (the first call wins).

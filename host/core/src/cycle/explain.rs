@@ -24,6 +24,23 @@ pub struct Explanation {
     pub retry_at: Option<u64>,
 }
 
+impl Explanation {
+    /// Why the workload waits, as one of a few words (the metrics' `reason` label: the full
+    /// explanation is per workload and unbounded): `queue` (its queue's quota or turn), `affinity`
+    /// (required pod affinity), `gang` (too few members fit), `no_fit` (no node has room), or
+    /// `not_tried`.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Explanation { queue: Some(_), .. } => "queue",
+            Explanation { pod_affinity: Some(_), .. } => "affinity",
+            Explanation { gang: Some(_), .. } => "gang",
+            Explanation { nodes: Some(_), .. } => "no_fit",
+            _ if self.attempts > 0 => "no_fit",
+            _ => "not_tried",
+        }
+    }
+}
+
 impl fmt::Display for Explanation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut parts: Vec<String> = Vec::new();

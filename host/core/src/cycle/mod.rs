@@ -130,8 +130,10 @@ pub struct CoreConfig {
     /// GPUs, none when they checkpoint; a broken gang whole). A queue briefly under its share
     /// then takes back only young runs, or waits for completions; one starved for long may take
     /// more; and over a replay the work reclaims throw away never exceeds the shortfall they
-    /// repair. Off by default for now.
-    pub reclaim_within_deficit: bool,
+    /// repair. The value is the factor K: a reclaim may throw away K × that shortfall (1: the
+    /// shortfall itself; larger buys a starved queue its share sooner at more lost work). 0, the
+    /// default for now: no such limit.
+    pub reclaim_within_deficit: u32,
 }
 
 impl Default for CoreConfig {
@@ -148,7 +150,7 @@ impl Default for CoreConfig {
             max_attempts_per_cycle: None,
             await_termination: false,
             reclaim_min_runtime_seconds: 60,
-            reclaim_within_deficit: false,
+            reclaim_within_deficit: 0,
         }
     }
 }
@@ -965,7 +967,7 @@ impl SchedulerCore {
         }
 
         self.grow(set, now, &mut out);
-        if self.config.reclaim_within_deficit {
+        if self.config.reclaim_within_deficit > 0 {
             self.note_starving();
         }
         out

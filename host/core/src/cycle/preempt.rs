@@ -282,7 +282,8 @@ fn preempt_with(
         quota_bound: admitted < min,
         may_reclaim,
         need,
-        budget: core.config.reclaim_within_deficit.then(|| core.queue_use.starved.get(e.leaf).copied().unwrap_or(0)),
+        budget: (core.config.reclaim_within_deficit > 0)
+            .then(|| core.queue_use.starved.get(e.leaf).copied().unwrap_or(0)),
         flavor: flavor_name.as_deref(),
         now,
     };

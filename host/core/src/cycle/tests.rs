@@ -875,7 +875,7 @@ fn a_queue_may_protect_its_runs_from_reclaim_longer_than_the_default() {
 #[test]
 fn a_reclaim_throws_away_at_most_the_shortfall_its_queue_waited_through() {
     let mut c = core(vec![queue("a", 1), queue("b", 1)], &[("n0", 8), ("n1", 8)]);
-    c.config.reclaim_within_deficit = true;
+    c.config.reclaim_within_deficit = 1;
     c.config.reclaim_min_runtime_seconds = 0;
     c.submit(job("big", "a", 0, 8), 0).unwrap();
     c.submit(job("old", "a", 0, 4), 0).unwrap();
@@ -900,6 +900,22 @@ fn a_reclaim_throws_away_at_most_the_shortfall_its_queue_waited_through() {
     let (t, task, lost) = &reclaimed[0];
     assert!((1100..=1110).contains(t), "{reclaimed:?}");
     assert_eq!((task.as_str(), *lost), ("young", 4 * (t - 900)));
+    // With K = 2 the shortfall counts twice: 16 × wait ≥ 4 × (wait + 100) from 1034.
+    let mut c = core(vec![queue("a", 1), queue("b", 1)], &[("n0", 8), ("n1", 8)]);
+    c.config.reclaim_within_deficit = 2;
+    c.config.reclaim_min_runtime_seconds = 0;
+    c.submit(job("big", "a", 0, 8), 0).unwrap();
+    c.submit(job("old", "a", 0, 4), 0).unwrap();
+    c.schedule(&full(), 0);
+    c.submit(job("young", "a", 0, 4), 900).unwrap();
+    c.schedule(&full(), 900);
+    c.submit(job("b1", "b", 0, 4), 1000).unwrap();
+    c.submit(job("b2", "b", 0, 4), 1000).unwrap();
+    let first = (1000..4000).find(|&t| {
+        c.upsert_node(gpu_node("n0", 8), t);
+        !reclaims(&c.schedule(&full(), t)).is_empty()
+    });
+    assert!(matches!(first, Some(1034..=1040)), "{first:?}");
     // Without the limit b takes young back at once.
     let mut c = core(vec![queue("a", 1), queue("b", 1)], &[("n0", 8), ("n1", 8)]);
     c.config.reclaim_min_runtime_seconds = 0;

@@ -30,9 +30,11 @@ impl SchedulerCore {
     /// deserved GPU share with work waiting accrues the shortfall; any other starts over from
     /// nothing (it had its share, or wanted no more).
     fn accrue_starvation(&mut self, dt: u64) {
+        let factor = u64::from(self.config.reclaim_within_deficit);
         let use_ = &mut self.queue_use;
         for (starved, &rate) in use_.starved.iter_mut().zip(&use_.starving) {
-            *starved = if rate > 0 { starved.saturating_add(rate.saturating_mul(dt)) } else { 0 };
+            *starved =
+                if rate > 0 { starved.saturating_add(rate.saturating_mul(dt).saturating_mul(factor)) } else { 0 };
         }
     }
 
@@ -52,7 +54,7 @@ impl SchedulerCore {
 
     /// Let time pass: usage decays and accrues, grace periods and gang timeouts expire.
     pub(super) fn advance(&mut self, now: u64, out: &mut Vec<Decision>) {
-        if now > self.queue_use.usage_at && self.config.reclaim_within_deficit {
+        if now > self.queue_use.usage_at && self.config.reclaim_within_deficit > 0 {
             self.accrue_starvation(now - self.queue_use.usage_at);
         }
         if now > self.queue_use.usage_at {

@@ -329,6 +329,14 @@ impl Scheduler {
                 sink.emit(p);
             }
         }
+        let why = match reason {
+            EvictReason::Preempted { kind: wasmsched_core::PreemptKind::Priority, .. } => "priority",
+            EvictReason::Preempted { kind: wasmsched_core::PreemptKind::Reclaim(_), .. } => "reclaim",
+            EvictReason::Preempted { kind: wasmsched_core::PreemptKind::ElasticShrink, .. } => "elastic_shrink",
+            EvictReason::GangBroken => "gang_broken",
+            EvictReason::NodeLost => "node_lost",
+        };
+        self.shared.metrics.preemptions.get_or_create(&crate::metrics::PreemptLabels { reason: why }).inc();
         self.run_stopped(task, reason);
         // Evicted pods do not come back (their controller makes new ones): the core
         // forgets the task now and holds its room as terminating until the pod is gone.
@@ -493,6 +501,8 @@ impl Scheduler {
     pub(super) fn start_eviction(&mut self, id: &str, reason: &EvictReason) {
         let (effects, leader, done) =
             (self.api.effects.clone(), self.leadership.leader.clone(), self.in_flight.done_tx.clone());
+        let metrics = self.shared.metrics.clone();
+        let count = move |result: &'static str| metrics.evictions.get_or_create(&BindLabels { result }).inc();
         let (key, id) = (key_of_id(id), id.to_string());
         let note = match reason {
             EvictReason::Preempted { preemptor, .. } => format!("preempted by {preemptor}"),
@@ -507,12 +517,14 @@ impl Scheduler {
                 }
                 match effects.evict(&key).await {
                     Ok(()) => {
+                        count("ok");
                         tracing::info!(pod = %key, reason = %note, "evicted");
                         effects.event(&key, None, EventType::Normal, "Preempted", &note).await;
                         return;
                     }
                     Err(EffectError::NotFound(_)) => return,
                     Err(e) => {
+                        count("refused");
                         if attempt == 0 {
                             tracing::warn!(pod = %key, error = %e, "eviction refused; retrying with back-off");
                         }
@@ -521,6 +533,7 @@ impl Scheduler {
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(10));
             }
+            count("abandoned");
             let _ = done.send(Done::EvictionAbandoned { id });
         });
     }
@@ -577,7 +590,8 @@ impl Scheduler {
             Err(EffectError::Conflict(_)) => ("conflict", "error"),
             Err(EffectError::NotFound(_)) => ("not_found", "error"),
             Err(EffectError::NotLeader) => ("not_leader", "error"),
-            Err(EffectError::Retryable(_) | EffectError::TooManyRequests(..)) => ("retry", "error"),
+            Err(EffectError::TooManyRequests(..)) => ("throttled", "error"),
+            Err(EffectError::Retryable(_)) => ("retry", "error"),
         };
         self.shared.metrics.binds.get_or_create(&BindLabels { result: label }).inc();
         self.shared.metrics.attempt(attempt, decided_in + took);

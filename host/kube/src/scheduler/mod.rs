@@ -324,6 +324,9 @@ struct Reports {
     /// The cluster's GPU allocation over time, sampled with the queues' shares (by the task that
     /// builds the view, which counts it).
     allocation: Arc<std::sync::Mutex<std::collections::VecDeque<wasmsched_dashboard::view::SeriesPoint>>>,
+    /// The GPUs' rows of the metrics, and when they were computed (they walk every node).
+    gpu_figures: Vec<crate::metrics::GpuFigures>,
+    gpu_figures_at: Option<Instant>,
 }
 
 /// API writes under way.
@@ -418,6 +421,8 @@ impl Scheduler {
                 dra_devices: Arc::default(),
                 queue_history: Arc::default(),
                 queue_sampled: None,
+                gpu_figures: Vec::new(),
+                gpu_figures_at: None,
                 allocation: Default::default(),
             },
             leadership: Leadership { leader, _always: Some(always) },

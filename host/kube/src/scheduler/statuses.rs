@@ -143,7 +143,96 @@ impl Scheduler {
                 self.shared.metrics.dra_devices.get_or_create(&crate::metrics::DraLabels { state }).set(n as i64);
             }
         }
+        let figures = self.figures();
+        self.shared.metrics.set_figures(figures);
     }
+
+    /// What the metrics export of queues, waiting work, GPUs and events (see
+    /// [`crate::metrics::Figures`]). The GPUs' rows, which walk every node and measure
+    /// fragmentation, are computed every [`GPU_FIGURES_EVERY`] and kept in between.
+    fn figures(&mut self) -> crate::metrics::Figures {
+        use crate::metrics::{Figures, QueueFigures};
+        let now = self.now();
+        let mut queues: Vec<QueueFigures> = self
+            .core
+            .queue_shares()
+            .into_iter()
+            .zip(self.core.queue_tasks())
+            .map(|(s, (pending, running))| QueueFigures {
+                allocated_gpus: s.allocated.gpu_milli as f64 / 1000.0,
+                deserved_gpus: s.deserved.map(|d| d.gpu_milli as f64 / 1000.0),
+                running_pods: running as u64,
+                pending_pods: pending as u64,
+                oldest_pending_seconds: 0,
+                queue: s.name,
+            })
+            .collect();
+        let mut waiting: BTreeMap<(String, &'static str), u64> = BTreeMap::new();
+        for phase in [Phase::Pending, Phase::Preempting] {
+            for name in self.core.workloads_in(phase) {
+                let Some(status) = self.core.status(name) else { continue };
+                let Some(queue) = self.core.members_of(name).and_then(|mut m| m.next()).map(|(t, _)| t.queue.clone())
+                else {
+                    continue;
+                };
+                if let Some(q) = queues.iter_mut().find(|q| q.queue == queue) {
+                    q.oldest_pending_seconds = q.oldest_pending_seconds.max(now.saturating_sub(status.since));
+                }
+                *waiting.entry((queue, status.explanation.category())).or_default() += 1;
+            }
+        }
+        for (id, facts) in self.ours.iter() {
+            if !facts.bound && self.core.owner_of(id).is_none() {
+                *waiting.entry((facts.task.queue.clone(), "gated")).or_default() += 1;
+            }
+        }
+        if self.reports.gpu_figures_at.is_none_or(|at| at.elapsed() >= GPU_FIGURES_EVERY) {
+            self.reports.gpu_figures_at = Some(Instant::now());
+            self.reports.gpu_figures = gpu_figures(self.core.nodes(), self.ours.shapes());
+        }
+        Figures {
+            queues,
+            waiting: waiting.into_iter().map(|((q, reason), n)| (q, reason, n)).collect(),
+            gpus: self.reports.gpu_figures.clone(),
+            events: self.reports.events.as_ref().map(|sink| sink.stats()),
+        }
+    }
+}
+
+/// How often the GPUs' metrics (every node walked, fragmentation measured) are recomputed.
+const GPU_FIGURES_EVERY: Duration = Duration::from_secs(10);
+
+/// The nodes' GPUs by model and pool: devices, unhealthy ones, what is held, and the idle share
+/// that none of `shapes` (the pods this scheduler has, bound or waiting) could use.
+fn gpu_figures(
+    nodes: &wasmsched_core::NodeTable,
+    shapes: &BTreeMap<wasmsched_api::fragmentation::Spec, u64>,
+) -> Vec<crate::metrics::GpuFigures> {
+    use wasmsched_api::fragmentation;
+    use wasmsched_dashboard::view::{TARGET_POPULARITY_PERCENT, TARGET_SHAPES};
+    let typical = fragmentation::typical_of_counts(shapes.clone(), TARGET_POPULARITY_PERCENT, TARGET_SHAPES);
+    let mut groups: BTreeMap<(String, String), Vec<&wasmsched_api::Node>> = BTreeMap::new();
+    for node in nodes.slots().filter_map(|s| nodes.get(s)) {
+        let Some(first) = node.gpus.first() else { continue };
+        let pool = wasmsched_events::decisions::node_pool(node).unwrap_or_default();
+        groups.entry((first.model.clone(), pool.to_string())).or_default().push(node);
+    }
+    groups
+        .into_iter()
+        .map(|((model, pool), members)| {
+            let devices = members.iter().flat_map(|n| n.gpus.iter());
+            let held: u64 = devices.clone().map(|g| u64::from(wasmsched_api::GPU_MILLI - g.free_milli)).sum();
+            crate::metrics::GpuFigures {
+                devices: devices.clone().count() as u64,
+                unhealthy: devices.filter(|g| g.health == wasmsched_api::GpuHealth::Unhealthy).count() as u64,
+                allocated: held as f64 / 1000.0,
+                fragmented: (!typical.is_empty())
+                    .then(|| fragmentation::of_cluster(&typical, members.iter().copied()).fragmented / 1000.0),
+                model,
+                pool,
+            }
+        })
+        .collect()
 }
 
 /// `r` without the flavor-qualified copies quotas per flavor are kept under (shown per flavor).

@@ -6,6 +6,7 @@ mod crds;
 mod dra;
 mod extender;
 mod mutated;
+mod observability;
 mod policy_object;
 mod support;
 mod workloads;

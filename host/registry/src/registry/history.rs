@@ -24,6 +24,38 @@ pub enum Outcome {
     Staged,
 }
 
+impl Outcome {
+    /// Every outcome, in the order of [`Outcome::index`].
+    pub const ALL: [Outcome; 8] = [
+        Outcome::Probation,
+        Outcome::Live,
+        Outcome::Shadow,
+        Outcome::Ready,
+        Outcome::Superseded,
+        Outcome::RolledBack,
+        Outcome::Rejected,
+        Outcome::Staged,
+    ];
+
+    fn index(&self) -> usize {
+        Outcome::ALL.iter().position(|o| o == self).unwrap_or(0)
+    }
+
+    /// The name `policy status` shows (kebab-case), also the metrics' `outcome` label.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Outcome::Probation => "probation",
+            Outcome::Live => "live",
+            Outcome::Shadow => "shadow",
+            Outcome::Ready => "ready",
+            Outcome::Superseded => "superseded",
+            Outcome::RolledBack => "rolled-back",
+            Outcome::Rejected => "rejected",
+            Outcome::Staged => "staged",
+        }
+    }
+}
+
 /// One line of the history.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct HistoryEntry {
@@ -40,6 +72,7 @@ pub struct HistoryEntry {
 }
 
 pub(super) fn push_history(inner: &mut Inner, v: &PolicyVersion, outcome: Outcome, reason: &str) {
+    inner.outcomes[outcome.index()] += 1;
     if inner.history.len() == HISTORY {
         inner.history.pop_back();
     }
@@ -57,6 +90,9 @@ pub(super) fn update_history(inner: &mut Inner, v: &PolicyVersion, outcome: Outc
     let label = v.label();
     match inner.history.iter_mut().find(|h| h.label == label) {
         Some(h) => {
+            if h.outcome != outcome {
+                inner.outcomes[outcome.index()] += 1;
+            }
             h.outcome = outcome;
             h.reason = reason.into();
             h.at = now();

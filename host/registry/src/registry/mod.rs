@@ -129,6 +129,9 @@ struct Inner {
     /// unmapped), which is not the scheduling loop's work; the next control call drops them.
     retired: Vec<Arc<PolicyVersion>>,
     history: VecDeque<HistoryEntry>,
+    /// How many versions reached each outcome since start (the history keeps only the last few):
+    /// what `wasmsched_policy_outcomes_total` exports, so an alert sees every rollback.
+    outcomes: [u64; Outcome::ALL.len()],
     recent_tasks: VecDeque<Task>,
     sample: Option<(Sample, Instant)>,
     source_errors: Vec<(String, String)>,
@@ -179,6 +182,7 @@ impl Registry {
                 staged: None,
                 retired: Vec::new(),
                 history: VecDeque::new(),
+                outcomes: [0; Outcome::ALL.len()],
                 recent_tasks: VecDeque::new(),
                 sample: None,
                 source_errors: Vec::new(),
@@ -487,6 +491,13 @@ impl Registry {
             gate: "fetch".into(),
             reason: error.into(),
         }));
+    }
+
+    /// How many versions reached each outcome since this registry started (a version counts once
+    /// per outcome it reaches).
+    pub fn outcome_counts(&self) -> Vec<(Outcome, u64)> {
+        let inner = self.lock();
+        Outcome::ALL.iter().cloned().zip(inner.outcomes).collect()
     }
 
     /// Live, candidate, shadow statistics and history.
