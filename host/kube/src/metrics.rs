@@ -423,7 +423,7 @@ impl Collector for UsageCollector {
             ),
             (
                 "wasmsched_lost_gpu_seconds",
-                "Of the GPU-seconds held, those of runs preempted or evicted without keeping their work (no checkpoint).",
+                "GPU-seconds of work thrown away: whole runs preempted or evicted without keeping their work (no checkpoint), counted when they end.",
                 |t| t.lost_gpu_seconds,
             ),
             ("wasmsched_allocated_cpu_core_seconds", "CPU core-seconds requested by running pods.", |t| t.cpu_seconds),

@@ -4,7 +4,8 @@
 //! Unlike a [`Ledger`](crate::Ledger), which keeps every run for windows chosen later, a meter
 //! folds each run into its group's totals when it ends and keeps only the runs going on: a
 //! scheduler runs for months. Totals grow monotonically (a run going on counts up to the scrape),
-//! and start from zero with the process, which Prometheus reads as a counter reset.
+//! and start from zero with the process, which Prometheus reads as a counter reset: so a run a new
+//! process takes over counts from the take-over ([`Meter::take_over`]), never its past again.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -61,10 +62,20 @@ struct Amounts {
     memory_bytes: u64,
 }
 
+/// A run going on: when it started (what its end names), when this meter began counting it (its
+/// start, or the moment this process took it over), what it holds.
+#[derive(Clone, Debug)]
+struct OpenRun {
+    started: u64,
+    counted_from: u64,
+    key: MeterKey,
+    amounts: Amounts,
+}
+
 #[derive(Default)]
 struct State {
     /// Runs going on, per `namespace/task`: (started ms, key, holdings).
-    open: AHashMap<String, Vec<(u64, MeterKey, Amounts)>>,
+    open: AHashMap<String, Vec<OpenRun>>,
     /// Milli-units × ms of ended runs, per group.
     closed: BTreeMap<MeterKey, [u128; 4]>,
     ended: BTreeMap<MeterKey, u64>,
@@ -108,24 +119,28 @@ impl Meter {
                     d.sum += seconds;
                 }
                 let runs = s.open.entry(format!("{}/{}", task.namespace, task.id)).or_default();
-                runs.push((at, k, amounts(&holding)));
+                runs.push(OpenRun { started: at, counted_from: at, key: k, amounts: amounts(&holding) });
             }
             Fact::End { task, started, at, holding, lost } => {
                 let id = format!("{}/{}", task.namespace, task.id);
+                let mut from = started;
                 if let Some(runs) = s.open.get_mut(&id) {
-                    if let Some(i) = runs.iter().position(|r| r.0.abs_diff(started) <= MATCH_WITHIN_MS) {
-                        runs.swap_remove(i);
+                    if let Some(i) = runs.iter().position(|r| r.started.abs_diff(started) <= MATCH_WITHIN_MS) {
+                        from = from.max(runs.swap_remove(i).counted_from);
                     }
                     if runs.is_empty() {
                         s.open.remove(&id);
                     }
                 }
                 let k = key(task.queue, task.namespace, &holding);
-                let ms = u128::from(at.saturating_sub(started));
+                let ms = u128::from(at.saturating_sub(from));
+                // The work thrown away is the whole run's, lost now, though an earlier process
+                // counted its first part as held.
+                let whole_run = u128::from(at.saturating_sub(started));
                 let a = amounts(&holding);
                 let sums = s.closed.entry(k.clone()).or_default();
                 sums[0] += u128::from(a.gpu_milli) * ms;
-                sums[1] += if lost { u128::from(a.gpu_milli) * ms } else { 0 };
+                sums[1] += if lost { u128::from(a.gpu_milli) * whole_run } else { 0 };
                 sums[2] += u128::from(a.cpu_milli) * ms;
                 sums[3] += u128::from(a.memory_bytes) * ms;
                 *s.ended.entry(k).or_default() += 1;
@@ -134,12 +149,28 @@ impl Meter {
         }
     }
 
+    /// A run that began before this process (a restart, a fail-over), taken over at `now`: counted
+    /// from `now` on, since the process that placed it counted it until then and Prometheus adds
+    /// a restarted counter's whole value to what it had (a run of days taken over must not count
+    /// its days again). Its queueing delay was counted then too. Its end names `placed`'s start.
+    pub fn take_over(&self, now: Timestamp, started: Timestamp, placed: &Payload) {
+        let Fact::Start { task, holding, .. } = of_payload(started, placed) else { return };
+        let run = OpenRun {
+            started: started.millis(),
+            counted_from: now.millis().max(started.millis()),
+            key: key(task.queue, task.namespace, &holding),
+            amounts: amounts(&holding),
+        };
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.open.entry(format!("{}/{}", task.namespace, task.id)).or_default().push(run);
+    }
+
     /// Every group's totals, runs going on counted up to `now`.
     pub fn totals(&self, now: Timestamp) -> BTreeMap<MeterKey, MeterTotals> {
         let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let mut sums: BTreeMap<MeterKey, [u128; 4]> = s.closed.clone();
-        for (started, k, a) in s.open.values().flatten() {
-            let ms = u128::from(now.millis().saturating_sub(*started));
+        for OpenRun { counted_from, key: k, amounts: a, .. } in s.open.values().flatten() {
+            let ms = u128::from(now.millis().saturating_sub(*counted_from));
             let e = sums.entry(k.clone()).or_default();
             e[0] += u128::from(a.gpu_milli) * ms;
             e[2] += u128::from(a.cpu_milli) * ms;
@@ -235,5 +266,23 @@ mod tests {
         assert_eq!(later.memory_byte_seconds, f64::from(1u32 << 30) * 59.6);
         let d = &m.delays()["research"];
         assert_eq!((d.counts[0], d.counts[2], d.sum), (1, 1, 6.0), "0 s (≤ 1 s) and 6 s (≤ 10 s)");
+    }
+
+    #[test]
+    fn a_run_taken_over_counts_from_the_take_over_and_its_delay_not_again() {
+        // A new process at 100 s takes over a run placed at 10 s (submitted at 4 s) by the one
+        // before, which counted its first 90 s and its delay.
+        let m = Meter::new();
+        let key = MeterKey { queue: "research".into(), namespace: "ml".into(), model: "H100".into() };
+        m.take_over(Timestamp(100_000), Timestamp(10_000), &scheduled("a", 4_000));
+        assert_eq!(m.running(), 1);
+        assert_eq!(m.totals(Timestamp(130_000))[&key].gpu_seconds, 45.0, "30 s × 1.5 GPUs");
+        assert!(m.delays().is_empty());
+        // Its end names its real start: matched, and held from the take-over; the work it throws
+        // away is its whole run's (140 s), lost now.
+        m.record(Timestamp(150_000), &ended("a", 10_000, EndReason::Preempted, false));
+        assert_eq!(m.running(), 0);
+        let t = m.totals(Timestamp(200_000))[&key];
+        assert_eq!((t.gpu_seconds, t.lost_gpu_seconds, t.runs_ended), (75.0, 210.0, 1));
     }
 }

@@ -160,9 +160,11 @@ pub fn measure(typical: &[TypicalPod], accessible: &[bool], cpu_left: u64, lefts
     }
 }
 
-/// [`measure`] of `node` as it is now (its free CPU and each GPU's free share).
+/// [`measure`] of `node` as it is now (its free CPU and each GPU's free share). An unhealthy GPU
+/// has no share to give: it counts as neither idle nor fragmented (it is unhealthy).
 pub fn of_node(typical: &[TypicalPod], accessible: &[bool], node: &crate::Node) -> Fragmentation {
-    let lefts: Vec<u32> = node.gpus.iter().map(|g| g.free_milli).collect();
+    let lefts: Vec<u32> =
+        node.gpus.iter().map(|g| if g.health == crate::GpuHealth::Unhealthy { 0 } else { g.free_milli }).collect();
     measure(typical, accessible, node.free_cpu_milli(), &lefts)
 }
 
@@ -230,6 +232,30 @@ mod tests {
         assert_eq!(gradient_score(200.0, 500.0), 42);
         assert_eq!(gradient_score(500.0, 400.0), 52);
         assert_eq!(gradient_score(300.0, 300.0), 50);
+    }
+
+    #[test]
+    fn an_unhealthy_gpu_is_neither_idle_nor_fragmented() {
+        let gpu = |index, free_milli, health| crate::GpuDevice {
+            index,
+            model: "H100".into(),
+            memory_bytes: 80 << 30,
+            free_milli,
+            free_memory_bytes: 80 << 30,
+            health,
+            numa_node: None,
+        };
+        let node = |second| crate::Node {
+            name: "n".into(),
+            allocatable: crate::Resources { cpu_milli: 8000, ..Default::default() },
+            gpus: vec![gpu(0, 600, crate::GpuHealth::Healthy), gpu(1, 1000, second)].into(),
+            ..Default::default()
+        };
+        let w = example();
+        let healthy = of_node(&w, &[true; 3], &node(crate::GpuHealth::Healthy));
+        let sick = of_node(&w, &[true; 3], &node(crate::GpuHealth::Unhealthy));
+        assert_eq!((healthy.idle, sick.idle), (1600.0, 600.0));
+        assert_eq!(sick.fragmented, measure(&w, &[true; 3], 8000, &[600, 0]).fragmented);
     }
 
     #[test]

@@ -77,8 +77,9 @@ impl Scheduler {
             submitted: facts.created.map(millis),
             ..TaskScheduled::default()
         };
-        // Counted from its start by this process's meter; its `task-scheduled` was published then.
-        self.shared.metrics.usage.record(started, &Payload::TaskScheduled(placed.clone()));
+        // Its `task-scheduled` was published when it started; this process's meter counts it from
+        // now (the process before counted it until it stopped).
+        self.shared.metrics.usage.take_over(Timestamp::now(), started, &Payload::TaskScheduled(placed.clone()));
         self.reports.runs.insert(id.to_string(), Run { started, placed, stopped: None });
     }
 
