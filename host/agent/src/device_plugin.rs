@@ -80,7 +80,14 @@ impl Default for NodeGpus {
             table: watch::Sender::new(Vec::new()),
             whole: watch::Sender::new(Vec::new()),
             units: watch::Sender::new(Vec::new()),
-            calls: std::sync::Mutex::new(BTreeMap::new()),
+            // Every call from zero, so the first refusal is an increase an alert sees.
+            calls: std::sync::Mutex::new(
+                [WHOLE_RESOURCE, SHARE_RESOURCE]
+                    .into_iter()
+                    .flat_map(|r| ["GetPreferredAllocation", "Allocate"].map(|c| (r, c)))
+                    .flat_map(|(r, c)| ["ok", "refused"].map(|o| ((r, c, o), 0)))
+                    .collect(),
+            ),
         }
     }
 }

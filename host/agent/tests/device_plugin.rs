@@ -552,6 +552,8 @@ async fn the_metrics_count_the_kubelets_calls_and_carry_what_the_node_dashboard_
     assert_eq!(calls(SHARE_RESOURCE, "Allocate", "ok"), 1.0);
     assert_eq!(calls(WHOLE_RESOURCE, "GetPreferredAllocation", "refused"), 1.0);
     assert_eq!(calls(WHOLE_RESOURCE, "Allocate", "refused"), 1.0);
+    // A call never refused is there from zero: its first refusal is an increase Prometheus sees.
+    assert_eq!(calls(SHARE_RESOURCE, "Allocate", "refused"), 0.0);
     // What the chart reads from the agents (the PodMonitor adds `node`).
     let exported = exposition(&text);
     let uses: Vec<_> = used_series().into_iter().filter(|u| u.reads_agents()).collect();

@@ -46,8 +46,9 @@ pub trait Resource: Send + Sync + 'static {
     fn devices(&self) -> tokio::sync::watch::Receiver<Vec<Device>>;
 
     /// Which `size` devices of `available` (including `must_include`) one container should get.
-    /// A refusal here does not fail the pod: the kubelet then picks by itself, and
-    /// [`Resource::allocate`] is where a wrong pick is refused.
+    /// A refusal fails the pod's admission (`UnexpectedAdmissionError`, "GetPreferredAllocation rpc
+    /// failed", seen on a real v1.36 kubelet). Where the kubelet does not ask (as many devices free
+    /// as asked), [`Resource::allocate`] is where a wrong pick is refused.
     fn preferred(&self, available: &[String], must_include: &[String], size: usize) -> Result<Vec<String>, Refusal>;
 
     /// The kubelet gave `devices` to one container: what the runtime must set up for it.

@@ -223,10 +223,14 @@ impl Collector for PluginCollector {
                 )?;
             }
         }
+        // Every kind from zero, so a plugin's first fault is an increase Prometheus sees (a series
+        // that first appears at 1 has no increase to `rate` or `increase`).
         let faults = Family::<FaultLabels, Counter>::default();
         for plugin in &live.plugins {
             for &stage in &plugin.stages {
-                for (kind, n) in plugin.metrics.stage(stage).faults {
+                let seen = plugin.metrics.stage(stage).faults;
+                for kind in wasmsched_runtime::FAULT_KINDS {
+                    let n = seen.iter().find(|(k, _)| *k == kind).map_or(0, |(_, n)| *n);
                     let labels = FaultLabels {
                         plugin: plugin.name.clone(),
                         extension_point: extension_point(stage),
@@ -512,6 +516,17 @@ impl Metrics {
             "Eviction API calls by outcome: ok, refused (retried), abandoned (the pod runs on).",
             evictions.clone(),
         );
+        // Counters of rare events start at zero for every label value, so the first one is an
+        // increase an alert sees.
+        for result in ["ok", "conflict", "not_found", "throttled", "retry", "not_leader"] {
+            let _ = binds.get_or_create(&BindLabels { result });
+        }
+        for result in ["ok", "refused", "abandoned"] {
+            let _ = evictions.get_or_create(&BindLabels { result });
+        }
+        for reason in ["priority", "reclaim", "elastic_shrink", "gang_broken", "node_lost"] {
+            let _ = preemptions.get_or_create(&PreemptLabels { reason });
+        }
         let figures = Arc::new(std::sync::Mutex::new(Figures::default()));
         registry.register_collector(Box::new(FiguresCollector(figures.clone())));
         let policies = Arc::new(OnceLock::new());

@@ -53,7 +53,7 @@ pub use engine::{
     DEFAULT_MAX_ARTIFACT_BYTES, DEFAULT_MAX_COMPONENT_BYTES, Runtime, RuntimeConfig, component_limit, read_component,
 };
 pub use error::LoadError;
-pub use metrics::{FaultObserver, LatencySnapshot, PluginMetrics, StageSnapshot};
+pub use metrics::{FAULT_KINDS, FaultObserver, LatencySnapshot, PluginMetrics, StageSnapshot};
 pub use plugin::{PluginConfig, WasmPlugin};
 
 /// Compile-time check that what worker threads share stays thread-safe.

@@ -12,7 +12,8 @@ use wasmsched_core::{FaultKind, PluginFault};
 pub type FaultObserver = std::sync::Arc<dyn Fn(&PluginFault) + Send + Sync>;
 
 const BUCKETS: usize = 40;
-const FAULT_KINDS: [FaultKind; 9] = [
+/// Every kind of fault, in the order the counters keep them.
+pub const FAULT_KINDS: [FaultKind; 9] = [
     FaultKind::Trap,
     FaultKind::Deadline,
     FaultKind::Fuel,

@@ -176,6 +176,21 @@ async fn every_series_and_label_the_dashboards_and_alerts_use_is_exported() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert!(missing.is_empty(), "{missing:#?}");
+    // Counters of rare events are there from zero, so the first one is an increase an alert sees
+    // (Prometheus' `increase` ignores a series' first sample).
+    let text = scrape(addr);
+    for zero in [
+        r#"wasmsched_plugin_faults_total{plugin="fit",extension_point="Filter",kind="trap"} 0"#,
+        r#"wasmsched_plugin_faults_total{plugin="hostile",extension_point="Score",kind="deadline"} 0"#,
+        r#"wasmsched_preemptions_total{reason="reclaim"} 0"#,
+        r#"wasmsched_evictions_total{result="abandoned"} 0"#,
+        r#"wasmsched_binds_total{result="throttled"} 0"#,
+        r#"wasmsched_events_dropped_total 0"#,
+        r#"wasmsched_policy_outcomes_total{outcome="rolled-back"} 0"#,
+    ] {
+        assert!(text.lines().any(|l| l == zero), "no {zero}: {text}");
+    }
+    assert!(text.contains(r#"wasmsched_plugin_faults_total{plugin="hostile",extension_point="Score",kind="trap"} "#));
 
     let _ = stop.send(true);
     tokio::time::timeout(Duration::from_secs(20), task).await.expect("stops in time").unwrap();
