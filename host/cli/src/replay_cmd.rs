@@ -60,6 +60,10 @@ pub struct Args {
     /// docs/scheduling.md). The flag alone is K = 1; 0: no such limit.
     #[arg(long, value_name = "K", num_args = 0..=1, default_value_t = 0, default_missing_value = "1")]
     reclaim_within_deficit: u32,
+    /// A run that has gone on longer than this (s) is never reclaimed (as `wasmsched run
+    /// --reclaim-max-runtime`; docs/scheduling.md). Unset: no limit.
+    #[arg(long, value_name = "SECONDS")]
+    reclaim_max_runtime: Option<u64>,
     /// How long a gang may wait unplaced before it times out (s); a job's own `timeout` wins.
     #[arg(long, value_name = "SECONDS", default_value_t = CoreConfig::default().gang_timeout_seconds)]
     gang_timeout: u64,
@@ -305,6 +309,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         gang_timeout_seconds: args.gang_timeout,
         reclaim_min_runtime_seconds: args.reclaim_min_runtime,
         reclaim_within_deficit: args.reclaim_within_deficit,
+        reclaim_max_runtime_seconds: args.reclaim_max_runtime,
         ..CoreConfig::default()
     };
     let settings = timed::ReplaySettings { core: config.clone(), drop_timed_out_gangs: args.drop_timed_out_gangs };

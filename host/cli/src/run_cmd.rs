@@ -77,6 +77,10 @@ pub struct Args {
     /// alone is K = 1; 0: no such limit.
     #[arg(long, value_name = "K", num_args = 0..=1, default_value_t = 0, default_missing_value = "1", env = "WASMSCHED_RECLAIM_WITHIN_DEFICIT")]
     reclaim_within_deficit: u32,
+    /// A run that has gone on longer than this (s) is never reclaimed: the work it would throw
+    /// away grows with its age, the room it frees does not (docs/scheduling.md). Unset: no limit.
+    #[arg(long, value_name = "SECONDS", env = "WASMSCHED_RECLAIM_MAX_RUNTIME")]
+    reclaim_max_runtime: Option<u64>,
     /// Requests per second to the API server (kube-scheduler's `clientConnection.qps`); 0: no
     /// limit. The Lease has a client of its own, outside this limit.
     #[arg(long, default_value_t = 50.0)]
@@ -152,6 +156,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         config.bind_concurrency = args.bind_concurrency;
         config.core.reclaim_min_runtime_seconds = args.reclaim_min_runtime;
         config.core.reclaim_within_deficit = args.reclaim_within_deficit;
+        config.core.reclaim_max_runtime_seconds = args.reclaim_max_runtime;
         config.owner_kinds = owner_kinds;
         if args.leader_elect {
             let identity = match &args.identity {

@@ -94,7 +94,10 @@ impl Preemptor<'_> {
         let min_runtime = min_runtime.unwrap_or(core.config.reclaim_min_runtime_seconds);
         if !(self.may_reclaim
             && core.queues.get(v.leaf).is_some_and(|q| q.reclaimable)
-            && v.members.iter().flatten().all(|m| self.now.saturating_sub(m.started) >= min_runtime))
+            && v.members.iter().flatten().all(|m| {
+                let ran = self.now.saturating_sub(m.started);
+                ran >= min_runtime && core.config.reclaim_max_runtime_seconds.is_none_or(|max| ran <= max)
+            }))
         {
             return false;
         }

@@ -874,20 +874,24 @@ fn a_queue_may_protect_its_runs_from_reclaim_longer_than_the_default() {
 
 #[test]
 fn a_reclaim_throws_away_at_most_the_shortfall_its_queue_waited_through() {
-    let mut c = core(vec![queue("a", 1), queue("b", 1)], &[("n0", 8), ("n1", 8)]);
-    c.config.reclaim_within_deficit = 1;
-    c.config.reclaim_min_runtime_seconds = 0;
-    c.submit(job("big", "a", 0, 8), 0).unwrap();
-    c.submit(job("old", "a", 0, 4), 0).unwrap();
-    assert_eq!(bound(&c.schedule(&full(), 0)).len(), 2);
-    c.submit(job("young", "a", 0, 4), 900).unwrap();
-    assert_eq!(bound(&c.schedule(&full(), 900)), ["young"]);
-    // b wants 8 from 1000: shares 8 and 8, a is 8 over. b's shortfall grows 8 GPU-s a second;
-    // young would lose 4 GPU-s a second of its age, 400 at 1000: b may take it once its 8 × wait
-    // reaches 4 × (wait + 100), at 1100 — not before, and never old (4 × 1,100 s and growing as
-    // fast as b's shortfall once b holds 4).
-    c.submit(job("b1", "b", 0, 4), 1000).unwrap();
-    c.submit(job("b2", "b", 0, 4), 1000).unwrap();
+    // a holds 16 GPUs: big and old from 0, young from 900; b (shares 8 and 8) wants 8 from 1000.
+    let scene = |factor: u32| {
+        let mut c = core(vec![queue("a", 1), queue("b", 1)], &[("n0", 8), ("n1", 8)]);
+        c.config.reclaim_within_deficit = factor;
+        c.config.reclaim_min_runtime_seconds = 0;
+        c.submit(job("big", "a", 0, 8), 0).unwrap();
+        c.submit(job("old", "a", 0, 4), 0).unwrap();
+        assert_eq!(bound(&c.schedule(&full(), 0)).len(), 2);
+        c.submit(job("young", "a", 0, 4), 900).unwrap();
+        assert_eq!(bound(&c.schedule(&full(), 900)), ["young"]);
+        c.submit(job("b1", "b", 0, 4), 1000).unwrap();
+        c.submit(job("b2", "b", 0, 4), 1000).unwrap();
+        c
+    };
+    // b's shortfall grows 8 GPU-s a second; young would lose 4 GPU-s a second of its age, 400 at
+    // 1000: b may take it once its 8 × wait reaches 4 × (wait + 100), at 1100 — not before, and
+    // never old (4 × 1,100 s and growing as fast as b's shortfall once b holds 4).
+    let mut c = scene(1);
     let mut reclaimed = Vec::new();
     for t in 1000..4000 {
         c.upsert_node(gpu_node("n0", 8), t); // a change, so b's jobs are tried again
@@ -901,32 +905,38 @@ fn a_reclaim_throws_away_at_most_the_shortfall_its_queue_waited_through() {
     assert!((1100..=1110).contains(t), "{reclaimed:?}");
     assert_eq!((task.as_str(), *lost), ("young", 4 * (t - 900)));
     // With K = 2 the shortfall counts twice: 16 × wait ≥ 4 × (wait + 100) from 1034.
-    let mut c = core(vec![queue("a", 1), queue("b", 1)], &[("n0", 8), ("n1", 8)]);
-    c.config.reclaim_within_deficit = 2;
-    c.config.reclaim_min_runtime_seconds = 0;
-    c.submit(job("big", "a", 0, 8), 0).unwrap();
-    c.submit(job("old", "a", 0, 4), 0).unwrap();
-    c.schedule(&full(), 0);
-    c.submit(job("young", "a", 0, 4), 900).unwrap();
-    c.schedule(&full(), 900);
-    c.submit(job("b1", "b", 0, 4), 1000).unwrap();
-    c.submit(job("b2", "b", 0, 4), 1000).unwrap();
+    let mut c = scene(2);
     let first = (1000..4000).find(|&t| {
         c.upsert_node(gpu_node("n0", 8), t);
         !reclaims(&c.schedule(&full(), t)).is_empty()
     });
     assert!(matches!(first, Some(1034..=1040)), "{first:?}");
     // Without the limit b takes young back at once.
-    let mut c = core(vec![queue("a", 1), queue("b", 1)], &[("n0", 8), ("n1", 8)]);
-    c.config.reclaim_min_runtime_seconds = 0;
-    c.submit(job("big", "a", 0, 8), 0).unwrap();
-    c.submit(job("old", "a", 0, 4), 0).unwrap();
-    c.schedule(&full(), 0);
-    c.submit(job("young", "a", 0, 4), 900).unwrap();
-    c.schedule(&full(), 900);
-    c.submit(job("b1", "b", 0, 4), 1000).unwrap();
-    c.submit(job("b2", "b", 0, 4), 1000).unwrap();
-    assert_eq!(evicted(&c.schedule(&full(), 1000)).len(), 2);
+    assert_eq!(evicted(&scene(0).schedule(&full(), 1000)).len(), 2);
+}
+
+#[test]
+fn a_run_older_than_the_max_runtime_is_never_reclaimed() {
+    // a holds both nodes: "old" from 0 and a second run from `second` (shares 8 and 8); b wants 8
+    // at 6000.
+    let scene = |max: Option<u64>, second: u64| {
+        let mut c = core(vec![queue("a", 1), queue("b", 1)], &[("n0", 8), ("n1", 8)]);
+        c.config.reclaim_max_runtime_seconds = max;
+        c.submit(job("old", "a", 0, 8), 0).unwrap();
+        c.schedule(&full(), 0);
+        c.submit(job("second", "a", 0, 8), second).unwrap();
+        assert_eq!(bound(&c.schedule(&full(), second)), ["second"]);
+        c.submit(job("b1", "b", 0, 8), 6000).unwrap();
+        evicted(&c.schedule(&full(), 6000))
+    };
+    // The cheapest victim goes: the second run, 1,000 s old, limit or not.
+    assert_eq!(scene(None, 5000), ["second"]);
+    assert_eq!(scene(Some(3600), 5000), ["second"]);
+    // Both 6,000 s old: one is taken without a limit, both are waited out with an hour's.
+    assert_eq!(scene(None, 0).len(), 1);
+    assert!(scene(Some(3600), 0).is_empty());
+    // Ten minutes: the 1,000-second run is too old as well.
+    assert!(scene(Some(600), 5000).is_empty());
 }
 
 #[test]
