@@ -831,6 +831,16 @@ impl SchedulerCore {
         places
     }
 
+    /// Every waiting workload (pending or preempting) as its leaf queue's index (as in
+    /// [`SchedulerCore::queue_shares`]), since when it waits and why in a word
+    /// ([`Explanation::category`]): what the metrics count, without a status copied per workload.
+    pub fn waiting(&self) -> impl Iterator<Item = (usize, u64, &'static str)> + '_ {
+        self.entries
+            .values()
+            .filter(|e| matches!(e.phase, Phase::Pending | Phase::Preempting))
+            .map(|e| (e.leaf, e.since, e.explanation.category()))
+    }
+
     /// Why a workload is pending, as of its last attempt.
     pub fn explain(&self, workload: &str) -> Option<&Explanation> {
         self.entries.get(workload).map(|e| &e.explanation)

@@ -168,18 +168,10 @@ impl Scheduler {
             })
             .collect();
         let mut waiting: BTreeMap<(String, &'static str), u64> = BTreeMap::new();
-        for phase in [Phase::Pending, Phase::Preempting] {
-            for name in self.core.workloads_in(phase) {
-                let Some(status) = self.core.status(name) else { continue };
-                let Some(queue) = self.core.members_of(name).and_then(|mut m| m.next()).map(|(t, _)| t.queue.clone())
-                else {
-                    continue;
-                };
-                if let Some(q) = queues.iter_mut().find(|q| q.queue == queue) {
-                    q.oldest_pending_seconds = q.oldest_pending_seconds.max(now.saturating_sub(status.since));
-                }
-                *waiting.entry((queue, status.explanation.category())).or_default() += 1;
-            }
+        for (leaf, since, why) in self.core.waiting() {
+            let Some(q) = queues.get_mut(leaf) else { continue };
+            q.oldest_pending_seconds = q.oldest_pending_seconds.max(now.saturating_sub(since));
+            *waiting.entry((q.queue.clone(), why)).or_default() += 1;
         }
         for (id, facts) in self.ours.iter() {
             if !facts.bound && self.core.owner_of(id).is_none() {
