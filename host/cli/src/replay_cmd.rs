@@ -61,9 +61,10 @@ pub struct Args {
     #[arg(long, value_name = "K", num_args = 0..=1, default_value_t = 0, default_missing_value = "1")]
     reclaim_within_deficit: u32,
     /// A run that has gone on longer than this (s) is never reclaimed (as `wasmsched run
-    /// --reclaim-max-runtime`; docs/scheduling.md). Unset: no limit.
-    #[arg(long, value_name = "SECONDS")]
-    reclaim_max_runtime: Option<u64>,
+    /// --reclaim-max-runtime`; docs/scheduling.md). A scenario queue's `reclaim_max_runtime`
+    /// overrides it; 0: no limit.
+    #[arg(long, value_name = "SECONDS", default_value_t = CoreConfig::default().reclaim_max_runtime_seconds)]
+    reclaim_max_runtime: u64,
     /// How long a gang may wait unplaced before it times out (s); a job's own `timeout` wins.
     #[arg(long, value_name = "SECONDS", default_value_t = CoreConfig::default().gang_timeout_seconds)]
     gang_timeout: u64,

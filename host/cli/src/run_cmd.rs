@@ -78,9 +78,10 @@ pub struct Args {
     #[arg(long, value_name = "K", num_args = 0..=1, default_value_t = 0, default_missing_value = "1", env = "WASMSCHED_RECLAIM_WITHIN_DEFICIT")]
     reclaim_within_deficit: u32,
     /// A run that has gone on longer than this (s) is never reclaimed: the work it would throw
-    /// away grows with its age, the room it frees does not (docs/scheduling.md). Unset: no limit.
-    #[arg(long, value_name = "SECONDS", env = "WASMSCHED_RECLAIM_MAX_RUNTIME")]
-    reclaim_max_runtime: Option<u64>,
+    /// away grows with its age, the room it frees does not; a queue reclaiming within its guarantee is not
+    /// limited (docs/scheduling.md). A Queue's `reclaimMaxRuntimeSeconds` overrides it; 0: no limit.
+    #[arg(long, value_name = "SECONDS", default_value_t = wasmsched_core::CoreConfig::default().reclaim_max_runtime_seconds, env = "WASMSCHED_RECLAIM_MAX_RUNTIME")]
+    reclaim_max_runtime: u64,
     /// Requests per second to the API server (kube-scheduler's `clientConnection.qps`); 0: no
     /// limit. The Lease has a client of its own, outside this limit.
     #[arg(long, default_value_t = 50.0)]

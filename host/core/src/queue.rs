@@ -30,6 +30,10 @@ pub struct QueueSpec {
     /// `None`: [`crate::CoreConfig::reclaim_min_runtime_seconds`]. Longer for queues whose jobs
     /// do not checkpoint and lose hours of work, shorter for queues of short or restartable work.
     pub reclaim_min_runtime_seconds: Option<u64>,
+    /// A run of this queue older than this (s) is never reclaimed by a queue above its guarantee;
+    /// 0: no limit. `None`: [`crate::CoreConfig::reclaim_max_runtime_seconds`]. Short for queues
+    /// whose jobs run for days without checkpoints, 0 for queues of restartable work.
+    pub reclaim_max_runtime_seconds: Option<u64>,
     /// What a workload must satisfy to be accepted into the queue at all.
     pub admission: Admission,
     /// The [`Flavor`]s its work may use, in the order they are tried; empty: its parent's (a

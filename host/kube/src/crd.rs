@@ -66,6 +66,12 @@ pub struct QueueSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(max = 31536000))]
     pub reclaim_min_runtime_seconds: Option<u64>,
+    /// A run of this queue that has gone on longer (seconds) is never reclaimed by a queue taking
+    /// more than its guarantee; 0: no limit; absent: the scheduler's `--reclaim-max-runtime`.
+    /// Short for jobs that run for days without checkpoints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 31536000))]
+    pub reclaim_max_runtime_seconds: Option<u64>,
     /// Limits checked when a pod (or pod group) is submitted to the queue; one they refuse waits
     /// with the reason and is tried again later.
     #[serde(default, skip_serializing_if = "Option::is_none")]

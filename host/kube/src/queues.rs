@@ -31,6 +31,7 @@ pub fn spec(q: &Queue) -> Result<QueueSpec, ConvertError> {
         lending_limit: plain.lending_limit,
         reclaimable: q.spec.reclaimable,
         reclaim_min_runtime_seconds: q.spec.reclaim_min_runtime_seconds,
+        reclaim_max_runtime_seconds: q.spec.reclaim_max_runtime_seconds,
         admission: q
             .spec
             .admission
@@ -285,7 +286,7 @@ mod tests {
             "spec": {"weight": 3, "guarantee": {"nvidia.com/gpu": "8", "cpu": "32"},
                      "capability": {"nvidia.com/gpu": "16"}, "borrowingLimit": {"nvidia.com/gpu": "4"},
                      "lendingLimit": {"nvidia.com/gpu": "2"}, "reclaimable": false,
-                     "reclaimMinRuntimeSeconds": 3600,
+                     "reclaimMinRuntimeSeconds": 3600, "reclaimMaxRuntimeSeconds": 86400,
                      "admission": {"maxJobs": 2, "maxGPUsPerJob": 16, "priorityRange": {"min": 100, "max": 1000}}}})));
         qs.apply(queue(json!({"apiVersion": "scheduling.wasmsched.io/v1alpha1", "kind": "Queue",
             "metadata": {"name": "broken"}, "spec": {"guarantee": {"cpu": "lots"}}})));
@@ -307,7 +308,7 @@ mod tests {
         );
         assert_eq!((reserved.gpu_milli, reserved.cpu_milli), (6000, 0));
         assert!(!r.reclaimable);
-        assert_eq!(r.reclaim_min_runtime_seconds, Some(3600));
+        assert_eq!((r.reclaim_min_runtime_seconds, r.reclaim_max_runtime_seconds), (Some(3600), Some(86400)));
         let a = &r.admission;
         assert_eq!((a.max_jobs, a.max_gpus_per_job, a.priority_range), (Some(2), Some(16), Some((100, 1000))));
         assert!(tree.is_leaf(tree.index_of(DEFAULT_QUEUE).unwrap()));

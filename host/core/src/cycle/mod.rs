@@ -134,13 +134,16 @@ pub struct CoreConfig {
     /// shortfall itself; larger buys a starved queue its share sooner at more lost work). 0, the
     /// default for now: no such limit.
     pub reclaim_within_deficit: u32,
-    /// A run that has gone on longer than this (s) is never reclaimed: the work it would throw
-    /// away grows with its age while the room it frees does not, so a starved queue takes back
-    /// what other queues started recently and waits out what runs for days. On the Philly trace
-    /// an hour cut the work reclaims threw away to 2–4 % of the unlimited rule's with a larger
-    /// delay benefit at 56 and 40 nodes (not at 48: BENCHMARKS.md). Priority preemption within a
-    /// queue is not limited by it. `None`, the default for now: no limit.
-    pub reclaim_max_runtime_seconds: Option<u64>,
+    /// A run that has gone on longer than this (s) is never reclaimed for a share above the
+    /// preemptor's guarantee: the work it would throw away grows with its age while the room it
+    /// frees does not, so a starved queue takes back what other queues started recently and waits
+    /// out what runs for days. A queue that reclaims within its guarantee is not limited (a
+    /// guarantee is a promise, fair share above it a balance), nor is priority preemption within
+    /// a queue. A queue may set its own ([`crate::QueueSpec::reclaim_max_runtime_seconds`]).
+    /// An hour by default: on the Philly trace at eight cluster sizes it cut the work reclaims
+    /// threw away to 1–4 % of the unlimited rule's, with the starved queue waiting less than
+    /// without reclaim at seven of them (BENCHMARKS.md). 0: no limit.
+    pub reclaim_max_runtime_seconds: u64,
 }
 
 impl Default for CoreConfig {
@@ -158,7 +161,7 @@ impl Default for CoreConfig {
             await_termination: false,
             reclaim_min_runtime_seconds: 60,
             reclaim_within_deficit: 0,
-            reclaim_max_runtime_seconds: None,
+            reclaim_max_runtime_seconds: 3600,
         }
     }
 }

@@ -39,6 +39,10 @@ struct Preemptor<'a> {
     quota_bound: bool,
     /// Its queue stays within its deserved share once placed: it may reclaim.
     may_reclaim: bool,
+    /// The queues on its path (its leaf, ancestors) that stay within their guarantee once it is
+    /// placed: reclaiming from outside one of them takes back what was promised, so no maximum run
+    /// time protects those victims.
+    within_guarantee: Vec<usize>,
     /// What its min-member members take: the resources a reclaim is judged in.
     need: Resources,
     /// GPU-milli-seconds of work its reclaims may throw away
@@ -71,6 +75,18 @@ impl Preemptor<'_> {
     /// Whether `v`'s running members may be evicted for it; `preempted_by` lists the workloads
     /// that preempted it.
     fn may_evict(&self, core: &SchedulerCore, v: &Entry, preempted_by: &[String]) -> bool {
+        self.evictable(core, v, preempted_by, true)
+    }
+
+    /// Whether only the run times of reclaim keep every running workload from it: what the
+    /// waiting reason then says.
+    fn held_by_run_times(&self, core: &SchedulerCore) -> bool {
+        let preempted_by = core.entries.get(self.name).map_or(&[][..], |p| p.preempted_by.as_slice());
+        self.may_reclaim && core.entries.values().any(|v| self.evictable(core, v, preempted_by, false))
+    }
+
+    /// [`Self::may_evict`], with a reclaim's run-time window minded or not.
+    fn evictable(&self, core: &SchedulerCore, v: &Entry, preempted_by: &[String], mind_run_time: bool) -> bool {
         if v.spec.name == self.name || !v.spec.preemptible || v.phase != Phase::Running {
             return false;
         }
@@ -90,14 +106,23 @@ impl Preemptor<'_> {
             return true;
         }
         // A reclaim: the whole workload leaves (it is at its minimum), so it is judged whole.
-        let min_runtime = core.queues.get(v.leaf).and_then(|q| q.reclaim_min_runtime_seconds);
-        let min_runtime = min_runtime.unwrap_or(core.config.reclaim_min_runtime_seconds);
-        if !(self.may_reclaim
-            && core.queues.get(v.leaf).is_some_and(|q| q.reclaimable)
-            && v.members.iter().flatten().all(|m| {
-                let ran = self.now.saturating_sub(m.started);
-                ran >= min_runtime && core.config.reclaim_max_runtime_seconds.is_none_or(|max| ran <= max)
-            }))
+        let Some(victim_queue) = core.queues.get(v.leaf) else { return false };
+        if !(self.may_reclaim && victim_queue.reclaimable) {
+            return false;
+        }
+        let min_runtime = victim_queue.reclaim_min_runtime_seconds.unwrap_or(core.config.reclaim_min_runtime_seconds);
+        let max_runtime =
+            match victim_queue.reclaim_max_runtime_seconds.unwrap_or(core.config.reclaim_max_runtime_seconds) {
+                0 => u64::MAX,
+                _ if self.within_guarantee.iter().any(|&q| !core.queues.chain(v.leaf).any(|x| x == q)) => u64::MAX,
+                max => max,
+            };
+        if mind_run_time
+            && !v
+                .members
+                .iter()
+                .flatten()
+                .all(|m| (min_runtime..=max_runtime).contains(&self.now.saturating_sub(m.started)))
         {
             return false;
         }
@@ -278,12 +303,22 @@ fn preempt_with(
         .deserved
         .as_ref()
         .is_some_and(|d| core.queue_use.allocated[e.leaf].checked_add(&need).is_some_and(|t| fits(&t, &d[e.leaf])));
+    let within_guarantee = core
+        .queues
+        .chain(e.leaf)
+        .filter(|&q| {
+            core.queues
+                .get(q)
+                .is_some_and(|spec| within_guarantee(&core.queue_use.allocated[q], &need, &spec.guarantee))
+        })
+        .collect();
     let who = Preemptor {
         name,
         leaf: e.leaf,
         priority: e.spec.priority,
         quota_bound: admitted < min,
         may_reclaim,
+        within_guarantee,
         need,
         budget: (core.config.reclaim_within_deficit > 0)
             .then(|| core.queue_use.starved.get(e.leaf).copied().unwrap_or(0)),
@@ -298,6 +333,8 @@ fn preempt_with(
     if eligible.is_empty() {
         return Err(if who.quota_bound {
             "no lower-priority work in its own queue to make room within the quota".into()
+        } else if who.held_by_run_times(core) {
+            "no running task may be evicted for it: the runs it could reclaim are younger than their minimum run time or older than the maximum run time for reclaim (waited out)".into()
         } else {
             "no running task may be evicted for it (lower priority in its queue, elastic surplus, or borrowed by a queue above its deserved share)".into()
         });
@@ -676,6 +713,13 @@ fn whole_groups(core: &SchedulerCore, chosen: &mut Vec<(String, usize)>) {
             }
         }
     }
+}
+
+/// Whether `held` + `need` stays within `guarantee` in every resource the guarantee names that
+/// `need` asks for, at least one of them: the work reclaims what its queue was promised.
+fn within_guarantee(held: &Resources, need: &Resources, guarantee: &Resources) -> bool {
+    let asked: Vec<Dim> = dims(need).filter(|d| d.of(need) > 0 && d.of(guarantee) > 0).collect();
+    !asked.is_empty() && asked.iter().all(|d| d.of(held).saturating_add(d.of(need)) <= d.of(guarantee))
 }
 
 /// No victim queue other than the preemptor's may drop below its guarantee in a resource it loses.

@@ -918,25 +918,75 @@ fn a_reclaim_throws_away_at_most_the_shortfall_its_queue_waited_through() {
 #[test]
 fn a_run_older_than_the_max_runtime_is_never_reclaimed() {
     // a holds both nodes: "old" from 0 and a second run from `second` (shares 8 and 8); b wants 8
-    // at 6000.
-    let scene = |max: Option<u64>, second: u64| {
-        let mut c = core(vec![queue("a", 1), queue("b", 1)], &[("n0", 8), ("n1", 8)]);
+    // at 6000. `a_max`: a's own limit; `b_guarantee`: GPUs promised to b.
+    let scene = |max: u64, second: u64, a_max: Option<u64>, b_guarantee: u64| {
+        let mut a = queue("a", 1);
+        a.reclaim_max_runtime_seconds = a_max;
+        let mut b = queue("b", 1);
+        b.guarantee = Resources { gpu_milli: b_guarantee * 1000, ..Default::default() };
+        let mut c = core(vec![a, b], &[("n0", 8), ("n1", 8)]);
         c.config.reclaim_max_runtime_seconds = max;
         c.submit(job("old", "a", 0, 8), 0).unwrap();
         c.schedule(&full(), 0);
         c.submit(job("second", "a", 0, 8), second).unwrap();
         assert_eq!(bound(&c.schedule(&full(), second)), ["second"]);
         c.submit(job("b1", "b", 0, 8), 6000).unwrap();
-        evicted(&c.schedule(&full(), 6000))
+        let gone = evicted(&c.schedule(&full(), 6000));
+        if gone.is_empty() {
+            let why = c.explain("b1").unwrap().to_string();
+            assert!(why.contains("older than the maximum run time for reclaim"), "{why}");
+        }
+        gone
     };
     // The cheapest victim goes: the second run, 1,000 s old, limit or not.
-    assert_eq!(scene(None, 5000), ["second"]);
-    assert_eq!(scene(Some(3600), 5000), ["second"]);
+    assert_eq!(scene(0, 5000, None, 0), ["second"]);
+    assert_eq!(scene(3600, 5000, None, 0), ["second"]);
     // Both 6,000 s old: one is taken without a limit, both are waited out with an hour's.
-    assert_eq!(scene(None, 0).len(), 1);
-    assert!(scene(Some(3600), 0).is_empty());
+    assert_eq!(scene(0, 0, None, 0).len(), 1);
+    assert!(scene(3600, 0, None, 0).is_empty());
     // Ten minutes: the 1,000-second run is too old as well.
-    assert!(scene(Some(600), 5000).is_empty());
+    assert!(scene(600, 5000, None, 0).is_empty());
+    // The victim's queue sets its own: none (0) or two hours against the scheduler's hour, ten
+    // minutes against no limit.
+    assert_eq!(scene(3600, 0, Some(0), 0).len(), 1);
+    assert_eq!(scene(3600, 0, Some(7200), 0).len(), 1);
+    assert!(scene(0, 5000, Some(600), 0).is_empty());
+    // b is promised 8 GPUs: it takes them back from runs of any age; promised 4, its 8 go beyond
+    // the promise and the limit holds.
+    assert_eq!(scene(3600, 0, None, 8).len(), 1);
+    assert_eq!(scene(600, 0, Some(600), 8).len(), 1);
+    assert!(scene(3600, 0, None, 4).is_empty());
+}
+
+#[test]
+fn a_guarantee_lifts_the_max_runtime_only_against_queues_outside_it() {
+    // org is guaranteed 16 GPUs; under it team (weight 3) and sib (weight 1); outside holds n1 and
+    // is not reclaimable. sib's two 4-GPU runs on n0 are 6,000 s old when team asks for 12: of
+    // org's 16 (its guarantee), team deserves 12 and sib 4, so sib holds 4 over its share.
+    let gpus = |n: u64| Resources { gpu_milli: n * 1000, ..Default::default() };
+    let scene = |team_guarantee: u64| {
+        let mut org = queue("org", 1);
+        org.guarantee = gpus(16);
+        let team = QueueSpec { parent: Some("org".into()), guarantee: gpus(team_guarantee), ..queue("team", 3) };
+        let sib = QueueSpec { parent: Some("org".into()), ..queue("sib", 1) };
+        let outside = QueueSpec { reclaimable: false, ..queue("outside", 1) };
+        let mut c = core(vec![org, team, sib, outside], &[("n0", 8), ("n1", 8)]);
+        c.config.reclaim_max_runtime_seconds = 3600;
+        for (name, q, n) in [("s1", "sib", 4), ("s2", "sib", 4), ("o", "outside", 8)] {
+            c.submit(job(name, q, 0, n), 0).unwrap();
+        }
+        assert_eq!(bound(&c.schedule(&full(), 0)).len(), 3);
+        for t in ["t1", "t2", "t3"] {
+            c.submit(job(t, "team", 0, 4), 6000).unwrap();
+        }
+        evicted(&c.schedule(&full(), 6000))
+    };
+    // org stays within its guarantee, but sib is inside org: between its teams the share is a
+    // balance, not a promise, and sib's old runs are waited out.
+    assert!(scene(0).is_empty());
+    // team's own guarantee of 4 is a promise sib is outside of: taken back from a run of any age,
+    // and no more than it (team's second job goes beyond it).
+    assert_eq!(scene(4).len(), 1);
 }
 
 #[test]

@@ -386,6 +386,10 @@ pub struct QueueConfig {
     /// How long (s) its runs are safe from reclaim; `None`: the replay's `--reclaim-min-runtime`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reclaim_min_runtime: Option<u64>,
+    /// Runs older than this (s) are never reclaimed for a share above the reclaiming queue's
+    /// guarantee; 0: no limit; `None`: the replay's `--reclaim-max-runtime`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reclaim_max_runtime: Option<u64>,
     /// Admission limits; a job they refuse never waits (its outcome says why).
     pub admission: AdmissionConfig,
     /// Quota per resource flavor, in the order its jobs try the flavors; empty: its parent's
@@ -454,6 +458,7 @@ impl QueueConfig {
             lending_limit: None,
             reclaimable: true,
             reclaim_min_runtime: None,
+            reclaim_max_runtime: None,
             admission: AdmissionConfig::default(),
             flavors: Vec::new(),
         }
@@ -503,6 +508,7 @@ impl QueueConfig {
             lending_limit: self.lending_limit.as_ref().map(|c| c.resources(u64::MAX / 4)).transpose().map_err(bad)?,
             reclaimable: self.reclaimable,
             reclaim_min_runtime_seconds: self.reclaim_min_runtime,
+            reclaim_max_runtime_seconds: self.reclaim_max_runtime,
             admission: wasmsched_core::Admission {
                 max_jobs: self.admission.max_jobs,
                 max_gpus_per_job: self.admission.max_gpus_per_job,
@@ -535,6 +541,8 @@ impl<'de> Deserialize<'de> for QueueConfig {
             reclaimable: bool,
             #[serde(default, deserialize_with = "seconds::some_whole")]
             reclaim_min_runtime: Option<u64>,
+            #[serde(default, deserialize_with = "seconds::some_whole")]
+            reclaim_max_runtime: Option<u64>,
             #[serde(default)]
             admission: AdmissionConfig,
             #[serde(default)]
@@ -544,7 +552,7 @@ impl<'de> Deserialize<'de> for QueueConfig {
         impl<'de> serde::de::Visitor<'de> for Visitor {
             type Value = QueueConfig;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a queue name or a queue object {name, parent, weight, guarantee, capability, borrowing_limit, lending_limit, reclaimable, reclaim_min_runtime, admission, flavors}")
+                f.write_str("a queue name or a queue object {name, parent, weight, guarantee, capability, borrowing_limit, lending_limit, reclaimable, reclaim_min_runtime, reclaim_max_runtime, admission, flavors}")
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<QueueConfig, E> {
                 Ok(QueueConfig::named(v))
@@ -561,6 +569,7 @@ impl<'de> Deserialize<'de> for QueueConfig {
                     lending_limit: f.lending_limit,
                     reclaimable: f.reclaimable,
                     reclaim_min_runtime: f.reclaim_min_runtime,
+                    reclaim_max_runtime: f.reclaim_max_runtime,
                     admission: f.admission,
                     flavors: f.flavors,
                 })

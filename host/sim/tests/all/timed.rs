@@ -429,6 +429,41 @@ jobs:
 }
 
 #[test]
+fn a_queue_s_reclaim_max_runtime_waits_out_its_old_runs_above_a_guarantee_only() {
+    // batch's two runs hold both GPUs from 0; research (same weight, deserving one) wants one at
+    // 7200, when both runs are two hours old.
+    let scenario = |batch: &str, research: &str| {
+        format!(
+            r#"
+nodes:
+  - {{name: n1, cpu_milli: 8000, memory_mib: 65536, gpus: 1, model: T4}}
+  - {{name: n2, cpu_milli: 8000, memory_mib: 65536, gpus: 1, model: T4}}
+queues:
+  - {{name: research{research}}}
+  - {{name: batch{batch}}}
+jobs:
+  - {{name: b1, queue: batch, arrival: 0, duration: 10000, cpu_milli: 1000, gpus: 1, gpu_milli: 1000}}
+  - {{name: b2, queue: batch, arrival: 0, duration: 10000, cpu_milli: 1000, gpus: 1, gpu_milli: 1000}}
+  - {{name: r1, queue: research, arrival: 7200, duration: 10, cpu_milli: 1000, gpus: 1, gpu_milli: 1000}}
+"#
+        )
+    };
+    let research_starts = |yaml: String| {
+        let s = Scenario::parse("max.yaml", &yaml).unwrap();
+        let r = timed::run(&full_set(), &s.node_table(), &queue_tree(&s.queues).unwrap(), &s.jobs).unwrap();
+        r.jobs[2].start
+    };
+    // The default hour: batch's two-hour-old runs are waited out.
+    assert_eq!(research_starts(scenario("", "")), Some(10000), "the default hour: waited out");
+    assert_eq!(research_starts(scenario(", reclaim_max_runtime: 0", "")), Some(7200), "0: no limit");
+    assert_eq!(research_starts(scenario(", reclaim_max_runtime: 9000", "")), Some(7200), "its own 2.5 h");
+    assert_eq!(research_starts(scenario("", ", guarantee: {gpus: 1}")), Some(7200), "a guarantee: any age");
+    let bad = Scenario::parse("max.yaml", &scenario(", reclaim_max_runtime: -1", "")).unwrap_err();
+    let bad = bad.to_string();
+    assert!(bad.contains("queues[1].reclaim_max_runtime") && bad.contains("never negative"), "{bad}");
+}
+
+#[test]
 fn a_queue_s_admission_limits_turn_jobs_away_in_a_replay() {
     let yaml = r#"
 nodes:
