@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -69,6 +70,9 @@ impl EffectError {
 /// drops them when its queue is full: events are best effort, and a storm of them must neither
 /// grow memory nor hold anything up.
 const EVENTS_QUEUED: usize = 1000;
+
+/// Tries per event: with the back-off, an event waits up to about 24 s for room at the server.
+const EVENT_TRIES: u32 = 8;
 
 /// Writes decisions to the API server.
 #[derive(Clone)]
@@ -189,7 +193,10 @@ impl Effects {
         Ok(())
     }
 
-    /// Records a Kubernetes event about a pod, best effort (a lost event is logged, never retried).
+    /// Records a Kubernetes event about a pod. A 429 (the API server's priority level is full: a
+    /// burst of binds brings a burst of `Scheduled` events) or a 5xx is tried again after the
+    /// server's `Retry-After`, else a back-off doubling from 250 ms, up to [`EVENT_TRIES`] times;
+    /// anything else, or a queue already [`EVENTS_QUEUED`] long, loses the event (logged).
     pub async fn event(&self, key: &PodKey, uid: Option<&str>, type_: EventType, reason: &str, note: &str) {
         let Ok(_slot) = self.event_slots.try_acquire() else {
             tracing::debug!(pod = %key, reason, "event dropped: {EVENTS_QUEUED} already queued");
@@ -210,8 +217,22 @@ impl Effects {
             action: "Scheduling".into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, &reference).await {
-            tracing::debug!(pod = %key, error = %e, scheduler = %self.scheduler_name, "event not recorded");
+        let mut backoff = Duration::from_millis(250);
+        for tries in 1..=EVENT_TRIES {
+            let wait = match self.recorder.publish(&event, &reference).await {
+                Ok(()) => return,
+                Err(e) => match EffectError::from_kube(e) {
+                    e @ (EffectError::TooManyRequests(..) | EffectError::Retryable(_)) if tries < EVENT_TRIES => {
+                        e.retry_after().unwrap_or(backoff)
+                    }
+                    e => {
+                        tracing::debug!(pod = %key, reason, error = %e, tries, "event not recorded");
+                        return;
+                    }
+                },
+            };
+            tokio::time::sleep(wait).await;
+            backoff = (backoff * 2).min(Duration::from_secs(8));
         }
     }
 

@@ -107,11 +107,13 @@ fn limits(field: &str, list: &ResourceList) -> Result<Resources, ConvertError> {
 /// is rebuilt when their specs change.
 pub struct ByName<K> {
     objects: BTreeMap<String, K>,
+    /// The cluster does not serve the kind (its CRD is not installed), and the log said so.
+    absent: bool,
 }
 
 impl<K> Default for ByName<K> {
     fn default() -> Self {
-        ByName { objects: BTreeMap::new() }
+        ByName { objects: BTreeMap::new(), absent: false }
     }
 }
 
@@ -162,7 +164,9 @@ impl<K: Spec> ByName<K> {
     }
 
     /// Feeds one watch event, `relist` holding the names an ongoing re-list has seen; whether what
-    /// is kept changed (a re-list counts once, at its end, and then sets `synced`).
+    /// is kept changed (a re-list counts once, at its end, and then sets `synced`). A kind the
+    /// cluster does not serve counts as listed (there is nothing to wait for, so the first
+    /// decisions are not held back), is said once, and is watched until it is installed.
     pub fn on_event(
         &mut self,
         event: kube::runtime::watcher::Result<kube::runtime::watcher::Event<K>>,
@@ -186,6 +190,9 @@ impl<K: Spec> ByName<K> {
                 if let Some(listed) = relist.take() {
                     self.retain(&listed);
                 }
+                if std::mem::take(&mut self.absent) {
+                    tracing::info!(kind = %K::kind(&()), "now installed in this cluster");
+                }
                 *synced = true;
                 true
             }
@@ -193,6 +200,13 @@ impl<K: Spec> ByName<K> {
             Ok(Event::Delete(k)) => {
                 self.delete(&k.name_any());
                 true
+            }
+            Err(e) if crate::crd::not_installed(&e) => {
+                if !std::mem::replace(&mut self.absent, true) {
+                    tracing::info!(kind = %K::kind(&()), "not installed in this cluster: none until it is (watched)");
+                }
+                *synced = true;
+                false
             }
             Err(e) => {
                 tracing::warn!(error = %e, kind = %K::kind(&()), "watch failed; retrying");
@@ -276,6 +290,33 @@ mod tests {
 
     fn queue(value: serde_json::Value) -> Queue {
         serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn a_kind_the_cluster_does_not_serve_counts_as_listed_until_it_is_installed() {
+        use kube::runtime::watcher::{Error, Event};
+        let failed = |code: u16| {
+            let status =
+                kube::core::Status::failure("404 page not found", "Failed to parse error data").with_code(code);
+            Err(Error::InitialListFailed(kube::Error::Api(status.boxed())))
+        };
+        let mut qs = Queues::default();
+        let (mut relist, mut synced) = (None, false);
+        // Not installed: nothing to wait for, so the first decisions are not held back.
+        assert!(!qs.on_event(failed(404), &mut relist, &mut synced));
+        assert!(synced);
+        assert!(!qs.on_event(failed(404), &mut relist, &mut synced), "retries change nothing");
+        // Not allowed (or any other failure) is not absence: the list is still awaited.
+        let (mut relist2, mut synced2) = (None, false);
+        assert!(!Queues::default().on_event(failed(403), &mut relist2, &mut synced2));
+        assert!(!synced2);
+        // Installed: the watch lists what is there and the tree changes.
+        let team = queue(json!({"apiVersion": "scheduling.wasmsched.io/v1alpha1", "kind": "Queue",
+            "metadata": {"name": "team"}, "spec": {"weight": 2}}));
+        assert!(!qs.on_event(Ok(Event::Init), &mut relist, &mut synced));
+        assert!(!qs.on_event(Ok(Event::InitApply(team)), &mut relist, &mut synced));
+        assert!(qs.on_event(Ok(Event::InitDone), &mut relist, &mut synced));
+        assert_eq!(qs.names().collect::<Vec<_>>(), ["team"]);
     }
 
     #[test]

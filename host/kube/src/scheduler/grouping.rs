@@ -2,6 +2,7 @@
 //! other APIs' `PodGroup`s, and the one answer the cycle, the take-over and the status writer
 //! share.
 
+use crate::crd::not_installed;
 use kube::api::DynamicObject;
 
 use super::*;
@@ -183,27 +184,5 @@ impl Scheduler {
         };
         self.next.dirty |= changed;
         self.next.regroup |= changed;
-    }
-}
-
-/// The watch failed because the cluster does not serve the resource (its CRD is not installed).
-/// A real API server answers a group/version it does not serve with a plain-text `404 page not
-/// found`, not a `Status` whose reason is `NotFound`: the code says it.
-fn not_installed(e: &watcher::Error) -> bool {
-    matches!(e, watcher::Error::InitialListFailed(kube::Error::Api(s)) if s.code == 404)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_kind_nobody_installed_is_told_by_its_404_whatever_the_body_says() {
-        // kube-apiserver v1.36 answers an unknown group/version in plain text; the client makes
-        // it a Status with the code and no `NotFound` reason.
-        let plain = kube::core::Status::failure("404 page not found", "Failed to parse error data").with_code(404);
-        assert!(not_installed(&watcher::Error::InitialListFailed(kube::Error::Api(plain.boxed()))));
-        let forbidden = kube::core::Status::failure("jobsets is forbidden", "Forbidden").with_code(403);
-        assert!(!not_installed(&watcher::Error::InitialListFailed(kube::Error::Api(forbidden.boxed()))));
     }
 }

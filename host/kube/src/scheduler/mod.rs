@@ -190,6 +190,8 @@ struct Leadership {
 struct Objects {
     /// Our `PodGroup`s.
     groups: AHashMap<String, GroupInfo>,
+    /// Our `PodGroup` is not served (its CRD is not installed; said once).
+    groups_unserved: bool,
     /// `PodGroup`s of the upstream Workload API, the coscheduling plugin and Volcano.
     pod_groups: crate::groups::podgroups::PodGroups,
     /// The owners pods are grouped by.

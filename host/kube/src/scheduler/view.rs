@@ -232,8 +232,19 @@ impl Scheduler {
 
     pub(super) fn group_event(&mut self, event: watcher::Result<Event<PodGroup>>) {
         let (Ok(Event::Apply(g) | Event::InitApply(g)) | Ok(Event::Delete(g))) = &event else {
-            if let Err(e) = event {
-                tracing::warn!(error = %e, "pod group watch failed; retrying");
+            match event {
+                Err(e) if crate::crd::not_installed(&e) => {
+                    if !std::mem::replace(&mut self.objects.groups_unserved, true) {
+                        tracing::info!(
+                            "PodGroup (scheduling.wasmsched.io) not installed in this cluster: pods naming one wait for it (watched)"
+                        );
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "pod group watch failed; retrying"),
+                Ok(Event::InitDone) if std::mem::take(&mut self.objects.groups_unserved) => {
+                    tracing::info!("PodGroup (scheduling.wasmsched.io) now installed in this cluster");
+                }
+                Ok(_) => {}
             }
             return;
         };

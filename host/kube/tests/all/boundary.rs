@@ -1203,3 +1203,77 @@ async fn after_a_restart_a_terminating_pod_of_ours_holds_its_gpus_and_is_not_tak
     eventually("next bound once it is gone", Duration::from_secs(20), || node_of(&api, "ml/next").is_some()).await;
     run.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_our_crds_pods_bind_and_queues_count_once_installed() {
+    // The chart's CRDs were never applied: Queue, ResourceFlavor and PodGroup lists answer 404
+    // (plain text, as a real API server does). Pods bind; the watches keep trying.
+    let api = FakeApi::new();
+    for kind in [Kind::Queue, Kind::ResourceFlavor, Kind::PodGroup] {
+        api.state().unserved.insert(kind);
+    }
+    api.put(Kind::Node, gpu_node("gpu-0", 8, &[]));
+    api.put(Kind::Pod, pod("ml", "first", NAME, 1, "1", "1Gi"));
+    let run = start(&api, "a", None);
+    eventually("first bound", Duration::from_secs(20), || node_of(&api, "ml/first").is_some()).await;
+    // A pod naming a queue waits for it; the CRD installed and the Queue created, the watch that
+    // kept trying finds it and the pod runs in it.
+    let mut in_team = pod("ml", "in-team", NAME, 1, "1", "1Gi");
+    in_team["metadata"]["annotations"] = json!({"scheduling.wasmsched.io/queue": "team"});
+    api.put(Kind::Pod, in_team);
+    eventually("in-team waits for its queue", Duration::from_secs(20), || {
+        condition_of(&api, "ml/in-team").is_some_and(|m| m.contains("team"))
+    })
+    .await;
+    assert!(node_of(&api, "ml/in-team").is_none());
+    api.state().unserved.remove(&Kind::Queue);
+    api.put(Kind::Queue, json!({"metadata": {"name": "team"}, "spec": {"weight": 1}}));
+    eventually("in-team bound once its queue exists", Duration::from_secs(60), || {
+        node_of(&api, "ml/in-team").is_some()
+    })
+    .await;
+    run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_scheduled_event_arrives_when_the_server_throttles_events() {
+    // The events' own priority level (the chart's) admits 10 a second in bursts of 5: 40 binds at
+    // once bring 40 `Scheduled` events, most of them answered 429 at first.
+    let api = FakeApi::new();
+    let rules = support::chart_flow_schemas();
+    assert!(
+        rules
+            .iter()
+            .any(|(l, g, r, v)| l == "released-events" && g == "events.k8s.io" && r == "events" && v == "create"),
+        "the chart gives events a level of their own: {rules:?}"
+    );
+    api.enable_apf(Apf::new(rules, &[("released-events", 10.0, 5.0)]));
+    for n in 0..5 {
+        api.put(Kind::Node, gpu_node(&format!("gpu-{n}"), 8, &[]));
+    }
+    let names: Vec<String> = (0..40).map(|i| format!("p{i:02}")).collect();
+    for n in &names {
+        api.put(Kind::Pod, pod("ml", n, NAME, 1, "1", "1Gi"));
+    }
+    let run = start(&api, "a", None);
+    eventually("all bound", Duration::from_secs(30), || {
+        names.iter().all(|n| node_of(&api, &format!("ml/{n}")).is_some())
+    })
+    .await;
+    let scheduled = |api: &FakeApi| {
+        let s = api.state();
+        let mut pods: Vec<String> = s
+            .events
+            .iter()
+            .filter(|e| e["reason"] == "Scheduled")
+            .filter_map(|e| e["regarding"]["name"].as_str().map(String::from))
+            .collect();
+        pods.sort();
+        pods.dedup();
+        pods
+    };
+    eventually("every pod's Scheduled event", Duration::from_secs(60), || scheduled(&api) == names).await;
+    run.stop().await;
+    let throttled = api.state().throttled.iter().filter(|(level, ..)| level == "released-events").count();
+    assert!(throttled > 0, "the level refused some (else this tests nothing)");
+}

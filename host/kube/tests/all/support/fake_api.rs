@@ -48,8 +48,8 @@ pub enum Kind {
     ResourceSlice,
     DeviceClass,
     ResourceClaim,
-    /// `resource.k8s.io/v1beta2` DeviceTaintRule (answered `404`, as a real API server does, when
-    /// in [`State::unserved`]).
+    /// `resource.k8s.io/v1beta2` DeviceTaintRule (like every kind, answered `404` as a real API
+    /// server does when in [`State::unserved`]).
     DeviceTaintRule,
     /// The Workload API's `PodGroup` (`scheduling.k8s.io`, at [`State::upstream_version`]).
     UpstreamPodGroup,
@@ -602,17 +602,7 @@ impl FakeApi {
                 self.merge_status(Kind::UpstreamPodGroup, &format!("{ns}/{name}"), body)
             }
             ["apis", group, version, resource] if self.dynamic_kind(group, version, resource).is_some() => {
-                let kind = self.dynamic_kind(group, version, resource).unwrap();
-                if self.state().unserved.contains(&kind) {
-                    // As kube-apiserver v1.36 answers a group/version nobody installed: plain
-                    // text, no `Status`.
-                    let mut r = Response::new(Full::new(Bytes::from_static(b"404 page not found\n")).boxed());
-                    *r.status_mut() = StatusCode::NOT_FOUND;
-                    r.headers_mut().insert(http::header::CONTENT_TYPE, "text/plain; charset=utf-8".parse().unwrap());
-                    r
-                } else {
-                    self.collection(kind, &q)
-                }
+                self.collection(self.dynamic_kind(group, version, resource).unwrap(), &q)
             }
             ["apis", "policy", "v1", "poddisruptionbudgets"] => self.collection(Kind::PodDisruptionBudget, &q),
             ["apis", "resource.k8s.io", "v1", "resourceslices"] => self.collection(Kind::ResourceSlice, &q),
@@ -732,6 +722,14 @@ impl FakeApi {
     fn collection(&self, kind: Kind, q: &BTreeMap<String, String>) -> Response<Body> {
         let fields = q.get("fieldSelector");
         let mut s = self.state();
+        if s.unserved.contains(&kind) {
+            // As kube-apiserver v1.36 answers a group/version nobody installed: plain text, no
+            // `Status`.
+            let mut r = Response::new(Full::new(Bytes::from_static(b"404 page not found\n")).boxed());
+            *r.status_mut() = StatusCode::NOT_FOUND;
+            r.headers_mut().insert(http::header::CONTENT_TYPE, "text/plain; charset=utf-8".parse().unwrap());
+            return r;
+        }
         if q.get("watch").map(String::as_str) == Some("true") {
             *s.watches.entry(kind).or_default() += 1;
             let from: u64 = q.get("resourceVersion").and_then(|v| v.parse().ok()).unwrap_or(0);
