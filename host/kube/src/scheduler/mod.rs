@@ -29,7 +29,6 @@ use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::{Semaphore, mpsc, watch};
@@ -58,6 +57,7 @@ use crate::throttle::Clients;
 use crate::workloads::{self, GroupInfo, PodFacts};
 
 mod adopt;
+mod backoff;
 mod cycle;
 mod dashboard;
 mod effects;
@@ -639,11 +639,12 @@ impl Scheduler {
     }
 }
 
-/// A watch stream that re-lists on `410 Gone` and backs off on errors (kube-runtime's watcher),
-/// yielding errors so they are logged rather than ending the stream.
+/// A watch stream that re-lists on `410 Gone` (kube-runtime's watcher) and backs off on errors
+/// until it makes progress ([`backoff`]), yielding errors so they are logged rather than ending
+/// the stream.
 fn watch_stream<K>(api: Api<K>, config: watcher::Config) -> impl Stream<Item = watcher::Result<Event<K>>> + Send
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
-    watcher::watcher(api, config).default_backoff()
+    backoff::backoff_until_progress(watcher::watcher(api, config))
 }
