@@ -395,6 +395,13 @@ fn the_openb_default_trace_replays_in_time() {
     assert!((0.0..=1.0).contains(&r.jain_fairness));
 }
 
+/// Each job's start in a replay of the scenario `yaml` (named `file`) with the full policy set.
+fn job_starts(file: &str, yaml: &str) -> Vec<Option<u64>> {
+    let s = Scenario::parse(file, yaml).unwrap();
+    let r = timed::run(&full_set(), &s.node_table(), &queue_tree(&s.queues).unwrap(), &s.jobs).unwrap();
+    r.jobs.iter().map(|j| j.start).collect()
+}
+
 #[test]
 fn a_lending_limit_keeps_part_of_a_queue_s_guarantee_free_in_a_replay() {
     // `research` is guaranteed both GPUs and lends one: `batch` runs one job at a time until
@@ -415,11 +422,7 @@ jobs:
 "#
         )
     };
-    let starts = |yaml: String| {
-        let s = Scenario::parse("lend.yaml", &yaml).unwrap();
-        let r = timed::run(&full_set(), &s.node_table(), &queue_tree(&s.queues).unwrap(), &s.jobs).unwrap();
-        r.jobs.iter().map(|j| j.start).collect::<Vec<_>>()
-    };
+    let starts = |yaml: String| job_starts("lend.yaml", &yaml);
     assert_eq!(starts(scenario(", lending_limit: {gpus: 1}")), [Some(0), Some(100), Some(70)]);
     // Without it batch borrows both GPUs, and research reclaims one (its guarantee) at 70, once
     // batch's runs have had the minute a reclaim leaves them.
@@ -448,11 +451,7 @@ jobs:
 "#
         )
     };
-    let research_starts = |yaml: String| {
-        let s = Scenario::parse("max.yaml", &yaml).unwrap();
-        let r = timed::run(&full_set(), &s.node_table(), &queue_tree(&s.queues).unwrap(), &s.jobs).unwrap();
-        r.jobs[2].start
-    };
+    let research_starts = |yaml: String| job_starts("max.yaml", &yaml)[2];
     // The default hour: batch's two-hour-old runs are waited out.
     assert_eq!(research_starts(scenario("", "")), Some(10000), "the default hour: waited out");
     assert_eq!(research_starts(scenario(", reclaim_max_runtime: 0", "")), Some(7200), "0: no limit");
