@@ -19,6 +19,7 @@ mod dashboard;
 mod dra_cmd;
 mod events_cmd;
 mod experiment;
+mod history;
 mod inputs;
 mod plugin_cmd;
 mod plugin_new;
@@ -29,6 +30,7 @@ mod replay_cmd;
 mod replay_dashboard;
 mod replay_policies;
 mod run_cmd;
+mod scenario_cmd;
 mod simulate;
 mod topo_cmd;
 mod usage_cmd;
@@ -79,6 +81,10 @@ enum Command {
     /// Public GPU-cluster traces as replay scenarios (`wasmsched replay --scenario`).
     #[command(subcommand)]
     Convert(convert_cmd::Command),
+    /// Your own cluster as a replay scenario: from the event stream it recorded, to compare
+    /// policies on its real work (`wasmsched replay --scenario`).
+    #[command(subcommand)]
+    Scenario(scenario_cmd::Command),
     /// Usage accounting from the events: GPU-, CPU- and memory-hours per queue, namespace, GPU
     /// model or node pool over a window, lost GPU-hours, queueing delay, fair share.
     Usage(usage_cmd::Args),
@@ -111,6 +117,7 @@ fn main() -> ExitCode {
         Command::Topo(args) => topo_cmd::run(args).context("topo"),
         Command::Usage(args) => usage_cmd::run(args).context("usage"),
         Command::Convert(cmd) => convert_cmd::run(cmd).context("convert"),
+        Command::Scenario(cmd) => scenario_cmd::run(cmd).context("scenario"),
         Command::Dra(cmd) => dra_cmd::run(cmd).context("dra"),
         Command::Run(args) => run_cmd::run(args).context("run"),
         Command::Extender(args) => run_cmd::extender(args).context("extender"),

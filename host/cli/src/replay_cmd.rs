@@ -228,6 +228,17 @@ fn observe_topology(
     alerts
 }
 
+/// The cluster the replay starts with, as events: each node's capacity and each queue's
+/// configuration (what `wasmsched scenario from-events` rebuilds them from).
+fn cluster_events(table: &NodeTable, tree: &wasmsched_core::QueueTree) -> Vec<wasmsched_events::Payload> {
+    let nodes = table
+        .slots()
+        .filter_map(|s| table.get(s))
+        .map(|n| decisions::node_capacity(n, table.topologies().get(&n.name).is_some(), false));
+    let queues = (0..tree.len()).filter_map(|i| tree.get(i)).map(|q| decisions::queue_configured(q, false));
+    nodes.chain(queues).collect()
+}
+
 /// The `task-ended` event of a run of the replay.
 fn ended_event(r: &timed::TimedRelease<'_>) -> wasmsched_events::Payload {
     let node = r.nodes.slot_of(r.node).and_then(|s| r.nodes.get(s));
@@ -338,9 +349,28 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => None,
     };
     let events = crate::events_cmd::Shown::new(events, board.as_ref().map(|b| b.publisher()), "replay")?;
+    if let Some(sink) = events.target() {
+        for p in cluster_events(&table, &tree) {
+            sink.emit_at(wasmsched_events::Timestamp(0), p);
+        }
+    }
     let r = timed::run_with_devices(&policies.timeline(), &table, dra.as_ref(), &tree, &jobs, settings.clone(), |o| {
         let d = match o {
             timed::Observed::Decision(d) => d,
+            timed::Observed::Arrived(at, job, workload) => {
+                if let Some(sink) = events.target() {
+                    let timings = decisions::Timings {
+                        checkpoint_seconds: job.checkpoint_seconds,
+                        termination_seconds: job.termination_seconds,
+                        duration_seconds: job.duration,
+                    };
+                    for task in &workload.members {
+                        let payload = decisions::submitted(task, workload, timings);
+                        sink.emit_at(wasmsched_events::Timestamp(at.saturating_mul(1000)), payload);
+                    }
+                }
+                return;
+            }
             timed::Observed::Released(r) => {
                 if let Some(b) = board.as_mut() {
                     b.released(&r);

@@ -3,16 +3,16 @@
 
 use crate::record::{HeldView, PackedScheduled, Record, ScheduledView, TaskView};
 use crate::schema::{
-    AlertSeverity, CheckpointOutcome, EndReason, EvictedReason, FaultKind, GpuShare, GroupTimedOut, Payload,
-    PluginFault, PolicySetRef, PreemptReason, Quantity, QueueShareChanged, QueueShareMove, ReclaimCost, ScoreSummary,
-    Stage, StageReason, TaskEnded, TaskEvicted, TaskPreempted, TaskRef, TaskScheduled, TaskTopologyAlert,
-    TaskUnschedulable,
+    AlertSeverity, CheckpointOutcome, EndReason, EvictedReason, FaultKind, GangSpec, GpuShare, GroupTimedOut,
+    NodeCapacityChanged, Payload, PluginFault, PolicySetRef, PreemptReason, Quantity, QueueAdmission, QueueConfigured,
+    QueueShareChanged, QueueShareMove, ReclaimCost, ScoreSummary, Stage, StageReason, TaskEnded, TaskEvicted,
+    TaskPreempted, TaskRef, TaskRequest, TaskScheduled, TaskSubmitted, TaskTopologyAlert, TaskUnschedulable,
 };
 use crate::{EventSink, Timestamp};
 use wasmsched_api::{DeviceShare, Node, Stage as CoreStage, Task};
 use wasmsched_core::{
     Decision as CycleDecision, Diagnosis, EvictReason, Explanation, FaultKind as CoreFault, NodeTable, Placement,
-    PreemptKind, QueueMove, QueueShare,
+    PreemptKind, QueueMove, QueueShare, QueueSpec, Workload,
 };
 
 fn share_move(m: &QueueMove) -> QueueShareMove {
@@ -214,6 +214,103 @@ pub fn task_ref(task: &Task) -> TaskRef {
         group: task.group.clone(),
         priority: task.priority,
     }
+}
+
+/// What the scheduler knows of a task's timings beyond its workload: the simulator's jobs declare
+/// them, a pod does not.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Timings {
+    /// How long its checkpoint takes (s).
+    pub checkpoint_seconds: Option<u64>,
+    /// How long it takes to stop once evicted (s).
+    pub termination_seconds: Option<u64>,
+    /// How long it runs once started (s).
+    pub duration_seconds: Option<u64>,
+}
+
+/// The `task-submitted` event of `task`, a member of `workload`.
+pub fn submitted(task: &Task, workload: &Workload, timings: Timings) -> Payload {
+    let gpu = &task.gpu;
+    let gang = (workload.members.len() > 1 || task.group.is_some()).then(|| GangSpec {
+        name: task.group.clone().unwrap_or_else(|| workload.name.clone()),
+        members: workload.members.len() as u32,
+        min_member: workload.min_member as u32,
+        timeout_seconds: workload.timeout_seconds,
+    });
+    Payload::TaskSubmitted(TaskSubmitted {
+        task: TaskRef { priority: workload.priority, ..task_ref(task) },
+        request: TaskRequest {
+            cpu_milli: task.request.cpu_milli,
+            memory_bytes: task.request.memory_bytes,
+            gpus: gpu.count,
+            gpu_milli: if gpu.count == 0 { 0 } else { gpu.milli_per_gpu },
+            gpu_models: gpu.models.clone(),
+        },
+        gang,
+        preemptible: workload.preemptible,
+        preempts: workload.preemption != wasmsched_core::PreemptionPolicy::Never,
+        checkpointable: workload.checkpointable,
+        grace_seconds: workload.grace_seconds,
+        checkpoint_seconds: timings.checkpoint_seconds.filter(|_| workload.checkpointable),
+        termination_seconds: timings.termination_seconds,
+        duration_seconds: timings.duration_seconds,
+        labels: task.labels.iter().cloned().collect(),
+        pod_affinity: !task.pod_terms().is_empty(),
+        claims: task.request.extended.iter().any(|(name, _)| name.starts_with(DEVICE_CLASS_PREFIX)),
+    })
+}
+
+/// Extended resources that count a DeviceClass's devices (DRA claims).
+const DEVICE_CLASS_PREFIX: &str = "deviceclass.resource.kubernetes.io/";
+
+/// The `node-capacity-changed` event of `node` (`topology`: its GPU topology is known; `removed`:
+/// it left).
+pub fn node_capacity(node: &Node, topology: bool, removed: bool) -> Payload {
+    let first = node.gpus.iter().next();
+    Payload::NodeCapacityChanged(NodeCapacityChanged {
+        node: node.name.clone(),
+        cpu_milli: node.allocatable.cpu_milli,
+        memory_bytes: node.allocatable.memory_bytes,
+        gpus: node.gpus.len() as u32,
+        gpu_model: first.map(|g| g.model.clone()),
+        node_pool: node_pool(node).map(str::to_owned),
+        labels: node.labels.iter().cloned().collect(),
+        topology,
+        removed,
+    })
+}
+
+/// The `queue-configured` event of `spec` (`removed`: it is gone).
+pub fn queue_configured(spec: &QueueSpec, removed: bool) -> Payload {
+    let quantity = |r: &wasmsched_api::Resources| Quantity {
+        cpu_milli: r.cpu_milli,
+        memory_bytes: r.memory_bytes,
+        gpu_milli: r.gpu_milli,
+    };
+    let flavored = |r: &wasmsched_api::Resources| r.extended.iter().any(|(name, _)| name.contains('/'));
+    let limits =
+        [Some(&spec.guarantee), spec.capability.as_ref(), spec.borrowing_limit.as_ref(), spec.lending_limit.as_ref()];
+    let a = &spec.admission;
+    Payload::QueueConfigured(QueueConfigured {
+        queue: spec.name.clone(),
+        parent: spec.parent.clone(),
+        weight: spec.weight,
+        guarantee: quantity(&spec.guarantee),
+        capability: spec.capability.as_ref().map(quantity),
+        borrowing_limit: spec.borrowing_limit.as_ref().map(quantity),
+        lending_limit: spec.lending_limit.as_ref().map(quantity),
+        reclaimable: spec.reclaimable,
+        reclaim_min_runtime_seconds: spec.reclaim_min_runtime_seconds,
+        reclaim_max_runtime_seconds: spec.reclaim_max_runtime_seconds,
+        admission: QueueAdmission {
+            max_jobs: a.max_jobs,
+            max_gpus_per_job: a.max_gpus_per_job,
+            priority_range: a.priority_range.map(|(lo, hi)| [lo, hi]),
+        },
+        flavors: spec.flavors.clone(),
+        flavor_quotas: limits.into_iter().flatten().any(flavored),
+        removed,
+    })
 }
 
 /// The `task-scheduled` event of a placement on `node` (the node by name when the table no longer

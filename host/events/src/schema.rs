@@ -98,6 +98,15 @@ pub enum Payload {
     /// The outbox was full and events were dropped; published as soon as there is room again.
     #[serde(rename = "io.wasmsched.events.dropped.v1")]
     EventsDropped(EventsDropped),
+    /// A task arrived: what it asks for, once, when the scheduler first sees it.
+    #[serde(rename = "io.wasmsched.task.submitted.v1")]
+    TaskSubmitted(TaskSubmitted),
+    /// A node joined, changed what it offers, or left, as the scheduler counts it.
+    #[serde(rename = "io.wasmsched.node.capacity-changed.v1")]
+    NodeCapacityChanged(NodeCapacityChanged),
+    /// A queue was created or its configuration changed.
+    #[serde(rename = "io.wasmsched.queue.configured.v1")]
+    QueueConfigured(QueueConfigured),
 }
 
 /// The kind of an event, without its data: filters, subjects and counters use it.
@@ -137,11 +146,17 @@ pub enum Kind {
     NodeInventoryChanged,
     /// [`Payload::EventsDropped`]
     EventsDropped,
+    /// [`Payload::TaskSubmitted`]
+    TaskSubmitted,
+    /// [`Payload::NodeCapacityChanged`]
+    NodeCapacityChanged,
+    /// [`Payload::QueueConfigured`]
+    QueueConfigured,
 }
 
 impl Kind {
     /// Every kind, in declaration order.
-    pub const ALL: [Kind; 17] = [
+    pub const ALL: [Kind; 20] = [
         Kind::TaskScheduled,
         Kind::TaskUnschedulable,
         Kind::TaskTopologyAlert,
@@ -159,6 +174,9 @@ impl Kind {
         Kind::NodeGpuHealthChanged,
         Kind::NodeInventoryChanged,
         Kind::EventsDropped,
+        Kind::TaskSubmitted,
+        Kind::NodeCapacityChanged,
+        Kind::QueueConfigured,
     ];
 
     /// The short name used in subjects and CLI filters, e.g. `task-scheduled`.
@@ -181,6 +199,9 @@ impl Kind {
             Kind::NodeGpuHealthChanged => "node-gpu-health-changed",
             Kind::NodeInventoryChanged => "node-inventory-changed",
             Kind::EventsDropped => "events-dropped",
+            Kind::TaskSubmitted => "task-submitted",
+            Kind::NodeCapacityChanged => "node-capacity-changed",
+            Kind::QueueConfigured => "queue-configured",
         }
     }
 }
@@ -206,6 +227,9 @@ impl Kind {
             Kind::NodeGpuHealthChanged => "io.wasmsched.node.gpu-health-changed.v1",
             Kind::NodeInventoryChanged => "io.wasmsched.node.inventory-changed.v1",
             Kind::EventsDropped => "io.wasmsched.events.dropped.v1",
+            Kind::TaskSubmitted => "io.wasmsched.task.submitted.v1",
+            Kind::NodeCapacityChanged => "io.wasmsched.node.capacity-changed.v1",
+            Kind::QueueConfigured => "io.wasmsched.queue.configured.v1",
         }
     }
 }
@@ -248,6 +272,9 @@ impl Payload {
             Payload::NodeGpuHealthChanged(_) => Kind::NodeGpuHealthChanged,
             Payload::NodeInventoryChanged(_) => Kind::NodeInventoryChanged,
             Payload::EventsDropped(_) => Kind::EventsDropped,
+            Payload::TaskSubmitted(_) => Kind::TaskSubmitted,
+            Payload::NodeCapacityChanged(_) => Kind::NodeCapacityChanged,
+            Payload::QueueConfigured(_) => Kind::QueueConfigured,
         }
     }
 
@@ -272,6 +299,9 @@ impl Payload {
             Payload::NodeGpuHealthChanged(e) => (e.node.clone(), None),
             Payload::NodeInventoryChanged(e) => (e.node.clone(), None),
             Payload::EventsDropped(_) => ("outbox".into(), None),
+            Payload::TaskSubmitted(e) => task(&e.task),
+            Payload::NodeCapacityChanged(e) => (e.node.clone(), None),
+            Payload::QueueConfigured(e) => (e.queue.clone(), None),
         }
     }
 
@@ -284,6 +314,7 @@ impl Payload {
             Payload::TaskPreempted(e) => Some(&e.victim),
             Payload::TaskEvicted(e) => Some(&e.task),
             Payload::TaskEnded(e) => Some(&e.task),
+            Payload::TaskSubmitted(e) => Some(&e.task),
             _ => None,
         }
     }
@@ -359,6 +390,26 @@ impl Event {
             }
             Payload::EventsDropped(e) => {
                 format!("{} events dropped ({}) between {} and {}", e.count, e.reason, e.first, e.last)
+            }
+            Payload::TaskSubmitted(e) => {
+                let r = &e.request;
+                let gang = e
+                    .gang
+                    .as_ref()
+                    .map_or(String::new(), |g| format!(", gang {} of {} (min {})", g.name, g.members, g.min_member));
+                format!(
+                    "{} in {}: cpu {}m mem {} B gpus {}x{}m{gang}",
+                    e.task, e.task.queue, r.cpu_milli, r.memory_bytes, r.gpus, r.gpu_milli
+                )
+            }
+            Payload::NodeCapacityChanged(e) if e.removed => format!("{} removed", e.node),
+            Payload::NodeCapacityChanged(e) => {
+                let model = e.gpu_model.as_deref().unwrap_or("-");
+                format!("{} cpu {}m mem {} B, {} GPUs {model}", e.node, e.cpu_milli, e.memory_bytes, e.gpus)
+            }
+            Payload::QueueConfigured(e) => {
+                let parent = e.parent.as_deref().unwrap_or("-");
+                format!("{} (parent {parent}, weight {}, guarantee {})", e.queue, e.weight, e.guarantee)
             }
         };
         format!("{} {:<24} {}", self.time, self.kind().name(), body)
@@ -953,6 +1004,171 @@ pub struct EventsDropped {
     pub last: Timestamp,
     /// Why, e.g. `outbox full (100000 events in memory, spill disabled)`.
     pub reason: String,
+}
+
+/// What one task asks for (each member of a gang asks for the same in the simulator; on
+/// Kubernetes each pod says what it asks).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TaskRequest {
+    /// CPU in milli-cores.
+    pub cpu_milli: u64,
+    /// Memory in bytes.
+    pub memory_bytes: u64,
+    /// GPU devices (0 for a CPU-only task).
+    pub gpus: u32,
+    /// Share of each device in milli-GPUs (1000 = whole devices).
+    #[serde(default)]
+    pub gpu_milli: u32,
+    /// Allowed GPU models; empty: any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_models: Vec<String>,
+}
+
+/// The gang a task is a member of, as submitted.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct GangSpec {
+    /// The gang's name (its workload: a pod group, a job's name in the simulator).
+    pub name: String,
+    /// Members it has.
+    pub members: u32,
+    /// The fewest that may run (an elastic job grows above it).
+    pub min_member: u32,
+    /// How long it may wait unplaced before it times out, when it says (else the scheduler's
+    /// default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<u64>,
+}
+
+/// Data of `io.wasmsched.task.submitted.v1`: a task arrived (a pod the scheduler will place was
+/// created, a replayed job arrived). With `task-scheduled` and `task-ended`, what turns a recorded
+/// stream back into a scenario (`wasmsched scenario from-events`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TaskSubmitted {
+    /// The task.
+    pub task: TaskRef,
+    /// What it asks for.
+    pub request: TaskRequest,
+    /// Its gang, absent for a task on its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang: Option<GangSpec>,
+    /// Others may evict it.
+    pub preemptible: bool,
+    /// It may evict others (`false`: Kubernetes' `preemptionPolicy: Never`).
+    pub preempts: bool,
+    /// It saves a checkpoint when asked to leave, and is given a grace period for it.
+    #[serde(default)]
+    pub checkpointable: bool,
+    /// The grace period it asked for (s), when it asked for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_seconds: Option<u64>,
+    /// How long its checkpoint takes (s), when known (the simulator's jobs say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_seconds: Option<u64>,
+    /// How long it takes to stop once evicted (s), when known (the simulator's jobs say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination_seconds: Option<u64>,
+    /// How long it runs once started (s), when it declared it (the simulator's jobs do; a pod
+    /// does not, and its run time is measured from its runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_seconds: Option<u64>,
+    /// Its labels (what other pods' affinity terms select).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// It has inter-pod affinity terms (not carried here).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pod_affinity: bool,
+    /// It asks for DRA devices through ResourceClaims (not carried here).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub claims: bool,
+}
+
+/// Data of `io.wasmsched.node.capacity-changed.v1`: what a node offers, as the scheduler counts
+/// it. Sent when the node is first seen, when its capacity, GPUs or labels change, and with
+/// `removed` when it leaves.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct NodeCapacityChanged {
+    /// Node name.
+    pub node: String,
+    /// Allocatable CPU in milli-cores.
+    pub cpu_milli: u64,
+    /// Allocatable memory in bytes.
+    pub memory_bytes: u64,
+    /// GPU devices.
+    pub gpus: u32,
+    /// Their model (the first device's), absent without GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_model: Option<String>,
+    /// The node's pool (see [`TaskEnded::node_pool`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_pool: Option<String>,
+    /// Its labels.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// The scheduler knows its GPU topology (the agent's annotation, a scenario's topology file);
+    /// the topology itself is in the agent's `node-inventory-changed`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub topology: bool,
+    /// The node left: the other fields are its last state.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub removed: bool,
+}
+
+/// Admission limits of a queue.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct QueueAdmission {
+    /// Most workloads it holds at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_jobs: Option<u32>,
+    /// Most GPUs one workload may ask for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_gpus_per_job: Option<u32>,
+    /// Inclusive range of the priorities it accepts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_range: Option<[i32; 2]>,
+}
+
+/// Data of `io.wasmsched.queue.configured.v1`: a queue's configuration, sent when the scheduler
+/// first reads it and whenever it changes (`removed` when it is gone).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct QueueConfigured {
+    /// Queue name.
+    pub queue: String,
+    /// Its parent, absent for a top-level queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// Share among siblings.
+    pub weight: u32,
+    /// Always obtainable.
+    pub guarantee: Quantity,
+    /// Most it may hold, absent: unbounded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capability: Option<Quantity>,
+    /// How far above its guarantee it may go, absent: unbounded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub borrowing_limit: Option<Quantity>,
+    /// How much of its unused guarantee others may use, absent: all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lending_limit: Option<Quantity>,
+    /// Others may reclaim what it borrows.
+    pub reclaimable: bool,
+    /// Its runs' protection from reclaim (s), when it sets one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim_min_runtime_seconds: Option<u64>,
+    /// Its runs' age past which no reclaim above a guarantee takes them (s), when it sets one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim_max_runtime_seconds: Option<u64>,
+    /// Its admission limits.
+    #[serde(default)]
+    pub admission: QueueAdmission,
+    /// The resource flavors its work may use, in order; empty: its parent's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flavors: Vec<String>,
+    /// It has quotas per flavor (not carried here).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub flavor_quotas: bool,
+    /// The queue was removed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub removed: bool,
 }
 
 /// The JSON Schema (2020-12) of [`Event`], generated from the types.

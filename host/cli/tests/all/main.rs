@@ -7,6 +7,7 @@ mod dashboard;
 mod dra;
 mod events;
 mod experiment;
+mod history;
 mod plugin_new;
 mod policy;
 mod policy_bench;

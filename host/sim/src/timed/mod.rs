@@ -36,8 +36,8 @@ use effects::{Driver, JobState, Jobs, Progress};
 pub use metrics::QueueStats;
 pub use runs::{QueueUsage, RunEnd};
 pub use scenario::{
-    Amount, DraConfig, FlavorConfig, FlavorQuota, Job, Loaded, QueueConfig, Scenario, ScenarioNode, flat_queues,
-    queue_tree, queue_tree_with,
+    AdmissionConfig, Amount, DraConfig, FlavorConfig, FlavorQuota, Job, Loaded, QueueConfig, Scenario, ScenarioNode,
+    flat_queues, queue_tree, queue_tree_with,
 };
 
 /// FGD's target workload of a job list: its popular shapes covering 95 % of the jobs.
@@ -239,6 +239,8 @@ pub enum Observed<'a> {
     Released(TimedRelease<'a>),
     /// The queues after an instant's cycle: allocation and deserved shares (virtual s).
     Shares(u64, &'a [wasmsched_core::QueueShare]),
+    /// A job arrived (virtual s), before the core saw it: also one refused at once.
+    Arrived(u64, &'a Job, &'a wasmsched_core::Workload),
 }
 
 /// [`run`] with the policy sets of `policies`, explicit core settings, calling `observe` after
@@ -341,6 +343,10 @@ pub fn run_with_devices(
     let mut arrivals: Vec<usize> = (0..jobs.len()).filter(|&j| !never[j]).collect();
     arrivals.sort_by_key(|&i| (jobs[i].arrival, i));
     let mut next_arrival = 0;
+    // Jobs refused before they arrive are shown arriving all the same, at the first instant at or
+    // after their arrival (they add no instant of their own: that would change the replay).
+    let mut refused: Vec<usize> = (0..jobs.len()).filter(|&j| never[j]).collect();
+    refused.sort_by_key(|&i| (Reverse(jobs[i].arrival), Reverse(i)));
     let mut utilisation = Vec::new();
     let mut fairness = metrics::FairnessOverTime::default();
     let mut now = 0;
@@ -423,11 +429,15 @@ pub fn run_with_devices(
             p.last_change = now;
         }
         report_released(p, &lookup, jobs, core.nodes(), &mut observe);
+        while let Some(i) = refused.pop_if(|&mut i| jobs[i].arrival <= now) {
+            observe(Observed::Arrived(jobs[i].arrival, &jobs[i], &lookup.workloads[i]));
+        }
         while let Some(&i) = arrivals.get(next_arrival) {
             if jobs[i].arrival != now {
                 break;
             }
             next_arrival += 1;
+            observe(Observed::Arrived(now, &jobs[i], &lookup.workloads[i]));
             match core.submit(lookup.workloads[i].clone(), now) {
                 Ok(()) => p.last_change = now,
                 // Its queue's admission limits turned it away: it never waits; its outcome says why.
@@ -511,6 +521,9 @@ pub fn run_with_devices(
         observe(Observed::Shares(now, &shares));
         let pct = if capacity > 0 { 100.0 * progress.used as f64 / capacity as f64 } else { 0.0 };
         utilisation.push((now, pct));
+    }
+    while let Some(i) = refused.pop() {
+        observe(Observed::Arrived(jobs[i].arrival, &jobs[i], &lookup.workloads[i]));
     }
     // Retries that changed nothing after the last real change are not part of the replay.
     let horizon = progress.last_change;

@@ -1,0 +1,160 @@
+//! `wasmsched scenario from-events`: a replay's own events, turned back into a scenario and
+//! replayed with the same policy, give the same placements and the same report — for the shipped
+//! scenarios the stream describes whole and for the openb replay — and a stream that cannot say
+//! everything (flavors, affinity, topologies, DRA, a window cut mid-run, holes, unknown types)
+//! says what it assumed.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::wasmsched;
+
+fn scenario(name: &str) -> String {
+    format!("examples/scenarios/{name}")
+}
+
+/// Replay `args` with events published to `events`; the report without its timing keys.
+fn replay(args: &[&str], events: &Path) -> Value {
+    let mut all = vec!["replay", "--native", "--json", "--quiet", "--events", events.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let o = wasmsched(&all);
+    assert!(o.status.success(), "replay {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    let mut report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let fields = report.as_object_mut().unwrap();
+    fields.remove("replay_seconds");
+    fields.remove("events");
+    report
+}
+
+/// `scenario from-events` on `args`; whether it exited 0, and its standard error.
+fn from_events(args: &[&str]) -> (bool, String) {
+    let mut all = vec!["scenario", "from-events"];
+    all.extend_from_slice(args);
+    let o = wasmsched(&all);
+    (o.status.success(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// Every placement of a stream: (virtual ms, task, node, GPU shares), in order.
+fn placements(events: &Path) -> Vec<(String, String, String, String)> {
+    lines(events)
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["type"] == "io.wasmsched.task.scheduled.v1")
+        .map(|e| {
+            let d = &e["data"];
+            (e["time"].to_string(), d["task"]["id"].to_string(), d["node"].to_string(), d["gpus"].to_string())
+        })
+        .collect()
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path).unwrap().lines().map(str::to_owned).collect()
+}
+
+fn write(path: PathBuf, lines: &[String]) -> PathBuf {
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    path
+}
+
+#[test]
+fn a_replay_s_events_replay_again_to_the_same_placements_and_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs: Vec<(&str, Vec<String>)> = vec![
+        ("two-queues", vec!["--scenario".into(), scenario("two-queues.json")]),
+        // Gangs, an elastic job, checkpoints, priority preemption, a gang timing out, a capability.
+        ("queues-gangs-preemption", vec!["--scenario".into(), scenario("queues-gangs-preemption.yaml")]),
+        // 8,152 jobs of the openb trace on half its cluster, contended, with reclaim.
+        ("openb", vec![]),
+    ];
+    for (name, args) in runs {
+        let (first_events, second_events) =
+            (dir.path().join(format!("{name}-1.jsonl")), dir.path().join(format!("{name}-2.jsonl")));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let first = replay(&args, &first_events);
+        let rebuilt = dir.path().join(format!("{name}.yaml"));
+        let (ok, stderr) = from_events(&["--file", first_events.to_str().unwrap(), "--out", rebuilt.to_str().unwrap()]);
+        assert!(ok, "{name}: {stderr}");
+        assert!(!stderr.contains("jobs have") && !stderr.contains("flavors"), "{name}: nothing to assume: {stderr}");
+        let second = replay(&["--scenario", rebuilt.to_str().unwrap()], &second_events);
+        assert_eq!(second, first, "{name}: the report of the rebuilt scenario");
+        let (a, b) = (placements(&first_events), placements(&second_events));
+        assert!(a.len() > 4, "{name}: {} placements", a.len());
+        assert_eq!(a, b, "{name}: placements");
+    }
+}
+
+#[test]
+fn what_the_stream_does_not_carry_is_said_as_assumed() {
+    let dir = tempfile::tempdir().unwrap();
+    for (file, assumed) in [
+        ("flavors.yaml", "use resource flavors"),
+        ("pod-affinity.yaml", "inter-pod affinity"),
+        ("topology.json", "have a GPU topology"),
+        ("dra.yaml", "DRA devices"),
+    ] {
+        let events = dir.path().join(format!("{file}.jsonl"));
+        replay(&["--scenario", &scenario(file)], &events);
+        let out = dir.path().join(format!("{file}.json"));
+        let (ok, stderr) = from_events(&["--file", events.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+        assert!(ok, "{file}: {stderr}");
+        assert!(stderr.contains("assumed: ") && stderr.contains(assumed), "{file}: {stderr}");
+        // What it wrote is a scenario the replay reads.
+        let o = wasmsched(&["replay", "--native", "--json", "--quiet", "--scenario", out.to_str().unwrap()]);
+        assert!(o.status.success(), "{file}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+}
+
+#[test]
+fn a_window_cut_mid_run_holes_and_unknown_types_are_said_and_bad_lines_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("qgp.jsonl");
+    replay(&["--scenario", &scenario("queues-gangs-preemption.yaml")], &events);
+    let all = lines(&events);
+
+    // From virtual second 30: batch-fill (0–100 s) and prod-train (10–60 s) are running.
+    let out = dir.path().join("cut.json");
+    let (ok, stderr) = from_events(&[
+        "--file",
+        events.to_str().unwrap(),
+        "--from",
+        "1970-01-01T00:00:30Z",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("assumed: 2 jobs were running when the window opened"), "{stderr}");
+    let cut: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let job = |name: &str| cut["jobs"].as_array().unwrap().iter().find(|j| j["name"] == name).cloned();
+    let fill = job("batch-fill").expect("a run going at the cut is in the scenario");
+    assert_eq!((fill["arrival"].as_u64(), fill["duration"].as_u64()), (Some(0), Some(70)), "{fill}");
+    assert_eq!(job("prod-high").unwrap()["arrival"], 190, "arrivals count from the window's start");
+
+    // Holes: the submissions of one gang lost. Its request comes from its placements.
+    let holes: Vec<String> =
+        all.iter().filter(|l| !(l.contains("task.submitted") && l.contains("\"prod-train-"))).cloned().collect();
+    let holed = write(dir.path().join("holes.jsonl"), &holes);
+    let (ok, stderr) =
+        from_events(&["--file", holed.to_str().unwrap(), "--out", dir.path().join("h.json").to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("assumed: 2 tasks have no task-submitted event"), "{stderr}");
+
+    // A newer scheduler's event type: counted and skipped. A line that is no event: refused,
+    // naming its line, unless --lenient.
+    let mut newer = all.clone();
+    newer.insert(3, all[3].replace("io.wasmsched.task.submitted.v1", "io.wasmsched.task.submitted.v9"));
+    let newer = write(dir.path().join("newer.jsonl"), &newer);
+    let (ok, stderr) =
+        from_events(&["--file", newer.to_str().unwrap(), "--out", dir.path().join("n.json").to_str().unwrap()]);
+    assert!(ok && stderr.contains("skipped: 1 events of types this version does not know"), "{stderr}");
+    let mut broken = all.clone();
+    broken.insert(5, "{\"specversion\": \"1.0\", \"type\": \"io.wasmsched.task.ended.v1\"}".into());
+    let broken = write(dir.path().join("broken.jsonl"), &broken);
+    let target = dir.path().join("b.json");
+    let (ok, stderr) = from_events(&["--file", broken.to_str().unwrap(), "--out", target.to_str().unwrap()]);
+    assert!(!ok && stderr.contains("broken.jsonl:6: not an event"), "{stderr}");
+    assert!(!target.exists(), "nothing written on a refused stream");
+    let (ok, stderr) =
+        from_events(&["--file", broken.to_str().unwrap(), "--lenient", "--out", target.to_str().unwrap()]);
+    assert!(ok && stderr.contains("skipped: 1 lines that are not events") && target.exists(), "{stderr}");
+}
