@@ -326,7 +326,9 @@ fn jobs(
             .entry(job_key.clone())
             .or_insert_with(|| {
                 order.push(job_key.clone());
-                JobParts { name: if qualify { format!("{ns}.{name}") } else { name }, tasks: Vec::new() }
+                // Kubernetes task ids carry their namespace already (`ml/train-0`).
+                let qualified = qualify && !name.starts_with(&format!("{ns}/"));
+                JobParts { name: if qualified { format!("{ns}/{name}") } else { name }, tasks: Vec::new() }
             })
             .tasks
             .push(t);

@@ -88,6 +88,7 @@ impl Scheduler {
         self.show_topology(&name);
         let others = self.others_on(&name);
         self.core.observe_pods(&name, others);
+        self.describe_node(&node);
         self.core.observe_node(node, now)
     }
 
@@ -114,6 +115,7 @@ impl Scheduler {
                 Some(node) => out.extend(self.observe(node, now)),
                 None if self.core.nodes().slot_of(&name).is_some() => {
                     out.extend(self.core.remove_node(&name, now));
+                    self.describe_node_gone(&name);
                     self.show_topology(&name);
                 }
                 None => {}
@@ -126,6 +128,7 @@ impl Scheduler {
     /// once their `PodGroup` is known and min-member of them exist (later members join).
     pub(super) fn submit_pending(&mut self, now: u64) {
         self.next.not_before.retain(|_, t| *t > now);
+        self.forget_announced();
         let ours = &self.ours;
         self.next.mixed.retain(|id, _| ours.get(id).is_some_and(|f| !f.bound));
         // The first pod of ours with pod affinity of its own: from now on the core sees every
@@ -182,6 +185,8 @@ impl Scheduler {
             if !self.restrict_to_claims(&id, &mut workload.members, retry) {
                 continue;
             }
+            // It arrived, whether or not its queue admits it now.
+            self.announce(&workload);
             if let Err(e) = self.core.submit(workload, now) {
                 self.next.not_before.insert(id.clone(), retry);
                 self.report(&[id], &e.to_string());
@@ -201,6 +206,9 @@ impl Scheduler {
                 if !self.restrict_to_claims(&key, &mut tasks, retry) {
                     continue;
                 }
+                // Late members: their gang as they see it (its size here counts only them).
+                let late: Vec<&PodFacts> = ids.iter().map(|id| &self.ours[id]).collect();
+                self.announce(&workloads::gang(&key, &info, &late, &self.objects.priority_classes));
                 if let Err(e) = self.core.add_members(&key, tasks) {
                     self.next.not_before.insert(key, retry);
                     self.report(&ids, &e.to_string());
@@ -225,6 +233,7 @@ impl Scheduler {
             if !self.restrict_to_claims(&key, &mut workload.members, retry) {
                 continue;
             }
+            self.announce(&workload);
             match self.core.submit(workload, now) {
                 Ok(()) => {
                     self.next.gang_min.insert(key, info.min_member);

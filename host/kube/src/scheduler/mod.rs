@@ -60,6 +60,7 @@ mod adopt;
 mod backoff;
 mod cycle;
 mod dashboard;
+mod described;
 mod effects;
 mod grouping;
 mod ours;
@@ -310,6 +311,8 @@ struct Reports {
     runs: AHashMap<String, runs::Run>,
     /// Deserved shares last published.
     shares: decisions::Shares,
+    /// Nodes, queues and arrivals as last published.
+    described: described::Described,
     events: Option<EventSink>,
     /// Pods decided so far.
     decided: u64,
@@ -416,6 +419,7 @@ impl Scheduler {
                 unconfirmed: AHashMap::new(),
                 runs: AHashMap::new(),
                 shares: decisions::Shares::default(),
+                described: Default::default(),
                 events: None,
                 decided: 0,
                 dashboard: None,

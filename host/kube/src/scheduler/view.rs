@@ -375,6 +375,7 @@ impl Scheduler {
                 self.objects.queue_error = None;
                 self.next.not_before.clear();
                 self.next.dirty = true;
+                self.describe_queues();
             }
             Err(error) => {
                 tracing::warn!(%error, "keeping the previous queue tree");

@@ -77,7 +77,7 @@ fn start_with_events_and_dashboard(
     start_inner(api.clients("a", None), None, Some(events), Some(dashboard))
 }
 
-fn start_full(clients: Clients, lease: Option<LeaseConfig>, events: Option<EventSink>) -> Running {
+pub(crate) fn start_full(clients: Clients, lease: Option<LeaseConfig>, events: Option<EventSink>) -> Running {
     start_inner(clients, lease, events, None)
 }
 

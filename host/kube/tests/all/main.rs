@@ -5,6 +5,7 @@ mod boundary;
 mod crds;
 mod dra;
 mod extender;
+mod history;
 mod mutated;
 mod observability;
 mod policy_object;

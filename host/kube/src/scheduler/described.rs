@@ -1,0 +1,122 @@
+//! What the event stream has been told of the cluster: each node's capacity, each queue's
+//! configuration and each pod's arrival, published when they change — what `wasmsched scenario
+//! from-events` rebuilds the cluster and its work from. Only with events on.
+
+use ahash::{AHashMap, AHashSet};
+use wasmsched_api::Node;
+use wasmsched_core::Workload;
+use wasmsched_events::Timestamp;
+use wasmsched_events::decisions;
+use wasmsched_events::schema::{NodeCapacityChanged, Payload, QueueConfigured};
+
+use super::Scheduler;
+
+/// The descriptions last published.
+#[derive(Default)]
+pub(super) struct Described {
+    nodes: AHashMap<String, NodeCapacityChanged>,
+    queues: std::collections::BTreeMap<String, QueueConfigured>,
+    /// Pods whose `task-submitted` was published (a pod submitted again after an eviction or a
+    /// gang's time-out arrived once).
+    announced: AHashSet<String>,
+}
+
+/// Whether `node` still offers what `last` said.
+fn same_capacity(last: &NodeCapacityChanged, node: &Node, topology: bool) -> bool {
+    last.cpu_milli == node.allocatable.cpu_milli
+        && last.memory_bytes == node.allocatable.memory_bytes
+        && last.gpus as usize == node.gpus.len()
+        && last.gpu_model.as_deref() == node.gpus.iter().next().map(|g| g.model.as_str())
+        && last.topology == topology
+        && last.labels.len() == node.labels.len()
+        && last.labels.iter().zip(&node.labels).all(|((k, v), (nk, nv))| k == nk && v == nv)
+}
+
+impl Scheduler {
+    fn describing(&self) -> bool {
+        self.reports.events.as_ref().is_some_and(|s| s.wanted())
+    }
+
+    /// `node-capacity-changed` for `node` if it is new or offers something else than last said.
+    pub(super) fn describe_node(&mut self, node: &Node) {
+        if !self.describing() {
+            return;
+        }
+        let topology = self.cache.nodes().topologies().get(&node.name).is_some();
+        if self.reports.described.nodes.get(&node.name).is_some_and(|last| same_capacity(last, node, topology)) {
+            return;
+        }
+        let payload = decisions::node_capacity(node, topology, false);
+        if let Payload::NodeCapacityChanged(said) = &payload {
+            self.reports.described.nodes.insert(node.name.clone(), said.clone());
+        }
+        self.publish_at(Timestamp::now(), payload);
+    }
+
+    /// `node-capacity-changed` with `removed` for a node that left.
+    pub(super) fn describe_node_gone(&mut self, name: &str) {
+        if let Some(last) = self.reports.described.nodes.remove(name) {
+            self.publish_at(
+                Timestamp::now(),
+                Payload::NodeCapacityChanged(NodeCapacityChanged { removed: true, ..last }),
+            );
+        }
+    }
+
+    /// `queue-configured` for each queue of the core's tree that is new or changed, and with
+    /// `removed` for each that is gone.
+    pub(super) fn describe_queues(&mut self) {
+        if !self.describing() {
+            return;
+        }
+        let tree = self.core.queues();
+        let now: Vec<QueueConfigured> = (0..tree.len())
+            .filter_map(|i| tree.get(i))
+            .filter_map(|q| match decisions::queue_configured(q, false) {
+                Payload::QueueConfigured(c) => Some(c),
+                _ => None,
+            })
+            .collect();
+        let mut changed: Vec<Payload> = Vec::new();
+        let names: AHashSet<&str> = now.iter().map(|q| q.queue.as_str()).collect();
+        let gone: Vec<String> =
+            self.reports.described.queues.keys().filter(|q| !names.contains(q.as_str())).cloned().collect();
+        for q in gone {
+            if let Some(last) = self.reports.described.queues.remove(&q) {
+                changed.push(Payload::QueueConfigured(QueueConfigured { removed: true, ..last }));
+            }
+        }
+        for q in now {
+            if self.reports.described.queues.get(&q.queue) != Some(&q) {
+                self.reports.described.queues.insert(q.queue.clone(), q.clone());
+                changed.push(Payload::QueueConfigured(q));
+            }
+        }
+        let at = Timestamp::now();
+        for p in changed {
+            self.publish_at(at, p);
+        }
+    }
+
+    /// `task-submitted` for each member of `workload` not announced yet, stamped when its pod
+    /// was created (its arrival).
+    pub(super) fn announce(&mut self, workload: &Workload) {
+        if !self.describing() {
+            return;
+        }
+        for task in &workload.members {
+            if !self.reports.described.announced.insert(task.id.clone()) {
+                continue;
+            }
+            let created = self.ours.get(&task.id).and_then(|f| f.created);
+            let at = created.map_or_else(Timestamp::now, |c| Timestamp(c.as_millisecond().max(0) as u64));
+            self.publish_at(at, decisions::submitted(task, workload, decisions::Timings::default()));
+        }
+    }
+
+    /// Forget the announcements of pods that are gone.
+    pub(super) fn forget_announced(&mut self) {
+        let ours = &self.ours;
+        self.reports.described.announced.retain(|id| ours.contains_key(id));
+    }
+}
