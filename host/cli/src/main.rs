@@ -27,6 +27,7 @@ mod policy;
 mod policy_cmd;
 mod progress;
 mod replay_cmd;
+mod replay_compare;
 mod replay_dashboard;
 mod replay_policies;
 mod run_cmd;

@@ -86,6 +86,12 @@ pub struct Args {
     /// Run the policies natively instead of as Wasm components.
     #[arg(long)]
     native: bool,
+    /// Replay twice on the same input — with the set above, then with this one (a policy set
+    /// directory or file, or a built-in score policy's name) — and report side by side:
+    /// placements that differ, work one places and the other not (with the reasons), queueing
+    /// delay, allocation, fragmentation, fairness, evictions and GPU-hours lost.
+    #[arg(long, value_name = "PATH|POLICY", conflicts_with_all = ["rollouts", "serve", "out"])]
+    compare: Option<String>,
     /// Write `jobs.csv`, `utilisation.csv`, `utilisation.svg` and `queue_delay.svg` (per-queue
     /// CDF of queueing delay) here.
     #[arg(long)]
@@ -257,7 +263,17 @@ fn ended_event(r: &timed::TimedRelease<'_>) -> wasmsched_events::Payload {
     })
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
+/// What a replay replays: the cluster, its queues, the jobs, and what was left out of them.
+pub(crate) struct Inputs {
+    pub(crate) table: NodeTable,
+    pub(crate) tree: wasmsched_core::QueueTree,
+    pub(crate) jobs: Vec<Job>,
+    pub(crate) skipped: Vec<String>,
+    pub(crate) dra: Option<wasmsched_dra::Objects>,
+}
+
+/// The scenario, or the openb trace, of `args`.
+fn inputs(args: &Args) -> anyhow::Result<Inputs> {
     anyhow::ensure!(args.compress > 0.0 && args.compress.is_finite(), "--compress must be a positive number");
     anyhow::ensure!(args.node_stride >= 1, "--node-stride must be at least 1");
     let mut dra = None;
@@ -290,22 +306,53 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     let tree = tree.map_err(anyhow::Error::msg)?;
-    let typical = timed::target_workload(&jobs);
-    let runtime = crate::policy::replay_runtime(args.native)?;
-    let initial = match &args.policy_set {
-        Some(path) => Initial::File(path.clone()),
-        None => Initial::BuiltIn {
-            set: replay_policy_set(
-                runtime.as_ref(),
-                &args.policy,
-                args.seed,
-                &typical,
-                &args.fair_share,
-                !args.no_preemption,
-            )?,
-            name: args.policy.clone(),
-        },
+    Ok(Inputs { table, tree, jobs, skipped, dra })
+}
+
+/// The set a replay starts with: `--policy-set`'s, or the built-in one `--policy`, `--seed`,
+/// `--fair-share` and `--no-preemption` name.
+fn initial_set(
+    args: &Args,
+    choice: Option<&str>,
+    runtime: Option<&Arc<wasmsched_runtime::Runtime>>,
+    jobs: &[Job],
+) -> anyhow::Result<Initial> {
+    let policy = choice.unwrap_or(&args.policy);
+    if choice.is_none()
+        && let Some(path) = &args.policy_set
+    {
+        return Ok(Initial::File(path.clone()));
+    }
+    if choice.is_some_and(|c| std::path::Path::new(c).exists()) {
+        return Ok(Initial::File(policy.into()));
+    }
+    let typical = timed::target_workload(jobs);
+    let set = replay_policy_set(runtime, policy, args.seed, &typical, &args.fair_share, !args.no_preemption)?;
+    Ok(Initial::BuiltIn { set, name: policy.to_string() })
+}
+
+/// The core's settings of `args`.
+fn settings(args: &Args) -> timed::ReplaySettings {
+    let core = CoreConfig {
+        gang_timeout_seconds: args.gang_timeout,
+        reclaim_min_runtime_seconds: args.reclaim_min_runtime,
+        reclaim_within_deficit: args.reclaim_within_deficit,
+        reclaim_max_runtime_seconds: args.reclaim_max_runtime,
+        ..CoreConfig::default()
     };
+    timed::ReplaySettings { core, drop_timed_out_gangs: args.drop_timed_out_gangs }
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let Inputs { table, tree, jobs, skipped, dra } = inputs(&args)?;
+    let runtime = crate::policy::replay_runtime(args.native)?;
+    if let Some(other) = &args.compare {
+        let a = initial_set(&args, None, runtime.as_ref(), &jobs)?;
+        let b = initial_set(&args, Some(other), runtime.as_ref(), &jobs)?;
+        let inputs = Inputs { table, tree, jobs, skipped, dra };
+        return crate::replay_compare::run(&inputs, runtime, [a, b], settings(&args), args.json);
+    }
+    let initial = initial_set(&args, None, runtime.as_ref(), &jobs)?;
     let preparer = runtime.clone().map(|rt| wasmsched_registry::Preparer::new(rt, crate::policy::builtins()));
     // Smoke tests run on the replayed cluster with its first jobs.
     let sample = wasmsched_registry::Sample {
@@ -317,14 +364,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let events = args.sink.open_for_simulation("replay")?;
     let mut policy_events = policies.events().into_iter().peekable();
     let mut decisions_by_version: std::collections::BTreeMap<u64, usize> = Default::default();
-    let config = CoreConfig {
-        gang_timeout_seconds: args.gang_timeout,
-        reclaim_min_runtime_seconds: args.reclaim_min_runtime,
-        reclaim_within_deficit: args.reclaim_within_deficit,
-        reclaim_max_runtime_seconds: args.reclaim_max_runtime,
-        ..CoreConfig::default()
-    };
-    let settings = timed::ReplaySettings { core: config.clone(), drop_timed_out_gangs: args.drop_timed_out_gangs };
+    let settings = settings(&args);
+    let config = settings.core.clone();
     let by_name: std::collections::HashMap<&str, &Job> = jobs.iter().map(|j| (j.name.as_str(), j)).collect();
     // Per workload: failed attempts since it last ran, and the gang fit of the last one.
     let mut tries: std::collections::HashMap<String, (u32, u32)> = std::collections::HashMap::new();

@@ -158,3 +158,72 @@ fn a_window_cut_mid_run_holes_and_unknown_types_are_said_and_bad_lines_refused()
         from_events(&["--file", broken.to_str().unwrap(), "--lenient", "--out", target.to_str().unwrap()]);
     assert!(ok && stderr.contains("skipped: 1 lines that are not events") && target.exists(), "{stderr}");
 }
+
+/// Each task's first placement in a stream: task → (time, node, GPUs).
+fn first_placements(events: &Path) -> std::collections::BTreeMap<String, (String, String, String)> {
+    let mut out = std::collections::BTreeMap::new();
+    for (time, task, node, gpus) in placements(events) {
+        out.entry(task.trim_matches('"').to_string()).or_insert((time, node, gpus));
+    }
+    out
+}
+
+#[test]
+fn a_comparison_s_figures_are_those_of_the_two_replays_and_its_differences_those_of_their_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let topology = scenario("topology.json");
+    let o = wasmsched(&[
+        "replay",
+        "--native",
+        "--quiet",
+        "--scenario",
+        &topology,
+        "--policy",
+        "gpu-topology",
+        "--compare",
+        "best-fit",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let cmp: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((cmp["a"].as_str(), cmp["b"].as_str()), (Some("gpu-topology"), Some("best-fit")));
+    let (ea, eb) = (dir.path().join("a.jsonl"), dir.path().join("b.jsonl"));
+    let a = replay(&["--scenario", &topology, "--policy", "gpu-topology"], &ea);
+    let b = replay(&["--scenario", &topology, "--policy", "best-fit"], &eb);
+    let figure = |name: &str| {
+        let f =
+            cmp["figures"].as_array().unwrap().iter().find(|f| f["name"] == name).unwrap_or_else(|| panic!("{name}"));
+        (f["a"].as_f64().unwrap(), f["b"].as_f64().unwrap())
+    };
+    let lost = |r: &Value| {
+        r["usage"].as_object().unwrap().values().map(|u| u["lost_gpu_milli_seconds"].as_u64().unwrap()).sum::<u64>()
+            as f64
+            / 3.6e6
+    };
+    assert_eq!(figure("pods evicted"), (a["evictions"].as_f64().unwrap(), b["evictions"].as_f64().unwrap()));
+    assert_eq!(
+        figure("GPU allocation while work waited (%)"),
+        (
+            a["utilisation_mean_while_waiting_percent"].as_f64().unwrap(),
+            b["utilisation_mean_while_waiting_percent"].as_f64().unwrap()
+        )
+    );
+    assert_eq!(figure("GPU-hours lost to evictions"), (lost(&a), lost(&b)));
+    assert_eq!(figure("horizon (s)"), (a["horizon_seconds"].as_f64().unwrap(), b["horizon_seconds"].as_f64().unwrap()));
+    for (queue, delays) in cmp["queue_delay_mean"].as_object().unwrap() {
+        assert_eq!(delays[0], a["queues"][queue]["delay_mean"], "{queue}");
+        assert_eq!(delays[1], b["queues"][queue]["delay_mean"], "{queue}");
+    }
+    // The differences, recomputed from the two replays' own events.
+    let (pa, pb) = (first_placements(&ea), first_placements(&eb));
+    let both: Vec<&String> = pa.keys().filter(|t| pb.contains_key(*t)).collect();
+    let differ = both.iter().filter(|t| pa[**t] != pb[**t]).count();
+    let other_node = both.iter().filter(|t| pa[**t].1 != pb[**t].1).count();
+    assert!(differ > 0 && differ < both.len(), "{differ} of {}", both.len());
+    assert_eq!(cmp["placements_differ"].as_u64(), Some(differ as u64));
+    assert_eq!(cmp["placements_same"].as_u64(), Some((both.len() - differ) as u64));
+    assert_eq!(cmp["placements_other_node"].as_u64(), Some(other_node as u64));
+    let example = &cmp["differing"][0];
+    let task = example["task"].as_str().unwrap();
+    assert_eq!(example["a"]["node"].as_str().map(|n| format!("\"{n}\"")), Some(pa[task].1.clone()));
+}
