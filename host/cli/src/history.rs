@@ -74,22 +74,35 @@ pub fn scenario(mut events: Vec<Event>, window: Window) -> History {
     let mut tasks: BTreeMap<(String, String), TaskHistory> = BTreeMap::new();
     let mut ignored = 0;
     let (mut nodes_joined_late, mut nodes_left) = (0usize, 0usize);
+    let mut queues_changed = std::collections::BTreeSet::new();
+    let mut nodes_changed = 0usize;
+    // A scheduler describes the cluster as it starts, before any work: nodes described before
+    // the window's first arrival or placement were there from its start.
+    let first_work = events
+        .iter()
+        .filter(|e| matches!(e.payload, Payload::TaskSubmitted(_) | Payload::TaskScheduled(_)))
+        .map(|e| e.time.millis())
+        .find(|&t| t >= from)
+        .unwrap_or(u64::MAX);
     for (seq, e) in events.iter().enumerate().filter(|(_, e)| e.time.millis() <= to) {
         let at = e.time.millis();
         match &e.payload {
             Payload::NodeCapacityChanged(n) if n.removed => {
-                // Gone before the window: not in it. Gone inside it: there until then, kept.
-                if at < from {
+                // Gone before the work began: not in it. Gone later: there until then, kept.
+                if at <= first_work {
                     nodes.remove(&n.node);
                 } else {
                     nodes_left += usize::from(nodes.contains_key(&n.node));
                 }
             }
             Payload::NodeCapacityChanged(n) => {
-                // Its state when the window opens, or when it joined inside the window.
-                if at <= from || !nodes.contains_key(&n.node) {
-                    nodes_joined_late += usize::from(at > from && !nodes.contains_key(&n.node));
+                // Its state when the work began, or when it joined after.
+                let known = nodes.contains_key(&n.node);
+                if at <= first_work || !known {
+                    nodes_joined_late += usize::from(at > first_work);
                     nodes.insert(n.node.clone(), (n.clone(), at));
+                } else {
+                    nodes_changed += 1;
                 }
             }
             Payload::QueueConfigured(q) => {
@@ -97,7 +110,9 @@ pub fn scenario(mut events: Vec<Event>, window: Window) -> History {
                     if at <= from {
                         queues.remove(&q.queue);
                     }
-                } else if at <= from || !queues.contains_key(&q.queue) {
+                } else if at > first_work && queues.contains_key(&q.queue) {
+                    queues_changed.insert(q.queue.clone());
+                } else if at <= first_work || !queues.contains_key(&q.queue) {
                     if !queue_order.contains(&q.queue) {
                         queue_order.push(q.queue.clone());
                     }
@@ -145,8 +160,20 @@ pub fn scenario(mut events: Vec<Event>, window: Window) -> History {
             "{nodes_joined_late} nodes joined inside the window: they are in the scenario from its start"
         ));
     }
+    if nodes_changed > 0 {
+        assumptions.push(format!(
+            "{nodes_changed} changes of nodes inside the window (capacity, labels): the scenario keeps them as they were"
+        ));
+    }
     if nodes_left > 0 {
         assumptions.push(format!("{nodes_left} nodes left inside the window: they stay to the end of the replay"));
+    }
+    if !queues_changed.is_empty() {
+        let names: Vec<&str> = queues_changed.iter().map(String::as_str).collect();
+        assumptions.push(format!(
+            "queues {} changed inside the window: the scenario keeps their configuration at its start",
+            names.join(", ")
+        ));
     }
     let scenario_nodes = scenario_nodes(nodes.into_values().map(|(n, _)| n), &mut assumptions);
     let jobs = jobs(&tasks, from, to, &mut assumptions);
@@ -186,23 +213,39 @@ fn mib(bytes: u64) -> u64 {
     bytes.div_ceil(1 << 20)
 }
 
+/// What a node's GPUs are called when its labels do not say (a scenario names a model for every
+/// node with GPUs).
+const UNKNOWN_MODEL: &str = "unknown";
+
 fn scenario_nodes(
     nodes: impl Iterator<Item = NodeCapacityChanged>,
     assumptions: &mut Vec<String>,
 ) -> Vec<ScenarioNode> {
-    let mut topologies = 0;
+    let (mut topologies, mut unnamed) = (0, 0);
     let out: Vec<ScenarioNode> = nodes
         .inspect(|n| topologies += usize::from(n.topology))
         .map(|n| ScenarioNode {
             cpu_milli: n.cpu_milli,
             memory_mib: n.memory_bytes >> 20,
             gpus: n.gpus,
-            model: n.gpu_model.clone().unwrap_or_default(),
+            model: match n.gpu_model.as_deref() {
+                Some(m) if !m.is_empty() => m.to_string(),
+                _ if n.gpus > 0 => {
+                    unnamed += 1;
+                    UNKNOWN_MODEL.to_string()
+                }
+                _ => String::new(),
+            },
             topology: None,
             labels: n.labels.into_iter().filter(|(k, _)| k != "gpu-model" && k != "kubernetes.io/hostname").collect(),
             name: n.node,
         })
         .collect();
+    if unnamed > 0 {
+        assumptions.push(format!(
+            "{unnamed} nodes do not say their GPU model (no feature-discovery labels): model `{UNKNOWN_MODEL}`"
+        ));
+    }
     if topologies > 0 {
         assumptions.push(format!(
             "{topologies} nodes have a GPU topology, which the scenario leaves out (add `topology` files to place by \
@@ -341,7 +384,7 @@ fn jobs(
     }
     let mut out = Vec::new();
     let (mut before_window, mut going_at_start, mut unfinished, mut deleted) = (0, 0, 0, 0);
-    let (mut affinity, mut claims, mut checkpoint_unknown) = (0, 0, 0);
+    let (mut affinity, mut constrained, mut claims, mut checkpoint_unknown) = (0, 0, 0, 0);
     for k in &order {
         let p = &parts[k];
         let Some(mut job) = job_of(p) else { continue };
@@ -384,6 +427,7 @@ fn jobs(
         checkpoint_unknown +=
             usize::from(submitted.is_some_and(|s| s.checkpointable && s.checkpoint_seconds.is_none()));
         affinity += usize::from(submitted.is_some_and(|s| s.pod_affinity));
+        constrained += usize::from(submitted.is_some_and(|s| s.node_constraints));
         claims += usize::from(submitted.is_some_and(|s| s.claims));
         out.push(job);
     }
@@ -402,6 +446,10 @@ fn jobs(
     say(deleted, "jobs ended deleted or failed rather than completed: their run time is what they ran");
     say(checkpoint_unknown, "jobs checkpoint but the stream does not say how long that takes: at once");
     say(affinity, "jobs have inter-pod affinity, which the stream does not carry: left out");
+    say(
+        constrained,
+        "jobs may go only to some nodes (node selector or affinity), which the stream does not carry: any node",
+    );
     say(claims, "jobs ask for DRA devices, which the stream does not carry: left out");
     out
 }

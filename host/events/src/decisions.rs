@@ -256,6 +256,7 @@ pub fn submitted(task: &Task, workload: &Workload, timings: Timings) -> Payload 
         duration_seconds: timings.duration_seconds,
         labels: task.labels.iter().cloned().collect(),
         pod_affinity: !task.pod_terms().is_empty(),
+        node_constraints: !task.node_selector.is_empty() || !task.node_affinity.required.is_empty(),
         claims: task.request.extended.iter().any(|(name, _)| name.starts_with(DEVICE_CLASS_PREFIX)),
     })
 }

@@ -1077,6 +1077,9 @@ pub struct TaskSubmitted {
     /// It has inter-pod affinity terms (not carried here).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pod_affinity: bool,
+    /// It may go only to some nodes: a node selector or required node affinity (not carried here).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub node_constraints: bool,
     /// It asks for DRA devices through ResourceClaims (not carried here).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub claims: bool,

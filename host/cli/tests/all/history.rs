@@ -142,7 +142,8 @@ fn a_window_cut_mid_run_holes_and_unknown_types_are_said_and_bad_lines_refused()
     // A newer scheduler's event type: counted and skipped. A line that is no event: refused,
     // naming its line, unless --lenient.
     let mut newer = all.clone();
-    newer.insert(3, all[3].replace("io.wasmsched.task.submitted.v1", "io.wasmsched.task.submitted.v9"));
+    let submitted = all.iter().position(|l| l.contains("io.wasmsched.task.submitted.v1")).unwrap();
+    newer.insert(submitted, all[submitted].replace("io.wasmsched.task.submitted.v1", "io.wasmsched.task.submitted.v9"));
     let newer = write(dir.path().join("newer.jsonl"), &newer);
     let (ok, stderr) =
         from_events(&["--file", newer.to_str().unwrap(), "--out", dir.path().join("n.json").to_str().unwrap()]);
@@ -226,4 +227,46 @@ fn a_comparison_s_figures_are_those_of_the_two_replays_and_its_differences_those
     let example = &cmp["differing"][0];
     let task = example["task"].as_str().unwrap();
     assert_eq!(example["a"]["node"].as_str().map(|n| format!("\"{n}\"")), Some(pa[task].1.clone()));
+}
+
+/// Recorded from `wasmsched run --events` on a real kube-apiserver and kubelet (Kubernetes 1.36,
+/// one node with the agent's device plugin and two of the cluster's other nodes kept): six pods
+/// in two queues, one deleted while it ran, a queue's weight changed midway.
+const RECORDED: &str = "host/cli/tests/fixtures/kube-1.36-events.jsonl";
+
+#[test]
+fn a_stream_recorded_on_a_real_cluster_becomes_a_scenario_with_its_measured_run_times() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("recorded.json");
+    let (ok, stderr) = from_events(&["--file", RECORDED, "--out", out.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    let s: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(s["nodes"].as_array().unwrap().len(), 3);
+    let node = s["nodes"].as_array().unwrap().iter().find(|n| n["name"] == "gpu-node-0").unwrap();
+    assert_eq!(
+        (node["gpus"].as_u64(), node["cpu_milli"].as_u64(), node["model"].as_str()),
+        (Some(8), Some(2000), Some("unknown"))
+    );
+    let queues: Vec<&str> = s["queues"].as_array().unwrap().iter().map(|q| q["name"].as_str().unwrap()).collect();
+    assert_eq!(queues, ["prod", "research", "default"]);
+    // The weight research had when the work began (it changed to 3 midway, which is said).
+    assert_eq!(s["queues"][1]["weight"], 2);
+    assert_eq!(s["queues"][0]["guarantee"]["gpus"], 2.0);
+    assert!(stderr.contains("assumed: queues research changed inside the window"), "{stderr}");
+    // Pods are created at whole seconds (the API server's creationTimestamp); run times are what
+    // the kubelet ran them, from bind to the end the scheduler saw.
+    let job = |name: &str| s["jobs"].as_array().unwrap().iter().find(|j| j["name"] == name).unwrap().clone();
+    let a = job("hist1/a");
+    assert_eq!((a["arrival"].as_u64(), a["duration"].as_u64(), a["gpus"].as_u64()), (Some(7), Some(23), Some(4)));
+    assert_eq!(a["queue"], "research");
+    assert_eq!(job("hist1/e")["arrival"], 33);
+    assert_eq!(job("hist1/d")["duration"], 14, "deleted after running 14 s");
+    assert!(stderr.contains("assumed: 1 jobs ended deleted or failed"), "{stderr}");
+    assert!(stderr.contains("6 jobs may go only to some nodes"), "{stderr}");
+    assert!(stderr.contains("do not say their GPU model"), "{stderr}");
+    assert!(!stderr.contains("joined inside the window"), "described at start-up, before any work: {stderr}");
+    let o = wasmsched(&["replay", "--native", "--json", "--quiet", "--scenario", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["jobs"], 6);
 }

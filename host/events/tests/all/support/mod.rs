@@ -287,6 +287,7 @@ pub fn samples() -> Vec<Payload> {
             duration_seconds: Some(3600),
             labels: [("app".to_string(), "train".to_string())].into_iter().collect(),
             pod_affinity: false,
+            node_constraints: false,
             claims: false,
         }),
         Payload::NodeCapacityChanged(NodeCapacityChanged {
