@@ -123,6 +123,13 @@ pub fn scenario(mut events: Vec<Event>, window: Window) -> History {
                 let k = task_entry(&mut tasks, &s.task, seq);
                 let t = tasks.get_mut(&k).expect("just made");
                 t.submitted.get_or_insert((at, s.clone()));
+                // Found running (taken over, or a snapshot's bound pod): its run began then.
+                if let Some(r) = &s.running {
+                    let since = r.since.millis();
+                    if !t.runs.iter().any(|run| run.start == since) {
+                        t.runs.push(Run { start: since, placed_until: None, end: None });
+                    }
+                }
             }
             Payload::TaskScheduled(s) => {
                 let k = task_entry(&mut tasks, &s.task, seq);
@@ -137,6 +144,7 @@ pub fn scenario(mut events: Vec<Event>, window: Window) -> History {
                 let k = task_entry(&mut tasks, &end.task, seq);
                 let t = tasks.get_mut(&k).expect("just made");
                 t.seen_as.get_or_insert_with(|| end.task.clone());
+                t.placed_request.get_or_insert((end.allocated, end.gpus.len() as u32));
                 let started = end.started.millis();
                 match t.runs.iter_mut().rev().find(|r| r.end.is_none() && r.start == started) {
                     Some(run) => run.end = Some((at, end.reason, end.work_kept)),
@@ -384,6 +392,7 @@ fn jobs(
     }
     let mut out = Vec::new();
     let (mut before_window, mut going_at_start, mut unfinished, mut deleted) = (0, 0, 0, 0);
+    let mut waited_at_start = 0;
     let (mut affinity, mut constrained, mut claims, mut checkpoint_unknown) = (0, 0, 0, 0);
     for k in &order {
         let p = &parts[k];
@@ -391,10 +400,20 @@ fn jobs(
         let arrival_ms = p.tasks.iter().filter_map(|t| first_seen(t)).min().unwrap_or(from);
         let running_at_start =
             p.tasks.iter().any(|t| t.runs.iter().any(|r| r.start < from && r.end.is_none_or(|(end, _, _)| end > from)));
-        if arrival_ms < from && !running_at_start {
+        let finished_before = p.tasks.iter().any(|t| {
+            t.runs.iter().any(|r| {
+                r.end.is_some_and(|(end, reason, _)| {
+                    end <= from && matches!(reason, EndReason::Completed | EndReason::Deleted | EndReason::Failed)
+                })
+            })
+        });
+        if arrival_ms < from && finished_before {
             before_window += 1;
             continue;
         }
+        // Arrived before the window and neither finished nor running at its start: it waited.
+        let waiting_at_start = arrival_ms < from && !running_at_start;
+        waited_at_start += usize::from(waiting_at_start);
         if arrival_ms > to {
             continue;
         }
@@ -412,7 +431,9 @@ fn jobs(
                 unfinished += usize::from(started && declared.is_none());
             }
         }
-        if running_at_start {
+        if waiting_at_start {
+            job.arrival = 0;
+        } else if running_at_start {
             going_at_start += 1;
             job.arrival = 0;
             // What it still had to run when the window opened.
@@ -441,6 +462,10 @@ fn jobs(
         going_at_start,
         "jobs were running when the window opened: they arrive at 0 with the run time they had left (placed by the \
          policy, not pinned where they ran)",
+    );
+    say(
+        waited_at_start,
+        "jobs were waiting when the window opened (arrived before it, neither finished nor running): they arrive at 0",
     );
     say(unfinished, "jobs started but did not finish in the window: they run to the end of the replay");
     say(deleted, "jobs ended deleted or failed rather than completed: their run time is what they ran");

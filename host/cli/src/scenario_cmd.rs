@@ -1,6 +1,7 @@
 //! `wasmsched scenario`: a team's own cluster as a replay scenario — from the event stream it
-//! recorded — so candidate policies are compared on its real work before a rollout
-//! (`docs/hot-reload.md`).
+//! recorded, or as it is now — so candidate policies are compared on its real work before a
+//! rollout (`docs/hot-reload.md`). Both go through one conversion ([`history`]): a live snapshot
+//! is the stream a scheduler would have published, cut at this instant.
 
 use std::io::BufRead as _;
 use std::path::PathBuf;
@@ -17,6 +18,22 @@ pub enum Command {
     /// as last described before the window, each job with its arrival, request and the run time
     /// it needed. What the stream does not say is listed as assumed.
     FromEvents(FromEventsArgs),
+    /// The cluster as it is now (kubeconfig or in-cluster credentials): its nodes and queues, the
+    /// pods running (arriving at 0, running to the end of the replay) and those waiting for this
+    /// scheduler (arriving at 0, oldest first) — what a policy would do with today's backlog.
+    FromCluster(FromClusterArgs),
+}
+
+/// Arguments of `scenario from-cluster`.
+#[derive(clap::Args)]
+pub struct FromClusterArgs {
+    /// The scheduler whose pending pods are the backlog (`spec.schedulerName`).
+    #[arg(long, default_value = "wasmsched")]
+    scheduler_name: String,
+    /// Write the scenario here (YAML when the name ends in `.yaml`/`.yml`, else JSON); default:
+    /// JSON on standard output.
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 /// Arguments of `scenario from-events`.
@@ -45,24 +62,49 @@ pub struct FromEventsArgs {
 }
 
 pub fn run(cmd: Command) -> anyhow::Result<()> {
-    let Command::FromEvents(args) = cmd;
-    if let (Some(from), Some(to)) = (args.from, args.to) {
-        anyhow::ensure!(from <= to, "--from {from} is after --to {to}");
+    match cmd {
+        Command::FromEvents(args) => from_events(args),
+        Command::FromCluster(args) => from_cluster(args),
     }
-    let Read { events, unknown, malformed } = read_events(&args)?;
-    anyhow::ensure!(!events.is_empty(), "no events to build a scenario from");
-    let h = history::scenario(events, Window { from: args.from, to: args.to });
-    let s = &h.scenario;
-    let path = args.out.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+}
+
+fn from_cluster(args: FromClusterArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("tokio runtime")?;
+    let snapshot = runtime.block_on(async {
+        let clients = wasmsched_kube::Clients::infer(wasmsched_kube::ClientRate::default())
+            .await
+            .context("connecting to the Kubernetes API (kubeconfig or in-cluster)")?;
+        anyhow::Ok(wasmsched_kube::snapshot::take(clients.api, &args.scheduler_name).await?)
+    })?;
+    let h = history::scenario(snapshot.events, Window { from: Some(snapshot.taken), to: Some(snapshot.taken) });
+    write(&h, args.out.as_ref())?;
+    summarise(&h, 0, 0);
+    for note in &snapshot.notes {
+        eprintln!("left out: {note}");
+    }
+    Ok(())
+}
+
+/// Write the scenario of `h` to `out` (YAML for `.yaml`/`.yml`, else JSON), or JSON to standard
+/// output.
+fn write(h: &history::History, out: Option<&PathBuf>) -> anyhow::Result<()> {
+    let path = out.map(|p| p.display().to_string()).unwrap_or_default();
+    let compact = history::compact(&h.scenario)?;
     let body = if path.ends_with(".yaml") || path.ends_with(".yml") {
-        serde_yaml_ng::to_string(&history::compact(s)?)?
+        serde_yaml_ng::to_string(&compact)?
     } else {
-        serde_json::to_string_pretty(&history::compact(s)?)? + "\n"
+        serde_json::to_string_pretty(&compact)? + "\n"
     };
-    match &args.out {
+    match out {
         Some(path) => std::fs::write(path, body).with_context(|| format!("writing {}", path.display()))?,
         None => print!("{body}"),
     }
+    Ok(())
+}
+
+/// What was built, from how much, and what it assumed (standard error).
+fn summarise(h: &history::History, unknown: usize, malformed: usize) {
+    let s = &h.scenario;
     eprintln!(
         "{} nodes, {} queues, {} jobs from {} events ({} of other kinds not used)",
         s.nodes.len(),
@@ -80,6 +122,17 @@ pub fn run(cmd: Command) -> anyhow::Result<()> {
     for a in &h.assumptions {
         eprintln!("assumed: {a}");
     }
+}
+
+fn from_events(args: FromEventsArgs) -> anyhow::Result<()> {
+    if let (Some(from), Some(to)) = (args.from, args.to) {
+        anyhow::ensure!(from <= to, "--from {from} is after --to {to}");
+    }
+    let Read { events, unknown, malformed } = read_events(&args)?;
+    anyhow::ensure!(!events.is_empty(), "no events to build a scenario from");
+    let h = history::scenario(events, Window { from: args.from, to: args.to });
+    write(&h, args.out.as_ref())?;
+    summarise(&h, unknown, malformed);
     Ok(())
 }
 

@@ -5,8 +5,9 @@ use crate::record::{HeldView, PackedScheduled, Record, ScheduledView, TaskView};
 use crate::schema::{
     AlertSeverity, CheckpointOutcome, EndReason, EvictedReason, FaultKind, GangSpec, GpuShare, GroupTimedOut,
     NodeCapacityChanged, Payload, PluginFault, PolicySetRef, PreemptReason, Quantity, QueueAdmission, QueueConfigured,
-    QueueShareChanged, QueueShareMove, ReclaimCost, ScoreSummary, Stage, StageReason, TaskEnded, TaskEvicted,
-    TaskPreempted, TaskRef, TaskRequest, TaskScheduled, TaskSubmitted, TaskTopologyAlert, TaskUnschedulable,
+    QueueShareChanged, QueueShareMove, ReclaimCost, RunningSince, ScoreSummary, Stage, StageReason, TaskEnded,
+    TaskEvicted, TaskPreempted, TaskRef, TaskRequest, TaskScheduled, TaskSubmitted, TaskTopologyAlert,
+    TaskUnschedulable,
 };
 use crate::{EventSink, Timestamp};
 use wasmsched_api::{DeviceShare, Node, Stage as CoreStage, Task};
@@ -258,7 +259,17 @@ pub fn submitted(task: &Task, workload: &Workload, timings: Timings) -> Payload 
         pod_affinity: !task.pod_terms().is_empty(),
         node_constraints: !task.node_selector.is_empty() || !task.node_affinity.required.is_empty(),
         claims: task.request.extended.iter().any(|(name, _)| name.starts_with(DEVICE_CLASS_PREFIX)),
+        running: None,
     })
+}
+
+/// [`submitted`] of a task found running on `node` since `since` (taken over, or in a snapshot).
+pub fn submitted_running(task: &Task, workload: &Workload, node: &str, since: Timestamp) -> Payload {
+    let mut payload = submitted(task, workload, Timings::default());
+    if let Payload::TaskSubmitted(s) = &mut payload {
+        s.running = Some(RunningSince { node: node.to_string(), since });
+    }
+    payload
 }
 
 /// Extended resources that count a DeviceClass's devices (DRA claims).

@@ -321,6 +321,21 @@ impl Payload {
 }
 
 impl Event {
+    /// An event of `payload` (its subject and namespace from the payload).
+    pub fn new(id: String, source: String, time: Timestamp, payload: Payload) -> Event {
+        let (subject, namespace) = payload.subject();
+        Event {
+            specversion: Cow::Borrowed(SPEC_VERSION),
+            id,
+            source,
+            time,
+            subject,
+            namespace,
+            datacontenttype: Cow::Borrowed("application/json"),
+            payload,
+        }
+    }
+
     /// The event's kind.
     pub fn kind(&self) -> Kind {
         self.payload.kind()
@@ -1083,6 +1098,20 @@ pub struct TaskSubmitted {
     /// It asks for DRA devices through ResourceClaims (not carried here).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub claims: bool,
+    /// It was already running when the scheduler first saw it — a pod bound before the scheduler
+    /// started (taken over), or a bound pod in a snapshot: where, and since when. Its
+    /// `task-scheduled` is the earlier process's, or was never published.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<RunningSince>,
+}
+
+/// Where a task found running has run, and since when.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RunningSince {
+    /// Its node.
+    pub node: String,
+    /// When it was placed there (its pod's `PodScheduled` condition, else its creation).
+    pub since: Timestamp,
 }
 
 /// Data of `io.wasmsched.node.capacity-changed.v1`: what a node offers, as the scheduler counts

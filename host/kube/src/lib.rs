@@ -45,6 +45,7 @@ pub mod policy_source;
 pub mod priorities;
 pub mod queues;
 pub mod scheduler;
+pub mod snapshot;
 pub mod status;
 pub mod throttle;
 pub mod workloads;

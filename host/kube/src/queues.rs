@@ -249,7 +249,9 @@ impl Queues {
 /// `specs` with every parent before its children (the core's tree is built in that order; objects
 /// come by name). Queues whose parent never appears (unknown, or a cycle) come last, in name order,
 /// for the tree to refuse with the reason.
-fn parents_first(mut specs: Vec<QueueSpec>) -> Vec<QueueSpec> {
+/// `specs` with every parent before its children (the order a queue tree is built in); queues
+/// whose parent is missing last.
+pub fn parents_first(mut specs: Vec<QueueSpec>) -> Vec<QueueSpec> {
     let mut out: Vec<QueueSpec> = Vec::with_capacity(specs.len());
     let mut placed: ahash::AHashSet<String> = ahash::AHashSet::new();
     loop {

@@ -3,7 +3,7 @@
 //! from-events` rebuilds the cluster and its work from. Only with events on.
 
 use ahash::{AHashMap, AHashSet};
-use wasmsched_api::Node;
+use wasmsched_api::{DeviceShare, Node};
 use wasmsched_core::Workload;
 use wasmsched_events::Timestamp;
 use wasmsched_events::decisions;
@@ -111,6 +111,31 @@ impl Scheduler {
             let created = self.ours.get(&task.id).and_then(|f| f.created);
             let at = created.map_or_else(Timestamp::now, |c| Timestamp(c.as_millisecond().max(0) as u64));
             self.publish_at(at, decisions::submitted(task, workload, decisions::Timings::default()));
+        }
+    }
+
+    /// `task-submitted` for each member of `workload`, a running workload taken over: those in
+    /// `placed` (task, node, devices) say where they have run since their pod was scheduled.
+    pub(super) fn announce_taken_over(&mut self, workload: &Workload, placed: &[(String, String, Vec<DeviceShare>)]) {
+        if !self.describing() {
+            return;
+        }
+        for task in &workload.members {
+            if !self.reports.described.announced.insert(task.id.clone()) {
+                continue;
+            }
+            let facts = self.ours.get(&task.id);
+            let stamp =
+                |t: Option<k8s_openapi::jiff::Timestamp>| t.map(|c| Timestamp(c.as_millisecond().max(0) as u64));
+            let created = stamp(facts.and_then(|f| f.created)).unwrap_or_else(Timestamp::now);
+            let payload = match placed.iter().find(|(id, _, _)| *id == task.id) {
+                Some((_, node, _)) => {
+                    let since = stamp(facts.and_then(|f| f.scheduled)).unwrap_or(created);
+                    decisions::submitted_running(task, workload, node, since)
+                }
+                None => decisions::submitted(task, workload, decisions::Timings::default()),
+            };
+            self.publish_at(created, payload);
         }
     }
 

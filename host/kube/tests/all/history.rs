@@ -34,6 +34,12 @@ async fn nodes_queues_and_arrivals_are_published_once_and_again_when_they_change
         p
     };
     api.put(Kind::Pod, in_queue(pod("ml", "a", NAME, 8, "4", "32Gi"), "research"));
+    // Bound before this scheduler started (by its predecessor): taken over, and said as running.
+    let mut before = in_queue(pod("ml", "before", NAME, 2, "2", "8Gi"), "prod");
+    before["spec"]["nodeName"] = json!("gpu-1");
+    before["status"] = json!({"phase": "Running", "conditions": [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-22T10:00:05Z"}]});
+    api.put(Kind::Pod, before);
     // Fits on no node: it waits, and is tried again and again.
     api.put(Kind::Pod, in_queue(pod("ml", "waits", NAME, 16, "4", "32Gi"), "prod"));
     let file = std::env::temp_dir().join(format!("wasmsched-kube-history-{}.jsonl", std::process::id()));
@@ -101,8 +107,11 @@ async fn nodes_queues_and_arrivals_are_published_once_and_again_when_they_change
     // Each pod arrived once, stamped with its creation, however often it was tried.
     let arrivals = events_of(&file, "io.wasmsched.task.submitted.v1");
     let ids: Vec<&str> = arrivals.iter().map(|e| e["data"]["task"]["id"].as_str().unwrap()).collect();
-    assert_eq!(ids.len(), 2, "{arrivals:#?}");
-    assert!(ids.contains(&"ml/a") && ids.contains(&"ml/waits"), "{ids:?}");
+    assert_eq!(ids.len(), 3, "{arrivals:#?}");
+    assert!(ids.contains(&"ml/a") && ids.contains(&"ml/waits") && ids.contains(&"ml/before"), "{ids:?}");
+    let before = arrivals.iter().find(|e| e["data"]["task"]["id"] == "ml/before").unwrap();
+    assert_eq!(before["data"]["running"], json!({"node": "gpu-1", "since": "2026-11-22T10:00:05.000Z"}));
+    let arrivals: Vec<Value> = arrivals.into_iter().filter(|e| e["data"]["task"]["id"] != "ml/before").collect();
     let attempts = events_of(&file, "io.wasmsched.task.unschedulable.v1").len();
     assert!(attempts >= 1, "waits was tried");
     for e in &arrivals {
@@ -118,4 +127,78 @@ async fn nodes_queues_and_arrivals_are_published_once_and_again_when_they_change
     let waits = arrivals.iter().find(|e| e["data"]["task"]["id"] == "ml/waits").unwrap();
     assert_eq!(waits["data"]["task"]["queue"], "prod");
     let _ = std::fs::remove_file(&file);
+}
+
+/// `wasmsched scenario from-cluster` reads the cluster through this: every node, every queue
+/// (parents first), pods bound by anyone (they hold what they use) with their starts, and the
+/// pods waiting for this scheduler, a gang's members with their group's min-member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_is_the_stream_of_the_cluster_as_it_is_now() {
+    use wasmsched_events::schema::Payload;
+
+    let api = FakeApi::new();
+    api.put(Kind::Node, gpu_node("gpu-0", 8, &[("wasmsched.io/node-pool", "train")]));
+    api.put(Kind::Node, gpu_node("gpu-1", 4, &[]));
+    // A child listed before its parent: the snapshot puts parents first, as a queue tree needs.
+    api.put(Kind::Queue, json!({"metadata": {"name": "research"}, "spec": {"weight": 2, "parent": "org"}}));
+    api.put(Kind::Queue, json!({"metadata": {"name": "org"}, "spec": {"weight": 1}}));
+    api.put(Kind::PodGroup, json!({"metadata": {"name": "train", "namespace": "ml"}, "spec": {"minMember": 2}}));
+    let mut running = pod("ml", "running", NAME, 4, "4", "32Gi");
+    running["spec"]["nodeName"] = json!("gpu-0");
+    running["status"] = json!({"phase": "Running", "startTime": "2026-11-22T10:00:30Z"});
+    api.put(Kind::Pod, running);
+    // Bound by kube-scheduler: it holds its CPU all the same.
+    let mut system = pod("kube-system", "dns", "default-scheduler", 0, "1", "1Gi");
+    system["spec"]["nodeName"] = json!("gpu-1");
+    system["status"] = json!({"phase": "Running"});
+    api.put(Kind::Pod, system);
+    for i in 0..2 {
+        let mut member = pod("ml", &format!("train-{i}"), NAME, 8, "4", "32Gi");
+        member["metadata"]["labels"]["scheduling.wasmsched.io/pod-group"] = json!("train");
+        api.put(Kind::Pod, member);
+    }
+    api.put(Kind::Pod, pod("other", "theirs", "default-scheduler", 1, "1", "1Gi"));
+    let mut done = pod("ml", "done", NAME, 1, "1", "1Gi");
+    done["spec"]["nodeName"] = json!("gpu-1");
+    done["status"] = json!({"phase": "Succeeded"});
+    api.put(Kind::Pod, done);
+
+    let snapshot = wasmsched_kube::snapshot::take(api.client("snapshot"), NAME).await.unwrap();
+    let kinds: Vec<(&str, String)> = snapshot.events.iter().map(|e| (e.kind().name(), e.subject.clone())).collect();
+    let of = |kind: &str| kinds.iter().filter(|(k, _)| *k == kind).map(|(_, s)| s.as_str()).collect::<Vec<_>>();
+    assert_eq!(of("node-capacity-changed"), ["gpu-0", "gpu-1"]);
+    assert_eq!(of("queue-configured"), ["org", "research"], "parents first");
+    let mut arrived = of("task-submitted");
+    arrived.sort();
+    assert_eq!(arrived, ["kube-system/dns", "ml/running", "ml/train-0", "ml/train-1"], "live pods only, ours or bound");
+    assert!(of("task-scheduled").is_empty(), "a snapshot publishes no placement it did not make");
+    assert!(snapshot.notes.iter().any(|n| n == "1 pending pods of other schedulers left out"), "{:?}", snapshot.notes);
+    // Bound pods say where they run and since when (their start when no PodScheduled condition).
+    let running: Vec<(String, String, String)> = snapshot
+        .events
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Payload::TaskSubmitted(s) => {
+                s.running.as_ref().map(|r| (s.task.id.clone(), r.node.clone(), r.since.to_string()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        running,
+        [
+            ("kube-system/dns".to_string(), "gpu-1".to_string(), "2026-11-22T10:00:00.000Z".to_string()),
+            ("ml/running".to_string(), "gpu-0".to_string(), "2026-11-22T10:00:30.000Z".to_string()),
+        ]
+    );
+    let gang = snapshot
+        .events
+        .iter()
+        .find_map(|e| match &e.payload {
+            Payload::TaskSubmitted(s) if s.task.id == "ml/train-0" => s.gang.clone(),
+            _ => None,
+        })
+        .expect("a gang member says its gang");
+    assert_eq!((gang.name.as_str(), gang.members, gang.min_member), ("train", 2, 2));
+    assert!(snapshot.events.windows(2).all(|w| w[0].time <= w[1].time), "in time order");
 }

@@ -289,6 +289,7 @@ pub fn samples() -> Vec<Payload> {
             pod_affinity: false,
             node_constraints: false,
             claims: false,
+            running: Some(RunningSince { node: "node-9".into(), since: Timestamp(1_764_000_000_000) }),
         }),
         Payload::NodeCapacityChanged(NodeCapacityChanged {
             node: "node-9".into(),

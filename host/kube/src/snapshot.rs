@@ -1,0 +1,184 @@
+//! The cluster as it is now, as the events that describe it (`wasmsched scenario from-cluster`):
+//! each node's capacity, each queue's configuration, and each live pod's arrival — with its
+//! placement for a pod already bound — stamped when they happened. A recorded stream and a live
+//! snapshot then become a scenario through one conversion: the snapshot is the stream a scheduler
+//! would have published, cut at this instant.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
+use kube::Api;
+use kube::api::ListParams;
+use wasmsched_api::Task;
+use wasmsched_core::Workload;
+use wasmsched_events::decisions;
+use wasmsched_events::schema::Payload;
+use wasmsched_events::{Event, Timestamp};
+
+use crate::convert;
+use crate::crd::{PodGroup, Queue};
+
+/// A snapshot: its events, when it was taken, and what could not be read.
+pub struct Snapshot {
+    /// In time order.
+    pub events: Vec<Event>,
+    /// When it was taken: the scenario's window opens here.
+    pub taken: Timestamp,
+    /// Objects left out and why, one line each.
+    pub notes: Vec<String>,
+}
+
+/// Why a snapshot could not be taken.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// Listing `what` failed.
+    #[error("listing {what}: {source}")]
+    List {
+        /// The kind listed.
+        what: &'static str,
+        /// The API's answer.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// Whether an API error says the kind is not served (its CRD is not installed).
+fn not_served(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+async fn list<K>(api: Api<K>, what: &'static str) -> Result<Option<Vec<K>>, SnapshotError>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.list(&ListParams::default()).await {
+        Ok(list) => Ok(Some(list.items)),
+        Err(e) if not_served(&e) => Ok(None),
+        Err(source) => Err(SnapshotError::List { what, source }),
+    }
+}
+
+fn millis(t: &k8s_openapi::jiff::Timestamp) -> Timestamp {
+    Timestamp(t.as_millisecond().max(0) as u64)
+}
+
+/// When `pod` was bound: its `PodScheduled` condition's transition, else its start.
+fn scheduled_at(pod: &Pod) -> Option<Timestamp> {
+    let status = pod.status.as_ref()?;
+    let scheduled = status.conditions.as_ref().and_then(|c| {
+        c.iter().find(|c| c.type_ == "PodScheduled" && c.status == "True").and_then(|c| c.last_transition_time.as_ref())
+    });
+    scheduled.or(status.start_time.as_ref()).map(|t| millis(&t.0))
+}
+
+/// Take the snapshot: every node, every `Queue`, and every pod that holds or waits for a node —
+/// bound pods of any scheduler (they hold what they use) and pending pods of `scheduler_name`.
+pub async fn take(client: kube::Client, scheduler_name: &str) -> Result<Snapshot, SnapshotError> {
+    let taken = Timestamp::now();
+    let mut notes = Vec::new();
+    let mut payloads: Vec<(Timestamp, Payload)> = Vec::new();
+    // Nodes and queues are described at the start, as a scheduler does when it starts.
+    let start = Timestamp(0);
+    let nodes = list(Api::<KubeNode>::all(client.clone()), "nodes").await?.unwrap_or_default();
+    for object in &nodes {
+        let name = object.metadata.name.clone().unwrap_or_default();
+        match convert::node(object) {
+            Ok(node) => {
+                let topology = object
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(wasmsched_topology::annotation::TOPOLOGY_ANNOTATION));
+                payloads.push((start, decisions::node_capacity(&node, topology, false)));
+            }
+            Err(e) => notes.push(format!("node {name} left out: {e}")),
+        }
+    }
+    match list(Api::<Queue>::all(client.clone()), "queues").await? {
+        Some(queues) => {
+            let mut specs = Vec::new();
+            for q in &queues {
+                match crate::queues::spec(q) {
+                    Ok(spec) => specs.push(spec),
+                    Err(e) => notes.push(format!("queue {} left out: {e}", q.metadata.name.as_deref().unwrap_or(""))),
+                }
+            }
+            for spec in crate::queues::parents_first(specs) {
+                payloads.push((start, decisions::queue_configured(&spec, false)));
+            }
+        }
+        None => notes.push("the Queue CRD is not installed: pods go to queue `default`".into()),
+    }
+    let min_members: BTreeMap<(String, String), u32> = list(Api::<PodGroup>::all(client.clone()), "podgroups")
+        .await?
+        .unwrap_or_default()
+        .iter()
+        .map(|g| {
+            let key = (g.metadata.namespace.clone().unwrap_or_default(), g.metadata.name.clone().unwrap_or_default());
+            (key, g.spec.min_member)
+        })
+        .collect();
+    let pods = list(Api::<Pod>::all(client), "pods").await?.unwrap_or_default();
+    // The live pods that hold or want a node, by workload: a gang's members together.
+    let mut workloads: BTreeMap<(String, String), Vec<(&Pod, Task)>> = BTreeMap::new();
+    let (mut others_pending, mut unreadable) = (0usize, 0usize);
+    for pod in &pods {
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
+        if matches!(phase, "Succeeded" | "Failed") || pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let spec = pod.spec.as_ref();
+        let bound = spec.and_then(|s| s.node_name.as_ref()).is_some();
+        let ours = spec.and_then(|s| s.scheduler_name.as_deref()) == Some(scheduler_name);
+        if !bound && !ours {
+            others_pending += 1;
+            continue;
+        }
+        let task = if bound { convert::bound_task(pod) } else { convert::task(pod) };
+        let Ok(task) = task else {
+            unreadable += 1;
+            continue;
+        };
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let key = match convert::group_of(pod) {
+            Some(group) => (ns, group),
+            None => (ns, task.id.clone()),
+        };
+        workloads.entry(key).or_default().push((pod, task));
+    }
+    if others_pending > 0 {
+        notes.push(format!("{others_pending} pending pods of other schedulers left out"));
+    }
+    if unreadable > 0 {
+        notes.push(format!("{unreadable} pods the scheduler cannot read left out (as it would leave them)"));
+    }
+    for ((ns, name), members) in &workloads {
+        let tasks: Vec<Task> = members.iter().map(|(_, t)| t.clone()).collect();
+        let (queue, priority, grouped) = (tasks[0].queue.clone(), tasks[0].priority, tasks[0].group.is_some());
+        let min = min_members.get(&(ns.clone(), name.clone())).map_or(tasks.len(), |&m| (m as usize).max(1));
+        let workload = if tasks.len() > 1 || grouped {
+            let min = min.min(tasks.len());
+            Workload::gang(name, &queue, priority, tasks, min)
+        } else {
+            Workload::single(tasks.into_iter().next().expect("a workload has a member"))
+        };
+        for ((pod, _), task) in members.iter().zip(&workload.members) {
+            let created = pod.metadata.creation_timestamp.as_ref().map_or(taken, |t| millis(&t.0));
+            let payload = match pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+                Some(node) => {
+                    let since = scheduled_at(pod).unwrap_or(created);
+                    decisions::submitted_running(task, &workload, node, since)
+                }
+                None => decisions::submitted(task, &workload, decisions::Timings::default()),
+            };
+            payloads.push((created, payload));
+        }
+    }
+    payloads.sort_by_key(|(t, _)| *t);
+    let events = payloads
+        .into_iter()
+        .enumerate()
+        .map(|(i, (time, payload))| Event::new(format!("snapshot-{i}"), "wasmsched/snapshot".into(), time, payload))
+        .collect();
+    Ok(Snapshot { events, taken, notes })
+}
