@@ -10,10 +10,38 @@
 use std::collections::BTreeMap;
 
 use wasmsched_events::schema::{
-    EndReason, NodeCapacityChanged, Payload, Quantity, QueueConfigured, TaskRef, TaskSubmitted,
+    EndReason, NodeCapacityChanged, Payload, Quantity, QueueConfigured, TaskRef, TaskSubmitted, TaskUnschedulable,
 };
-use wasmsched_events::{Event, Timestamp};
+use wasmsched_events::{Kind, Timestamp};
 use wasmsched_sim::timed::{AdmissionConfig, Amount, Job, QueueConfig, Scenario, ScenarioNode};
+
+/// `payload` as the conversion keeps it, or `None` for a kind it does not use: a failed
+/// attempt keeps only its task (a stream is mostly attempts: 85 % of the openb replay's), and the
+/// caller keeps only the first attempt of each task (`first_attempt`).
+pub fn slim(payload: Payload) -> Option<Payload> {
+    match payload {
+        Payload::TaskUnschedulable(u) => Some(Payload::TaskUnschedulable(TaskUnschedulable {
+            task: u.task,
+            policy_set: Default::default(),
+            reasons: Vec::new(),
+            attempt: u.attempt,
+        })),
+        p if USED.contains(&p.kind()) => Some(p),
+        _ => None,
+    }
+}
+
+/// The kinds the conversion reads.
+pub const USED: [Kind; 8] = [
+    Kind::TaskSubmitted,
+    Kind::TaskScheduled,
+    Kind::TaskUnschedulable,
+    Kind::TaskPreempted,
+    Kind::TaskEvicted,
+    Kind::TaskEnded,
+    Kind::NodeCapacityChanged,
+    Kind::QueueConfigured,
+];
 
 /// The window of the stream the scenario covers, in milliseconds since the epoch; `None`: from the
 /// first event, to the last.
@@ -32,10 +60,6 @@ pub struct History {
     pub scenario: Scenario,
     /// What the stream did not say and the scenario assumes, one line each.
     pub assumptions: Vec<String>,
-    /// Events read, and of which kinds nothing was used.
-    pub events: usize,
-    /// Events of kinds the conversion does not use (policy, alerts, …) or does not know.
-    pub ignored: usize,
 }
 
 /// One run of a task: placed at `start`, no longer counted as placed at `placed_until` (an
@@ -62,17 +86,15 @@ struct TaskHistory {
 }
 
 /// Build the scenario of `events` (in any order: they are sorted by time, stably) over `window`.
-pub fn scenario(mut events: Vec<Event>, window: Window) -> History {
-    events.sort_by_key(|e| e.time);
-    let total = events.len();
-    let from = window.from.or(events.first().map(|e| e.time)).map_or(0, Timestamp::millis);
-    let to = window.to.or(events.last().map(|e| e.time)).map_or(u64::MAX, Timestamp::millis);
+pub fn scenario(mut events: Vec<(Timestamp, Payload)>, window: Window) -> History {
+    events.sort_by_key(|(time, _)| *time);
+    let from = window.from.or(events.first().map(|e| e.0)).map_or(0, Timestamp::millis);
+    let to = window.to.or(events.last().map(|e| e.0)).map_or(u64::MAX, Timestamp::millis);
     let mut assumptions = Vec::new();
     let mut nodes: BTreeMap<String, (NodeCapacityChanged, u64)> = BTreeMap::new();
     let mut queues: BTreeMap<String, (QueueConfigured, u64)> = BTreeMap::new();
     let mut queue_order: Vec<String> = Vec::new();
     let mut tasks: BTreeMap<(String, String), TaskHistory> = BTreeMap::new();
-    let mut ignored = 0;
     let (mut nodes_joined_late, mut nodes_left) = (0usize, 0usize);
     let mut queues_changed = std::collections::BTreeSet::new();
     let mut nodes_changed = 0usize;
@@ -80,13 +102,13 @@ pub fn scenario(mut events: Vec<Event>, window: Window) -> History {
     // the window's first arrival or placement were there from its start.
     let first_work = events
         .iter()
-        .filter(|e| matches!(e.payload, Payload::TaskSubmitted(_) | Payload::TaskScheduled(_)))
-        .map(|e| e.time.millis())
+        .filter(|(_, p)| matches!(p, Payload::TaskSubmitted(_) | Payload::TaskScheduled(_)))
+        .map(|(time, _)| time.millis())
         .find(|&t| t >= from)
         .unwrap_or(u64::MAX);
-    for (seq, e) in events.iter().enumerate().filter(|(_, e)| e.time.millis() <= to) {
-        let at = e.time.millis();
-        match &e.payload {
+    for (seq, (time, payload)) in events.iter().enumerate().filter(|(_, (time, _))| time.millis() <= to) {
+        let at = time.millis();
+        match payload {
             Payload::NodeCapacityChanged(n) if n.removed => {
                 // Gone before the work began: not in it. Gone later: there until then, kept.
                 if at <= first_work {
@@ -160,7 +182,7 @@ pub fn scenario(mut events: Vec<Event>, window: Window) -> History {
                 let k = task_entry(&mut tasks, &u.task, seq);
                 tasks.get_mut(&k).expect("just made").seen_as.get_or_insert_with(|| u.task.clone());
             }
-            _ => ignored += 1,
+            _ => {}
         }
     }
     if nodes_joined_late > 0 {
@@ -186,12 +208,7 @@ pub fn scenario(mut events: Vec<Event>, window: Window) -> History {
     let scenario_nodes = scenario_nodes(nodes.into_values().map(|(n, _)| n), &mut assumptions);
     let jobs = jobs(&tasks, from, to, &mut assumptions);
     let queues = scenario_queues(&queue_order, &queues, &jobs, &mut assumptions);
-    History {
-        scenario: Scenario { nodes: scenario_nodes, flavors: Vec::new(), queues, jobs, dra: None },
-        assumptions,
-        events: total,
-        ignored,
-    }
+    History { scenario: Scenario { nodes: scenario_nodes, flavors: Vec::new(), queues, jobs, dra: None }, assumptions }
 }
 
 fn key(task: &TaskRef) -> (String, String) {

@@ -3,10 +3,12 @@
 //! rollout (`docs/hot-reload.md`). Both go through one conversion ([`history`]): a live snapshot
 //! is the stream a scheduler would have published, cut at this instant.
 
+use std::collections::{HashMap, HashSet};
 use std::io::BufRead as _;
 use std::path::PathBuf;
 
 use anyhow::Context;
+use wasmsched_events::schema::Payload;
 use wasmsched_events::{Event, Kind, Timestamp};
 
 use crate::history::{self, Window};
@@ -45,8 +47,8 @@ pub struct FromEventsArgs {
     file: Vec<PathBuf>,
     #[command(flatten)]
     nats: crate::events_cmd::Nats,
-    /// Window start, RFC 3339 (default: the first event): jobs arrive from here; runs going on
-    /// at it arrive at 0.
+    /// Window start, RFC 3339 (default: when recording began, the first event written): jobs
+    /// arrive from here; runs going on at it, and work waiting at it, arrive at 0.
     #[arg(long, value_parser = Timestamp::parse)]
     from: Option<Timestamp>,
     /// Window end, RFC 3339 (default: the last event).
@@ -76,9 +78,11 @@ fn from_cluster(args: FromClusterArgs) -> anyhow::Result<()> {
             .context("connecting to the Kubernetes API (kubeconfig or in-cluster)")?;
         anyhow::Ok(wasmsched_kube::snapshot::take(clients.api, &args.scheduler_name).await?)
     })?;
-    let h = history::scenario(snapshot.events, Window { from: Some(snapshot.taken), to: Some(snapshot.taken) });
+    let read = snapshot.events.len();
+    let events = snapshot.events.into_iter().map(|e| (e.time, e.payload)).collect();
+    let h = history::scenario(events, Window { from: Some(snapshot.taken), to: Some(snapshot.taken) });
     write(&h, args.out.as_ref())?;
-    summarise(&h, 0, 0);
+    summarise(&h, read, 0, 0, 0);
     for note in &snapshot.notes {
         eprintln!("left out: {note}");
     }
@@ -103,15 +107,13 @@ fn write(h: &history::History, out: Option<&PathBuf>) -> anyhow::Result<()> {
 }
 
 /// What was built, from how much, and what it assumed (standard error).
-fn summarise(h: &history::History, unknown: usize, malformed: usize) {
+fn summarise(h: &history::History, read: usize, not_used: usize, unknown: usize, malformed: usize) {
     let s = &h.scenario;
     eprintln!(
-        "{} nodes, {} queues, {} jobs from {} events ({} of other kinds not used)",
+        "{} nodes, {} queues, {} jobs from {read} events ({not_used} of other kinds not used)",
         s.nodes.len(),
         s.queues.len(),
         s.jobs.len(),
-        h.events,
-        h.ignored
     );
     if malformed > 0 {
         eprintln!("skipped: {malformed} lines that are not events (WASMSCHED_LOG=warn names them)");
@@ -128,68 +130,147 @@ fn from_events(args: FromEventsArgs) -> anyhow::Result<()> {
     if let (Some(from), Some(to)) = (args.from, args.to) {
         anyhow::ensure!(from <= to, "--from {from} is after --to {to}");
     }
-    let Read { events, unknown, malformed } = read_events(&args)?;
-    anyhow::ensure!(!events.is_empty(), "no events to build a scenario from");
-    let h = history::scenario(events, Window { from: args.from, to: args.to });
+    let read = read_events(&args)?;
+    anyhow::ensure!(read.read > 0, "no events to build a scenario from");
+    let h = history::scenario(read.events, Window { from: args.from.or(read.began), to: args.to });
     write(&h, args.out.as_ref())?;
-    summarise(&h, unknown, malformed);
+    summarise(&h, read.read, read.not_used, read.unknown, read.malformed);
     Ok(())
 }
 
-/// The events read, and how many lines were of types this version does not know.
+/// What a stream gave: the events the conversion uses (a task's later failed attempts dropped),
+/// and counts of the rest.
+#[derive(Default)]
 struct Read {
-    events: Vec<Event>,
+    events: Vec<(Timestamp, Payload)>,
+    /// Events read (each id once).
+    read: usize,
+    /// Of kinds the conversion does not use (policy, shares, alerts, …).
+    not_used: usize,
+    /// Of types this version does not know (a newer scheduler's).
     unknown: usize,
     /// With `--lenient`: lines that were not events.
     malformed: usize,
+    /// Tasks whose first failed attempt was kept.
+    attempted: HashSet<(String, String)>,
+    /// When recording began: the earliest first event of a file (or of the NATS stream), in the
+    /// order it was written. Not the earliest stamp: a scheduler that starts stamps the pods it
+    /// finds with their creation, hours before it started recording.
+    began: Option<Timestamp>,
+}
+
+impl Read {
+    /// The first event of a file or stream was stamped `at`.
+    fn first_at(&mut self, at: Timestamp) {
+        self.began = Some(self.began.map_or(at, |b| b.min(at)));
+    }
+
+    /// Keep `event` if the conversion uses it.
+    fn keep(&mut self, event: Event) {
+        if self.read == 0 {
+            self.first_at(event.time);
+        }
+        self.read += 1;
+        if let Payload::TaskUnschedulable(u) = &event.payload
+            && !self.attempted.insert((u.task.namespace.clone(), u.task.id.clone()))
+        {
+            return;
+        }
+        match history::slim(event.payload) {
+            Some(payload) => self.events.push((event.time, payload)),
+            None => self.not_used += 1,
+        }
+    }
+}
+
+/// The envelope's identity and type, read before the rest: most of a stream is of kinds the
+/// conversion skips or keeps once per task.
+#[derive(serde::Deserialize)]
+struct Head<'a> {
+    #[serde(borrow)]
+    id: std::borrow::Cow<'a, str>,
+    #[serde(rename = "type", borrow)]
+    kind: std::borrow::Cow<'a, str>,
+}
+
+/// An event's stamp alone.
+#[derive(serde::Deserialize)]
+struct When {
+    time: Timestamp,
+}
+
+/// What one line of a file is.
+enum Line {
+    /// An event the conversion uses.
+    Used(Box<Event>),
+    /// An event of a kind it does not use.
+    NotUsed,
+    /// An event of a type this version does not know.
+    Unknown,
+    /// An event read before (same id).
+    Again,
 }
 
 /// Every event of the files (an id seen twice counts once), or of the NATS stream. A line of an
 /// event type this version does not know is counted and skipped (a newer scheduler's stream);
 /// a line that is not an event stops the command, or with `--lenient` is reported and skipped.
 fn read_events(args: &FromEventsArgs) -> anyhow::Result<Read> {
-    let mut events = Vec::new();
+    let mut read = Read::default();
     if let Some(config) = args.nats.config()? {
         anyhow::ensure!(args.file.is_empty(), "give --file or --nats, not both");
         let filter = wasmsched_events::Filter::default();
         let options = wasmsched_events::TailOptions { from_start: true, follow: false };
         wasmsched_events::tail(&config, &filter, &options, |e| {
-            events.push(e);
+            read.keep(e);
             true
         })?;
-        return Ok(Read { events, unknown: 0, malformed: 0 });
+        return Ok(read);
     }
     anyhow::ensure!(!args.file.is_empty(), "give --file FILE (repeatable) or --nats URL");
-    let known: std::collections::HashSet<&str> = Kind::ALL.iter().map(|k| k.event_type()).collect();
-    let (mut seen, mut unknown, mut malformed) = (std::collections::HashSet::new(), 0, 0);
+    let kinds: HashMap<&str, Kind> = Kind::ALL.iter().map(|k| (k.event_type(), *k)).collect();
+    let mut seen: HashSet<String> = HashSet::new();
     for path in &args.file {
         let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        let mut first = true;
         for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
             let line = line.with_context(|| format!("reading {}", path.display()))?;
             if line.trim().is_empty() {
                 continue;
             }
             let bad = |e: &dyn std::fmt::Display| format!("{}:{}: not an event: {e}", path.display(), n + 1);
-            let parsed = serde_json::from_str::<serde_json::Value>(&line).map_err(|e| bad(&e)).and_then(|v| {
-                match v.get("type").and_then(serde_json::Value::as_str) {
-                    Some(t) if !known.contains(t) => Ok(None),
-                    _ => serde_json::from_value::<Event>(v).map(Some).map_err(|e| bad(&e)),
+            if std::mem::take(&mut first)
+                && let Ok(at) = serde_json::from_str::<When>(&line)
+            {
+                read.first_at(at.time);
+            }
+            let parsed = serde_json::from_str::<Head<'_>>(&line).map_err(|e| bad(&e)).and_then(|head| {
+                match kinds.get(head.kind.as_ref()) {
+                    None => Ok(Line::Unknown),
+                    Some(_) if !seen.insert(head.id.into_owned()) => Ok(Line::Again),
+                    // Checked as an event all the same: a malformed line is one.
+                    Some(kind) if !history::USED.contains(kind) => {
+                        serde_json::from_str::<Event>(&line).map(|_| Line::NotUsed).map_err(|e| bad(&e))
+                    }
+                    Some(_) => {
+                        serde_json::from_str::<Event>(&line).map(|e| Line::Used(Box::new(e))).map_err(|e| bad(&e))
+                    }
                 }
             });
             match parsed {
-                Ok(Some(e)) => {
-                    if seen.insert(e.id.clone()) {
-                        events.push(e);
-                    }
+                Ok(Line::Used(e)) => read.keep(*e),
+                Ok(Line::NotUsed) => {
+                    read.read += 1;
+                    read.not_used += 1;
                 }
-                Ok(None) => unknown += 1,
+                Ok(Line::Unknown) => read.unknown += 1,
+                Ok(Line::Again) => {}
                 Err(why) if args.lenient => {
-                    malformed += 1;
+                    read.malformed += 1;
                     tracing::warn!("skipped: {why}");
                 }
                 Err(why) => anyhow::bail!("{why} (--lenient skips such lines)"),
             }
         }
     }
-    Ok(Read { events, unknown, malformed })
+    Ok(read)
 }
