@@ -67,6 +67,8 @@ pub struct History {
 #[derive(Clone, Debug)]
 struct Run {
     start: u64,
+    /// Where it ran, when the stream says.
+    node: Option<String>,
     placed_until: Option<u64>,
     end: Option<(u64, EndReason, bool)>,
 }
@@ -149,7 +151,7 @@ pub fn scenario(mut events: Vec<(Timestamp, Payload)>, window: Window) -> Histor
                 if let Some(r) = &s.running {
                     let since = r.since.millis();
                     if !t.runs.iter().any(|run| run.start == since) {
-                        t.runs.push(Run { start: since, placed_until: None, end: None });
+                        t.runs.push(Run { start: since, node: Some(r.node.clone()), placed_until: None, end: None });
                     }
                 }
             }
@@ -158,7 +160,7 @@ pub fn scenario(mut events: Vec<(Timestamp, Payload)>, window: Window) -> Histor
                 let t = tasks.get_mut(&k).expect("just made");
                 t.seen_as.get_or_insert_with(|| s.task.clone());
                 t.placed_request.get_or_insert((s.allocated, s.gpus.len() as u32));
-                t.runs.push(Run { start: at, placed_until: None, end: None });
+                t.runs.push(Run { start: at, node: Some(s.node.clone()), placed_until: None, end: None });
             }
             Payload::TaskPreempted(p) => placed_until(&mut tasks, &p.victim, at),
             Payload::TaskEvicted(p) => placed_until(&mut tasks, &p.task, at),
@@ -173,6 +175,7 @@ pub fn scenario(mut events: Vec<(Timestamp, Payload)>, window: Window) -> Histor
                     // Its start was before the stream's first event.
                     None => t.runs.push(Run {
                         start: started,
+                        node: Some(end.node.clone()),
                         placed_until: None,
                         end: Some((at, end.reason, end.work_kept)),
                     }),
@@ -453,6 +456,16 @@ fn jobs(
         } else if running_at_start {
             going_at_start += 1;
             job.arrival = 0;
+            // Taken over where its members ran when the window opened.
+            job.running_on = p
+                .tasks
+                .iter()
+                .filter_map(|t| {
+                    let open = |r: &&Run| r.start < from && r.end.is_none_or(|(end, _, _)| end > from);
+                    t.runs.iter().rfind(open).and_then(|r| r.node.clone())
+                })
+                .take(job.replicas as usize)
+                .collect();
             // What it still had to run when the window opened.
             if let Some(d) = job.duration {
                 let ran = runs.iter().map(|r| r.start).min().map_or(0, |s| seconds(from, s));
@@ -477,8 +490,8 @@ fn jobs(
     say(before_window, "jobs arrived and ended before the window: left out");
     say(
         going_at_start,
-        "jobs were running when the window opened: they arrive at 0 with the run time they had left (placed by the \
-         policy, not pinned where they ran)",
+        "jobs were running when the window opened: they arrive at 0 where they ran (`running_on`), with the run \
+         time they had left",
     );
     say(
         waited_at_start,

@@ -405,9 +405,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         termination_seconds: job.termination_seconds,
                         duration_seconds: job.duration,
                     };
-                    for task in &workload.members {
-                        let payload = decisions::submitted(task, workload, timings);
-                        sink.emit_at(wasmsched_events::Timestamp(at.saturating_mul(1000)), payload);
+                    let stamp = wasmsched_events::Timestamp(at.saturating_mul(1000));
+                    for (i, task) in workload.members.iter().enumerate() {
+                        // A replica taken over where it runs (`running_on`) says so.
+                        let payload = match job.running_on.get(i) {
+                            Some(node) => decisions::submitted_running(task, workload, timings, node, stamp),
+                            None => decisions::submitted(task, workload, timings),
+                        };
+                        sink.emit_at(stamp, payload);
                     }
                 }
                 return;

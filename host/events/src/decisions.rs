@@ -264,8 +264,8 @@ pub fn submitted(task: &Task, workload: &Workload, timings: Timings) -> Payload 
 }
 
 /// [`submitted`] of a task found running on `node` since `since` (taken over, or in a snapshot).
-pub fn submitted_running(task: &Task, workload: &Workload, node: &str, since: Timestamp) -> Payload {
-    let mut payload = submitted(task, workload, Timings::default());
+pub fn submitted_running(task: &Task, workload: &Workload, timings: Timings, node: &str, since: Timestamp) -> Payload {
+    let mut payload = submitted(task, workload, timings);
     if let Payload::TaskSubmitted(s) = &mut payload {
         s.running = Some(RunningSince { node: node.to_string(), since });
     }

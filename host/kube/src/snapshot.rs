@@ -167,7 +167,7 @@ pub async fn take(client: kube::Client, scheduler_name: &str) -> Result<Snapshot
             let payload = match pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
                 Some(node) => {
                     let since = scheduled_at(pod).unwrap_or(created);
-                    decisions::submitted_running(task, &workload, node, since)
+                    decisions::submitted_running(task, &workload, decisions::Timings::default(), node, since)
                 }
                 None => decisions::submitted(task, &workload, decisions::Timings::default()),
             };

@@ -129,6 +129,24 @@ fn a_window_cut_mid_run_holes_and_unknown_types_are_said_and_bad_lines_refused()
     let fill = job("batch-fill").expect("a run going at the cut is in the scenario");
     assert_eq!((fill["arrival"].as_u64(), fill["duration"].as_u64()), (Some(0), Some(70)), "{fill}");
     assert_eq!(job("prod-high").unwrap()["arrival"], 190, "arrivals count from the window's start");
+    // Taken over where it ran: the replay of the cut starts it there at 0, without an attempt.
+    let ran_on = |events: &[String], task: &str| -> Option<String> {
+        events.iter().map(|l| serde_json::from_str::<Value>(l).unwrap()).find_map(|e| {
+            let d = &e["data"];
+            let on = if e["type"] == "io.wasmsched.task.scheduled.v1" { &d["node"] } else { &d["running"]["node"] };
+            (d["task"]["id"] == task).then(|| on.as_str().map(str::to_owned)).flatten()
+        })
+    };
+    let fill_nodes: Vec<String> =
+        fill["running_on"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().into()).collect();
+    assert_eq!(fill_nodes.len(), 1, "one member of the elastic job ran at 30 s: {fill}");
+    let rerun = dir.path().join("cut-events.jsonl");
+    let report = replay(&["--scenario", out.to_str().unwrap()], &rerun);
+    let rerun = lines(&rerun);
+    let ran: Vec<Option<String>> = ["batch-fill-0", "batch-fill-1"].iter().map(|t| ran_on(&all, t)).collect();
+    assert!(ran.contains(&Some(fill_nodes[0].clone())), "{fill_nodes:?} {ran:?}");
+    assert_eq!(ran_on(&rerun, "batch-fill-0"), Some(fill_nodes[0].clone()), "taken over on its node");
+    assert!(report["queues"]["batch"]["started"].as_u64().unwrap() >= 1);
 
     // Holes: the submissions of one gang lost. Its request comes from its placements.
     let holes: Vec<String> =
@@ -269,4 +287,26 @@ fn a_stream_recorded_on_a_real_cluster_becomes_a_scenario_with_its_measured_run_
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let report: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(report["jobs"], 6);
+}
+
+#[test]
+fn a_stream_read_from_a_real_nats_server_gives_the_scenario_its_file_gives() {
+    let dir = tempfile::tempdir().unwrap();
+    let nats = super::support::NatsServer::start(&[]);
+    let url = nats.url();
+    let file = dir.path().join("qgp.jsonl");
+    let qgp = scenario("queues-gangs-preemption.yaml");
+    // The same deterministic replay published to NATS and to a file.
+    let o = wasmsched(&["replay", "--native", "--quiet", "--scenario", &qgp, "--nats", &url, "--cluster", "test"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    replay(&["--scenario", &qgp], &file);
+    let (from_file, from_nats) = (dir.path().join("file.json"), dir.path().join("nats.json"));
+    let (ok, stderr) = from_events(&["--file", file.to_str().unwrap(), "--out", from_file.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    let (ok, stderr) = from_events(&["--nats", &url, "--cluster", "test", "--out", from_nats.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    let read = |p: &Path| serde_json::from_str::<Value>(&std::fs::read_to_string(p).unwrap()).unwrap();
+    let (a, b) = (read(&from_file), read(&from_nats));
+    assert_eq!(a["jobs"].as_array().map(Vec::len), Some(8));
+    assert_eq!(a, b, "the same stream through NATS and through a file");
 }

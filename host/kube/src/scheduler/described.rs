@@ -131,7 +131,7 @@ impl Scheduler {
             let payload = match placed.iter().find(|(id, _, _)| *id == task.id) {
                 Some((_, node, _)) => {
                     let since = stamp(facts.and_then(|f| f.scheduled)).unwrap_or(created);
-                    decisions::submitted_running(task, workload, node, since)
+                    decisions::submitted_running(task, workload, decisions::Timings::default(), node, since)
                 }
                 None => decisions::submitted(task, workload, decisions::Timings::default()),
             };

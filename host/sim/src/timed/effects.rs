@@ -147,12 +147,18 @@ pub(super) struct Driver<'a, 'j> {
     pub(super) resubmit_after: Option<u64>,
 }
 
-impl Effects for Driver<'_, '_> {
-    fn bind(&mut self, _: &Decision, _: &str, task: &str, node: &str, devices: &[DeviceShare]) {
+impl Driver<'_, '_> {
+    /// Replica `task` of a job taken over where it runs (`running_on`): placed, as a bind places
+    /// it, without an attempt of the core's.
+    pub(super) fn taken_over(&mut self, task: &str, node: &str, devices: &[DeviceShare]) {
+        self.placed(task, node, devices);
+    }
+
+    /// Replica `task` runs on `node` from now: its run starts, and its job once its minimum runs.
+    fn placed(&mut self, task: &str, node: &str, devices: &[DeviceShare]) {
         let Some(j) = self.jobs.job_of_task(task) else { return };
         let (job, workload, now, p) = (&self.jobs.jobs[j], &self.jobs.workloads[j], self.now, &mut *self.progress);
         p.runs.start(task, Run { job: j, node: node.to_owned(), devices: devices.to_vec(), started: now });
-        p.counts.attempts += 1;
         p.last_change = now;
         let s = &mut p.state[j];
         s.placed += 1;
@@ -168,6 +174,15 @@ impl Effects for Driver<'_, '_> {
                 p.agenda.departures.push(Reverse((now.saturating_add(left), j, s.generation)));
             }
         }
+    }
+}
+
+impl Effects for Driver<'_, '_> {
+    fn bind(&mut self, _: &Decision, _: &str, task: &str, node: &str, devices: &[DeviceShare]) {
+        if self.jobs.job_of_task(task).is_some() {
+            self.progress.counts.attempts += 1;
+        }
+        self.placed(task, node, devices);
     }
 
     fn unschedulable(&mut self, _: &Decision, workload: &str, explanation: &Explanation) {

@@ -260,6 +260,66 @@ pub fn run_observed(
     })
 }
 
+/// Job `j`, whose first replicas run on `running_on` when it arrives: taken over there, as a
+/// scheduler takes over the pods it finds running (`SchedulerCore::adopt`), each replica on the
+/// first GPUs of its node with room for it.
+fn take_over(
+    core: &mut SchedulerCore,
+    lookup: &Jobs<'_>,
+    progress: &mut Progress,
+    j: usize,
+    now: u64,
+) -> Result<(), ReplayError> {
+    let job = &lookup.jobs[j];
+    let refused = |reason: String| ReplayError::Job { job: job.name.clone(), reason };
+    let workload = lookup.workloads[j].clone();
+    let mut placed: Vec<(String, String, Vec<wasmsched_api::DeviceShare>)> = Vec::new();
+    for (node, task) in job.running_on.iter().zip(&workload.members) {
+        let devices = free_devices(core.nodes(), node, task, &placed)
+            .ok_or_else(|| refused(format!("it runs on {node}, which has no node of that name or no room for it")))?;
+        placed.push((task.id.clone(), node.clone(), devices));
+    }
+    core.adopt(workload, &placed, now).map_err(|e| refused(e.to_string()))?;
+    let mut driver = Driver { jobs: lookup, progress, core, now, resubmit_after: None };
+    for (task, node, devices) in &placed {
+        driver.taken_over(task, node, devices);
+    }
+    Ok(())
+}
+
+/// The first GPUs of `node` with room for one replica `task` (after those `chosen` already there).
+fn free_devices(
+    nodes: &NodeTable,
+    node: &str,
+    task: &Task,
+    chosen: &[(String, String, Vec<wasmsched_api::DeviceShare>)],
+) -> Option<Vec<wasmsched_api::DeviceShare>> {
+    let n = nodes.get(nodes.slot_of(node)?)?;
+    let (count, milli) = (task.gpu.count as usize, task.gpu.milli_per_gpu);
+    if count == 0 {
+        return Some(Vec::new());
+    }
+    let taken = |gpu: u32| -> u32 {
+        chosen
+            .iter()
+            .filter(|(_, on, _)| on == node)
+            .flat_map(|(_, _, d)| d)
+            .filter(|d| d.gpu == gpu)
+            .map(|d| d.milli)
+            .sum()
+    };
+    let picks: Vec<wasmsched_api::DeviceShare> = n
+        .gpus
+        .iter()
+        .filter(|g| {
+            g.health != wasmsched_api::GpuHealth::Unhealthy && g.free_milli.saturating_sub(taken(g.index)) >= milli
+        })
+        .take(count)
+        .map(|g| wasmsched_api::DeviceShare { gpu: g.index, milli })
+        .collect();
+    (picks.len() == count).then_some(picks)
+}
+
 /// Show the runs that ended to `observe`, then bill them.
 fn report_released(
     progress: &mut Progress,
@@ -438,6 +498,10 @@ pub fn run_with_devices(
             }
             next_arrival += 1;
             observe(Observed::Arrived(now, &jobs[i], &lookup.workloads[i]));
+            if !jobs[i].running_on.is_empty() {
+                take_over(&mut core, &lookup, p, i, now)?;
+                continue;
+            }
             match core.submit(lookup.workloads[i].clone(), now) {
                 Ok(()) => p.last_change = now,
                 // Its queue's admission limits turned it away: it never waits; its outcome says why.

@@ -90,6 +90,12 @@ pub struct Job {
     /// the devices of the scenario's `dra` objects on the node it is placed on.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub claims: Vec<ResourceClaimSpec>,
+    /// Nodes its first replicas already run on when it arrives, one per replica: it is taken over
+    /// there, as a scheduler takes over the pods it finds running, and its `duration` counts from
+    /// its arrival. What `scenario from-events` and `from-cluster` write for work running when
+    /// their window opens.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub running_on: Vec<String>,
 }
 
 /// A job's inter-pod affinity (Kubernetes' `podAffinity` and `podAntiAffinity`, in the scenario's
@@ -228,6 +234,7 @@ impl Default for Job {
             labels: BTreeMap::new(),
             pod_affinity: None,
             claims: Vec::new(),
+            running_on: Vec::new(),
         }
     }
 }
@@ -757,6 +764,14 @@ fn job_problem(j: &Job, tree: &QueueTree, jobs: &mut BTreeSet<String>, tasks: &m
     }
     if let Some(Err(e)) = j.pod_affinity.as_ref().map(PodAffinityConfig::resolve) {
         return Some(format!("job {:?}: pod_affinity: {e}", j.name));
+    }
+    if j.running_on.len() > j.replicas as usize {
+        return Some(format!(
+            "job {:?}: running_on names {} nodes for {} replicas",
+            j.name,
+            j.running_on.len(),
+            j.replicas
+        ));
     }
     let ids = j.task_ids();
     if let Some(id) = ids.iter().find(|id| tasks.contains(*id)) {

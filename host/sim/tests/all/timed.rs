@@ -765,3 +765,53 @@ jobs:
         assert!((0.0..=100.0).contains(&u), "{u}");
     }
 }
+
+#[test]
+fn a_job_running_on_a_node_is_taken_over_there_and_work_waits_for_what_it_holds() {
+    // Two 4-GPU nodes. `held` runs on n2 when the replay starts; best-fit would have put it on n1
+    // (the first node). `next` wants a whole node: n1 is free, so it starts at once; `after`
+    // waits for `held` to end at 50 s.
+    let text = r#"{
+      "nodes": [{"name": "n1", "cpu_milli": 8000, "memory_mib": 65536, "gpus": 4, "model": "A100"},
+                {"name": "n2", "cpu_milli": 8000, "memory_mib": 65536, "gpus": 4, "model": "A100"}],
+      "queues": ["a"],
+      "jobs": [
+        {"name": "held",  "queue": "a", "arrival": 0, "duration": 50, "gpus": 2, "gpu_milli": 1000, "running_on": ["n2"]},
+        {"name": "next",  "queue": "a", "arrival": 0, "duration": 10, "gpus": 4, "gpu_milli": 1000},
+        {"name": "after", "queue": "a", "arrival": 1, "duration": 10, "gpus": 4, "gpu_milli": 1000}
+      ]
+    }"#;
+    let s = Scenario::parse("s.json", text).unwrap();
+    let mut bound = Vec::new();
+    let r = replay_full(&s, |d| {
+        if let wasmsched_core::Decision::Bound { task, node, .. } = d.decision {
+            bound.push((d.at, task.clone(), node.clone()));
+        }
+    });
+    assert_eq!(r.jobs[0].start, Some(0), "taken over at its arrival");
+    assert_eq!(r.jobs[0].end, Some(50), "its duration counts from then");
+    assert!(bound.iter().all(|(_, t, _)| t != "held"), "a take-over is no decision of the core's: {bound:?}");
+    assert_eq!(bound[0], (0, "next".to_string(), "n1".to_string()), "n2 is held: {bound:?}");
+    assert_eq!(r.jobs[2].start, Some(10), "after waits for next's node, not held's");
+
+    // A node it cannot run on stops the replay, naming the job.
+    let bad = text.replace(r#""running_on": ["n2"]"#, r#""running_on": ["n9"]"#);
+    let s = Scenario::parse("s.json", &bad).unwrap();
+    let set = full_set();
+    let timeline = timed::PolicyTimeline::new(&set);
+    let e = timed::run_observed(
+        &timeline,
+        &s.node_table(),
+        &queue_tree(&s.queues).unwrap(),
+        &s.jobs,
+        timed::ReplaySettings::default(),
+        |_| {},
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("held") && e.contains("n9"), "{e}");
+    // More nodes than replicas is a malformed job.
+    let two = text.replace(r#""running_on": ["n2"]"#, r#""running_on": ["n1", "n2"]"#);
+    let e = Scenario::parse("s.json", &two).unwrap_err().to_string();
+    assert!(e.contains("running_on names 2 nodes for 1 replicas"), "{e}");
+}
