@@ -93,8 +93,8 @@ pub fn scenario(mut events: Vec<(Timestamp, Payload)>, window: Window) -> Histor
     let from = window.from.or(events.first().map(|e| e.0)).map_or(0, Timestamp::millis);
     let to = window.to.or(events.last().map(|e| e.0)).map_or(u64::MAX, Timestamp::millis);
     let mut assumptions = Vec::new();
-    let mut nodes: BTreeMap<String, (NodeCapacityChanged, u64)> = BTreeMap::new();
-    let mut queues: BTreeMap<String, (QueueConfigured, u64)> = BTreeMap::new();
+    let mut nodes: BTreeMap<String, NodeCapacityChanged> = BTreeMap::new();
+    let mut queues: BTreeMap<String, QueueConfigured> = BTreeMap::new();
     let mut queue_order: Vec<String> = Vec::new();
     let mut tasks: BTreeMap<(String, String), TaskHistory> = BTreeMap::new();
     let (mut nodes_joined_late, mut nodes_left) = (0usize, 0usize);
@@ -124,14 +124,15 @@ pub fn scenario(mut events: Vec<(Timestamp, Payload)>, window: Window) -> Histor
                 let known = nodes.contains_key(&n.node);
                 if at <= first_work || !known {
                     nodes_joined_late += usize::from(at > first_work);
-                    nodes.insert(n.node.clone(), (n.clone(), at));
+                    nodes.insert(n.node.clone(), n.clone());
                 } else {
                     nodes_changed += 1;
                 }
             }
             Payload::QueueConfigured(q) => {
                 if q.removed {
-                    if at <= from {
+                    // Gone before the work began: not in it. Gone later: kept, like a node.
+                    if at <= first_work {
                         queues.remove(&q.queue);
                     }
                 } else if at > first_work && queues.contains_key(&q.queue) {
@@ -140,12 +141,11 @@ pub fn scenario(mut events: Vec<(Timestamp, Payload)>, window: Window) -> Histor
                     if !queue_order.contains(&q.queue) {
                         queue_order.push(q.queue.clone());
                     }
-                    queues.insert(q.queue.clone(), (q.clone(), at));
+                    queues.insert(q.queue.clone(), q.clone());
                 }
             }
             Payload::TaskSubmitted(s) => {
-                let k = task_entry(&mut tasks, &s.task, seq);
-                let t = tasks.get_mut(&k).expect("just made");
+                let t = task_entry(&mut tasks, &s.task, seq);
                 t.submitted.get_or_insert((at, s.clone()));
                 // Found running (taken over, or a snapshot's bound pod): its run began then.
                 if let Some(r) = &s.running {
@@ -156,8 +156,7 @@ pub fn scenario(mut events: Vec<(Timestamp, Payload)>, window: Window) -> Histor
                 }
             }
             Payload::TaskScheduled(s) => {
-                let k = task_entry(&mut tasks, &s.task, seq);
-                let t = tasks.get_mut(&k).expect("just made");
+                let t = task_entry(&mut tasks, &s.task, seq);
                 t.seen_as.get_or_insert_with(|| s.task.clone());
                 t.placed_request.get_or_insert((s.allocated, s.gpus.len() as u32));
                 t.runs.push(Run { start: at, node: Some(s.node.clone()), placed_until: None, end: None });
@@ -165,8 +164,7 @@ pub fn scenario(mut events: Vec<(Timestamp, Payload)>, window: Window) -> Histor
             Payload::TaskPreempted(p) => placed_until(&mut tasks, &p.victim, at),
             Payload::TaskEvicted(p) => placed_until(&mut tasks, &p.task, at),
             Payload::TaskEnded(end) => {
-                let k = task_entry(&mut tasks, &end.task, seq);
-                let t = tasks.get_mut(&k).expect("just made");
+                let t = task_entry(&mut tasks, &end.task, seq);
                 t.seen_as.get_or_insert_with(|| end.task.clone());
                 t.placed_request.get_or_insert((end.allocated, end.gpus.len() as u32));
                 let started = end.started.millis();
@@ -182,8 +180,7 @@ pub fn scenario(mut events: Vec<(Timestamp, Payload)>, window: Window) -> Histor
                 }
             }
             Payload::TaskUnschedulable(u) => {
-                let k = task_entry(&mut tasks, &u.task, seq);
-                tasks.get_mut(&k).expect("just made").seen_as.get_or_insert_with(|| u.task.clone());
+                task_entry(&mut tasks, &u.task, seq).seen_as.get_or_insert_with(|| u.task.clone());
             }
             _ => {}
         }
@@ -208,7 +205,7 @@ pub fn scenario(mut events: Vec<(Timestamp, Payload)>, window: Window) -> Histor
             names.join(", ")
         ));
     }
-    let scenario_nodes = scenario_nodes(nodes.into_values().map(|(n, _)| n), &mut assumptions);
+    let scenario_nodes = scenario_nodes(nodes.into_values(), &mut assumptions);
     let jobs = jobs(&tasks, from, to, &mut assumptions);
     let queues = scenario_queues(&queue_order, &queues, &jobs, &mut assumptions);
     History { scenario: Scenario { nodes: scenario_nodes, flavors: Vec::new(), queues, jobs, dra: None }, assumptions }
@@ -218,11 +215,13 @@ fn key(task: &TaskRef) -> (String, String) {
     (task.namespace.clone(), task.id.clone())
 }
 
-/// The key of `task`, its history made if this (the `seq`-th event) is the first to name it.
-fn task_entry(tasks: &mut BTreeMap<(String, String), TaskHistory>, task: &TaskRef, seq: usize) -> (String, String) {
-    let k = key(task);
-    tasks.entry(k.clone()).or_insert_with(|| TaskHistory { first_seq: seq, ..TaskHistory::default() });
-    k
+/// The history of `task`, made if this (the `seq`-th event) is the first to name it.
+fn task_entry<'a>(
+    tasks: &'a mut BTreeMap<(String, String), TaskHistory>,
+    task: &TaskRef,
+    seq: usize,
+) -> &'a mut TaskHistory {
+    tasks.entry(key(task)).or_insert_with(|| TaskHistory { first_seq: seq, ..TaskHistory::default() })
 }
 
 /// The eviction of `task` decided at `at`: its open run no longer counts as placed.
@@ -304,14 +303,14 @@ fn bound(q: Option<&Quantity>) -> Option<Amount> {
 
 fn scenario_queues(
     order: &[String],
-    configured: &BTreeMap<String, (QueueConfigured, u64)>,
+    configured: &BTreeMap<String, QueueConfigured>,
     jobs: &[Job],
     assumptions: &mut Vec<String>,
 ) -> Vec<QueueConfig> {
     let mut out: Vec<QueueConfig> = Vec::new();
     let mut flavored = 0;
     for name in order {
-        let Some((q, _)) = configured.get(name) else { continue };
+        let Some(q) = configured.get(name) else { continue };
         flavored += usize::from(q.flavor_quotas || !q.flavors.is_empty());
         out.push(QueueConfig {
             name: q.queue.clone(),

@@ -94,23 +94,9 @@ fn replay(
             }
         },
     )?;
-    let fragmented_gpus = time_weighted(&fragmented, run.horizon);
+    let first = fragmented.first().map_or(0, |s| s.0);
+    let fragmented_gpus = timed::time_weighted_mean(&fragmented, (first, run.horizon));
     Ok(Side { name: policies.live[0].reference.name.clone(), run, placed, fragmented_gpus })
-}
-
-/// The mean of a step function sampled at `(t, v)`, from its first sample to `end`.
-fn time_weighted(samples: &[(u64, f64)], end: u64) -> f64 {
-    let Some(&(first, _)) = samples.first() else { return 0.0 };
-    let span = end.saturating_sub(first);
-    if span == 0 {
-        return samples.last().map_or(0.0, |s| s.1);
-    }
-    let mut sum = 0.0;
-    for (i, &(t, v)) in samples.iter().enumerate() {
-        let next = samples.get(i + 1).map_or(end, |s| s.0).min(end);
-        sum += v * next.saturating_sub(t) as f64;
-    }
-    sum / span as f64
 }
 
 /// One figure of each side.
@@ -165,16 +151,14 @@ const EXAMPLES: usize = 20;
 fn compare(jobs: &[Job], a: &Side, b: &Side) -> Comparison {
     let gpu_hours =
         |s: &Side, f: fn(&timed::QueueUsage) -> u64| s.run.usage.values().map(f).sum::<u64>() as f64 / 3.6e6;
+    // Every started job's queueing delay, sorted: the queues' own figures, over all queues.
     let all_delays = |s: &Side| {
-        let d: Vec<f64> = s.run.jobs.iter().filter_map(|o| o.start.map(|st| (st - o.arrival) as f64)).collect();
+        let mut d: Vec<u64> = s.run.jobs.iter().filter_map(|o| o.start.map(|st| st - o.arrival)).collect();
+        d.sort_unstable();
         d
     };
-    let mean = |v: &[f64]| if v.is_empty() { None } else { Some(v.iter().sum::<f64>() / v.len() as f64) };
-    let p99 = |v: &[f64]| {
-        let mut v = v.to_vec();
-        v.sort_by(f64::total_cmp);
-        v.get(((v.len() as f64 * 0.99).ceil() as usize).saturating_sub(1)).copied()
-    };
+    let mean = |v: &[u64]| (!v.is_empty()).then(|| timed::mean(v));
+    let p99 = |v: &[u64]| (!v.is_empty()).then(|| timed::percentile(v, 99.0) as f64);
     let (da, db) = (all_delays(a), all_delays(b));
     let started = |s: &Side| s.run.jobs.iter().filter(|o| o.start.is_some()).count() as f64;
     let figures = vec![

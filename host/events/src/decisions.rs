@@ -13,7 +13,7 @@ use crate::{EventSink, Timestamp};
 use wasmsched_api::{DeviceShare, Node, Stage as CoreStage, Task};
 use wasmsched_core::{
     Decision as CycleDecision, Diagnosis, EvictReason, Explanation, FaultKind as CoreFault, NodeTable, Placement,
-    PreemptKind, QueueMove, QueueShare, QueueSpec, Workload,
+    PreemptKind, QueueMove, QueueShare, QueueSpec, Workload, flavored_resource,
 };
 
 fn share_move(m: &QueueMove) -> QueueShareMove {
@@ -299,7 +299,11 @@ pub fn queue_configured(spec: &QueueSpec, removed: bool) -> Payload {
         memory_bytes: r.memory_bytes,
         gpu_milli: r.gpu_milli,
     };
-    let flavored = |r: &wasmsched_api::Resources| r.extended.iter().any(|(name, _)| name.contains('/'));
+    // Per-flavor quotas are qualified resources (`flavored_resource`: `<flavor>/<resource>`); an
+    // extended resource's own name may hold a `/` too (`nvidia.com/gpu`).
+    let flavored = |r: &wasmsched_api::Resources| {
+        r.extended.iter().any(|(name, _)| spec.flavors.iter().any(|f| name.starts_with(&flavored_resource(f, ""))))
+    };
     let limits =
         [Some(&spec.guarantee), spec.capability.as_ref(), spec.borrowing_limit.as_ref(), spec.lending_limit.as_ref()];
     let a = &spec.admission;

@@ -614,6 +614,12 @@ pub fn named_queue(pod: &Pod) -> Option<&str> {
         .map(String::as_str)
 }
 
+/// An API server's time (a creation, a transition) as an event's: milliseconds since the epoch
+/// (0 for a time before it).
+pub fn event_time(t: &k8s_openapi::jiff::Timestamp) -> wasmsched_events::Timestamp {
+    wasmsched_events::Timestamp(u64::try_from(t.as_millisecond()).unwrap_or_default())
+}
+
 /// The NUMA node all of `devices` sit on, when the node's topology says so and it is one.
 pub fn numa_of(node: &wasmsched_api::Node, devices: &[wasmsched_api::DeviceShare]) -> Option<u32> {
     let mut numa = devices.iter().map(|d| node.gpus.iter().find(|g| g.index == d.gpu).and_then(|g| g.numa_node));

@@ -58,17 +58,13 @@ where
     }
 }
 
-fn millis(t: &k8s_openapi::jiff::Timestamp) -> Timestamp {
-    Timestamp(t.as_millisecond().max(0) as u64)
-}
-
 /// When `pod` was bound: its `PodScheduled` condition's transition, else its start.
 fn scheduled_at(pod: &Pod) -> Option<Timestamp> {
     let status = pod.status.as_ref()?;
     let scheduled = status.conditions.as_ref().and_then(|c| {
         c.iter().find(|c| c.type_ == "PodScheduled" && c.status == "True").and_then(|c| c.last_transition_time.as_ref())
     });
-    scheduled.or(status.start_time.as_ref()).map(|t| millis(&t.0))
+    scheduled.or(status.start_time.as_ref()).map(|t| convert::event_time(&t.0))
 }
 
 /// Take the snapshot: every node, every `Queue`, and every pod that holds or waits for a node —
@@ -163,7 +159,7 @@ pub async fn take(client: kube::Client, scheduler_name: &str) -> Result<Snapshot
             Workload::single(tasks.into_iter().next().expect("a workload has a member"))
         };
         for ((pod, _), task) in members.iter().zip(&workload.members) {
-            let created = pod.metadata.creation_timestamp.as_ref().map_or(taken, |t| millis(&t.0));
+            let created = pod.metadata.creation_timestamp.as_ref().map_or(taken, |t| convert::event_time(&t.0));
             let payload = match pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
                 Some(node) => {
                     let since = scheduled_at(pod).unwrap_or(created);

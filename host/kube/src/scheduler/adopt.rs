@@ -64,7 +64,7 @@ impl Scheduler {
             let mut w = workloads::single(&self.ours[&id], &self.objects.priority_classes);
             self.count_held_devices(&mut w.members[0]);
             let placed: Vec<_> = self.placed(std::slice::from_ref(&id));
-            self.announce_taken_over(&w, &placed);
+            self.announce(&w, &placed);
             if let Err(e) = self.core.adopt(w, &placed, now) {
                 refused.push((id, e.to_string()));
             }
@@ -85,7 +85,7 @@ impl Scheduler {
                 }
             }
             let placed = self.placed(&bound);
-            self.announce_taken_over(&w, &placed);
+            self.announce(&w, &placed);
             if let Err(e) = self.core.adopt(w, &placed, now) {
                 refused.extend(bound.into_iter().map(|id| (id, e.to_string())));
             }

@@ -186,7 +186,7 @@ impl Scheduler {
                 continue;
             }
             // It arrived, whether or not its queue admits it now.
-            self.announce(&workload);
+            self.announce(&workload, &[]);
             if let Err(e) = self.core.submit(workload, now) {
                 self.next.not_before.insert(id.clone(), retry);
                 self.report(&[id], &e.to_string());
@@ -207,8 +207,10 @@ impl Scheduler {
                     continue;
                 }
                 // Late members: their gang as they see it (its size here counts only them).
-                let late: Vec<&PodFacts> = ids.iter().map(|id| &self.ours[id]).collect();
-                self.announce(&workloads::gang(&key, &info, &late, &self.objects.priority_classes));
+                if self.describing() {
+                    let late: Vec<&PodFacts> = ids.iter().map(|id| &self.ours[id]).collect();
+                    self.announce(&workloads::gang(&key, &info, &late, &self.objects.priority_classes), &[]);
+                }
                 if let Err(e) = self.core.add_members(&key, tasks) {
                     self.next.not_before.insert(key, retry);
                     self.report(&ids, &e.to_string());
@@ -233,7 +235,7 @@ impl Scheduler {
             if !self.restrict_to_claims(&key, &mut workload.members, retry) {
                 continue;
             }
-            self.announce(&workload);
+            self.announce(&workload, &[]);
             match self.core.submit(workload, now) {
                 Ok(()) => {
                     self.next.gang_min.insert(key, info.min_member);

@@ -10,6 +10,7 @@ use wasmsched_events::decisions;
 use wasmsched_events::schema::{NodeCapacityChanged, Payload, QueueConfigured};
 
 use super::Scheduler;
+use crate::convert;
 
 /// The descriptions last published.
 #[derive(Default)]
@@ -33,7 +34,8 @@ fn same_capacity(last: &NodeCapacityChanged, node: &Node, topology: bool) -> boo
 }
 
 impl Scheduler {
-    fn describing(&self) -> bool {
+    /// Whether the stream wants descriptions (events are on).
+    pub(super) fn describing(&self) -> bool {
         self.reports.events.as_ref().is_some_and(|s| s.wanted())
     }
 
@@ -99,24 +101,9 @@ impl Scheduler {
     }
 
     /// `task-submitted` for each member of `workload` not announced yet, stamped when its pod
-    /// was created (its arrival).
-    pub(super) fn announce(&mut self, workload: &Workload) {
-        if !self.describing() {
-            return;
-        }
-        for task in &workload.members {
-            if !self.reports.described.announced.insert(task.id.clone()) {
-                continue;
-            }
-            let created = self.ours.get(&task.id).and_then(|f| f.created);
-            let at = created.map_or_else(Timestamp::now, |c| Timestamp(c.as_millisecond().max(0) as u64));
-            self.publish_at(at, decisions::submitted(task, workload, decisions::Timings::default()));
-        }
-    }
-
-    /// `task-submitted` for each member of `workload`, a running workload taken over: those in
-    /// `placed` (task, node, devices) say where they have run since their pod was scheduled.
-    pub(super) fn announce_taken_over(&mut self, workload: &Workload, placed: &[(String, String, Vec<DeviceShare>)]) {
+    /// was created (its arrival); the members in `running` (task, node, devices) — a running
+    /// workload taken over — say where they have run since their pod was scheduled.
+    pub(super) fn announce(&mut self, workload: &Workload, running: &[(String, String, Vec<DeviceShare>)]) {
         if !self.describing() {
             return;
         }
@@ -125,12 +112,10 @@ impl Scheduler {
                 continue;
             }
             let facts = self.ours.get(&task.id);
-            let stamp =
-                |t: Option<k8s_openapi::jiff::Timestamp>| t.map(|c| Timestamp(c.as_millisecond().max(0) as u64));
-            let created = stamp(facts.and_then(|f| f.created)).unwrap_or_else(Timestamp::now);
-            let payload = match placed.iter().find(|(id, _, _)| *id == task.id) {
+            let created = facts.and_then(|f| f.created.as_ref()).map_or_else(Timestamp::now, convert::event_time);
+            let payload = match running.iter().find(|(id, _, _)| *id == task.id) {
                 Some((_, node, _)) => {
-                    let since = stamp(facts.and_then(|f| f.scheduled)).unwrap_or(created);
+                    let since = facts.and_then(|f| f.scheduled.as_ref()).map_or(created, convert::event_time);
                     decisions::submitted_running(task, workload, decisions::Timings::default(), node, since)
                 }
                 None => decisions::submitted(task, workload, decisions::Timings::default()),

@@ -403,11 +403,7 @@ impl Scheduler {
     }
 
     pub(super) fn facts<'a>(&self, task: &'a Task, attempt: u32) -> CycleFacts<'a> {
-        let submitted = self
-            .ours
-            .get(&task.id)
-            .and_then(|f| f.created)
-            .map(|t| wasmsched_events::Timestamp(u64::try_from(t.as_millisecond()).unwrap_or_default()));
+        let submitted = self.ours.get(&task.id).and_then(|f| f.created.as_ref()).map(crate::convert::event_time);
         CycleFacts {
             task,
             preemptor: None,

@@ -65,7 +65,7 @@ impl Scheduler {
         }
         let (Some(facts), Some((node_name, devices))) = (self.ours.get(id), self.cache.holding(id)) else { return };
         let node = self.cache.nodes().slot_of(node_name).and_then(|s| self.cache.nodes().get(s));
-        let started = facts.scheduled.map_or_else(Timestamp::now, millis);
+        let started = facts.scheduled.as_ref().map_or_else(Timestamp::now, crate::convert::event_time);
         let task = &facts.task;
         let placed = TaskScheduled {
             task: decisions::task_ref(task),
@@ -74,7 +74,7 @@ impl Scheduler {
             allocated: decisions::allocated(task, devices),
             gpu_model: node.and_then(|n| decisions::gpu_model(n, devices)).map(str::to_owned),
             node_pool: node.and_then(decisions::node_pool).map(str::to_owned),
-            submitted: facts.created.map(millis),
+            submitted: facts.created.as_ref().map(crate::convert::event_time),
             ..TaskScheduled::default()
         };
         // Its `task-scheduled` was published when it started; this process's meter counts it from
@@ -182,8 +182,4 @@ impl Scheduler {
             self.run_ended(&id, None);
         }
     }
-}
-
-fn millis(t: k8s_openapi::jiff::Timestamp) -> Timestamp {
-    Timestamp(u64::try_from(t.as_millisecond()).unwrap_or_default())
 }

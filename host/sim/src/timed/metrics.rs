@@ -59,7 +59,8 @@ pub(super) fn main_reason(e: &Explanation) -> String {
     e.to_string()
 }
 
-fn percentile(sorted: &[u64], p: f64) -> u64 {
+/// The `p`-th percentile (nearest rank) of `sorted`; 0 when it is empty.
+pub fn percentile(sorted: &[u64], p: f64) -> u64 {
     if sorted.is_empty() {
         return 0;
     }
@@ -67,13 +68,14 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-fn mean(v: &[u64]) -> f64 {
+/// The mean of `v`; 0 when it is empty.
+pub fn mean(v: &[u64]) -> f64 {
     if v.is_empty() { 0.0 } else { v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64 }
 }
 
 /// The mean of the step function `samples` (value from each instant to the next) over
 /// `[from, to]`; the value at `from` when the window is a single instant.
-fn time_weighted_mean(samples: &[(u64, f64)], window: (u64, u64)) -> f64 {
+pub fn time_weighted_mean(samples: &[(u64, f64)], window: (u64, u64)) -> f64 {
     let (from, to) = window;
     if to <= from {
         return value_at(samples, from);

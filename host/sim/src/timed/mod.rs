@@ -33,7 +33,7 @@ use wasmsched_core::{CoreConfig, Decision, NodeTable, PolicySet, QueueTree, Sche
 use dra::Devices;
 use effects::{Driver, JobState, Jobs, Progress};
 
-pub use metrics::QueueStats;
+pub use metrics::{QueueStats, mean, percentile, time_weighted_mean};
 pub use runs::{QueueUsage, RunEnd};
 pub use scenario::{
     AdmissionConfig, Amount, DraConfig, FlavorConfig, FlavorQuota, Job, Loaded, QueueConfig, Scenario, ScenarioNode,
