@@ -89,8 +89,9 @@ pub struct Args {
     /// Replay twice on the same input — with the set above, then with this one (a policy set
     /// directory or file, or a built-in score policy's name) — and report side by side:
     /// placements that differ, work one places and the other not (with the reasons), queueing
-    /// delay, allocation, fragmentation, fairness, evictions and GPU-hours lost.
-    #[arg(long, value_name = "PATH|POLICY", conflicts_with_all = ["rollouts", "serve", "out"])]
+    /// delay, allocation, fragmentation, fairness, evictions and GPU-hours lost. The two replays
+    /// run at once; with `--serve`, the dashboard's Compare tab shows them side by side.
+    #[arg(long, value_name = "PATH|POLICY", conflicts_with_all = ["rollouts", "out", "speed"])]
     compare: Option<String>,
     /// Write `jobs.csv`, `utilisation.csv`, `utilisation.svg` and `queue_delay.svg` (per-queue
     /// CDF of queueing delay) here.
@@ -350,7 +351,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let a = initial_set(&args, None, runtime.as_ref(), &jobs)?;
         let b = initial_set(&args, Some(other), runtime.as_ref(), &jobs)?;
         let inputs = Inputs { table, tree, jobs, skipped, dra };
-        return crate::replay_compare::run(&inputs, runtime, [a, b], settings(&args), args.json);
+        return crate::replay_compare::run(&inputs, runtime, [a, b], settings(&args), args.json, args.serve);
     }
     let initial = initial_set(&args, None, runtime.as_ref(), &jobs)?;
     let preparer = runtime.clone().map(|rt| wasmsched_registry::Preparer::new(rt, crate::policy::builtins()));
@@ -437,6 +438,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 }
                 return;
             }
+            timed::Observed::Settled(..) => return,
         };
         if let Some(b) = board.as_mut() {
             b.decided(&d, policies.by_version(d.policy_version));

@@ -1,14 +1,18 @@
 //! `wasmsched replay --compare`: the same input replayed with two policy sets, side by side — what
 //! a platform team reads before it rolls a candidate out (`docs/hot-reload.md`): the placements
 //! that differ, the work one set places and the other not (and why not), queueing delay,
-//! allocation, fragmentation, fairness, evictions and GPU-hours lost.
+//! allocation, fragmentation, fairness, evictions and GPU-hours lost. With `--serve`, the
+//! dashboard's Compare tab shows the two replays as they go and the comparison when both are over.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::Serialize;
 use wasmsched_api::fragmentation::{self, TypicalPod};
 use wasmsched_core::Decision;
+use wasmsched_dashboard::View;
+use wasmsched_dashboard::view::{ComparisonSide, ComparisonView, SeriesPoint};
 use wasmsched_sim::timed::{self, Job, TimedRun};
 
 use crate::replay_cmd::Inputs;
@@ -32,13 +36,15 @@ struct Side {
     fragmented_gpus: f64,
 }
 
-/// Replay `inputs` with each of `sets` and print the comparison.
+/// Replay `inputs` with each of `sets`, both at once, and print the comparison; with `serve`,
+/// the dashboard's Compare tab shows both replays as they go, then the comparison, until Ctrl-C.
 pub fn run(
     inputs: &Inputs,
     runtime: Option<Arc<wasmsched_runtime::Runtime>>,
     sets: [Initial; 2],
     settings: timed::ReplaySettings,
     json: bool,
+    serve: Option<SocketAddr>,
 ) -> anyhow::Result<()> {
     let preparer = runtime.map(|rt| wasmsched_registry::Preparer::new(rt, crate::policy::builtins()));
     let sample = wasmsched_registry::Sample {
@@ -46,11 +52,48 @@ pub fn run(
         tasks: inputs.jobs.iter().take(16).filter_map(|j| j.workload().members.into_iter().next()).collect(),
     };
     let typical = timed::target_workload(&inputs.jobs);
-    let mut sides = Vec::new();
+    // Both sets pass their gates before either replay starts.
+    let mut prepared = Vec::new();
     for set in sets {
-        let policies = ReplayPolicies::prepare(set, &[], preparer.as_ref(), &sample)?;
-        sides.push(replay(inputs, &policies, settings.clone(), &typical)?);
+        prepared.push(ReplayPolicies::prepare(set, &[], preparer.as_ref(), &sample)?);
     }
+    drop(sample);
+    let progress: [Mutex<ComparisonSide>; 2] = [0, 1].map(|i| {
+        Mutex::new(ComparisonSide { set: prepared[i].live[0].reference.name.clone(), ..ComparisonSide::default() })
+    });
+    let source = format!(
+        "compare: {} vs {}, {} jobs on {} nodes",
+        progress[0].lock().unwrap_or_else(PoisonError::into_inner).set,
+        progress[1].lock().unwrap_or_else(PoisonError::into_inner).set,
+        inputs.jobs.len(),
+        inputs.table.len()
+    );
+    let view = |result: Option<&Comparison>| -> anyhow::Result<View> {
+        let sides = [0, 1].map(|i| progress[i].lock().unwrap_or_else(PoisonError::into_inner).thinned());
+        let result = result.map(serde_json::to_value).transpose()?;
+        let comparison = ComparisonView { jobs: inputs.jobs.len(), sides, result };
+        Ok(View { source: source.clone(), comparison: Some(Arc::new(comparison)), ..View::default() })
+    };
+    let board = serve.map(|addr| crate::dashboard::Board::start(addr, view(None)?)).transpose()?;
+    // Two threads: each replay is independent of the other and deterministic on its own.
+    let sides = std::thread::scope(|scope| -> anyhow::Result<Vec<Side>> {
+        let replays: Vec<_> = prepared
+            .iter()
+            .zip(&progress)
+            .map(|(policies, progress)| {
+                let settings = settings.clone();
+                let typical = &typical;
+                scope.spawn(move || replay(inputs, policies, settings, typical, progress))
+            })
+            .collect();
+        if let Some(board) = &board {
+            while !replays.iter().all(|r| r.is_finished()) {
+                board.publisher.publish(view(None)?);
+                std::thread::sleep(PUBLISH_EVERY);
+            }
+        }
+        replays.into_iter().map(|r| r.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
+    })?;
     let [a, b]: [Side; 2] = sides.try_into().map_err(|_| anyhow::anyhow!("two replays"))?;
     let comparison = compare(&inputs.jobs, &a, &b);
     if json {
@@ -58,19 +101,34 @@ pub fn run(
     } else {
         print!("{}", comparison.text());
     }
-    Ok(())
+    match board {
+        Some(board) => {
+            board
+                .publisher
+                .publish(View { source: format!("{source}; both replays finished"), ..view(Some(&comparison))? });
+            board.serve_until_interrupted()
+        }
+        None => Ok(()),
+    }
 }
 
+/// How often the dashboard gets a new view while the replays run (wall time).
+const PUBLISH_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// One replay of the comparison, its curves and counts kept in `progress` as it goes.
 fn replay(
     inputs: &Inputs,
     policies: &ReplayPolicies,
     settings: timed::ReplaySettings,
     typical: &[TypicalPod],
+    progress: &Mutex<ComparisonSide>,
 ) -> anyhow::Result<Side> {
     let mut placed: BTreeMap<String, Placed> = BTreeMap::new();
-    // (virtual second, fragmented GPUs) after each instant with a decision.
+    // (virtual second, fragmented GPUs) after each instant that changed the cluster.
     let mut fragmented: Vec<(u64, f64)> = Vec::new();
+    let mut changed = false;
     let timeline = policies.timeline();
+    let lock = || progress.lock().unwrap_or_else(PoisonError::into_inner);
     let run = timed::run_with_devices(
         &timeline,
         &inputs.table,
@@ -78,24 +136,54 @@ fn replay(
         &inputs.tree,
         &inputs.jobs,
         settings,
-        |o| {
-            let timed::Observed::Decision(d) = o else { return };
-            // Sampled once per instant, at its first decision.
-            if fragmented.last().is_none_or(|(t, _)| *t != d.at) {
-                let f = fragmentation::of_cluster(typical, d.nodes.slots().filter_map(|s| d.nodes.get(s)));
-                fragmented.push((d.at, f.fragmented / 1000.0));
+        |o| match o {
+            timed::Observed::Arrived(..) => lock().arrived += 1,
+            timed::Observed::Released(_) => changed = true,
+            timed::Observed::Decision(d) => {
+                changed = true;
+                if let Decision::Bound { task, node, devices, .. } = d.decision
+                    && !placed.contains_key(task)
+                {
+                    let gpus = devices.iter().map(|g| (g.gpu, g.milli)).collect();
+                    placed.insert(task.clone(), Placed { at: d.at, node: node.clone(), gpus });
+                    lock().placed += 1;
+                }
             }
-            if let Decision::Bound { task, node, devices, .. } = d.decision {
-                placed.entry(task.clone()).or_insert_with(|| Placed {
-                    at: d.at,
-                    node: node.clone(),
-                    gpus: devices.iter().map(|g| (g.gpu, g.milli)).collect(),
+            // Sampled once per instant that changed the cluster, as the instant left it.
+            timed::Observed::Settled(at, nodes) if std::mem::take(&mut changed) => {
+                let nodes = || nodes.slots().filter_map(|s| nodes.get(s));
+                let f = fragmentation::of_cluster(typical, nodes());
+                // An instant can settle more than once (retries in the same second): the last counts.
+                if fragmented.last().is_some_and(|(t, _)| *t == at) {
+                    fragmented.pop();
+                }
+                fragmented.push((at, f.fragmented / 1000.0));
+                let (capacity, free) = nodes().fold((0u64, 0u64), |(c, f), n| {
+                    let g = n.gpus.summary();
+                    (c + u64::from(g.usable) * 1000, f + g.free_milli)
                 });
+                let percent = |milli: f64| if capacity == 0 { 0.0 } else { 100.0 * milli / capacity as f64 };
+                let mut side = lock();
+                side.at_seconds = at;
+                let point = SeriesPoint {
+                    at: at as f64,
+                    allocation_percent: percent(capacity.saturating_sub(free) as f64),
+                    fragmentation_percent: (!typical.is_empty()).then(|| percent(f.fragmented)),
+                };
+                match side.series.last_mut() {
+                    Some(last) if last.at == point.at => *last = point,
+                    _ => side.series.push(point),
+                }
             }
+            _ => {}
         },
     )?;
     let first = fragmented.first().map_or(0, |s| s.0);
     let fragmented_gpus = timed::time_weighted_mean(&fragmented, (first, run.horizon));
+    let mut side = lock();
+    side.at_seconds = run.horizon;
+    side.finished = true;
+    drop(side);
     Ok(Side { name: policies.live[0].reference.name.clone(), run, placed, fragmented_gpus })
 }
 

@@ -338,6 +338,68 @@ async function refreshExperiments() {
   text($("source"), c.source);
 }
 
+/** The last point of `series` at or before `x`, while `x` is within it: a curve as a step line. */
+function stepAt(series, x) {
+  if (series.length === 0 || x > series[series.length - 1].at) return null;
+  let lo = 0, hi = series.length - 1, found = -1;
+  while (lo <= hi) {
+    const mid = (lo + hi) >> 1;
+    if (series[mid].at <= x) { found = mid; lo = mid + 1; } else hi = mid - 1;
+  }
+  return found < 0 ? null : series[found];
+}
+
+/** `v` rounded to `digits`, "–" when absent (and never "-0"). */
+const fixed = (v, digits = 2) => v == null ? "–"
+  : (Math.abs(v) < 0.5 * 10 ** -digits ? 0 : Number(v)).toLocaleString("en", { maximumFractionDigits: digits });
+const placement = (p) => `${p.node} at ${p.at.toLocaleString("en")} s, GPUs ${p.gpus.map(([g, m]) => `${g}×${m / 1000}`).join(", ") || "none"}`;
+
+/** Two policy sets replayed on the same input: both replays as they go, then the comparison. */
+async function refreshCompare() {
+  const { comparison: x } = await api("/api/v1/comparison");
+  $("tab-compare").hidden = !x;
+  if (!x) return;
+  const [a, b] = x.sides, r = x.result;
+  text($("compare-a"), `A: ${a.set}`);
+  text($("compare-b"), `B: ${b.set}`);
+  const side = (s) => `${s.set} ${s.finished ? "finished" : "at"} ${s.at_seconds.toLocaleString("en")} virtual s, ` +
+    `${s.arrived.toLocaleString("en")} of ${x.jobs.toLocaleString("en")} jobs arrived, ${s.placed.toLocaleString("en")} tasks placed`;
+  text($("compare-progress"), r ? `${x.jobs.toLocaleString("en")} jobs replayed with A = ${a.set} and B = ${b.set}`
+    : `running: A ${side(a)}; B ${side(b)}`);
+  const figures = r ? r.figures : [
+    { name: "virtual seconds replayed", a: a.at_seconds, b: b.at_seconds },
+    { name: "jobs arrived", a: a.arrived, b: b.arrived },
+    { name: "tasks placed", a: a.placed, b: b.placed },
+  ];
+  $("compare-figures").innerHTML = figures.map((f) => `<tr class="figure"><th scope="row">${esc(f.name)}</th><td>${fixed(f.a)}</td>` +
+    `<td>${fixed(f.b)}</td><td>${f.a == null || f.b == null ? "–" : fixed(f.b - f.a)}</td></tr>`).join("");
+  // One x axis for both: the longer replay's span in 500 steps, each side's curve as it stood then.
+  const key = $("compare-curve").value;
+  const end = Math.max(a.at_seconds, b.at_seconds, 1);
+  const hours = end > 36000, unit = hours ? 3600 : 1;
+  const xs = Array.from({ length: 501 }, (_, i) => Math.round((end * i) / 500));
+  const line = (s, i) => ({ label: `${i ? "B" : "A"}: ${s.set}`, stroke: PALETTE[i], values: xs.map((t) => stepAt(s.series, t)?.[key] ?? null) });
+  chart("compare-chart", xs.map((t) => t / unit), [line(a, 0), line(b, 1)],
+    { x: hours ? "virtual hours" : "virtual seconds", y: "% of GPUs" });
+  text($("compare-axes"), `${$("compare-curve").selectedOptions[0].textContent}, percent of capacity, by ${hours ? "virtual hours" : "virtual seconds"}; one line per policy set`);
+  $("compare-details").hidden = !r;
+  if (r) {
+    $("compare-queues").innerHTML = Object.entries(r.queue_delay_mean).map(([q, [da, db]]) => `<tr class="queue-delay"><th scope="row">${esc(q)}</th>` +
+      `<td>${fixed(da, 1)}</td><td>${fixed(db, 1)}</td><td>${fixed(db - da, 1)}</td></tr>`).join("");
+    const both = r.placements_same + r.placements_differ;
+    text($("compare-placements"), `Placements: ${r.placements_differ.toLocaleString("en")} of ${both.toLocaleString("en")} tasks both placed differ under B: ` +
+      `${r.placements_other_node.toLocaleString("en")} on another node, ${r.placements_other_gpus.toLocaleString("en")} on other GPUs of the same node, ` +
+      `${r.placements_other_time.toLocaleString("en")} only at another time.`);
+    $("compare-differing").innerHTML = r.differing.map((d) => `<tr class="difference"><td>${esc(d.task)}</td><td>${esc(placement(d.a))}</td>` +
+      `<td>${esc(placement(d.b))}</td></tr>`).join("");
+    const only = (list, by) => list.slice(0, 20).map((o) => `<tr class="only"><td>${esc(o.job)}</td><td>${esc(o.queue)}</td><td>${by}</td>` +
+      `<td class="reason">${esc(o.other_reason)}</td></tr>`).join("");
+    $("compare-only").innerHTML = only(r.started_only_by_a, "A") + only(r.started_only_by_b, "B");
+  }
+  const c = await api("/api/v1/cluster");
+  text($("source"), c.source);
+}
+
 const ref = (set) => set ? `${set.name}@${set.version}` : "–";
 const nodeAndScore = (n, score) => n ? `${n}${score != null ? ` (${score})` : ""}` : "unschedulable";
 
@@ -434,9 +496,10 @@ async function refresh() {
     else if (tab === "pending") await refreshPending();
     else if (tab === "policies") await refreshPolicies();
     else if (tab === "experiments") await refreshExperiments();
+    else if (tab === "compare") await refreshCompare();
     else drawEvents();
     // The header says what is shown, whichever tab is open.
-    if (tab !== "cluster" && tab !== "experiments") {
+    if (tab !== "cluster" && tab !== "experiments" && tab !== "compare") {
       const c = await api("/api/v1/cluster");
       text($("source"), `${c.source} · t=${c.atSeconds}s`);
     }
@@ -478,11 +541,16 @@ for (const id of ["event-queue", "event-node", "event-task"]) {
 }
 $("event-kind").addEventListener("change", drawEvents);
 $("experiment-trace").addEventListener("change", refreshExperiments);
+$("compare-curve").addEventListener("change", refreshCompare);
 follow();
 // The Experiments tab is shown only where a grid runs, and opened first there (no link naming
 // another).
 refreshExperiments().then(() => {
   if (!$("tab-experiments").hidden && !linkedTab()) select("experiments");
+}).catch(() => {});
+// The same for a comparison.
+refreshCompare().then(() => {
+  if (!$("tab-compare").hidden && !linkedTab()) select("compare");
 }).catch(() => {});
 refresh();
 setInterval(refresh, 2000);

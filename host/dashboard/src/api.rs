@@ -39,6 +39,7 @@ pub(crate) fn router(publisher: Publisher) -> Router {
         .route("/api/v1/workloads", get(workloads))
         .route("/api/v1/policies", get(policies))
         .route("/api/v1/experiments", get(experiments))
+        .route("/api/v1/comparison", get(comparison))
         .route("/api/v1/events", get(events))
         .fallback(not_found)
         .with_state(publisher)
@@ -56,7 +57,8 @@ async fn versions() -> Json<serde_json::Value> {
     Json(json!({
         "version": "v1",
         "endpoints": ["/api/v1/cluster", "/api/v1/nodes", "/api/v1/nodes/{name}", "/api/v1/queues", "/api/v1/queues/{name}",
-                      "/api/v1/workloads", "/api/v1/policies", "/api/v1/experiments", "/api/v1/events"],
+                      "/api/v1/workloads", "/api/v1/policies", "/api/v1/experiments", "/api/v1/comparison",
+                      "/api/v1/events"],
     }))
 }
 
@@ -162,6 +164,11 @@ async fn policies(State(p): State<Publisher>) -> Response {
 /// The experiment grid being run or run (`null` when the source runs none).
 async fn experiments(State(p): State<Publisher>) -> Response {
     Json(json!({ "experiments": p.current().experiments.as_deref() })).into_response()
+}
+
+/// The two replays being compared, or compared (`null` when the source compares none).
+async fn comparison(State(p): State<Publisher>) -> Response {
+    Json(json!({ "comparison": p.current().comparison.as_deref() })).into_response()
 }
 
 /// Scheduling events as they happen. A browser that falls behind by more than

@@ -40,6 +40,54 @@ pub struct View {
     /// `/api/v1/experiments`.
     #[serde(skip)]
     pub experiments: Option<std::sync::Arc<ExperimentsView>>,
+    /// Two policy sets replayed on the same input (`replay --compare --serve`), served at
+    /// `/api/v1/comparison`.
+    #[serde(skip)]
+    pub comparison: Option<std::sync::Arc<ComparisonView>>,
+}
+
+/// Two policy sets replayed on the same input, side by side: how far each replay is and its
+/// curves while they run, then the comparison `replay --compare --json` prints.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ComparisonView {
+    /// Jobs in the input.
+    pub jobs: usize,
+    /// Set A, then set B.
+    pub sides: [ComparisonSide; 2],
+    /// Once both replays are over: the comparison, as `replay --compare --json` prints it.
+    pub result: Option<serde_json::Value>,
+}
+
+/// One replay of a comparison.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ComparisonSide {
+    /// The policy set's name.
+    pub set: String,
+    /// Virtual seconds replayed so far.
+    pub at_seconds: u64,
+    /// Jobs arrived so far.
+    pub arrived: usize,
+    /// Tasks placed at least once so far.
+    pub placed: usize,
+    /// Whether this replay is over.
+    pub finished: bool,
+    /// GPUs allocated and fragmented over virtual seconds, one point per instant with a decision
+    /// (thinned to at most [`ComparisonSide::POINTS`] when served).
+    pub series: Vec<SeriesPoint>,
+}
+
+impl ComparisonSide {
+    /// The most points of a side's series a view carries: more than a chart's width in pixels.
+    pub const POINTS: usize = 1000;
+
+    /// This side with its series thinned to at most [`ComparisonSide::POINTS`], evenly, the last kept.
+    pub fn thinned(&self) -> ComparisonSide {
+        let Some((last, rest)) = self.series.split_last() else { return self.clone() };
+        let step = rest.len().div_ceil(Self::POINTS - 1).max(1);
+        let mut series: Vec<SeriesPoint> = rest.iter().step_by(step).cloned().collect();
+        series.push(last.clone());
+        ComparisonSide { series, ..self.clone() }
+    }
 }
 
 /// An experiment grid (traces × policies × seeds): how far it is, and once it is over, its table
@@ -602,6 +650,30 @@ impl Cluster {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_comparison_side_is_thinned_evenly_to_its_limit_keeping_its_first_and_last_points() {
+        let side = |n: usize| ComparisonSide {
+            series: (0..n)
+                .map(|i| SeriesPoint { at: i as f64, allocation_percent: 0.0, fragmentation_percent: None })
+                .collect(),
+            ..ComparisonSide::default()
+        };
+        assert_eq!(side(0).thinned(), side(0));
+        assert_eq!(side(ComparisonSide::POINTS).thinned(), side(ComparisonSide::POINTS));
+        for n in [ComparisonSide::POINTS + 1, 2_500, 100_000] {
+            let thin = side(n).thinned().series;
+            assert!(
+                thin.len() <= ComparisonSide::POINTS && thin.len() > ComparisonSide::POINTS / 2,
+                "{n}: {}",
+                thin.len()
+            );
+            assert_eq!((thin[0].at, thin[thin.len() - 1].at), (0.0, (n - 1) as f64), "{n}");
+            let gaps: Vec<f64> = thin.windows(2).map(|w| w[1].at - w[0].at).collect();
+            let step = gaps[0];
+            assert!(gaps[..gaps.len() - 1].iter().all(|g| *g == step) && gaps[gaps.len() - 1] <= step, "{n}");
+        }
+    }
 
     #[test]
     fn a_queue_lends_what_its_siblings_borrow_of_its_unused_guarantee_up_to_its_lending_limit() {

@@ -181,6 +181,7 @@ fn sample() -> View {
             .into(),
         ),
         experiments: None,
+        comparison: None,
     }
 }
 
@@ -254,6 +255,8 @@ async fn the_api_answers_from_the_latest_view_with_filters_and_paging() {
     // A scheduler runs no experiment grid: the page hides that tab on `null`.
     let (s, x) = get(addr, "/api/v1/experiments").await;
     assert_eq!((s, x), (200, serde_json::json!({"experiments": null})));
+    let (s, x) = get(addr, "/api/v1/comparison").await;
+    assert_eq!((s, x), (200, serde_json::json!({"comparison": null})));
     // A new view replaces the old whole.
     let mut next = sample();
     next.nodes.truncate(1);
@@ -574,6 +577,8 @@ async fn the_pages_render_what_the_api_says_in_a_real_browser() {
     assert!(hidden.is_some(), "only the linked view is shown");
     let grid_tab = browser.client.find(Locator::Css("#tab-experiments")).await.unwrap().attr("hidden").await.unwrap();
     assert!(grid_tab.is_some(), "no Experiments tab where no grid runs");
+    let compare_tab = browser.client.find(Locator::Css("#tab-compare")).await.unwrap().attr("hidden").await.unwrap();
+    assert!(compare_tab.is_some(), "no Compare tab where nothing is compared");
     browser.close().await;
 }
 

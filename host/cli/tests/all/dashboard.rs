@@ -375,3 +375,120 @@ async fn replay_shows_the_dra_devices_a_claim_holds_while_its_job_runs() {
     assert!(still.is_empty(), "{still:?}");
     stop_serving(child);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_comparison_serves_both_replays_side_by_side_and_its_result_is_the_printed_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = "examples/scenarios/topology.json";
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wasmsched"))
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .args(["replay", "--native", "--quiet", "--json", "--scenario", scenario, "--policy", "gpu-topology"])
+        .args(["--compare", "best-fit", "--serve", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = address_of(&mut child);
+    let mut stdout = child.stdout.take().unwrap();
+    let child = Served(child);
+    // The printed comparison (stdout closes only when the process ends: read until the JSON parses).
+    let (printed_tx, printed_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = std::io::Read::read(&mut stdout, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&buf[..n]);
+            if let Ok(v) = serde_json::from_slice::<Value>(&out) {
+                let _ = printed_tx.send(v);
+            }
+        }
+    });
+    let printed = printed_rx.recv_timeout(Duration::from_secs(120)).expect("the comparison on stdout");
+    let started = Instant::now();
+    let x = loop {
+        let x = get(&addr, "/api/v1/comparison").await["comparison"].clone();
+        if !x["result"].is_null() {
+            break x;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "the final comparison: {x}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // The served comparison is the printed one, with each side's curve beside it.
+    assert_eq!(x["result"], printed);
+    assert_eq!(x["jobs"], printed["jobs"]);
+    // Each side's curve is the allocation its own replay reports, instant by instant.
+    for (i, policy) in ["gpu-topology", "best-fit"].into_iter().enumerate() {
+        let side = &x["sides"][i];
+        assert_eq!((side["set"].as_str(), side["finished"].as_bool()), (Some(policy), Some(true)));
+        let out = dir.path().join(policy);
+        let o = Command::new(env!("CARGO_BIN_EXE_wasmsched"))
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+            .args(["replay", "--native", "--quiet", "--json", "--scenario", scenario, "--policy", policy])
+            .args(["--out", out.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(side["at_seconds"], report["horizon_seconds"], "{policy}");
+        assert_eq!(side["arrived"], report["jobs"], "{policy}: every job arrived");
+        // The replay's own utilisation, as each instant finally left it.
+        let csv = std::fs::read_to_string(out.join("utilisation.csv")).unwrap();
+        let mut reported: Vec<(u64, f64)> = Vec::new();
+        for line in csv.lines().skip(1) {
+            let (t, p) = line.split_once(',').unwrap();
+            let row = (t.parse().unwrap(), p.parse().unwrap());
+            match reported.last_mut() {
+                Some(last) if last.0 == row.0 => *last = row,
+                _ => reported.push(row),
+            }
+        }
+        let series: Vec<(u64, f64)> = side["series"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["at"].as_f64().unwrap() as u64, p["allocation_percent"].as_f64().unwrap()))
+            .collect();
+        assert!(series.len() > 2, "{policy}: {series:?}");
+        // Every point shown is the replay's; every change the replay saw is shown.
+        for (at, shown) in &series {
+            let own = reported.iter().find(|r| r.0 == *at).unwrap_or_else(|| panic!("{policy}: no instant {at}"));
+            assert!((shown - own.1).abs() < 1e-6, "{policy} at {at}: {shown} vs {}", own.1);
+        }
+        for pair in reported.windows(2).filter(|w| (w[0].1 - w[1].1).abs() > 1e-6) {
+            assert!(series.iter().any(|p| p.0 == pair[1].0), "{policy}: the change at {} is not shown", pair[1].0);
+        }
+    }
+    // The page opens on the comparison: the figures side by side, a line per set, what differs.
+    let browser = Browser::start().await.expect("headless Chromium (.ci/run installs chromium and chromium-driver)");
+    browser.client.goto(&format!("http://{addr}/")).await.unwrap();
+    browser
+        .eventually("what ran", "#compare-progress", |t| t.contains("replayed with A = gpu-topology and B = best-fit"))
+        .await;
+    let started = |i: usize| printed["figures"][0][["a", "b"][i]].as_f64().unwrap();
+    browser
+        .eventually("the figures", "#compare-figures tr:first-child", |t| {
+            t.starts_with("jobs started")
+                && t.contains(&format!("{}", started(0)))
+                && t.contains(&format!("{}", started(1)))
+        })
+        .await;
+    browser
+        .eventually("a line per set", "#compare-chart .u-legend", |t| {
+            t.contains("A: gpu-topology") && t.contains("B: best-fit")
+        })
+        .await;
+    let lines = browser.client.find_all(Locator::Css("#compare-chart .u-legend .u-series")).await.unwrap();
+    assert_eq!(lines.len(), 3, "the axis and two sets");
+    let differ = printed["placements_differ"].as_u64().unwrap();
+    browser
+        .eventually("how many differ", "#compare-placements", |t| t.starts_with(&format!("Placements: {differ} of ")))
+        .await;
+    let rows = browser.client.find_all(Locator::Css("#compare-differing tr.difference")).await.unwrap();
+    assert_eq!(rows.len(), printed["differing"].as_array().unwrap().len());
+    assert!(!rows.is_empty());
+    browser.close().await;
+    stop_serving(child);
+}

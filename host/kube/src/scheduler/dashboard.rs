@@ -253,6 +253,7 @@ impl Scheduler {
                 topologies,
                 queue_history,
                 experiments: None,
+                comparison: None,
             });
         });
     }

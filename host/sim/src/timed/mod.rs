@@ -237,6 +237,9 @@ pub enum Observed<'a> {
     Decision(TimedDecision<'a>),
     /// A run ended.
     Released(TimedRelease<'a>),
+    /// The cluster after an instant's decisions and the runs they ended (virtual s): what the
+    /// instant left, as the replay's utilisation counts it.
+    Settled(u64, &'a NodeTable),
     /// The queues after an instant's cycle: allocation and deserved shares (virtual s).
     Shares(u64, &'a [wasmsched_core::QueueShare]),
     /// A job arrived (virtual s), before the core saw it: also one refused at once.
@@ -582,6 +585,7 @@ pub fn run_with_devices(
             })
             .collect();
         fairness.sample(now, &leaves);
+        observe(Observed::Settled(now, core.nodes()));
         observe(Observed::Shares(now, &shares));
         let pct = if capacity > 0 { 100.0 * progress.used as f64 / capacity as f64 } else { 0.0 };
         utilisation.push((now, pct));
