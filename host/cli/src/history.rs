@@ -32,7 +32,7 @@ pub fn slim(payload: Payload) -> Option<Payload> {
 }
 
 /// The kinds the conversion reads.
-pub const USED: [Kind; 8] = [
+pub const USED: [Kind; 9] = [
     Kind::TaskSubmitted,
     Kind::TaskScheduled,
     Kind::TaskUnschedulable,
@@ -41,6 +41,7 @@ pub const USED: [Kind; 8] = [
     Kind::TaskEnded,
     Kind::NodeCapacityChanged,
     Kind::QueueConfigured,
+    Kind::TaskWithdrawn,
 ];
 
 /// The window of the stream the scenario covers, in milliseconds since the epoch; `None`: from the
@@ -85,6 +86,8 @@ struct TaskHistory {
     /// Its request as its placements show it.
     placed_request: Option<(Quantity, u32)>,
     runs: Vec<Run>,
+    /// When it was withdrawn while it waited (its pod deleted before it ran).
+    withdrawn: Option<u64>,
 }
 
 /// Build the scenario of `events` (in any order: they are sorted by time, stably) over `window`.
@@ -181,6 +184,11 @@ pub fn scenario(mut events: Vec<(Timestamp, Payload)>, window: Window) -> Histor
             }
             Payload::TaskUnschedulable(u) => {
                 task_entry(&mut tasks, &u.task, seq).seen_as.get_or_insert_with(|| u.task.clone());
+            }
+            Payload::TaskWithdrawn(w) => {
+                let t = task_entry(&mut tasks, &w.task, seq);
+                t.seen_as.get_or_insert_with(|| w.task.clone());
+                t.withdrawn = Some(at);
             }
             _ => {}
         }
@@ -411,7 +419,7 @@ fn jobs(
     }
     let mut out = Vec::new();
     let (mut before_window, mut going_at_start, mut unfinished, mut deleted) = (0, 0, 0, 0);
-    let mut waited_at_start = 0;
+    let (mut waited_at_start, mut withdrawn, mut partly_withdrawn) = (0, 0, 0);
     let (mut affinity, mut constrained, mut claims, mut checkpoint_unknown) = (0, 0, 0, 0);
     for k in &order {
         let p = &parts[k];
@@ -426,7 +434,16 @@ fn jobs(
                 })
             })
         });
-        if arrival_ms < from && finished_before {
+        // Withdrawn: when its last member that had not run went (a gang's pods are deleted together).
+        let waiting_members: Vec<&&TaskHistory> = p.tasks.iter().filter(|t| t.runs.is_empty()).collect();
+        let withdrawn_at = waiting_members
+            .iter()
+            .map(|t| t.withdrawn)
+            .collect::<Option<Vec<u64>>>()
+            .and_then(|at| at.into_iter().max());
+        partly_withdrawn +=
+            usize::from(withdrawn_at.is_none() && waiting_members.iter().any(|t| t.withdrawn.is_some()));
+        if arrival_ms < from && (finished_before || withdrawn_at.is_some_and(|at| at <= from)) {
             before_window += 1;
             continue;
         }
@@ -473,6 +490,10 @@ fn jobs(
         } else {
             job.arrival = seconds(arrival_ms, from);
         }
+        if let Some(at) = withdrawn_at.filter(|_| !running_at_start) {
+            job.withdraw_at = Some(seconds(at, from).max(job.arrival));
+            withdrawn += 1;
+        }
         let submitted = p.tasks.iter().find_map(|t| t.submitted.as_ref().map(|(_, s)| s));
         checkpoint_unknown +=
             usize::from(submitted.is_some_and(|s| s.checkpointable && s.checkpoint_seconds.is_none()));
@@ -496,6 +517,11 @@ fn jobs(
         waited_at_start,
         "jobs were waiting when the window opened (arrived before it, neither finished nor running): they arrive at 0",
     );
+    say(
+        withdrawn,
+        "jobs were withdrawn while they waited (pods deleted): withdrawn then unless the replay has started them",
+    );
+    say(partly_withdrawn, "gangs had some of their waiting pods deleted, not all: the replay keeps them whole");
     say(unfinished, "jobs started but did not finish in the window: they run to the end of the replay");
     say(deleted, "jobs ended deleted or failed rather than completed: their run time is what they ran");
     say(checkpoint_unknown, "jobs checkpoint but the stream does not say how long that takes: at once");

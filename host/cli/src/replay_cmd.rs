@@ -418,6 +418,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 }
                 return;
             }
+            timed::Observed::Withdrawn(at, job, workload) => {
+                if let Some(b) = board.as_mut() {
+                    b.withdrawn(at, &workload.name);
+                }
+                if let Some(sink) = events.target() {
+                    let stamp = wasmsched_events::Timestamp(at.saturating_mul(1000));
+                    for task in &workload.members {
+                        sink.emit_at(stamp, decisions::withdrawn(task, at.saturating_sub(job.arrival)));
+                    }
+                }
+                return;
+            }
             timed::Observed::Released(r) => {
                 if let Some(b) = board.as_mut() {
                     b.released(&r);

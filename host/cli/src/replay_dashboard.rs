@@ -198,6 +198,13 @@ impl TimedReplay {
         self.publish_when_due();
     }
 
+    /// A job that waited was withdrawn: it waits no more.
+    pub fn withdrawn(&mut self, at: u64, workload: &str) {
+        self.enter(at);
+        self.waiting.remove(workload);
+        self.publish_when_due();
+    }
+
     /// A run ended: its room is free.
     pub fn released(&mut self, r: &TimedRelease<'_>) {
         self.enter(r.at);

@@ -411,6 +411,7 @@ function what(kind, d) {
     case "task-preempted": return `${d.reason} for ${d.preemptor?.id ?? "–"}; checkpoint ${d.checkpoint}`;
     case "task-evicted": case "task-ended": return d.reason ?? "";
     case "task-topology-alert": return `${d.severity}: ${d.message}`;
+    case "task-withdrawn": return `withdrawn after ${d.waited_seconds} s waiting`;
     case "group-timed-out": return `${d.placed} of ${d.min_member} placed after ${d.waited_seconds} s`;
     case "queue-share-changed": {
       // What moved: GPUs, CPU cores, memory GiB (a share moves in any of them).

@@ -7,7 +7,7 @@ use crate::schema::{
     NodeCapacityChanged, Payload, PluginFault, PolicySetRef, PreemptReason, Quantity, QueueAdmission, QueueConfigured,
     QueueShareChanged, QueueShareMove, ReclaimCost, RunningSince, ScoreSummary, Stage, StageReason, TaskEnded,
     TaskEvicted, TaskPreempted, TaskRef, TaskRequest, TaskScheduled, TaskSubmitted, TaskTopologyAlert,
-    TaskUnschedulable,
+    TaskUnschedulable, TaskWithdrawn,
 };
 use crate::{EventSink, Timestamp};
 use wasmsched_api::{DeviceShare, Node, Stage as CoreStage, Task};
@@ -270,6 +270,11 @@ pub fn submitted_running(task: &Task, workload: &Workload, timings: Timings, nod
         s.running = Some(RunningSince { node: node.to_string(), since });
     }
     payload
+}
+
+/// The `task-withdrawn` event of `task`, after `waited_seconds`.
+pub fn withdrawn(task: &Task, waited_seconds: u64) -> Payload {
+    Payload::TaskWithdrawn(TaskWithdrawn { task: task_ref(task), waited_seconds })
 }
 
 /// Extended resources that count a DeviceClass's devices (DRA claims).

@@ -107,6 +107,9 @@ pub enum Payload {
     /// A queue was created or its configuration changed.
     #[serde(rename = "io.wasmsched.queue.configured.v1")]
     QueueConfigured(QueueConfigured),
+    /// A task left before it ran: its pod was deleted while it waited.
+    #[serde(rename = "io.wasmsched.task.withdrawn.v1")]
+    TaskWithdrawn(TaskWithdrawn),
 }
 
 /// The kind of an event, without its data: filters, subjects and counters use it.
@@ -152,11 +155,13 @@ pub enum Kind {
     NodeCapacityChanged,
     /// [`Payload::QueueConfigured`]
     QueueConfigured,
+    /// [`Payload::TaskWithdrawn`]
+    TaskWithdrawn,
 }
 
 impl Kind {
     /// Every kind, in declaration order.
-    pub const ALL: [Kind; 20] = [
+    pub const ALL: [Kind; 21] = [
         Kind::TaskScheduled,
         Kind::TaskUnschedulable,
         Kind::TaskTopologyAlert,
@@ -177,6 +182,7 @@ impl Kind {
         Kind::TaskSubmitted,
         Kind::NodeCapacityChanged,
         Kind::QueueConfigured,
+        Kind::TaskWithdrawn,
     ];
 
     /// The short name used in subjects and CLI filters, e.g. `task-scheduled`.
@@ -202,6 +208,7 @@ impl Kind {
             Kind::TaskSubmitted => "task-submitted",
             Kind::NodeCapacityChanged => "node-capacity-changed",
             Kind::QueueConfigured => "queue-configured",
+            Kind::TaskWithdrawn => "task-withdrawn",
         }
     }
 }
@@ -230,6 +237,7 @@ impl Kind {
             Kind::TaskSubmitted => "io.wasmsched.task.submitted.v1",
             Kind::NodeCapacityChanged => "io.wasmsched.node.capacity-changed.v1",
             Kind::QueueConfigured => "io.wasmsched.queue.configured.v1",
+            Kind::TaskWithdrawn => "io.wasmsched.task.withdrawn.v1",
         }
     }
 }
@@ -275,6 +283,7 @@ impl Payload {
             Payload::TaskSubmitted(_) => Kind::TaskSubmitted,
             Payload::NodeCapacityChanged(_) => Kind::NodeCapacityChanged,
             Payload::QueueConfigured(_) => Kind::QueueConfigured,
+            Payload::TaskWithdrawn(_) => Kind::TaskWithdrawn,
         }
     }
 
@@ -302,6 +311,7 @@ impl Payload {
             Payload::TaskSubmitted(e) => task(&e.task),
             Payload::NodeCapacityChanged(e) => (e.node.clone(), None),
             Payload::QueueConfigured(e) => (e.queue.clone(), None),
+            Payload::TaskWithdrawn(e) => task(&e.task),
         }
     }
 
@@ -315,6 +325,7 @@ impl Payload {
             Payload::TaskEvicted(e) => Some(&e.task),
             Payload::TaskEnded(e) => Some(&e.task),
             Payload::TaskSubmitted(e) => Some(&e.task),
+            Payload::TaskWithdrawn(e) => Some(&e.task),
             _ => None,
         }
     }
@@ -425,6 +436,9 @@ impl Event {
             Payload::QueueConfigured(e) => {
                 let parent = e.parent.as_deref().unwrap_or("-");
                 format!("{} (parent {parent}, weight {}, guarantee {})", e.queue, e.weight, e.guarantee)
+            }
+            Payload::TaskWithdrawn(e) => {
+                format!("{} in {}: withdrawn after {} s waiting", e.task, e.task.queue, e.waited_seconds)
             }
         };
         format!("{} {:<24} {}", self.time, self.kind().name(), body)
@@ -1052,6 +1066,18 @@ pub struct GangSpec {
     /// default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_seconds: Option<u64>,
+}
+
+/// Data of `io.wasmsched.task.withdrawn.v1`: a task left the scheduler before it ran — its pod
+/// was deleted while it waited (a replayed job withdrawn at its `withdraw_at`). Its `time` is
+/// when the scheduler saw it go. What tells a recorded stream's waiting work that gave up from
+/// work still waiting at the end.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TaskWithdrawn {
+    /// The task.
+    pub task: TaskRef,
+    /// Seconds since it arrived (its `task-submitted`).
+    pub waited_seconds: u64,
 }
 
 /// Data of `io.wasmsched.task.submitted.v1`: a task arrived (a pod the scheduler will place was

@@ -85,6 +85,70 @@ fn a_replay_s_events_replay_again_to_the_same_placements_and_report() {
 }
 
 #[test]
+fn work_withdrawn_while_it_waited_is_withdrawn_again_in_the_rebuilt_scenario() {
+    // `gang` and `whole` wait behind `first` and are withdrawn (pods deleted) at 40 and 60 s;
+    // `late` runs when its withdrawal falls due and runs on.
+    let dir = tempfile::tempdir().unwrap();
+    let original = dir.path().join("withdrawn.json");
+    std::fs::write(
+        &original,
+        r#"{
+      "nodes": [{"name": "n1", "cpu_milli": 8000, "memory_mib": 65536, "gpus": 4, "model": "A100"}],
+      "queues": ["a"],
+      "jobs": [
+        {"name": "first", "queue": "a", "arrival": 0, "duration": 100, "gpus": 3, "gpu_milli": 1000},
+        {"name": "gang", "queue": "a", "arrival": 0, "duration": 100, "gpus": 1, "gpu_milli": 1000,
+         "replicas": 2, "timeout": 3600, "withdraw_at": 40},
+        {"name": "small", "queue": "a", "arrival": 10, "duration": 10, "gpus": 2, "gpu_milli": 1000},
+        {"name": "whole", "queue": "a", "arrival": 20, "duration": 10, "gpus": 4, "gpu_milli": 1000, "withdraw_at": 60},
+        {"name": "late", "queue": "a", "arrival": 30, "duration": 400, "gpus": 1, "gpu_milli": 1000, "withdraw_at": 300}
+      ]
+    }"#,
+    )
+    .unwrap();
+    let (first_events, second_events) = (dir.path().join("1.jsonl"), dir.path().join("2.jsonl"));
+    let first = replay(&["--scenario", original.to_str().unwrap()], &first_events);
+    let withdrawn: Vec<(String, String, u64)> = lines(&first_events)
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["type"] == "io.wasmsched.task.withdrawn.v1")
+        .map(|e| {
+            let d = &e["data"];
+            (
+                e["time"].as_str().unwrap().into(),
+                d["task"]["id"].as_str().unwrap().into(),
+                d["waited_seconds"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let at = |s: u64| format!("1970-01-01T00:{:02}:{:02}.000Z", s / 60, s % 60);
+    assert_eq!(
+        withdrawn,
+        [(at(40), "gang-0".into(), 40), (at(40), "gang-1".into(), 40), (at(60), "whole".into(), 40)],
+        "one event per pod, when it went"
+    );
+    let rebuilt = dir.path().join("rebuilt.json");
+    let (ok, stderr) = from_events(&["--file", first_events.to_str().unwrap(), "--out", rebuilt.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("2 jobs were withdrawn while they waited"), "{stderr}");
+    let scenario: Value = serde_json::from_str(&std::fs::read_to_string(&rebuilt).unwrap()).unwrap();
+    let withdraw_at: Vec<(&str, Option<u64>)> = scenario["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| (j["name"].as_str().unwrap(), j["withdraw_at"].as_u64()))
+        .collect();
+    assert_eq!(
+        withdraw_at,
+        [("first", None), ("gang", Some(40)), ("small", None), ("whole", Some(60)), ("late", None)],
+        "a job that ran was not withdrawn"
+    );
+    let second = replay(&["--scenario", rebuilt.to_str().unwrap()], &second_events);
+    assert_eq!(second, first, "the report of the rebuilt scenario");
+    assert_eq!(placements(&first_events), placements(&second_events));
+}
+
+#[test]
 fn what_the_stream_does_not_carry_is_said_as_assumed() {
     let dir = tempfile::tempdir().unwrap();
     for (file, assumed) in [

@@ -1,5 +1,5 @@
 //! What the event stream has been told of the cluster: each node's capacity, each queue's
-//! configuration and each pod's arrival, published when they change — what `wasmsched scenario
+//! configuration, each pod's arrival and a waiting pod's withdrawal, published when they change — what `wasmsched scenario
 //! from-events` rebuilds the cluster and its work from. Only with events on.
 
 use ahash::{AHashMap, AHashSet};
@@ -122,6 +122,20 @@ impl Scheduler {
             };
             self.publish_at(created, payload);
         }
+    }
+
+    /// `task-withdrawn` of pod `id` of ours, going before it ran: announced (its
+    /// `task-submitted` went out) and never bound. Before it leaves [`Scheduler::ours`].
+    pub(super) fn withdrawn(&mut self, id: &str) {
+        if !self.describing() || !self.reports.described.announced.remove(id) {
+            return;
+        }
+        let Some(facts) = self.ours.get(id).filter(|f| !f.bound) else { return };
+        let now = Timestamp::now();
+        let created = facts.created.as_ref().map_or(now, convert::event_time);
+        let waited = now.millis().saturating_sub(created.millis()) / 1000;
+        let payload = decisions::withdrawn(&facts.task, waited);
+        self.publish_at(now, payload);
     }
 
     /// Forget the announcements of pods that are gone.

@@ -106,6 +106,7 @@ impl Scheduler {
         if self.objects.dra_pods.remove(id).is_some() {
             self.objects.dra_counted.retain(|_, (task, _)| task != id);
         }
+        self.withdrawn(id);
         self.ours.remove(id);
         self.unreport(id);
         // A lone pod's workload is itself; a gang's note goes with its next submission or bind.

@@ -66,8 +66,32 @@ async fn nodes_queues_and_arrivals_are_published_once_and_again_when_they_change
             && queues.iter().any(|e| e["data"]["weight"] == 3)
     })
     .await;
+    // The waiting pod is deleted (its user gave up), and the running one: the first is
+    // withdrawn, the second ended.
+    api.remove(Kind::Pod, "ml/waits");
+    api.remove(Kind::Pod, "ml/a");
+    let file_ = file.clone();
+    eventually("the deletions published", Duration::from_secs(20), || {
+        assert!(sink.flush(Duration::from_secs(5)));
+        !events_of(&file_, "io.wasmsched.task.withdrawn.v1").is_empty()
+            && !events_of(&file_, "io.wasmsched.task.ended.v1").is_empty()
+    })
+    .await;
     run.stop().await;
     assert!(sink.flush(Duration::from_secs(10)));
+    let withdrawn = events_of(&file, "io.wasmsched.task.withdrawn.v1");
+    assert_eq!(withdrawn.len(), 1, "only the pod that never ran is withdrawn: {withdrawn:#?}");
+    assert_eq!(
+        (withdrawn[0]["data"]["task"]["id"].as_str(), withdrawn[0]["data"]["task"]["queue"].as_str()),
+        (Some("ml/waits"), Some("prod"))
+    );
+    // Created at 10:00:00 of a day gone by: it waited from then.
+    assert!(withdrawn[0]["data"]["waited_seconds"].as_u64().unwrap() > 3600, "{withdrawn:#?}");
+    let ended = events_of(&file, "io.wasmsched.task.ended.v1");
+    assert_eq!(
+        (ended.len(), ended[0]["data"]["task"]["id"].as_str(), ended[0]["data"]["reason"].as_str()),
+        (1, Some("ml/a"), Some("deleted"))
+    );
 
     let nodes = events_of(&file, "io.wasmsched.node.capacity-changed.v1");
     let said: Vec<(String, String, bool)> = nodes

@@ -56,7 +56,7 @@ pub struct JobOutcome {
     pub start: Option<u64>,
     /// End (s), if it finished within the replay.
     pub end: Option<u64>,
-    /// When its gang was given up after its timeout (s), if it was.
+    /// When it was given up (s): its gang after its timeout, or withdrawn at its `withdraw_at`.
     pub given_up: Option<u64>,
     /// Times it was stopped by eviction.
     pub evictions: u32,
@@ -244,6 +244,8 @@ pub enum Observed<'a> {
     Shares(u64, &'a [wasmsched_core::QueueShare]),
     /// A job arrived (virtual s), before the core saw it: also one refused at once.
     Arrived(u64, &'a Job, &'a wasmsched_core::Workload),
+    /// A job that had not started was withdrawn at its `withdraw_at` (virtual s).
+    Withdrawn(u64, &'a Job, &'a wasmsched_core::Workload),
 }
 
 /// [`run`] with the policy sets of `policies`, explicit core settings, calling `observe` after
@@ -288,6 +290,40 @@ fn take_over(
         driver.taken_over(task, node, devices);
     }
     Ok(())
+}
+
+/// Job `j`'s pods deleted at `now` (its `withdraw_at`): if it waits — in the core's queue, or to
+/// be submitted again after a gang timeout — it is given up, and what part of its gang holds
+/// goes back. Whether it was withdrawn: a job running then runs on; one refused never waited.
+fn withdraw(
+    core: &mut SchedulerCore,
+    lookup: &Jobs<'_>,
+    p: &mut Progress,
+    devices: Option<&mut Devices>,
+    j: usize,
+    now: u64,
+) -> bool {
+    let job = &lookup.jobs[j];
+    let s = &p.state[j];
+    if s.active_since.is_some() || s.finished || p.out[j].given_up.is_some() {
+        return false;
+    }
+    let resubmitting = p.agenda.resubmissions.iter().any(|Reverse((_, k))| *k == j);
+    if core.finish(&job.name).is_err() && !resubmitting {
+        return false;
+    }
+    if let Some(d) = devices {
+        job.task_ids().iter().for_each(|t| d.release(t));
+    }
+    for member in &lookup.workloads[j].members {
+        p.runs.finish(&member.id, now, runs::RunEnd::Evicted);
+    }
+    p.used = p.used.saturating_sub(s.gpu_milli);
+    p.state[j] = JobState { finished: true, ..JobState::default() };
+    p.out[j].given_up = Some(now);
+    p.out[j].waiting_reason = Some("withdrawn while it waited (its pods were deleted)".into());
+    p.last_change = now;
+    true
 }
 
 /// The first GPUs of `node` with room for one replica `task` (after those `chosen` already there).
@@ -410,6 +446,9 @@ pub fn run_with_devices(
     // after their arrival (they add no instant of their own: that would change the replay).
     let mut refused: Vec<usize> = (0..jobs.len()).filter(|&j| never[j]).collect();
     refused.sort_by_key(|&i| (Reverse(jobs[i].arrival), Reverse(i)));
+    // Jobs to withdraw, the next last.
+    let mut withdrawals: Vec<usize> = (0..jobs.len()).filter(|&j| !never[j] && jobs[j].withdraw_at.is_some()).collect();
+    withdrawals.sort_by_key(|&j| (Reverse(jobs[j].withdraw_at), Reverse(j)));
     let mut utilisation = Vec::new();
     let mut fairness = metrics::FairnessOverTime::default();
     let mut now = 0;
@@ -426,6 +465,7 @@ pub fn run_with_devices(
             progress.agenda.checkpoints.peek().map(|Reverse((t, _))| *t),
             progress.agenda.terminations.peek().map(|Reverse((t, _, _))| *t),
             policies.next_change_after(now),
+            withdrawals.last().and_then(|&j| jobs[j].withdraw_at),
         ]
         .into_iter()
         .flatten()
@@ -521,10 +561,19 @@ pub fn run_with_devices(
                 break;
             }
             p.agenda.resubmissions.pop();
+            // Withdrawn while it waited to be submitted again: gone.
+            if p.out[j].given_up.is_some() {
+                continue;
+            }
             // Its earlier incarnation was forgotten at its timeout; a refusal now is reported as
             // at arrival.
             if let Err(e) = core.submit(lookup.workloads[j].clone(), now) {
                 p.out[j].waiting_reason = Some(format!("refused: {e}"));
+            }
+        }
+        while let Some(j) = withdrawals.pop_if(|&mut j| jobs[j].withdraw_at.is_some_and(|t| t <= now)) {
+            if withdraw(&mut core, &lookup, p, devices.as_mut(), j, now) {
+                observe(Observed::Withdrawn(now, &jobs[j], &lookup.workloads[j]));
             }
         }
         if let Some(d) = devices.as_mut() {

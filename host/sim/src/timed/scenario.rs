@@ -96,6 +96,11 @@ pub struct Job {
     /// their window opens.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub running_on: Vec<String>,
+    /// Virtual second its pods are deleted if it has not started by then (the user gave up
+    /// waiting): it leaves the queue, what its gang held goes back. A job running then runs on.
+    /// What `scenario from-events` writes for work withdrawn while it waited.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "seconds::some_whole")]
+    pub withdraw_at: Option<u64>,
 }
 
 /// A job's inter-pod affinity (Kubernetes' `podAffinity` and `podAntiAffinity`, in the scenario's
@@ -235,6 +240,7 @@ impl Default for Job {
             pod_affinity: None,
             claims: Vec::new(),
             running_on: Vec::new(),
+            withdraw_at: None,
         }
     }
 }
@@ -745,6 +751,7 @@ fn job_problem(j: &Job, tree: &QueueTree, jobs: &mut BTreeSet<String>, tasks: &m
         ("grace_seconds", j.grace_seconds),
         ("termination_seconds", j.termination_seconds),
         ("timeout", j.timeout),
+        ("withdraw_at", j.withdraw_at),
     ];
     if let Some((what, t)) = times.iter().find_map(|(w, t)| t.filter(|&t| t > MAX_SECONDS).map(|t| (w, t))) {
         return Some(format!("job {:?}: {what} {t} s is beyond {MAX_SECONDS} s", j.name));
@@ -772,6 +779,15 @@ fn job_problem(j: &Job, tree: &QueueTree, jobs: &mut BTreeSet<String>, tasks: &m
             j.running_on.len(),
             j.replicas
         ));
+    }
+    match j.withdraw_at {
+        Some(at) if at < j.arrival => {
+            return Some(format!("job {:?}: withdraw_at {at} s is before its arrival at {} s", j.name, j.arrival));
+        }
+        Some(_) if !j.running_on.is_empty() => {
+            return Some(format!("job {:?}: a job running when it arrives (running_on) cannot be withdrawn", j.name));
+        }
+        _ => {}
     }
     let ids = j.task_ids();
     if let Some(id) = ids.iter().find(|id| tasks.contains(*id)) {

@@ -318,5 +318,6 @@ pub fn samples() -> Vec<Payload> {
             flavor_quotas: false,
             removed: false,
         }),
+        Payload::TaskWithdrawn(TaskWithdrawn { task: task("pod-9", "team-a"), waited_seconds: 1800 }),
     ]
 }
