@@ -89,25 +89,9 @@ fn work_withdrawn_while_it_waited_is_withdrawn_again_in_the_rebuilt_scenario() {
     // `gang` and `whole` wait behind `first` and are withdrawn (pods deleted) at 40 and 60 s;
     // `late` runs when its withdrawal falls due and runs on.
     let dir = tempfile::tempdir().unwrap();
-    let original = dir.path().join("withdrawn.json");
-    std::fs::write(
-        &original,
-        r#"{
-      "nodes": [{"name": "n1", "cpu_milli": 8000, "memory_mib": 65536, "gpus": 4, "model": "A100"}],
-      "queues": ["a"],
-      "jobs": [
-        {"name": "first", "queue": "a", "arrival": 0, "duration": 100, "gpus": 3, "gpu_milli": 1000},
-        {"name": "gang", "queue": "a", "arrival": 0, "duration": 100, "gpus": 1, "gpu_milli": 1000,
-         "replicas": 2, "timeout": 3600, "withdraw_at": 40},
-        {"name": "small", "queue": "a", "arrival": 10, "duration": 10, "gpus": 2, "gpu_milli": 1000},
-        {"name": "whole", "queue": "a", "arrival": 20, "duration": 10, "gpus": 4, "gpu_milli": 1000, "withdraw_at": 60},
-        {"name": "late", "queue": "a", "arrival": 30, "duration": 400, "gpus": 1, "gpu_milli": 1000, "withdraw_at": 300}
-      ]
-    }"#,
-    )
-    .unwrap();
+    let original = scenario("withdrawn.yaml");
     let (first_events, second_events) = (dir.path().join("1.jsonl"), dir.path().join("2.jsonl"));
-    let first = replay(&["--scenario", original.to_str().unwrap()], &first_events);
+    let first = replay(&["--scenario", &original], &first_events);
     let withdrawn: Vec<(String, String, u64)> = lines(&first_events)
         .iter()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())

@@ -818,24 +818,9 @@ fn a_job_running_on_a_node_is_taken_over_there_and_work_waits_for_what_it_holds(
 
 #[test]
 fn a_job_withdrawn_while_it_waits_leaves_the_queue_and_runs_no_more() {
-    // One 4-GPU node. `first` holds 3 GPUs until 100 s; `late` (1 GPU) takes the fourth at 30 s
-    // and runs to 430 s — its withdrawal at 300 s finds it running, and it runs on. `gang` (2 × 1
-    // GPU) waits from 0 and is withdrawn at 40 s, `whole` (4 GPUs) from 20 s to its withdrawal
-    // at 60 s. So at 100 s `small` (2 GPUs, waiting since 10 s) starts; had `gang` stayed, it
-    // would have been first in line for the three GPUs free then, and `small` would have waited.
-    let text = r#"{
-      "nodes": [{"name": "n1", "cpu_milli": 8000, "memory_mib": 65536, "gpus": 4, "model": "A100"}],
-      "queues": ["a"],
-      "jobs": [
-        {"name": "first", "queue": "a", "arrival": 0, "duration": 100, "gpus": 3, "gpu_milli": 1000},
-        {"name": "gang", "queue": "a", "arrival": 0, "duration": 100, "gpus": 1, "gpu_milli": 1000,
-         "replicas": 2, "timeout": 3600, "withdraw_at": 40},
-        {"name": "small", "queue": "a", "arrival": 10, "duration": 10, "gpus": 2, "gpu_milli": 1000},
-        {"name": "whole", "queue": "a", "arrival": 20, "duration": 10, "gpus": 4, "gpu_milli": 1000, "withdraw_at": 60},
-        {"name": "late", "queue": "a", "arrival": 30, "duration": 400, "gpus": 1, "gpu_milli": 1000, "withdraw_at": 300}
-      ]
-    }"#;
-    let s = Scenario::parse("s.json", text).unwrap();
+    // The acts are told in the scenario's header.
+    let text = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/scenarios/withdrawn.yaml"));
+    let s = Scenario::parse("s.yaml", text).unwrap();
     let mut withdrawn = Vec::new();
     let set = full_set();
     let timeline = timed::PolicyTimeline::new(&set);
@@ -865,7 +850,7 @@ fn a_job_withdrawn_while_it_waits_leaves_the_queue_and_runs_no_more() {
     assert_eq!((by("late").start, by("late").end), (Some(30), Some(430)), "a job running at its withdraw_at runs on");
     assert!(by("late").given_up.is_none());
     // Without the gang's withdrawal, it takes two of the three GPUs free at 100 s.
-    let kept = Scenario::parse("s.json", &text.replace(r#", "withdraw_at": 40"#, "")).unwrap();
+    let kept = Scenario::parse("s.yaml", &text.replace(", withdraw_at: 40", "")).unwrap();
     let k = timed::run_with_devices(
         &timeline,
         &kept.node_table(),
@@ -882,10 +867,10 @@ fn a_job_withdrawn_while_it_waits_leaves_the_queue_and_runs_no_more() {
     assert_eq!(why, [(&"withdrawn while it waited (its pods were deleted)".to_string(), &2)]);
 
     // Before the arrival, or for work taken over running, is malformed.
-    let early = text.replace(r#""withdraw_at": 60"#, r#""withdraw_at": 5"#);
-    let e = Scenario::parse("s.json", &early).unwrap_err().to_string();
+    let early = text.replace("withdraw_at: 60", "withdraw_at: 5");
+    let e = Scenario::parse("s.yaml", &early).unwrap_err().to_string();
     assert!(e.contains("withdraw_at 5 s is before its arrival at 20 s"), "{e}");
-    let running = text.replace(r#""withdraw_at": 300"#, r#""withdraw_at": 300, "running_on": ["n1"]"#);
-    let e = Scenario::parse("s.json", &running).unwrap_err().to_string();
+    let running = text.replace("withdraw_at: 300", "withdraw_at: 300, running_on: [n1]");
+    let e = Scenario::parse("s.yaml", &running).unwrap_err().to_string();
     assert!(e.contains("cannot be withdrawn"), "{e}");
 }
