@@ -61,6 +61,9 @@ pub struct History {
     pub scenario: Scenario,
     /// What the stream did not say and the scenario assumes, one line each.
     pub assumptions: Vec<String>,
+    /// Each job's tasks (their ids in the stream), by job name: what a caller that knows more of
+    /// them than the stream (a live snapshot's DRA claims) adds to the job.
+    pub members: BTreeMap<String, Vec<String>>,
 }
 
 /// One run of a task: placed at `start`, no longer counted as placed at `placed_until` (an
@@ -214,9 +217,11 @@ pub fn scenario(mut events: Vec<(Timestamp, Payload)>, window: Window) -> Histor
         ));
     }
     let scenario_nodes = scenario_nodes(nodes.into_values(), &mut assumptions);
-    let jobs = jobs(&tasks, from, to, &mut assumptions);
+    let mut members = BTreeMap::new();
+    let jobs = jobs(&tasks, from, to, &mut assumptions, &mut members);
     let queues = scenario_queues(&queue_order, &queues, &jobs, &mut assumptions);
-    History { scenario: Scenario { nodes: scenario_nodes, flavors: Vec::new(), queues, jobs, dra: None }, assumptions }
+    let scenario = Scenario { nodes: scenario_nodes, flavors: Vec::new(), queues, jobs, dra: None };
+    History { scenario, assumptions, members }
 }
 
 fn key(task: &TaskRef) -> (String, String) {
@@ -383,6 +388,7 @@ fn jobs(
     from: u64,
     to: u64,
     assumptions: &mut Vec<String>,
+    members: &mut BTreeMap<String, Vec<String>>,
 ) -> Vec<Job> {
     let namespaces: std::collections::BTreeSet<&str> = tasks.keys().map(|(ns, _)| ns.as_str()).collect();
     let qualify = namespaces.len() > 1;
@@ -500,6 +506,8 @@ fn jobs(
         affinity += usize::from(submitted.is_some_and(|s| s.pod_affinity));
         constrained += usize::from(submitted.is_some_and(|s| s.node_constraints));
         claims += usize::from(submitted.is_some_and(|s| s.claims));
+        let ids = p.tasks.iter().filter_map(|t| t.submitted.as_ref().map(|(_, s)| &s.task).or(t.seen_as.as_ref()));
+        members.insert(job.name.clone(), ids.map(|r| r.id.clone()).collect());
         out.push(job);
     }
     let mut say = |n: usize, what: &str| {
@@ -530,9 +538,12 @@ fn jobs(
         constrained,
         "jobs may go only to some nodes (node selector or affinity), which the stream does not carry: any node",
     );
-    say(claims, "jobs ask for DRA devices, which the stream does not carry: left out");
+    say(claims, CLAIMS_NOT_CARRIED);
     out
 }
+
+/// What is said of jobs whose DRA claims the stream does not carry.
+pub const CLAIMS_NOT_CARRIED: &str = "jobs ask for DRA devices, which the stream does not carry: left out";
 
 /// When the stream first saw a task: its submission, else its first attempt or placement.
 fn first_seen(t: &TaskHistory) -> Option<u64> {

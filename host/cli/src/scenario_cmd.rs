@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io::BufRead as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use wasmsched_events::schema::Payload;
@@ -80,13 +80,68 @@ fn from_cluster(args: FromClusterArgs) -> anyhow::Result<()> {
     })?;
     let read = snapshot.events.len();
     let events = snapshot.events.into_iter().map(|e| (e.time, e.payload)).collect();
-    let h = history::scenario(events, Window { from: Some(snapshot.taken), to: Some(snapshot.taken) });
+    let mut h = history::scenario(events, Window { from: Some(snapshot.taken), to: Some(snapshot.taken) });
+    let mut notes = snapshot.notes;
+    let dra = match (snapshot.dra, args.out.as_ref()) {
+        (Some(dra), Some(out)) if !dra.slices.is_empty() => Some(with_dra(&mut h, dra, out)?),
+        (Some(dra), None) if !dra.slices.is_empty() => {
+            notes.push("DRA objects: they go to a file beside --out, and none was given".into());
+            None
+        }
+        _ => None,
+    };
     write(&h, args.out.as_ref())?;
     summarise(&h, read, 0, 0, 0);
-    for note in &snapshot.notes {
+    if let Some(dra) = dra {
+        eprintln!("{dra}");
+    }
+    for note in &notes {
         eprintln!("left out: {note}");
     }
     Ok(())
+}
+
+/// The snapshot's DRA objects into a file beside `out` that `h`'s scenario names, and its
+/// waiting jobs' claims into their jobs (the stream flags claims, a snapshot has them). What was
+/// written, in a line.
+fn with_dra(
+    h: &mut history::History,
+    dra: wasmsched_kube::snapshot::DraSnapshot,
+    out: &Path,
+) -> anyhow::Result<String> {
+    let stem = out.file_stem().and_then(|s| s.to_str()).unwrap_or("scenario");
+    let name = format!("{stem}.dra.yaml");
+    let path = out.with_file_name(&name);
+    let mut documents = Vec::new();
+    for class in &dra.classes {
+        documents.push(serde_yaml_ng::to_string(class)?);
+    }
+    for slice in &dra.slices {
+        documents.push(serde_yaml_ng::to_string(slice)?);
+    }
+    for claim in &dra.allocated {
+        documents.push(serde_yaml_ng::to_string(claim)?);
+    }
+    std::fs::write(&path, documents.join("---\n")).with_context(|| format!("writing {}", path.display()))?;
+    let mut asking = 0;
+    for job in &mut h.scenario.jobs {
+        let members = h.members.get(&job.name).map(Vec::as_slice).unwrap_or_default();
+        if let Some(specs) = members.iter().find_map(|id| dra.pending.get(id)) {
+            job.claims = specs.clone();
+            asking += 1;
+        }
+    }
+    // What the stream could not carry, the snapshot has.
+    h.assumptions.retain(|a| !a.ends_with(history::CLAIMS_NOT_CARRIED));
+    h.scenario.dra = Some(wasmsched_sim::timed::DraConfig { objects: vec![name] });
+    Ok(format!(
+        "dra: {} DeviceClasses, {} ResourceSlices and {} allocated ResourceClaims (their devices held throughout) in {}; \
+         {asking} waiting jobs ask for their pods' claims",
+        dra.classes.len(),
+        dra.slices.len(),
+        dra.allocated.len(),
+        path.display()
+    ))
 }
 
 /// Write the scenario of `h` to `out` (YAML for `.yaml`/`.yml`, else JSON), or JSON to standard
@@ -273,4 +328,66 @@ fn read_events(args: &FromEventsArgs) -> anyhow::Result<Read> {
         }
     }
     Ok(read)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A snapshot's DRA objects go to a file beside the scenario, which names it; a waiting job
+    /// gets its pod's claims; the scenario loads with them and holds what allocated claims hold.
+    #[test]
+    fn a_snapshot_s_dra_objects_and_pending_claims_make_a_scenario_that_loads_with_them() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let mut objects = wasmsched_dra::Objects::default();
+        objects.read(&root.join("examples/dra/cluster.yaml")).unwrap();
+        let allocated: Vec<_> = objects
+            .claims
+            .iter()
+            .filter(|c| c.status.as_ref().is_some_and(|s| s.allocation.is_some()))
+            .cloned()
+            .collect();
+        assert!(!allocated.is_empty(), "the example holds six GPUs with an allocated claim");
+        let example = wasmsched_sim::timed::Scenario::parse(
+            "dra.yaml",
+            &std::fs::read_to_string(root.join("examples/scenarios/dra.yaml")).unwrap(),
+        )
+        .unwrap();
+        let finetune = example.jobs.iter().find(|j| j.name == "finetune").unwrap();
+        let dra = wasmsched_kube::snapshot::DraSnapshot {
+            slices: objects.slices.clone(),
+            classes: objects.classes.clone(),
+            allocated: allocated.clone(),
+            pending: [("ml/waits".to_string(), finetune.claims.clone())].into(),
+        };
+        let job = wasmsched_sim::timed::Job {
+            name: "ml/waits".into(),
+            queue: "research".into(),
+            cpu_milli: 1000,
+            ..Default::default()
+        };
+        let mut h = history::History {
+            scenario: wasmsched_sim::timed::Scenario {
+                nodes: example.nodes.clone(),
+                flavors: Vec::new(),
+                queues: example.queues.clone(),
+                jobs: vec![job],
+                dra: None,
+            },
+            assumptions: vec![format!("1 {}", history::CLAIMS_NOT_CARRIED)],
+            members: [("ml/waits".to_string(), vec!["ml/waits".to_string()])].into(),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("now.yaml");
+        let said = with_dra(&mut h, dra, &out).unwrap();
+        assert!(said.contains("1 allocated ResourceClaims") && said.contains("1 waiting jobs"), "{said}");
+        assert!(h.assumptions.is_empty(), "the snapshot carries what the stream flags: {:?}", h.assumptions);
+        write(&h, Some(&out)).unwrap();
+        let loaded = wasmsched_sim::timed::Scenario::load_lenient(&out, false).unwrap();
+        assert_eq!(loaded.scenario.dra.as_ref().map(|d| d.objects.clone()), Some(vec!["now.dra.yaml".to_string()]));
+        assert_eq!(loaded.scenario.jobs[0].claims, finetune.claims);
+        let read = loaded.dra.expect("the objects file is read with the scenario");
+        assert_eq!((read.slices.len(), read.classes.len()), (objects.slices.len(), objects.classes.len()));
+        assert_eq!(read.claims, allocated);
+    }
 }

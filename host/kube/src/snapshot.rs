@@ -7,6 +7,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceClaimSpec, ResourceClaimTemplate, ResourceSlice,
+};
 use kube::Api;
 use kube::api::ListParams;
 use wasmsched_api::Task;
@@ -26,6 +29,22 @@ pub struct Snapshot {
     pub taken: Timestamp,
     /// Objects left out and why, one line each.
     pub notes: Vec<String>,
+    /// The cluster's DRA objects, when it serves DRA (`resource.k8s.io/v1`).
+    pub dra: Option<DraSnapshot>,
+}
+
+/// What a scenario needs of DRA: the devices, the claims that hold some now, and what each
+/// pending pod of ours asks for.
+#[derive(Debug, Default)]
+pub struct DraSnapshot {
+    /// ResourceSlices: the devices.
+    pub slices: Vec<ResourceSlice>,
+    /// DeviceClasses.
+    pub classes: Vec<DeviceClass>,
+    /// Claims allocated now: they hold their devices.
+    pub allocated: Vec<ResourceClaim>,
+    /// Per pending pod of ours with claims (its task id), the spec of each, in the pod's order.
+    pub pending: BTreeMap<String, Vec<ResourceClaimSpec>>,
 }
 
 /// Why a snapshot could not be taken.
@@ -114,6 +133,7 @@ pub async fn take(client: kube::Client, scheduler_name: &str) -> Result<Snapshot
             (key, g.spec.min_member)
         })
         .collect();
+    let mut dra = dra_objects(&client).await?;
     let pods = list(Api::<Pod>::all(client), "pods").await?.unwrap_or_default();
     // The live pods that hold or want a node, by workload: a gang's members together.
     let mut workloads: BTreeMap<(String, String), Vec<(&Pod, Task)>> = BTreeMap::new();
@@ -159,6 +179,9 @@ pub async fn take(client: kube::Client, scheduler_name: &str) -> Result<Snapshot
             Workload::single(tasks.into_iter().next().expect("a workload has a member"))
         };
         for ((pod, _), task) in members.iter().zip(&workload.members) {
+            if let Some(dra) = dra.as_mut().filter(|_| pod.spec.as_ref().is_some_and(|s| s.node_name.is_none())) {
+                dra.pending_claims(pod, &task.id, &mut notes);
+            }
             let created = pod.metadata.creation_timestamp.as_ref().map_or(taken, |t| convert::event_time(&t.0));
             let payload = match pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
                 Some(node) => {
@@ -176,5 +199,92 @@ pub async fn take(client: kube::Client, scheduler_name: &str) -> Result<Snapshot
         .enumerate()
         .map(|(i, (time, payload))| Event::new(format!("snapshot-{i}"), "wasmsched/snapshot".into(), time, payload))
         .collect();
-    Ok(Snapshot { events, taken, notes })
+    let dra = dra.map(|d| d.snapshot);
+    Ok(Snapshot { events, taken, notes, dra })
+}
+
+/// The DRA objects being read: the snapshot's part, and the claims and templates pods name.
+struct DraReading {
+    snapshot: DraSnapshot,
+    claims: BTreeMap<(String, String), ResourceClaim>,
+    templates: BTreeMap<(String, String), ResourceClaimTemplate>,
+}
+
+/// The cluster's DRA objects; `None` when it does not serve DRA.
+async fn dra_objects(client: &kube::Client) -> Result<Option<DraReading>, SnapshotError> {
+    let Some(slices) = list(Api::<ResourceSlice>::all(client.clone()), "resourceslices").await? else {
+        return Ok(None);
+    };
+    let classes = list(Api::<DeviceClass>::all(client.clone()), "deviceclasses").await?.unwrap_or_default();
+    let key = |m: &kube::api::ObjectMeta| (m.namespace.clone().unwrap_or_default(), m.name.clone().unwrap_or_default());
+    let claims: BTreeMap<_, _> = list(Api::<ResourceClaim>::all(client.clone()), "resourceclaims")
+        .await?
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| (key(&c.metadata), c))
+        .collect();
+    let templates = list(Api::<ResourceClaimTemplate>::all(client.clone()), "resourceclaimtemplates")
+        .await?
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| (key(&t.metadata), t))
+        .collect();
+    let allocated = claims.values().filter(|c| c.status.as_ref().is_some_and(|s| s.allocation.is_some())).cloned();
+    let snapshot = DraSnapshot {
+        slices: slices.into_iter().map(without_owners).collect(),
+        classes: classes.into_iter().map(without_owners).collect(),
+        allocated: allocated.map(without_owners).collect(),
+        pending: BTreeMap::new(),
+    };
+    Ok(Some(DraReading { snapshot, claims, templates }))
+}
+
+/// `object` without the server's bookkeeping of field owners, which a scenario has no use for.
+fn without_owners<K: kube::Resource>(mut object: K) -> K {
+    object.meta_mut().managed_fields = None;
+    object
+}
+
+impl DraReading {
+    /// The specs of the claims pending `pod` (task `id`) asks for: its claim's, or its template's
+    /// while the claim does not exist yet. One it shares with others, already allocated, or
+    /// that cannot be found is left out of its job and said.
+    fn pending_claims(&mut self, pod: &Pod, id: &str, notes: &mut Vec<String>) {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let mut specs = Vec::new();
+        for claim in crate::dra::pod_claims(pod) {
+            let found = match (&claim.claim, &claim.template) {
+                (Some(name), template) => match self.claims.get(&(ns.clone(), name.clone())) {
+                    Some(c) if c.status.as_ref().is_some_and(|s| s.allocation.is_some()) => Err(format!(
+                        "claim {name} is allocated already (it holds its devices): its job asks for no more"
+                    )),
+                    Some(c) => {
+                        if template.is_none() {
+                            notes.push(format!(
+                                "pod {id}: claim {name} is named, not made from a template: its job asks for devices of \
+                                 its own"
+                            ));
+                        }
+                        Ok(c.spec.clone())
+                    }
+                    None => Err(format!("claim {name} not found: left out of its job")),
+                },
+                (None, Some(t)) => self
+                    .templates
+                    .get(&(ns.clone(), t.clone()))
+                    .and_then(|t| t.spec.as_ref())
+                    .map(|s| s.spec.clone())
+                    .ok_or_else(|| format!("template {t} of claim {} not found: left out of its job", claim.name)),
+                (None, None) => Err(format!("claim {} names neither a claim nor a template: left out", claim.name)),
+            };
+            match found {
+                // The API requires a spec; the types leave it optional.
+                Ok(spec) => specs.push(spec.unwrap_or_default()),
+                Err(why) => notes.push(format!("pod {id}: {why}")),
+            }
+        }
+        if !specs.is_empty() {
+            self.snapshot.pending.insert(id.to_string(), specs);
+        }
+    }
 }

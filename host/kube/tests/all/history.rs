@@ -186,6 +186,34 @@ async fn a_snapshot_is_the_stream_of_the_cluster_as_it_is_now() {
     done["spec"]["nodeName"] = json!("gpu-1");
     done["status"] = json!({"phase": "Succeeded"});
     api.put(Kind::Pod, done);
+    // DRA: a class, a slice of four devices, a claim allocated to a running pod (it holds its
+    // device), a waiting pod's claim named by it and one whose template's claim is not made yet.
+    api.put(Kind::DeviceClass, json!({"metadata": {"name": "gpu"}, "spec": {}}));
+    let devices: Vec<Value> = (0..4).map(|i| json!({"name": format!("gpu-{i}")})).collect();
+    api.put(
+        Kind::ResourceSlice,
+        json!({"metadata": {"name": "gpu-0-dra"},
+               "spec": {"driver": "gpu.example.com", "nodeName": "gpu-0",
+                        "pool": {"name": "gpu-0", "generation": 1, "resourceSliceCount": 1}, "devices": devices}}),
+    );
+    let request =
+        json!({"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu", "count": 1}}]}});
+    api.put(
+        Kind::ResourceClaim,
+        json!({"metadata": {"name": "held", "namespace": "ml"}, "spec": request,
+               "status": {"allocation": {"devices": {"results": [
+                   {"request": "gpu", "driver": "gpu.example.com", "pool": "gpu-0", "device": "gpu-0"}]}}}}),
+    );
+    api.put(Kind::ResourceClaim, json!({"metadata": {"name": "wanted", "namespace": "ml"}, "spec": request}));
+    for (name, source) in [
+        ("wants", json!({"name": "gpu", "resourceClaimName": "wanted"})),
+        ("templated", json!({"name": "gpu", "resourceClaimTemplateName": "one-gpu"})),
+    ] {
+        let mut p = pod("ml", name, NAME, 0, "1", "1Gi");
+        p["spec"]["resourceClaims"] = json!([source]);
+        p["spec"]["containers"][0]["resources"]["claims"] = json!([{"name": "gpu"}]);
+        api.put(Kind::Pod, p);
+    }
 
     let snapshot = wasmsched_kube::snapshot::take(api.client("snapshot"), NAME).await.unwrap();
     let kinds: Vec<(&str, String)> = snapshot.events.iter().map(|e| (e.kind().name(), e.subject.clone())).collect();
@@ -194,7 +222,11 @@ async fn a_snapshot_is_the_stream_of_the_cluster_as_it_is_now() {
     assert_eq!(of("queue-configured"), ["org", "research"], "parents first");
     let mut arrived = of("task-submitted");
     arrived.sort();
-    assert_eq!(arrived, ["kube-system/dns", "ml/running", "ml/train-0", "ml/train-1"], "live pods only, ours or bound");
+    assert_eq!(
+        arrived,
+        ["kube-system/dns", "ml/running", "ml/templated", "ml/train-0", "ml/train-1", "ml/wants"],
+        "live pods only, ours or bound"
+    );
     assert!(of("task-scheduled").is_empty(), "a snapshot publishes no placement it did not make");
     assert!(snapshot.notes.iter().any(|n| n == "1 pending pods of other schedulers left out"), "{:?}", snapshot.notes);
     // Bound pods say where they run and since when (their start when no PodScheduled condition).
@@ -225,4 +257,15 @@ async fn a_snapshot_is_the_stream_of_the_cluster_as_it_is_now() {
         .expect("a gang member says its gang");
     assert_eq!((gang.name.as_str(), gang.members, gang.min_member), ("train", 2, 2));
     assert!(snapshot.events.windows(2).all(|w| w[0].time <= w[1].time), "in time order");
+    // DRA: the devices, what holds some now, and what each waiting pod asks for.
+    let dra = snapshot.dra.expect("the cluster serves DRA");
+    assert_eq!((dra.slices.len(), dra.classes.len()), (1, 1));
+    let held: Vec<_> = dra.allocated.iter().map(|c| c.metadata.name.as_deref().unwrap_or_default()).collect();
+    assert_eq!(held, ["held"], "only allocated claims hold devices");
+    assert_eq!(dra.pending.keys().collect::<Vec<_>>(), ["ml/wants"]);
+    let asked = &dra.pending["ml/wants"][0];
+    assert_eq!(serde_json::to_value(asked).unwrap(), request);
+    let notes = snapshot.notes.join("; ");
+    assert!(notes.contains("pod ml/templated: template one-gpu of claim gpu not found"), "{notes}");
+    assert!(notes.contains("pod ml/wants: claim wanted is named, not made from a template"), "{notes}");
 }
