@@ -569,6 +569,11 @@ fn job_of(p: &JobParts<'_>) -> Option<Job> {
             let min = s.gang.as_ref().map_or(members, |g| g.min_member);
             job.min_replicas = (min < members).then_some(min.max(1));
             job.timeout = s.gang.as_ref().and_then(|g| g.timeout_seconds);
+            job.topology = s.gang.as_ref().filter(|g| !g.topology.is_empty()).map(|g| {
+                let mut preferred = g.topology.clone();
+                let required = if g.topology_required { preferred.pop() } else { None };
+                wasmsched_sim::timed::GangTopology { preferred, required }
+            });
             job.preemptible = s.preemptible;
             job.preempts = s.preempts;
             job.checkpoint_seconds = s.checkpoint_seconds.or(s.checkpointable.then_some(0));

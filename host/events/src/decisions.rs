@@ -237,6 +237,8 @@ pub fn submitted(task: &Task, workload: &Workload, timings: Timings) -> Payload 
         members: workload.members.len() as u32,
         min_member: workload.min_member as u32,
         timeout_seconds: workload.timeout_seconds,
+        topology: workload.topology.as_ref().map(|t| t.tiers.clone()).unwrap_or_default(),
+        topology_required: workload.topology.as_ref().is_some_and(|t| t.strict),
     });
     Payload::TaskSubmitted(TaskSubmitted {
         task: TaskRef { priority: workload.priority, ..task_ref(task) },

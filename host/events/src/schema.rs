@@ -1066,6 +1066,13 @@ pub struct GangSpec {
     /// default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_seconds: Option<u64>,
+    /// Its topology levels (node labels), in the order they are tried: all members in one domain
+    /// of the first with room, else of the next; empty when it has none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub topology: Vec<String>,
+    /// It never leaves one domain of the last of `topology` (else it finally goes anywhere).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub topology_required: bool,
 }
 
 /// Data of `io.wasmsched.task.withdrawn.v1`: a task left the scheduler before it ran — its pod

@@ -64,6 +64,8 @@ fn a_replay_s_events_replay_again_to_the_same_placements_and_report() {
         ("two-queues", vec!["--scenario".into(), scenario("two-queues.json")]),
         // Gangs, an elastic job, checkpoints, priority preemption, a gang timing out, a capability.
         ("queues-gangs-preemption", vec!["--scenario".into(), scenario("queues-gangs-preemption.yaml")]),
+        // Gangs that prefer one NVLink domain, then one block.
+        ("nvl72", vec!["--scenario".into(), scenario("nvl72.yaml")]),
         // 8,152 jobs of the openb trace on half its cluster, contended, with reclaim.
         ("openb", vec![]),
     ];

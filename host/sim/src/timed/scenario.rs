@@ -13,7 +13,9 @@ use wasmsched_api::{
     GpuRequest, MAX_PREFERRED_WEIGHT, PodAffinity, PodAffinityTerm, Resources, SelectorOperator, SelectorRequirement,
     Task,
 };
-use wasmsched_core::{Flavor, NodeTable, PreemptionPolicy, QueueError, QueueSpec, QueueTree, Workload, add_flavored};
+use wasmsched_core::{
+    Flavor, NodeTable, PreemptionPolicy, QueueError, QueueSpec, QueueTree, TopologyConstraint, Workload, add_flavored,
+};
 use wasmsched_topology::NodeTopology;
 
 use crate::trace::{TraceError, TracePod, gpu_node};
@@ -101,6 +103,59 @@ pub struct Job {
     /// What `scenario from-events` writes for work withdrawn while it waited.
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "seconds::some_whole")]
     pub withdraw_at: Option<u64>,
+    /// Where its replicas go together: one domain of a topology level (node labels: an NVLink
+    /// clique, a rack, a block). A gang's, or an elastic job's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<GangTopology>,
+}
+
+/// A job's topology request: levels named by node labels. Its replicas go to one domain of the
+/// first `preferred` level that has one with room for them, else of the next (innermost first),
+/// then of `required`; without `required`, finally anywhere. Kueue's `preferred` and `required`
+/// levels, and the Workload API's topology constraint, read as this.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GangTopology {
+    /// Levels to try, innermost first (e.g. `[nvidia.com/gpu.clique, example.com/block]`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preferred: Vec<String>,
+    /// The level its replicas never leave: all in one domain of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub required: Option<String>,
+}
+
+impl GangTopology {
+    /// The core's constraint: the levels to try in order, strict when one is required.
+    pub fn constraint(&self) -> TopologyConstraint {
+        let mut tiers = self.preferred.clone();
+        if let Some(required) = &self.required
+            && !tiers.contains(required)
+        {
+            tiers.push(required.clone());
+        }
+        TopologyConstraint { tiers, strict: self.required.is_some() }
+    }
+
+    /// What is wrong with it, if anything.
+    fn problem(&self) -> Option<String> {
+        let levels: Vec<&String> = self.preferred.iter().chain(&self.required).collect();
+        if levels.is_empty() {
+            return Some("topology names no level (`preferred` or `required`)".into());
+        }
+        if levels.iter().any(|l| l.trim().is_empty()) {
+            return Some("topology names an empty level".into());
+        }
+        let distinct: BTreeSet<&String> = self.preferred.iter().collect();
+        if distinct.len() < self.preferred.len() {
+            return Some("topology names a preferred level twice".into());
+        }
+        if let Some(required) = &self.required
+            && self.preferred.iter().position(|p| p == required).is_some_and(|i| i + 1 < self.preferred.len())
+        {
+            return Some(format!("topology: preferred levels after the required one {required:?} could never be used"));
+        }
+        None
+    }
 }
 
 /// A job's inter-pod affinity (Kubernetes' `podAffinity` and `podAntiAffinity`, in the scenario's
@@ -241,6 +296,7 @@ impl Default for Job {
             claims: Vec::new(),
             running_on: Vec::new(),
             withdraw_at: None,
+            topology: None,
         }
     }
 }
@@ -321,6 +377,7 @@ impl Job {
         w.preemptible = self.preemptible;
         w.checkpointable = self.checkpoint_seconds.is_some();
         w.grace_seconds = self.grace_seconds;
+        w.topology = self.topology.as_ref().map(GangTopology::constraint);
         w
     }
 
@@ -779,6 +836,9 @@ fn job_problem(j: &Job, tree: &QueueTree, jobs: &mut BTreeSet<String>, tasks: &m
             j.running_on.len(),
             j.replicas
         ));
+    }
+    if let Some(problem) = j.topology.as_ref().and_then(GangTopology::problem) {
+        return Some(format!("job {:?}: {problem}", j.name));
     }
     match j.withdraw_at {
         Some(at) if at < j.arrival => {

@@ -874,3 +874,104 @@ fn a_job_withdrawn_while_it_waits_leaves_the_queue_and_runs_no_more() {
     let e = Scenario::parse("s.yaml", &running).unwrap_err().to_string();
     assert!(e.contains("cannot be withdrawn"), "{e}");
 }
+
+/// Each gang's first placement on `s` with `set`: whether all its replicas shared one NVLink
+/// domain (`nvidia.com/gpu.clique`), and its queueing delay.
+fn gang_domains(s: &Scenario) -> Vec<(String, bool, u64)> {
+    let clique: std::collections::HashMap<&str, &str> = s
+        .nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n.labels.get("nvidia.com/gpu.clique").map_or("", String::as_str)))
+        .collect();
+    let mut first: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    let r = replay_full(s, |d| {
+        if let wasmsched_core::Decision::Bound { task, node, .. } = d.decision {
+            first.entry(task.clone()).or_insert_with(|| node.clone());
+        }
+    });
+    s.jobs
+        .iter()
+        .zip(&r.jobs)
+        .filter(|(j, o)| j.replicas > 1 && o.start.is_some())
+        .map(|(j, o)| {
+            let domains: std::collections::BTreeSet<&str> =
+                j.task_ids().iter().filter_map(|t| first.get(t)).map(|n| clique[n.as_str()]).collect();
+            (j.name.clone(), domains.len() == 1, o.start.unwrap() - o.arrival)
+        })
+        .collect()
+}
+
+#[test]
+fn gangs_that_prefer_one_nvlink_domain_get_one_where_a_topology_blind_placement_splits_them() {
+    let aware_text = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/scenarios/nvl72.yaml"));
+    let blind_text = aware_text.replace(", topology: {preferred: [nvidia.com/gpu.clique, example.com/block]}", "");
+    assert_ne!(aware_text, blind_text);
+    let aware = gang_domains(&Scenario::parse("nvl72.yaml", aware_text).unwrap());
+    let blind = gang_domains(&Scenario::parse("nvl72.yaml", &blind_text).unwrap());
+    let share = |g: &[(String, bool, u64)]| g.iter().filter(|x| x.1).count() as f64 / g.len().max(1) as f64;
+    let delay = |g: &[(String, bool, u64)]| g.iter().map(|x| x.2).sum::<u64>() as f64 / g.len().max(1) as f64;
+    eprintln!(
+        "nvl72: gangs inside one NVLink domain: aware {:.1} % of {}, blind {:.1} % of {}; mean gang queueing delay aware {:.0} s, blind {:.0} s",
+        100.0 * share(&aware),
+        aware.len(),
+        100.0 * share(&blind),
+        blind.len(),
+        delay(&aware),
+        delay(&blind)
+    );
+    assert!(aware.len() >= 50 && blind.len() >= 50, "the gangs started: {} / {}", aware.len(), blind.len());
+    assert!(share(&aware) > share(&blind), "aware {} vs blind {}", share(&aware), share(&blind));
+}
+
+#[test]
+fn a_gang_goes_to_its_preferred_level_then_the_next_and_never_leaves_a_required_one() {
+    // Two racks of two 4-GPU nodes in one block; rack r0 has a GPU taken at 0.
+    let text = |topology: &str| {
+        format!(
+            r#"{{
+      "nodes": [
+        {{"name": "a", "cpu_milli": 8000, "memory_mib": 65536, "gpus": 4, "model": "H100", "labels": {{"rack": "r0", "block": "b"}}}},
+        {{"name": "b", "cpu_milli": 8000, "memory_mib": 65536, "gpus": 4, "model": "H100", "labels": {{"rack": "r0", "block": "b"}}}},
+        {{"name": "c", "cpu_milli": 8000, "memory_mib": 65536, "gpus": 4, "model": "H100", "labels": {{"rack": "r1", "block": "b"}}}},
+        {{"name": "d", "cpu_milli": 8000, "memory_mib": 65536, "gpus": 4, "model": "H100", "labels": {{"rack": "r1", "block": "b"}}}}
+      ],
+      "queues": ["q"],
+      "jobs": [
+        {{"name": "small", "queue": "q", "arrival": 0, "duration": 1000, "gpus": 1, "gpu_milli": 1000}},
+        {{"name": "pair", "queue": "q", "arrival": 1, "duration": 100, "gpus": 4, "gpu_milli": 1000, "replicas": 2, "topology": {topology}}},
+        {{"name": "three", "queue": "q", "arrival": 2, "duration": 100, "gpus": 4, "gpu_milli": 1000, "replicas": 3, "timeout": 50, "topology": {topology}}}
+      ]
+    }}"#
+        )
+    };
+    let run = |topology: &str| {
+        let s = Scenario::parse("s.json", &text(topology)).unwrap();
+        let mut nodes: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        let r = replay_full(&s, |d| {
+            if let wasmsched_core::Decision::Bound { workload, node, .. } = d.decision {
+                nodes.entry(workload.clone()).or_default().push(node.clone());
+            }
+        });
+        (r, nodes)
+    };
+    // `small` sits on a node of r0 (best fit takes the first): the pair gets the whole rack r1,
+    // and `three` (12 GPUs) fits no rack — preferring racks then the block, it goes to the block.
+    let (r, nodes) = run(r#"{"preferred": ["rack", "block"]}"#);
+    assert_eq!(nodes["pair"], ["c", "d"], "{nodes:?}");
+    assert_eq!(r.jobs[2].start, Some(101), "when the pair ends: {:?}", r.jobs[2]);
+    assert_eq!(nodes["three"].len(), 3, "{nodes:?}");
+    // Required to stay in one rack, `three` never starts (its gang times out and comes back).
+    let (r, nodes) = run(r#"{"required": "rack"}"#);
+    assert_eq!(nodes["pair"], ["c", "d"]);
+    assert_eq!(r.jobs[2].start, None, "{:?}", r.jobs[2]);
+    assert!(!nodes.contains_key("three"), "{nodes:?}");
+    // Malformed requests are refused with the job's name.
+    for (bad, said) in [
+        (r#"{}"#, "names no level"),
+        (r#"{"preferred": ["rack", "rack"]}"#, "twice"),
+        (r#"{"preferred": ["rack", "block"], "required": "rack"}"#, "could never be used"),
+    ] {
+        let e = Scenario::parse("s.json", &text(bad)).unwrap_err().to_string();
+        assert!(e.contains("\"pair\"") && e.contains(said), "{bad}: {e}");
+    }
+}
