@@ -98,6 +98,11 @@ pub struct Args {
     /// YAML list as in docs/kubernetes.md. An entry with `disabled: true` removes a built-in one.
     #[arg(long, value_name = "FILE", env = "WASMSCHED_OWNER_KINDS")]
     owner_kinds: Option<PathBuf>,
+    /// The cluster's topology levels, as node labels, outermost first (comma-separated): where a
+    /// gang preferring one level (Kueue's `podset-preferred-topology`) falls back to, one level up
+    /// at a time. Default: zone, `wasmsched.io/spine`, `wasmsched.io/rack`, `nvidia.com/gpu.clique`.
+    #[arg(long, value_name = "LABELS", value_delimiter = ',', env = "WASMSCHED_TOPOLOGY_LEVELS")]
+    topology_levels: Vec<String>,
     #[command(flatten)]
     sink: wasmsched_events::cli::Sink,
 }
@@ -159,6 +164,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         config.core.reclaim_within_deficit = args.reclaim_within_deficit;
         config.core.reclaim_max_runtime_seconds = args.reclaim_max_runtime;
         config.owner_kinds = owner_kinds;
+        if !args.topology_levels.is_empty() {
+            config.topology_levels = args.topology_levels.iter().map(|l| l.trim().to_string()).collect();
+        }
         if args.leader_elect {
             let identity = match &args.identity {
                 Some(id) => id.clone(),

@@ -169,18 +169,21 @@ pub fn place_group(
 }
 
 /// Domains named by the values of `labels` (innermost first), tightest first (least free GPU
-/// share, then least free CPU), ties by name. Nodes missing any of the labels belong to no domain.
+/// share, then least free CPU), ties by name. A node without the innermost label belongs to no
+/// domain; an outer label it lacks counts as empty — a cluster describes the levels it has, and a
+/// scheduler's list of levels (`zone > spine > rack > clique`) names more than most clusters use.
 pub(crate) fn domains(nodes: &NodeTable, labels: &[String]) -> Vec<(String, Vec<Slot>)> {
     let mut by_value: BTreeMap<String, (u64, u64, Vec<Slot>)> = BTreeMap::new();
     for slot in nodes.slots() {
         let Some(node) = nodes.get(slot) else { continue };
-        let values: Option<Vec<&str>> = labels.iter().map(|l| node.label(l)).collect();
-        if let Some(values) = values {
-            let e = by_value.entry(values.join("/")).or_default();
-            e.0 += node.free_gpu_milli();
-            e.1 += node.free_cpu_milli();
-            e.2.push(slot);
-        }
+        let Some((innermost, outer)) = labels.split_first() else { continue };
+        let Some(value) = node.label(innermost) else { continue };
+        let values: Vec<&str> =
+            std::iter::once(value).chain(outer.iter().map(|l| node.label(l).unwrap_or(""))).collect();
+        let e = by_value.entry(values.join("/").trim_end_matches('/').to_string()).or_default();
+        e.0 += node.free_gpu_milli();
+        e.1 += node.free_cpu_milli();
+        e.2.push(slot);
     }
     let mut out: Vec<_> = by_value.into_iter().collect();
     out.sort_by(|a, b| (a.1.0, a.1.1).cmp(&(b.1.0, b.1.1)).then_with(|| a.0.cmp(&b.0)));
@@ -360,6 +363,12 @@ mod tests {
         assert_eq!(free(&t), 32_000);
         let p = place_group(&set(), &mut t, &spec(&three, 3, Some(&loose)), 0).unwrap();
         assert_eq!((p.placed.len(), p.domain), (3, None));
+        // Levels the nodes do not carry above the innermost (no spine, no zone) count as empty: the
+        // racks are still domains.
+        let levels = TopologyConstraint { tiers: vec!["rack".into(), "spine".into(), "zone".into()], strict: true };
+        let mut t = cluster(&layout);
+        let p = place_group(&set(), &mut t, &spec(&two, 2, Some(&levels)), 0).unwrap();
+        assert_eq!(p.domain.as_deref(), Some("X"));
     }
 
     #[test]

@@ -22,6 +22,54 @@ pub const PREEMPTION_REQUESTED_ANNOTATION: &str = "scheduling.wasmsched.io/preem
 /// evicted at once instead of at the deadline.
 pub const CHECKPOINTED_ANNOTATION: &str = "scheduling.wasmsched.io/checkpointed";
 
+/// Pod annotations of Kueue's topology-aware scheduling (on a PodSet's template, so on each pod):
+/// all of the gang in one domain of this level (a node label) …
+pub const KUEUE_REQUIRED_TOPOLOGY: &str = "kueue.x-k8s.io/podset-required-topology";
+/// … or preferably so, falling back one level up at a time, then anywhere.
+pub const KUEUE_PREFERRED_TOPOLOGY: &str = "kueue.x-k8s.io/podset-preferred-topology";
+
+/// The topology levels a cluster is described by, outermost first, when the operator names none
+/// (`--topology-levels`): zone, the spine and rack labels of docs/topology.md, and the NVLink
+/// domain NVIDIA's DRA driver labels nodes with.
+pub const DEFAULT_TOPOLOGY_LEVELS: [&str; 4] =
+    ["topology.kubernetes.io/zone", "wasmsched.io/spine", "wasmsched.io/rack", "nvidia.com/gpu.clique"];
+
+/// A pod's topology request: a level (node label) and whether its gang must stay in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopologyRequest {
+    /// The level.
+    pub level: String,
+    /// Required (never left), else preferred.
+    pub required: bool,
+}
+
+impl TopologyRequest {
+    /// The request Kueue's annotations on `pod` make, if any (required wins over preferred).
+    fn of(pod: &Pod) -> Option<TopologyRequest> {
+        let annotations = pod.metadata.annotations.as_ref()?;
+        let level = |k: &str| annotations.get(k).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+        match (level(KUEUE_REQUIRED_TOPOLOGY), level(KUEUE_PREFERRED_TOPOLOGY)) {
+            (Some(level), _) => Some(TopologyRequest { level, required: true }),
+            (None, Some(level)) => Some(TopologyRequest { level, required: false }),
+            (None, None) => None,
+        }
+    }
+
+    /// The core's constraint with the cluster's `levels` (outermost first): required, one domain
+    /// of the level; preferred, the level, then each level above it, then anywhere. A level the
+    /// cluster does not list has nothing above it.
+    pub fn constraint(&self, levels: &[String]) -> TopologyConstraint {
+        if self.required {
+            return TopologyConstraint::single(self.level.clone(), true);
+        }
+        let tiers = match levels.iter().position(|l| *l == self.level) {
+            Some(i) => levels[..=i].iter().rev().cloned().collect(),
+            None => vec![self.level.clone()],
+        };
+        TopologyConstraint { tiers, strict: false }
+    }
+}
+
 /// What the scheduler keeps of one of its pods.
 #[derive(Clone, Debug)]
 pub struct PodFacts {
@@ -56,6 +104,8 @@ pub struct PodFacts {
     pub group: Option<(GroupSource, String)>,
     /// Its controller: without a group of its own, its owners may make it a gang member.
     pub owner: Option<OwnerRef>,
+    /// Kueue's topology request on it, if any.
+    pub topology: Option<TopologyRequest>,
 }
 
 impl PodFacts {
@@ -84,6 +134,7 @@ impl PodFacts {
             containers: crate::dra::extended::containers(pod),
             group: crate::convert::group_ref(pod),
             owner: OwnerRef::controller_of(&pod.metadata),
+            topology: TopologyRequest::of(pod),
         }
     }
 
@@ -170,8 +221,16 @@ pub fn set_queue(w: &mut Workload, queue: &str) {
     }
 }
 
-/// The pods of group `key` as one gang, members in name order (so placement is reproducible).
-pub fn gang(key: &str, info: &GroupInfo, members: &[&PodFacts], classes: &PriorityClasses) -> Workload {
+/// The pods of group `key` as one gang, members in name order (so placement is reproducible). Its
+/// topology: its group's (the Workload API's constraint), else Kueue's annotations on its first
+/// member, with the cluster's `levels` (outermost first).
+pub fn gang(
+    key: &str,
+    info: &GroupInfo,
+    members: &[&PodFacts],
+    classes: &PriorityClasses,
+    levels: &[String],
+) -> Workload {
     let mut sorted: Vec<&PodFacts> = members.to_vec();
     sorted.sort_by(|a, b| a.task.id.cmp(&b.task.id));
     let queue = info.queue.clone().or_else(|| sorted.first().map(|m| m.task.queue.clone())).unwrap_or_default();
@@ -185,7 +244,10 @@ pub fn gang(key: &str, info: &GroupInfo, members: &[&PodFacts], classes: &Priori
     });
     let priority = info.priority.or(class).unwrap_or_else(|| tasks.iter().map(|t| t.priority).max().unwrap_or(0));
     let mut w = Workload::gang(key, &queue, priority, tasks, info.min_member.min(sorted.len()).max(1));
-    w.topology = info.topology_key.as_ref().map(|k| TopologyConstraint::single(k.clone(), true));
+    w.topology = match &info.topology_key {
+        Some(key) => Some(TopologyConstraint::single(key.clone(), true)),
+        None => sorted.iter().find_map(|m| m.topology.as_ref()).map(|t| t.constraint(levels)),
+    };
     w.timeout_seconds = info.timeout_seconds;
     options(&mut w, &sorted, classes);
     w
@@ -235,7 +297,7 @@ mod tests {
             timeout_seconds: Some(60),
         };
         let none = PriorityClasses::default();
-        let w = gang("ml/g", &info, &[&a, &b], &none);
+        let w = gang("ml/g", &info, &[&a, &b], &none, &[]);
         assert_eq!(w.members.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["ml/a-0", "ml/b-1"]);
         assert_eq!((w.queue.as_str(), w.priority, w.min_member), ("research", 5, 2));
         assert!(w.checkpointable);
@@ -245,11 +307,50 @@ mod tests {
         assert_eq!(w.preemption, PreemptionPolicy::LowerPriority);
         // One member that never preempts, one that cannot checkpoint: so is the group.
         let c = facts("c", json!({}), true);
-        let w = gang("ml/g", &info, &[&a, &c], &none);
+        let w = gang("ml/g", &info, &[&a, &c], &none, &[]);
         assert_eq!(w.preemption, PreemptionPolicy::Never);
         assert!(!w.checkpointable);
         let s = single(&c, &none);
         assert_eq!((s.name.as_str(), s.queue.as_str()), ("ml/c", "default"));
+    }
+
+    #[test]
+    fn kueue_s_topology_annotations_become_the_gang_s_levels() {
+        let levels: Vec<String> = DEFAULT_TOPOLOGY_LEVELS.iter().map(|l| l.to_string()).collect();
+        let info = GroupInfo {
+            min_member: 2,
+            topology_key: None,
+            queue: None,
+            priority: None,
+            priority_class: None,
+            timeout_seconds: None,
+        };
+        let none = PriorityClasses::default();
+        let topology = |annotations: serde_json::Value| {
+            let (a, b) = (facts("a", annotations.clone(), false), facts("b", annotations, false));
+            gang("ml/g", &info, &[&a, &b], &none, &levels).topology
+        };
+        // Preferred: the clique, then each level above it, then anywhere.
+        let preferred = topology(json!({KUEUE_PREFERRED_TOPOLOGY: "nvidia.com/gpu.clique"})).unwrap();
+        assert_eq!(
+            preferred.tiers,
+            ["nvidia.com/gpu.clique", "wasmsched.io/rack", "wasmsched.io/spine", "topology.kubernetes.io/zone"]
+        );
+        assert!(!preferred.strict);
+        // Required wins over preferred: one rack, never left.
+        let required = topology(json!({KUEUE_REQUIRED_TOPOLOGY: "wasmsched.io/rack", KUEUE_PREFERRED_TOPOLOGY: "x"}));
+        assert_eq!(required, Some(TopologyConstraint::single("wasmsched.io/rack", true)));
+        // A level the cluster does not list: that level alone, then anywhere.
+        let unknown = topology(json!({KUEUE_PREFERRED_TOPOLOGY: "example.com/pod"})).unwrap();
+        assert_eq!((unknown.tiers, unknown.strict), (vec!["example.com/pod".to_string()], false));
+        assert_eq!(topology(json!({KUEUE_PREFERRED_TOPOLOGY: " "})), None, "an empty level is no request");
+        // The group's own constraint (the Workload API's) goes first.
+        let a = facts("a", json!({KUEUE_PREFERRED_TOPOLOGY: "nvidia.com/gpu.clique"}), false);
+        let keyed = GroupInfo { topology_key: Some("rack".into()), ..info.clone() };
+        assert_eq!(
+            gang("ml/g", &keyed, &[&a], &none, &levels).topology,
+            Some(TopologyConstraint::single("rack", true))
+        );
     }
 
     #[test]
@@ -273,12 +374,12 @@ mod tests {
             priority_class: Some("train-high".into()),
             timeout_seconds: None,
         };
-        assert_eq!(gang("ml/g", &info, &[&resolved], &classes).priority, 1000, "the group's class");
+        assert_eq!(gang("ml/g", &info, &[&resolved], &classes, &[]).priority, 1000, "the group's class");
         info.priority = Some(7);
-        assert_eq!(gang("ml/g", &info, &[&resolved], &classes).priority, 7, "an explicit priority wins");
+        assert_eq!(gang("ml/g", &info, &[&resolved], &classes, &[]).priority, 7, "an explicit priority wins");
         info.priority = None;
         info.priority_class = Some("no-such-class".into());
-        assert_eq!(gang("ml/g", &info, &[&resolved], &classes).priority, 5, "the members' priority");
+        assert_eq!(gang("ml/g", &info, &[&resolved], &classes, &[]).priority, 5, "the members' priority");
 
         // A pod the API server did not resolve (admission off): its class, else the global default.
         let unresolved = |class: Option<&str>| {

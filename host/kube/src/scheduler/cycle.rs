@@ -209,7 +209,16 @@ impl Scheduler {
                 // Late members: their gang as they see it (its size here counts only them).
                 if self.describing() {
                     let late: Vec<&PodFacts> = ids.iter().map(|id| &self.ours[id]).collect();
-                    self.announce(&workloads::gang(&key, &info, &late, &self.objects.priority_classes), &[]);
+                    self.announce(
+                        &workloads::gang(
+                            &key,
+                            &info,
+                            &late,
+                            &self.objects.priority_classes,
+                            &self.config.topology_levels,
+                        ),
+                        &[],
+                    );
                 }
                 if let Err(e) = self.core.add_members(&key, tasks) {
                     self.next.not_before.insert(key, retry);
@@ -228,7 +237,8 @@ impl Scheduler {
                 continue;
             }
             let members: Vec<&PodFacts> = ids.iter().map(|id| &self.ours[id]).collect();
-            let mut workload = workloads::gang(&key, &info, &members, &self.objects.priority_classes);
+            let mut workload =
+                workloads::gang(&key, &info, &members, &self.objects.priority_classes, &self.config.topology_levels);
             for task in &mut workload.members {
                 task.group = Some(name.clone());
             }

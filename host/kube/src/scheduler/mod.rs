@@ -84,6 +84,9 @@ pub struct SchedulerConfig {
     pub resubmit_after: Duration,
     /// The owner kinds whose pods are gangs without a PodGroup ([`crate::groups::owners`]).
     pub owner_kinds: Arc<crate::groups::owners::OwnerTable>,
+    /// The cluster's topology levels (node labels), outermost first: where a gang preferring one
+    /// level falls back to ([`crate::workloads::TopologyRequest::constraint`]).
+    pub topology_levels: Vec<String>,
 }
 
 impl SchedulerConfig {
@@ -102,6 +105,7 @@ impl SchedulerConfig {
                 crate::groups::owners::OwnerTable::new(crate::groups::owners::builtin())
                     .expect("the built-in owner table compiles"),
             ),
+            topology_levels: crate::workloads::DEFAULT_TOPOLOGY_LEVELS.iter().map(|l| l.to_string()).collect(),
         }
     }
 }

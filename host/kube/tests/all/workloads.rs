@@ -960,3 +960,46 @@ async fn the_dashboard_shows_the_cluster_the_core_sees_and_why_a_gang_waits() {
     assert!(calls["mean_us"].as_f64().is_some_and(|us| us > 0.0), "{filter}");
     run.stop().await;
 }
+
+/// Kueue's topology request on a Job's pods: the gang goes to one NVLink domain (the
+/// `nvidia.com/gpu.clique` label NVIDIA's DRA driver sets) when one has room, the tightest such.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_preferring_one_nvlink_domain_gets_one_where_a_blind_placement_splits_it() {
+    let placed = |annotate: bool| async move {
+        let api = FakeApi::new();
+        // Domain A: a1 free (a packer's tightest fit for 8 GPUs), a2 with half its GPUs held;
+        // domain B: two free 16-GPU nodes.
+        for (name, clique, gpus) in [("a1", "A", 8), ("a2", "A", 8), ("b1", "B", 16), ("b2", "B", 16)] {
+            api.put(Kind::Node, gpu_node(name, gpus, &[("nvidia.com/gpu.clique", clique)]));
+        }
+        let mut held = pod("other", "held", "default-scheduler", 4, "1", "1Gi");
+        held["spec"]["nodeName"] = json!("a2");
+        held["status"] = json!({"phase": "Running"});
+        api.put(Kind::Pod, held);
+        api.put(Kind::Job, indexed_job("t", "job-t", 2));
+        let mut pods = job_pods("t", "job-t", 0..2, 8, None);
+        if annotate {
+            for p in &mut pods {
+                p["metadata"]["annotations"]["kueue.x-k8s.io/podset-preferred-topology"] =
+                    json!("nvidia.com/gpu.clique");
+            }
+        }
+        for p in &pods {
+            api.put(Kind::Pod, p.clone());
+        }
+        let run = start(&api, "t", None);
+        let ids = names(&pods);
+        eventually("the gang bound", Duration::from_secs(20), || bound(&api, &ids) == 2).await;
+        let mut nodes: Vec<String> = ids.iter().map(|id| node_of(&api, id).unwrap()).collect();
+        nodes.sort();
+        run.stop().await;
+        nodes
+    };
+    let aware = placed(true).await;
+    assert!(aware.iter().all(|n| n.starts_with('b')), "both in domain B, the only one with room for both: {aware:?}");
+    let blind = placed(false).await;
+    assert!(
+        blind.iter().any(|n| n.starts_with('a')) && blind.iter().any(|n| n.starts_with('b')),
+        "without the request the tightest node is taken first and the gang split: {blind:?}"
+    );
+}
