@@ -224,6 +224,26 @@ impl SchedulerCore {
         e.explanation = Explanation::default();
     }
 
+    /// Where a running workload's next member may go, in order: without a topology, anywhere
+    /// (`None`); with one, each domain of its levels that holds all its placed members (ascending
+    /// slots), innermost first, then anywhere unless its outermost level is required.
+    fn growth_domains(&self, e: &Entry) -> Vec<Option<Vec<Slot>>> {
+        let Some(topology) = e.spec.topology.as_ref() else { return vec![None] };
+        let placed: Vec<Slot> = e.members.iter().flatten().map(|m| m.slot).collect();
+        let mut out: Vec<Option<Vec<Slot>>> = (0..topology.tiers.len())
+            .filter_map(|tier| {
+                let domains = crate::gang::domains(&self.nodes, &topology.tiers[tier..]);
+                let (_, mut slots) = domains.into_iter().find(|(_, slots)| placed.iter().all(|p| slots.contains(p)))?;
+                slots.sort_unstable();
+                Some(Some(slots))
+            })
+            .collect();
+        if !topology.strict {
+            out.push(None);
+        }
+        out
+    }
+
     /// Elastic growth: members beyond min-member take idle capacity, within quota.
     pub(super) fn grow(&mut self, set: &PolicySet, now: u64, out: &mut Vec<Decision>) {
         let mut growing: Vec<&Entry> =
@@ -242,11 +262,18 @@ impl SchedulerCore {
                 if !self.within_capability(e.leaf, &demand_in(&task, self.flavor_name(flavor), &self.queues)) {
                     break;
                 }
-                let placed = match &within {
-                    None => place(set, &self.nodes, &task, 0),
-                    Some(slots) => place_among(set, &self.nodes, &task, 0, slots),
-                };
-                let Ok(p) = placed else { break };
+                // A gang with a topology grows (or replaces a member) inside the domains holding
+                // its running members, innermost first; one that may leave them, then anywhere.
+                let placed = self.growth_domains(e).into_iter().find_map(|domain| {
+                    let among = match (&within, domain) {
+                        (None, None) => return place(set, &self.nodes, &task, 0).ok(),
+                        (Some(w), None) => w.clone(),
+                        (None, Some(d)) => d,
+                        (Some(w), Some(d)) => d.into_iter().filter(|s| w.binary_search(s).is_ok()).collect(),
+                    };
+                    place_among(set, &self.nodes, &task, 0, &among).ok()
+                });
+                let Some(p) = placed else { break };
                 if !matches!(self.nodes.update_usage(p.node, |n| bind(n, &task, &p.devices)), Some(Ok(()))) {
                     break;
                 }

@@ -390,6 +390,41 @@ fn strict_gang(name: &str, priority: i32) -> Workload {
 }
 
 #[test]
+fn an_elastic_gang_grows_inside_its_domain_and_a_required_one_never_leaves_it() {
+    let racks_of = |c: &SchedulerCore| -> Vec<String> {
+        let mut r: Vec<String> = (0..3)
+            .filter_map(|i| c.placement_of(&format!("e-{i}")))
+            .map(|node| c.nodes().get(c.nodes().slot_of(node).unwrap()).unwrap().label("rack").unwrap().to_string())
+            .collect();
+        r.sort();
+        r
+    };
+    for strict in [true, false] {
+        // n0 (rack r0) is busy; the elastic gang (3 × 8 GPUs, min 1) starts in the tightest rack
+        // with room, r0 (n1), while r1 has two free nodes.
+        let mut c = racked();
+        let mut blocker = job("blocker", "q", 0, 8);
+        blocker.members[0].node_selector = vec![("host".into(), "n0".into())];
+        c.submit(blocker, 0).unwrap();
+        c.schedule(&full(), 0);
+        let mut e = gang("e", "q", 3, 1, 8);
+        e.topology = Some(crate::TopologyConstraint::single("rack", strict));
+        c.submit(e, 1).unwrap();
+        c.schedule(&full(), 1);
+        c.schedule(&full(), 2);
+        if strict {
+            assert_eq!(racks_of(&c), ["r0"], "required: it never grows out of its rack");
+            // Room in its rack again: it grows there.
+            c.finish("blocker").unwrap();
+            c.schedule(&full(), 3);
+            assert_eq!(racks_of(&c), ["r0", "r0"]);
+        } else {
+            assert_eq!(racks_of(&c), ["r0", "r1", "r1"], "preferred: its rack is full, so it grows elsewhere");
+        }
+    }
+}
+
+#[test]
 fn a_strict_topology_gang_preempts_inside_one_domain_or_not_at_all() {
     // Every node runs one low job; the gang evicts two of them in one rack.
     let mut c = racked();
