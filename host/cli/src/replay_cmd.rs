@@ -450,7 +450,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 }
                 return;
             }
-            timed::Observed::Settled(..) => return,
+            timed::Observed::Settled { .. } => return,
         };
         if let Some(b) = board.as_mut() {
             b.decided(&d, policies.by_version(d.policy_version));

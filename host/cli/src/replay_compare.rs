@@ -150,24 +150,20 @@ fn replay(
                 }
             }
             // Sampled once per instant that changed the cluster, as the instant left it.
-            timed::Observed::Settled(at, nodes) if std::mem::take(&mut changed) => {
-                let nodes = || nodes.slots().filter_map(|s| nodes.get(s));
-                let f = fragmentation::of_cluster(typical, nodes());
+            timed::Observed::Settled { at, nodes, allocated_milli, capacity_milli } if std::mem::take(&mut changed) => {
+                let f = fragmentation::of_cluster(typical, nodes.slots().filter_map(|s| nodes.get(s)));
                 // An instant can settle more than once (retries in the same second): the last counts.
                 if fragmented.last().is_some_and(|(t, _)| *t == at) {
                     fragmented.pop();
                 }
                 fragmented.push((at, f.fragmented / 1000.0));
-                let (capacity, free) = nodes().fold((0u64, 0u64), |(c, f), n| {
-                    let g = n.gpus.summary();
-                    (c + u64::from(g.usable) * 1000, f + g.free_milli)
-                });
-                let percent = |milli: f64| if capacity == 0 { 0.0 } else { 100.0 * milli / capacity as f64 };
+                let percent =
+                    |milli: f64| if capacity_milli == 0 { 0.0 } else { 100.0 * milli / capacity_milli as f64 };
                 let mut side = lock();
                 side.at_seconds = at;
                 let point = SeriesPoint {
                     at: at as f64,
-                    allocation_percent: percent(capacity.saturating_sub(free) as f64),
+                    allocation_percent: percent(allocated_milli as f64),
                     fragmentation_percent: (!typical.is_empty()).then(|| percent(f.fragmented)),
                 };
                 match side.series.last_mut() {

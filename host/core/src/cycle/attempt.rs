@@ -256,20 +256,21 @@ impl SchedulerCore {
             let e = &self.entries[&name];
             let flavor = e.flavor().and_then(|f| self.queues.flavors().iter().position(|x| x.name == f));
             let within = self.nodes_of(flavor).map(<[Slot]>::to_vec);
+            // A gang with a topology grows (or replaces a member) inside the domains holding its
+            // running members, innermost first; one that may leave them, then anywhere.
+            let domains = self.growth_domains(e);
             for i in unplaced {
                 let e = &self.entries[&name];
                 let Ok(task) = self.prepare(&e.spec.members[i], flavor, &mut None) else { break };
                 if !self.within_capability(e.leaf, &demand_in(&task, self.flavor_name(flavor), &self.queues)) {
                     break;
                 }
-                // A gang with a topology grows (or replaces a member) inside the domains holding
-                // its running members, innermost first; one that may leave them, then anywhere.
-                let placed = self.growth_domains(e).into_iter().find_map(|domain| {
+                let placed = domains.iter().find_map(|domain| {
                     let among = match (&within, domain) {
                         (None, None) => return place(set, &self.nodes, &task, 0).ok(),
                         (Some(w), None) => w.clone(),
-                        (None, Some(d)) => d,
-                        (Some(w), Some(d)) => d.into_iter().filter(|s| w.binary_search(s).is_ok()).collect(),
+                        (None, Some(d)) => d.clone(),
+                        (Some(w), Some(d)) => d.iter().copied().filter(|s| w.binary_search(s).is_ok()).collect(),
                     };
                     place_among(set, &self.nodes, &task, 0, &among).ok()
                 });

@@ -237,9 +237,17 @@ pub enum Observed<'a> {
     Decision(TimedDecision<'a>),
     /// A run ended.
     Released(TimedRelease<'a>),
-    /// The cluster after an instant's decisions and the runs they ended (virtual s): what the
-    /// instant left, as the replay's utilisation counts it.
-    Settled(u64, &'a NodeTable),
+    /// The cluster as an instant's decisions and the runs they ended left it.
+    Settled {
+        /// Virtual seconds.
+        at: u64,
+        /// The nodes.
+        nodes: &'a NodeTable,
+        /// GPU milli-units allocated (what the replay's utilisation counts), and the capacity.
+        allocated_milli: u64,
+        /// GPU milli-units of the cluster: its GPUs and DRA devices.
+        capacity_milli: u64,
+    },
     /// The queues after an instant's cycle: allocation and deserved shares (virtual s).
     Shares(u64, &'a [wasmsched_core::QueueShare]),
     /// A job arrived (virtual s), before the core saw it: also one refused at once.
@@ -634,9 +642,14 @@ pub fn run_with_devices(
             })
             .collect();
         fairness.sample(now, &leaves);
-        observe(Observed::Settled(now, core.nodes()));
-        observe(Observed::Shares(now, &shares));
         let pct = if capacity > 0 { 100.0 * progress.used as f64 / capacity as f64 } else { 0.0 };
+        observe(Observed::Settled {
+            at: now,
+            nodes: core.nodes(),
+            allocated_milli: progress.used,
+            capacity_milli: capacity,
+        });
+        observe(Observed::Shares(now, &shares));
         utilisation.push((now, pct));
     }
     while let Some(i) = refused.pop() {

@@ -196,6 +196,15 @@ fn replay_full(s: &Scenario, observe: impl FnMut(timed::TimedDecision<'_>)) -> t
     .unwrap()
 }
 
+/// [`replay_full`], everything the replay observes shown to `observe`.
+fn replay_seen(s: &Scenario, observe: impl FnMut(timed::Observed<'_>)) -> timed::TimedRun {
+    let set = full_set();
+    let timeline = timed::PolicyTimeline::new(&set);
+    let tree = queue_tree(&s.queues).unwrap();
+    timed::run_with_devices(&timeline, &s.node_table(), None, &tree, &s.jobs, timed::ReplaySettings::default(), observe)
+        .unwrap()
+}
+
 const EXAMPLE: &str =
     include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/scenarios/queues-gangs-preemption.yaml"));
 
@@ -822,22 +831,11 @@ fn a_job_withdrawn_while_it_waits_leaves_the_queue_and_runs_no_more() {
     let text = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/scenarios/withdrawn.yaml"));
     let s = Scenario::parse("s.yaml", text).unwrap();
     let mut withdrawn = Vec::new();
-    let set = full_set();
-    let timeline = timed::PolicyTimeline::new(&set);
-    let r = timed::run_with_devices(
-        &timeline,
-        &s.node_table(),
-        None,
-        &queue_tree(&s.queues).unwrap(),
-        &s.jobs,
-        timed::ReplaySettings::default(),
-        |o| {
-            if let timed::Observed::Withdrawn(at, job, _) = o {
-                withdrawn.push((at, job.name.clone()));
-            }
-        },
-    )
-    .unwrap();
+    let r = replay_seen(&s, |o| {
+        if let timed::Observed::Withdrawn(at, job, _) = o {
+            withdrawn.push((at, job.name.clone()));
+        }
+    });
     let by = |name: &str| &r.jobs[s.jobs.iter().position(|j| j.name == name).unwrap()];
     assert_eq!(withdrawn, [(40, "gang".to_string()), (60, "whole".to_string())]);
     for name in ["gang", "whole"] {
@@ -851,16 +849,7 @@ fn a_job_withdrawn_while_it_waits_leaves_the_queue_and_runs_no_more() {
     assert!(by("late").given_up.is_none());
     // Without the gang's withdrawal, it takes two of the three GPUs free at 100 s.
     let kept = Scenario::parse("s.yaml", &text.replace(", withdraw_at: 40", "")).unwrap();
-    let k = timed::run_with_devices(
-        &timeline,
-        &kept.node_table(),
-        None,
-        &queue_tree(&kept.queues).unwrap(),
-        &kept.jobs,
-        timed::ReplaySettings::default(),
-        |_| {},
-    )
-    .unwrap();
+    let k = replay_seen(&kept, |_| {});
     assert_eq!((k.jobs[1].start, k.jobs[2].start), (Some(100), Some(200)), "{:?}", k.jobs);
     // Never started, and why.
     let why: Vec<(&String, &usize)> = r.waiting_by_reason.iter().collect();
