@@ -1,6 +1,6 @@
 //! Compiles the built-in policies to components; `src/lib.rs` embeds them.
 
-const PLUGINS: [&str; 7] = [
+const PLUGINS: [&str; 8] = [
     "wasmsched-plugin-resource-fit",
     "wasmsched-plugin-allocation-score",
     "wasmsched-plugin-node-affinity",
@@ -8,6 +8,7 @@ const PLUGINS: [&str; 7] = [
     "wasmsched-plugin-priority-preempt",
     "wasmsched-plugin-gpu-share-score",
     "wasmsched-plugin-gpu-topology",
+    "wasmsched-plugin-domain-packing",
 ];
 
 fn main() {

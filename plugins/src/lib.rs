@@ -22,6 +22,7 @@ const FAIR_SHARE_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fair-sh
 const PRIORITY_PREEMPT_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/priority-preempt.wasm"));
 const GPU_SHARE_SCORE_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gpu-share-score.wasm"));
 const GPU_TOPOLOGY_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gpu-topology.wasm"));
+const DOMAIN_PACKING_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/domain-packing.wasm"));
 
 /// `resource-fit` filter: CPU, memory, extended resources, GPU count/share/memory/model, node
 /// selector, taints.
@@ -90,11 +91,15 @@ pub const FGD_CPU: BuiltIn =
 pub const GPU_TOPOLOGY: BuiltIn =
     BuiltIn { name: "gpu-topology", wasm: GPU_TOPOLOGY_WASM, config: r#"{"numa_policy":"best-effort"}"# };
 
+/// `domain-packing` score: small and CPU-only work into topology domains (NVLink cliques, racks)
+/// already broken, so whole ones stay free for gangs; reads the host's levels (`domains` import).
+pub const DOMAIN_PACKING: BuiltIn = BuiltIn { name: "domain-packing", wasm: DOMAIN_PACKING_WASM, config: "" };
+
 /// The six policies of the FGD paper, in the paper's order.
 pub const PAPER: [BuiltIn; 6] = [RANDOM, DOT_PROD, GPU_CLUSTERING, GPU_PACKING, BEST_FIT, FGD];
 
 /// Every built-in, by name.
-pub const ALL: [BuiltIn; 16] = [
+pub const ALL: [BuiltIn; 17] = [
     RESOURCE_FIT,
     LEAST_ALLOCATED,
     MOST_ALLOCATED,
@@ -111,6 +116,7 @@ pub const ALL: [BuiltIn; 16] = [
     FGD,
     FGD_CPU,
     GPU_TOPOLOGY,
+    DOMAIN_PACKING,
 ];
 
 /// A built-in by name.

@@ -220,7 +220,15 @@ pub fn scenario(mut events: Vec<(Timestamp, Payload)>, window: Window) -> Histor
     let mut members = BTreeMap::new();
     let jobs = jobs(&tasks, from, to, &mut assumptions, &mut members);
     let queues = scenario_queues(&queue_order, &queues, &jobs, &mut assumptions);
-    let scenario = Scenario { nodes: scenario_nodes, flavors: Vec::new(), queues, jobs, dra: None };
+    let scenario = Scenario {
+        nodes: scenario_nodes,
+        flavors: Vec::new(),
+        queues,
+        jobs,
+        dra: None,
+        levels: Vec::new(),
+        fabric: None,
+    };
     History { scenario, assumptions, members }
 }
 

@@ -65,7 +65,9 @@ pub fn builtins() -> wasmsched_registry::BuiltIns {
 
 /// Score policies `simulate`, `replay` and `experiment` accept. `gpu-topology` needs nodes with a
 /// known topology (replay scenarios with `topology` files); elsewhere it scores every node alike.
-pub const SCORE_POLICIES: [&str; 10] = [
+/// `domain-aware` is `fgd` under `domain-packing` (whole NVLink cliques and racks kept for gangs);
+/// without levels (a scenario's `levels`, `run --topology-levels`) it is `fgd`.
+pub const SCORE_POLICIES: [&str; 11] = [
     "random",
     "dot-prod",
     "gpu-clustering",
@@ -76,10 +78,15 @@ pub const SCORE_POLICIES: [&str; 10] = [
     "least-allocated",
     "most-allocated",
     "gpu-topology",
+    "domain-aware",
 ];
 
 /// Weight of `gpu-topology` against `most-allocated` in the `gpu-topology` policy set.
 const TOPOLOGY_WEIGHT: u32 = 2;
+
+/// Weight of `domain-packing` against `fgd` in the `domain-aware` set: which domain first, then
+/// which node of it.
+const DOMAIN_WEIGHT: u32 = 2;
 
 /// The FGD paper's six policies, in its order.
 pub const PAPER_POLICIES: [&str; 6] = ["random", "dot-prod", "gpu-clustering", "gpu-packing", "best-fit", "fgd"];
@@ -123,6 +130,9 @@ pub fn builtin_set(options: &SetOptions<'_>) -> anyhow::Result<String> {
     {
         bail!("unknown fair-share policy {share:?}: use {}", FAIR_SHARE_POLICIES.join(", "));
     }
+    let domains = score == "domain-aware";
+    // `domain-aware` is FGD's node choice under the domain score.
+    let score = if domains { "fgd" } else { score };
     let config = match score {
         "random" => Some(serde_json::json!({ "policy": "random", "seed": options.seed }).to_string()),
         "fgd" => Some(serde_json::json!({ "policy": "fgd", "typical": options.typical }).to_string()),
@@ -132,7 +142,8 @@ pub fn builtin_set(options: &SetOptions<'_>) -> anyhow::Result<String> {
     };
     // The ablations are `fgd` configured; `fgd-cpu` is a built-in of its own.
     let source = if fgd_measure.is_some() && score != "fgd-cpu" { "fgd" } else { score };
-    let mut doc = format!("name: {score}\nplugins:\n  resource-fit: {{ source: \"builtin:resource-fit\" }}\n");
+    let name = if domains { "domain-aware" } else { score };
+    let mut doc = format!("name: {name}\nplugins:\n  resource-fit: {{ source: \"builtin:resource-fit\" }}\n");
     match config {
         // JSON is YAML: the configuration goes in as it is.
         Some(c) => writeln!(doc, "  {score}: {{ source: \"builtin:{source}\", config: {c} }}")?,
@@ -141,6 +152,9 @@ pub fn builtin_set(options: &SetOptions<'_>) -> anyhow::Result<String> {
     let topology = score == "gpu-topology";
     if topology {
         doc.push_str("  most-allocated: { source: \"builtin:most-allocated\" }\n");
+    }
+    if domains {
+        doc.push_str("  domain-packing: { source: \"builtin:domain-packing\" }\n");
     }
     if let Some(share) = options.fair_share {
         writeln!(doc, "  {share}: {{ source: \"builtin:{share}\" }}")?;
@@ -157,6 +171,12 @@ pub fn builtin_set(options: &SetOptions<'_>) -> anyhow::Result<String> {
         writeln!(
             doc,
             "  score: [{{ plugin: {score}, weight: {TOPOLOGY_WEIGHT} }}, {{ plugin: most-allocated, weight: 1 }}]"
+        )?;
+    } else if domains {
+        doc.push_str("  filter: [resource-fit]\n");
+        writeln!(
+            doc,
+            "  score: [{{ plugin: domain-packing, weight: {DOMAIN_WEIGHT} }}, {{ plugin: {score}, weight: 1 }}]"
         )?;
     } else {
         doc.push_str("  filter: [resource-fit]\n");
@@ -213,6 +233,9 @@ fn native(name: &str, config: &str) -> anyhow::Result<Arc<dyn PolicyPlugin>> {
             Arc::new(NativePlugin::<wasmsched_plugin_node_affinity::NodeAffinityScore>::new(config, 1).map_err(msg)?)
         }
         "gpu-topology" => Arc::new(NativePlugin::<GpuTopology>::new(config, 1).map_err(msg)?),
+        "domain-packing" => {
+            Arc::new(NativePlugin::<wasmsched_plugin_domain_packing::DomainPacking>::new(config, 1).map_err(msg)?)
+        }
         "proportion" | "drf" | "decayed-usage" => Arc::new(
             NativePlugin::<wasmsched_plugin_fair_share::FairSharePolicy>::new(config, 1).map_err(msg)?.named(name),
         ),
@@ -316,10 +339,13 @@ mod tests {
                 SetOptions { score: Some(score), seed: 3, typical: &typical, fair_share: Some("drf"), preempt: true };
             let doc = builtin_set(&options).unwrap();
             let spec = PolicySetSpec::parse("t", &doc).unwrap_or_else(|e| panic!("{score}: {e}\n{doc}"));
-            assert_eq!(spec.stages.score[0].plugin, score);
+            let first = if score == "domain-aware" { "domain-packing" } else { score };
+            assert_eq!(spec.stages.score[0].plugin, first);
             assert_eq!(
                 spec.stages.select_devices.is_some(),
-                PAPER_POLICIES.contains(&score) || score == "gpu-topology" || score.starts_with("fgd-")
+                PAPER_POLICIES.contains(&score)
+                    || ["gpu-topology", "domain-aware"].contains(&score)
+                    || score.starts_with("fgd-")
             );
             let wasm = load_set(Some(&runtime), &doc).unwrap();
             let native = load_set(None, &doc).unwrap();

@@ -73,6 +73,11 @@ pub struct Args {
     /// makes every delay look better than it was.
     #[arg(long)]
     drop_timed_out_gangs: bool,
+    /// Ignore the jobs' `topology` requests: every gang goes wherever its members fit, as a
+    /// topology-blind scheduler places it — the baseline for what keeping gangs inside one
+    /// NVLink domain or rack is worth.
+    #[arg(long)]
+    topology_blind: bool,
     /// Replay with a policy set of your own instead of `--policy`/`--fair-share`: a directory with
     /// `policy.yaml` (the hot-reload format, `docs/hot-reload.md`) or the file. It passes the gates
     /// of a hot reload first (digests, compilation, contract, a smoke test on this cluster).
@@ -174,6 +179,9 @@ struct Report<'a> {
     /// Multi-GPU placements on nodes of known topology (scenarios with `topology` files).
     #[serde(skip_serializing_if = "Option::is_none")]
     topology: Option<TopologyStats>,
+    /// How gangs and small jobs used the domains of the scenario's `fabric`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fabric: Option<&'a timed::FabricStats>,
     /// With `--events` or `--nats`: what the event sink did.
     #[serde(skip_serializing_if = "Option::is_none")]
     events: Option<wasmsched_events::Stats>,
@@ -271,18 +279,21 @@ pub(crate) struct Inputs {
     pub(crate) jobs: Vec<Job>,
     pub(crate) skipped: Vec<String>,
     pub(crate) dra: Option<wasmsched_dra::Objects>,
+    /// The scenario's `fabric`.
+    pub(crate) fabric: Option<timed::Fabric>,
 }
 
 /// The scenario, or the openb trace, of `args`.
 fn inputs(args: &Args) -> anyhow::Result<Inputs> {
     anyhow::ensure!(args.compress > 0.0 && args.compress.is_finite(), "--compress must be a positive number");
     anyhow::ensure!(args.node_stride >= 1, "--node-stride must be at least 1");
-    let mut dra = None;
-    let (table, tree, jobs, skipped) = match &args.scenario {
+    let (mut dra, mut fabric) = (None, None);
+    let (table, tree, mut jobs, skipped) = match &args.scenario {
         Some(path) => {
             let loaded = Scenario::load_lenient(path, args.lenient)?;
             let s = loaded.scenario;
             dra = loaded.dra;
+            fabric = s.fabric.clone();
             (s.node_table_with(&loaded.topologies), s.queue_tree(), s.jobs, loaded.skipped)
         }
         None => {
@@ -301,13 +312,18 @@ fn inputs(args: &Args) -> anyhow::Result<Inputs> {
     for why in &skipped {
         tracing::warn!(skipped = %why, "left out of the replay");
     }
+    if args.topology_blind {
+        for job in &mut jobs {
+            job.topology = None;
+        }
+    }
     if let Some(objects) = &dra {
         for r in wasmsched_dra::Inventory::from_slices(&objects.slices).1 {
             tracing::warn!(what = %r.what, reason = %r.reason, "DRA: leaving out devices that cannot be used");
         }
     }
     let tree = tree.map_err(anyhow::Error::msg)?;
-    Ok(Inputs { table, tree, jobs, skipped, dra })
+    Ok(Inputs { table, tree, jobs, skipped, dra, fabric })
 }
 
 /// The set a replay starts with: `--policy-set`'s, or the built-in one `--policy`, `--seed`,
@@ -332,8 +348,8 @@ fn initial_set(
     Ok(Initial::BuiltIn { set, name: policy.to_string() })
 }
 
-/// The core's settings of `args`.
-fn settings(args: &Args) -> timed::ReplaySettings {
+/// The core's settings of `args`, on a cluster with `fabric`.
+fn settings(args: &Args, fabric: Option<timed::Fabric>) -> timed::ReplaySettings {
     let core = CoreConfig {
         gang_timeout_seconds: args.gang_timeout,
         reclaim_min_runtime_seconds: args.reclaim_min_runtime,
@@ -341,17 +357,18 @@ fn settings(args: &Args) -> timed::ReplaySettings {
         reclaim_max_runtime_seconds: args.reclaim_max_runtime,
         ..CoreConfig::default()
     };
-    timed::ReplaySettings { core, drop_timed_out_gangs: args.drop_timed_out_gangs }
+    timed::ReplaySettings { core, drop_timed_out_gangs: args.drop_timed_out_gangs, fabric }
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let Inputs { table, tree, jobs, skipped, dra } = inputs(&args)?;
+    let Inputs { table, tree, jobs, skipped, dra, fabric } = inputs(&args)?;
     let runtime = crate::policy::replay_runtime(args.native)?;
     if let Some(other) = &args.compare {
         let a = initial_set(&args, None, runtime.as_ref(), &jobs)?;
         let b = initial_set(&args, Some(other), runtime.as_ref(), &jobs)?;
-        let inputs = Inputs { table, tree, jobs, skipped, dra };
-        return crate::replay_compare::run(&inputs, runtime, [a, b], settings(&args), args.json, args.serve);
+        let settings = settings(&args, fabric.clone());
+        let inputs = Inputs { table, tree, jobs, skipped, dra, fabric };
+        return crate::replay_compare::run(&inputs, runtime, [a, b], settings, args.json, args.serve);
     }
     let initial = initial_set(&args, None, runtime.as_ref(), &jobs)?;
     let preparer = runtime.clone().map(|rt| wasmsched_registry::Preparer::new(rt, crate::policy::builtins()));
@@ -365,7 +382,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let events = args.sink.open_for_simulation("replay")?;
     let mut policy_events = policies.events().into_iter().peekable();
     let mut decisions_by_version: std::collections::BTreeMap<u64, usize> = Default::default();
-    let settings = settings(&args);
+    let settings = settings(&args, fabric);
     let config = settings.core.clone();
     let by_name: std::collections::HashMap<&str, &Job> = jobs.iter().map(|j| (j.name.as_str(), j)).collect();
     // Per workload: failed attempts since it last ran, and the gang fit of the last one.
@@ -564,6 +581,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         usage: &r.usage,
         waiting_at_end_by_reason: &r.waiting_by_reason,
         topology,
+        fabric: r.fabric.as_ref(),
         events: event_stats,
     };
     if let Some(out) = &args.out {
@@ -725,6 +743,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         println!(
             "\nmulti-GPU placements on known topologies: {}; spanning NUMA nodes {}; all-reduce over 5 ms {}; mean bottleneck {:.1} GB/s",
             t.multi_gpu_placements, t.spanning_numa, t.bottlenecked, t.mean_bottleneck_gbps
+        );
+    }
+    if let Some(f) = report.fabric {
+        println!(
+            "\ngangs inside one {} domain: {} of {} started ({:.1} %); gang queueing delay mean {:.0} s; GPUs stranded in domains only small jobs broke: {:.1} (time-weighted mean)",
+            f.level,
+            f.gangs_in_one_domain,
+            f.gangs_started,
+            100.0 * f.gangs_in_one_domain as f64 / f.gangs_started.max(1) as f64,
+            f.gang_delay_mean_seconds,
+            f.stranded_gpus_mean
         );
     }
     if !report.waiting_at_end_by_reason.is_empty() {

@@ -373,6 +373,8 @@ mod tests {
                 queues: example.queues.clone(),
                 jobs: vec![job],
                 dra: None,
+                levels: Vec::new(),
+                fabric: None,
             },
             assumptions: vec![format!("1 {}", history::CLAIMS_NOT_CARRIED)],
             members: [("ml/waits".to_string(), vec!["ml/waits".to_string()])].into(),

@@ -176,11 +176,8 @@ pub(crate) fn domains(nodes: &NodeTable, labels: &[String]) -> Vec<(String, Vec<
     let mut by_value: BTreeMap<String, (u64, u64, Vec<Slot>)> = BTreeMap::new();
     for slot in nodes.slots() {
         let Some(node) = nodes.get(slot) else { continue };
-        let Some((innermost, outer)) = labels.split_first() else { continue };
-        let Some(value) = node.label(innermost) else { continue };
-        let values: Vec<&str> =
-            std::iter::once(value).chain(outer.iter().map(|l| node.label(l).unwrap_or(""))).collect();
-        let e = by_value.entry(values.join("/").trim_end_matches('/').to_string()).or_default();
+        let Some(name) = wasmsched_api::domains::domain_name(node, labels) else { continue };
+        let e = by_value.entry(name).or_default();
         e.0 += node.free_gpu_milli();
         e.1 += node.free_cpu_milli();
         e.2.push(slot);

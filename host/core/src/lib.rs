@@ -22,6 +22,8 @@
 //!   checkpoints, elastic growth, back-off, and an [`Explanation`] for every pending workload.
 //! - [`Topologies`]: GPU topologies by node, which plugins query through the `topology` import
 //!   (natively through the same view, installed around every call).
+//! - [`Domains`]: free capacity per topology domain (NVLink clique, rack, block) at every level,
+//!   kept by the [`NodeTable`] and asked through the `domains` import.
 //!
 //! # Where each stage lives
 //! | stage | file |
@@ -69,6 +71,7 @@
 //! ```
 
 mod cycle;
+mod domains;
 mod effects;
 mod flavor;
 mod gang;
@@ -85,6 +88,7 @@ pub use cycle::{
     CoreConfig, CoreError, Decision, EvictReason, Explanation, Phase, PreemptKind, PreemptionPolicy, QueueMove,
     QueueShare, RunningPod, SchedulerCore, ShareMove, Workload, WorkloadError, WorkloadStatus,
 };
+pub use domains::Domains;
 pub use effects::{Effects, carry_out};
 pub use flavor::{Flavor, add_flavored, flavored_amount, flavored_resource};
 pub use gang::{Adjust, GangError, GangPlacement, GroupSpec, TopologyConstraint, place_group};

@@ -54,7 +54,8 @@ impl<P: Plugin + Stages + Send> NativePlugin<P> {
     }
 
     /// Runs `f` on the worker's instance; with `nodes`, the plugin's topology questions are answered
-    /// from their topologies during the call (as the Wasm runtime's host import does).
+    /// from their topologies, and its domain questions from the table's domains, during the call (as the
+    /// Wasm runtime's host imports do).
     fn with<R>(
         &self,
         nodes: Option<&NodeTable>,
@@ -64,8 +65,9 @@ impl<P: Plugin + Stages + Send> NativePlugin<P> {
     ) -> Result<R, PluginFault> {
         let slot = &self.instances[worker % self.instances.len()];
         let mut p = slot.lock().unwrap_or_else(|e| e.into_inner());
-        let view = nodes.and_then(NodeTable::topology_view);
-        wasmsched_api::topology::with_view(view, || f(&mut p))
+        let topology = nodes.and_then(NodeTable::topology_view);
+        let domains = nodes.and_then(NodeTable::domain_view);
+        wasmsched_api::topology::with_view(topology, || wasmsched_api::domains::with_view(domains, || f(&mut p)))
             .map_err(|(kind, msg)| PluginFault::new(&self.name, stage, kind, msg))
     }
 }

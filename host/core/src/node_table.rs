@@ -7,8 +7,10 @@ use std::sync::Arc;
 
 use ahash::AHashMap;
 use wasmsched_api::Node;
+use wasmsched_api::domains::DomainView;
 use wasmsched_api::topology::TopologyView;
 
+use crate::domains::Domains;
 use crate::topology::Topologies;
 
 /// A dense node index. Slots are reused after a node is removed.
@@ -64,6 +66,9 @@ pub struct NodeTable {
     log_floor: u64,
     /// GPU topologies by node name (static hardware facts, not mirrored: plugins ask the host).
     topologies: Arc<Topologies>,
+    /// Free capacity per topology domain (copy-on-write: a call's view or a snapshot keeps the
+    /// sums it saw).
+    domains: Arc<Domains>,
     /// A snapshot still equal to its original at `generation`: it shares the original's id until
     /// its first change.
     frozen: bool,
@@ -116,6 +121,7 @@ impl NodeTable {
             log: VecDeque::new(),
             log_floor: self.generation,
             topologies: Arc::clone(&self.topologies),
+            domains: Arc::clone(&self.domains),
             frozen: false,
         }
     }
@@ -133,6 +139,7 @@ impl NodeTable {
             log: VecDeque::new(),
             log_floor: 0,
             topologies: Arc::default(),
+            domains: Arc::default(),
             frozen: false,
         }
     }
@@ -187,6 +194,29 @@ impl NodeTable {
     /// topology is known, so plugins see "unknown" for every node.
     pub fn topology_view(&self) -> Option<Arc<dyn TopologyView>> {
         if self.topologies.is_empty() { None } else { Some(Arc::clone(&self.topologies) as Arc<dyn TopologyView>) }
+    }
+
+    /// Keep free capacity per domain of these levels (node labels, innermost first: NVLink clique,
+    /// rack, block, zone); none, the default, keeps nothing. Computed at once from the nodes there.
+    pub fn set_levels(&mut self, levels: Vec<String>) {
+        let mut domains = Domains::new(levels);
+        for slot in self.occupied.iter() {
+            if let Some(node) = self.slots.get(*slot as usize) {
+                domains.set(node);
+            }
+        }
+        self.domains = Arc::new(domains);
+    }
+
+    /// Free capacity per domain of the configured levels.
+    pub fn domains(&self) -> &Domains {
+        &self.domains
+    }
+
+    /// What plugins' `domains` questions are answered from during a call; None when no levels are
+    /// configured.
+    pub fn domain_view(&self) -> Option<Arc<dyn DomainView>> {
+        if self.domains.is_empty() { None } else { Some(Arc::clone(&self.domains) as Arc<dyn DomainView>) }
     }
 
     /// Unique identity of this table (and not of its clones).
@@ -257,6 +287,9 @@ impl NodeTable {
                 slot
             }
         };
+        if !self.domains.is_empty() {
+            Arc::make_mut(&mut self.domains).set(&node);
+        }
         self.slots.set(slot as usize, Some(node));
         self.stamps[slot as usize] = next_stamp();
         self.record(slot);
@@ -269,6 +302,9 @@ impl NodeTable {
         let name = std::mem::take(&mut node.name);
         let out = f(node);
         node.name = name;
+        if !self.domains.is_empty() {
+            Arc::make_mut(&mut self.domains).set(node);
+        }
         self.stamps[slot as usize] = next_stamp();
         self.record(slot);
         Some(out)
@@ -285,6 +321,9 @@ impl NodeTable {
         let out = f(node);
         #[cfg(debug_assertions)]
         assert!(before == fixed_part(node), "update_usage changed more than usage on {}", node.name);
+        if !self.domains.is_empty() {
+            Arc::make_mut(&mut self.domains).usage(node);
+        }
         self.stamps[slot as usize] = next_stamp();
         self.log_change(slot, true);
         Some(out)
@@ -296,6 +335,9 @@ impl NodeTable {
             return None;
         }
         let slot = Arc::make_mut(&mut self.by_name).remove(name)?;
+        if !self.domains.is_empty() {
+            Arc::make_mut(&mut self.domains).remove(name);
+        }
         let occupied = Arc::make_mut(&mut self.occupied);
         if let Ok(at) = occupied.binary_search(&slot) {
             occupied.remove(at);

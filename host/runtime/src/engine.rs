@@ -9,7 +9,7 @@ use std::time::Duration;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Engine};
 
-use crate::bindings::wasmsched::policy::{host, topology};
+use crate::bindings::wasmsched::policy::{domains, host, topology};
 use crate::cache::ArtifactCache;
 use crate::error::LoadError;
 use crate::host::HostState;
@@ -123,6 +123,8 @@ impl Runtime {
         host::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(|e| LoadError::Runtime(format!("{e:#}")))?;
         topology::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+            .map_err(|e| LoadError::Runtime(format!("{e:#}")))?;
+        domains::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(|e| LoadError::Runtime(format!("{e:#}")))?;
 
         let cache = ArtifactCache::new(&engine, config.cache_dir.clone(), config.max_artifact_bytes)?;

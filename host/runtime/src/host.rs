@@ -10,8 +10,10 @@ use wasmtime_wasi::p2::bindings::clocks::monotonic_clock;
 use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 use wasmtime_wasi::{Deterministic, HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
 
+use wasmsched_api::domains::DomainView;
 use wasmsched_api::topology::TopologyView;
 
+use crate::bindings::wasmsched::policy::domains::{self, Domain};
 use crate::bindings::wasmsched::policy::host::{self, LogLevel};
 use crate::bindings::wasmsched::policy::topology::{self, GpuLink, GpuSet, NumaPolicy};
 
@@ -35,6 +37,9 @@ pub(crate) struct HostState {
     pub(crate) last_error: Option<String>,
     /// Answers `topology` imports during the current call (the node table's snapshot).
     pub(crate) topology: Option<Arc<dyn TopologyView>>,
+    /// Answers `domains` imports during the current call (a snapshot of the table's domains,
+    /// dropped after the call so the table changes its own copy again).
+    pub(crate) domains: Option<Arc<dyn DomainView>>,
     /// The running guest call's budget, read by the epoch-deadline callback.
     pub(crate) budget: crate::budget::Budget,
     /// Set when the callback cut a call: what it had used.
@@ -66,6 +71,7 @@ impl HostState {
             logs_this_call: 0,
             last_error: None,
             topology: None,
+            domains: None,
             budget: crate::budget::Budget::default(),
             overrun: None,
         }
@@ -158,6 +164,23 @@ impl topology::Host for HostState {
             nvswitch: l.nvswitch,
             bandwidth_mbps: l.bandwidth_mbps,
             distance_milli: l.distance_milli,
+        })
+    }
+}
+
+impl domains::Host for HostState {
+    fn levels(&mut self) -> Vec<String> {
+        self.domains.as_ref().map(|d| d.levels()).unwrap_or_default()
+    }
+
+    fn domain_named(&mut self, level: u32, name: String) -> Option<Domain> {
+        let d = self.domains.as_ref()?.domain(level, &name)?;
+        Some(Domain {
+            name: d.name,
+            nodes: d.nodes,
+            idle_nodes: d.idle_nodes,
+            gpu_milli: d.gpu_milli,
+            free_gpu_milli: d.free_gpu_milli,
         })
     }
 }

@@ -577,6 +577,7 @@ impl WasmPlugin {
         let Some(live) = slot.as_mut() else { unreachable!("instance was just created") };
         live.store.data_mut().begin_call();
         live.store.data_mut().topology = nodes.and_then(NodeTable::topology_view);
+        live.store.data_mut().domains = nodes.and_then(NodeTable::domain_view);
         let started = Instant::now();
         let placement = live.placement.is_some() || live.placement_counted.is_some();
         let defer = placement && matches!(stage, Stage::Filter | Stage::Score);
@@ -600,6 +601,7 @@ impl WasmPlugin {
             (result, _) => result,
         };
         self.metrics.call(stage, Some(started.elapsed()));
+        live.store.data_mut().domains = None;
         match result {
             Ok(r) => {
                 self.breaker.lock().unwrap_or_else(|e| e.into_inner()).success();

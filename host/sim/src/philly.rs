@@ -110,7 +110,7 @@ pub fn scenario(file: &str, text: &str, options: &PhillyOptions) -> Result<(Scen
             labels: Default::default(),
         })
         .collect();
-    Ok((Scenario { nodes, flavors: Vec::new(), queues, jobs, dra: None }, skipped))
+    Ok((Scenario { nodes, flavors: Vec::new(), queues, jobs, dra: None, levels: Vec::new(), fabric: None }, skipped))
 }
 
 /// One record as (submission in seconds since the epoch, job), or why it is left out.

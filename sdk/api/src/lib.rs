@@ -39,6 +39,7 @@
 
 mod affinity;
 pub mod batch;
+pub mod domains;
 pub mod fragmentation;
 pub mod gpu_affinity;
 mod model;

@@ -27,7 +27,7 @@ pub use bindings::exports::wasmsched::policy::{
     fair_share, fair_share_delta, filter, mirror, mirror_usage, placement, placement_counted, plugin, preempt, score,
     select_claim_devices, select_devices,
 };
-use bindings::wasmsched::policy::{host, topology as wit_topology, types as wit};
+use bindings::wasmsched::policy::{domains as wit_domains, host, topology as wit_topology, types as wit};
 
 /// The plugin as the glue holds it: its stages as trait objects, and its concrete type for the
 /// stages the export macro dispatches statically ([`filter_static`], [`score_static`]).
@@ -104,6 +104,20 @@ pub(crate) fn link(node: &str, a: u32, b: u32) -> Option<wasmsched_api::topology
         nvswitch: l.nvswitch,
         bandwidth_mbps: l.bandwidth_mbps,
         distance_milli: l.distance_milli,
+    })
+}
+
+pub(crate) fn levels() -> Vec<String> {
+    wit_domains::levels()
+}
+
+pub(crate) fn domain(level: u32, name: &str) -> Option<wasmsched_api::domains::Domain> {
+    wit_domains::domain_named(level, name).map(|d| wasmsched_api::domains::Domain {
+        name: d.name,
+        nodes: d.nodes,
+        idle_nodes: d.idle_nodes,
+        gpu_milli: d.gpu_milli,
+        free_gpu_milli: d.free_gpu_milli,
     })
 }
 

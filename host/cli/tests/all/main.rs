@@ -4,6 +4,7 @@
 mod bench;
 mod cache;
 mod dashboard;
+mod domains;
 mod dra;
 mod events;
 mod experiment;

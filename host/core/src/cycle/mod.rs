@@ -605,6 +605,12 @@ impl SchedulerCore {
         self.nodes.topologies_mut()
     }
 
+    /// Keeps free capacity per domain of these topology levels (node labels, innermost first),
+    /// which policies read through the `domains` import ([`NodeTable::set_levels`]).
+    pub fn set_levels(&mut self, levels: Vec<String>) {
+        self.nodes.set_levels(levels);
+    }
+
     /// Sets or forgets one node's topology; nothing changes when it is the one already known.
     pub fn set_topology(&mut self, node: &str, topology: Option<wasmsched_topology::NodeTopology>) {
         self.nodes.set_topology(node, topology);

@@ -9,6 +9,7 @@ use ahash::AHashMap;
 use wasmsched_api::{DeviceShare, Task};
 use wasmsched_core::{Decision, Effects, EvictReason, Explanation, PluginFault, SchedulerCore, Workload};
 
+use super::fabric::FabricModel;
 use super::metrics::{self, Counts};
 use super::runs::{Run, RunEnd, Runs};
 use super::{Job, JobOutcome};
@@ -29,6 +30,9 @@ pub(super) struct JobState {
     pub(super) finished: bool,
     /// When it last stopped below its minimum: whether its progress was kept (checkpointed).
     pub(super) stopped_with_work: bool,
+    /// How much slower than its duration it runs now, in thousandths (0 before it runs: as 1000);
+    /// more than 1000 when it spans domains of a slow fabric ([`super::fabric`]).
+    pub(super) slowdown_milli: u64,
 }
 
 /// Instants something is due, earliest first.
@@ -108,6 +112,8 @@ pub(super) struct Progress {
     pub(super) last_change: u64,
     /// Every task's runs, and the usage they billed.
     pub(super) runs: Runs,
+    /// The interconnect, when the scenario models one.
+    pub(super) fabric: Option<FabricModel>,
 }
 
 impl Progress {
@@ -132,6 +138,7 @@ impl Progress {
             used: 0,
             last_change: 0,
             runs: Runs::default(),
+            fabric: None,
         }
     }
 }
@@ -169,8 +176,17 @@ impl Driver<'_, '_> {
             s.active_since = Some(now);
             p.out[j].start.get_or_insert(now);
             p.out[j].waiting_reason = None;
+            s.slowdown_milli = match p.fabric.as_mut() {
+                Some(f) if job.replicas > 1 => {
+                    let ids = job.task_ids();
+                    let nodes: Vec<&str> = ids.iter().filter_map(|t| p.runs.node_of(t)).collect();
+                    f.started(j, &nodes)
+                }
+                _ => 1000,
+            };
             if let Some(d) = job.duration {
-                let left = d.saturating_sub(s.progress);
+                // Work left, at the speed it runs now (rounded up: a slowed job never ends early).
+                let left = d.saturating_sub(s.progress).saturating_mul(s.slowdown_milli).div_ceil(1000);
                 p.agenda.departures.push(Reverse((now.saturating_add(left), j, s.generation)));
             }
         }
@@ -224,7 +240,9 @@ impl Effects for Driver<'_, '_> {
         let work_kept = match s.active_since {
             Some(since) if s.placed < workload.min_member as u32 => {
                 let kept = matches!(reason, EvictReason::Preempted { checkpointed: true, .. });
-                s.progress = if kept { s.progress + (now - since) } else { 0 };
+                // Work done, at the speed it ran.
+                let done = (now - since).saturating_mul(1000) / s.slowdown_milli.max(1000);
+                s.progress = if kept { s.progress + done } else { 0 };
                 s.active_since = None;
                 s.generation += 1;
                 s.stopped_with_work = kept;

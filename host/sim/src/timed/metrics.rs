@@ -188,6 +188,7 @@ pub(super) fn summarise(
         }
     }
     TimedRun {
+        fabric: None,
         jobs: out,
         queues,
         waiting_by_reason,

@@ -18,6 +18,7 @@
 
 mod dra;
 mod effects;
+mod fabric;
 mod metrics;
 mod runs;
 mod scenario;
@@ -33,6 +34,7 @@ use wasmsched_core::{CoreConfig, Decision, NodeTable, PolicySet, QueueTree, Sche
 use dra::Devices;
 use effects::{Driver, JobState, Jobs, Progress};
 
+pub use fabric::{Fabric, FabricStats};
 pub use metrics::{QueueStats, mean, percentile, time_weighted_mean};
 pub use runs::{QueueUsage, RunEnd};
 pub use scenario::{
@@ -107,6 +109,8 @@ pub struct TimedRun {
     /// What each queue's runs held, by the simulator's own count (runs still going on counted up
     /// to the horizon).
     pub usage: BTreeMap<String, QueueUsage>,
+    /// How gangs and small jobs used the domains of [`ReplaySettings::fabric`], when set.
+    pub fabric: Option<FabricStats>,
 }
 
 /// Why a replay could not start.
@@ -136,6 +140,9 @@ pub struct ReplaySettings {
     /// as long as it exists: dropping it makes the big jobs of a real trace vanish and every delay
     /// look better than it was.
     pub drop_timed_out_gangs: bool,
+    /// The interconnect between nodes (a scenario's `fabric`): a gang spanning its domains runs
+    /// slower, and the run reports how domains were used.
+    pub fabric: Option<Fabric>,
 }
 
 /// How long after its timeout a gang is submitted again: the Kubernetes path's default.
@@ -143,7 +150,7 @@ pub const RESUBMIT_AFTER_SECONDS: u64 = 10;
 
 impl From<CoreConfig> for ReplaySettings {
     fn from(core: CoreConfig) -> ReplaySettings {
-        ReplaySettings { core, drop_timed_out_gangs: false }
+        ReplaySettings { core, drop_timed_out_gangs: false, fabric: None }
     }
 }
 
@@ -408,6 +415,7 @@ pub fn run_with_devices(
     let config = CoreConfig { await_termination: true, ..settings.core.clone() };
     let mut core = SchedulerCore::new(queues.clone(), config.clone());
     *core.topologies_mut() = nodes.topologies().clone();
+    core.set_levels(nodes.domains().levels().to_vec());
     let mut devices = dra.map(|objects| Devices::new(objects, nodes));
     let mut capacity = 0u64;
     for slot in nodes.slots() {
@@ -423,6 +431,7 @@ pub fn run_with_devices(
     }
     let mut lookup = Jobs::new(jobs);
     let mut progress = Progress::new(jobs);
+    progress.fabric = settings.fabric.as_ref().map(|f| fabric::FabricModel::new(f, nodes, jobs.len()));
     // Jobs with claims go only where their claims could ever be served; one that fits nowhere
     // never waits, and says why.
     let mut never = vec![false; jobs.len()];
@@ -643,6 +652,9 @@ pub fn run_with_devices(
             .collect();
         fairness.sample(now, &leaves);
         let pct = if capacity > 0 { 100.0 * progress.used as f64 / capacity as f64 } else { 0.0 };
+        if let Some(f) = progress.fabric.as_mut() {
+            f.sample(now, core.nodes(), &progress.runs.holders(), jobs);
+        }
         observe(Observed::Settled {
             at: now,
             nodes: core.nodes(),
@@ -659,8 +671,10 @@ pub fn run_with_devices(
     let horizon = progress.last_change;
     utilisation.retain(|&(t, _)| t <= horizon);
     let usage = progress.runs.usage_until(horizon, &lookup);
+    let fabric = progress.fabric.as_ref().map(|f| f.stats(jobs, &progress.out, horizon));
     let mut run = metrics::summarise(jobs, progress.out, utilisation, progress.counts, fairness, horizon);
     run.usage = usage;
+    run.fabric = fabric;
     Ok(run)
 }
 

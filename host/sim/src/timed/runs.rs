@@ -87,6 +87,16 @@ pub(super) struct Runs {
 }
 
 impl Runs {
+    /// `(node, job)` of every running replica.
+    pub(super) fn holders(&self) -> Vec<(&str, usize)> {
+        self.running.values().map(|r| (r.node.as_str(), r.job)).collect()
+    }
+
+    /// The node `task` runs on.
+    pub(super) fn node_of(&self, task: &str) -> Option<&str> {
+        self.running.get(task).map(|r| r.node.as_str())
+    }
+
     pub(super) fn start(&mut self, task: &str, run: Run) {
         self.running.insert(task.to_owned(), run);
     }

@@ -18,6 +18,7 @@ use wasmsched_core::{
 };
 use wasmsched_topology::NodeTopology;
 
+use super::fabric::Fabric;
 use crate::trace::{TraceError, TracePod, gpu_node};
 
 /// A job of the time-driven replay: one pod, a gang (`replicas` > 1) or an elastic job
@@ -733,6 +734,14 @@ pub struct Scenario {
     /// DRA devices of the nodes (read by [`Scenario::load`]), for jobs with `claims`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dra: Option<DraConfig>,
+    /// Topology levels beyond the node, innermost first (node labels, e.g.
+    /// `[nvidia.com/gpu.clique, example.com/block]`): the domains whose free capacity the core
+    /// keeps, which policies read (`domain-packing`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub levels: Vec<String>,
+    /// The interconnect: which domains a gang should not span, and what spanning costs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric: Option<Fabric>,
 }
 
 /// Whether `path` names a YAML file (else JSON).
@@ -770,6 +779,10 @@ struct RawScenario {
     jobs: Vec<serde_json::Value>,
     #[serde(default)]
     dra: Option<DraConfig>,
+    #[serde(default)]
+    levels: Vec<String>,
+    #[serde(default)]
+    fabric: Option<Fabric>,
 }
 
 /// A scenario read from a file by [`Scenario::load_lenient`].
@@ -882,8 +895,15 @@ impl Scenario {
             return Ok((s, Vec::new()));
         }
         let raw: RawScenario = read(file, text)?;
-        let mut scenario =
-            Scenario { nodes: raw.nodes, flavors: raw.flavors, queues: raw.queues, jobs: Vec::new(), dra: raw.dra };
+        let mut scenario = Scenario {
+            nodes: raw.nodes,
+            flavors: raw.flavors,
+            queues: raw.queues,
+            jobs: Vec::new(),
+            dra: raw.dra,
+            levels: raw.levels,
+            fabric: raw.fabric,
+        };
         scenario.validate().map_err(|message| bad(0, 0, message))?;
         let tree = scenario.queue_tree().map_err(|message| bad(0, 0, message))?;
         let (mut names, mut tasks) = (BTreeSet::new(), BTreeSet::new());
@@ -910,6 +930,13 @@ impl Scenario {
             if n.gpus > 64 || (n.gpus > 0 && n.model.is_empty()) {
                 return Err(format!("node {:?}: {} GPUs of model {:?}", n.name, n.gpus, n.model));
             }
+        }
+        let distinct: BTreeSet<&String> = self.levels.iter().collect();
+        if distinct.len() != self.levels.len() || self.levels.iter().any(|l| l.trim().is_empty()) {
+            return Err(format!("levels {:?}: each must be a node label, named once", self.levels));
+        }
+        if let Some(problem) = self.fabric.as_ref().and_then(Fabric::problem) {
+            return Err(problem);
         }
         let tree = self.queue_tree()?;
         let (mut jobs, mut tasks) = (BTreeSet::new(), BTreeSet::new());
@@ -1000,6 +1027,7 @@ impl Scenario {
     /// The scenario's nodes as the core's nodes.
     pub fn node_table(&self) -> NodeTable {
         let mut t = NodeTable::new();
+        t.set_levels(self.levels.clone());
         for n in &self.nodes {
             let mut node = gpu_node(&n.name, n.cpu_milli, n.memory_mib.saturating_mul(1 << 20), n.gpus, &n.model);
             node.labels.extend(

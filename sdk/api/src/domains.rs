@@ -1,0 +1,122 @@
+//! Topology beyond the node as plugins see it (`domains` in the WIT): the cluster's levels — zone,
+//! block, rack, NVLink clique, each named by a node label — and each domain's capacity, kept by the
+//! host as placements change.
+//!
+//! A score that must not break up whole domains (a small job placed where big gangs would lose
+//! their one-clique home) needs the state of nodes other than the candidate. The guest's mirror
+//! holds every node, but summing a domain per candidate would cost a walk over the cluster per
+//! call; the host keeps the sums and answers per node. Plugins call the SDK's
+//! `wasmsched_sdk::domains` functions; this module holds the shared types and, natively, the hook
+//! through which the host answers on the calling thread.
+
+/// One domain of one level: the nodes sharing the values of that level's label and of every level
+/// outside it (so rack `r1` in two blocks is two racks), named by [`domain_name`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Domain {
+    /// The label values, innermost first, joined by `/` (e.g. `nvl72.3/block-1`).
+    pub name: String,
+    /// Its nodes.
+    pub nodes: u32,
+    /// Of them, nodes with nothing allocated.
+    pub idle_nodes: u32,
+    /// GPU share of its usable devices, in milli-GPUs.
+    pub gpu_milli: u64,
+    /// Of it, unallocated.
+    pub free_gpu_milli: u64,
+}
+
+impl Domain {
+    /// Nothing of it is allocated.
+    pub fn is_whole(&self) -> bool {
+        self.idle_nodes == self.nodes
+    }
+}
+
+/// What the host answers. Implemented by the scheduler core; the Wasm runtime forwards the
+/// component's `domains` imports to it.
+pub trait DomainView: Send + Sync {
+    /// The levels' node labels, innermost first; empty when none are configured.
+    fn levels(&self) -> Vec<String>;
+    /// The domain of `level` (an index into [`DomainView::levels`]) named `name` ([`domain_name`]
+    /// of the level's labels); None when no node is in it.
+    fn domain(&self, level: u32, name: &str) -> Option<Domain>;
+}
+
+/// The name of the domain of the innermost of `labels` that `node` is in: the values of `labels`,
+/// innermost first, joined by `/` (an outer label the node lacks counts as empty — a cluster
+/// describes the levels it has — and trailing empties are dropped). None when it lacks the
+/// innermost label. The host and plugins name domains with this one function, so they agree.
+pub fn domain_name(node: &crate::Node, labels: &[String]) -> Option<String> {
+    let (innermost, outer) = labels.split_first()?;
+    let mut name = node.label(innermost)?.to_string();
+    let mut empties = 0;
+    for label in outer {
+        match node.label(label) {
+            Some(value) if !value.is_empty() => {
+                for _ in 0..=empties {
+                    name.push('/');
+                }
+                empties = 0;
+                name.push_str(value);
+            }
+            _ => empties += 1,
+        }
+    }
+    Some(name)
+}
+
+#[cfg(not(target_family = "wasm"))]
+mod native {
+    use std::cell::RefCell;
+    use std::sync::Arc;
+
+    use super::DomainView;
+
+    thread_local! {
+        static CURRENT: RefCell<Option<Arc<dyn DomainView>>> = const { RefCell::new(None) };
+    }
+
+    /// Runs `f` with `view` answering this thread's domain questions (what the host does around
+    /// every native plugin call), restoring the previous view afterwards.
+    pub fn with_view<R>(view: Option<Arc<dyn DomainView>>, f: impl FnOnce() -> R) -> R {
+        struct Restore(Option<Arc<dyn DomainView>>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                let previous = self.0.take();
+                CURRENT.with_borrow_mut(|c| *c = previous);
+            }
+        }
+        let _restore = Restore(CURRENT.with_borrow_mut(|c| std::mem::replace(c, view)));
+        f()
+    }
+
+    /// The view installed on this thread, if any.
+    pub fn current() -> Option<Arc<dyn DomainView>> {
+        CURRENT.with_borrow(|c| c.clone())
+    }
+}
+
+#[cfg(not(target_family = "wasm"))]
+pub use native::{current, with_view};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_join_the_levels_outward_and_skip_what_a_node_lacks() {
+        let node = |labels: &[(&str, &str)]| crate::Node {
+            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            ..crate::Node::default()
+        };
+        let levels: Vec<String> = ["rack", "block", "zone"].map(String::from).to_vec();
+        let full = node(&[("rack", "r1"), ("block", "b0"), ("zone", "z")]);
+        assert_eq!(domain_name(&full, &levels).as_deref(), Some("r1/b0/z"));
+        assert_eq!(domain_name(&full, &levels[1..]).as_deref(), Some("b0/z"));
+        // A middle level it lacks stays an empty value; trailing ones are dropped.
+        assert_eq!(domain_name(&node(&[("rack", "r1"), ("zone", "z")]), &levels).as_deref(), Some("r1//z"));
+        assert_eq!(domain_name(&node(&[("rack", "r1")]), &levels).as_deref(), Some("r1"));
+        assert_eq!(domain_name(&node(&[("block", "b0")]), &levels), None);
+        assert_eq!(domain_name(&full, &[]), None);
+    }
+}
