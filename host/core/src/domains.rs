@@ -217,9 +217,11 @@ mod tests {
         assert_eq!((d.of("c", 1).unwrap().name.as_str(), d.of("c", 1).unwrap().nodes), ("b0", 3));
 
         // A bind moves the node's share: its clique and block lose free GPUs and an idle node.
-        let mut task = wasmsched_api::Task::default();
-        task.gpu = wasmsched_api::GpuRequest { count: 2, milli_per_gpu: 1000, ..Default::default() };
-        task.request.gpu_milli = 2000;
+        let task = wasmsched_api::Task {
+            gpu: wasmsched_api::GpuRequest { count: 2, milli_per_gpu: 1000, ..Default::default() },
+            request: Resources { gpu_milli: 2000, ..Resources::default() },
+            ..Default::default()
+        };
         let devices =
             [wasmsched_api::DeviceShare { gpu: 0, milli: 1000 }, wasmsched_api::DeviceShare { gpu: 1, milli: 1000 }];
         let slot = t.slot_of("b").unwrap();
