@@ -178,8 +178,8 @@ pub(crate) fn domains(nodes: &NodeTable, labels: &[String]) -> Vec<(String, Vec<
         let Some(node) = nodes.get(slot) else { continue };
         let Some(name) = wasmsched_api::domains::domain_name(node, labels) else { continue };
         let e = by_value.entry(name).or_default();
-        e.0 += node.free_gpu_milli();
-        e.1 += node.free_cpu_milli();
+        e.0 = e.0.saturating_add(node.free_gpu_milli());
+        e.1 = e.1.saturating_add(node.free_cpu_milli());
         e.2.push(slot);
     }
     let mut out: Vec<_> = by_value.into_iter().collect();

@@ -142,7 +142,7 @@ impl Scheduler {
                 Queues::default().tree(&Flavors::default()).0.expect("the implicit default queue alone is a valid tree")
             }
         };
-        self.core = SchedulerCore::new(tree, self.config.core.clone());
+        self.core = super::new_core(tree, &self.config);
         self.listing.adopted = None;
         self.next.not_before.clear();
         self.reports.reported.clear();

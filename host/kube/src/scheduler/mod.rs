@@ -89,6 +89,14 @@ pub struct SchedulerConfig {
     pub topology_levels: Vec<String>,
 }
 
+/// A scheduler core for `config`: its settings, and the levels whose domains it keeps for policies
+/// (`domains` import), innermost first.
+pub(super) fn new_core(tree: wasmsched_core::QueueTree, config: &SchedulerConfig) -> SchedulerCore {
+    let mut core = SchedulerCore::new(tree, config.core.clone());
+    core.set_levels(config.topology_levels.iter().rev().cloned().collect());
+    core
+}
+
 impl SchedulerConfig {
     /// Defaults for `scheduler_name`: 16 binds in flight, no election, the core's defaults.
     pub fn new(scheduler_name: &str) -> SchedulerConfig {
@@ -385,7 +393,7 @@ impl Scheduler {
                 claims: AHashMap::new(),
                 evicting: AHashSet::new(),
             },
-            core: SchedulerCore::new(tree, config.core.clone()),
+            core: new_core(tree, &config),
             config,
             api: ApiClients { client, election: election_client, effects },
             shared: Shared { registry, metrics },
