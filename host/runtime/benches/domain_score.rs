@@ -26,7 +26,7 @@ fn cluster(levels: bool) -> NodeTable {
     for i in 0..NODES {
         let domain = i % DOMAINS;
         // Some domains whole, the others partly used.
-        let used = if domain % 3 == 0 { 0 } else { (i % 5) as u32 };
+        let used = if domain.is_multiple_of(3) { 0 } else { (i % 5) as u32 };
         table.upsert(Node {
             name: format!("node-{i}"),
             labels: vec![
