@@ -37,6 +37,19 @@ impl TopologyConstraint {
     pub fn single(label: impl Into<String>, strict: bool) -> Self {
         TopologyConstraint { tiers: vec![label.into()], strict }
     }
+
+    /// Where a group placed under this constraint went, and why there when it is not the first
+    /// choice: what a preferred level's fallback records (events, explanations).
+    pub fn describe(&self, placed: &GangPlacement) -> String {
+        let levels = |tiers: &[String]| tiers.join(" or ");
+        match (placed.level, &placed.domain) {
+            (Some(0), Some(domain)) => format!("in {} {domain}", self.tiers[0]),
+            (Some(level), Some(domain)) if level < self.tiers.len() => {
+                format!("in {} {domain}: no {} domain had room", self.tiers[level], levels(&self.tiers[..level]))
+            }
+            _ => format!("across domains: no {} domain had room", levels(&self.tiers)),
+        }
+    }
 }
 
 /// A group to place.
@@ -82,6 +95,9 @@ pub struct GangPlacement {
     /// The domain used (its label values, innermost first, joined by `/`), when constrained and
     /// satisfied inside one.
     pub domain: Option<String>,
+    /// The tier of that domain (an index into [`TopologyConstraint::tiers`]); `None` when it went
+    /// anywhere (or had no constraint).
+    pub level: Option<usize>,
 }
 
 /// A group that could not be placed. Nothing of it stays bound.
@@ -123,10 +139,13 @@ pub fn place_group(
         return Err(GangError::Invalid { group: group.name.into(), min_member: group.min_member, members: n });
     }
     let mut best = (0, Diagnosis::default());
-    let mut attempt = |nodes: &mut NodeTable, candidates: &[Slot], domain: Option<String>| match attempt(
+    let mut attempt = |nodes: &mut NodeTable, candidates: &[Slot], at: Option<(usize, String)>| match attempt(
         set, nodes, group, worker, candidates,
     ) {
-        Ok(placed) => Some(GangPlacement { placed, domain }),
+        Ok(placed) => {
+            let (level, domain) = at.map_or((None, None), |(l, d)| (Some(l), Some(d)));
+            Some(GangPlacement { placed, domain, level })
+        }
         Err((count, diagnosis)) => {
             if count >= best.0 {
                 best = (count, diagnosis);
@@ -143,7 +162,7 @@ pub fn place_group(
                         continue;
                     }
                 }
-                if let Some(p) = attempt(nodes, &slots, Some(domain)) {
+                if let Some(p) = attempt(nodes, &slots, Some((tier, domain))) {
                     return Ok(p);
                 }
             }
@@ -405,16 +424,20 @@ mod tests {
         let p = place_group(&set(), &mut two_t, &spec(&gang(2, 8), 2, Some(&tiers)), 0).unwrap();
         assert_eq!(p.domain.as_deref(), Some("A/S1"));
         assert_eq!(racks(&two_t, &p), ["A", "A"]);
+        assert_eq!(tiers.describe(&p), "in rack A/S1");
         // Five nodes: no rack holds them; spine S1 does (A and B), rack C under S2 is not used.
         let mut five_t = t.clone();
         let p = place_group(&set(), &mut five_t, &spec(&gang(5, 8), 5, Some(&tiers)), 0).unwrap();
         assert_eq!(p.domain.as_deref(), Some("S1"));
         assert!(racks(&five_t, &p).iter().all(|r| r != "C"));
+        // The fallback is recorded with its reason.
+        assert_eq!(tiers.describe(&p), "in spine S1: no rack domain had room");
         // Seven nodes: no spine holds them; strict refuses, loose takes the cluster.
         let mut seven_t = t.clone();
         assert!(place_group(&set(), &mut seven_t, &spec(&gang(7, 8), 7, Some(&tiers)), 0).is_err());
         let loose = TopologyConstraint { strict: false, ..tiers.clone() };
         let p = place_group(&set(), &mut seven_t, &spec(&gang(7, 8), 7, Some(&loose)), 0).unwrap();
+        assert_eq!(loose.describe(&p), "across domains: no rack or spine domain had room");
         assert_eq!((p.placed.len(), p.domain), (7, None));
     }
 

@@ -363,6 +363,7 @@ pub fn scheduled(
         gpu_model: node.and_then(|n| gpu_model(n, &p.devices)).map(str::to_owned),
         node_pool: node.and_then(node_pool).map(str::to_owned),
         submitted,
+        topology: None,
     })
 }
 
@@ -473,7 +474,7 @@ pub fn cycle(d: &CycleDecision, facts: &CycleFacts<'_>, nodes: &NodeTable, polic
 /// The events of the decision itself, without its faults.
 fn decision(d: &CycleDecision, facts: &CycleFacts<'_>, nodes: &NodeTable, policy: &PolicySetRef) -> Vec<Payload> {
     match d {
-        CycleDecision::Bound { node, devices, score, feasible, .. } => {
+        CycleDecision::Bound { node, devices, score, feasible, topology, .. } => {
             let placement = Placement {
                 node: nodes.slot_of(node).unwrap_or_default(),
                 devices: devices.clone(),
@@ -482,7 +483,11 @@ fn decision(d: &CycleDecision, facts: &CycleFacts<'_>, nodes: &NodeTable, policy
                 skipped_faults: Vec::new(),
             };
             let on = nodes.slot_of(node).and_then(|s| nodes.get(s)).ok_or(node.as_str());
-            vec![scheduled(facts.task, on, &placement, nodes.len(), policy, facts.attempt, facts.submitted)]
+            let mut event = scheduled(facts.task, on, &placement, nodes.len(), policy, facts.attempt, facts.submitted);
+            if let Payload::TaskScheduled(s) = &mut event {
+                s.topology = topology.clone();
+            }
+            vec![event]
         }
         CycleDecision::Unschedulable { explanation, .. } => explained(facts.task, explanation, policy),
         CycleDecision::Evicted { node, reason: EvictReason::Preempted { kind, checkpointed, .. }, .. } => {

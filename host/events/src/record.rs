@@ -237,6 +237,9 @@ mod packed {
                 gpu_model: self.has_model.then(|| part(6)),
                 node_pool: self.has_pool.then(|| part(7)),
                 submitted: self.submitted,
+                // Packed only without one ([`crate::decisions`] sends gangs' placements with a
+                // topology note as ready payloads).
+                topology: None,
                 allocated: Quantity { cpu_milli: self.cpu_milli, memory_bytes: self.memory_bytes, gpu_milli: 0 },
                 gpus: self.gpus.unpack(),
             }
@@ -294,6 +297,7 @@ mod packed {
                         gpu_model: Some("H100".into()),
                         node_pool: None,
                         submitted: Some(Timestamp(7)),
+                        topology: None,
                     };
                     assert_eq!(got, want, "group {group:?}, {n} GPUs");
                 }

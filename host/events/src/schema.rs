@@ -558,6 +558,11 @@ pub struct TaskScheduled {
     /// queued.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submitted: Option<Timestamp>,
+    /// For a member of a gang with topology levels: the domain its gang went to, and why there when
+    /// it is not the first level asked for (e.g. `in example.com/block block-0: no
+    /// nvidia.com/gpu.clique domain had room`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<String>,
 }
 
 impl TaskScheduled {

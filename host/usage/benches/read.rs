@@ -64,6 +64,7 @@ fn write_events(path: &std::path::Path) {
                 gpu_model: model.clone(),
                 node_pool: None,
                 submitted: Some(Timestamp(started.0 - 9000)),
+                topology: None,
             }),
         );
         sink.emit_at(

@@ -76,8 +76,10 @@ fn small_work_goes_where_it_breaks_no_whole_domain_only_with_the_domain_score() 
 #[test]
 fn on_nvl72_racks_gangs_kept_in_one_domain_wait_far_less_than_gangs_placed_topology_blind() {
     let nvl72 = "examples/scenarios/nvl72.yaml";
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events.jsonl");
     let runs = [
-        ("fgd", replay(nvl72, &["--policy", "fgd", "--native"])),
+        ("fgd", replay(nvl72, &["--policy", "fgd", "--native", "--events", events.to_str().unwrap()])),
         ("domain-aware", replay(nvl72, &["--policy", "domain-aware", "--native"])),
         ("blind", replay(nvl72, &["--policy", "fgd", "--native", "--topology-blind"])),
     ];
@@ -92,6 +94,25 @@ fn on_nvl72_racks_gangs_kept_in_one_domain_wait_far_less_than_gangs_placed_topol
         );
         assert_eq!(f(i, "gangs_started"), 64.0, "{name}");
     }
+    // Each gang member's `task-scheduled` event says where its gang went, and why there when it
+    // is not one NVLink domain.
+    let mut by_gang: std::collections::BTreeMap<String, String> = Default::default();
+    for line in std::fs::read_to_string(&events).unwrap().lines() {
+        let e: serde_json::Value = serde_json::from_str(line).unwrap();
+        if e["type"] == "io.wasmsched.task.scheduled.v1"
+            && let Some(group) = e["data"]["task"]["group"].as_str()
+        {
+            let topology = e["data"]["topology"].as_str().unwrap_or_else(|| panic!("{e}"));
+            by_gang.insert(group.to_string(), topology.to_string());
+        }
+    }
+    assert_eq!(by_gang.len(), 64);
+    let inside = by_gang.values().filter(|t| t.starts_with("in nvidia.com/gpu.clique nvl72.")).count();
+    assert_eq!(inside as f64, f(0, "gangs_in_one_domain"), "{by_gang:?}");
+    let fallback = "in example.com/block block-";
+    assert!(
+        by_gang.values().any(|t| t.starts_with(fallback) && t.ends_with(": no nvidia.com/gpu.clique domain had room"))
+    );
     for aware in [0, 1] {
         assert!(f(aware, "gangs_in_one_domain") > f(2, "gangs_in_one_domain") + 10.0, "{}", runs[aware].0);
         // The goal: at least 30 % less gang queueing delay than the blind packer.

@@ -135,7 +135,8 @@ impl SchedulerCore {
             };
             match result {
                 Ok(placed) => {
-                    self.commit(name, placed.placed, flavor, now, out);
+                    let topology = e.spec.topology.as_ref().map(|t| t.describe(&placed));
+                    self.commit(name, placed.placed, flavor, topology, now, out);
                     return;
                 }
                 Err(GangError::Unschedulable { placed, diagnosis, .. }) => {
@@ -186,6 +187,7 @@ impl SchedulerCore {
         name: &str,
         placed: Vec<(usize, Placement)>,
         flavor: Option<usize>,
+        topology: Option<String>,
         now: u64,
         out: &mut Vec<Decision>,
     ) {
@@ -206,6 +208,7 @@ impl SchedulerCore {
                 score,
                 feasible,
                 faults: skipped_faults,
+                topology: topology.clone(),
             });
             let e = self.entries.get_mut(name).expect("committed workloads exist");
             let flavor = flavor.clone();
@@ -278,7 +281,7 @@ impl SchedulerCore {
                 if !matches!(self.nodes.update_usage(p.node, |n| bind(n, &task, &p.devices)), Some(Ok(()))) {
                     break;
                 }
-                self.commit(&name, vec![(i, p)], flavor, now, out);
+                self.commit(&name, vec![(i, p)], flavor, None, now, out);
             }
         }
     }

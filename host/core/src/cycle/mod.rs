@@ -253,6 +253,9 @@ pub enum Decision {
         feasible: usize,
         /// Faults of fail-open plugins skipped while placing it.
         faults: Vec<PluginFault>,
+        /// For a member of a gang with a topology request: the domain it went to, and why there
+        /// when that is not its first level ([`crate::TopologyConstraint::describe`]).
+        topology: Option<String>,
     },
     /// An attempt failed; the explanation says why.
     Unschedulable {

@@ -484,7 +484,7 @@ fn preempt_with(
         let message = core.waiting_message(name);
         core.entries.get_mut(name).expect("preemptor exists").explanation.preemption = Some(message);
     } else {
-        core.commit(name, placed, flavor, now, out);
+        core.commit(name, placed, flavor, None, now, out);
     }
     Ok(())
 }

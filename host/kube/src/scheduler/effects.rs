@@ -188,7 +188,7 @@ impl Scheduler {
 
     /// A bind decided: assumed in the cache, recorded, its events held until the bind succeeds.
     pub(super) fn bound(&mut self, d: &Decision, at: &Carried<'_>) {
-        let Decision::Bound { workload, task, node, devices, score, feasible, faults } = d else {
+        let Decision::Bound { workload, task, node, devices, score, feasible, faults, .. } = d else {
             return;
         };
         self.next.dra_not_now.remove(workload.as_str());

@@ -147,6 +147,7 @@ pub fn samples() -> Vec<Payload> {
             gpu_model: Some("A100-SXM4-80GB".into()),
             node_pool: Some("a100-spot".into()),
             submitted: Some(Timestamp(1_764_000_000_000)),
+            topology: Some("in example.com/block block-0: no nvidia.com/gpu.clique domain had room".into()),
         }),
         Payload::TaskUnschedulable(TaskUnschedulable {
             task: task("pod-2", "team-b"),
