@@ -17,10 +17,8 @@
 //! # assert!(!breaks_a_whole_clique(&mut domains::Lookup::new(), &Node::default()));
 //! ```
 
-use std::collections::HashMap;
-
 use crate::Node;
-pub use wasmsched_api::domains::{Domain, domain_name};
+pub use wasmsched_api::domains::{Domain, domain_name, domain_name_into};
 
 /// The levels' node labels, innermost first; empty when the host has none configured.
 pub fn levels() -> Vec<String> {
@@ -52,7 +50,11 @@ pub fn domain(level: u32, name: &str) -> Option<Domain> {
 #[derive(Debug, Default)]
 pub struct Lookup {
     levels: Option<Vec<String>>,
-    known: HashMap<(u32, String), Option<Domain>>,
+    /// Per level, each domain name asked about → its answer in `answers`.
+    known: Vec<ahash::AHashMap<String, usize>>,
+    answers: Vec<Option<Domain>>,
+    /// The name being looked up: no allocation per node once its domain is known.
+    name: String,
 }
 
 impl Lookup {
@@ -69,8 +71,24 @@ impl Lookup {
     /// The domain of level `level` that `node` is in; None when the node lacks that level's
     /// label or there is no such level.
     pub fn of(&mut self, node: &Node, level: u32) -> Option<&Domain> {
-        let labels = self.levels().get(level as usize..)?;
-        let name = domain_name(node, labels)?;
-        self.known.entry((level, name)).or_insert_with_key(|(level, name)| domain(*level, name)).as_ref()
+        let levels = self.levels.get_or_insert_with(levels);
+        let labels = levels.get(level as usize..)?;
+        if !domain_name_into(node, labels, &mut self.name) {
+            return None;
+        }
+        if self.known.len() < levels.len() {
+            self.known.resize_with(levels.len(), Default::default);
+        }
+        let known = &mut self.known[level as usize];
+        // One hash per node once its domain is known.
+        let at = match known.get(self.name.as_str()) {
+            Some(&at) => at,
+            None => {
+                self.answers.push(domain(level, &self.name));
+                known.insert(self.name.clone(), self.answers.len() - 1);
+                self.answers.len() - 1
+            }
+        };
+        self.answers[at].as_ref()
     }
 }

@@ -93,7 +93,7 @@ impl Domains {
             domains.push((level as u32, id));
         }
         let member = Member { domains, share: Share::of(node) };
-        self.apply(&member, member.share, true);
+        apply(&mut self.domains, &member.domains, member.share, true);
         self.members.insert(node.name.clone(), member);
     }
 
@@ -103,39 +103,19 @@ impl Domains {
             return;
         }
         let share = Share::of(node);
-        let Some(member) = self.members.get(&node.name) else { return };
+        let Some(member) = self.members.get_mut(&node.name) else { return };
         if member.share == share {
             return;
         }
-        let member = member.clone();
-        self.apply(&member, member.share, false);
-        self.apply(&member, share, true);
-        if let Some(m) = self.members.get_mut(&node.name) {
-            m.share = share;
-        }
+        apply(&mut self.domains, &member.domains, member.share, false);
+        apply(&mut self.domains, &member.domains, share, true);
+        member.share = share;
     }
 
     /// Node `name` left.
     pub(crate) fn remove(&mut self, name: &str) {
         if let Some(member) = self.members.remove(name) {
-            self.apply(&member, member.share, false);
-        }
-    }
-
-    fn apply(&mut self, member: &Member, share: Share, add: bool) {
-        for &(_, id) in &member.domains {
-            let d = &mut self.domains[id as usize];
-            if add {
-                d.nodes += 1;
-                d.idle_nodes += u32::from(share.idle);
-                d.gpu_milli += share.gpu_milli;
-                d.free_gpu_milli += share.free_gpu_milli;
-            } else {
-                d.nodes -= 1;
-                d.idle_nodes -= u32::from(share.idle);
-                d.gpu_milli -= share.gpu_milli;
-                d.free_gpu_milli -= share.free_gpu_milli;
-            }
+            apply(&mut self.domains, &member.domains, member.share, false);
         }
     }
 
@@ -157,6 +137,24 @@ impl Domains {
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         out
+    }
+}
+
+/// Adds (or takes away) `share` to each of `members`' domains.
+fn apply(domains: &mut [Domain], members: &[(u32, u32)], share: Share, add: bool) {
+    for &(_, id) in members {
+        let d = &mut domains[id as usize];
+        if add {
+            d.nodes += 1;
+            d.idle_nodes += u32::from(share.idle);
+            d.gpu_milli += share.gpu_milli;
+            d.free_gpu_milli += share.free_gpu_milli;
+        } else {
+            d.nodes -= 1;
+            d.idle_nodes -= u32::from(share.idle);
+            d.gpu_milli -= share.gpu_milli;
+            d.free_gpu_milli -= share.free_gpu_milli;
+        }
     }
 }
 

@@ -47,8 +47,17 @@ pub trait DomainView: Send + Sync {
 /// describes the levels it has — and trailing empties are dropped). None when it lacks the
 /// innermost label. The host and plugins name domains with this one function, so they agree.
 pub fn domain_name(node: &crate::Node, labels: &[String]) -> Option<String> {
-    let (innermost, outer) = labels.split_first()?;
-    let mut name = node.label(innermost)?.to_string();
+    let mut name = String::new();
+    domain_name_into(node, labels, &mut name).then_some(name)
+}
+
+/// [`domain_name`] written into `name` (cleared first), so a caller naming many nodes' domains
+/// reuses one buffer; false when the node lacks the innermost label.
+pub fn domain_name_into(node: &crate::Node, labels: &[String], name: &mut String) -> bool {
+    name.clear();
+    let Some((innermost, outer)) = labels.split_first() else { return false };
+    let Some(value) = node.label(innermost) else { return false };
+    name.push_str(value);
     let mut empties = 0;
     for label in outer {
         match node.label(label) {
@@ -62,42 +71,10 @@ pub fn domain_name(node: &crate::Node, labels: &[String]) -> Option<String> {
             _ => empties += 1,
         }
     }
-    Some(name)
+    true
 }
 
-#[cfg(not(target_family = "wasm"))]
-mod native {
-    use std::cell::RefCell;
-    use std::sync::Arc;
-
-    use super::DomainView;
-
-    thread_local! {
-        static CURRENT: RefCell<Option<Arc<dyn DomainView>>> = const { RefCell::new(None) };
-    }
-
-    /// Runs `f` with `view` answering this thread's domain questions (what the host does around
-    /// every native plugin call), restoring the previous view afterwards.
-    pub fn with_view<R>(view: Option<Arc<dyn DomainView>>, f: impl FnOnce() -> R) -> R {
-        struct Restore(Option<Arc<dyn DomainView>>);
-        impl Drop for Restore {
-            fn drop(&mut self) {
-                let previous = self.0.take();
-                CURRENT.with_borrow_mut(|c| *c = previous);
-            }
-        }
-        let _restore = Restore(CURRENT.with_borrow_mut(|c| std::mem::replace(c, view)));
-        f()
-    }
-
-    /// The view installed on this thread, if any.
-    pub fn current() -> Option<Arc<dyn DomainView>> {
-        CURRENT.with_borrow(|c| c.clone())
-    }
-}
-
-#[cfg(not(target_family = "wasm"))]
-pub use native::{current, with_view};
+call_view!(DomainView);
 
 #[cfg(test)]
 mod tests {

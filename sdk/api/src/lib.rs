@@ -37,6 +37,47 @@
 //! assert!(!NeedsGpu.filter(&Task::default(), &node).fits());
 //! ```
 
+/// The hook through which the host answers a plugin's host-import questions natively: a view
+/// installed on the calling thread for the length of a call (what the Wasm runtime's imports read
+/// from the store). Defines `with_view` and `current` for the trait named.
+macro_rules! call_view {
+    ($view:ident) => {
+        #[cfg(not(target_family = "wasm"))]
+        mod native {
+            use std::cell::RefCell;
+            use std::sync::Arc;
+
+            use super::$view;
+
+            thread_local! {
+                static CURRENT: RefCell<Option<Arc<dyn $view>>> = const { RefCell::new(None) };
+            }
+
+            /// Runs `f` with `view` answering this thread's questions (what the host does around
+            /// every native plugin call), restoring the previous view afterwards.
+            pub fn with_view<R>(view: Option<Arc<dyn $view>>, f: impl FnOnce() -> R) -> R {
+                struct Restore(Option<Arc<dyn $view>>);
+                impl Drop for Restore {
+                    fn drop(&mut self) {
+                        let previous = self.0.take();
+                        CURRENT.with_borrow_mut(|c| *c = previous);
+                    }
+                }
+                let _restore = Restore(CURRENT.with_borrow_mut(|c| std::mem::replace(c, view)));
+                f()
+            }
+
+            /// The view installed on this thread, if any.
+            pub fn current() -> Option<Arc<dyn $view>> {
+                CURRENT.with_borrow(|c| c.clone())
+            }
+        }
+
+        #[cfg(not(target_family = "wasm"))]
+        pub use native::{current, with_view};
+    };
+}
+
 mod affinity;
 pub mod batch;
 pub mod domains;

@@ -78,36 +78,4 @@ pub trait TopologyView: Send + Sync {
     fn link(&self, node: &str, a: u32, b: u32) -> Option<GpuLink>;
 }
 
-#[cfg(not(target_family = "wasm"))]
-mod native {
-    use std::cell::RefCell;
-    use std::sync::Arc;
-
-    use super::TopologyView;
-
-    thread_local! {
-        static CURRENT: RefCell<Option<Arc<dyn TopologyView>>> = const { RefCell::new(None) };
-    }
-
-    /// Runs `f` with `view` answering this thread's topology questions (what the host does around
-    /// every native plugin call), restoring the previous view afterwards.
-    pub fn with_view<R>(view: Option<Arc<dyn TopologyView>>, f: impl FnOnce() -> R) -> R {
-        struct Restore(Option<Arc<dyn TopologyView>>);
-        impl Drop for Restore {
-            fn drop(&mut self) {
-                let previous = self.0.take();
-                CURRENT.with_borrow_mut(|c| *c = previous);
-            }
-        }
-        let _restore = Restore(CURRENT.with_borrow_mut(|c| std::mem::replace(c, view)));
-        f()
-    }
-
-    /// The view installed on this thread, if any.
-    pub fn current() -> Option<Arc<dyn TopologyView>> {
-        CURRENT.with_borrow(|c| c.clone())
-    }
-}
-
-#[cfg(not(target_family = "wasm"))]
-pub use native::{current, with_view};
+call_view!(TopologyView);
