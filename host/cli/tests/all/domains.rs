@@ -86,9 +86,10 @@ fn on_nvl72_racks_gangs_kept_in_one_domain_wait_far_less_than_gangs_placed_topol
     let f = |i: usize, key: &str| runs[i].1["fabric"][key].as_f64().unwrap();
     for (i, (name, _)) in runs.iter().enumerate() {
         eprintln!(
-            "nvl72 {name}: gangs inside one NVLink domain {} of {}, gang queueing delay {:.0} s, GPUs stranded {:.1}",
+            "nvl72 {name}: gangs inside one NVLink domain {} of {} ({} split below 90 % allocated), gang queueing delay {:.0} s, GPUs stranded {:.1}",
             f(i, "gangs_in_one_domain"),
             f(i, "gangs_started"),
+            f(i, "gangs_split_below_90_percent"),
             f(i, "gang_delay_mean_seconds"),
             f(i, "stranded_gpus_mean")
         );
@@ -115,6 +116,7 @@ fn on_nvl72_racks_gangs_kept_in_one_domain_wait_far_less_than_gangs_placed_topol
     );
     for aware in [0, 1] {
         assert!(f(aware, "gangs_in_one_domain") > f(2, "gangs_in_one_domain") + 10.0, "{}", runs[aware].0);
+        assert!(f(aware, "gangs_split_below_90_percent") < f(2, "gangs_split_below_90_percent"), "{}", runs[aware].0);
         // The goal: at least 30 % less gang queueing delay than the blind packer.
         assert!(f(aware, "gang_delay_mean_seconds") < 0.7 * f(2, "gang_delay_mean_seconds"), "{}", runs[aware].0);
     }

@@ -53,6 +53,9 @@ pub struct FabricStats {
     pub gangs_started: usize,
     /// Of them, those whose replicas were all in one domain when they first started.
     pub gangs_in_one_domain: usize,
+    /// Of them, those that first started across domains while the rest of the cluster was below
+    /// 90 % allocated: the gangs a domain-keeping policy should have kept whole.
+    pub gangs_split_below_90_percent: usize,
     /// Mean queueing delay of the gangs that started (s).
     pub gang_delay_mean_seconds: f64,
     /// Time-weighted mean of the free GPUs in domains that hold only single-replica work (and
@@ -69,6 +72,9 @@ pub(super) struct FabricModel {
     domains: usize,
     /// Per job: the domains its replicas spanned when it first started.
     first_span: Vec<Option<usize>>,
+    /// GPU milli-units of the nodes.
+    capacity_milli: u64,
+    split_below_90: usize,
     /// Σ stranded GPUs × seconds, and the last sample.
     stranded_integral: f64,
     last: Option<(u64, f64)>,
@@ -79,7 +85,9 @@ impl FabricModel {
     pub(super) fn new(fabric: &Fabric, nodes: &NodeTable, jobs: usize) -> FabricModel {
         let mut names: AHashMap<String, usize> = AHashMap::new();
         let mut domain_of = AHashMap::new();
+        let mut capacity_milli = 0u64;
         for node in nodes.slots().filter_map(|s| nodes.get(s)) {
+            capacity_milli = capacity_milli.saturating_add(node.allocatable.gpu_milli);
             let Some(value) = node.label(&fabric.level) else { continue };
             let next = names.len();
             let id = *names.entry(value.to_string()).or_insert(next);
@@ -91,19 +99,26 @@ impl FabricModel {
             domain_of,
             domains: names.len(),
             first_span: vec![None; jobs],
+            capacity_milli,
+            split_below_90: 0,
             stranded_integral: 0.0,
             last: None,
             first_at: None,
         }
     }
 
-    /// Job `j` starts with its replicas on `nodes`: the factor (milli) its run is slowed by.
-    pub(super) fn started(&mut self, j: usize, nodes: &[&str]) -> u64 {
+    /// Job `j` starts with its replicas on `nodes`, the rest of the cluster holding
+    /// `others_milli` GPU milli-units: the factor (milli) its run is slowed by.
+    pub(super) fn started(&mut self, j: usize, nodes: &[&str], others_milli: u64) -> u64 {
         let mut seen: Vec<Option<usize>> = nodes.iter().map(|n| self.domain_of.get(*n).copied()).collect();
         seen.sort_unstable();
         seen.dedup();
         let span = seen.len();
-        self.first_span[j].get_or_insert(span);
+        if self.first_span[j].is_none() {
+            self.first_span[j] = Some(span);
+            let below_90 = u128::from(others_milli) * 100 < u128::from(self.capacity_milli) * 90;
+            self.split_below_90 += usize::from(span > 1 && below_90);
+        }
         if span > 1 { self.slowdown_milli } else { 1000 }
     }
 
@@ -145,6 +160,7 @@ impl FabricModel {
             level: self.level.clone(),
             gangs_started: gangs.len(),
             gangs_in_one_domain: gangs.iter().filter(|&&j| self.first_span[j] == Some(1)).count(),
+            gangs_split_below_90_percent: self.split_below_90,
             gang_delay_mean_seconds: super::mean(&delays),
             stranded_gpus_mean: if span > 0 { integral / span as f64 } else { 0.0 },
         }
