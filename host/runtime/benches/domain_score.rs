@@ -5,15 +5,16 @@
 // criterion_group! generates an undocumented function.
 #![allow(missing_docs)]
 
+mod support;
+
 use std::sync::Arc;
-use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use wasmsched_api::{DeviceShare, GpuDevice, GpuRequest, Node, Resources, Task};
 use wasmsched_core::{CallContext, NativePlugin, NodeTable, PolicyPlugin, bind, release};
 use wasmsched_plugin_allocation_score::AllocationScore;
 use wasmsched_plugin_domain_packing::DomainPacking;
-use wasmsched_runtime::{PluginConfig, Runtime, RuntimeConfig};
+use wasmsched_runtime::{Runtime, RuntimeConfig};
 
 const NODES: usize = 5000;
 const DOMAINS: usize = 100;
@@ -63,12 +64,7 @@ fn score(c: &mut Criterion) {
     let slots: Vec<u32> = table.slots().collect();
     let task = task();
     let rt = Runtime::new(RuntimeConfig::default()).unwrap();
-    let load = |b: wasmsched_plugins::BuiltIn| -> Arc<dyn PolicyPlugin> {
-        Arc::new(
-            rt.load(b.wasm, PluginConfig::new(b.name).with_config(b.config).with_deadline(Duration::from_secs(1)))
-                .unwrap(),
-        )
-    };
+    let load = |b| support::load(&rt, b);
     let least = wasmsched_plugins::LEAST_ALLOCATED;
     let plugins: Vec<(&str, &str, Arc<dyn PolicyPlugin>)> = vec![
         ("domain-packing", "native", Arc::new(NativePlugin::<DomainPacking>::new("", 1).unwrap())),

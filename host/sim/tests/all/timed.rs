@@ -864,30 +864,14 @@ fn a_job_withdrawn_while_it_waits_leaves_the_queue_and_runs_no_more() {
     assert!(e.contains("cannot be withdrawn"), "{e}");
 }
 
-/// Each gang's first placement on `s` with `set`: whether all its replicas shared one NVLink
-/// domain (`nvidia.com/gpu.clique`), and its queueing delay.
-fn gang_domains(s: &Scenario) -> Vec<(String, bool, u64)> {
-    let clique: std::collections::HashMap<&str, &str> = s
-        .nodes
-        .iter()
-        .map(|n| (n.name.as_str(), n.labels.get("nvidia.com/gpu.clique").map_or("", String::as_str)))
-        .collect();
-    let mut first: std::collections::HashMap<String, String> = std::collections::HashMap::new();
-    let r = replay_full(s, |d| {
-        if let wasmsched_core::Decision::Bound { task, node, .. } = d.decision {
-            first.entry(task.clone()).or_insert_with(|| node.clone());
-        }
-    });
-    s.jobs
-        .iter()
-        .zip(&r.jobs)
-        .filter(|(j, o)| j.replicas > 1 && o.start.is_some())
-        .map(|(j, o)| {
-            let domains: std::collections::BTreeSet<&str> =
-                j.task_ids().iter().filter_map(|t| first.get(t)).map(|n| clique[n.as_str()]).collect();
-            (j.name.clone(), domains.len() == 1, o.start.unwrap() - o.arrival)
-        })
-        .collect()
+/// How `s`'s gangs used its fabric's domains (the replay's own report).
+fn fabric_report(s: &Scenario) -> timed::FabricStats {
+    let set = full_set();
+    let timeline = timed::PolicyTimeline::new(&set);
+    let settings = timed::ReplaySettings { fabric: s.fabric.clone(), ..Default::default() };
+    let tree = queue_tree(&s.queues).unwrap();
+    let r = timed::run_observed(&timeline, &s.node_table(), &tree, &s.jobs, settings, |_| {}).unwrap();
+    r.fabric.expect("the scenario has a fabric")
 }
 
 #[test]
@@ -895,21 +879,12 @@ fn gangs_that_prefer_one_nvlink_domain_get_one_where_a_topology_blind_placement_
     let aware_text = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/scenarios/nvl72.yaml"));
     let blind_text = aware_text.replace(", topology: {preferred: [nvidia.com/gpu.clique, example.com/block]}", "");
     assert_ne!(aware_text, blind_text);
-    let aware = gang_domains(&Scenario::parse("nvl72.yaml", aware_text).unwrap());
-    let blind = gang_domains(&Scenario::parse("nvl72.yaml", &blind_text).unwrap());
-    let share = |g: &[(String, bool, u64)]| g.iter().filter(|x| x.1).count() as f64 / g.len().max(1) as f64;
-    let delay = |g: &[(String, bool, u64)]| g.iter().map(|x| x.2).sum::<u64>() as f64 / g.len().max(1) as f64;
-    eprintln!(
-        "nvl72: gangs inside one NVLink domain: aware {:.1} % of {}, blind {:.1} % of {}; mean gang queueing delay aware {:.0} s, blind {:.0} s",
-        100.0 * share(&aware),
-        aware.len(),
-        100.0 * share(&blind),
-        blind.len(),
-        delay(&aware),
-        delay(&blind)
-    );
-    assert!(aware.len() >= 50 && blind.len() >= 50, "the gangs started: {} / {}", aware.len(), blind.len());
-    assert!(share(&aware) > share(&blind), "aware {} vs blind {}", share(&aware), share(&blind));
+    let aware = fabric_report(&Scenario::parse("nvl72.yaml", aware_text).unwrap());
+    let blind = fabric_report(&Scenario::parse("nvl72.yaml", &blind_text).unwrap());
+    let share = |f: &timed::FabricStats| f.gangs_in_one_domain as f64 / f.gangs_started.max(1) as f64;
+    eprintln!("nvl72: gangs inside one NVLink domain: aware {aware:?}, blind {blind:?}");
+    assert!(aware.gangs_started >= 50 && blind.gangs_started >= 50, "the gangs started: {aware:?} / {blind:?}");
+    assert!(share(&aware) > share(&blind), "aware {aware:?} vs blind {blind:?}");
 }
 
 #[test]
