@@ -580,7 +580,8 @@ fn job_of(p: &JobParts<'_>) -> Option<Job> {
             job.topology = s.gang.as_ref().filter(|g| !g.topology.is_empty()).map(|g| {
                 let mut preferred = g.topology.clone();
                 let required = if g.topology_required { preferred.pop() } else { None };
-                wasmsched_sim::timed::GangTopology { preferred, required }
+                // The wait for a preferred domain is the scheduler's setting, not on the events.
+                wasmsched_sim::timed::GangTopology { preferred, required, wait_seconds: 0 }
             });
             job.preemptible = s.preemptible;
             job.preempts = s.preempts;

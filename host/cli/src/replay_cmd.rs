@@ -78,6 +78,10 @@ pub struct Args {
     /// NVLink domain or rack is worth.
     #[arg(long)]
     topology_blind: bool,
+    /// A gang that only prefers a level waits up to this long (s) for one domain of it before it
+    /// falls back; for the jobs whose `topology` sets no `wait_seconds` of its own (0: at once).
+    #[arg(long, value_name = "SECONDS", conflicts_with = "topology_blind")]
+    topology_wait: Option<u64>,
     /// Replay with a policy set of your own instead of `--policy`/`--fair-share`: a directory with
     /// `policy.yaml` (the hot-reload format, `docs/hot-reload.md`) or the file. It passes the gates
     /// of a hot reload first (digests, compilation, contract, a smoke test on this cluster).
@@ -315,6 +319,13 @@ fn inputs(args: &Args) -> anyhow::Result<Inputs> {
     if args.topology_blind {
         for job in &mut jobs {
             job.topology = None;
+        }
+    }
+    if let Some(wait) = args.topology_wait {
+        for t in jobs.iter_mut().filter_map(|j| j.topology.as_mut()) {
+            if t.required.is_none() && t.wait_seconds == 0 {
+                t.wait_seconds = wait;
+            }
         }
     }
     if let Some(objects) = &dra {

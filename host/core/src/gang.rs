@@ -22,7 +22,7 @@ use crate::placement::{Diagnosis, Placement, place_among, place_sampled_among};
 use crate::policy_set::PolicySet;
 
 /// Keep a group inside the smallest topology domain that can hold it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TopologyConstraint {
     /// Node labels naming the domains of each tier, innermost first (e.g. rack, spine, zone). A
     /// domain of tier `t` is the nodes sharing the values of labels `t..`, so equal rack names in
@@ -30,12 +30,37 @@ pub struct TopologyConstraint {
     pub tiers: Vec<String>,
     /// Never span the outermost tier's domains; otherwise fall back to the whole cluster.
     pub strict: bool,
+    /// Not strict: how long (s, from submission) the group waits for a domain of its first tier
+    /// before it falls back, while one could hold it once the work there ends. Falling back at
+    /// once (0, Kueue's rule) splits a gang the moment every domain is busy, though one frees up
+    /// soon and the split gang then runs at network speed for its whole run.
+    pub wait_seconds: u64,
 }
 
 impl TopologyConstraint {
     /// One tier.
     pub fn single(label: impl Into<String>, strict: bool) -> Self {
-        TopologyConstraint { tiers: vec![label.into()], strict }
+        TopologyConstraint { tiers: vec![label.into()], strict, wait_seconds: 0 }
+    }
+
+    /// What placement holds the group to at `now`, submitted at `since` and asking
+    /// `gpu_milli` in all: while it waits for a domain of its first tier, that tier strictly;
+    /// `None` when it is not waiting (no wait, strict already, waited long enough, or no domain
+    /// of that tier is large enough to ever hold it).
+    pub fn waiting(&self, nodes: &NodeTable, since: u64, now: u64, gpu_milli: u64) -> Option<TopologyConstraint> {
+        if self.strict || self.wait_seconds == 0 || now >= since.saturating_add(self.wait_seconds) {
+            return None;
+        }
+        let first = &self.tiers[..1.min(self.tiers.len())];
+        let large_enough = domains(nodes, first).iter().any(|(_, slots)| {
+            let capacity: u64 = slots
+                .iter()
+                .filter_map(|s| nodes.get(*s))
+                .map(|n| u64::from(n.gpus.summary().usable) * u64::from(wasmsched_api::GPU_MILLI))
+                .sum();
+            capacity >= gpu_milli
+        });
+        large_enough.then(|| TopologyConstraint { tiers: first.to_vec(), strict: true, wait_seconds: 0 })
     }
 
     /// Where a group placed under this constraint went, and why there when it is not the first
@@ -381,7 +406,11 @@ mod tests {
         assert_eq!((p.placed.len(), p.domain), (3, None));
         // Levels the nodes do not carry above the innermost (no spine, no zone) count as empty: the
         // racks are still domains.
-        let levels = TopologyConstraint { tiers: vec!["rack".into(), "spine".into(), "zone".into()], strict: true };
+        let levels = TopologyConstraint {
+            tiers: vec!["rack".into(), "spine".into(), "zone".into()],
+            strict: true,
+            wait_seconds: 0,
+        };
         let mut t = cluster(&layout);
         let p = place_group(&set(), &mut t, &spec(&two, 2, Some(&levels)), 0).unwrap();
         assert_eq!(p.domain.as_deref(), Some("X"));
@@ -415,7 +444,7 @@ mod tests {
                 ..Default::default()
             });
         }
-        let tiers = TopologyConstraint { tiers: vec!["rack".into(), "spine".into()], strict: true };
+        let tiers = TopologyConstraint { tiers: vec!["rack".into(), "spine".into()], strict: true, wait_seconds: 0 };
         let racks = |t: &NodeTable, p: &GangPlacement| -> Vec<String> {
             p.placed.iter().map(|(_, pl)| t.get(pl.node).unwrap().label("rack").unwrap().to_string()).collect()
         };

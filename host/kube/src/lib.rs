@@ -10,6 +10,8 @@
 //! - [`workloads`]: our pods (and their groups) as the core's workloads.
 //! - [`dra`]: ResourceSlices, DeviceClasses and ResourceClaims: which nodes can serve a pod's
 //!   claims, and the allocations written on them before a bind.
+//! - [`compute_domains`]: the `ComputeDomain` (multi-node NVLink) a pod asks for: one NVLink
+//!   domain for its workload, the object created and deleted with its pods.
 //! - [`disruption`]: `PodDisruptionBudget`s, which withdraw the pods they protect as victims.
 //! - [`scheduler`]: the loop — watch, run the core's cycle with the registry's live policy set,
 //!   carry out its decisions.
@@ -31,6 +33,7 @@
 
 pub mod bind;
 pub mod cache;
+pub mod compute_domains;
 pub mod convert;
 pub mod crd;
 pub mod disruption;

@@ -66,7 +66,7 @@ impl TopologyRequest {
             Some(i) => levels[..=i].iter().rev().cloned().collect(),
             None => vec![self.level.clone()],
         };
-        TopologyConstraint { tiers, strict: false }
+        TopologyConstraint { tiers, strict: false, wait_seconds: 0 }
     }
 }
 
@@ -106,6 +106,8 @@ pub struct PodFacts {
     pub owner: Option<OwnerRef>,
     /// Kueue's topology request on it, if any.
     pub topology: Option<TopologyRequest>,
+    /// The `ComputeDomain` it runs in, if it asks for one ([`crate::compute_domains`]).
+    pub compute_domain: Option<crate::compute_domains::DomainRequest>,
 }
 
 impl PodFacts {
@@ -135,6 +137,7 @@ impl PodFacts {
             group: crate::convert::group_ref(pod),
             owner: OwnerRef::controller_of(&pod.metadata),
             topology: TopologyRequest::of(pod),
+            compute_domain: crate::compute_domains::DomainRequest::of(pod),
         }
     }
 
@@ -208,6 +211,9 @@ fn options(w: &mut Workload, members: &[&PodFacts], classes: &PriorityClasses) {
 /// A lone pod as a workload named by its `namespace/name`.
 pub fn single(pod: &PodFacts, classes: &PriorityClasses) -> Workload {
     let mut w = Workload::single(pod.task_with_priority(classes));
+    if pod.compute_domain.is_some() {
+        w.topology = Some(TopologyConstraint::single(crate::compute_domains::CLIQUE_LABEL, true));
+    }
     options(&mut w, &[pod], classes);
     w
 }
@@ -222,8 +228,9 @@ pub fn set_queue(w: &mut Workload, queue: &str) {
 }
 
 /// The pods of group `key` as one gang, members in name order (so placement is reproducible). Its
-/// topology: its group's (the Workload API's constraint), else Kueue's annotations on its first
-/// member, with the cluster's `levels` (outermost first).
+/// topology: one NVLink domain when a member asks for a `ComputeDomain` (IMEX spans no more), else
+/// its group's (the Workload API's constraint), else Kueue's annotations on its first member, with
+/// the cluster's `levels` (outermost first).
 pub fn gang(
     key: &str,
     info: &GroupInfo,
@@ -245,6 +252,9 @@ pub fn gang(
     let priority = info.priority.or(class).unwrap_or_else(|| tasks.iter().map(|t| t.priority).max().unwrap_or(0));
     let mut w = Workload::gang(key, &queue, priority, tasks, info.min_member.min(sorted.len()).max(1));
     w.topology = match &info.topology_key {
+        _ if sorted.iter().any(|m| m.compute_domain.is_some()) => {
+            Some(TopologyConstraint::single(crate::compute_domains::CLIQUE_LABEL, true))
+        }
         Some(key) => Some(TopologyConstraint::single(key.clone(), true)),
         None => sorted.iter().find_map(|m| m.topology.as_ref()).map(|t| t.constraint(levels)),
     };

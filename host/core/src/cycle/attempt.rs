@@ -98,13 +98,15 @@ impl SchedulerCore {
                 }
             };
             let within = within.map(<[Slot]>::to_vec);
+            let gpu_milli = members.iter().take(min).map(|t| t.gpu.total_milli()).sum();
+            let waiting = e.spec.topology.as_ref().and_then(|t| t.waiting(&self.nodes, e.since, now, gpu_milli));
             let nodes_to_find =
                 self.config.percentage_of_nodes_to_score.map(|p| feasible_nodes_to_find(self.nodes.len(), Some(p)));
             let group = GroupSpec {
                 name,
                 members: &members,
                 min_member: min,
-                topology: e.spec.topology.as_ref(),
+                topology: waiting.as_ref().or(e.spec.topology.as_ref()),
                 nodes_to_find,
                 within: within.as_deref(),
                 adjust: None,

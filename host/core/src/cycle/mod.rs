@@ -448,6 +448,9 @@ struct Entry {
     not_before: u64,
     /// Parked at this cluster epoch: not tried again until the epoch moves (the cluster changed).
     parked_at: Option<u64>,
+    /// Tried again at this time even if parked: its wait for one domain of its topology's first
+    /// level ends, and it may then fall back.
+    wake_at: Option<u64>,
     explanation: Explanation,
 }
 
@@ -772,6 +775,7 @@ impl SchedulerCore {
                 attempts: 0,
                 not_before: now,
                 parked_at: None,
+                wake_at: None,
                 explanation: Explanation::default(),
             },
         );
@@ -914,6 +918,17 @@ impl SchedulerCore {
                 // Still waiting (a long grace period, a finalizer): like kube-scheduler's nominated
                 // pods, it takes room elsewhere if some appears, never evicting more meanwhile.
                 self.attempt(set, &name, now, &mut out, false);
+            }
+        }
+
+        // A gang whose wait for one domain of its first level ends may fall back now.
+        let epoch = self.last_cycle.epoch;
+        for e in self.entries.values_mut() {
+            if e.wake_at.is_some_and(|t| t <= now) {
+                e.wake_at = None;
+                if e.parked_at == Some(epoch) {
+                    e.parked_at = None;
+                }
             }
         }
 

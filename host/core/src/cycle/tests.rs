@@ -425,6 +425,62 @@ fn an_elastic_gang_grows_inside_its_domain_and_a_required_one_never_leaves_it() 
 }
 
 #[test]
+fn a_preferred_gang_waits_its_wait_for_one_domain_then_falls_back_and_never_waits_for_a_domain_too_small() {
+    let racks_of = |c: &SchedulerCore, name: &str| -> Vec<String> {
+        let mut r: Vec<String> = (0..2)
+            .filter_map(|i| c.placement_of(&format!("{name}-{i}")))
+            .map(|node| c.nodes().get(c.nodes().slot_of(node).unwrap()).unwrap().label("rack").unwrap().to_string())
+            .collect();
+        r.sort();
+        r
+    };
+    // n0 (r0) and n2 (r1) busy: one free node per rack, so no rack holds the 2 × 8-GPU gang.
+    let setup = |wait: u64| {
+        let mut c = racked();
+        for host in ["n0", "n2"] {
+            let mut b = job(&format!("busy-{host}"), "q", 0, 8);
+            b.members[0].node_selector = vec![("host".into(), host.into())];
+            c.submit(b, 0).unwrap();
+        }
+        c.schedule(&full(), 0);
+        let mut g = gang("g", "q", 2, 2, 8);
+        g.topology =
+            Some(crate::TopologyConstraint { wait_seconds: wait, ..crate::TopologyConstraint::single("rack", false) });
+        c.submit(g, 10).unwrap();
+        c
+    };
+    let mut at_once = setup(0);
+    at_once.schedule(&full(), 10);
+    assert_eq!(racks_of(&at_once, "g"), ["r0", "r1"], "no wait: split across racks at once");
+
+    let mut c = setup(300);
+    c.schedule(&full(), 10);
+    assert!(racks_of(&c, "g").is_empty(), "it waits for one rack");
+    // A rack frees up within the wait: the gang gets it whole.
+    c.finish("busy-n2").unwrap();
+    c.schedule(&full(), 100);
+    assert_eq!(racks_of(&c, "g"), ["r1", "r1"]);
+
+    // Nothing frees up: it is tried again when the wait ends (parked, with no cluster change)
+    // and falls back then.
+    let mut c = setup(300);
+    c.schedule(&full(), 10);
+    assert!(c.next_wakeup().is_some_and(|t| t <= 310), "woken by the wait's end: {:?}", c.next_wakeup());
+    c.schedule(&full(), 200);
+    assert!(racks_of(&c, "g").is_empty());
+    c.schedule(&full(), 310);
+    assert_eq!(racks_of(&c, "g"), ["r0", "r1"], "after its wait it falls back");
+
+    // No rack could ever hold a 3 × 8-GPU gang (racks of two 8-GPU nodes): it does not wait.
+    let mut c = racked();
+    let mut big = gang("big", "q", 3, 3, 8);
+    big.topology =
+        Some(crate::TopologyConstraint { wait_seconds: 300, ..crate::TopologyConstraint::single("rack", false) });
+    c.submit(big, 0).unwrap();
+    assert_eq!(bound(&c.schedule(&full(), 0)).len(), 3, "placed across racks at once");
+}
+
+#[test]
 fn a_strict_topology_gang_preempts_inside_one_domain_or_not_at_all() {
     // Every node runs one low job; the gang evicts two of them in one rack.
     let mut c = racked();

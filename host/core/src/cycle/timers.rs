@@ -17,6 +17,9 @@ impl SchedulerCore {
             if e.phase == Phase::Pending && e.spec.is_group() {
                 at(e.since.saturating_add(self.timeout_of(e)));
             }
+            if let Some(t) = e.wake_at {
+                at(t);
+            }
             for m in e.members.iter().flatten() {
                 if let Some(l) = &m.leaving {
                     at(l.deadline);
@@ -108,6 +111,14 @@ impl SchedulerCore {
         let backoff = self.config.backoff_initial_seconds.saturating_mul(1 << exp).min(self.config.backoff_max_seconds);
         e.not_before = now.saturating_add(backoff);
         e.parked_at = Some(self.last_cycle.epoch);
+        // Waiting for one domain: tried again when the wait ends, cluster changed or not.
+        e.wake_at = e
+            .spec
+            .topology
+            .as_ref()
+            .filter(|t| !t.strict && t.wait_seconds > 0)
+            .map(|t| e.since.saturating_add(t.wait_seconds))
+            .filter(|&t| t > now);
         e.phase = if e.placed() > 0 || e.phase == Phase::Preempting { e.phase } else { Phase::Pending };
         if e.spec.members.iter().any(|m| !m.pod_terms().affinity.is_empty()) {
             self.affinity.affinity_parked.insert(name.to_string());

@@ -181,6 +181,8 @@ struct ApiClients {
     election: Client,
     /// Binds, evictions, checkpoint requests and Kubernetes events.
     effects: Effects,
+    /// The `ComputeDomain`s our pods ask for (started by `run`, with the leadership it follows).
+    compute_domains: Option<crate::compute_domains::ComputeDomains>,
 }
 
 /// What the scheduler shares with the rest of the process: the policy registry (which set is
@@ -395,7 +397,7 @@ impl Scheduler {
             },
             core: new_core(tree, &config),
             config,
-            api: ApiClients { client, election: election_client, effects },
+            api: ApiClients { client, election: election_client, effects, compute_domains: None },
             shared: Shared { registry, metrics },
             cache: Cache::new(),
             ours: ours::OurPods::default(),
@@ -469,6 +471,10 @@ impl Scheduler {
         };
         self.reports.pod_status =
             Some(PodStatusWriter::start(self.api.effects.clone(), self.leadership.leader.clone()));
+        self.api.compute_domains = Some(crate::compute_domains::ComputeDomains::start(
+            self.api.client.clone(),
+            self.leadership.leader.clone(),
+        ));
         let nodes = watch_stream(Api::<KubeNode>::all(self.api.client.clone()), watcher::Config::default());
         // Finished pods hold nothing; leaving them out of the list is most of a big cluster's pods.
         let pod_config = watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed");
@@ -565,6 +571,7 @@ impl Scheduler {
             }
             self.publish_dashboard();
             if leading && ready && self.timers.status_at.elapsed() >= STATUS_EVERY {
+                self.want_compute_domains();
                 self.write_statuses();
             } else if !leading {
                 self.reports.status.reset();

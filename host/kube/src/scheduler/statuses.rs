@@ -5,6 +5,19 @@ use super::*;
 
 impl Scheduler {
     /// `Queue` and `PodGroup` status: allocation, counts, phase and the reason (leader only).
+    /// Tells the `ComputeDomain` keeper every domain our pods (pending or running) ask for now.
+    pub(super) fn want_compute_domains(&self) {
+        let Some(domains) = &self.api.compute_domains else { return };
+        let mut wanted = crate::compute_domains::Wanted::new();
+        for (id, pod) in &self.ours {
+            if let Some(request) = &pod.compute_domain {
+                let namespace = id.split_once('/').map_or("", |(ns, _)| ns);
+                crate::compute_domains::add(&mut wanted, namespace, request, pod.owner.as_ref());
+            }
+        }
+        domains.want(wanted);
+    }
+
     pub(super) fn write_statuses(&mut self) {
         self.timers.status_at = Instant::now();
         let shares = self.core.queue_shares();

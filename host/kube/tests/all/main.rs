@@ -2,6 +2,7 @@
 //! crate's dependencies again, which is most of a clean test build's time.
 
 mod boundary;
+mod compute_domains;
 mod crds;
 mod dra;
 mod extender;

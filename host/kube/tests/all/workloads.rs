@@ -39,7 +39,13 @@ fn member(name: &str, gpus: u32, owners: Vec<Value>, labels: Value, annotations:
 
 /// The pods of an Indexed Job `job` (uid `uid`) as the Job controller creates them, indexes
 /// `indexes`, each naming `pod_group` (Workload API) when given.
-fn job_pods(job: &str, uid: &str, indexes: std::ops::Range<u32>, gpus: u32, pod_group: Option<&str>) -> Vec<Value> {
+pub(crate) fn job_pods(
+    job: &str,
+    uid: &str,
+    indexes: std::ops::Range<u32>,
+    gpus: u32,
+    pod_group: Option<&str>,
+) -> Vec<Value> {
     indexes
         .map(|i| {
             let mut owners = vec![owner_ref("batch/v1", "Job", job, uid, true)];
@@ -62,7 +68,7 @@ fn job_pods(job: &str, uid: &str, indexes: std::ops::Range<u32>, gpus: u32, pod_
         .collect()
 }
 
-fn indexed_job(name: &str, uid: &str, parallelism: u32) -> Value {
+pub(crate) fn indexed_job(name: &str, uid: &str, parallelism: u32) -> Value {
     json!({"metadata": {"name": name, "namespace": "ml", "uid": uid},
            "spec": {"parallelism": parallelism, "completions": parallelism, "completionMode": "Indexed",
                     "backoffLimit": 6, "template": {"spec": {"schedulerName": NAME, "containers": []}}}})
@@ -86,11 +92,11 @@ fn workload_objects(api: &FakeApi, job: &str, uid: &str, parallelism: u32) -> St
     pod_group
 }
 
-fn names(pods: &[Value]) -> Vec<String> {
+pub(crate) fn names(pods: &[Value]) -> Vec<String> {
     pods.iter().map(|p| format!("ml/{}", p["metadata"]["name"].as_str().unwrap())).collect()
 }
 
-fn bound(api: &FakeApi, ids: &[String]) -> usize {
+pub(crate) fn bound(api: &FakeApi, ids: &[String]) -> usize {
     ids.iter().filter(|id| node_of(api, id).is_some()).count()
 }
 

@@ -56,6 +56,10 @@ pub struct FabricStats {
     /// Of them, those that first started across domains while the rest of the cluster was below
     /// 90 % allocated: the gangs a domain-keeping policy should have kept whole.
     pub gangs_split_below_90_percent: usize,
+    /// Of them, those that first started across domains although one domain had room for the
+    /// whole gang then: what keeping gangs in one domain must never do (0 by construction when
+    /// the gangs ask for their domain; a blind placement's measure).
+    pub gangs_split_with_a_domain_free: usize,
     /// Mean queueing delay of the gangs that started (s).
     pub gang_delay_mean_seconds: f64,
     /// Time-weighted mean of the free GPUs in domains that hold only single-replica work (and
@@ -74,7 +78,10 @@ pub(super) struct FabricModel {
     first_span: Vec<Option<usize>>,
     /// GPU milli-units of the nodes.
     capacity_milli: u64,
+    /// GPU milli-units of each domain's nodes.
+    domain_capacity: Vec<u64>,
     split_below_90: usize,
+    split_with_room: usize,
     /// Σ stranded GPUs × seconds, and the last sample.
     stranded_integral: f64,
     last: Option<(u64, f64)>,
@@ -86,11 +93,16 @@ impl FabricModel {
         let mut names: AHashMap<String, usize> = AHashMap::new();
         let mut domain_of = AHashMap::new();
         let mut capacity_milli = 0u64;
+        let mut domain_capacity: Vec<u64> = Vec::new();
         for node in nodes.slots().filter_map(|s| nodes.get(s)) {
             capacity_milli = capacity_milli.saturating_add(node.allocatable.gpu_milli);
             let Some(value) = node.label(&fabric.level) else { continue };
             let next = names.len();
             let id = *names.entry(value.to_string()).or_insert(next);
+            if id == domain_capacity.len() {
+                domain_capacity.push(0);
+            }
+            domain_capacity[id] = domain_capacity[id].saturating_add(node.allocatable.gpu_milli);
             domain_of.insert(node.name.clone(), id);
         }
         FabricModel {
@@ -100,7 +112,9 @@ impl FabricModel {
             domains: names.len(),
             first_span: vec![None; jobs],
             capacity_milli,
+            domain_capacity,
             split_below_90: 0,
+            split_with_room: 0,
             stranded_integral: 0.0,
             last: None,
             first_at: None,
@@ -108,8 +122,16 @@ impl FabricModel {
     }
 
     /// Job `j` starts with its replicas on `nodes`, the rest of the cluster holding
-    /// `others_milli` GPU milli-units: the factor (milli) its run is slowed by.
-    pub(super) fn started(&mut self, j: usize, nodes: &[&str], others_milli: u64) -> u64 {
+    /// `others_milli` GPU milli-units and `holders` the running replicas' (node, job): the factor
+    /// (milli) its run is slowed by.
+    pub(super) fn started(
+        &mut self,
+        j: usize,
+        nodes: &[&str],
+        others_milli: u64,
+        holders: &[(&str, usize)],
+        jobs: &[Job],
+    ) -> u64 {
         let mut seen: Vec<Option<usize>> = nodes.iter().map(|n| self.domain_of.get(*n).copied()).collect();
         seen.sort_unstable();
         seen.dedup();
@@ -118,6 +140,18 @@ impl FabricModel {
             self.first_span[j] = Some(span);
             let below_90 = u128::from(others_milli) * 100 < u128::from(self.capacity_milli) * 90;
             self.split_below_90 += usize::from(span > 1 && below_90);
+            if span > 1 {
+                // Each domain's room before this gang took its share.
+                let mut used = vec![0u64; self.domains];
+                for &(node, holder) in holders.iter().filter(|(_, h)| *h != j) {
+                    if let Some(&d) = self.domain_of.get(node) {
+                        used[d] = used[d].saturating_add(jobs[holder].replica_gpu_milli());
+                    }
+                }
+                let need = jobs[j].replica_gpu_milli().saturating_mul(nodes.len() as u64);
+                let room = (0..self.domains).any(|d| self.domain_capacity[d].saturating_sub(used[d]) >= need);
+                self.split_with_room += usize::from(room);
+            }
         }
         if span > 1 { self.slowdown_milli } else { 1000 }
     }
@@ -161,6 +195,7 @@ impl FabricModel {
             gangs_started: gangs.len(),
             gangs_in_one_domain: gangs.iter().filter(|&&j| self.first_span[j] == Some(1)).count(),
             gangs_split_below_90_percent: self.split_below_90,
+            gangs_split_with_a_domain_free: self.split_with_room,
             gang_delay_mean_seconds: super::mean(&delays),
             stranded_gpus_mean: if span > 0 { integral / span as f64 } else { 0.0 },
         }

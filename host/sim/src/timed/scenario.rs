@@ -123,6 +123,14 @@ pub struct GangTopology {
     /// The level its replicas never leave: all in one domain of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required: Option<String>,
+    /// Without `required`: how long (s) it waits for a domain of its first `preferred` level
+    /// before it falls back (0: at once, as Kueue does).
+    #[serde(default, skip_serializing_if = "is_zero", deserialize_with = "seconds::whole")]
+    pub wait_seconds: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl GangTopology {
@@ -134,7 +142,7 @@ impl GangTopology {
         {
             tiers.push(required.clone());
         }
-        TopologyConstraint { tiers, strict: self.required.is_some() }
+        TopologyConstraint { tiers, strict: self.required.is_some(), wait_seconds: self.wait_seconds }
     }
 
     /// What is wrong with it, if anything.
@@ -145,6 +153,9 @@ impl GangTopology {
         }
         if levels.iter().any(|l| l.trim().is_empty()) {
             return Some("topology names an empty level".into());
+        }
+        if self.wait_seconds > 0 && self.required.is_some() {
+            return Some("topology: `wait_seconds` is for preferred levels; a required level is never left".into());
         }
         let distinct: BTreeSet<&String> = self.preferred.iter().collect();
         if distinct.len() < self.preferred.len() {

@@ -66,6 +66,10 @@ pub enum Kind {
     MpiJob,
     RayCluster,
     LeaderWorkerSet,
+    /// NVIDIA's DRA driver's `resource.nvidia.com/v1beta1` ComputeDomain, validated as its CRD's
+    /// schema does (spec required, `numNodes` and the channel's template name required, spec
+    /// immutable, `allocationMode` defaulted to `Single`).
+    ComputeDomain,
 }
 
 impl Kind {
@@ -94,6 +98,7 @@ impl Kind {
             Kind::MpiJob => "MPIJobList",
             Kind::RayCluster => "RayClusterList",
             Kind::LeaderWorkerSet => "LeaderWorkerSetList",
+            Kind::ComputeDomain => "ComputeDomainList",
         }
     }
     fn kind_name(self) -> &'static str {
@@ -120,6 +125,7 @@ impl Kind {
             Kind::MpiJob => "MPIJob",
             Kind::RayCluster => "RayCluster",
             Kind::LeaderWorkerSet => "LeaderWorkerSet",
+            Kind::ComputeDomain => "ComputeDomain",
         }
     }
     fn api_version(self) -> &'static str {
@@ -143,6 +149,7 @@ impl Kind {
             Kind::MpiJob => "kubeflow.org/v2beta1",
             Kind::RayCluster => "ray.io/v1",
             Kind::LeaderWorkerSet => "leaderworkerset.x-k8s.io/v1",
+            Kind::ComputeDomain => "resource.nvidia.com/v1beta1",
         }
     }
 }
@@ -221,6 +228,8 @@ pub struct State {
     pub upstream_version: Option<&'static str>,
     /// Kinds answered `404` (a CRD not installed).
     pub unserved: std::collections::BTreeSet<Kind>,
+    /// ComputeDomain requests: (method, `namespace/name`).
+    pub compute_domain_calls: Vec<(String, String)>,
     /// ResourceClaim status writes accepted: (claim, status written).
     pub claim_writes: Vec<(String, Value)>,
     /// The next ResourceClaim status writes that fail with a 500.
@@ -401,6 +410,15 @@ fn matches_fields(obj: &Value, selector: Option<&String>) -> bool {
     selector.split(',').all(|term| match term.split_once("!=") {
         Some(("status.phase", v)) => obj["status"]["phase"].as_str() != Some(v),
         _ => true,
+    })
+}
+
+/// `labelSelector` of `key=value` terms (all the scheduler sends).
+fn matches_labels(obj: &Value, selector: Option<&String>) -> bool {
+    let Some(selector) = selector else { return true };
+    selector.split(',').all(|term| match term.split_once('=') {
+        Some((k, v)) => obj["metadata"]["labels"][k].as_str() == Some(v),
+        None => obj["metadata"]["labels"][term].is_string(),
     })
 }
 
@@ -631,6 +649,9 @@ impl FakeApi {
             {
                 self.update_claim(ns, name, body, true)
             }
+            ["apis", "resource.nvidia.com", "v1beta1", "namespaces", ns, "computedomains", rest @ ..] => {
+                self.compute_domain(m, ns, rest.first().copied(), body)
+            }
             ["apis", "scheduling.wasmsched.io", "v1alpha1", "queues", name, "status"] if m == Method::PATCH => {
                 self.merge_status(Kind::Queue, name, body)
             }
@@ -715,6 +736,7 @@ impl FakeApi {
             ("ray.io", "v1", "rayclusters") => Kind::RayCluster,
             ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets") => Kind::LeaderWorkerSet,
             ("resource.k8s.io", "v1beta2", "devicetaintrules") => Kind::DeviceTaintRule,
+            ("resource.nvidia.com", "v1beta1", "computedomains") => Kind::ComputeDomain,
             _ => return None,
         })
     }
@@ -777,7 +799,7 @@ impl FakeApi {
             .objects
             .range((after, Bound::Unbounded))
             .take_while(|((k, _), _)| *k == kind)
-            .filter(|(_, v)| matches_fields(v, fields));
+            .filter(|(_, v)| matches_fields(v, fields) && matches_labels(v, q.get("labelSelector")));
         let items: Vec<(&String, &Value)> = page.by_ref().take(limit).map(|((_, key), v)| (key, v)).collect();
         let mut metadata = json!({"resourceVersion": list_rv.to_string()});
         if page.next().is_some()
@@ -906,6 +928,64 @@ impl FakeApi {
         obj["status"] = patch["status"].clone();
         let obj = s.upsert(kind, obj);
         respond(200, &obj)
+    }
+
+    /// A namespaced ComputeDomain: create (its CRD's validation and default), get, delete. Its
+    /// resource is answered like any unserved one while its CRD is "not installed".
+    fn compute_domain(&self, m: &Method, ns: &str, name: Option<&str>, mut body: Value) -> Response<Body> {
+        let mut s = self.state();
+        s.compute_domain_calls.push((m.to_string(), format!("{ns}/{}", name.unwrap_or_default())));
+        if s.unserved.contains(&Kind::ComputeDomain) {
+            let mut r = Response::new(Full::new(Bytes::from_static(b"404 page not found\n")).boxed());
+            *r.status_mut() = StatusCode::NOT_FOUND;
+            r.headers_mut().insert(http::header::CONTENT_TYPE, "text/plain; charset=utf-8".parse().unwrap());
+            return r;
+        }
+        let not_found = |name: &str| {
+            respond(404, &status(404, "NotFound", &format!("computedomains.resource.nvidia.com \"{name}\" not found")))
+        };
+        match (m.clone(), name) {
+            (Method::POST, None) => {
+                body["metadata"]["namespace"] = json!(ns);
+                let name = body["metadata"]["name"].as_str().unwrap_or_default().to_string();
+                let spec = &body["spec"];
+                let mut invalid = Vec::new();
+                if !spec.is_object() {
+                    invalid.push("spec: Required value".to_string());
+                } else {
+                    if !spec["numNodes"].is_i64() {
+                        invalid.push("spec.numNodes: Required value".into());
+                    }
+                    if !spec["channel"]["resourceClaimTemplate"]["name"].is_string() {
+                        invalid.push("spec.channel.resourceClaimTemplate.name: Required value".into());
+                    }
+                }
+                if !invalid.is_empty() {
+                    let msg =
+                        format!("ComputeDomain.resource.nvidia.com \"{name}\" is invalid: {}", invalid.join(", "));
+                    return respond(422, &status(422, "Invalid", &msg));
+                }
+                if s.objects.contains_key(&(Kind::ComputeDomain, format!("{ns}/{name}"))) {
+                    let msg = format!("computedomains.resource.nvidia.com \"{name}\" already exists");
+                    return respond(409, &status(409, "AlreadyExists", &msg));
+                }
+                if body["spec"]["channel"]["allocationMode"].is_null() {
+                    body["spec"]["channel"]["allocationMode"] = json!("Single");
+                }
+                body["metadata"]["uid"] = json!(format!("cd-{}", s.rv + 1));
+                let obj = s.upsert(Kind::ComputeDomain, body);
+                respond(201, &obj)
+            }
+            (Method::GET, Some(name)) => match s.objects.get(&(Kind::ComputeDomain, format!("{ns}/{name}"))) {
+                Some(obj) => respond(200, &obj.clone()),
+                None => not_found(name),
+            },
+            (Method::DELETE, Some(name)) => match s.delete(Kind::ComputeDomain, &format!("{ns}/{name}")) {
+                Some(obj) => respond(200, &obj),
+                None => not_found(name),
+            },
+            _ => respond(405, &status(405, "MethodNotAllowed", "fake api: unsupported ComputeDomain operation")),
+        }
     }
 
     /// A ResourceClaim created: `generateName` gets a random suffix, a status given is dropped (a
