@@ -577,11 +577,17 @@ fn job_of(p: &JobParts<'_>) -> Option<Job> {
             let min = s.gang.as_ref().map_or(members, |g| g.min_member);
             job.min_replicas = (min < members).then_some(min.max(1));
             job.timeout = s.gang.as_ref().and_then(|g| g.timeout_seconds);
-            job.topology = s.gang.as_ref().filter(|g| !g.topology.is_empty()).map(|g| {
+            job.topology = s.gang.as_ref().filter(|g| !g.topology.is_empty() || g.slice_size > 0).map(|g| {
                 let mut preferred = g.topology.clone();
                 let required = if g.topology_required { preferred.pop() } else { None };
-                // The wait for a preferred domain is the scheduler's setting, not on the events.
-                wasmsched_sim::timed::GangTopology { preferred, required, wait_seconds: 0 }
+                let slices = g.slice_topology.clone().filter(|_| g.slice_size > 0);
+                let slices = slices.map(|level| wasmsched_sim::timed::GangSlices { size: g.slice_size, level });
+                wasmsched_sim::timed::GangTopology {
+                    preferred,
+                    required,
+                    wait_seconds: g.topology_wait_seconds,
+                    slices,
+                }
             });
             job.preemptible = s.preemptible;
             job.preempts = s.preempts;

@@ -758,12 +758,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     if let Some(f) = report.fabric {
         println!(
-            "\ngangs inside one {} domain: {} of {} started ({:.1} %; {} split while the rest of the cluster was below 90 % allocated); gang queueing delay mean {:.0} s; GPUs stranded in domains only small jobs broke: {:.1} (time-weighted mean)",
+            "\ngangs inside one {} domain: {} of {} started ({:.1} %; {} split while the rest of the cluster was below 90 % allocated, {} while one domain had room for the whole gang); gang queueing delay mean {:.0} s; GPUs stranded in domains only small jobs broke: {:.1} (time-weighted mean)",
             f.level,
             f.gangs_in_one_domain,
             f.gangs_started,
             100.0 * f.gangs_in_one_domain as f64 / f.gangs_started.max(1) as f64,
             f.gangs_split_below_90_percent,
+            f.gangs_split_with_a_domain_free,
             f.gang_delay_mean_seconds,
             f.stranded_gpus_mean
         );

@@ -103,6 +103,11 @@ pub struct Args {
     /// at a time. Default: zone, `wasmsched.io/spine`, `wasmsched.io/rack`, `nvidia.com/gpu.clique`.
     #[arg(long, value_name = "LABELS", value_delimiter = ',', env = "WASMSCHED_TOPOLOGY_LEVELS")]
     topology_levels: Vec<String>,
+    /// How long (s) a gang that only prefers a level waits for one domain of it before it falls
+    /// back, unless its pods set `scheduling.wasmsched.io/topology-wait-seconds` (0: at once, as
+    /// Kueue does).
+    #[arg(long, value_name = "SECONDS", default_value_t = 0, env = "WASMSCHED_TOPOLOGY_WAIT")]
+    topology_wait: u64,
     #[command(flatten)]
     sink: wasmsched_events::cli::Sink,
 }
@@ -165,8 +170,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         config.core.reclaim_max_runtime_seconds = args.reclaim_max_runtime;
         config.owner_kinds = owner_kinds;
         if !args.topology_levels.is_empty() {
-            config.topology_levels = args.topology_levels.iter().map(|l| l.trim().to_string()).collect();
+            config.topology.levels = args.topology_levels.iter().map(|l| l.trim().to_string()).collect();
         }
+        config.topology.wait_seconds = args.topology_wait;
         if args.leader_elect {
             let identity = match &args.identity {
                 Some(id) => id.clone(),

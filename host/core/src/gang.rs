@@ -35,12 +35,26 @@ pub struct TopologyConstraint {
     /// once (0, Kueue's rule) splits a gang the moment every domain is busy, though one frees up
     /// soon and the split gang then runs at network speed for its whole run.
     pub wait_seconds: u64,
+    /// Kueue's slices: the group in runs of consecutive members, each run inside one domain.
+    pub slices: Option<Slices>,
+}
+
+/// The group in consecutive runs of `size` members (the last may be shorter), each run inside one
+/// domain of `level` — Kueue's `podset-slice-size` and `podset-slice-required-topology`: a job
+/// whose ranks talk most within groups (tensor parallelism inside a rack, data parallelism
+/// across) needs each group close, not the whole job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Slices {
+    /// Members per run.
+    pub size: usize,
+    /// The level (node label) each run stays in one domain of.
+    pub level: String,
 }
 
 impl TopologyConstraint {
     /// One tier.
     pub fn single(label: impl Into<String>, strict: bool) -> Self {
-        TopologyConstraint { tiers: vec![label.into()], strict, wait_seconds: 0 }
+        TopologyConstraint { tiers: vec![label.into()], strict, wait_seconds: 0, slices: None }
     }
 
     /// What placement holds the group to at `now`, submitted at `since` and asking
@@ -48,7 +62,11 @@ impl TopologyConstraint {
     /// `None` when it is not waiting (no wait, strict already, waited long enough, or no domain
     /// of that tier is large enough to ever hold it).
     pub fn waiting(&self, nodes: &NodeTable, since: u64, now: u64, gpu_milli: u64) -> Option<TopologyConstraint> {
-        if self.strict || self.wait_seconds == 0 || now >= since.saturating_add(self.wait_seconds) {
+        if self.strict
+            || self.wait_seconds == 0
+            || self.tiers.is_empty()
+            || now >= since.saturating_add(self.wait_seconds)
+        {
             return None;
         }
         let first = &self.tiers[..1.min(self.tiers.len())];
@@ -60,20 +78,31 @@ impl TopologyConstraint {
                 .sum();
             capacity >= gpu_milli
         });
-        large_enough.then(|| TopologyConstraint { tiers: first.to_vec(), strict: true, wait_seconds: 0 })
+        large_enough.then(|| TopologyConstraint {
+            tiers: first.to_vec(),
+            strict: true,
+            wait_seconds: 0,
+            slices: self.slices.clone(),
+        })
     }
 
     /// Where a group placed under this constraint went, and why there when it is not the first
     /// choice: what a preferred level's fallback records (events, explanations).
     pub fn describe(&self, placed: &GangPlacement) -> String {
         let levels = |tiers: &[String]| tiers.join(" or ");
-        match (placed.level, &placed.domain) {
+        let slices = self.slices.as_ref().map(|s| format!(", in slices of {} each in one {} domain", s.size, s.level));
+        let slices = slices.unwrap_or_default();
+        if self.tiers.is_empty() {
+            return format!("anywhere{slices}");
+        }
+        let place = match (placed.level, &placed.domain) {
             (Some(0), Some(domain)) => format!("in {} {domain}", self.tiers[0]),
             (Some(level), Some(domain)) if level < self.tiers.len() => {
                 format!("in {} {domain}: no {} domain had room", self.tiers[level], levels(&self.tiers[..level]))
             }
             _ => format!("across domains: no {} domain had room", levels(&self.tiers)),
-        }
+        };
+        format!("{place}{slices}")
     }
 }
 
@@ -239,6 +268,9 @@ fn attempt(
     worker: usize,
     candidates: &[Slot],
 ) -> Result<Vec<(usize, Placement)>, (usize, Diagnosis)> {
+    if let Some(slices) = group.topology.and_then(|t| t.slices.as_ref()) {
+        return attempt_in_slices(set, nodes, group, worker, candidates, slices);
+    }
     let mut placed: Vec<(usize, Placement)> = Vec::new();
     let mut first_failure: Option<Diagnosis> = None;
     let mut start = 0;
@@ -271,6 +303,67 @@ fn attempt(
                 first_failure.get_or_insert(e.diagnosis);
             }
         }
+    }
+    if placed.len() >= group.min_member {
+        return Ok(placed);
+    }
+    let count = placed.len();
+    for (i, p) in placed.into_iter().rev() {
+        nodes.update_usage(p.node, |node| release(node, &group.members[i], &p.devices));
+    }
+    Err((count, first_failure.unwrap_or_default()))
+}
+
+/// [`attempt`] slice by slice: each slice's members all inside one domain of the slice level among
+/// `candidates` (the tightest that holds them), or none of them. Every candidate node is scored
+/// (no sampling) and pod affinity is not re-resolved between members.
+fn attempt_in_slices(
+    set: &PolicySet,
+    nodes: &mut NodeTable,
+    group: &GroupSpec<'_>,
+    worker: usize,
+    candidates: &[Slot],
+    slices: &Slices,
+) -> Result<Vec<(usize, Placement)>, (usize, Diagnosis)> {
+    let mut allowed = candidates.to_vec();
+    allowed.sort_unstable();
+    let n = group.members.len();
+    let mut placed: Vec<(usize, Placement)> = Vec::new();
+    let mut first_failure: Option<Diagnosis> = None;
+    let mut start = 0;
+    while start < n && placed.len() + (n - start) >= group.min_member {
+        let end = start.saturating_add(slices.size.max(1)).min(n);
+        for (_, mut slots) in domains(nodes, std::slice::from_ref(&slices.level)) {
+            slots.retain(|s| allowed.binary_search(s).is_ok());
+            if slots.is_empty() {
+                continue;
+            }
+            let mut run: Vec<(usize, Placement)> = Vec::new();
+            for (i, task) in group.members.iter().enumerate().take(end).skip(start) {
+                let bound = match place_among(set, nodes, task, worker, &slots) {
+                    Ok(p) => match nodes.update_usage(p.node, |node| bind(node, task, &p.devices)) {
+                        Some(Ok(())) => Some(p),
+                        _ => None,
+                    },
+                    Err(e) => {
+                        first_failure.get_or_insert(e.diagnosis);
+                        None
+                    }
+                };
+                match bound {
+                    Some(p) => run.push((i, p)),
+                    None => break,
+                }
+            }
+            if run.len() == end - start {
+                placed.append(&mut run);
+                break;
+            }
+            for (i, p) in run.into_iter().rev() {
+                nodes.update_usage(p.node, |node| release(node, &group.members[i], &p.devices));
+            }
+        }
+        start = end;
     }
     if placed.len() >= group.min_member {
         return Ok(placed);
@@ -409,7 +502,7 @@ mod tests {
         let levels = TopologyConstraint {
             tiers: vec!["rack".into(), "spine".into(), "zone".into()],
             strict: true,
-            wait_seconds: 0,
+            ..Default::default()
         };
         let mut t = cluster(&layout);
         let p = place_group(&set(), &mut t, &spec(&two, 2, Some(&levels)), 0).unwrap();
@@ -444,7 +537,8 @@ mod tests {
                 ..Default::default()
             });
         }
-        let tiers = TopologyConstraint { tiers: vec!["rack".into(), "spine".into()], strict: true, wait_seconds: 0 };
+        let tiers =
+            TopologyConstraint { tiers: vec!["rack".into(), "spine".into()], strict: true, ..Default::default() };
         let racks = |t: &NodeTable, p: &GangPlacement| -> Vec<String> {
             p.placed.iter().map(|(_, pl)| t.get(pl.node).unwrap().label("rack").unwrap().to_string()).collect()
         };
@@ -513,5 +607,69 @@ mod tests {
         let e = place_group(&set(), &mut t, &sampled(&more, 60), 0).unwrap_err();
         assert!(matches!(e, GangError::Unschedulable { placed: 50, min_member: 60, .. }), "{e}");
         assert_eq!(free(&t), 50 * 8_000);
+    }
+
+    #[test]
+    fn slices_keep_each_run_of_members_in_one_domain_and_a_run_that_cannot_be_kept_fails_the_group() {
+        let rack_of = |t: &NodeTable, p: &GangPlacement| -> Vec<String> {
+            let mut by_member: Vec<(usize, String)> = p
+                .placed
+                .iter()
+                .map(|(i, pl)| (*i, t.get(pl.node).unwrap().label("rack").unwrap().to_string()))
+                .collect();
+            by_member.sort();
+            by_member.into_iter().map(|(_, r)| r).collect()
+        };
+        let slices = TopologyConstraint {
+            slices: Some(Slices { size: 2, level: "rack".into() }),
+            ..TopologyConstraint::default()
+        };
+        // Racks x (one 16-GPU node), y (two 8-GPU nodes), z (three 8-GPU nodes): four 8-GPU
+        // members in slices of two. A packer fills x first, then needs two more; each slice lands
+        // in one rack.
+        let layout = [("x1", 16, "x"), ("y1", 8, "y"), ("y2", 8, "y"), ("z1", 8, "z"), ("z2", 8, "z"), ("z3", 8, "z")];
+        let four = gang(4, 8);
+        let mut t = cluster(&layout);
+        let p = place_group(&set(), &mut t, &spec(&four, 4, Some(&slices)), 0).unwrap();
+        let racks = rack_of(&t, &p);
+        assert_eq!(racks[0], racks[1], "members 0 and 1 share a rack: {racks:?}");
+        assert_eq!(racks[2], racks[3], "members 2 and 3 share a rack: {racks:?}");
+        assert_eq!(slices.describe(&p), "anywhere, in slices of 2 each in one rack domain");
+
+        // One free 8-GPU node per rack: every member fits somewhere, but no rack holds a slice.
+        let mut t = cluster(&[("a", 8, "x"), ("b", 8, "y"), ("c", 8, "z"), ("d", 8, "w")]);
+        let e = place_group(&set(), &mut t, &spec(&four, 4, Some(&slices)), 0).unwrap_err();
+        assert!(matches!(e, GangError::Unschedulable { placed: 0, .. }), "{e}");
+        assert_eq!(free(&t), 32_000, "nothing stays bound");
+        assert!(place_group(&set(), &mut t, &spec(&four, 4, None), 0).is_ok(), "without slices it fits");
+
+        // Slices inside a required outer level: each slice in one rack, all in one spine.
+        let mut t = NodeTable::new();
+        for (name, rack, spine) in [
+            ("p", "r1", "s1"),
+            ("q", "r1", "s1"),
+            ("r", "r2", "s2"),
+            ("s", "r2", "s2"),
+            ("u", "r3", "s1"),
+            ("v", "r3", "s1"),
+        ] {
+            t.upsert(Node {
+                name: name.into(),
+                labels: vec![("rack".into(), rack.into()), ("spine".into(), spine.into())],
+                allocatable: Resources {
+                    cpu_milli: 96_000,
+                    memory_bytes: 1 << 40,
+                    gpu_milli: 8000,
+                    extended: Default::default(),
+                },
+                gpus: (0..8).map(|i| GpuDevice { index: i, free_milli: 1000, ..Default::default() }).collect(),
+                ..Default::default()
+            });
+        }
+        let in_spine =
+            TopologyConstraint { slices: slices.slices.clone(), ..TopologyConstraint::single("spine", true) };
+        let p = place_group(&set(), &mut t, &spec(&four, 4, Some(&in_spine)), 0).unwrap();
+        assert_eq!(p.domain.as_deref(), Some("s1"), "the only spine with four nodes");
+        assert_eq!(in_spine.describe(&p), "in spine s1, in slices of 2 each in one rack domain");
     }
 }

@@ -91,7 +91,7 @@ pub use cycle::{
 pub use domains::Domains;
 pub use effects::{Effects, carry_out};
 pub use flavor::{Flavor, add_flavored, flavored_amount, flavored_resource};
-pub use gang::{Adjust, GangError, GangPlacement, GroupSpec, TopologyConstraint, place_group};
+pub use gang::{Adjust, GangError, GangPlacement, GroupSpec, Slices, TopologyConstraint, place_group};
 pub use native::NativePlugin;
 pub use node_accounting::{AllocError, bind, bind_fact, release};
 pub use node_table::{Changes, NodeTable, Slot};

@@ -12,8 +12,9 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, NodeSelector};
 use k8s_openapi::api::resource::v1::{
-    AllocationResult, DeviceAllocationResult, DeviceClass, DeviceConstraint, DeviceRequestAllocationResult,
-    DeviceSelector, DeviceTaint, DeviceToleration, ResourceClaim, ResourceClaimSpec,
+    AllocationResult, DeviceAllocationConfiguration, DeviceAllocationResult, DeviceClaimConfiguration, DeviceClass,
+    DeviceConstraint, DeviceRequestAllocationResult, DeviceSelector, DeviceTaint, DeviceToleration, ResourceClaim,
+    ResourceClaimSpec,
 };
 
 use wasmsched_api::{AttributeValue, ClaimDevice, ClaimRequest};
@@ -35,6 +36,11 @@ pub struct Allocation {
     /// The nodes a pod using the claim may run on (`None`: any). Shared: a node's own selector is
     /// made once, not per allocation.
     pub node_selector: Option<Arc<NodeSelector>>,
+    /// The drivers' configuration of the devices, as kube-scheduler copies it into the allocation
+    /// (the kubelet plugin reads it from there, not from the claim's spec): each class's config
+    /// (source `FromClass`, naming the requests that chose the class), then the claim's own
+    /// (`FromClaim`) that apply to a request or to the alternative it got.
+    pub config: Vec<DeviceAllocationConfiguration>,
     /// Each result's device's place in the inventory that allocated it: holding it then needs no
     /// lookup by id (the place is checked against the id, since the inventory may have been
     /// rebuilt from new slices since).
@@ -59,7 +65,7 @@ impl Allocation {
                         })
                         .collect(),
                 ),
-                config: None,
+                config: (!self.config.is_empty()).then(|| self.config.clone()),
             }),
             node_selector: self.node_selector.as_deref().cloned(),
             allocation_timestamp: None,
@@ -192,6 +198,7 @@ pub type Rank<'r> = dyn FnMut(&ClaimRequest) -> Option<Vec<u32>> + 'r;
 pub struct PreparedClaim<'c> {
     requests: Vec<Vec<Alternative>>,
     rules: Vec<Rule<'c>>,
+    config: &'c [DeviceClaimConfiguration],
 }
 
 /// A constraint in the form the search checks.
@@ -442,7 +449,8 @@ impl Allocator {
             requests.push(alternatives);
         }
         let rules = rules(claim.devices.as_ref().and_then(|d| d.constraints.as_deref()).unwrap_or_default());
-        Ok(PreparedClaim { requests, rules })
+        let config = claim.devices.as_ref().and_then(|d| d.config.as_deref()).unwrap_or_default();
+        Ok(PreparedClaim { requests, rules, config })
     }
 
     /// Devices for a prepared claim usable from `node`, or why there are none.
@@ -581,9 +589,61 @@ impl Allocator {
         let mut search =
             Search { allocator: self, choices: &choices, rules: &claim.rules, picked: Vec::new(), steps: 0 };
         match search.run(0)? {
-            Some(picked) => Ok(self.finish(picked, selector)),
+            Some(picked) => {
+                let config = self.configuration(&picked, claim.config);
+                Ok(Allocation { config, ..self.finish(picked, selector) })
+            }
             None => Err(Unsatisfied::Constraint(claim.rules.iter().map(Rule::text).collect::<Vec<_>>().join(", "))),
         }
+    }
+
+    /// The configuration the allocation of `picked` carries (see [`Allocation::config`]).
+    fn configuration(
+        &self,
+        picked: &[(&Want, usize)],
+        claimed: &[DeviceClaimConfiguration],
+    ) -> Vec<DeviceAllocationConfiguration> {
+        // The alternative each request got, in request order.
+        let mut chosen: Vec<&Alternative> = Vec::new();
+        for (want, _) in picked {
+            if chosen.last().is_none_or(|a| a.request != want.alt.request) {
+                chosen.push(want.alt);
+            }
+        }
+        let mut out: Vec<DeviceAllocationConfiguration> = Vec::new();
+        let mut class_entries: BTreeMap<&str, std::ops::Range<usize>> = BTreeMap::new();
+        for alt in &chosen {
+            if let Some(range) = class_entries.get(alt.class.as_str()) {
+                for entry in &mut out[range.clone()] {
+                    entry.requests.get_or_insert_with(Vec::new).push(alt.name.clone());
+                }
+                continue;
+            }
+            let start = out.len();
+            let class_config =
+                self.classes.get(&alt.class).and_then(|c| c.spec.as_ref()).and_then(|s| s.config.as_deref());
+            for c in class_config.unwrap_or_default() {
+                out.push(DeviceAllocationConfiguration {
+                    source: "FromClass".into(),
+                    requests: Some(vec![alt.name.clone()]),
+                    opaque: c.opaque.clone(),
+                });
+            }
+            class_entries.insert(&alt.class, start..out.len());
+        }
+        for c in claimed {
+            let named = c.requests.as_deref().unwrap_or_default();
+            let applies =
+                named.is_empty() || chosen.iter().any(|a| named.contains(&a.request) || named.contains(&a.name));
+            if applies {
+                out.push(DeviceAllocationConfiguration {
+                    source: "FromClaim".into(),
+                    requests: c.requests.clone(),
+                    opaque: c.opaque.clone(),
+                });
+            }
+        }
+        out
     }
 
     /// The allocation of the devices `picked` on a node whose own devices `local` names.
@@ -607,6 +667,7 @@ impl Allocator {
                 .map(|(want, i)| (want.alt.name.clone(), devices[i].id.clone(), want.alt.admin))
                 .collect(),
             node_selector,
+            config: Vec::new(),
         }
     }
 

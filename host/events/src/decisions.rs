@@ -239,6 +239,9 @@ pub fn submitted(task: &Task, workload: &Workload, timings: Timings) -> Payload 
         timeout_seconds: workload.timeout_seconds,
         topology: workload.topology.as_ref().map(|t| t.tiers.clone()).unwrap_or_default(),
         topology_required: workload.topology.as_ref().is_some_and(|t| t.strict),
+        topology_wait_seconds: workload.topology.as_ref().map_or(0, |t| t.wait_seconds),
+        slice_size: workload.topology.as_ref().and_then(|t| t.slices.as_ref()).map_or(0, |s| s.size as u32),
+        slice_topology: workload.topology.as_ref().and_then(|t| t.slices.as_ref()).map(|s| s.level.clone()),
     });
     Payload::TaskSubmitted(TaskSubmitted {
         task: TaskRef { priority: workload.priority, ..task_ref(task) },

@@ -1078,6 +1078,25 @@ pub struct GangSpec {
     /// It never leaves one domain of the last of `topology` (else it finally goes anywhere).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub topology_required: bool,
+    /// Not required: how long it waits for one domain of the first of `topology` before it
+    /// falls back (s; 0: at once).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub topology_wait_seconds: u64,
+    /// Kueue's slices: members in runs of this many, in order, each inside one domain of
+    /// `slice_topology` (0: no slices).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub slice_size: u32,
+    /// The level each slice stays in one domain of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slice_topology: Option<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Data of `io.wasmsched.task.withdrawn.v1`: a task left the scheduler before it ran — its pod

@@ -27,6 +27,11 @@ pub const CHECKPOINTED_ANNOTATION: &str = "scheduling.wasmsched.io/checkpointed"
 pub const KUEUE_REQUIRED_TOPOLOGY: &str = "kueue.x-k8s.io/podset-required-topology";
 /// … or preferably so, falling back one level up at a time, then anywhere.
 pub const KUEUE_PREFERRED_TOPOLOGY: &str = "kueue.x-k8s.io/podset-preferred-topology";
+/// Kueue's slices: runs of [`KUEUE_SLICE_SIZE`] pods (in name order), each in one domain of this
+/// level.
+pub const KUEUE_SLICE_TOPOLOGY: &str = "kueue.x-k8s.io/podset-slice-required-topology";
+/// Pods per slice.
+pub const KUEUE_SLICE_SIZE: &str = "kueue.x-k8s.io/podset-slice-size";
 
 /// The topology levels a cluster is described by, outermost first, when the operator names none
 /// (`--topology-levels`): zone, the spine and rack labels of docs/topology.md, and the NVLink
@@ -34,13 +39,37 @@ pub const KUEUE_PREFERRED_TOPOLOGY: &str = "kueue.x-k8s.io/podset-preferred-topo
 pub const DEFAULT_TOPOLOGY_LEVELS: [&str; 4] =
     ["topology.kubernetes.io/zone", "wasmsched.io/spine", "wasmsched.io/rack", "nvidia.com/gpu.clique"];
 
+/// Pod annotation: a gang that only prefers a level waits this long (s) for one domain of it
+/// before it falls back (default `--topology-wait`).
+pub const TOPOLOGY_WAIT_ANNOTATION: &str = "scheduling.wasmsched.io/topology-wait-seconds";
+
+/// How the cluster is described for gangs' topology requests.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterTopology {
+    /// The levels (node labels), outermost first: where a gang preferring one level falls back to.
+    pub levels: Vec<String>,
+    /// How long (s) a gang that only prefers a level waits for one domain of it before it falls
+    /// back, unless its pods say otherwise (0: at once, as Kueue does).
+    pub wait_seconds: u64,
+}
+
+impl Default for ClusterTopology {
+    fn default() -> Self {
+        ClusterTopology { levels: DEFAULT_TOPOLOGY_LEVELS.iter().map(|l| l.to_string()).collect(), wait_seconds: 0 }
+    }
+}
+
 /// A pod's topology request: a level (node label) and whether its gang must stay in it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TopologyRequest {
-    /// The level.
-    pub level: String,
+    /// The level (none: only slices are asked for).
+    pub level: Option<String>,
     /// Required (never left), else preferred.
     pub required: bool,
+    /// Preferred: its own wait for one domain of the level (s), if it sets one.
+    pub wait_seconds: Option<u64>,
+    /// Kueue's slices, if asked for (level and size both given, the size a positive number).
+    pub slices: Option<wasmsched_core::Slices>,
 }
 
 impl TopologyRequest {
@@ -48,25 +77,43 @@ impl TopologyRequest {
     fn of(pod: &Pod) -> Option<TopologyRequest> {
         let annotations = pod.metadata.annotations.as_ref()?;
         let level = |k: &str| annotations.get(k).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
-        match (level(KUEUE_REQUIRED_TOPOLOGY), level(KUEUE_PREFERRED_TOPOLOGY)) {
-            (Some(level), _) => Some(TopologyRequest { level, required: true }),
-            (None, Some(level)) => Some(TopologyRequest { level, required: false }),
-            (None, None) => None,
-        }
+        let wait_seconds = level(TOPOLOGY_WAIT_ANNOTATION).and_then(|w| w.parse().ok());
+        let size = level(KUEUE_SLICE_SIZE).and_then(|s| s.parse::<usize>().ok()).filter(|&s| s > 0);
+        let slices = level(KUEUE_SLICE_TOPOLOGY).zip(size).map(|(level, size)| wasmsched_core::Slices { size, level });
+        let (level, required) = match (level(KUEUE_REQUIRED_TOPOLOGY), level(KUEUE_PREFERRED_TOPOLOGY)) {
+            (Some(level), _) => (Some(level), true),
+            (None, Some(level)) => (Some(level), false),
+            (None, None) if slices.is_some() => (None, false),
+            (None, None) => return None,
+        };
+        let wait_seconds = if required { None } else { wait_seconds };
+        Some(TopologyRequest { level, required, wait_seconds, slices })
     }
 
-    /// The core's constraint with the cluster's `levels` (outermost first): required, one domain
-    /// of the level; preferred, the level, then each level above it, then anywhere. A level the
-    /// cluster does not list has nothing above it.
-    pub fn constraint(&self, levels: &[String]) -> TopologyConstraint {
-        if self.required {
-            return TopologyConstraint::single(self.level.clone(), true);
-        }
-        let tiers = match levels.iter().position(|l| *l == self.level) {
-            Some(i) => levels[..=i].iter().rev().cloned().collect(),
-            None => vec![self.level.clone()],
+    /// The core's constraint in the `cluster`: required, one domain of the level; preferred, the
+    /// level (waiting for one its wait, else the cluster's), then each level above it, then
+    /// anywhere. A level the cluster does not list has nothing above it.
+    pub fn constraint(&self, cluster: &ClusterTopology) -> TopologyConstraint {
+        let Some(level) = &self.level else {
+            return TopologyConstraint { slices: self.slices.clone(), ..TopologyConstraint::default() };
         };
-        TopologyConstraint { tiers, strict: false, wait_seconds: 0 }
+        if self.required {
+            return TopologyConstraint {
+                slices: self.slices.clone(),
+                ..TopologyConstraint::single(level.clone(), true)
+            };
+        }
+        let levels = &cluster.levels;
+        let tiers = match levels.iter().position(|l| l == level) {
+            Some(i) => levels[..=i].iter().rev().cloned().collect(),
+            None => vec![level.clone()],
+        };
+        TopologyConstraint {
+            tiers,
+            strict: false,
+            wait_seconds: self.wait_seconds.unwrap_or(cluster.wait_seconds),
+            slices: self.slices.clone(),
+        }
     }
 }
 
@@ -229,14 +276,14 @@ pub fn set_queue(w: &mut Workload, queue: &str) {
 
 /// The pods of group `key` as one gang, members in name order (so placement is reproducible). Its
 /// topology: one NVLink domain when a member asks for a `ComputeDomain` (IMEX spans no more), else
-/// its group's (the Workload API's constraint), else Kueue's annotations on its first member, with
-/// the cluster's `levels` (outermost first).
+/// its group's (the Workload API's constraint), else Kueue's annotations on its first member, in
+/// the `cluster`.
 pub fn gang(
     key: &str,
     info: &GroupInfo,
     members: &[&PodFacts],
     classes: &PriorityClasses,
-    levels: &[String],
+    cluster: &ClusterTopology,
 ) -> Workload {
     let mut sorted: Vec<&PodFacts> = members.to_vec();
     sorted.sort_by(|a, b| a.task.id.cmp(&b.task.id));
@@ -256,7 +303,7 @@ pub fn gang(
             Some(TopologyConstraint::single(crate::compute_domains::CLIQUE_LABEL, true))
         }
         Some(key) => Some(TopologyConstraint::single(key.clone(), true)),
-        None => sorted.iter().find_map(|m| m.topology.as_ref()).map(|t| t.constraint(levels)),
+        None => sorted.iter().find_map(|m| m.topology.as_ref()).map(|t| t.constraint(cluster)),
     };
     w.timeout_seconds = info.timeout_seconds;
     options(&mut w, &sorted, classes);
@@ -307,7 +354,7 @@ mod tests {
             timeout_seconds: Some(60),
         };
         let none = PriorityClasses::default();
-        let w = gang("ml/g", &info, &[&a, &b], &none, &[]);
+        let w = gang("ml/g", &info, &[&a, &b], &none, &ClusterTopology::default());
         assert_eq!(w.members.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["ml/a-0", "ml/b-1"]);
         assert_eq!((w.queue.as_str(), w.priority, w.min_member), ("research", 5, 2));
         assert!(w.checkpointable);
@@ -317,7 +364,7 @@ mod tests {
         assert_eq!(w.preemption, PreemptionPolicy::LowerPriority);
         // One member that never preempts, one that cannot checkpoint: so is the group.
         let c = facts("c", json!({}), true);
-        let w = gang("ml/g", &info, &[&a, &c], &none, &[]);
+        let w = gang("ml/g", &info, &[&a, &c], &none, &ClusterTopology::default());
         assert_eq!(w.preemption, PreemptionPolicy::Never);
         assert!(!w.checkpointable);
         let s = single(&c, &none);
@@ -326,7 +373,7 @@ mod tests {
 
     #[test]
     fn kueue_s_topology_annotations_become_the_gang_s_levels() {
-        let levels: Vec<String> = DEFAULT_TOPOLOGY_LEVELS.iter().map(|l| l.to_string()).collect();
+        let levels = ClusterTopology { wait_seconds: 600, ..ClusterTopology::default() };
         let info = GroupInfo {
             min_member: 2,
             topology_key: None,
@@ -347,6 +394,25 @@ mod tests {
             ["nvidia.com/gpu.clique", "wasmsched.io/rack", "wasmsched.io/spine", "topology.kubernetes.io/zone"]
         );
         assert!(!preferred.strict);
+        assert_eq!(preferred.wait_seconds, 600, "the cluster's wait for one clique");
+        let own = topology(json!({KUEUE_PREFERRED_TOPOLOGY: "nvidia.com/gpu.clique", TOPOLOGY_WAIT_ANNOTATION: "60"}));
+        assert_eq!(own.unwrap().wait_seconds, 60, "the pods' own wait");
+        // Kueue's slices, with a podset level or alone; a slice level without a size is no slice.
+        let sliced = topology(json!({KUEUE_REQUIRED_TOPOLOGY: "wasmsched.io/rack",
+            KUEUE_SLICE_TOPOLOGY: "nvidia.com/gpu.clique", KUEUE_SLICE_SIZE: "4"}))
+        .unwrap();
+        let slices = Some(wasmsched_core::Slices { size: 4, level: "nvidia.com/gpu.clique".into() });
+        assert_eq!(
+            (sliced.tiers.as_slice(), sliced.strict, &sliced.slices),
+            (&["wasmsched.io/rack".to_string()][..], true, &slices)
+        );
+        let alone = topology(json!({KUEUE_SLICE_TOPOLOGY: "nvidia.com/gpu.clique", KUEUE_SLICE_SIZE: "4"})).unwrap();
+        assert_eq!((alone.tiers.len(), alone.strict, &alone.slices), (0, false, &slices));
+        assert_eq!(topology(json!({KUEUE_SLICE_TOPOLOGY: "nvidia.com/gpu.clique", KUEUE_SLICE_SIZE: "0"})), None);
+        // A ComputeDomain needs one NVLink domain, whatever else is asked.
+        let imex = topology(json!({KUEUE_PREFERRED_TOPOLOGY: "wasmsched.io/rack",
+            crate::compute_domains::COMPUTE_DOMAIN_ANNOTATION: "train"}));
+        assert_eq!(imex, Some(TopologyConstraint::single(crate::compute_domains::CLIQUE_LABEL, true)));
         // Required wins over preferred: one rack, never left.
         let required = topology(json!({KUEUE_REQUIRED_TOPOLOGY: "wasmsched.io/rack", KUEUE_PREFERRED_TOPOLOGY: "x"}));
         assert_eq!(required, Some(TopologyConstraint::single("wasmsched.io/rack", true)));
@@ -384,12 +450,24 @@ mod tests {
             priority_class: Some("train-high".into()),
             timeout_seconds: None,
         };
-        assert_eq!(gang("ml/g", &info, &[&resolved], &classes, &[]).priority, 1000, "the group's class");
+        assert_eq!(
+            gang("ml/g", &info, &[&resolved], &classes, &ClusterTopology::default()).priority,
+            1000,
+            "the group's class"
+        );
         info.priority = Some(7);
-        assert_eq!(gang("ml/g", &info, &[&resolved], &classes, &[]).priority, 7, "an explicit priority wins");
+        assert_eq!(
+            gang("ml/g", &info, &[&resolved], &classes, &ClusterTopology::default()).priority,
+            7,
+            "an explicit priority wins"
+        );
         info.priority = None;
         info.priority_class = Some("no-such-class".into());
-        assert_eq!(gang("ml/g", &info, &[&resolved], &classes, &[]).priority, 5, "the members' priority");
+        assert_eq!(
+            gang("ml/g", &info, &[&resolved], &classes, &ClusterTopology::default()).priority,
+            5,
+            "the members' priority"
+        );
 
         // A pod the API server did not resolve (admission off): its class, else the global default.
         let unresolved = |class: Option<&str>| {

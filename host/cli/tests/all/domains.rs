@@ -82,14 +82,16 @@ fn on_nvl72_racks_gangs_kept_in_one_domain_wait_far_less_than_gangs_placed_topol
         ("fgd", replay(nvl72, &["--policy", "fgd", "--native", "--events", events.to_str().unwrap()])),
         ("domain-aware", replay(nvl72, &["--policy", "domain-aware", "--native"])),
         ("blind", replay(nvl72, &["--policy", "fgd", "--native", "--topology-blind"])),
+        ("fgd, waiting 30 min", replay(nvl72, &["--policy", "fgd", "--native", "--topology-wait", "1800"])),
     ];
     let f = |i: usize, key: &str| runs[i].1["fabric"][key].as_f64().unwrap();
     for (i, (name, _)) in runs.iter().enumerate() {
         eprintln!(
-            "nvl72 {name}: gangs inside one NVLink domain {} of {} ({} split below 90 % allocated), gang queueing delay {:.0} s, GPUs stranded {:.1}",
+            "nvl72 {name}: gangs inside one NVLink domain {} of {} ({} split below 90 % allocated, {} while a domain had room), gang queueing delay {:.0} s, GPUs stranded {:.1}",
             f(i, "gangs_in_one_domain"),
             f(i, "gangs_started"),
             f(i, "gangs_split_below_90_percent"),
+            f(i, "gangs_split_with_a_domain_free"),
             f(i, "gang_delay_mean_seconds"),
             f(i, "stranded_gpus_mean")
         );
@@ -117,7 +119,15 @@ fn on_nvl72_racks_gangs_kept_in_one_domain_wait_far_less_than_gangs_placed_topol
     for aware in [0, 1] {
         assert!(f(aware, "gangs_in_one_domain") > f(2, "gangs_in_one_domain") + 10.0, "{}", runs[aware].0);
         assert!(f(aware, "gangs_split_below_90_percent") < f(2, "gangs_split_below_90_percent"), "{}", runs[aware].0);
-        // The goal: at least 30 % less gang queueing delay than the blind packer.
+        // The goals: every gang that fits in one domain gets one, and at least 30 % less
+        // gang queueing delay than the blind packer.
+        assert_eq!(f(aware, "gangs_split_with_a_domain_free"), 0.0, "{}", runs[aware].0);
         assert!(f(aware, "gang_delay_mean_seconds") < 0.7 * f(2, "gang_delay_mean_seconds"), "{}", runs[aware].0);
     }
+    assert!(f(2, "gangs_split_with_a_domain_free") > 0.0, "a blind packer splits gangs a domain had room for");
+    // Waiting up to 30 minutes for a domain keeps more gangs whole (fewer split while the cluster
+    // had room to spare), at the price of a longer queueing delay on this trace.
+    assert!(f(3, "gangs_in_one_domain") > f(0, "gangs_in_one_domain"));
+    assert!(f(3, "gangs_split_below_90_percent") < f(0, "gangs_split_below_90_percent"));
+    assert_eq!(f(3, "gangs_split_with_a_domain_free"), 0.0);
 }

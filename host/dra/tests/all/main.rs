@@ -454,3 +454,51 @@ fn a_device_taint_rule_keeps_the_devices_it_selects_from_claims_that_do_not_tole
     );
     assert_eq!(a.allocate(&spec, &n1).unwrap().results.len(), 3, "tolerated: all three");
 }
+
+/// The drivers' kubelet plugins read a device's configuration from the claim's allocation (NVIDIA's
+/// ComputeDomain channel learns its domain there): the class's config, then the claim's, each
+/// naming the requests it is for, as kube-scheduler writes them.
+#[test]
+fn the_class_s_and_the_claim_s_device_configuration_go_into_the_allocation() {
+    let mut o = examples();
+    let opaque = |value: &str| {
+        serde_json::json!({"driver": "gpu.nvidia.com", "parameters": {"apiVersion": "resource.nvidia.com/v1beta1",
+            "kind": "GpuConfig", "sharing": {"strategy": value}}})
+    };
+    let class = o.classes.iter_mut().find(|c| c.metadata.name.as_deref() == Some("gpu.nvidia.com")).unwrap();
+    class.spec.as_mut().unwrap().config =
+        Some(vec![serde_json::from_value(serde_json::json!({"opaque": opaque("TimeSlicing")})).unwrap()]);
+    let mut a = allocator(&o);
+    let spec: ResourceClaimSpec = serde_json::from_value(serde_json::json!({"devices": {
+        "requests": [{"name": "a", "exactly": {"deviceClassName": "gpu.nvidia.com"}},
+                     {"name": "b", "exactly": {"deviceClassName": "gpu.nvidia.com"}}],
+        "config": [{"requests": ["b"], "opaque": opaque("MPS")},
+                   {"requests": ["elsewhere"], "opaque": opaque("never")},
+                   {"opaque": opaque("Everyone")}]}}))
+    .unwrap();
+    let status = serde_json::to_value(a.allocate(&spec, node(&o, "dgx-a100-0")).unwrap().to_status()).unwrap();
+    let config = status["devices"]["config"].as_array().unwrap();
+    let summary: Vec<(String, Vec<String>, String)> = config
+        .iter()
+        .map(|c| {
+            let requests = c["requests"]
+                .as_array()
+                .map_or(vec![], |r| r.iter().map(|x| x.as_str().unwrap().to_string()).collect());
+            let strategy = c["opaque"]["parameters"]["sharing"]["strategy"].as_str().unwrap().to_string();
+            (c["source"].as_str().unwrap().to_string(), requests, strategy)
+        })
+        .collect();
+    let row = |s: &str, r: &[&str], v: &str| (s.to_string(), r.iter().map(|x| x.to_string()).collect(), v.to_string());
+    assert_eq!(
+        summary,
+        [
+            row("FromClass", &["a", "b"], "TimeSlicing"),
+            row("FromClaim", &["b"], "MPS"),
+            row("FromClaim", &[], "Everyone")
+        ]
+    );
+    // Without any configuration the allocation carries none.
+    let plain = examples();
+    let status = allocator(&plain).allocate(&gpus(1, "", ""), node(&plain, "dgx-a100-0")).unwrap().to_status();
+    assert!(serde_json::to_value(status).unwrap()["devices"].get("config").is_none());
+}

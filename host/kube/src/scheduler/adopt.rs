@@ -77,8 +77,7 @@ impl Scheduler {
                 info.min_member = info.min_member.min(bound.len() + pending.len()).max(bound.len());
             }
             let members: Vec<&PodFacts> = bound.iter().chain(&pending).map(|id| &self.ours[id]).collect();
-            let mut w =
-                workloads::gang(&key, &info, &members, &self.objects.priority_classes, &self.config.topology_levels);
+            let mut w = workloads::gang(&key, &info, &members, &self.objects.priority_classes, &self.config.topology);
             for task in &mut w.members {
                 task.group = Some(name.clone());
                 if bound.contains(&task.id) {

@@ -210,13 +210,7 @@ impl Scheduler {
                 if self.describing() {
                     let late: Vec<&PodFacts> = ids.iter().map(|id| &self.ours[id]).collect();
                     self.announce(
-                        &workloads::gang(
-                            &key,
-                            &info,
-                            &late,
-                            &self.objects.priority_classes,
-                            &self.config.topology_levels,
-                        ),
+                        &workloads::gang(&key, &info, &late, &self.objects.priority_classes, &self.config.topology),
                         &[],
                     );
                 }
@@ -238,7 +232,7 @@ impl Scheduler {
             }
             let members: Vec<&PodFacts> = ids.iter().map(|id| &self.ours[id]).collect();
             let mut workload =
-                workloads::gang(&key, &info, &members, &self.objects.priority_classes, &self.config.topology_levels);
+                workloads::gang(&key, &info, &members, &self.objects.priority_classes, &self.config.topology);
             for task in &mut workload.members {
                 task.group = Some(name.clone());
             }

@@ -84,16 +84,16 @@ pub struct SchedulerConfig {
     pub resubmit_after: Duration,
     /// The owner kinds whose pods are gangs without a PodGroup ([`crate::groups::owners`]).
     pub owner_kinds: Arc<crate::groups::owners::OwnerTable>,
-    /// The cluster's topology levels (node labels), outermost first: where a gang preferring one
-    /// level falls back to ([`crate::workloads::TopologyRequest::constraint`]).
-    pub topology_levels: Vec<String>,
+    /// The cluster's topology levels and how long a gang preferring one waits for it
+    /// ([`crate::workloads::TopologyRequest::constraint`]).
+    pub topology: crate::workloads::ClusterTopology,
 }
 
 /// A scheduler core for `config`: its settings, and the levels whose domains it keeps for policies
 /// (`domains` import), innermost first.
 pub(super) fn new_core(tree: wasmsched_core::QueueTree, config: &SchedulerConfig) -> SchedulerCore {
     let mut core = SchedulerCore::new(tree, config.core.clone());
-    core.set_levels(config.topology_levels.iter().rev().cloned().collect());
+    core.set_levels(config.topology.levels.iter().rev().cloned().collect());
     core
 }
 
@@ -113,7 +113,7 @@ impl SchedulerConfig {
                 crate::groups::owners::OwnerTable::new(crate::groups::owners::builtin())
                     .expect("the built-in owner table compiles"),
             ),
-            topology_levels: crate::workloads::DEFAULT_TOPOLOGY_LEVELS.iter().map(|l| l.to_string()).collect(),
+            topology: crate::workloads::ClusterTopology::default(),
         }
     }
 }

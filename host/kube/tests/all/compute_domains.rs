@@ -130,3 +130,43 @@ async fn without_nvidia_s_driver_the_gang_still_gets_one_nvlink_domain_and_the_a
     assert!(calls <= 2, "one list refused, then quiet until the next resync: {calls} calls");
     run.stop().await;
 }
+
+/// The shipped example, as the Job controller turns it into pods: the domain it names is created
+/// with the channel its pods claim, they wait for their claims (no driver made the template here)
+/// and the domain goes with the Job's pods.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_job_gets_its_compute_domain_and_loses_it_with_its_pods() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/kubernetes/compute-domain-job.yaml");
+    let job: serde_json::Value = serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let api = FakeApi::new();
+    cluster(&api);
+    let (name, ns) = (job["metadata"]["name"].as_str().unwrap(), job["metadata"]["namespace"].as_str().unwrap());
+    let mut stored = job.clone();
+    stored["metadata"]["uid"] = json!("job-llm");
+    api.put(Kind::Job, stored);
+    let template = &job["spec"]["template"];
+    let mut ids = Vec::new();
+    for i in 0..job["spec"]["parallelism"].as_u64().unwrap() {
+        let mut p = pod(ns, &format!("{name}-{i}"), crate::boundary::NAME, 4, "1", "1Gi");
+        p["metadata"]["annotations"] = template["metadata"]["annotations"].clone();
+        p["metadata"]["ownerReferences"] =
+            json!([{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": "job-llm", "controller": true}]);
+        p["metadata"]["labels"]["batch.kubernetes.io/controller-uid"] = json!("job-llm");
+        p["spec"]["resourceClaims"] = template["spec"]["resourceClaims"].clone();
+        api.put(Kind::Pod, p);
+        ids.push(format!("{ns}/{name}-{i}"));
+    }
+    let run = start(&api, "t", None);
+    let key = format!("{ns}/llm-imex");
+    eventually("the example's domain", Duration::from_secs(10), || domain(&api, &key).is_some()).await;
+    let d = domain(&api, &key).unwrap();
+    let claimed = template["spec"]["resourceClaims"][0]["resourceClaimTemplateName"].clone();
+    assert_eq!(d["spec"]["channel"]["resourceClaimTemplate"]["name"], claimed, "the template its pods claim");
+    assert_eq!(d["metadata"]["ownerReferences"][0]["uid"], "job-llm");
+    assert_eq!(bound(&api, &ids), 0, "waiting for their channel claims");
+    for id in &ids {
+        api.remove(Kind::Pod, id);
+    }
+    eventually("the domain deleted with the pods", Duration::from_secs(10), || domain(&api, &key).is_none()).await;
+    run.stop().await;
+}

@@ -180,7 +180,7 @@ impl Driver<'_, '_> {
                 Some(f) if job.replicas > 1 => {
                     let ids = job.task_ids();
                     let nodes: Vec<&str> = ids.iter().filter_map(|t| p.runs.node_of(t)).collect();
-                    f.started(j, &nodes, p.used.saturating_sub(s.gpu_milli), &p.runs.holders(), &self.jobs.jobs)
+                    f.started(j, &nodes, p.used.saturating_sub(s.gpu_milli), &p.runs.holders(), self.jobs.jobs)
                 }
                 _ => 1000,
             };

@@ -78,8 +78,8 @@ pub(super) struct FabricModel {
     first_span: Vec<Option<usize>>,
     /// GPU milli-units of the nodes.
     capacity_milli: u64,
-    /// GPU milli-units of each domain's nodes.
-    domain_capacity: Vec<u64>,
+    /// GPU milli-units of each node in a domain.
+    node_capacity: AHashMap<String, u64>,
     split_below_90: usize,
     split_with_room: usize,
     /// Σ stranded GPUs × seconds, and the last sample.
@@ -93,16 +93,13 @@ impl FabricModel {
         let mut names: AHashMap<String, usize> = AHashMap::new();
         let mut domain_of = AHashMap::new();
         let mut capacity_milli = 0u64;
-        let mut domain_capacity: Vec<u64> = Vec::new();
+        let mut node_capacity = AHashMap::new();
         for node in nodes.slots().filter_map(|s| nodes.get(s)) {
             capacity_milli = capacity_milli.saturating_add(node.allocatable.gpu_milli);
             let Some(value) = node.label(&fabric.level) else { continue };
             let next = names.len();
             let id = *names.entry(value.to_string()).or_insert(next);
-            if id == domain_capacity.len() {
-                domain_capacity.push(0);
-            }
-            domain_capacity[id] = domain_capacity[id].saturating_add(node.allocatable.gpu_milli);
+            node_capacity.insert(node.name.clone(), node.allocatable.gpu_milli);
             domain_of.insert(node.name.clone(), id);
         }
         FabricModel {
@@ -112,7 +109,7 @@ impl FabricModel {
             domains: names.len(),
             first_span: vec![None; jobs],
             capacity_milli,
-            domain_capacity,
+            node_capacity,
             split_below_90: 0,
             split_with_room: 0,
             stranded_integral: 0.0,
@@ -141,19 +138,30 @@ impl FabricModel {
             let below_90 = u128::from(others_milli) * 100 < u128::from(self.capacity_milli) * 90;
             self.split_below_90 += usize::from(span > 1 && below_90);
             if span > 1 {
-                // Each domain's room before this gang took its share.
-                let mut used = vec![0u64; self.domains];
-                for &(node, holder) in holders.iter().filter(|(_, h)| *h != j) {
-                    if let Some(&d) = self.domain_of.get(node) {
-                        used[d] = used[d].saturating_add(jobs[holder].replica_gpu_milli());
-                    }
-                }
-                let need = jobs[j].replica_gpu_milli().saturating_mul(nodes.len() as u64);
-                let room = (0..self.domains).any(|d| self.domain_capacity[d].saturating_sub(used[d]) >= need);
-                self.split_with_room += usize::from(room);
+                self.split_with_room += usize::from(self.a_domain_had_room(j, nodes.len(), holders, jobs));
             }
         }
         if span > 1 { self.slowdown_milli } else { 1000 }
+    }
+
+    /// Whether one domain could have held `replicas` replicas of job `j` before it took its share:
+    /// as many replicas fit on each of its nodes as the node's free GPU share holds (GPUs only:
+    /// what the fabric is about; CPU and memory are not counted).
+    fn a_domain_had_room(&self, j: usize, replicas: usize, holders: &[(&str, usize)], jobs: &[Job]) -> bool {
+        let replica = jobs[j].replica_gpu_milli();
+        if replica == 0 {
+            return true;
+        }
+        let mut used: AHashMap<&str, u64> = AHashMap::new();
+        for &(node, holder) in holders.iter().filter(|(_, h)| *h != j) {
+            *used.entry(node).or_default() += jobs[holder].replica_gpu_milli();
+        }
+        let mut fits = vec![0usize; self.domains];
+        for (node, &capacity) in &self.node_capacity {
+            let free = capacity.saturating_sub(used.get(node.as_str()).copied().unwrap_or(0));
+            fits[self.domain_of[node]] += (free / replica) as usize;
+        }
+        fits.iter().any(|&n| n >= replicas)
     }
 
     /// The cluster as an instant left it: `holders` are the running replicas' (node, job).

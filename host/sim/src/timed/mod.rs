@@ -38,8 +38,8 @@ pub use fabric::{Fabric, FabricStats};
 pub use metrics::{QueueStats, mean, percentile, time_weighted_mean};
 pub use runs::{QueueUsage, RunEnd};
 pub use scenario::{
-    AdmissionConfig, Amount, DraConfig, FlavorConfig, FlavorQuota, GangTopology, Job, Loaded, QueueConfig, Scenario,
-    ScenarioNode, flat_queues, queue_tree, queue_tree_with,
+    AdmissionConfig, Amount, DraConfig, FlavorConfig, FlavorQuota, GangSlices, GangTopology, Job, Loaded, QueueConfig,
+    Scenario, ScenarioNode, flat_queues, queue_tree, queue_tree_with,
 };
 
 /// FGD's target workload of a job list: its popular shapes covering 95 % of the jobs.

@@ -127,6 +127,25 @@ pub struct GangTopology {
     /// before it falls back (0: at once, as Kueue does).
     #[serde(default, skip_serializing_if = "is_zero", deserialize_with = "seconds::whole")]
     pub wait_seconds: u64,
+    /// Kueue's slices: its replicas in runs of `size` (in order), each in one domain of `level`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slices: Option<GangSlices>,
+}
+
+/// Runs of `size` consecutive replicas, each inside one domain of `level`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GangSlices {
+    /// Replicas per run (at least 1).
+    pub size: u32,
+    /// The level (a node label).
+    pub level: String,
+}
+
+impl From<GangSlices> for wasmsched_core::Slices {
+    fn from(s: GangSlices) -> Self {
+        wasmsched_core::Slices { size: s.size as usize, level: s.level }
+    }
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -142,14 +161,24 @@ impl GangTopology {
         {
             tiers.push(required.clone());
         }
-        TopologyConstraint { tiers, strict: self.required.is_some(), wait_seconds: self.wait_seconds }
+        TopologyConstraint {
+            tiers,
+            strict: self.required.is_some(),
+            wait_seconds: self.wait_seconds,
+            slices: self.slices.clone().map(|s| s.into()),
+        }
     }
 
     /// What is wrong with it, if anything.
     fn problem(&self) -> Option<String> {
         let levels: Vec<&String> = self.preferred.iter().chain(&self.required).collect();
-        if levels.is_empty() {
-            return Some("topology names no level (`preferred` or `required`)".into());
+        if levels.is_empty() && self.slices.is_none() {
+            return Some("topology names no level (`preferred`, `required` or `slices`)".into());
+        }
+        if let Some(s) = &self.slices
+            && (s.size == 0 || s.level.trim().is_empty())
+        {
+            return Some("topology: `slices` needs a `size` of at least 1 and a `level`".into());
         }
         if levels.iter().any(|l| l.trim().is_empty()) {
             return Some("topology names an empty level".into());

@@ -929,11 +929,19 @@ fn a_gang_goes_to_its_preferred_level_then_the_next_and_never_leaves_a_required_
     assert_eq!(nodes["pair"], ["c", "d"]);
     assert_eq!(r.jobs[2].start, None, "{:?}", r.jobs[2]);
     assert!(!nodes.contains_key("three"), "{nodes:?}");
+    // Slices of two, each in one rack, the whole anywhere: `three` is one pair in a rack and a
+    // single, so it starts while `small` holds a GPU of r0 — when the pair ends.
+    let (r, nodes) = run(r#"{"slices": {"size": 2, "level": "rack"}}"#);
+    assert_eq!(r.jobs[2].start, Some(101), "{:?}", r.jobs[2]);
+    let rack = |n: &str| if n == "a" || n == "b" { "r0" } else { "r1" };
+    assert_eq!(rack(&nodes["three"][0]), rack(&nodes["three"][1]), "its first slice in one rack: {nodes:?}");
     // Malformed requests are refused with the job's name.
     for (bad, said) in [
         (r#"{}"#, "names no level"),
         (r#"{"preferred": ["rack", "rack"]}"#, "twice"),
         (r#"{"preferred": ["rack", "block"], "required": "rack"}"#, "could never be used"),
+        (r#"{"required": "rack", "wait_seconds": 60}"#, "`wait_seconds` is for preferred levels"),
+        (r#"{"slices": {"size": 0, "level": "rack"}}"#, "`slices` needs a `size` of at least 1"),
     ] {
         let e = Scenario::parse("s.json", &text(bad)).unwrap_err().to_string();
         assert!(e.contains("\"pair\"") && e.contains(said), "{bad}: {e}");
