@@ -31,6 +31,8 @@ pub struct TimedReplay {
     /// Virtual seconds of the latest observation.
     at: u64,
     nodes: Vec<NodeView>,
+    /// The scenario's topology levels, innermost first: the domains shown.
+    levels: Vec<String>,
     slot: HashMap<String, usize>,
     /// Tasks on each node (by node index), as the decisions and releases leave them.
     tasks: Vec<Vec<NodeTask>>,
@@ -106,6 +108,7 @@ impl TimedReplay {
             device_at,
             held: HashMap::new(),
             nodes: views,
+            levels: nodes.domains().levels().to_vec(),
             slot,
             waiting: BTreeMap::new(),
             queues: Vec::new(),
@@ -289,6 +292,7 @@ impl TimedReplay {
             .map(|(n, (tasks, devices))| NodeView { tasks: tasks.clone(), ..n.clone() }.with_devices(devices.clone()))
             .collect();
         let cluster = Cluster::of(&nodes, self.placed, self.waiting.len() as u64);
+        let domains = wasmsched_dashboard::view::DomainView::of(&nodes, &self.levels);
         let allocation = 100.0 * cluster.gpu_milli_used as f64 / cluster.gpu_milli_total.max(1) as f64;
         let point = SeriesPoint {
             at: self.at as f64,
@@ -307,6 +311,7 @@ impl TimedReplay {
             at_seconds: self.at,
             cluster,
             nodes,
+            domains,
             queues: self.queue_views(),
             workloads: self.waiting.values().cloned().collect(),
             policies: Some(self.policy.clone()),

@@ -189,8 +189,26 @@ async function refreshCluster() {
     if (![...sel.options].some((o) => o.value === m.model)) sel.add(new Option(`${m.model || "unknown"} (${m.gpus})`, m.model));
   }
   drawHistory(c.series, c.series_x);
+  drawDomains(c.domains ?? []);
   fillQueueFilter((await api("/api/v1/queues")).queues);
   await loadNodes();
+}
+
+/** The topology domains of each level; a whole one (every node idle) is marked. */
+function drawDomains(domains) {
+  $("domains-table").hidden = domains.length === 0;
+  redraw($("domain-rows"), domains.map((d) => {
+    const whole = d.idle_nodes === d.nodes;
+    return `<tr class="domain${whole ? " whole" : ""}" role="button" tabindex="0" data-name="${esc(`${d.level}=${d.name.split("/")[0]}`)}">` +
+      `<td>${esc(d.level)}</td><td>${esc(d.name)}${whole ? " (whole)" : ""}</td><td>${d.idle_nodes} / ${d.nodes}</td>` +
+      `<td>${gpus(d.free_gpu_milli)} / ${d.gpus}</td></tr>`;
+  }).join(""));
+}
+
+/** A domain's nodes: the node list filtered by its innermost label. */
+function showDomain(filter) {
+  $("label-filter").value = filter;
+  loadNodes();
 }
 
 /** A queue's share over time: GPUs allocated and deserved, on one scale. */
@@ -532,6 +550,7 @@ function opensDetail(list, rows, open) {
   $(list).addEventListener("keydown", opened);
 }
 opensDetail("queue-rows", ".queue", showQueue);
+opensDetail("domain-rows", ".domain", showDomain);
 opensDetail("nodes", ".node-row", showNode);
 $("model-filter").addEventListener("change", loadNodes);
 $("label-filter").addEventListener("change", loadNodes);

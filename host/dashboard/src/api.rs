@@ -66,6 +66,7 @@ async fn cluster(State(p): State<Publisher>) -> Response {
     let v = p.current();
     Json(json!({
         "source": v.source, "atSeconds": v.at_seconds, "cluster": v.cluster, "series": v.series, "series_x": v.series_x,
+        "domains": v.domains,
     }))
     .into_response()
 }

@@ -16,6 +16,9 @@ pub struct View {
     pub cluster: Cluster,
     /// Every node, in name order.
     pub nodes: Vec<NodeView>,
+    /// The topology domains of the cluster's levels (innermost level first, then by name): what
+    /// whole domains are left for gangs that need one.
+    pub domains: Vec<DomainView>,
     /// The queue tree, parents before children.
     pub queues: Vec<QueueView>,
     /// Workloads that wait (and gangs partly placed).
@@ -606,6 +609,54 @@ impl From<&wasmsched_api::Node> for NodeView {
             devices: Vec::new(),
             partitions: PartitionCount::of(node),
         }
+    }
+}
+
+/// One domain of a topology level (an NVLink clique, a rack, a block): the nodes sharing the values
+/// of the level's label and those of the levels outside it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DomainView {
+    /// The level (a node label).
+    pub level: String,
+    /// The domain's name: the labels' values, innermost first, joined by `/`.
+    pub name: String,
+    /// Its nodes.
+    pub nodes: u32,
+    /// Of them, nodes with nothing allocated: a domain whose nodes are all idle is whole.
+    pub idle_nodes: u32,
+    /// Its GPUs.
+    pub gpus: u64,
+    /// Their free share, in thousandths of a GPU.
+    pub free_gpu_milli: u64,
+}
+
+impl DomainView {
+    /// The domains of `levels` (node labels, innermost first) over `nodes`, named as gang
+    /// placement and policies name them ([`wasmsched_api::domains::domain_name`]).
+    pub fn of(nodes: &[NodeView], levels: &[String]) -> Vec<DomainView> {
+        let mut out = Vec::new();
+        let mut name = String::new();
+        for (i, level) in levels.iter().enumerate() {
+            let mut by_name: std::collections::BTreeMap<String, DomainView> = Default::default();
+            for n in nodes {
+                let label = |key: &str| n.labels.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+                if !wasmsched_api::domains::domain_name_by(label, &levels[i..], &mut name) {
+                    continue;
+                }
+                let d = by_name.entry(name.clone()).or_insert_with(|| DomainView {
+                    level: level.clone(),
+                    name: name.clone(),
+                    ..DomainView::default()
+                });
+                let used: u64 = n.gpus.iter().map(|g| u64::from(g.used_milli)).sum();
+                d.nodes += 1;
+                d.idle_nodes += u32::from(used == 0 && n.cpu_used_milli == 0);
+                d.gpus += n.gpus.len() as u64;
+                d.free_gpu_milli += (1000 * n.gpus.len() as u64).saturating_sub(used);
+            }
+            out.extend(by_name.into_values());
+        }
+        out
     }
 }
 

@@ -10,8 +10,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use wasmsched_dashboard::browser::{Browser, Locator};
 use wasmsched_dashboard::view::{
-    BudgetView, Cluster, DeviceView, FaultCount, GpuView, NodeTask, NodeView, PartitionCount, PluginView, PolicyView,
-    QueueView, SeriesPoint, SharePoint, StageCalls, WorkloadView,
+    BudgetView, Cluster, DeviceView, DomainView, FaultCount, GpuView, NodeTask, NodeView, PartitionCount, PluginView,
+    PolicyView, QueueView, SeriesPoint, SharePoint, StageCalls, WorkloadView,
 };
 use wasmsched_dashboard::{Publisher, Server, View};
 
@@ -33,7 +33,8 @@ fn node(name: &str, model: &str, used: &[u32]) -> NodeView {
             })
             .collect(),
         cpu_milli: 96_000,
-        cpu_used_milli: 8_000,
+        // cpu-d runs nothing: its rack is a whole domain.
+        cpu_used_milli: if name == "cpu-d" { 0 } else { 8_000 },
         unschedulable: false,
         // gpu-a runs research's work, gpu-b prod's and research's.
         tasks: match name {
@@ -88,6 +89,7 @@ fn sample() -> View {
         source: "test".into(),
         at_seconds: 42,
         cluster: Cluster::of(&nodes, 7, 1),
+        domains: DomainView::of(&nodes, &["rack".to_string()]),
         nodes,
         // What prod lends is what research borrows, within prod's lending limit.
         queues: lent(vec![
@@ -216,6 +218,17 @@ async fn the_api_answers_from_the_latest_view_with_filters_and_paging() {
     assert_eq!(s, 200);
     assert_eq!((c["cluster"]["nodes"].as_u64(), c["cluster"]["gpus"].as_u64()), (Some(4), Some(16)));
     assert_eq!(c["cluster"]["gpu_milli_used"], 9500);
+    // Each rack a domain: r1's three nodes all busy, r2's one idle (whole).
+    let domains: Vec<(String, u64, u64, u64, u64)> = c["domains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            let n = |k: &str| d[k].as_u64().unwrap();
+            (d["name"].as_str().unwrap().to_string(), n("nodes"), n("idle_nodes"), n("gpus"), n("free_gpu_milli"))
+        })
+        .collect();
+    assert_eq!(domains, [("r1".to_string(), 3, 0, 16, 6500), ("r2".to_string(), 1, 1, 0, 0)]);
     assert_eq!(c["cluster"]["gpus_shared"], 1);
     assert_eq!(c["atSeconds"], 42);
     let (_, all) = get(addr, "/api/v1/nodes").await;
@@ -402,6 +415,20 @@ async fn the_pages_render_what_the_api_says_in_a_real_browser() {
         })
         .await;
     browser.eventually("its axis named", "#history-x", |t| t == "virtual seconds").await;
+    // The topology domains, a whole one marked; choosing one shows its nodes.
+    browser.eventually("the domains", "#domain-rows .domain", |t| t == "rack r1 0 / 3 6.5 / 16").await;
+    assert_eq!(
+        browser.texts("#domain-rows .domain").await.unwrap(),
+        ["rack r1 0 / 3 6.5 / 16", "rack r2 (whole) 1 / 1 0 / 0"]
+    );
+    browser.click("#domain-rows .domain[data-name='rack=r1']").await.unwrap();
+    browser.eventually("the domain's nodes", "#shown-count", |t| t == "3 shown").await;
+    browser.click("#domain-rows .domain[data-name='rack=r2']").await.unwrap();
+    browser.eventually("the other's", "#shown-count", |t| t == "1 shown").await;
+    let clear =
+        "const f = document.getElementById('label-filter'); f.value = ''; f.dispatchEvent(new Event('change'));";
+    browser.client.execute(clear, vec![]).await.unwrap();
+    browser.eventually("back to every node", "#shown-count", |t| t == "4 shown").await;
     // Every node a row, each GPU a cell: 16 GPUs, 2.5 of them used wholly or partly.
     let rows = browser.client.find_all(Locator::Css(".node-row")).await.unwrap();
     assert_eq!(rows.len(), 4);

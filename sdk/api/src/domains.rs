@@ -54,13 +54,18 @@ pub fn domain_name(node: &crate::Node, labels: &[String]) -> Option<String> {
 /// [`domain_name`] written into `name` (cleared first), so a caller naming many nodes' domains
 /// reuses one buffer; false when the node lacks the innermost label.
 pub fn domain_name_into(node: &crate::Node, labels: &[String], name: &mut String) -> bool {
+    domain_name_by(|key| node.label(key), labels, name)
+}
+
+/// [`domain_name_into`] for a node known only by a label lookup (the dashboard's rows).
+pub fn domain_name_by<'a>(label: impl Fn(&str) -> Option<&'a str>, labels: &[String], name: &mut String) -> bool {
     name.clear();
     let Some((innermost, outer)) = labels.split_first() else { return false };
-    let Some(value) = node.label(innermost) else { return false };
+    let Some(value) = label(innermost) else { return false };
     name.push_str(value);
     let mut empties = 0;
-    for label in outer {
-        match node.label(label) {
+    for l in outer {
+        match label(l) {
             Some(value) if !value.is_empty() => {
                 for _ in 0..=empties {
                     name.push('/');

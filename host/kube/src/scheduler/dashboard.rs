@@ -214,6 +214,7 @@ impl Scheduler {
                 .collect();
             rows.sort_by(|a, b| a.name.cmp(&b.name));
             let cluster = Cluster::of(&rows, placed, waiting);
+            let domains = wasmsched_dashboard::view::DomainView::of(&rows, nodes.domains().levels());
             // The cluster's GPU allocation and fragmentation, sampled with the queues' shares,
             // and the view's own moment last (not kept): the chart ends now, as the rows above it.
             let series = {
@@ -245,6 +246,7 @@ impl Scheduler {
                 at_seconds,
                 cluster,
                 nodes: rows,
+                domains,
                 queues,
                 workloads,
                 policies: Some(policies),

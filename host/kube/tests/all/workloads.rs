@@ -824,7 +824,9 @@ pub(crate) async fn dashboard_get(addr: std::net::SocketAddr, path: &str) -> Val
 async fn the_dashboard_shows_the_cluster_the_core_sees_and_why_a_gang_waits() {
     let api = FakeApi::new();
     for n in 0..3 {
-        let mut node = gpu_node(&format!("gpu-{n}"), 8, &[]);
+        // gpu-0 and gpu-1 form one NVLink domain (the default levels' innermost), gpu-2 another.
+        let clique = if n < 2 { "nvl.0" } else { "nvl.1" };
+        let mut node = gpu_node(&format!("gpu-{n}"), 8, &[("nvidia.com/gpu.clique", clique)]);
         if n == 0 {
             // The node agent's topology annotation: a real 8 × H100 `nvidia-smi topo -m`.
             let text = include_str!("../../../topology/tests/fixtures/h100-sxm-8gpu-nv18.txt");
@@ -892,6 +894,22 @@ async fn the_dashboard_shows_the_cluster_the_core_sees_and_why_a_gang_waits() {
     );
     assert_eq!(cluster["cluster"]["gpus"], 24);
     assert_eq!(cluster["cluster"]["placed"], 1, "solo, counted once although two queues hold it: {cluster}");
+    // The NVLink domains as the core keeps them: solo's two GPUs broke one of them.
+    let domains: Vec<(String, u64, u64)> = cluster["domains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["name"].as_str().unwrap().to_string(),
+                d["gpus"].as_u64().unwrap(),
+                d["free_gpu_milli"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(domains.iter().map(|d| d.1).sum::<u64>(), 24, "{domains:?}");
+    assert_eq!(domains.iter().map(|d| d.2).sum::<u64>(), 22_000, "{domains:?}");
+    assert_eq!(domains.iter().map(|d| d.0.as_str()).collect::<Vec<_>>(), ["nvl.0", "nvl.1"]);
     // The cluster's GPU allocation over time, sampled from the first view on.
     let series = cluster["series"].as_array().unwrap();
     assert!(!series.is_empty(), "{cluster}");
