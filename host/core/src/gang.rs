@@ -193,18 +193,21 @@ pub fn place_group(
         return Err(GangError::Invalid { group: group.name.into(), min_member: group.min_member, members: n });
     }
     let mut best = (0, Diagnosis::default());
-    let mut attempt = |nodes: &mut NodeTable, candidates: &[Slot], at: Option<(usize, String)>| match attempt(
-        set, nodes, group, worker, candidates,
-    ) {
-        Ok(placed) => {
-            let (level, domain) = at.map_or((None, None), |(l, d)| (Some(l), Some(d)));
-            Some(GangPlacement { placed, domain, level })
+    // `spans`: the inner domains the group must span here (it fits in none of them), which it is
+    // spread over evenly if it can be.
+    let mut attempt = |nodes: &mut NodeTable, candidates: &[Slot], at: Option<(usize, String)>, spans: &[String]| {
+        let (level, domain) = at.map_or((None, None), |(l, d)| (Some(l), Some(d)));
+        if let Some(placed) = balanced(set, nodes, group, worker, candidates, spans) {
+            return Some(GangPlacement { placed, domain, level });
         }
-        Err((count, diagnosis)) => {
-            if count >= best.0 {
-                best = (count, diagnosis);
+        match attempt(set, nodes, group, worker, candidates) {
+            Ok(placed) => Some(GangPlacement { placed, domain, level }),
+            Err((count, diagnosis)) => {
+                if count >= best.0 {
+                    best = (count, diagnosis);
+                }
+                None
             }
-            None
         }
     };
     if let Some(topo) = group.topology {
@@ -216,20 +219,22 @@ pub fn place_group(
                         continue;
                     }
                 }
-                if let Some(p) = attempt(nodes, &slots, Some((tier, domain))) {
+                let spans = if tier > 0 { &topo.tiers[tier - 1..] } else { &[] };
+                if let Some(p) = attempt(nodes, &slots, Some((tier, domain)), spans) {
                     return Ok(p);
                 }
             }
         }
         if !topo.strict {
             let all = group.within.unwrap_or(nodes.occupied()).to_vec();
-            if let Some(p) = attempt(nodes, &all, None) {
+            let outermost = &topo.tiers[topo.tiers.len().saturating_sub(1)..];
+            if let Some(p) = attempt(nodes, &all, None, outermost) {
                 return Ok(p);
             }
         }
     } else {
         let all = group.within.unwrap_or(nodes.occupied()).to_vec();
-        if let Some(p) = attempt(nodes, &all, None) {
+        if let Some(p) = attempt(nodes, &all, None, &[]) {
             return Ok(p);
         }
     }
@@ -312,6 +317,96 @@ fn attempt(
         nodes.update_usage(p.node, |node| release(node, &group.members[i], &p.devices));
     }
     Err((count, first_failure.unwrap_or_default()))
+}
+
+/// A group that must span domains of `spans` (labels, innermost first) among `candidates`, spread
+/// over as few of them as can hold it and evenly over those (Kueue's balanced placement): a split
+/// collective then has no small remainder on a far domain, and each domain keeps an even share
+/// of room for the next group. Only for groups whose members ask alike (counted by whole members
+/// per node); `None` when it does not apply or the even split does not fit, and the caller places
+/// the group in policy order instead. Nothing stays bound on `None`.
+fn balanced(
+    set: &PolicySet,
+    nodes: &mut NodeTable,
+    group: &GroupSpec<'_>,
+    worker: usize,
+    candidates: &[Slot],
+    spans: &[String],
+) -> Option<Vec<(usize, Placement)>> {
+    let first = group.members.first()?;
+    let per_member = first.gpu.total_milli();
+    if spans.is_empty() || per_member == 0 || group.topology.is_some_and(|t| t.slices.is_some()) {
+        return None;
+    }
+    if group.adjust.is_some() || group.members.iter().any(|m| m.gpu != first.gpu) {
+        return None;
+    }
+    let mut allowed = candidates.to_vec();
+    allowed.sort_unstable();
+    // Each inner domain among the candidates, with how many members its nodes could take.
+    let mut inner: Vec<(usize, String, Vec<Slot>)> = domains(nodes, spans)
+        .into_iter()
+        .filter_map(|(name, mut slots)| {
+            slots.retain(|s| allowed.binary_search(s).is_ok());
+            let fits = |s: &Slot| {
+                let g = nodes.get(*s)?.gpus.summary();
+                Some(if first.gpu.milli_per_gpu >= wasmsched_api::GPU_MILLI {
+                    (g.whole_free / first.gpu.count.max(1)) as usize
+                } else {
+                    (g.free_milli / per_member) as usize
+                })
+            };
+            let room: usize = slots.iter().filter_map(fits).sum();
+            (room > 0).then_some((room, name, slots))
+        })
+        .collect();
+    inner.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    let n = group.members.len();
+    let mut total = 0;
+    let k = inner.iter().position(|(room, _, _)| {
+        total += room;
+        total >= n
+    })? + 1;
+    if k < 2 {
+        return None;
+    }
+    // Even shares, the larger ones first; what a domain cannot take goes to the next with room.
+    let mut share: Vec<usize> = (0..k).map(|i| n / k + usize::from(i < n % k)).collect();
+    let mut over = 0;
+    for (i, s) in share.iter_mut().enumerate() {
+        let room = inner[i].0;
+        if *s > room {
+            over += *s - room;
+            *s = room;
+        }
+    }
+    for (i, s) in share.iter_mut().enumerate() {
+        let more = (inner[i].0 - *s).min(over);
+        *s += more;
+        over -= more;
+    }
+    let mut placed: Vec<(usize, Placement)> = Vec::new();
+    let mut next = 0;
+    'domains: for (i, &count) in share.iter().enumerate() {
+        for _ in 0..count {
+            let task = &group.members[next];
+            let bound = place_among(set, nodes, task, worker, &inner[i].2)
+                .ok()
+                .filter(|p| matches!(nodes.update_usage(p.node, |node| bind(node, task, &p.devices)), Some(Ok(()))));
+            match bound {
+                Some(p) => placed.push((next, p)),
+                None => break 'domains,
+            }
+            next += 1;
+        }
+    }
+    if next == n {
+        return Some(placed);
+    }
+    for (i, p) in placed.into_iter().rev() {
+        nodes.update_usage(p.node, |node| release(node, &group.members[i], &p.devices));
+    }
+    None
 }
 
 /// [`attempt`] slice by slice: each slice's members all inside one domain of the slice level among
@@ -671,5 +766,39 @@ mod tests {
         let p = place_group(&set(), &mut t, &spec(&four, 4, Some(&in_spine)), 0).unwrap();
         assert_eq!(p.domain.as_deref(), Some("s1"), "the only spine with four nodes");
         assert_eq!(in_spine.describe(&p), "in spine s1, in slices of 2 each in one rack domain");
+    }
+
+    #[test]
+    fn a_group_that_must_span_domains_is_spread_evenly_over_the_fewest_that_hold_it() {
+        // Racks x and y with four free 8-GPU nodes each, z with one: six members fit in no rack.
+        let mut layout: Vec<(String, u32, &str)> = Vec::new();
+        for (rack, n) in [("x", 4), ("y", 4), ("z", 1)] {
+            for i in 0..n {
+                layout.push((format!("{rack}{i}"), 8, rack));
+            }
+        }
+        let layout: Vec<(&str, u32, &str)> = layout.iter().map(|(n, g, r)| (n.as_str(), *g, *r)).collect();
+        let six = gang(6, 8);
+        let per_rack = |t: &NodeTable, p: &GangPlacement| {
+            let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+            for (_, pl) in &p.placed {
+                *counts.entry(t.get(pl.node).unwrap().label("rack").unwrap().to_string()).or_default() += 1;
+            }
+            counts.into_iter().collect::<Vec<_>>()
+        };
+        let preferred = TopologyConstraint::single("rack", false);
+        let mut t = cluster(&layout);
+        let p = place_group(&set(), &mut t, &spec(&six, 6, Some(&preferred)), 0).unwrap();
+        assert_eq!(per_rack(&t, &p), [("x".to_string(), 3), ("y".to_string(), 3)], "three and three, z untouched");
+        // Without a topology the policy's order decides alone (a packer fills x first).
+        let mut t = cluster(&layout);
+        let p = place_group(&set(), &mut t, &spec(&six, 6, None), 0).unwrap();
+        assert_ne!(per_rack(&t, &p), [("x".to_string(), 3), ("y".to_string(), 3)]);
+        // Shares a domain cannot take go to the next: with only two nodes in y, 4 + 2.
+        let smaller: Vec<(&str, u32, &str)> =
+            layout.iter().copied().filter(|(n, _, _)| !["y2", "y3"].contains(n)).collect();
+        let mut t = cluster(&smaller);
+        let p = place_group(&set(), &mut t, &spec(&six, 6, Some(&preferred)), 0).unwrap();
+        assert_eq!(per_rack(&t, &p), [("x".to_string(), 4), ("y".to_string(), 2)]);
     }
 }

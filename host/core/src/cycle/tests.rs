@@ -481,6 +481,40 @@ fn a_preferred_gang_waits_its_wait_for_one_domain_then_falls_back_and_never_wait
 }
 
 #[test]
+fn a_replaced_member_joins_its_gang_s_domain_where_a_packer_would_put_it_elsewhere() {
+    let rack = |c: &SchedulerCore, task: &str| {
+        let node = c.placement_of(task).unwrap();
+        c.nodes().get(c.nodes().slot_of(node).unwrap()).unwrap().label("rack").unwrap().to_string()
+    };
+    for with_topology in [true, false] {
+        let mut c = racked();
+        // x fills half of n2 (r1), y a quarter of n0 (r0): r1 is the tighter rack.
+        for (name, host, gpus) in [("x", "n2", 4), ("y", "n0", 2)] {
+            let mut j = job(name, "q", 0, gpus);
+            j.members[0].node_selector = vec![("host".into(), host.into())];
+            c.submit(j, 0).unwrap();
+        }
+        c.schedule(&full(), 0);
+        let mut g = gang("g", "q", 2, 2, 4);
+        if with_topology {
+            g.topology = Some(crate::TopologyConstraint::single("rack", false));
+        }
+        c.submit(g, 1).unwrap();
+        c.schedule(&full(), 1);
+        if with_topology {
+            assert_eq!((rack(&c, "g-0"), rack(&c, "g-1")), ("r1".to_string(), "r1".to_string()));
+        }
+        // g-1's pod is replaced: the new member goes where g-0 is, not to n0 (the most allocated
+        // node with room, a packer's choice).
+        c.remove_task("g-1").unwrap();
+        c.add_members("g", vec![task("g-2", 4)]).unwrap();
+        c.schedule(&full(), 2);
+        let expected = if with_topology { "r1" } else { "r0" };
+        assert_eq!(rack(&c, "g-2"), expected, "with its gang's topology: {with_topology}");
+    }
+}
+
+#[test]
 fn a_strict_topology_gang_preempts_inside_one_domain_or_not_at_all() {
     // Every node runs one low job; the gang evicts two of them in one rack.
     let mut c = racked();
