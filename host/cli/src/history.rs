@@ -64,6 +64,38 @@ pub struct History {
     /// Each job's tasks (their ids in the stream), by job name: what a caller that knows more of
     /// them than the stream (a live snapshot's DRA claims) adds to the job.
     pub members: BTreeMap<String, Vec<String>>,
+    /// The nodes each job whose run time was measured first started on (its minimum of members),
+    /// by job name: what says whether a measured run was slowed by spanning domains.
+    pub started_on: BTreeMap<String, Vec<String>>,
+}
+
+impl History {
+    /// Run times measured on gangs that started across more than one domain of `level` were
+    /// `slowdown` times what they would be inside one: divided back, so a replay with that fabric
+    /// slows only the gangs it splits. How many were.
+    pub fn unslow_spanning(&mut self, level: &str, slowdown: f64) -> usize {
+        let domain: BTreeMap<&str, &str> = self
+            .scenario
+            .nodes
+            .iter()
+            .filter_map(|n| n.labels.get(level).map(|v| (n.name.as_str(), v.as_str())))
+            .collect();
+        let mut n = 0;
+        for job in &mut self.scenario.jobs {
+            let Some(nodes) = self.started_on.get(&job.name) else { continue };
+            let mut domains: Vec<Option<&&str>> = nodes.iter().map(|node| domain.get(node.as_str())).collect();
+            domains.sort_unstable();
+            domains.dedup();
+            if job.replicas > 1
+                && domains.len() > 1
+                && let Some(d) = job.duration
+            {
+                job.duration = Some(((d as f64 / slowdown).round() as u64).max(1));
+                n += 1;
+            }
+        }
+        n
+    }
 }
 
 /// One run of a task: placed at `start`, no longer counted as placed at `placed_until` (an
@@ -217,8 +249,8 @@ pub fn scenario(mut events: Vec<(Timestamp, Payload)>, window: Window) -> Histor
         ));
     }
     let scenario_nodes = scenario_nodes(nodes.into_values(), &mut assumptions);
-    let mut members = BTreeMap::new();
-    let jobs = jobs(&tasks, from, to, &mut assumptions, &mut members);
+    let (mut members, mut started_on) = (BTreeMap::new(), BTreeMap::new());
+    let jobs = jobs(&tasks, from, to, &mut assumptions, &mut members, &mut started_on);
     let queues = scenario_queues(&queue_order, &queues, &jobs, &mut assumptions);
     let scenario = Scenario {
         nodes: scenario_nodes,
@@ -229,7 +261,7 @@ pub fn scenario(mut events: Vec<(Timestamp, Payload)>, window: Window) -> Histor
         levels: Vec::new(),
         fabric: None,
     };
-    History { scenario, assumptions, members }
+    History { scenario, assumptions, members, started_on }
 }
 
 fn key(task: &TaskRef) -> (String, String) {
@@ -397,6 +429,7 @@ fn jobs(
     to: u64,
     assumptions: &mut Vec<String>,
     members: &mut BTreeMap<String, Vec<String>>,
+    started_on: &mut BTreeMap<String, Vec<String>>,
 ) -> Vec<Job> {
     let namespaces: std::collections::BTreeSet<&str> = tasks.keys().map(|(ns, _)| ns.as_str()).collect();
     let qualify = namespaces.len() > 1;
@@ -474,6 +507,18 @@ fn jobs(
             RunTime::Completed { seconds, deleted_or_failed } => {
                 job.duration = Some(seconds.max(1));
                 deleted += usize::from(deleted_or_failed);
+                // Each member's first run, in order: the nodes of those that started with the
+                // minimum.
+                let mut firsts: Vec<(u64, &str)> = p
+                    .tasks
+                    .iter()
+                    .filter_map(|t| t.runs.first().and_then(|r| Some((r.start, r.node.as_deref()?))))
+                    .collect();
+                firsts.sort_unstable();
+                if let Some(&(at, _)) = firsts.get(min as usize - 1) {
+                    let nodes = firsts.iter().take_while(|(s, _)| *s <= at).map(|(_, n)| n.to_string()).collect();
+                    started_on.insert(job.name.clone(), nodes);
+                }
             }
             // A run time the job declared (the simulator's jobs) stands where none was measured.
             RunTime::Unknown { started } => {

@@ -36,6 +36,54 @@ pub struct FromClusterArgs {
     /// JSON on standard output.
     #[arg(long)]
     out: Option<PathBuf>,
+    #[command(flatten)]
+    topology: TopologyArgs,
+}
+
+/// The cluster's topology as the scenario should describe it: the stream and a snapshot carry the
+/// nodes' labels, not which of them are levels (the scheduler's setting) nor what spanning costs.
+#[derive(clap::Args, Default)]
+pub struct TopologyArgs {
+    /// The cluster's topology levels, as node labels, outermost first (comma-separated), as
+    /// `wasmsched run --topology-levels` names them: the scenario's `levels`.
+    #[arg(long, value_name = "LABELS", value_delimiter = ',')]
+    topology_levels: Vec<String>,
+    /// The level gangs should not span (a node label): the scenario's `fabric`, reported by the
+    /// replay.
+    #[arg(long, value_name = "LABEL")]
+    fabric: Option<String>,
+    /// With `--fabric`: how many times its duration a gang spanning its domains runs.
+    #[arg(long, value_name = "FACTOR", default_value_t = 1.0, requires = "fabric")]
+    spanning_slowdown: f64,
+}
+
+impl TopologyArgs {
+    /// `h`'s scenario with these levels and fabric (the run times of gangs the stream shows
+    /// spanning its domains divided by the slowdown: it slowed them already); a fabric that makes
+    /// no sense is an error.
+    fn apply(&self, h: &mut history::History) -> anyhow::Result<()> {
+        if !self.topology_levels.is_empty() {
+            h.scenario.levels = self.topology_levels.iter().rev().map(|l| l.trim().to_string()).collect();
+        }
+        if let Some(level) = &self.fabric {
+            anyhow::ensure!(
+                (1.0..=10.0).contains(&self.spanning_slowdown),
+                "--spanning-slowdown {} is not between 1 and 10",
+                self.spanning_slowdown
+            );
+            let n = h.unslow_spanning(level, self.spanning_slowdown);
+            if n > 0 {
+                h.assumptions.push(format!(
+                    "{n} gangs ran across {level} domains: their measured run times are divided by {}, which the \
+                     fabric adds back where the replay splits them",
+                    self.spanning_slowdown
+                ));
+            }
+            h.scenario.fabric =
+                Some(wasmsched_sim::timed::Fabric { level: level.clone(), spanning_slowdown: self.spanning_slowdown });
+        }
+        Ok(())
+    }
 }
 
 /// Arguments of `scenario from-events`.
@@ -61,6 +109,8 @@ pub struct FromEventsArgs {
     /// Skip lines of the files that are not events (each is reported) instead of stopping.
     #[arg(long)]
     lenient: bool,
+    #[command(flatten)]
+    topology: TopologyArgs,
 }
 
 pub fn run(cmd: Command) -> anyhow::Result<()> {
@@ -81,6 +131,7 @@ fn from_cluster(args: FromClusterArgs) -> anyhow::Result<()> {
     let read = snapshot.events.len();
     let events = snapshot.events.into_iter().map(|e| (e.time, e.payload)).collect();
     let mut h = history::scenario(events, Window { from: Some(snapshot.taken), to: Some(snapshot.taken) });
+    args.topology.apply(&mut h)?;
     let mut notes = snapshot.notes;
     let dra = match (snapshot.dra, args.out.as_ref()) {
         (Some(dra), Some(out)) if !dra.slices.is_empty() => Some(with_dra(&mut h, dra, out)?),
@@ -187,7 +238,8 @@ fn from_events(args: FromEventsArgs) -> anyhow::Result<()> {
     }
     let read = read_events(&args)?;
     anyhow::ensure!(read.read > 0, "no events to build a scenario from");
-    let h = history::scenario(read.events, Window { from: args.from.or(read.began), to: args.to });
+    let mut h = history::scenario(read.events, Window { from: args.from.or(read.began), to: args.to });
+    args.topology.apply(&mut h)?;
     write(&h, args.out.as_ref())?;
     summarise(&h, read.read, read.not_used, read.unknown, read.malformed);
     Ok(())
@@ -378,6 +430,7 @@ mod tests {
             },
             assumptions: vec![format!("1 {}", history::CLAIMS_NOT_CARRIED)],
             members: [("ml/waits".to_string(), vec!["ml/waits".to_string()])].into(),
+            started_on: Default::default(),
         };
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("now.yaml");

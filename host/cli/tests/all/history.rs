@@ -14,17 +14,6 @@ fn scenario(name: &str) -> String {
     format!("examples/scenarios/{name}")
 }
 
-/// A copy of example scenario `name` in `dir` without its `fabric` line.
-fn without_fabric(dir: &Path, name: &str) -> String {
-    let text =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../").to_string() + &scenario(name)).unwrap();
-    let kept: Vec<&str> = text.lines().filter(|l| !l.starts_with("fabric:")).collect();
-    assert!(kept.len() < text.lines().count(), "{name} has a fabric");
-    let path = dir.join(name);
-    std::fs::write(&path, kept.join("\n") + "\n").unwrap();
-    path.to_str().unwrap().to_string()
-}
-
 /// Replay `args` with events published to `events`; the report without its timing keys.
 fn replay(args: &[&str], events: &Path) -> Value {
     let mut all = vec!["replay", "--native", "--json", "--quiet", "--events", events.to_str().unwrap()];
@@ -71,25 +60,40 @@ fn write(path: PathBuf, lines: &[String]) -> PathBuf {
 #[test]
 fn a_replay_s_events_replay_again_to_the_same_placements_and_report() {
     let dir = tempfile::tempdir().unwrap();
-    let runs: Vec<(&str, Vec<String>)> = vec![
-        ("two-queues", vec!["--scenario".into(), scenario("two-queues.json")]),
+    let runs: Vec<(&str, Vec<String>, Vec<&str>)> = vec![
+        ("two-queues", vec!["--scenario".into(), scenario("two-queues.json")], vec![]),
         // Gangs, an elastic job, checkpoints, priority preemption, a gang timing out, a capability.
-        ("queues-gangs-preemption", vec!["--scenario".into(), scenario("queues-gangs-preemption.yaml")]),
-        // Gangs that prefer one NVLink domain, then one block (without the scenario's `fabric`,
-        // which events do not carry: spanning gangs' slower runs would be read as their lengths).
-        ("nvl72", vec!["--scenario".into(), without_fabric(dir.path(), "nvl72.yaml")]),
+        ("queues-gangs-preemption", vec!["--scenario".into(), scenario("queues-gangs-preemption.yaml")], vec![]),
+        // Gangs that prefer one NVLink domain, then one block, gangs split across domains running
+        // 1.5 times as long: the levels and the fabric are the scheduler's settings, given again,
+        // and the split gangs' measured run times are divided back (else slowed twice).
+        (
+            "nvl72",
+            vec!["--scenario".into(), scenario("nvl72.yaml")],
+            vec![
+                "--topology-levels",
+                "example.com/block,nvidia.com/gpu.clique",
+                "--fabric",
+                "nvidia.com/gpu.clique",
+                "--spanning-slowdown",
+                "1.5",
+            ],
+        ),
         // 8,152 jobs of the openb trace on half its cluster, contended, with reclaim.
-        ("openb", vec![]),
+        ("openb", vec![], vec![]),
     ];
-    for (name, args) in runs {
+    for (name, args, topology) in runs {
         let (first_events, second_events) =
             (dir.path().join(format!("{name}-1.jsonl")), dir.path().join(format!("{name}-2.jsonl")));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let first = replay(&args, &first_events);
         let rebuilt = dir.path().join(format!("{name}.yaml"));
-        let (ok, stderr) = from_events(&["--file", first_events.to_str().unwrap(), "--out", rebuilt.to_str().unwrap()]);
+        let mut rebuild = vec!["--file", first_events.to_str().unwrap(), "--out", rebuilt.to_str().unwrap()];
+        rebuild.extend_from_slice(&topology);
+        let (ok, stderr) = from_events(&rebuild);
         assert!(ok, "{name}: {stderr}");
         assert!(!stderr.contains("jobs have") && !stderr.contains("flavors"), "{name}: nothing to assume: {stderr}");
+        assert_eq!(stderr.contains("measured run times are divided by 1.5"), name == "nvl72", "{name}: {stderr}");
         let second = replay(&["--scenario", rebuilt.to_str().unwrap()], &second_events);
         assert_eq!(second, first, "{name}: the report of the rebuilt scenario");
         let (a, b) = (placements(&first_events), placements(&second_events));
@@ -371,4 +375,16 @@ fn a_stream_read_from_a_real_nats_server_gives_the_scenario_its_file_gives() {
     let (a, b) = (read(&from_file), read(&from_nats));
     assert_eq!(a["jobs"].as_array().map(Vec::len), Some(8));
     assert_eq!(a, b, "the same stream through NATS and through a file");
+}
+
+#[test]
+fn a_fabric_without_a_sane_slowdown_or_a_slowdown_without_a_fabric_is_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("e.jsonl");
+    replay(&["--scenario", &scenario("two-queues.json")], &events);
+    let file = events.to_str().unwrap();
+    let (ok, stderr) = from_events(&["--file", file, "--fabric", "rack", "--spanning-slowdown", "0.5"]);
+    assert!(!ok && stderr.contains("--spanning-slowdown 0.5 is not between 1 and 10"), "{stderr}");
+    let (ok, stderr) = from_events(&["--file", file, "--spanning-slowdown", "2"]);
+    assert!(!ok && stderr.contains("--fabric"), "{stderr}");
 }
