@@ -514,6 +514,26 @@ mod tests {
         t
     }
 
+    /// 8-GPU nodes `(name, rack, spine)`.
+    fn spined(nodes: &[(&str, &str, &str)]) -> NodeTable {
+        let mut t = NodeTable::new();
+        for (name, rack, spine) in nodes {
+            t.upsert(Node {
+                name: (*name).into(),
+                labels: vec![("rack".into(), (*rack).into()), ("spine".into(), (*spine).into())],
+                allocatable: Resources {
+                    cpu_milli: 96_000,
+                    memory_bytes: 1 << 40,
+                    gpu_milli: 8000,
+                    extended: Default::default(),
+                },
+                gpus: (0..8).map(|i| GpuDevice { index: i, free_milli: 1000, ..Default::default() }).collect(),
+                ..Default::default()
+            });
+        }
+        t
+    }
+
     fn gang(n: usize, gpus: u32) -> Vec<Task> {
         (0..n)
             .map(|i| Task {
@@ -607,8 +627,7 @@ mod tests {
     #[test]
     fn innermost_tier_that_fits_then_the_nearest_larger_domain() {
         // Spine S1 holds racks A (2 nodes) and B (4); spine S2 holds rack C (3).
-        let mut t = NodeTable::new();
-        for (name, rack, spine) in [
+        let t = spined(&[
             ("a1", "A", "S1"),
             ("a2", "A", "S1"),
             ("b1", "B", "S1"),
@@ -618,20 +637,7 @@ mod tests {
             ("c1", "C", "S2"),
             ("c2", "C", "S2"),
             ("c3", "C", "S2"),
-        ] {
-            t.upsert(Node {
-                name: name.into(),
-                labels: vec![("rack".into(), rack.into()), ("spine".into(), spine.into())],
-                allocatable: Resources {
-                    cpu_milli: 96_000,
-                    memory_bytes: 1 << 40,
-                    gpu_milli: 8000,
-                    extended: Default::default(),
-                },
-                gpus: (0..8).map(|i| GpuDevice { index: i, free_milli: 1000, ..Default::default() }).collect(),
-                ..Default::default()
-            });
-        }
+        ]);
         let tiers =
             TopologyConstraint { tiers: vec!["rack".into(), "spine".into()], strict: true, ..Default::default() };
         let racks = |t: &NodeTable, p: &GangPlacement| -> Vec<String> {
@@ -739,28 +745,14 @@ mod tests {
         assert!(place_group(&set(), &mut t, &spec(&four, 4, None), 0).is_ok(), "without slices it fits");
 
         // Slices inside a required outer level: each slice in one rack, all in one spine.
-        let mut t = NodeTable::new();
-        for (name, rack, spine) in [
+        let mut t = spined(&[
             ("p", "r1", "s1"),
             ("q", "r1", "s1"),
             ("r", "r2", "s2"),
             ("s", "r2", "s2"),
             ("u", "r3", "s1"),
             ("v", "r3", "s1"),
-        ] {
-            t.upsert(Node {
-                name: name.into(),
-                labels: vec![("rack".into(), rack.into()), ("spine".into(), spine.into())],
-                allocatable: Resources {
-                    cpu_milli: 96_000,
-                    memory_bytes: 1 << 40,
-                    gpu_milli: 8000,
-                    extended: Default::default(),
-                },
-                gpus: (0..8).map(|i| GpuDevice { index: i, free_milli: 1000, ..Default::default() }).collect(),
-                ..Default::default()
-            });
-        }
+        ]);
         let in_spine =
             TopologyConstraint { slices: slices.slices.clone(), ..TopologyConstraint::single("spine", true) };
         let p = place_group(&set(), &mut t, &spec(&four, 4, Some(&in_spine)), 0).unwrap();
