@@ -155,6 +155,24 @@ pub struct PodFacts {
     pub topology: Option<TopologyRequest>,
     /// The `ComputeDomain` it runs in, if it asks for one ([`crate::compute_domains`]).
     pub compute_domain: Option<crate::compute_domains::DomainRequest>,
+    /// Its rank among its gang, where its controller numbers pods: (JobSet's job index, the Job's
+    /// completion index). Members are placed in this order, so slices group consecutive ranks.
+    pub rank: (Option<u64>, Option<u64>),
+}
+
+/// The annotations (or labels) that number a gang's pods: JobSet's child-Job index, then the
+/// Indexed Job's completion index.
+const RANK_KEYS: [&str; 2] = ["jobset.sigs.k8s.io/job-index", "batch.kubernetes.io/job-completion-index"];
+
+/// A pod's [`PodFacts::rank`] from its annotations, else its labels.
+fn rank(pod: &Pod) -> (Option<u64>, Option<u64>) {
+    let value = |key: &str| {
+        let from = |m: Option<&std::collections::BTreeMap<String, String>>| {
+            m.and_then(|m| m.get(key)).and_then(|v| v.parse().ok())
+        };
+        from(pod.metadata.annotations.as_ref()).or_else(|| from(pod.metadata.labels.as_ref()))
+    };
+    (value(RANK_KEYS[0]), value(RANK_KEYS[1]))
 }
 
 impl PodFacts {
@@ -185,6 +203,7 @@ impl PodFacts {
             owner: OwnerRef::controller_of(&pod.metadata),
             topology: TopologyRequest::of(pod),
             compute_domain: crate::compute_domains::DomainRequest::of(pod),
+            rank: rank(pod),
         }
     }
 
@@ -274,7 +293,8 @@ pub fn set_queue(w: &mut Workload, queue: &str) {
     }
 }
 
-/// The pods of group `key` as one gang, members in name order (so placement is reproducible). Its
+/// The pods of group `key` as one gang, members in rank order, then name order (so placement is
+/// reproducible and slices hold consecutive ranks). Its
 /// topology: one NVLink domain when a member asks for a `ComputeDomain` (IMEX spans no more), else
 /// its group's (the Workload API's constraint), else Kueue's annotations on its first member, in
 /// the `cluster`.
@@ -286,7 +306,11 @@ pub fn gang(
     cluster: &ClusterTopology,
 ) -> Workload {
     let mut sorted: Vec<&PodFacts> = members.to_vec();
-    sorted.sort_by(|a, b| a.task.id.cmp(&b.task.id));
+    // Numbered pods in rank order (an Indexed Job's `train-10-…` after `train-9-…`), then by name.
+    sorted.sort_by(|a, b| {
+        let key = |p: &PodFacts| (p.rank.0.is_none(), p.rank.0, p.rank.1.is_none(), p.rank.1);
+        key(a).cmp(&key(b)).then_with(|| a.task.id.cmp(&b.task.id))
+    });
     let queue = info.queue.clone().or_else(|| sorted.first().map(|m| m.task.queue.clone())).unwrap_or_default();
     let tasks: Vec<Task> = sorted.iter().map(|m| m.task_with_priority(classes)).collect();
     let class = info.priority_class.as_deref().and_then(|name| {
@@ -338,6 +362,58 @@ mod tests {
         .unwrap();
         let task = crate::convert::task(&pod).unwrap();
         PodFacts::new(&pod, task)
+    }
+
+    #[test]
+    fn an_indexed_job_s_members_go_in_completion_index_order_and_a_job_set_s_by_job_first() {
+        let info = GroupInfo {
+            min_member: 1,
+            topology_key: None,
+            queue: None,
+            priority: None,
+            priority_class: None,
+            timeout_seconds: None,
+        };
+        let none = PriorityClasses::default();
+        let order = |pods: &[PodFacts]| -> Vec<String> {
+            let refs: Vec<&PodFacts> = pods.iter().collect();
+            gang("ml/g", &info, &refs, &none, &ClusterTopology::default())
+                .members
+                .iter()
+                .map(|t| t.id.clone())
+                .collect()
+        };
+        let indexed: Vec<PodFacts> = [10, 2, 1]
+            .iter()
+            .map(|i| {
+                facts(
+                    &format!("train-{i}-x"),
+                    json!({"batch.kubernetes.io/job-completion-index": i.to_string()}),
+                    false,
+                )
+            })
+            .collect();
+        assert_eq!(order(&indexed), ["ml/train-1-x", "ml/train-2-x", "ml/train-10-x"], "not name order (10 < 2)");
+        let set: Vec<PodFacts> = [(1, 0), (0, 1), (0, 0)]
+            .iter()
+            .map(|(job, i)| {
+                let name = format!("w-{job}-{i}");
+                facts(
+                    &name,
+                    json!({"jobset.sigs.k8s.io/job-index": job.to_string(),
+                    "batch.kubernetes.io/job-completion-index": i.to_string()}),
+                    false,
+                )
+            })
+            .collect();
+        assert_eq!(order(&set), ["ml/w-0-0", "ml/w-0-1", "ml/w-1-0"]);
+        // Unnumbered pods after numbered ones, by name.
+        let mixed = vec![
+            facts("b", json!({}), false),
+            facts("z", json!({"batch.kubernetes.io/job-completion-index": "0"}), false),
+            facts("a", json!({}), false),
+        ];
+        assert_eq!(order(&mixed), ["ml/z", "ml/a", "ml/b"]);
     }
 
     #[test]
