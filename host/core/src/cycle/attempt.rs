@@ -249,6 +249,23 @@ impl SchedulerCore {
         out
     }
 
+    /// With slices: the nodes (ascending) of the slice-level domain holding the placed members of
+    /// member `i`'s slice, which it joins; `None` without slices or while its slice has none placed.
+    fn slice_domain(&self, e: &Entry, i: usize) -> Option<Vec<Slot>> {
+        let slices = e.spec.topology.as_ref()?.slices.as_ref()?;
+        let size = slices.size.max(1);
+        let start = i / size * size;
+        let placed: Vec<Slot> = e.members.iter().skip(start).take(size).flatten().map(|m| m.slot).collect();
+        if placed.is_empty() {
+            return None;
+        }
+        let (_, mut slots) = crate::gang::domains(&self.nodes, std::slice::from_ref(&slices.level))
+            .into_iter()
+            .find(|(_, slots)| placed.iter().all(|p| slots.contains(p)))?;
+        slots.sort_unstable();
+        Some(slots)
+    }
+
     /// Elastic growth: members beyond min-member take idle capacity, within quota.
     pub(super) fn grow(&mut self, set: &PolicySet, now: u64, out: &mut Vec<Decision>) {
         let mut growing: Vec<&Entry> =
@@ -270,13 +287,18 @@ impl SchedulerCore {
                 if !self.within_capability(e.leaf, &demand_in(&task, self.flavor_name(flavor), &self.queues)) {
                     break;
                 }
+                let slice = self.slice_domain(e, i);
                 let placed = domains.iter().find_map(|domain| {
-                    let among = match (&within, domain) {
-                        (None, None) => return place(set, &self.nodes, &task, 0).ok(),
+                    let mut among = match (&within, domain) {
+                        (None, None) if slice.is_none() => return place(set, &self.nodes, &task, 0).ok(),
+                        (None, None) => self.nodes.occupied().to_vec(),
                         (Some(w), None) => w.clone(),
                         (None, Some(d)) => d.clone(),
                         (Some(w), Some(d)) => d.iter().copied().filter(|s| w.binary_search(s).is_ok()).collect(),
                     };
+                    if let Some(slice) = &slice {
+                        among.retain(|s| slice.binary_search(s).is_ok());
+                    }
                     place_among(set, &self.nodes, &task, 0, &among).ok()
                 });
                 let Some(p) = placed else { break };

@@ -515,6 +515,56 @@ fn a_replaced_member_joins_its_gang_s_domain_where_a_packer_would_put_it_elsewhe
 }
 
 #[test]
+fn an_elastic_gang_grows_a_slice_inside_the_domain_its_slice_started_in() {
+    let racks_of = |c: &SchedulerCore| -> Vec<Option<String>> {
+        (0..4)
+            .map(|i| {
+                let node = c.placement_of(&format!("e-{i}"))?;
+                Some(c.nodes().get(c.nodes().slot_of(node).unwrap()).unwrap().label("rack").unwrap().to_string())
+            })
+            .collect()
+    };
+    for sliced in [true, false] {
+        // One 8-GPU node per rack: a0 held by x, c0 half held by y.
+        let mut c = core(vec![queue("q", 1)], &[]);
+        for (name, rack) in [("a0", "r0"), ("b0", "r1"), ("c0", "r2")] {
+            let mut n = gpu_node(name, 8);
+            n.labels = vec![("rack".into(), rack.into()), ("host".into(), name.into())];
+            c.upsert_node(n, 0);
+        }
+        for (name, host, gpus) in [("x", "a0", 8), ("y", "c0", 4)] {
+            let mut j = job(name, "q", 0, gpus);
+            j.members[0].node_selector = vec![("host".into(), host.into())];
+            c.submit(j, 0).unwrap();
+        }
+        c.schedule(&full(), 0);
+        // Four 4-GPU members in slices of two, at least two: the first slice fills b0.
+        let mut e = gang("e", "q", 4, 2, 4);
+        if sliced {
+            e.topology = Some(crate::TopologyConstraint {
+                slices: Some(crate::Slices { size: 2, level: "rack".into() }),
+                ..Default::default()
+            });
+        }
+        c.submit(e, 1).unwrap();
+        c.schedule(&full(), 1);
+        if sliced {
+            assert_eq!(racks_of(&c)[..2], [Some("r1".to_string()), Some("r1".to_string())]);
+        }
+        // x ends: e grows. Its third member takes c0's free half (the packer's choice); the fourth
+        // would fit only on a0, in another rack than its slice's first member.
+        c.finish("x").unwrap();
+        c.schedule(&full(), 2);
+        let racks = racks_of(&c);
+        if sliced {
+            assert_eq!(racks[2..], [Some("r2".to_string()), None], "the slice waits whole in r2: {racks:?}");
+        } else {
+            assert_eq!(racks.iter().filter(|r| r.is_some()).count(), 4, "without slices it fills a0: {racks:?}");
+        }
+    }
+}
+
+#[test]
 fn a_strict_topology_gang_preempts_inside_one_domain_or_not_at_all() {
     // Every node runs one low job; the gang evicts two of them in one rack.
     let mut c = racked();
