@@ -69,7 +69,7 @@ impl EffectError {
 /// Events queued or in flight at most; more are dropped, as kube-scheduler's event broadcaster
 /// drops them when its queue is full: events are best effort, and a storm of them must neither
 /// grow memory nor hold anything up.
-const EVENTS_QUEUED: usize = 1000;
+pub const EVENTS_QUEUED: usize = 1000;
 
 /// Tries per event: with the back-off, an event waits up to about 24 s for room at the server.
 const EVENT_TRIES: u32 = 8;
@@ -84,6 +84,13 @@ pub struct Effects {
     recorder: Recorder,
     scheduler_name: String,
     event_slots: Arc<Semaphore>,
+    /// Where events not recorded are counted (by why), when the scheduler exports metrics.
+    events_lost: Option<
+        prometheus_client::metrics::family::Family<
+            crate::metrics::LostLabels,
+            prometheus_client::metrics::counter::Counter,
+        >,
+    >,
 }
 
 impl Effects {
@@ -96,6 +103,19 @@ impl Effects {
             client,
             scheduler_name: scheduler_name.into(),
             event_slots: Arc::new(Semaphore::new(EVENTS_QUEUED)),
+            events_lost: None,
+        }
+    }
+
+    /// Events not recorded are counted in `metrics`' `wasmsched_kubernetes_events_lost_total`.
+    pub fn counting_lost_events(mut self, metrics: &crate::metrics::Metrics) -> Effects {
+        self.events_lost = Some(metrics.events_lost.clone());
+        self
+    }
+
+    fn lost_event(&self, reason: &'static str) {
+        if let Some(lost) = &self.events_lost {
+            lost.get_or_create(&crate::metrics::LostLabels { reason }).inc();
         }
     }
 
@@ -196,10 +216,12 @@ impl Effects {
     /// Records a Kubernetes event about a pod. A 429 (the API server's priority level is full: a
     /// burst of binds brings a burst of `Scheduled` events) or a 5xx is tried again after the
     /// server's `Retry-After`, else a back-off doubling from 250 ms, up to [`EVENT_TRIES`] times;
-    /// anything else, or a queue already [`EVENTS_QUEUED`] long, loses the event (logged).
+    /// any other client error (a 403 without RBAC for events), or a queue already
+    /// [`EVENTS_QUEUED`] long, loses the event at once. Each loss is logged and counted.
     pub async fn event(&self, key: &PodKey, uid: Option<&str>, type_: EventType, reason: &str, note: &str) {
         let Ok(_slot) = self.event_slots.try_acquire() else {
             tracing::debug!(pod = %key, reason, "event dropped: {EVENTS_QUEUED} already queued");
+            self.lost_event("queue_full");
             return;
         };
         let reference = ObjectReference {
@@ -221,12 +243,20 @@ impl Effects {
         for tries in 1..=EVENT_TRIES {
             let wait = match self.recorder.publish(&event, &reference).await {
                 Ok(()) => return,
+                // A client error other than throttling (403: no RBAC for events; 422) stays.
+                Err(kube::Error::Api(s)) if (400..500).contains(&s.code) && s.code != 429 => {
+                    tracing::debug!(pod = %key, reason, code = s.code, error = %s.message, "event refused");
+                    self.lost_event("refused");
+                    return;
+                }
                 Err(e) => match EffectError::from_kube(e) {
                     e @ (EffectError::TooManyRequests(..) | EffectError::Retryable(_)) if tries < EVENT_TRIES => {
                         e.retry_after().unwrap_or(backoff)
                     }
                     e => {
                         tracing::debug!(pod = %key, reason, error = %e, tries, "event not recorded");
+                        let retryable = matches!(e, EffectError::TooManyRequests(..) | EffectError::Retryable(_));
+                        self.lost_event(if retryable { "retries_exhausted" } else { "refused" });
                         return;
                     }
                 },

@@ -45,6 +45,13 @@ pub struct BindLabels {
     pub result: &'static str,
 }
 
+/// `reason` of `wasmsched_kubernetes_events_lost_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LostLabels {
+    /// `queue_full`, `refused` or `retries_exhausted`.
+    pub reason: &'static str,
+}
+
 /// `state` of `wasmsched_dra_devices`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DraLabels {
@@ -136,6 +143,10 @@ pub struct Metrics {
     /// `wasmsched_evictions_total{result}`: Eviction API calls, `ok`, `refused` (a disruption
     /// budget or throttling: retried) or `abandoned` (refused for too long: the pod runs on).
     pub evictions: Family<BindLabels, Counter>,
+    /// `wasmsched_kubernetes_events_lost_total{reason}`: Kubernetes events about pods not
+    /// recorded — `queue_full` (already [`crate::bind::EVENTS_QUEUED`] waiting), `refused` (an
+    /// answer a retry cannot change) or `retries_exhausted` (throttled or failing every try).
+    pub events_lost: Family<LostLabels, Counter>,
     /// The loop's figures (queues, waiting work, GPUs, events), exported at scrape time.
     pub figures: Arc<std::sync::Mutex<Figures>>,
     /// Usage of our pods, from the events the scheduler publishes: exported as
@@ -516,6 +527,15 @@ impl Metrics {
             "Eviction API calls by outcome: ok, refused (retried), abandoned (the pod runs on).",
             evictions.clone(),
         );
+        let events_lost = Family::<LostLabels, Counter>::default();
+        registry.register(
+            "wasmsched_kubernetes_events_lost",
+            "Kubernetes events about pods (Scheduled, FailedScheduling, Preempted) not recorded, by why: queue_full, refused, retries_exhausted.",
+            events_lost.clone(),
+        );
+        for reason in ["queue_full", "refused", "retries_exhausted"] {
+            let _ = events_lost.get_or_create(&LostLabels { reason });
+        }
         // Counters of rare events start at zero for every label value, so the first one is an
         // increase an alert sees.
         for result in ["ok", "conflict", "not_found", "throttled", "retry", "not_leader"] {
@@ -549,6 +569,7 @@ impl Metrics {
             dra_devices,
             preemptions,
             evictions,
+            events_lost,
             figures,
             ready: AtomicBool::new(false),
             heartbeat_ms: AtomicU64::new(now_ms()),

@@ -375,7 +375,8 @@ impl Scheduler {
     pub fn new(clients: Clients, registry: Arc<Registry>, metrics: Arc<Metrics>, config: SchedulerConfig) -> Scheduler {
         let Clients { api: client, events, election: election_client } = clients;
         let identity = config.lease.as_ref().map_or_else(|| config.scheduler_name.clone(), |l| l.identity.clone());
-        let mut effects = Effects::new(client.clone(), &config.scheduler_name, &identity);
+        let mut effects =
+            Effects::new(client.clone(), &config.scheduler_name, &identity).counting_lost_events(&metrics);
         if let Some(events) = events {
             effects = effects.with_event_client(events, &identity);
         }

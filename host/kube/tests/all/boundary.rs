@@ -1273,7 +1273,35 @@ async fn every_scheduled_event_arrives_when_the_server_throttles_events() {
         pods
     };
     eventually("every pod's Scheduled event", Duration::from_secs(60), || scheduled(&api) == names).await;
+    let metrics = run.metrics.render();
+    for reason in ["queue_full", "refused", "retries_exhausted"] {
+        let zero = format!("wasmsched_kubernetes_events_lost_total{{reason=\"{reason}\"}} 0");
+        assert!(metrics.lines().any(|l| l == zero), "none lost: {zero}");
+    }
     run.stop().await;
     let throttled = api.state().throttled.iter().filter(|(level, ..)| level == "released-events").count();
     assert!(throttled > 0, "the level refused some (else this tests nothing)");
+}
+
+/// Events the server refuses for good (403: the chart's RBAC not applied) are given up at once and
+/// counted, and the binds go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_the_server_refuses_are_counted_as_lost_and_binds_go_on() {
+    let api = FakeApi::new();
+    api.state().events_refused = true;
+    api.put(Kind::Node, gpu_node("gpu-0", 8, &[]));
+    let names: Vec<String> = (0..3).map(|i| format!("ml/p{i}")).collect();
+    for n in &names {
+        api.put(Kind::Pod, pod("ml", n.trim_start_matches("ml/"), NAME, 1, "1", "1Gi"));
+    }
+    let run = start(&api, "a", None);
+    eventually("all bound", Duration::from_secs(20), || names.iter().all(|n| node_of(&api, n).is_some())).await;
+    let refused = |run: &Running| -> f64 {
+        let text = run.metrics.render();
+        let line = text.lines().find(|l| l.starts_with("wasmsched_kubernetes_events_lost_total{reason=\"refused\"}"));
+        line.and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok()).unwrap_or(-1.0)
+    };
+    eventually("three Scheduled events lost", Duration::from_secs(10), || refused(&run) >= 3.0).await;
+    assert!(api.state().events.is_empty());
+    run.stop().await;
 }

@@ -230,6 +230,8 @@ pub struct State {
     pub unserved: std::collections::BTreeSet<Kind>,
     /// ComputeDomain requests: (method, `namespace/name`).
     pub compute_domain_calls: Vec<(String, String)>,
+    /// Event creation is forbidden (RBAC without `events` create, as a mis-installed chart).
+    pub events_refused: bool,
     /// ResourceClaim status writes accepted: (claim, status written).
     pub claim_writes: Vec<(String, Value)>,
     /// The next ResourceClaim status writes that fail with a 500.
@@ -668,8 +670,15 @@ impl FakeApi {
                 self.patch_status(ns, name, body)
             }
             ["api", "v1", "namespaces", ns, "pods", name, "eviction"] if m == Method::POST => self.evict(ns, name),
-            ["apis", "events.k8s.io", "v1", "namespaces", _, "events"] if m == Method::POST => {
-                self.state().events.push(body.clone());
+            ["apis", "events.k8s.io", "v1", "namespaces", ns, "events"] if m == Method::POST => {
+                let mut s = self.state();
+                if s.events_refused {
+                    let msg = format!(
+                        "events.events.k8s.io is forbidden: User \"system:serviceaccount:wasmsched-system:wasmsched\" cannot create resource \"events\" in API group \"events.k8s.io\" in the namespace \"{ns}\""
+                    );
+                    return respond(403, &status(403, "Forbidden", &msg));
+                }
+                s.events.push(body.clone());
                 respond(201, &body)
             }
             ["apis", "events.k8s.io", "v1", "namespaces", _, "events", _] => respond(200, &body),
