@@ -309,14 +309,7 @@ fn attempt(
             }
         }
     }
-    if placed.len() >= group.min_member {
-        return Ok(placed);
-    }
-    let count = placed.len();
-    for (i, p) in placed.into_iter().rev() {
-        nodes.update_usage(p.node, |node| release(node, &group.members[i], &p.devices));
-    }
-    Err((count, first_failure.unwrap_or_default()))
+    settle(nodes, group, placed, first_failure)
 }
 
 /// A group that must span domains of `spans` (labels, innermost first) among `candidates`, spread
@@ -403,10 +396,31 @@ fn balanced(
     if next == n {
         return Some(placed);
     }
-    for (i, p) in placed.into_iter().rev() {
-        nodes.update_usage(p.node, |node| release(node, &group.members[i], &p.devices));
-    }
+    unbind_all(nodes, group.members, placed);
     None
+}
+
+/// An attempt's end: its placements when they reach min-member, else all of them taken back and
+/// how far it got.
+fn settle(
+    nodes: &mut NodeTable,
+    group: &GroupSpec<'_>,
+    placed: Vec<(usize, Placement)>,
+    first_failure: Option<Diagnosis>,
+) -> Result<Vec<(usize, Placement)>, (usize, Diagnosis)> {
+    if placed.len() >= group.min_member {
+        return Ok(placed);
+    }
+    let count = placed.len();
+    unbind_all(nodes, group.members, placed);
+    Err((count, first_failure.unwrap_or_default()))
+}
+
+/// Takes back `placed` (of `members`), the latest first.
+fn unbind_all(nodes: &mut NodeTable, members: &[Task], placed: Vec<(usize, Placement)>) {
+    for (i, p) in placed.into_iter().rev() {
+        nodes.update_usage(p.node, |node| release(node, &members[i], &p.devices));
+    }
 }
 
 /// [`attempt`] slice by slice: each slice's members all inside one domain of the slice level among
@@ -454,20 +468,11 @@ fn attempt_in_slices(
                 placed.append(&mut run);
                 break;
             }
-            for (i, p) in run.into_iter().rev() {
-                nodes.update_usage(p.node, |node| release(node, &group.members[i], &p.devices));
-            }
+            unbind_all(nodes, group.members, run);
         }
         start = end;
     }
-    if placed.len() >= group.min_member {
-        return Ok(placed);
-    }
-    let count = placed.len();
-    for (i, p) in placed.into_iter().rev() {
-        nodes.update_usage(p.node, |node| release(node, &group.members[i], &p.devices));
-    }
-    Err((count, first_failure.unwrap_or_default()))
+    settle(nodes, group, placed, first_failure)
 }
 
 #[cfg(test)]
