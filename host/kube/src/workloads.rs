@@ -250,6 +250,12 @@ pub struct GroupInfo {
 }
 
 impl GroupInfo {
+    /// A gang no object describes (its owner's, or what still runs of a group whose object is
+    /// gone): `min_member` of it, in `queue` if given, nothing else set.
+    pub fn of_min(min_member: usize, queue: Option<String>) -> GroupInfo {
+        GroupInfo { min_member, topology_key: None, queue, priority: None, priority_class: None, timeout_seconds: None }
+    }
+
     /// The settings of `group`.
     pub fn new(group: &PodGroup) -> GroupInfo {
         GroupInfo {
@@ -366,14 +372,7 @@ mod tests {
 
     #[test]
     fn an_indexed_job_s_members_go_in_completion_index_order_and_a_job_set_s_by_job_first() {
-        let info = GroupInfo {
-            min_member: 1,
-            topology_key: None,
-            queue: None,
-            priority: None,
-            priority_class: None,
-            timeout_seconds: None,
-        };
+        let info = GroupInfo::of_min(1, None);
         let none = PriorityClasses::default();
         let order = |pods: &[PodFacts]| -> Vec<String> {
             let refs: Vec<&PodFacts> = pods.iter().collect();
@@ -450,14 +449,7 @@ mod tests {
     #[test]
     fn kueue_s_topology_annotations_become_the_gang_s_levels() {
         let levels = ClusterTopology { wait_seconds: 600, ..ClusterTopology::default() };
-        let info = GroupInfo {
-            min_member: 2,
-            topology_key: None,
-            queue: None,
-            priority: None,
-            priority_class: None,
-            timeout_seconds: None,
-        };
+        let info = GroupInfo::of_min(2, None);
         let none = PriorityClasses::default();
         let topology = |annotations: serde_json::Value| {
             let (a, b) = (facts("a", annotations.clone(), false), facts("b", annotations, false));
@@ -518,14 +510,7 @@ mod tests {
             classes.apply(&serde_json::from_value(v).unwrap());
         }
         let resolved = facts("r", json!({}), false); // spec.priority 5, set by the API server
-        let mut info = GroupInfo {
-            min_member: 1,
-            topology_key: None,
-            queue: None,
-            priority: None,
-            priority_class: Some("train-high".into()),
-            timeout_seconds: None,
-        };
+        let mut info = GroupInfo { priority_class: Some("train-high".into()), ..GroupInfo::of_min(1, None) };
         assert_eq!(
             gang("ml/g", &info, &[&resolved], &classes, &ClusterTopology::default()).priority,
             1000,

@@ -45,14 +45,7 @@ impl Scheduler {
                 grouping::Membership::Waiting(_) if running.contains(id) && f.group.is_some() => {
                     let name = f.group.as_ref().map(|(_, n)| n.clone()).unwrap_or_default();
                     let key = format!("{}/{name}", f.task.namespace);
-                    let info = GroupInfo {
-                        min_member: 1,
-                        topology_key: None,
-                        queue: None,
-                        priority: None,
-                        priority_class: None,
-                        timeout_seconds: None,
-                    };
+                    let info = GroupInfo::of_min(1, None);
                     groups.entry(key).or_insert_with(|| grouping::Gathered::new(name, info)).ids.push(id.clone())
                 }
                 _ if running.contains(id) => singles.push(id.clone()),

@@ -65,14 +65,7 @@ impl Scheduler {
             Grouping::Gang { name, min_member, queue } => Membership::Gang {
                 key: format!("{namespace}/{name}"),
                 name,
-                info: GroupInfo {
-                    min_member,
-                    topology_key: None,
-                    queue,
-                    priority: None,
-                    priority_class: None,
-                    timeout_seconds: None,
-                },
+                info: GroupInfo::of_min(min_member, queue),
             },
             Grouping::Waiting(reason) => Membership::Waiting(reason),
         }

@@ -882,7 +882,6 @@ fn gangs_that_prefer_one_nvlink_domain_get_one_where_a_topology_blind_placement_
     let aware = fabric_report(&Scenario::parse("nvl72.yaml", aware_text).unwrap());
     let blind = fabric_report(&Scenario::parse("nvl72.yaml", &blind_text).unwrap());
     let share = |f: &timed::FabricStats| f.gangs_in_one_domain as f64 / f.gangs_started.max(1) as f64;
-    eprintln!("nvl72: gangs inside one NVLink domain: aware {aware:?}, blind {blind:?}");
     assert!(aware.gangs_started >= 50 && blind.gangs_started >= 50, "the gangs started: {aware:?} / {blind:?}");
     assert!(share(&aware) > share(&blind), "aware {aware:?} vs blind {blind:?}");
 }
