@@ -39,6 +39,7 @@
 
 pub use wasmsched_api::*;
 
+pub mod accelerators;
 pub mod domains;
 pub mod testing;
 pub mod topology;

@@ -109,7 +109,33 @@ pub struct Args {
     #[arg(long, value_name = "SECONDS", default_value_t = 0, env = "WASMSCHED_TOPOLOGY_WAIT")]
     topology_wait: u64,
     #[command(flatten)]
+    accelerators: AcceleratorArgs,
+    #[command(flatten)]
     sink: wasmsched_events::cli::Sink,
+}
+
+/// Which device-plugin resources are accelerators, shared by every command that reads a cluster.
+#[derive(clap::Args)]
+pub struct AcceleratorArgs {
+    /// Accelerator kinds added to (or replacing, by name) the built-in NVIDIA, AMD, Gaudi, Ascend
+    /// and Neuron entries: a YAML list as in docs/accelerators/README.md. An entry with
+    /// `disabled: true` removes a built-in one.
+    #[arg(long, value_name = "FILE", env = "WASMSCHED_ACCELERATOR_KINDS")]
+    accelerator_kinds: Option<PathBuf>,
+}
+
+impl AcceleratorArgs {
+    /// The table: the built-in entries with the file's applied.
+    pub fn table(&self) -> anyhow::Result<Arc<wasmsched_kube::accelerators::AcceleratorTable>> {
+        use wasmsched_kube::accelerators;
+        let mut kinds = accelerators::builtin();
+        if let Some(path) = &self.accelerator_kinds {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let extra = accelerators::parse(&text).with_context(|| format!("in {}", path.display()))?;
+            kinds = accelerators::merged(kinds, extra);
+        }
+        Ok(Arc::new(accelerators::AcceleratorTable::new(kinds).context("the accelerator kinds")?))
+    }
 }
 
 /// The owner table: the built-in entries with the file's applied.
@@ -129,6 +155,7 @@ fn owner_table(file: Option<&std::path::Path>) -> anyhow::Result<Arc<wasmsched_k
 pub fn run(args: Args) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("tokio runtime")?;
     let owner_kinds = owner_table(args.owner_kinds.as_deref())?;
+    let accelerators = args.accelerators.table()?;
     let events = args.sink.open("scheduler")?;
     let grace = args.sink.grace();
     let preparer = Preparer::new(
@@ -169,6 +196,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         config.core.reclaim_within_deficit = args.reclaim_within_deficit;
         config.core.reclaim_max_runtime_seconds = args.reclaim_max_runtime;
         config.owner_kinds = owner_kinds;
+        config.accelerators = accelerators;
         if !args.topology_levels.is_empty() {
             config.topology.levels = args.topology_levels.iter().map(|l| l.trim().to_string()).collect();
         }
@@ -257,10 +285,13 @@ pub struct ExtenderArgs {
     /// Who bindings and events are attributed to.
     #[arg(long, default_value = "wasmsched-extender")]
     name: String,
+    #[command(flatten)]
+    accelerators: AcceleratorArgs,
 }
 
 /// Serves kube-scheduler's extender verbs until SIGTERM or Ctrl-C.
 pub fn extender(args: ExtenderArgs) -> anyhow::Result<()> {
+    let accelerators = args.accelerators.table()?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("tokio runtime")?;
     let preparer = Preparer::new(
         Arc::new(Runtime::new(crate::policy::runtime_config()).context("Wasm runtime")?),
@@ -278,7 +309,7 @@ pub fn extender(args: ExtenderArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("listening on {}", args.listen))?;
         tracing::info!(addr = %args.listen, "serving the extender verbs filter, prioritize and bind");
-        let extender = Extender::new(client, registry.clone(), &args.name);
+        let extender = Extender::new(client, registry.clone(), &args.name, accelerators);
         let (stop, stopped) = watch::channel(false);
         tokio::spawn(async move {
             shutdown_signal().await;

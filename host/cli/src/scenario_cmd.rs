@@ -38,6 +38,8 @@ pub struct FromClusterArgs {
     out: Option<PathBuf>,
     #[command(flatten)]
     topology: TopologyArgs,
+    #[command(flatten)]
+    accelerators: crate::run_cmd::AcceleratorArgs,
 }
 
 /// The cluster's topology as the scenario should describe it: the stream and a snapshot carry the
@@ -121,12 +123,13 @@ pub fn run(cmd: Command) -> anyhow::Result<()> {
 }
 
 fn from_cluster(args: FromClusterArgs) -> anyhow::Result<()> {
+    let accelerators = args.accelerators.table()?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("tokio runtime")?;
     let snapshot = runtime.block_on(async {
         let clients = wasmsched_kube::Clients::infer(wasmsched_kube::ClientRate::default())
             .await
             .context("connecting to the Kubernetes API (kubeconfig or in-cluster)")?;
-        anyhow::Ok(wasmsched_kube::snapshot::take(clients.api, &args.scheduler_name).await?)
+        anyhow::Ok(wasmsched_kube::snapshot::take(clients.api, &args.scheduler_name, &accelerators).await?)
     })?;
     let read = snapshot.events.len();
     let events = snapshot.events.into_iter().map(|e| (e.time, e.payload)).collect();

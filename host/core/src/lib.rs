@@ -70,6 +70,7 @@
 //! assert_eq!(nodes.get(placement.node).unwrap().name, "big");
 //! ```
 
+mod accelerators;
 mod cycle;
 mod domains;
 mod effects;
@@ -84,6 +85,7 @@ mod policy_set;
 mod queue;
 mod topology;
 
+pub use accelerators::{Accelerators, kind_rejection};
 pub use cycle::{
     CoreConfig, CoreError, Decision, EvictReason, Explanation, Phase, PreemptKind, PreemptionPolicy, QueueMove,
     QueueShare, RunningPod, SchedulerCore, ShareMove, Workload, WorkloadError, WorkloadStatus,

@@ -67,8 +67,13 @@ impl<P: Plugin + Stages + Send> NativePlugin<P> {
         let mut p = slot.lock().unwrap_or_else(|e| e.into_inner());
         let topology = nodes.and_then(NodeTable::topology_view);
         let domains = nodes.and_then(NodeTable::domain_view);
-        wasmsched_api::topology::with_view(topology, || wasmsched_api::domains::with_view(domains, || f(&mut p)))
-            .map_err(|(kind, msg)| PluginFault::new(&self.name, stage, kind, msg))
+        let accelerators = nodes.map(NodeTable::accelerator_view);
+        wasmsched_api::topology::with_view(topology, || {
+            wasmsched_api::domains::with_view(domains, || {
+                wasmsched_api::accelerators::with_view(accelerators, || f(&mut p))
+            })
+        })
+        .map_err(|(kind, msg)| PluginFault::new(&self.name, stage, kind, msg))
     }
 }
 

@@ -7,9 +7,11 @@ use std::sync::Arc;
 
 use ahash::AHashMap;
 use wasmsched_api::Node;
+use wasmsched_api::accelerators::AcceleratorView;
 use wasmsched_api::domains::DomainView;
 use wasmsched_api::topology::TopologyView;
 
+use crate::accelerators::Accelerators;
 use crate::domains::Domains;
 use crate::topology::Topologies;
 
@@ -69,9 +71,18 @@ pub struct NodeTable {
     /// Free capacity per topology domain (copy-on-write: a call's view or a snapshot keeps the
     /// sums it saw).
     domains: Arc<Domains>,
+    /// Accelerator kinds (copy-on-write, like `domains`).
+    accelerators: Arc<Accelerators>,
     /// A snapshot still equal to its original at `generation`: it shares the original's id until
     /// its first change.
     frozen: bool,
+}
+
+/// Record `node`'s device kinds, copying the shared kinds only when they change.
+fn note_kinds(accelerators: &mut Arc<Accelerators>, node: &Node) {
+    if accelerators.differs(node) {
+        Arc::make_mut(accelerators).set(node);
+    }
 }
 
 /// What a mirror at some generation must apply to catch up.
@@ -122,6 +133,7 @@ impl NodeTable {
             log_floor: self.generation,
             topologies: Arc::clone(&self.topologies),
             domains: Arc::clone(&self.domains),
+            accelerators: Arc::clone(&self.accelerators),
             frozen: false,
         }
     }
@@ -140,6 +152,7 @@ impl NodeTable {
             log_floor: 0,
             topologies: Arc::default(),
             domains: Arc::default(),
+            accelerators: Arc::default(),
             frozen: false,
         }
     }
@@ -219,6 +232,21 @@ impl NodeTable {
         if self.domains.is_empty() { None } else { Some(Arc::clone(&self.domains) as Arc<dyn DomainView>) }
     }
 
+    /// Set the accelerator kinds known besides NVIDIA's (what plugins' `accelerators.kinds` answers).
+    pub fn set_accelerator_kinds(&mut self, kinds: Vec<wasmsched_api::accelerators::Kind>) {
+        Arc::make_mut(&mut self.accelerators).set_kinds(kinds);
+    }
+
+    /// The accelerator kinds and the kinds of the devices of nodes with any but NVIDIA's.
+    pub fn accelerators(&self) -> &Accelerators {
+        &self.accelerators
+    }
+
+    /// What plugins' `accelerators` questions are answered from during a call.
+    pub fn accelerator_view(&self) -> Arc<dyn AcceleratorView> {
+        Arc::clone(&self.accelerators) as Arc<dyn AcceleratorView>
+    }
+
     /// Unique identity of this table (and not of its clones).
     pub fn id(&self) -> u64 {
         self.id
@@ -290,6 +318,7 @@ impl NodeTable {
         if !self.domains.is_empty() {
             Arc::make_mut(&mut self.domains).set(&node);
         }
+        note_kinds(&mut self.accelerators, &node);
         self.slots.set(slot as usize, Some(node));
         self.stamps[slot as usize] = next_stamp();
         self.record(slot);
@@ -305,6 +334,7 @@ impl NodeTable {
         if !self.domains.is_empty() {
             Arc::make_mut(&mut self.domains).set(node);
         }
+        note_kinds(&mut self.accelerators, node);
         self.stamps[slot as usize] = next_stamp();
         self.record(slot);
         Some(out)
@@ -337,6 +367,9 @@ impl NodeTable {
         let slot = Arc::make_mut(&mut self.by_name).remove(name)?;
         if !self.domains.is_empty() {
             Arc::make_mut(&mut self.domains).remove(name);
+        }
+        if self.accelerators.device_kinds(name).is_some() {
+            Arc::make_mut(&mut self.accelerators).remove(name);
         }
         let occupied = Arc::make_mut(&mut self.occupied);
         if let Ok(at) = occupied.binary_search(&slot) {

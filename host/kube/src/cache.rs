@@ -6,12 +6,15 @@
 //! It keeps converted, compact records instead of whole objects: at 150,000 pods that is the
 //! difference between tens of megabytes and gigabytes.
 
+use std::sync::Arc;
+
 use ahash::{AHashMap, AHashSet};
 use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
 use wasmsched_api::{DeviceShare, Node, Task};
 use wasmsched_core::{NodeTable, Slot, apply_node_facts, bind_fact as account};
 use wasmsched_topology::annotation::{self, DEGRADED_ANNOTATION, TOPOLOGY_ANNOTATION, UNHEALTHY_ANNOTATION};
 
+use crate::accelerators::AcceleratorTable;
 use crate::convert::{self, ConvertError, GPU_IDS_ANNOTATION};
 
 /// A pod that holds resources on a node.
@@ -35,6 +38,8 @@ struct NodeView {
 /// Nodes and the pods that hold resources on them.
 #[derive(Default)]
 pub struct Cache {
+    /// How nodes' and pods' accelerators read.
+    accelerators: Arc<AcceleratorTable>,
     nodes: NodeTable,
     views: AHashMap<String, NodeView>,
     holders: AHashMap<String, Holder>,
@@ -63,9 +68,21 @@ fn is_terminal(pod: &Pod) -> bool {
 }
 
 impl Cache {
-    /// An empty cache.
+    /// An empty cache, with the built-in accelerator table.
     pub fn new() -> Cache {
-        Cache::default()
+        Cache::with_accelerators(Arc::default())
+    }
+
+    /// An empty cache reading accelerators with `table`.
+    pub fn with_accelerators(table: Arc<AcceleratorTable>) -> Cache {
+        let mut nodes = NodeTable::new();
+        nodes.set_accelerator_kinds(table.api_kinds());
+        Cache { accelerators: table, nodes, ..Cache::default() }
+    }
+
+    /// How accelerators read.
+    pub fn accelerators(&self) -> &Arc<AcceleratorTable> {
+        &self.accelerators
     }
 
     /// The nodes, with what bound and assumed pods hold.
@@ -108,7 +125,7 @@ impl Cache {
 
     /// Applies a Node from the watch stream.
     pub fn apply_node(&mut self, object: &KubeNode) -> Result<(), ConvertError> {
-        let node = convert::node(object)?;
+        let node = convert::node(object, &self.accelerators)?;
         let annotations = object.metadata.annotations.as_ref();
         let get = |k: &str| annotations.and_then(|a| a.get(k)).cloned();
         let view =
@@ -130,7 +147,10 @@ impl Cache {
         let pairs = view.facts.iter().zip([TOPOLOGY_ANNOTATION, UNHEALTHY_ANNOTATION, DEGRADED_ANNOTATION]);
         let present = pairs.filter_map(|(v, k)| v.as_deref().map(|v| (k, v)));
         match annotation::read_node(present) {
-            Ok(facts) => {
+            Ok(mut facts) => {
+                if facts.topology.is_none() {
+                    facts.topology = self.accelerators.fixed_topology(&view.node.gpus);
+                }
                 apply_node_facts(&mut self.nodes, &name, facts);
             }
             // A bad annotation costs the topology, never the node.
@@ -182,7 +202,7 @@ impl Cache {
                 // Bound elsewhere than assumed (another scheduler won a race): move it.
                 self.forget(&id);
             }
-            let task = convert::bound_task(pod)?;
+            let task = convert::bound_task(pod, &self.accelerators)?;
             let annotation = pod.metadata.annotations.as_ref().and_then(|a| a.get(GPU_IDS_ANNOTATION));
             let devices = match annotation {
                 Some(ids) => convert::parse_gpu_ids(ids)?,
@@ -199,7 +219,7 @@ impl Cache {
             // Assumed, bind in flight: the watch has not caught up yet.
             return Ok(PodPhase::Bound);
         }
-        Ok(PodPhase::Pending(Box::new(convert::task(pod)?)))
+        Ok(PodPhase::Pending(Box::new(convert::task(pod, &self.accelerators)?)))
     }
 
     /// A pod deleted from the API server.
@@ -334,7 +354,7 @@ mod tests {
         .unwrap();
         cache.apply_node(&node).unwrap();
         let slot = cache.nodes().slot_of("n1").unwrap();
-        let task = |p: &Pod| crate::convert::task(p).unwrap();
+        let task = |p: &Pod| crate::convert::task(p, &Default::default()).unwrap();
 
         // Two members assumed by this scheduler, one of another group, one bound by the watch.
         cache.assume(slot, &task(&pod("a", "train", None)), &[]);
@@ -445,7 +465,7 @@ mod tests {
                     }
                     // Pending, ours: assumed on a node with room, as a placement would.
                     3 if cache.holding(&format!("ml/{id}")).is_none() => {
-                        let task = crate::convert::task(&p).unwrap();
+                        let task = crate::convert::task(&p, &Default::default()).unwrap();
                         let Some(slot) = cache.nodes().slot_of(on) else { continue };
                         let Some(devices) =
                             cache.nodes().get(slot).and_then(|n| wasmsched_api::default_devices(&task.gpu, n).ok())

@@ -4,11 +4,12 @@
 
 use std::collections::BTreeMap;
 
+use crate::accelerators::AcceleratorTable;
 use crate::groups::GroupSource;
 use k8s_openapi::api::core::v1::{Container, Node as KubeNode, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use wasmsched_api::{
-    DeviceShare, GPU_MILLI, GpuDevice, GpuRequest, Node, NodeAffinity, NodeSelectorTerm, PodAffinity, PodAffinityTerm,
+    DeviceShare, GPU_MILLI, GpuRequest, Node, NodeAffinity, NodeSelectorTerm, PodAffinity, PodAffinityTerm,
     PreferredTerm, Qos, Resources, SelectorOperator, SelectorRequirement, Taint, TaintEffect, Task, Toleration,
     TolerationOperator,
 };
@@ -43,10 +44,6 @@ pub use wasmsched_topology::annotation::GPU_IDS_ANNOTATION;
 /// Pod annotation written at bind when all its GPUs sit on one NUMA node: that node's id, for CPU
 /// and memory pinning next to them.
 pub const NUMA_NODE_ANNOTATION: &str = "wasmsched.io/numa-node";
-/// Node label of GPU feature discovery with the GPU product name.
-pub const GPU_PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
-/// Node label of GPU feature discovery with each GPU's memory in MiB.
-pub const GPU_MEMORY_LABEL: &str = "nvidia.com/gpu.memory";
 
 /// Why an object could not be converted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -76,6 +73,9 @@ pub enum ConvertError {
     /// Pod (anti-)affinity the scheduler cannot read, or cannot honour and will not silently break.
     #[error("{0}")]
     PodAffinity(String),
+    /// Accelerators the scheduler cannot give in one request (two kinds, a share of another kind).
+    #[error("{0}")]
+    Accelerators(String),
 }
 
 /// A quantity in thousandths of its unit, rounded up (as Kubernetes rounds requests): `"500m"` →
@@ -173,12 +173,13 @@ pub(crate) fn toleration(t: &k8s_openapi::api::core::v1::Toleration) -> Tolerati
     }
 }
 
-/// The most GPUs a node may report: more is a broken device plugin or a hostile object, not
+/// The most accelerators a node may report: more is a broken device plugin or a hostile object, not
 /// hardware, and would make every placement walk a huge device list.
 pub const MAX_NODE_GPUS: u64 = 256;
 
-/// A node as placement sees it, with nothing allocated (the cache adds the pods bound to it).
-pub fn node(object: &KubeNode) -> Result<Node, ConvertError> {
+/// A node as placement sees it, with nothing allocated (the cache adds the pods bound to it): its
+/// accelerators as devices of their kinds (`accelerators`), NVIDIA's first.
+pub fn node(object: &KubeNode, accelerators: &AcceleratorTable) -> Result<Node, ConvertError> {
     let name = object.metadata.name.clone().ok_or(ConvertError::Missing("metadata.name"))?;
     let mut labels: Vec<(String, String)> =
         object.metadata.labels.iter().flatten().map(|(k, v)| (k.clone(), v.clone())).collect();
@@ -201,28 +202,16 @@ pub fn node(object: &KubeNode) -> Result<Node, ConvertError> {
     let empty = BTreeMap::new();
     let allocatable = object.status.as_ref().and_then(|s| s.allocatable.as_ref()).unwrap_or(&empty);
     let (mut allocatable, gpus) = resources("status.allocatable", allocatable)?;
-    if gpus > MAX_NODE_GPUS {
+    let others = accelerators.count(&allocatable.extended);
+    let total = others.per_kind.iter().fold(gpus, |sum, (_, n)| sum.saturating_add(*n));
+    if total > MAX_NODE_GPUS {
         return Err(ConvertError::Quantity {
-            field: format!("status.allocatable[{GPU_RESOURCE}] (at most {MAX_NODE_GPUS} GPUs per node)"),
-            value: gpus.to_string(),
+            field: format!("status.allocatable (at most {MAX_NODE_GPUS} accelerators per node)"),
+            value: total.to_string(),
         });
     }
     allocatable.gpu_milli = gpus * u64::from(GPU_MILLI);
-    let label = |k: &str| labels.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
-    let model = label(GPU_PRODUCT_LABEL).unwrap_or_default().to_string();
-    // MiB; a value that does not fit in bytes is as unknown as one that does not parse.
-    let memory_bytes =
-        label(GPU_MEMORY_LABEL).and_then(|m| m.parse::<u64>().ok()).and_then(|m| m.checked_mul(1 << 20)).unwrap_or(0);
-    let gpus = (0..gpus as u32)
-        .map(|index| GpuDevice {
-            index,
-            model: model.clone(),
-            memory_bytes,
-            free_milli: GPU_MILLI,
-            free_memory_bytes: memory_bytes,
-            ..Default::default()
-        })
-        .collect();
+    let gpus = accelerators.devices(&labels, gpus, &others).into();
     Ok(Node {
         name,
         labels,
@@ -353,24 +342,24 @@ fn qos(pod: &Pod) -> Qos {
 /// A pod as a task to schedule. `id` is `namespace/name`, unique among live pods. Constraints
 /// the scheduler cannot honour or read (malformed node affinity, pod affinity needing namespace
 /// labels) are errors.
-pub fn task(pod: &Pod) -> Result<Task, ConvertError> {
-    task_of(pod, true)
+pub fn task(pod: &Pod, accelerators: &AcceleratorTable) -> Result<Task, ConvertError> {
+    task_of(pod, accelerators, true)
 }
 
 /// A pod already bound to a node (by anyone), as the task whose usage it holds: its placement
 /// constraints are history, so they cannot make it unreadable — a pod another scheduler placed
 /// with a required anti-affinity still takes its GPUs.
-pub fn bound_task(pod: &Pod) -> Result<Task, ConvertError> {
-    task_of(pod, false)
+pub fn bound_task(pod: &Pod, accelerators: &AcceleratorTable) -> Result<Task, ConvertError> {
+    task_of(pod, accelerators, false)
 }
 
 /// A pod kube-scheduler asks about as its extender: kube-scheduler evaluates inter-pod affinity
 /// (and validates node affinity) itself, so neither makes the pod unreadable here.
-pub fn extender_task(pod: &Pod) -> Result<Task, ConvertError> {
-    task_of(pod, false)
+pub fn extender_task(pod: &Pod, accelerators: &AcceleratorTable) -> Result<Task, ConvertError> {
+    task_of(pod, accelerators, false)
 }
 
-fn task_of(pod: &Pod, strict: bool) -> Result<Task, ConvertError> {
+fn task_of(pod: &Pod, accelerators: &AcceleratorTable, strict: bool) -> Result<Task, ConvertError> {
     let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
     let name = pod.metadata.name.as_deref().ok_or(ConvertError::Missing("metadata.name"))?;
     let spec = pod.spec.as_ref().ok_or(ConvertError::Missing("spec"))?;
@@ -412,6 +401,27 @@ fn task_of(pod: &Pod, strict: bool) -> Result<Task, ConvertError> {
             milli_per_gpu: if whole_gpus > 0 { GPU_MILLI } else { 0 },
             ..Default::default()
         },
+    };
+    let gpu = match accelerators.count(&request.extended).per_kind.as_slice() {
+        [] => gpu,
+        [(kind, count)] if gpu.count == 0 => {
+            let kind = &accelerators.kinds()[*kind];
+            GpuRequest {
+                count: u32::try_from(*count)
+                    .map_err(|_| ConvertError::Quantity { field: kind.resources[0].clone(), value: count.to_string() })?,
+                milli_per_gpu: GPU_MILLI,
+                kind: kind.name.clone(),
+                ..Default::default()
+            }
+        }
+        [(kind, _), ..] => {
+            let kind = &accelerators.kinds()[*kind].name;
+            return Err(ConvertError::Accelerators(if share_annotation.is_some() {
+                format!("a GPU share ({GPU_MILLI_ANNOTATION}) is of an NVIDIA GPU, and the pod asks for {kind} devices")
+            } else {
+                format!("the pod asks for {kind} devices and another kind of accelerator: a pod gets one kind")
+            }));
+        }
     };
     let gpu = GpuRequest {
         models: annotation(GPU_MODELS_ANNOTATION)
@@ -631,21 +641,29 @@ pub fn numa_of(node: &wasmsched_api::Node, devices: &[wasmsched_api::DeviceShare
 mod tests {
     use super::*;
 
+    fn task(pod: &Pod) -> Result<Task, ConvertError> {
+        super::task(pod, &AcceleratorTable::default())
+    }
+
+    fn bound_task(pod: &Pod) -> Result<Task, ConvertError> {
+        super::bound_task(pod, &AcceleratorTable::default())
+    }
+
     #[test]
     fn a_node_reporting_absurd_gpus_or_gpu_memory_is_refused_or_read_as_unknown() {
         let node = |gpus: &str, memory_mib: &str| -> KubeNode {
             serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "n", "labels": {GPU_MEMORY_LABEL: memory_mib}},
+                "metadata": {"name": "n", "labels": {"nvidia.com/gpu.memory": memory_mib}},
                 "status": {"allocatable": {"cpu": "8", GPU_RESOURCE: gpus}}
             }))
             .unwrap()
         };
-        let ok = super::node(&node("8", "81559")).unwrap();
+        let ok = super::node(&node("8", "81559"), &AcceleratorTable::default()).unwrap();
         assert_eq!((ok.gpus.len(), ok.gpus[0].memory_bytes), (8, 81559 << 20));
-        let e = super::node(&node("9223372036854775807", "81559")).unwrap_err().to_string();
-        assert!(e.contains("at most 256 GPUs per node") && e.contains("9223372036854775807"), "{e}");
+        let e = super::node(&node("9223372036854775807", "81559"), &AcceleratorTable::default()).unwrap_err().to_string();
+        assert!(e.contains("at most 256 accelerators per node") && e.contains("9223372036854775807"), "{e}");
         // GPU memory that overflows in bytes is unknown, not wrapped around.
-        let huge = super::node(&node("2", "18446744073709551615")).unwrap();
+        let huge = super::node(&node("2", "18446744073709551615"), &AcceleratorTable::default()).unwrap();
         assert_eq!(huge.gpus[0].memory_bytes, 0);
     }
 

@@ -108,6 +108,7 @@ pub struct BindingResult {
 pub struct Extender {
     cache: Mutex<Cache>,
     registry: Arc<Registry>,
+    accelerators: Arc<crate::accelerators::AcceleratorTable>,
     effects: Effects,
     client: Client,
 }
@@ -121,9 +122,15 @@ impl Extender {
 
     /// An extender for `client`'s cluster deciding with `registry`'s live set; `name` is who
     /// events and bindings are attributed to.
-    pub fn new(client: Client, registry: Arc<Registry>, name: &str) -> Arc<Extender> {
+    pub fn new(
+        client: Client,
+        registry: Arc<Registry>,
+        name: &str,
+        accelerators: Arc<crate::accelerators::AcceleratorTable>,
+    ) -> Arc<Extender> {
         Arc::new(Extender {
-            cache: Mutex::new(Cache::new()),
+            accelerators: Arc::clone(&accelerators),
+            cache: Mutex::new(Cache::with_accelerators(accelerators)),
             registry,
             effects: Effects::new(client.clone(), name, name),
             client,
@@ -136,7 +143,7 @@ impl Extender {
 
     /// `filter`: which candidates the live set's filters pass, and why the others fail.
     pub fn filter(&self, args: &ExtenderArgs) -> FilterResult {
-        let task = match convert::extender_task(&args.pod) {
+        let task = match convert::extender_task(&args.pod, &self.accelerators) {
             Ok(t) => t,
             Err(e) => return FilterResult { error: format!("pod: {e}"), ..Default::default() },
         };
@@ -165,7 +172,7 @@ impl Extender {
 
     /// `prioritize`: the live set's weighted scores, scaled so the best candidate gets 10.
     pub fn prioritize(&self, args: &ExtenderArgs) -> Result<Vec<HostPriority>, String> {
-        let task = convert::extender_task(&args.pod).map_err(|e| format!("pod: {e}"))?;
+        let task = convert::extender_task(&args.pod, &self.accelerators).map_err(|e| format!("pod: {e}"))?;
         let names = candidate_names(args);
         let live = self.registry.current();
         let cache = self.cache();
@@ -199,7 +206,7 @@ impl Extender {
         if pod.metadata.uid.as_deref() != Some(args.pod_uid.as_str()) {
             return fail(format!("pod {key} is not incarnation {}", args.pod_uid));
         }
-        let (task, id) = match (convert::extender_task(&pod), pod_id(&pod)) {
+        let (task, id) = match (convert::extender_task(&pod, &self.accelerators), pod_id(&pod)) {
             (Ok(t), Ok(id)) => (t, id),
             (Err(e), _) | (_, Err(e)) => return fail(format!("pod {key}: {e}")),
         };

@@ -31,6 +31,7 @@
 //! The core does no I/O; everything that talks to the API server is here, behind kube-rs, so the
 //! Kubernetes boundary can be tested over HTTP against a fake API server.
 
+pub mod accelerators;
 pub mod bind;
 pub mod cache;
 pub mod compute_domains;

@@ -88,7 +88,11 @@ fn scheduled_at(pod: &Pod) -> Option<Timestamp> {
 
 /// Take the snapshot: every node, every `Queue`, and every pod that holds or waits for a node —
 /// bound pods of any scheduler (they hold what they use) and pending pods of `scheduler_name`.
-pub async fn take(client: kube::Client, scheduler_name: &str) -> Result<Snapshot, SnapshotError> {
+pub async fn take(
+    client: kube::Client,
+    scheduler_name: &str,
+    accelerators: &crate::accelerators::AcceleratorTable,
+) -> Result<Snapshot, SnapshotError> {
     let taken = Timestamp::now();
     let mut notes = Vec::new();
     let mut payloads: Vec<(Timestamp, Payload)> = Vec::new();
@@ -97,7 +101,7 @@ pub async fn take(client: kube::Client, scheduler_name: &str) -> Result<Snapshot
     let nodes = list(Api::<KubeNode>::all(client.clone()), "nodes").await?.unwrap_or_default();
     for object in &nodes {
         let name = object.metadata.name.clone().unwrap_or_default();
-        match convert::node(object) {
+        match convert::node(object, accelerators) {
             Ok(node) => {
                 let topology = object
                     .metadata
@@ -150,7 +154,7 @@ pub async fn take(client: kube::Client, scheduler_name: &str) -> Result<Snapshot
             others_pending += 1;
             continue;
         }
-        let task = if bound { convert::bound_task(pod) } else { convert::task(pod) };
+        let task = if bound { convert::bound_task(pod, accelerators) } else { convert::task(pod, accelerators) };
         let Ok(task) = task else {
             unreadable += 1;
             continue;

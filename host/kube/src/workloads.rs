@@ -366,7 +366,7 @@ mod tests {
                      "containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "2"}}}]}
         }))
         .unwrap();
-        let task = crate::convert::task(&pod).unwrap();
+        let task = crate::convert::task(&pod, &Default::default()).unwrap();
         PodFacts::new(&pod, task)
     }
 
@@ -538,7 +538,7 @@ mod tests {
                          "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}
             }))
             .unwrap();
-            PodFacts::new(&pod, crate::convert::task(&pod).unwrap())
+            PodFacts::new(&pod, crate::convert::task(&pod, &Default::default()).unwrap())
         };
         assert_eq!(single(&unresolved(Some("train-high")), &classes).priority, 1000);
         let w = single(&unresolved(None), &classes);

@@ -9,7 +9,7 @@ use std::time::Duration;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Engine};
 
-use crate::bindings::wasmsched::policy::{domains, host, topology};
+use crate::bindings::wasmsched::policy::{accelerators, domains, host, topology};
 use crate::cache::ArtifactCache;
 use crate::error::LoadError;
 use crate::host::HostState;
@@ -125,6 +125,8 @@ impl Runtime {
         topology::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(|e| LoadError::Runtime(format!("{e:#}")))?;
         domains::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+            .map_err(|e| LoadError::Runtime(format!("{e:#}")))?;
+        accelerators::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(|e| LoadError::Runtime(format!("{e:#}")))?;
 
         let cache = ArtifactCache::new(&engine, config.cache_dir.clone(), config.max_artifact_bytes)?;

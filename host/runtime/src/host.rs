@@ -10,9 +10,11 @@ use wasmtime_wasi::p2::bindings::clocks::monotonic_clock;
 use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 use wasmtime_wasi::{Deterministic, HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
 
+use wasmsched_api::accelerators::AcceleratorView;
 use wasmsched_api::domains::DomainView;
 use wasmsched_api::topology::TopologyView;
 
+use crate::bindings::wasmsched::policy::accelerators;
 use crate::bindings::wasmsched::policy::domains::{self, Domain};
 use crate::bindings::wasmsched::policy::host::{self, LogLevel};
 use crate::bindings::wasmsched::policy::topology::{self, GpuLink, GpuSet, NumaPolicy};
@@ -40,6 +42,8 @@ pub(crate) struct HostState {
     /// Answers `domains` imports during the current call (a snapshot of the table's domains,
     /// dropped after the call so the table changes its own copy again).
     pub(crate) domains: Option<Arc<dyn DomainView>>,
+    /// Answers `accelerators` imports during the current call.
+    pub(crate) accelerators: Option<Arc<dyn AcceleratorView>>,
     /// The running guest call's budget, read by the epoch-deadline callback.
     pub(crate) budget: crate::budget::Budget,
     /// Set when the callback cut a call: what it had used.
@@ -72,6 +76,7 @@ impl HostState {
             last_error: None,
             topology: None,
             domains: None,
+            accelerators: None,
             budget: crate::budget::Budget::default(),
             overrun: None,
         }
@@ -182,6 +187,20 @@ impl domains::Host for HostState {
             gpu_milli: d.gpu_milli,
             free_gpu_milli: d.free_gpu_milli,
         })
+    }
+}
+
+impl accelerators::Host for HostState {
+    fn kinds(&mut self) -> Vec<accelerators::Kind> {
+        let kinds = self.accelerators.as_ref().map(|a| a.kinds()).unwrap_or_default();
+        kinds.into_iter().map(|k| accelerators::Kind { name: k.name, resources: k.resources }).collect()
+    }
+
+    fn device_kinds(&mut self, node: String) -> Vec<String> {
+        if node.len() > MAX_NODE_NAME {
+            return Vec::new();
+        }
+        self.accelerators.as_ref().and_then(|a| a.device_kinds(&node)).unwrap_or_default()
     }
 }
 

@@ -578,6 +578,7 @@ impl WasmPlugin {
         live.store.data_mut().begin_call();
         live.store.data_mut().topology = nodes.and_then(NodeTable::topology_view);
         live.store.data_mut().domains = nodes.and_then(NodeTable::domain_view);
+        live.store.data_mut().accelerators = nodes.map(NodeTable::accelerator_view);
         let started = Instant::now();
         let placement = live.placement.is_some() || live.placement_counted.is_some();
         let defer = placement && matches!(stage, Stage::Filter | Stage::Score);
@@ -602,6 +603,7 @@ impl WasmPlugin {
         };
         self.metrics.call(stage, Some(started.elapsed()));
         live.store.data_mut().domains = None;
+        live.store.data_mut().accelerators = None;
         match result {
             Ok(r) => {
                 self.breaker.lock().unwrap_or_else(|e| e.into_inner()).success();

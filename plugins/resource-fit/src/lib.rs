@@ -258,6 +258,7 @@ mod tests {
                     milli_per_gpu: shares[next(shares.len() as u64) as usize],
                     memory_bytes_per_gpu: [0, 1 << 30][next(2) as usize],
                     models: if next(4) == 0 { vec!["A100".into()] } else { vec![] },
+                    ..Default::default()
                 };
                 let got = f.filter(&Task { gpu: req.clone(), ..Default::default() }, &n);
                 let want = req.count == 0 || (!n.gpus.is_empty() && gpu_fits_by_walking(&req, &n, ignore));

@@ -78,6 +78,7 @@ macro_rules! call_view {
     };
 }
 
+pub mod accelerators;
 mod affinity;
 pub mod batch;
 pub mod domains;

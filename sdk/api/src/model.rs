@@ -144,6 +144,9 @@ pub struct GpuDevice {
     pub health: GpuHealth,
     /// NUMA node, if known.
     pub numa_node: Option<u32>,
+    /// Accelerator kind ([`crate::accelerators`]): empty for NVIDIA GPUs, else the kind's name
+    /// (`amd`, `gaudi`, …). A request is only ever given devices of its own kind.
+    pub kind: String,
 }
 
 impl GpuDevice {
@@ -384,6 +387,8 @@ pub struct GpuRequest {
     pub memory_bytes_per_gpu: u64,
     /// Allowed models; empty allows any.
     pub models: Vec<String>,
+    /// Accelerator kind of the devices ([`crate::accelerators`]): empty for NVIDIA GPUs.
+    pub kind: String,
 }
 
 impl GpuRequest {
@@ -399,10 +404,11 @@ impl GpuRequest {
         self.models.is_empty() || self.models.iter().any(|m| m == model)
     }
 
-    /// Whether `gpu` could host one share of this request (model, health, share and memory).
+    /// Whether `gpu` could host one share of this request (kind, model, health, share and memory).
     #[inline]
     pub fn fits_device(&self, gpu: &GpuDevice) -> bool {
-        gpu.health != GpuHealth::Unhealthy
+        gpu.kind == self.kind
+            && gpu.health != GpuHealth::Unhealthy
             && gpu.free_milli >= self.milli_per_gpu
             && gpu.free_memory_bytes >= self.memory_bytes_per_gpu
             && self.allows_model(&gpu.model)

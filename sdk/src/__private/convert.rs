@@ -31,7 +31,13 @@ fn taint_effect(e: wit::TaintEffect) -> api::TaintEffect {
     }
 }
 
+/// A node, its devices' kinds asked of the host (once per node change, not per call).
 pub(super) fn node(n: wit::Node) -> api::Node {
+    let mut kinds = super::device_kinds(&n.name);
+    if kinds.len() != n.gpus.len() {
+        kinds.clear();
+    }
+    let mut kinds = kinds.into_iter();
     api::Node {
         name: n.name,
         labels: n.labels,
@@ -57,13 +63,25 @@ pub(super) fn node(n: wit::Node) -> api::Node {
                     wit::GpuHealth::Unhealthy => api::GpuHealth::Unhealthy,
                 },
                 numa_node: g.numa_node,
+                kind: kinds.next().unwrap_or_default(),
             })
             .collect(),
         unschedulable: n.unschedulable,
     }
 }
 
+/// The accelerator kind a request is for (the host's kinds asked only when it names an extended
+/// resource).
+fn kind_of(request: &api::Resources) -> String {
+    if request.extended.is_empty() {
+        return String::new();
+    }
+    api::accelerators::kind_of_request(super::kinds(), request).to_string()
+}
+
 pub(super) fn task(t: wit::Task) -> api::Task {
+    let request = resources(t.request);
+    let kind = kind_of(&request);
     api::Task {
         id: t.id,
         namespace: t.namespace,
@@ -71,12 +89,13 @@ pub(super) fn task(t: wit::Task) -> api::Task {
         queue: t.queue,
         priority: t.priority,
         qos: qos(t.qos),
-        request: resources(t.request),
+        request,
         gpu: api::GpuRequest {
             count: t.gpu.count,
             milli_per_gpu: t.gpu.milli_per_gpu,
             memory_bytes_per_gpu: t.gpu.memory_bytes_per_gpu,
             models: t.gpu.models,
+            kind,
         },
         node_selector: t.node_selector,
         node_affinity: node_affinity(t.node_affinity),
@@ -123,6 +142,7 @@ pub(super) fn counted_stage_task(t: placement_counted::CountedStageTask) -> api:
         placement_counted::CountedStageTask::Counted(t) => {
             let mut out = brief_task(t.brief);
             out.request.extended = t.extended.into_iter().map(|(n, v)| (api::ResourceName::new(&n), v)).collect();
+            out.gpu.kind = kind_of(&out.request);
             out
         }
     }
@@ -146,7 +166,8 @@ fn brief_task(t: placement::BriefTask) -> api::Task {
             count: t.gpu_count,
             milli_per_gpu: t.milli_per_gpu,
             memory_bytes_per_gpu: t.memory_bytes_per_gpu,
-            models: Vec::new(),
+            // A brief task names no extended resource, so it is of NVIDIA's kind.
+            ..Default::default()
         },
         ..api::Task::default()
     }

@@ -27,7 +27,9 @@ pub use bindings::exports::wasmsched::policy::{
     fair_share, fair_share_delta, filter, mirror, mirror_usage, placement, placement_counted, plugin, preempt, score,
     select_claim_devices, select_devices,
 };
-use bindings::wasmsched::policy::{domains as wit_domains, host, topology as wit_topology, types as wit};
+use bindings::wasmsched::policy::{
+    accelerators as wit_accelerators, domains as wit_domains, host, topology as wit_topology, types as wit,
+};
 
 /// The plugin as the glue holds it: its stages as trait objects, and its concrete type for the
 /// stages the export macro dispatches statically ([`filter_static`], [`score_static`]).
@@ -105,6 +107,22 @@ pub(crate) fn link(node: &str, a: u32, b: u32) -> Option<wasmsched_api::topology
         bandwidth_mbps: l.bandwidth_mbps,
         distance_milli: l.distance_milli,
     })
+}
+
+/// The host's kinds besides NVIDIA's, asked once per instance (the host's are fixed for its life).
+pub(crate) fn kinds() -> &'static [wasmsched_api::accelerators::Kind] {
+    static KINDS: std::sync::OnceLock<Vec<wasmsched_api::accelerators::Kind>> = std::sync::OnceLock::new();
+    KINDS.get_or_init(|| {
+        wit_accelerators::kinds()
+            .into_iter()
+            .map(|k| wasmsched_api::accelerators::Kind { name: k.name, resources: k.resources })
+            .collect()
+    })
+}
+
+/// The kinds of a node's devices, asked only when the host knows kinds besides NVIDIA's.
+pub(crate) fn device_kinds(node: &str) -> Vec<String> {
+    if kinds().is_empty() { Vec::new() } else { wit_accelerators::device_kinds(node) }
 }
 
 pub(crate) fn levels() -> Vec<String> {

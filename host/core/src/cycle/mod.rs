@@ -617,6 +617,12 @@ impl SchedulerCore {
         self.nodes.set_levels(levels);
     }
 
+    /// Sets the accelerator kinds known besides NVIDIA's (what policies' `accelerators.kinds`
+    /// answers; [`NodeTable::set_accelerator_kinds`]).
+    pub fn set_accelerator_kinds(&mut self, kinds: Vec<wasmsched_api::accelerators::Kind>) {
+        self.nodes.set_accelerator_kinds(kinds);
+    }
+
     /// Sets or forgets one node's topology; nothing changes when it is the one already known.
     pub fn set_topology(&mut self, node: &str, topology: Option<wasmsched_topology::NodeTopology>) {
         self.nodes.set_topology(node, topology);

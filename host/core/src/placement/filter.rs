@@ -3,10 +3,15 @@
 use wasmsched_api::Task;
 
 use super::Run;
+use crate::accelerators::kind_rejection;
 use crate::node_table::{NodeTable, Slot};
 use crate::placement::Unschedulable;
 use crate::plugin::{CallContext, FailurePolicy, PluginFault};
 use crate::policy_set::PolicySet;
+
+/// The name the host's own check of accelerator kinds goes by in diagnoses (it runs before the
+/// set's filters; [`crate::accelerators`]).
+pub const HOST_CHECK: &str = "accelerator-kind";
 
 /// One node's verdict under a set's filters: `None` when it passes, else the first rejecting
 /// plugin's reason and whether preemption could not help.
@@ -28,6 +33,15 @@ pub fn filter_each(
     let mut alive: Vec<usize> = (0..candidates.len()).filter(|&i| nodes.get(candidates[i]).is_some()).collect();
     for i in (0..candidates.len()).filter(|&i| nodes.get(candidates[i]).is_none()) {
         verdicts[i] = Some(("node not found".into(), true));
+    }
+    if nodes.accelerators().checks() && task.gpu.count > 0 {
+        alive.retain(|&i| match nodes.get(candidates[i]).and_then(|node| kind_rejection(task, node)) {
+            None => true,
+            Some((reason, unresolvable)) => {
+                verdicts[i] = Some((format!("{reason} ({HOST_CHECK})"), unresolvable));
+                false
+            }
+        });
     }
     for filter in &set.filters {
         if alive.is_empty() {
@@ -68,6 +82,16 @@ impl Run {
         mut candidates: Vec<Slot>,
         enough: usize,
     ) -> Result<Vec<Slot>, Unschedulable> {
+        if ctx.nodes.accelerators().checks() && task.gpu.count > 0 {
+            candidates.retain(|&slot| match ctx.nodes.get(slot).and_then(|node| kind_rejection(task, node)) {
+                None => true,
+                Some((reason, unresolvable)) => {
+                    let e = self.diagnosis.rejections.entry((HOST_CHECK.into(), reason)).or_insert((0, unresolvable));
+                    e.0 += 1;
+                    false
+                }
+            });
+        }
         let last = set.filters.len().saturating_sub(1);
         for (at, filter) in set.filters.iter().enumerate() {
             if candidates.is_empty() {

@@ -87,6 +87,8 @@ pub struct SchedulerConfig {
     /// The cluster's topology levels and how long a gang preferring one waits for it
     /// ([`crate::workloads::TopologyRequest::constraint`]).
     pub topology: crate::workloads::ClusterTopology,
+    /// The accelerator kinds nodes and pods are read with ([`crate::accelerators`]).
+    pub accelerators: Arc<crate::accelerators::AcceleratorTable>,
 }
 
 /// A scheduler core for `config`: its settings, and the levels whose domains it keeps for policies
@@ -94,6 +96,7 @@ pub struct SchedulerConfig {
 pub(super) fn new_core(tree: wasmsched_core::QueueTree, config: &SchedulerConfig) -> SchedulerCore {
     let mut core = SchedulerCore::new(tree, config.core.clone());
     core.set_levels(config.topology.levels.iter().rev().cloned().collect());
+    core.set_accelerator_kinds(config.accelerators.api_kinds());
     core
 }
 
@@ -114,6 +117,7 @@ impl SchedulerConfig {
                     .expect("the built-in owner table compiles"),
             ),
             topology: crate::workloads::ClusterTopology::default(),
+            accelerators: Arc::default(),
         }
     }
 }
@@ -388,6 +392,7 @@ impl Scheduler {
         let tree = queues.tree(&Flavors::default()).0.expect("the implicit default queue alone is a valid tree");
         let now = Instant::now();
         let owners = crate::groups::owners::Owners::new(config.owner_kinds.clone());
+        let cache = Cache::with_accelerators(Arc::clone(&config.accelerators));
         Scheduler {
             in_flight: InFlight {
                 binds: Arc::new(Semaphore::new(config.bind_concurrency.max(1))),
@@ -400,7 +405,7 @@ impl Scheduler {
             config,
             api: ApiClients { client, election: election_client, effects, compute_domains: None },
             shared: Shared { registry, metrics },
-            cache: Cache::new(),
+            cache,
             ours: ours::OurPods::default(),
             objects: Objects { queues, owners, ..Objects::default() },
             listing: Listing::default(),

@@ -160,7 +160,7 @@ impl Scheduler {
         if matches!(phase, PodPhase::Relabelled) {
             if self.core.owner_of(&id).is_some() {
                 // Ours: the core holds the labels inter-pod affinity reads of its members.
-                if let Ok(task) = crate::convert::bound_task(pod)
+                if let Ok(task) = crate::convert::bound_task(pod, self.cache.accelerators())
                     && self.core.relabel_task(&id, task.labels).unwrap_or(false)
                 {
                     self.next.dirty = true;
@@ -181,7 +181,7 @@ impl Scheduler {
                 self.next.dirty |= changed;
             }
             PodPhase::Bound | PodPhase::Relabelled => {
-                if ours && let Ok(task) = crate::convert::bound_task(pod) {
+                if ours && let Ok(task) = crate::convert::bound_task(pod, self.cache.accelerators()) {
                     self.ours.insert(id.clone(), PodFacts::new(pod, task));
                     self.unreport(&id);
                     // Bound by the previous leader, seen after the take-over: its run is counted

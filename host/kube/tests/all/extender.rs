@@ -98,7 +98,7 @@ async fn s14_s15_filter_prioritize_and_bind_over_the_extender_protocol() {
     let api = FakeApi::new();
     api.put(Kind::Node, h100_node("gpu-0"));
     api.put(Kind::Node, gpu_node("cpu-0", 0, &[]));
-    let extender = Extender::new(api.client("extender"), registry(), "wasmsched-extender");
+    let extender = Extender::new(api.client("extender"), registry(), "wasmsched-extender", Default::default());
     let (stop_tx, stop) = watch::channel(false);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -171,7 +171,7 @@ async fn s14_s15_filter_prioritize_and_bind_over_the_extender_protocol() {
 async fn concurrent_binds_never_share_a_gpu() {
     let api = FakeApi::new();
     api.put(Kind::Node, h100_node("gpu-0"));
-    let extender = Extender::new(api.client("extender"), registry(), "wasmsched-extender");
+    let extender = Extender::new(api.client("extender"), registry(), "wasmsched-extender", Default::default());
     let (stop_tx, stop) = watch::channel(false);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -215,7 +215,7 @@ async fn a_snapshot_is_the_stream_of_the_cluster_as_it_is_now() {
         api.put(Kind::Pod, p);
     }
 
-    let snapshot = wasmsched_kube::snapshot::take(api.client("snapshot"), NAME).await.unwrap();
+    let snapshot = wasmsched_kube::snapshot::take(api.client("snapshot"), NAME, &Default::default()).await.unwrap();
     let kinds: Vec<(&str, String)> = snapshot.events.iter().map(|e| (e.kind().name(), e.subject.clone())).collect();
     let of = |kind: &str| kinds.iter().filter(|(k, _)| *k == kind).map(|(_, s)| s.as_str()).collect::<Vec<_>>();
     assert_eq!(of("node-capacity-changed"), ["gpu-0", "gpu-1"]);

@@ -49,11 +49,11 @@ fn convert_one(kind: &str, text: &str) -> bool {
     match kind {
         "pod" => {
             let Ok(p) = serde_json::from_str::<Pod>(text) else { return false };
-            let _ = convert::bound_task(&p);
-            let _ = convert::extender_task(&p);
-            convert::task(&p).is_ok()
+            let _ = convert::bound_task(&p, &Default::default());
+            let _ = convert::extender_task(&p, &Default::default());
+            convert::task(&p, &Default::default()).is_ok()
         }
-        "node" => serde_json::from_str::<Node>(text).ok().is_some_and(|n| convert::node(&n).is_ok()),
+        "node" => serde_json::from_str::<Node>(text).ok().is_some_and(|n| convert::node(&n, &Default::default()).is_ok()),
         "queue" => serde_json::from_str::<crd::Queue>(text).ok().is_some_and(|q| queues::spec(&q).is_ok()),
         _ => serde_json::from_str::<crd::PodGroup>(text).ok().is_some_and(|g| {
             let _ = workloads::GroupInfo::new(&g);
