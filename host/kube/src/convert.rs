@@ -430,7 +430,9 @@ fn task_of(pod: &Pod, accelerators: &AcceleratorTable, strict: bool) -> Result<T
         ..gpu
     };
     let mut request = request;
-    request.gpu_milli = gpu.total_milli();
+    // `gpu-milli` is NVIDIA's alone: another kind counts as its own resource (already in
+    // `extended`), so a queue's `nvidia.com/gpu` quota is NVIDIA's.
+    request.gpu_milli = gpu.counted_milli();
     let mut node_selector: Vec<(String, String)> =
         spec.node_selector.iter().flatten().map(|(k, v)| (k.clone(), v.clone())).collect();
     node_selector.sort();

@@ -398,6 +398,14 @@ impl GpuRequest {
         u64::from(self.count) * u64::from(self.milli_per_gpu)
     }
 
+    /// What it counts in a `Resources::gpu_milli` (quotas, fair share): [`GpuRequest::total_milli`]
+    /// for NVIDIA's kind, 0 for another kind, which counts as its own extended resource instead
+    /// ([`crate::accelerators`]).
+    #[inline]
+    pub fn counted_milli(&self) -> u64 {
+        if self.kind.is_empty() { self.total_milli() } else { 0 }
+    }
+
     /// Whether `model` is allowed.
     #[inline]
     pub fn allows_model(&self, model: &str) -> bool {

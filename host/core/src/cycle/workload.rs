@@ -136,10 +136,10 @@ impl Workload {
 }
 
 /// Everything a task takes from its queue's quota: its CPU, memory and extended resources plus its
-/// GPUs in milli-GPUs.
+/// NVIDIA GPUs in milli-GPUs (another kind's devices are an extended resource of its request).
 pub(crate) fn demand(task: &Task) -> Resources {
     let mut r = task.request.clone();
-    r.gpu_milli = task.gpu.total_milli();
+    r.gpu_milli = task.gpu.counted_milli();
     r
 }
 

@@ -487,7 +487,7 @@ pub(crate) fn assert_chart_rbac_allows(api: &FakeApi) {
     support::assert_rbac_allows(api, "rbac.yaml", &|name| !name.ends_with("-agent"));
 }
 
-fn condition_of(api: &FakeApi, id: &str) -> Option<String> {
+pub(crate) fn condition_of(api: &FakeApi, id: &str) -> Option<String> {
     let pod = api.get(Kind::Pod, id)?;
     pod["status"]["conditions"].as_array().into_iter().flatten().find_map(|c| {
         (c["type"] == "PodScheduled" && c["status"] == "False").then(|| c["message"].as_str().unwrap_or("").to_string())

@@ -1,6 +1,7 @@
 //! The kube crate's integration tests, as one binary: each extra test binary links the
 //! crate's dependencies again, which is most of a clean test build's time.
 
+mod accelerators;
 mod boundary;
 mod compute_domains;
 mod crds;
