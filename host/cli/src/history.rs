@@ -317,6 +317,7 @@ fn scenario_nodes(
                 _ => String::new(),
             },
             topology: None,
+            accelerator: None,
             labels: n.labels.into_iter().filter(|(k, _)| k != "gpu-model" && k != "kubernetes.io/hostname").collect(),
             name: n.node,
         })
@@ -346,6 +347,7 @@ fn amount(q: &Quantity, zero_is_unset: bool) -> Amount {
         cpu_milli: keep(q.cpu_milli),
         memory_mib: keep(q.memory_bytes).map(|b| b >> 20),
         gpus: keep(q.gpu_milli).map(|m| m as f64 / 1000.0),
+        resources: Default::default(),
     }
 }
 

@@ -26,7 +26,8 @@ pub struct Args {
     /// once the stream's retention has let events go.
     #[arg(long, value_name = "FILE", requires = "durable")]
     journal: Option<PathBuf>,
-    /// Group rows by these (comma-separated): queue, namespace, model, pool.
+    /// Group rows by these (comma-separated): queue, namespace, model, kind (accelerator vendor),
+    /// pool.
     #[arg(long, value_delimiter = ',', default_value = "queue")]
     by: Vec<Dimension>,
     /// Window start, RFC 3339 (default: the first event).

@@ -30,6 +30,11 @@ impl Accelerators {
         self.kinds = kinds;
     }
 
+    /// The kinds known besides NVIDIA's.
+    pub fn kinds(&self) -> &[Kind] {
+        &self.kinds
+    }
+
     /// Whether the host must check kinds: some node has had a device of another kind.
     #[inline]
     pub fn checks(&self) -> bool {
@@ -40,7 +45,11 @@ impl Accelerators {
     pub fn differs(&self, node: &Node) -> bool {
         let other = node.gpus.iter().any(|g| !g.kind.is_empty());
         match self.devices.get(&node.name) {
-            Some(kinds) => !other || kinds.len() != node.gpus.len() || kinds.iter().zip(node.gpus.iter()).any(|(k, g)| *k != g.kind),
+            Some(kinds) => {
+                !other
+                    || kinds.len() != node.gpus.len()
+                    || kinds.iter().zip(node.gpus.iter()).any(|(k, g)| *k != g.kind)
+            }
             None => other,
         }
     }
@@ -104,14 +113,22 @@ mod tests {
             gpus: kinds
                 .iter()
                 .enumerate()
-                .map(|(i, k)| GpuDevice { index: i as u32, kind: k.to_string(), free_milli: free, ..Default::default() })
+                .map(|(i, k)| GpuDevice {
+                    index: i as u32,
+                    kind: k.to_string(),
+                    free_milli: free,
+                    ..Default::default()
+                })
                 .collect(),
             ..Default::default()
         }
     }
 
     fn task(kind: &str, count: u32) -> Task {
-        Task { gpu: GpuRequest { count, milli_per_gpu: 1000, kind: kind.into(), ..Default::default() }, ..Default::default() }
+        Task {
+            gpu: GpuRequest { count, milli_per_gpu: 1000, kind: kind.into(), ..Default::default() },
+            ..Default::default()
+        }
     }
 
     #[test]

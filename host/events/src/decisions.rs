@@ -59,6 +59,12 @@ pub fn gpu_model<'n>(node: &'n Node, devices: &[DeviceShare]) -> Option<&'n str>
     node.gpus.iter().find(|g| g.index == first.gpu).map(|g| g.model.as_str())
 }
 
+/// The accelerator kind of the devices a placement holds (its first device's), None for NVIDIA's.
+pub fn gpu_kind<'n>(node: &'n Node, devices: &[DeviceShare]) -> Option<&'n str> {
+    let first = devices.first()?;
+    node.gpus.iter().find(|g| g.index == first.gpu).map(|g| g.kind.as_str()).filter(|k| !k.is_empty())
+}
+
 /// What a placed task holds: CPU and memory as requested, GPUs as allocated.
 pub fn allocated(task: &Task, devices: &[DeviceShare]) -> Quantity {
     Quantity {
@@ -131,6 +137,7 @@ pub fn ended(e: Ended<'_>) -> Payload {
         gpus: e.devices.iter().map(|d| GpuShare { gpu: d.gpu, milli: d.milli }).collect(),
         allocated: allocated(e.task, e.devices),
         gpu_model: e.node.and_then(|n| gpu_model(n, e.devices)).map(str::to_owned),
+        gpu_kind: e.node.and_then(|n| gpu_kind(n, e.devices)).map(str::to_owned),
         node_pool: e.node.and_then(node_pool).map(str::to_owned),
         reason: e.reason,
         work_kept: e.work_kept,
@@ -164,6 +171,7 @@ pub fn publish(sink: Option<&EventSink>, time: Option<Timestamp>, d: Decision<'_
                     cpu_milli: d.task.request.cpu_milli,
                     memory_bytes: d.task.request.memory_bytes,
                     gpu_model: gpu_model(node, &p.devices),
+                    gpu_kind: gpu_kind(node, &p.devices),
                     node_pool: node_pool(node),
                     submitted: d.submitted,
                 },
@@ -364,6 +372,7 @@ pub fn scheduled(
         attempt,
         allocated: allocated(task, &p.devices),
         gpu_model: node.and_then(|n| gpu_model(n, &p.devices)).map(str::to_owned),
+        gpu_kind: node.and_then(|n| gpu_kind(n, &p.devices)).map(str::to_owned),
         node_pool: node.and_then(node_pool).map(str::to_owned),
         submitted,
         topology: None,

@@ -75,6 +75,8 @@ mod packed {
         pub cpu_milli: u64,
         pub memory_bytes: u64,
         pub gpu_model: Option<&'a str>,
+        /// None for NVIDIA's kind.
+        pub gpu_kind: Option<&'a str>,
         pub node_pool: Option<&'a str>,
         pub submitted: Option<Timestamp>,
     }
@@ -85,7 +87,7 @@ mod packed {
     const INLINE_TEXT: usize = 64;
 
     /// Names packed back to back.
-    const PARTS: usize = 8;
+    const PARTS: usize = 9;
 
     /// The names back to back; part `i` ends at `ends[i]`.
     #[derive(Debug)]
@@ -181,6 +183,7 @@ mod packed {
                 &v.policy.name,
                 held.gpu_model.unwrap_or(""),
                 held.node_pool.unwrap_or(""),
+                held.gpu_kind.unwrap_or(""),
             ];
             let total: usize = parts.iter().map(|p| p.len()).sum();
             let text = if total <= INLINE_TEXT {
@@ -236,6 +239,7 @@ mod packed {
                 attempt: self.attempt,
                 gpu_model: self.has_model.then(|| part(6)),
                 node_pool: self.has_pool.then(|| part(7)),
+                gpu_kind: Some(part(8)).filter(|k| !k.is_empty()),
                 submitted: self.submitted,
                 // Packed only without one ([`crate::decisions`] sends gangs' placements with a
                 // topology note as ready payloads).
@@ -262,6 +266,8 @@ mod packed {
                     cpu_milli: 4000,
                     memory_bytes: 16 << 30,
                     gpu_model: Some("H100"),
+                    // Another kind's with a gang (both ways covered, and the longest text).
+                    gpu_kind: group.map(|_| "amd"),
                     node_pool: None,
                     submitted: Some(Timestamp(7)),
                 },
@@ -295,6 +301,7 @@ mod packed {
                             gpu_milli: shares.iter().map(|s| u64::from(s.milli)).sum(),
                         },
                         gpu_model: Some("H100".into()),
+                        gpu_kind: group.map(|_| "amd".into()),
                         node_pool: None,
                         submitted: Some(Timestamp(7)),
                         topology: None,

@@ -551,6 +551,10 @@ pub struct TaskScheduled {
     /// Model of its GPUs (its first device's), absent for a CPU-only task.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_model: Option<String>,
+    /// Accelerator kind of its devices (`amd`, `gaudi`, …), absent for NVIDIA GPUs and CPU-only
+    /// tasks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_kind: Option<String>,
     /// The node's pool (see [`TaskEnded::node_pool`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_pool: Option<String>,
@@ -608,6 +612,9 @@ pub struct TaskEnded {
     /// Model of its GPUs, absent for a CPU-only task.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_model: Option<String>,
+    /// Accelerator kind of its devices, absent for NVIDIA GPUs (as in `task-scheduled`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_kind: Option<String>,
     /// The node's pool: its `wasmsched.io/node-pool` label, else the managed platform's node-pool
     /// label (GKE, EKS, AKS, Karpenter); absent when it has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]

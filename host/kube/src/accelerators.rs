@@ -179,7 +179,10 @@ impl AcceleratorTable {
             }
         }
         if !kinds.iter().any(|k| k.name == NVIDIA) {
-            return Err(TableError::Entry { kind: NVIDIA.into(), reason: "the default kind cannot be left out".into() });
+            return Err(TableError::Entry {
+                kind: NVIDIA.into(),
+                reason: "the default kind cannot be left out".into(),
+            });
         }
         Ok(AcceleratorTable { kinds, by_resource })
     }
@@ -234,7 +237,10 @@ impl AcceleratorTable {
         };
         let mut devices = Vec::new();
         let nvidia_kind = self.kinds.iter().find(|k| k.name == NVIDIA);
-        let groups = nvidia_kind.map(|k| (k, nvidia)).into_iter().chain(others.per_kind.iter().map(|&(i, n)| (&self.kinds[i], n)));
+        let groups = nvidia_kind
+            .map(|k| (k, nvidia))
+            .into_iter()
+            .chain(others.per_kind.iter().map(|&(i, n)| (&self.kinds[i], n)));
         for (kind, count) in groups {
             let model = label(&kind.product_labels).unwrap_or_default().to_string();
             let memory_bytes = label(&kind.memory_labels).and_then(memory_bytes).unwrap_or(0);
@@ -272,9 +278,15 @@ impl AcceleratorTable {
             .find(|r| r.product.as_ref().is_none_or(|p| product.contains(&p.to_ascii_lowercase())))?;
         let group = rule.group_size as usize;
         let gpus = (0..devices.len() as u32)
-            .map(|index| Gpu { index, model: Some(first.model.clone()).filter(|m| !m.is_empty()), ..Default::default() })
+            .map(|index| Gpu {
+                index,
+                model: Some(first.model.clone()).filter(|m| !m.is_empty()),
+                ..Default::default()
+            })
             .collect();
-        let link = |a: usize, b: usize| if a / group == b / group { Link::NvLink { links: 1, switched: false } } else { Link::Phb };
+        let link = |a: usize, b: usize| {
+            if a / group == b / group { Link::NvLink { links: 1, switched: false } } else { Link::Phb }
+        };
         NodeTopology::new(gpus, link, Vec::new()).ok()
     }
 }

@@ -407,8 +407,10 @@ fn task_of(pod: &Pod, accelerators: &AcceleratorTable, strict: bool) -> Result<T
         [(kind, count)] if gpu.count == 0 => {
             let kind = &accelerators.kinds()[*kind];
             GpuRequest {
-                count: u32::try_from(*count)
-                    .map_err(|_| ConvertError::Quantity { field: kind.resources[0].clone(), value: count.to_string() })?,
+                count: u32::try_from(*count).map_err(|_| ConvertError::Quantity {
+                    field: kind.resources[0].clone(),
+                    value: count.to_string(),
+                })?,
                 milli_per_gpu: GPU_MILLI,
                 kind: kind.name.clone(),
                 ..Default::default()
@@ -662,7 +664,8 @@ mod tests {
         };
         let ok = super::node(&node("8", "81559"), &AcceleratorTable::default()).unwrap();
         assert_eq!((ok.gpus.len(), ok.gpus[0].memory_bytes), (8, 81559 << 20));
-        let e = super::node(&node("9223372036854775807", "81559"), &AcceleratorTable::default()).unwrap_err().to_string();
+        let e =
+            super::node(&node("9223372036854775807", "81559"), &AcceleratorTable::default()).unwrap_err().to_string();
         assert!(e.contains("at most 256 accelerators per node") && e.contains("9223372036854775807"), "{e}");
         // GPU memory that overflows in bytes is unknown, not wrapped around.
         let huge = super::node(&node("2", "18446744073709551615"), &AcceleratorTable::default()).unwrap();

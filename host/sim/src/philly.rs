@@ -108,6 +108,7 @@ pub fn scenario(file: &str, text: &str, options: &PhillyOptions) -> Result<(Scen
             model: options.model.clone(),
             topology: None,
             labels: Default::default(),
+            accelerator: None,
         })
         .collect();
     Ok((Scenario { nodes, flavors: Vec::new(), queues, jobs, dra: None, levels: Vec::new(), fabric: None }, skipped))

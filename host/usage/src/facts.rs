@@ -30,6 +30,8 @@ pub(crate) struct Holding<'a> {
     pub cpu_milli: u64,
     pub memory_bytes: u64,
     pub model: Option<&'a str>,
+    /// None for NVIDIA's kind (and CPU-only runs: `model` says which).
+    pub kind: Option<&'a str>,
     pub pool: Option<&'a str>,
 }
 
@@ -192,6 +194,8 @@ struct ScheduledData<'a> {
     #[serde(borrow, default)]
     gpu_model: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
+    gpu_kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
     node_pool: Option<Cow<'a, str>>,
     #[serde(default)]
     submitted: Option<Timestamp>,
@@ -208,6 +212,8 @@ struct EndedData<'a> {
     allocated: Quantity,
     #[serde(borrow, default)]
     gpu_model: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    gpu_kind: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     node_pool: Option<Cow<'a, str>>,
     reason: EndReason,
@@ -314,14 +320,24 @@ impl<'a> Parsed<'a> {
             Data::Scheduled(d) => Fact::Start {
                 task: task_name(&d.task),
                 at,
-                holding: holding(&d.gpus, &d.allocated, d.gpu_model.as_deref(), d.node_pool.as_deref()),
+                holding: holding(
+                    &d.gpus,
+                    &d.allocated,
+                    (d.gpu_model.as_deref(), d.gpu_kind.as_deref()),
+                    d.node_pool.as_deref(),
+                ),
                 submitted: d.submitted.map(Timestamp::millis),
             },
             Data::Ended(d) => Fact::End {
                 task: task_name(&d.task),
                 started: d.started.millis(),
                 at,
-                holding: holding(&d.gpus, &d.allocated, d.gpu_model.as_deref(), d.node_pool.as_deref()),
+                holding: holding(
+                    &d.gpus,
+                    &d.allocated,
+                    (d.gpu_model.as_deref(), d.gpu_kind.as_deref()),
+                    d.node_pool.as_deref(),
+                ),
                 lost: lost(d.reason, d.work_kept),
             },
             Data::Share(d) => Fact::Deserved { queue: &d.queue, at, gpu_milli: d.deserved.gpu_milli },
@@ -336,8 +352,13 @@ fn task_name<'a>(t: &'a TaskData<'_>) -> TaskName<'a> {
     TaskName { namespace: &t.namespace, id: &t.id, queue: &t.queue }
 }
 
-fn holding<'a>(gpus: &[GpuShare], q: &Quantity, model: Option<&'a str>, pool: Option<&'a str>) -> Holding<'a> {
-    Holding { gpu_milli: gpu_milli(gpus), cpu_milli: q.cpu_milli, memory_bytes: q.memory_bytes, model, pool }
+fn holding<'a>(
+    gpus: &[GpuShare],
+    q: &Quantity,
+    (model, kind): (Option<&'a str>, Option<&'a str>),
+    pool: Option<&'a str>,
+) -> Holding<'a> {
+    Holding { gpu_milli: gpu_milli(gpus), cpu_milli: q.cpu_milli, memory_bytes: q.memory_bytes, model, kind, pool }
 }
 
 /// Whether `kind` is a type of this version of the schema.
@@ -355,14 +376,24 @@ pub(crate) fn of_payload(time: Timestamp, payload: &Payload) -> Fact<'_> {
         Payload::TaskScheduled(d) => Fact::Start {
             task: name(&d.task),
             at,
-            holding: holding(&d.gpus, &d.allocated, d.gpu_model.as_deref(), d.node_pool.as_deref()),
+            holding: holding(
+                &d.gpus,
+                &d.allocated,
+                (d.gpu_model.as_deref(), d.gpu_kind.as_deref()),
+                d.node_pool.as_deref(),
+            ),
             submitted: d.submitted.map(Timestamp::millis),
         },
         Payload::TaskEnded(d) => Fact::End {
             task: name(&d.task),
             started: d.started.millis(),
             at,
-            holding: holding(&d.gpus, &d.allocated, d.gpu_model.as_deref(), d.node_pool.as_deref()),
+            holding: holding(
+                &d.gpus,
+                &d.allocated,
+                (d.gpu_model.as_deref(), d.gpu_kind.as_deref()),
+                d.node_pool.as_deref(),
+            ),
             lost: lost(d.reason, d.work_kept),
         },
         Payload::QueueShareChanged(d) => Fact::Deserved { queue: &d.queue, at, gpu_milli: d.deserved.gpu_milli },

@@ -53,6 +53,7 @@ pub(crate) struct Labels {
     pub queue: u32,
     pub namespace: u32,
     pub model: u32,
+    pub kind: u32,
     pub pool: u32,
 }
 
@@ -286,6 +287,12 @@ impl Ledger {
             queue: self.names.id(task.queue),
             namespace: self.names.id(task.namespace),
             model: h.model.map_or(NONE, |m| self.names.id(m)),
+            // A run with a model and no kind is on NVIDIA GPUs; one without either holds none.
+            kind: match (h.kind, h.model) {
+                (Some(k), _) => self.names.id(k),
+                (None, Some(_)) => self.names.id("nvidia"),
+                (None, None) => NONE,
+            },
             pool: h.pool.map_or(NONE, |p| self.names.id(p)),
         };
         Held { gpu_milli: h.gpu_milli, cpu_milli: h.cpu_milli, memory_bytes: h.memory_bytes, labels }

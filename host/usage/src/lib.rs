@@ -33,13 +33,16 @@ pub enum Dimension {
     Namespace,
     /// The model of its GPUs (`-`: none).
     Model,
+    /// The accelerator kind of its GPUs (`nvidia`, `amd`, …; `-`: none).
+    Kind,
     /// The node pool (`-`: none).
     Pool,
 }
 
 impl Dimension {
     /// Every dimension.
-    pub const ALL: [Dimension; 4] = [Dimension::Queue, Dimension::Namespace, Dimension::Model, Dimension::Pool];
+    pub const ALL: [Dimension; 5] =
+        [Dimension::Queue, Dimension::Namespace, Dimension::Model, Dimension::Kind, Dimension::Pool];
 
     /// Its name in `--by` and in reports.
     pub fn name(self) -> &'static str {
@@ -47,6 +50,7 @@ impl Dimension {
             Dimension::Queue => "queue",
             Dimension::Namespace => "namespace",
             Dimension::Model => "model",
+            Dimension::Kind => "kind",
             Dimension::Pool => "pool",
         }
     }
@@ -59,7 +63,7 @@ impl std::str::FromStr for Dimension {
         Dimension::ALL
             .into_iter()
             .find(|d| d.name() == s)
-            .ok_or_else(|| format!("unknown dimension `{s}` (expected one of: queue, namespace, model, pool)"))
+            .ok_or_else(|| format!("unknown dimension `{s}` (expected one of: queue, namespace, model, kind, pool)"))
     }
 }
 

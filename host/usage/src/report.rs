@@ -245,6 +245,7 @@ impl Ledger {
                     Dimension::Queue => l.queue,
                     Dimension::Namespace => l.namespace,
                     Dimension::Model => l.model,
+                    Dimension::Kind => l.kind,
                     Dimension::Pool => l.pool,
                 })
                 .collect()

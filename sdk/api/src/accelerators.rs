@@ -43,10 +43,7 @@ pub struct Kind {
 /// The kind `request` asks for, stored form: the kind whose resource its extended resources name,
 /// else NVIDIA's (empty). What a plugin reads when it did not get the kind from the host.
 pub fn kind_of_request<'k>(kinds: &'k [Kind], request: &crate::Resources) -> &'k str {
-    kinds
-        .iter()
-        .find(|k| k.resources.iter().any(|r| request.extended(r) > 0))
-        .map_or("", |k| stored_name(&k.name))
+    kinds.iter().find(|k| k.resources.iter().any(|r| request.extended(r) > 0)).map_or("", |k| stored_name(&k.name))
 }
 
 /// What the host answers. Implemented by the scheduler core; the Wasm runtime forwards the
@@ -69,7 +66,10 @@ mod tests {
     fn a_request_is_of_the_kind_whose_resource_it_names() {
         let kinds = [
             Kind { name: "amd".into(), resources: vec!["amd.com/gpu".into()] },
-            Kind { name: "neuron".into(), resources: vec!["aws.amazon.com/neuron".into(), "aws.amazon.com/neuroncore".into()] },
+            Kind {
+                name: "neuron".into(),
+                resources: vec!["aws.amazon.com/neuron".into(), "aws.amazon.com/neuroncore".into()],
+            },
         ];
         let asks = |name: &str| crate::Resources { extended: vec![(name.into(), 2)].into(), ..Default::default() };
         assert_eq!(kind_of_request(&kinds, &asks("aws.amazon.com/neuroncore")), "neuron");

@@ -54,3 +54,53 @@ fn a_philly_log_converts_to_a_scenario_that_replays_and_bad_logs_fail_loudly() {
     assert!(!o.status.success() && o.stdout.is_empty(), "{stderr}");
     assert!(stderr.contains("log.json:1:"), "{stderr}");
 }
+
+/// The two-vendor example through the real command and the default (Wasm) policy set: every job
+/// runs on its own vendor's devices only, a queue's AMD quota holds back its third AMD job alone,
+/// and the usage report splits GPU-hours by vendor.
+#[test]
+fn two_vendors_share_a_cluster_each_on_its_own_devices() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events.jsonl");
+    let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/scenarios/two-vendors.yaml");
+    let o = wasmsched(&["replay", "--scenario", scenario, "--json", "--quiet", "--events", events.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let peak = report["utilisation_peak_percent"].as_f64().unwrap();
+    assert!(peak <= 100.0, "every vendor's devices count in the capacity: {peak}");
+    let text = std::fs::read_to_string(&events).unwrap();
+    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let scheduled: Vec<&serde_json::Value> =
+        lines.iter().filter(|e| e["type"] == "io.wasmsched.task.scheduled.v1").map(|e| &e["data"]).collect();
+    let mut seen = std::collections::BTreeMap::new();
+    for d in &scheduled {
+        let (task, node) = (d["task"]["id"].as_str().unwrap(), d["node"].as_str().unwrap());
+        let amd = task.starts_with("rocm");
+        assert_eq!(node.starts_with("mi300x"), amd, "{task} on {node}");
+        assert_eq!(d["gpu_kind"].as_str(), amd.then_some("amd"), "{task}: the event names the vendor");
+        seen.insert(task.to_string(), d["time"].clone());
+    }
+    let start = |task: &str| {
+        lines
+            .iter()
+            .find(|e| e["type"] == "io.wasmsched.task.scheduled.v1" && e["data"]["task"]["id"] == task)
+            .map(|e| e["time"].as_str().unwrap().to_string())
+    };
+    assert_eq!(
+        start("rocm-2").as_deref(),
+        Some("1970-01-01T00:10:00.000Z"),
+        "16 AMD GPUs for research: waits for rocm-0"
+    );
+    assert_eq!(start("cuda-0").as_deref(), Some("1970-01-01T00:00:20.000Z"), "the AMD quota holds no NVIDIA job back");
+    assert_eq!(start("rocm-too-big"), None, "9 AMD GPUs fit no node, and NVIDIA's are never lent");
+    assert_eq!(seen.len(), 10, "every other replica ran: {seen:?}");
+    let o = wasmsched(&["usage", "--file", events.to_str().unwrap(), "--by", "kind", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let usage: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = usage["rows"].as_array().unwrap();
+    let gpu_h =
+        |kind: &str| rows.iter().find(|r| r["kind"] == kind).and_then(|r| r["gpu_hours"].as_f64()).unwrap_or_default();
+    // AMD: 8 × (600 + 900 + 600) s + 2 × 2 × 300 s = 5 GPU-hours.
+    assert!((gpu_h("amd") - 5.0).abs() < 1e-9, "{usage}");
+    assert!(gpu_h("nvidia") > 2.0, "{usage}");
+}

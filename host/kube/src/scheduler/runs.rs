@@ -73,6 +73,7 @@ impl Scheduler {
             gpus: devices.iter().map(|d| GpuShare { gpu: d.gpu, milli: d.milli }).collect(),
             allocated: decisions::allocated(task, devices),
             gpu_model: node.and_then(|n| decisions::gpu_model(n, devices)).map(str::to_owned),
+            gpu_kind: node.and_then(|n| decisions::gpu_kind(n, devices)).map(str::to_owned),
             node_pool: node.and_then(decisions::node_pool).map(str::to_owned),
             submitted: facts.created.as_ref().map(crate::convert::event_time),
             ..TaskScheduled::default()
@@ -168,6 +169,7 @@ impl Scheduler {
             gpus: p.gpus,
             allocated: p.allocated,
             gpu_model: p.gpu_model,
+            gpu_kind: p.gpu_kind,
             node_pool: p.node_pool,
             reason,
             work_kept,

@@ -53,7 +53,9 @@ fn convert_one(kind: &str, text: &str) -> bool {
             let _ = convert::extender_task(&p, &Default::default());
             convert::task(&p, &Default::default()).is_ok()
         }
-        "node" => serde_json::from_str::<Node>(text).ok().is_some_and(|n| convert::node(&n, &Default::default()).is_ok()),
+        "node" => {
+            serde_json::from_str::<Node>(text).ok().is_some_and(|n| convert::node(&n, &Default::default()).is_ok())
+        }
         "queue" => serde_json::from_str::<crd::Queue>(text).ok().is_some_and(|q| queues::spec(&q).is_ok()),
         _ => serde_json::from_str::<crd::PodGroup>(text).ok().is_some_and(|g| {
             let _ = workloads::GroupInfo::new(&g);

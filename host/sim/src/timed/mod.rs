@@ -38,8 +38,8 @@ pub use fabric::{Fabric, FabricStats};
 pub use metrics::{QueueStats, mean, percentile, time_weighted_mean};
 pub use runs::{QueueUsage, RunEnd};
 pub use scenario::{
-    AdmissionConfig, Amount, DraConfig, FlavorConfig, FlavorQuota, GangSlices, GangTopology, Job, Loaded, QueueConfig,
-    Scenario, ScenarioNode, flat_queues, queue_tree, queue_tree_with,
+    Accelerator, AdmissionConfig, Amount, DraConfig, FlavorConfig, FlavorQuota, GangSlices, GangTopology, Job, Loaded,
+    QueueConfig, Scenario, ScenarioNode, flat_queues, queue_tree, queue_tree_with,
 };
 
 /// FGD's target workload of a job list: its popular shapes covering 95 % of the jobs.
@@ -416,11 +416,14 @@ pub fn run_with_devices(
     let mut core = SchedulerCore::new(queues.clone(), config.clone());
     *core.topologies_mut() = nodes.topologies().clone();
     core.set_levels(nodes.domains().levels().to_vec());
+    core.set_accelerator_kinds(nodes.accelerators().kinds().to_vec());
     let mut devices = dra.map(|objects| Devices::new(objects, nodes));
     let mut capacity = 0u64;
     for slot in nodes.slots() {
         if let Some(n) = nodes.get(slot) {
-            capacity += n.allocatable.gpu_milli;
+            // Every accelerator counts: NVIDIA's in gpu-milli, another kind's by its devices.
+            let others = n.gpus.iter().filter(|g| !g.kind.is_empty()).count() as u64;
+            capacity += n.allocatable.gpu_milli + others * u64::from(wasmsched_api::GPU_MILLI);
             let mut n = n.clone();
             if let Some(d) = devices.as_mut() {
                 n.allocatable.saturating_add_assign(&d.capacity(&n.name));

@@ -108,6 +108,28 @@ pub struct Job {
     /// clique, a rack, a block). A gang's, or an elastic job's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology: Option<GangTopology>,
+    /// Its GPUs are of this accelerator kind (absent: NVIDIA's), whole devices only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accelerator: Option<Accelerator>,
+}
+
+/// An accelerator kind besides NVIDIA's, as a node offers and a job asks for it: the kind's name
+/// and the device plugin's resource it is counted as (`{kind: amd, resource: amd.com/gpu}`), as
+/// on Kubernetes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Accelerator {
+    /// The kind's name (`amd`, `gaudi`, …; `nvidia` is the default and is not written).
+    pub kind: String,
+    /// The extended resource its devices count as.
+    pub resource: String,
+}
+
+impl Accelerator {
+    fn problem(&self) -> Option<String> {
+        (self.kind.is_empty() || self.kind == wasmsched_api::accelerators::NVIDIA || self.resource.is_empty())
+            .then(|| format!("accelerator {self:?}: a kind other than nvidia, and its resource"))
+    }
 }
 
 /// A job's topology request: levels named by node labels. Its replicas go to one domain of the
@@ -338,6 +360,7 @@ impl Default for Job {
             running_on: Vec::new(),
             withdraw_at: None,
             topology: None,
+            accelerator: None,
         }
     }
 }
@@ -371,8 +394,9 @@ impl Job {
             request: Resources {
                 cpu_milli: self.cpu_milli,
                 memory_bytes: self.memory_mib.saturating_mul(1 << 20),
-                // Its claims' devices, counted by class like extended resources.
-                extended: class_counts(&self.claims).into(),
+                // Its claims' devices, counted by class like extended resources, and another
+                // kind's devices as that kind's resource.
+                extended: self.extended().into(),
                 ..Default::default()
             },
             gpu: if self.gpus == 0 {
@@ -382,6 +406,7 @@ impl Job {
                     count: self.gpus,
                     milli_per_gpu: self.gpu_milli,
                     models: self.gpu_models.clone(),
+                    kind: self.accelerator.as_ref().map(|a| a.kind.clone()).unwrap_or_default(),
                     ..Default::default()
                 }
             },
@@ -395,6 +420,16 @@ impl Job {
                 .map(Box::new),
             ..Default::default()
         }
+    }
+
+    /// The extended resources one replica asks for: its claims' classes and its accelerator's.
+    fn extended(&self) -> Vec<(wasmsched_api::ResourceName, u64)> {
+        let mut r = class_counts(&self.claims);
+        if let Some(a) = self.accelerator.as_ref().filter(|_| self.gpus > 0) {
+            r.push((a.resource.as_str().into(), u64::from(self.gpus)));
+            r.sort();
+        }
+        r
     }
 
     /// Task ids of its replicas: the job's name for a lone pod, `name-i` for a gang's members.
@@ -422,13 +457,14 @@ impl Job {
         w
     }
 
-    /// The job's shape, as FGD's target workload counts it.
+    /// The job's shape, as FGD's target workload counts it: NVIDIA GPUs only (FGD measures shared
+    /// GPUs; another kind's job is CPU work to it).
     pub(crate) fn spec(&self) -> Spec {
-        let gpu = self.gpus > 0;
+        let gpu = self.gpus > 0 && self.accelerator.is_none();
         Spec {
             cpu_milli: self.cpu_milli,
             milli: if gpu { self.gpu_milli } else { 0 },
-            count: self.gpus,
+            count: if gpu { self.gpus } else { 0 },
             models: if gpu { self.gpu_models.join("|") } else { String::new() },
         }
     }
@@ -454,6 +490,10 @@ pub struct Amount {
     /// GPUs (fractions allowed: 0.5 is 500 milli-GPU).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus: Option<f64>,
+    /// Extended resources by name, e.g. another accelerator kind's devices (`amd.com/gpu: 16`);
+    /// in a capability, those not named are unbounded.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resources: BTreeMap<String, u64>,
 }
 
 impl Amount {
@@ -469,7 +509,7 @@ impl Amount {
             cpu_milli: self.cpu_milli.unwrap_or(unset),
             memory_bytes: self.memory_mib.map_or(unset, |m| m.saturating_mul(1 << 20)),
             gpu_milli,
-            extended: Default::default(),
+            extended: self.resources.iter().map(|(n, v)| (n.as_str().into(), *v)).collect(),
         })
     }
 }
@@ -756,6 +796,9 @@ pub struct ScenarioNode {
     /// Node labels (besides `gpu-model`, which every node has), e.g. for flavors.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// Its GPUs are of this accelerator kind (absent: NVIDIA's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accelerator: Option<Accelerator>,
 }
 
 /// A scenario: the cluster, the queues jobs may name, and the jobs.
@@ -893,6 +936,14 @@ fn job_problem(j: &Job, tree: &QueueTree, jobs: &mut BTreeSet<String>, tasks: &m
     if let Some(problem) = j.topology.as_ref().and_then(GangTopology::problem) {
         return Some(format!("job {:?}: {problem}", j.name));
     }
+    if let Some(a) = &j.accelerator {
+        if let Some(problem) = a.problem() {
+            return Some(format!("job {:?}: {problem}", j.name));
+        }
+        if j.gpu_milli != 1000 {
+            return Some(format!("job {:?}: shares are of NVIDIA GPUs; {} devices are whole", j.name, a.kind));
+        }
+    }
     match j.withdraw_at {
         Some(at) if at < j.arrival => {
             return Some(format!("job {:?}: withdraw_at {at} s is before its arrival at {} s", j.name, j.arrival));
@@ -969,6 +1020,9 @@ impl Scenario {
             }
             if n.gpus > 64 || (n.gpus > 0 && n.model.is_empty()) {
                 return Err(format!("node {:?}: {} GPUs of model {:?}", n.name, n.gpus, n.model));
+            }
+            if let Some(problem) = n.accelerator.as_ref().and_then(Accelerator::problem) {
+                return Err(format!("node {:?}: {problem}", n.name));
             }
         }
         let distinct: BTreeSet<&String> = self.levels.iter().collect();
@@ -1068,8 +1122,15 @@ impl Scenario {
     pub fn node_table(&self) -> NodeTable {
         let mut t = NodeTable::new();
         t.set_levels(self.levels.clone());
+        t.set_accelerator_kinds(self.accelerator_kinds());
         for n in &self.nodes {
             let mut node = gpu_node(&n.name, n.cpu_milli, n.memory_mib.saturating_mul(1 << 20), n.gpus, &n.model);
+            if let Some(a) = &n.accelerator {
+                // Another kind: its devices carry it and count as its resource, not as gpu-milli.
+                node.allocatable.gpu_milli = 0;
+                node.allocatable.extended = vec![(a.resource.as_str().into(), u64::from(n.gpus))].into();
+                node.gpus.update(|gpus| gpus.iter_mut().for_each(|g| g.kind = a.kind.clone()));
+            }
             node.labels.extend(
                 n.labels
                     .iter()
@@ -1081,6 +1142,24 @@ impl Scenario {
             t.upsert(node);
         }
         t
+    }
+
+    /// The accelerator kinds its nodes and jobs name, with their resources.
+    pub fn accelerator_kinds(&self) -> Vec<wasmsched_api::accelerators::Kind> {
+        let named = self.nodes.iter().filter_map(|n| n.accelerator.as_ref());
+        let all: BTreeSet<&Accelerator> =
+            named.chain(self.jobs.iter().filter_map(|j| j.accelerator.as_ref())).collect();
+        let mut kinds: Vec<wasmsched_api::accelerators::Kind> = Vec::new();
+        for a in all {
+            match kinds.iter_mut().find(|k| k.name == a.kind) {
+                Some(k) => k.resources.push(a.resource.clone()),
+                None => kinds.push(wasmsched_api::accelerators::Kind {
+                    name: a.kind.clone(),
+                    resources: vec![a.resource.clone()],
+                }),
+            }
+        }
+        kinds
     }
 
     /// The scenario's queues, with its flavors.
