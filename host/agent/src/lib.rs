@@ -40,7 +40,7 @@ pub enum AgentError {
         /// Why.
         source: std::io::Error,
     },
-    /// `nvidia-smi topo -m` text could not be parsed.
+    /// A topology tool's text (`nvidia-smi topo -m`, `amd-smi topology`) could not be parsed.
     #[error("parsing {path}: {source}")]
     Smi {
         /// The file.
@@ -79,6 +79,11 @@ pub enum Source {
     Nvml,
     /// `nvidia-smi topo -m` output in a file (hosts without NVML access, tests, replays).
     Smi(std::path::PathBuf),
+    /// AMD GPUs: `rocm-smi --showtopo` or `amd-smi topology` output in a file.
+    AmdSmiText(std::path::PathBuf),
+    /// AMD GPUs: this program's `topology` output, asked on every discovery (`amd-smi` on the
+    /// host; ROCm's SMI library has no maintained Rust binding, its command prints the same).
+    AmdSmi(std::path::PathBuf),
     /// An NVML inventory recorded earlier (`wasmsched-agent discover --inventory`): stand-in
     /// devices for nodes without GPUs (tests, a kubelet on a machine without a GPU).
     Recorded(std::path::PathBuf),
@@ -114,6 +119,31 @@ impl Source {
                     })?;
                 let topology = inventory.topology()?;
                 Ok(Discovery { topology, driver: inventory.driver.clone(), inventory: Some(inventory) })
+            }
+            Source::AmdSmiText(path) => {
+                let text = std::fs::read_to_string(path).map_err(file_error("reading", path))?;
+                let topology = wasmsched_topology::amd_smi::parse(&text)
+                    .map_err(|source| AgentError::Smi { path: path.display().to_string(), source })?;
+                Ok(Discovery { topology, driver: String::new(), inventory: None })
+            }
+            Source::AmdSmi(program) => {
+                let shown = program.display().to_string();
+                let out = std::process::Command::new(program)
+                    .arg("topology")
+                    .output()
+                    .map_err(|source| AgentError::File { what: "running", path: shown.clone(), source })?;
+                if !out.status.success() {
+                    let message = format!("{} {}", out.status, String::from_utf8_lossy(&out.stderr).trim());
+                    return Err(AgentError::File {
+                        what: "running",
+                        path: format!("{shown} topology"),
+                        source: std::io::Error::other(message),
+                    });
+                }
+                let text = String::from_utf8_lossy(&out.stdout);
+                let topology = wasmsched_topology::amd_smi::parse(&text)
+                    .map_err(|source| AgentError::Smi { path: format!("{shown} topology"), source })?;
+                Ok(Discovery { topology, driver: String::new(), inventory: None })
             }
             Source::Smi(path) => {
                 let text = std::fs::read_to_string(path).map_err(file_error("reading", path))?;

@@ -35,8 +35,10 @@ enum Command {
         /// Read `nvidia-smi topo -m` output from this file instead of asking NVML.
         #[arg(long, value_name = "FILE")]
         smi: Option<PathBuf>,
+        #[command(flatten)]
+        amd: AmdArgs,
         /// Print the raw NVML inventory (NVML only).
-        #[arg(long, conflicts_with = "smi")]
+        #[arg(long, conflicts_with_all = ["smi", "amd_smi", "amd_smi_text"])]
         inventory: bool,
     },
     /// Keep the node's report current.
@@ -51,6 +53,8 @@ struct RunArgs {
     /// Read `nvidia-smi topo -m` output from this file instead of asking NVML.
     #[arg(long, value_name = "FILE")]
     smi: Option<PathBuf>,
+    #[command(flatten)]
+    amd: AmdArgs,
     /// Read a recorded NVML inventory (`discover --inventory`) instead of asking NVML: stand-in
     /// devices on a machine without GPUs (tests, trying the device plugin with a real kubelet).
     #[arg(long, value_name = "FILE", conflicts_with = "smi")]
@@ -58,7 +62,7 @@ struct RunArgs {
     /// Serve the GPUs to the kubelet as its device plugin (`nvidia.com/gpu` and
     /// `wasmsched.io/gpu-milli`), giving each pod exactly the GPUs the scheduler chose: watches
     /// this node's pods (needs `list` and `watch` on pods). Replaces NVIDIA's device plugin.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["amd_smi", "amd_smi_text"])]
     device_plugin: bool,
     /// The kubelet's device-plugin directory (its `kubelet.sock`).
     #[arg(long, value_name = "DIR", default_value = wasmsched_deviceplugin::DEFAULT_DIR)]
@@ -109,7 +113,7 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let result = match Cli::parse().command {
-        Command::Discover { smi, inventory } => discover(smi, inventory),
+        Command::Discover { smi, amd, inventory } => discover(smi, &amd, inventory),
         Command::Run(args) => run(*args),
     };
     match result {
@@ -121,8 +125,25 @@ fn main() -> ExitCode {
     }
 }
 
-fn source(smi: Option<PathBuf>) -> Source {
-    smi.map_or(Source::Nvml, Source::Smi)
+/// An AMD node: its topology from AMD's tools instead of NVML (health and the device plugin are
+/// AMD's GPU operator's there).
+#[derive(clap::Args)]
+struct AmdArgs {
+    /// Ask this program (`amd-smi`) for the node's `topology` on every discovery.
+    #[arg(long, value_name = "PROGRAM", conflicts_with = "smi")]
+    amd_smi: Option<PathBuf>,
+    /// Read `rocm-smi --showtopo` or `amd-smi topology` output from this file.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["smi", "amd_smi"])]
+    amd_smi_text: Option<PathBuf>,
+}
+
+fn source(smi: Option<PathBuf>, amd: &AmdArgs) -> Source {
+    match (smi, &amd.amd_smi, &amd.amd_smi_text) {
+        (Some(path), ..) => Source::Smi(path),
+        (None, Some(program), _) => Source::AmdSmi(program.clone()),
+        (None, None, Some(path)) => Source::AmdSmiText(path.clone()),
+        (None, None, None) => Source::Nvml,
+    }
 }
 
 /// What wakes the agent between discoveries.
@@ -240,8 +261,8 @@ async fn watch_pods(
     }
 }
 
-fn discover(smi: Option<PathBuf>, inventory: bool) -> anyhow::Result<()> {
-    let found = source(smi).discover().context("discovery")?;
+fn discover(smi: Option<PathBuf>, amd: &AmdArgs, inventory: bool) -> anyhow::Result<()> {
+    let found = source(smi, amd).discover().context("discovery")?;
     if inventory {
         let inventory = found.inventory.context("no NVML inventory")?;
         println!("{}", serde_json::to_string_pretty(&inventory)?);
@@ -257,11 +278,11 @@ fn discover(smi: Option<PathBuf>, inventory: bool) -> anyhow::Result<()> {
 }
 
 fn run(args: RunArgs) -> anyhow::Result<()> {
-    let uses_nvml = args.smi.is_none() && args.inventory.is_none();
     let source = match &args.inventory {
         Some(path) => Source::Recorded(path.clone()),
-        None => source(args.smi.clone()),
+        None => source(args.smi.clone(), &args.amd),
     };
+    let uses_nvml = matches!(source, Source::Nvml);
     // Kept here too, so the channel never closes: waiting on it is the wait between discoveries.
     let (wake_tx, wake_rx) = channel();
     let device_plugin =

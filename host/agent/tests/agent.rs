@@ -253,3 +253,52 @@ fn the_recorded_h200_report_is_what_its_nvidia_smi_output_gives() {
     assert_eq!((&nvml["cpus"], &nvml["numa"]), (&smi["cpus"], &smi["numa"]));
     assert_eq!((nvml["model"].as_str(), nvml["pci"].as_str()), (Some("NVIDIA H200"), Some("0000:00:06.0")));
 }
+
+/// An AMD node: the agent asks `amd-smi topology` on every discovery. The program here is a
+/// STAND-IN (no AMD GPU in CI): a script printing the real output of an eight-MI300X machine, and
+/// one that fails as the real tool does without a driver.
+#[test]
+fn on_an_amd_node_the_topology_comes_from_amd_smi() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = fixture_path("amd-smi-mi300x-8gpu-xgmi.txt");
+    let tool = dir.path().join("amd-smi");
+    std::fs::write(&tool, format!("#!/bin/sh\n[ \"$1\" = topology ] || exit 2\ncat '{fixture}'\n")).unwrap();
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = dir.path().join("report");
+    let o = agent(&[
+        "run",
+        "--node",
+        "mi300x-0",
+        "--amd-smi",
+        tool.to_str().unwrap(),
+        "--once",
+        "--write",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let expected = wasmsched_topology::amd_smi::parse(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
+    let annotations: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("annotations.json")).unwrap()).unwrap();
+    assert_eq!(from_annotation(annotations[TOPOLOGY_ANNOTATION].as_str().unwrap()).unwrap(), expected);
+    let labels: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("labels.json")).unwrap()).unwrap();
+    assert_eq!(
+        (labels["wasmsched.io/gpu-count"].as_str(), labels["wasmsched.io/gpu-interconnect"].as_str()),
+        (Some("8"), Some("nvlink"))
+    );
+    // The same from a saved `rocm-smi --showtopo`, NUMA nodes included.
+    let o = agent(&["discover", "--amd-smi-text", &fixture_path("rocm-smi-8gpu-two-xgmi-hives.txt")]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["labels"]["wasmsched.io/single-numa-4gpu"], "true");
+    // A tool that fails says so, with its message.
+    let broken = dir.path().join("amd-smi-broken");
+    std::fs::write(&broken, "#!/bin/sh\necho 'ERROR: amdgpu driver not initialized' >&2\nexit 1\n").unwrap();
+    std::fs::set_permissions(&broken, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = agent(&["discover", "--amd-smi", broken.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("amdgpu driver not initialized"), "{err}");
+    let o = agent(&["run", "--node", "n", "--amd-smi", "amd-smi", "--device-plugin", "--once"]);
+    assert!(!o.status.success(), "the device plugin serves NVIDIA GPUs only");
+}

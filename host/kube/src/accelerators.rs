@@ -287,7 +287,10 @@ impl AcceleratorTable {
         let link = |a: usize, b: usize| {
             if a / group == b / group { Link::NvLink { links: 1, switched: false } } else { Link::Phb }
         };
-        NodeTopology::new(gpus, link, Vec::new()).ok()
+        let mut topology = NodeTopology::new(gpus, link, Vec::new()).ok()?;
+        // Direct links between each pair of a group, no switch.
+        topology.set_switched(false);
+        Some(topology)
     }
 }
 

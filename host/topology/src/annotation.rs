@@ -192,6 +192,9 @@ pub fn from_annotation(json: &str) -> Result<NodeTopology, Error> {
         }
     }
     let mut topology = NodeTopology::new(doc.gpus, |a, b| matrix[a * n + b].unwrap_or(Link::Sys), doc.nics)?;
+    // The annotation says whether the links are switched; `new` would guess it for a full mesh of
+    // eight (right for NVIDIA, wrong for AMD's point-to-point xGMI mesh).
+    topology.set_switched(doc.links.iter().any(|p| p.nvswitch));
     if doc.numa_inferred {
         topology.set_numa_inferred();
     }

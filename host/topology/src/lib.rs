@@ -12,6 +12,7 @@
 //! Link costs are configurable ([`LinkCosts`]); defaults and their sources are in `docs/topology.md`.
 
 pub mod alerts;
+pub mod amd_smi;
 pub mod annotation;
 pub mod cluster;
 pub mod comm;

@@ -176,3 +176,45 @@ fn rendering_names_every_class_with_its_cost() {
     assert!(text.contains("NV2") && text.contains("100.0 GB/s"), "{text}");
     assert!(text.contains("inferred"), "{text}");
 }
+
+fn parse_amd(name: &str) -> NodeTopology {
+    wasmsched_topology::amd_smi::parse(&fixture(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+#[test]
+fn rocm_smi_mi308x_all_to_all_xgmi_with_numa_nodes() {
+    let t = parse_amd("rocm-smi-mi308x-8gpu-xgmi.txt");
+    assert_eq!(t.len(), 8);
+    assert!((1..8).all(|j| t.link(0, j) == Some(NV(1))), "every pair one xGMI link");
+    assert_eq!((t.gpus()[3].numa, t.gpus()[4].numa), (Some(0), Some(1)));
+    assert!(!t.numa_inferred());
+}
+
+#[test]
+fn rocm_smi_two_xgmi_hives_joined_over_pcie() {
+    let t = parse_amd("rocm-smi-8gpu-two-xgmi-hives.txt");
+    assert_eq!(t.len(), 8);
+    assert_eq!(t.link(0, 3), Some(NV(1)));
+    assert_eq!(t.link(4, 7), Some(NV(1)));
+    assert_eq!(t.link(3, 4), Some(Link::Sys), "across hives and NUMA nodes");
+    // The best pair of four stays in one hive, as it would on an NVLink-paired node.
+    let costs = LinkCosts::default();
+    let free = 0b1111_0111; // GPU 3 busy: hive A has three free, hive B four
+    let four =
+        wasmsched_topology::Prepared::new(&t, &costs).select(free, 4, wasmsched_topology::NumaPolicy::None).unwrap();
+    assert_eq!(four.mask(), 0b1111_0000, "{four:?}");
+}
+
+#[test]
+fn amd_smi_tables_name_gpus_by_bus_id() {
+    let t = parse_amd("amd-smi-mi300x-8gpu-xgmi.txt");
+    assert_eq!(t.len(), 8);
+    assert!((0..8).all(|i| (0..8).all(|j| i == j || t.link(i, j) == Some(NV(1)))));
+    assert_eq!(t.gpus()[1].pci.as_deref(), Some("0000:22:00.0"));
+    let pcie = parse_amd("amd-smi-2gpu-pcie.txt");
+    assert_eq!(pcie.len(), 2);
+    assert_eq!(pcie.link(0, 1), Some(Link::Phb), "two hops, NUMA unknown");
+    assert_eq!(pcie.gpus()[0].numa, None);
+    // The annotation the agent writes carries it like an NVIDIA node's.
+    assert_eq!(from_annotation(&to_annotation(&t)).unwrap(), t);
+}
