@@ -69,6 +69,11 @@ pub struct Args {
     /// constraint), next to the device-plugin path on the same pods (`bench_dra`).
     #[arg(long)]
     dra: bool,
+    /// Also measure a cluster of two accelerator vendors: every other 8-GPU node AMD's, every
+    /// third whole-GPU pod asking for AMD GPUs, next to the same run with NVIDIA alone
+    /// (`bench_vendors`).
+    #[arg(long)]
+    vendors: bool,
     /// Only the native policy set.
     #[arg(long)]
     native_only: bool,
@@ -112,7 +117,7 @@ pub(crate) struct Measured {
     pub(crate) pods_per_second: f64,
     p50_us: f64,
     p99_us: f64,
-    placed: usize,
+    pub(crate) placed: usize,
     unschedulable: usize,
     /// Share of the run spent building and emitting events on the scheduling thread (%), from
     /// timing one publishing decision in [`EMIT_SAMPLE`].
@@ -167,6 +172,7 @@ struct Report {
     /// DRA next to the device-plugin path per runtime (`--dra`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     dra: Vec<crate::bench_dra::DraRun>,
+    vendors: Vec<crate::bench_vendors::VendorRun>,
     /// A live dashboard's cost per runtime (`--dashboard-clients`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     dashboard: Vec<crate::bench_dashboard::DashboardCost>,
@@ -299,10 +305,11 @@ pub(crate) fn cpu_memory_pod(rng: &mut Rng, i: usize) -> Task {
     }
 }
 
+#[derive(Clone)]
 pub(crate) struct Scenario {
     pub(crate) base: NodeTable,
     pub(crate) pods: Vec<Task>,
-    find: usize,
+    pub(crate) find: usize,
 }
 
 /// Which pods of a run publish their decision.
@@ -375,7 +382,7 @@ const EMIT_SAMPLE: usize = 16;
 const INTERLEAVE_BLOCK: usize = 500;
 
 /// Schedule every pod once, serially, on a copy of the base cluster.
-fn run_once(set: &PolicySet, s: &Scenario, sink: Option<&EventSink>, runtime: &'static str) -> Measured {
+pub(crate) fn run_once(set: &PolicySet, s: &Scenario, sink: Option<&EventSink>, runtime: &'static str) -> Measured {
     let publish = if sink.is_some() { Publish::Always } else { Publish::Never };
     run_with(set, s, sink, publish, runtime, &mut |_, _, _| {}).0
 }
@@ -599,7 +606,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             + runtimes.len() * args.repeat * usize::from(args.gangs > 0 && args.gang_size > 0)
             + churn_sets
             + if args.dashboard_clients > 0 { runtimes.len() } else { 0 }
-            + if args.dra { 1 + usize::from(runtime.is_some()) } else { 0 }) as u64,
+            + if args.dra { 1 + usize::from(runtime.is_some()) } else { 0 }
+            + if args.vendors { 1 + usize::from(runtime.is_some()) } else { 0 }) as u64,
         "measurements",
         args.quiet,
     );
@@ -709,6 +717,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             progress.step();
         }
     }
+    let mut vendors = Vec::new();
+    if args.vendors {
+        let two = crate::bench_vendors::mixed(&scenario);
+        let mut sets = vec![("native", natives.clone())];
+        if let Some(w) = &wasm {
+            sets.push(("wasm", w.clone()));
+        }
+        for (name, set) in &sets {
+            vendors.push(crate::bench_vendors::measure(set, name, &scenario, &two, args.repeat));
+            progress.step();
+        }
+    }
     drop(progress);
     let mut runs = Vec::new();
     for (name, _) in &runtimes {
@@ -750,6 +770,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         gangs,
         queue_churn,
         dra,
+        vendors,
         dashboard,
     };
     if args.json {
@@ -832,6 +853,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             q.evicted,
             q.share_error_mean,
             q.share_error_max
+        );
+    }
+    for v in &report.vendors {
+        println!(
+            "{}: two vendors (every other 8-GPU node AMD, a third of the whole-GPU pods AMD's) {:.0} pods/s ({} placed, {} on another kind's devices); NVIDIA alone {:.0} pods/s ({} placed). Two vendors / NVIDIA alone {:.3} (median of the pairs)",
+            v.runtime,
+            v.mixed_pods_per_second,
+            v.mixed_placed,
+            v.wrong_kind,
+            v.nvidia_pods_per_second,
+            v.nvidia_placed,
+            v.mixed_over_nvidia,
         );
     }
     for d in &report.dra {

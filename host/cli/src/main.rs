@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod bench_dashboard;
 mod bench_dra;
+mod bench_vendors;
 mod bench_queues;
 mod chart;
 mod convert_cmd;

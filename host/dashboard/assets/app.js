@@ -125,12 +125,18 @@ function partitionCells(p) {
     Array.from({ length: Math.min(p.total, 64) }, (_, i) => cell(i < p.used)).join("") + "</span>";
 }
 
+// A node's GPUs: the model, and the vendor when it is not NVIDIA's (the default kind).
+function modelOf(n) {
+  if (!n.model && !n.kind) return "no GPU";
+  return [n.model || "unknown", n.kind && n.kind !== "nvidia" ? n.kind : ""].filter(Boolean).join(" · ");
+}
+
 function drawRows() {
   const box = $("nodes"), inner = $("nodes-inner");
   const first = Math.floor(box.scrollTop / ROW), count = Math.ceil(box.clientHeight / ROW) + 2;
   const rows = state.nodes.slice(first, first + count).map((n, i) =>
     `<div class="node-row" role="button" tabindex="0" data-name="${esc(n.name)}" data-row="${first + i}">` +
-    `<span class="name">${esc(n.name)}</span><span class="model">${esc(n.model || "no GPU")}</span>` +
+    `<span class="name">${esc(n.name)}</span><span class="model">${esc(modelOf(n))}</span>` +
     `<span class="gpus">${n.gpus.map(gpuCell).join("")}${n.devices.map(deviceCell).join("")}${n.partitions.map(partitionCells).join("")}</span></div>`);
   if (redraw(inner, rows.join(""))) {
     // Placed through the CSSOM: the page's CSP allows no inline style attributes.
@@ -157,7 +163,7 @@ async function showNode(name) {
   const n = await api(`/api/v1/nodes/${encodeURIComponent(name)}`);
   const d = $("node-detail");
   d.hidden = false;
-  d.innerHTML = `<h2>${esc(n.name)}</h2><p>${esc(n.model || "no GPU")} · CPU ${n.cpu_used_milli / 1000}/${n.cpu_milli / 1000}` +
+  d.innerHTML = `<h2>${esc(n.name)}</h2><p>${esc(modelOf(n))} · CPU ${n.cpu_used_milli / 1000}/${n.cpu_milli / 1000}` +
     `${n.unschedulable ? " · cordoned" : ""}</p><ul class="gpu-list">` +
     n.gpus.map((g) => `<li>${gpuCell(g)} GPU ${g.index}: ${g.used_milli / 10}% used` +
       `${g.numa_node != null ? `, NUMA ${g.numa_node}` : ""}${g.memory_bytes ? `, ${(g.memory_bytes / 2 ** 30).toFixed(0)} GiB` : ""}</li>`).join("") +
@@ -186,7 +192,7 @@ async function refreshCluster() {
   text($("partition-count"), parts.map((p) => `${p.profile} ${p.used}/${p.total}`).join(", "));
   const sel = $("model-filter");
   for (const m of c.cluster.models) {
-    if (![...sel.options].some((o) => o.value === m.model)) sel.add(new Option(`${m.model || "unknown"} (${m.gpus})`, m.model));
+    if (![...sel.options].some((o) => o.value === m.model)) sel.add(new Option(`${modelOf(m)} (${m.gpus})`, m.model));
   }
   drawHistory(c.series, c.series_x);
   drawDomains(c.domains ?? []);

@@ -166,6 +166,8 @@ pub struct Cluster {
 pub struct ModelCount {
     /// The model (`""` for GPUs of unknown model).
     pub model: String,
+    /// Its accelerator kind (`nvidia`, `amd`, …).
+    pub kind: String,
     /// Whole GPUs.
     pub gpus: u64,
     /// Allocated, in thousandths of a GPU.
@@ -179,6 +181,8 @@ pub struct NodeView {
     pub name: String,
     /// Its GPUs' model.
     pub model: String,
+    /// Its GPUs' accelerator kind (`nvidia`, `amd`, …; the first device's), empty without GPUs.
+    pub kind: String,
     /// Its labels.
     pub labels: Vec<(String, String)>,
     /// Its GPUs.
@@ -586,6 +590,11 @@ impl From<&wasmsched_api::Node> for NodeView {
                 Some(g) => g.model.clone(),
                 None => node.label(PRODUCT_LABEL).unwrap_or_default().to_string(),
             },
+            kind: node
+                .gpus
+                .first()
+                .map(|g| wasmsched_api::accelerators::display_name(&g.kind).to_string())
+                .unwrap_or_default(),
             labels: node.labels.clone(),
             gpus: node
                 .gpus
@@ -682,17 +691,20 @@ impl Cluster {
             if n.gpus.is_empty() {
                 continue;
             }
-            match c.models.iter_mut().find(|m| m.model == n.model) {
+            match c.models.iter_mut().find(|m| m.model == n.model && m.kind == n.kind) {
                 Some(m) => {
                     m.gpus += n.gpus.len() as u64;
                     m.used_milli += used;
                 }
-                None => {
-                    c.models.push(ModelCount { model: n.model.clone(), gpus: n.gpus.len() as u64, used_milli: used })
-                }
+                None => c.models.push(ModelCount {
+                    model: n.model.clone(),
+                    kind: n.kind.clone(),
+                    gpus: n.gpus.len() as u64,
+                    used_milli: used,
+                }),
             }
         }
-        c.models.sort_by(|a, b| a.model.cmp(&b.model));
+        c.models.sort_by(|a, b| (&a.kind, &a.model).cmp(&(&b.kind, &b.model)));
         c.partitions.sort_by(|a, b| a.profile.cmp(&b.profile));
         c
     }
@@ -701,6 +713,29 @@ impl Cluster {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cluster_counts_gpus_per_vendor_and_model() {
+        let node = |name: &str, kind: &str, model: &str, free: u32| {
+            let gpus = (0..8)
+                .map(|index| wasmsched_api::GpuDevice {
+                    index,
+                    model: model.into(),
+                    kind: kind.into(),
+                    free_milli: free,
+                    ..Default::default()
+                })
+                .collect();
+            NodeView::from(&wasmsched_api::Node { name: name.into(), gpus, ..Default::default() })
+        };
+        let nodes = [node("a", "amd", "MI300X", 0), node("b", "", "H100", 1000), node("c", "amd", "MI300X", 1000)];
+        assert_eq!((nodes[0].kind.as_str(), nodes[1].kind.as_str()), ("amd", "nvidia"));
+        let c = Cluster::of(&nodes, 0, 0);
+        let models: Vec<(&str, &str, u64, u64)> =
+            c.models.iter().map(|m| (m.kind.as_str(), m.model.as_str(), m.gpus, m.used_milli)).collect();
+        assert_eq!(models, [("amd", "MI300X", 16, 8000), ("nvidia", "H100", 8, 0)]);
+        assert_eq!(NodeView::from(&wasmsched_api::Node::default()).kind, "", "no GPU, no kind");
+    }
 
     #[test]
     fn a_comparison_side_is_thinned_evenly_to_its_limit_keeping_its_first_and_last_points() {

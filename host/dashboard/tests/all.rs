@@ -20,6 +20,7 @@ fn node(name: &str, model: &str, used: &[u32]) -> NodeView {
     NodeView {
         name: name.into(),
         model: model.into(),
+        kind: if used.is_empty() { String::new() } else { "nvidia".into() },
         labels: vec![("kubernetes.io/hostname".into(), name.into()), ("rack".into(), rack.into())],
         gpus: used
             .iter()

@@ -1,3 +1,4 @@
+/// <reference path="./interfaces/wasmsched-policy-accelerators.d.ts" />
 /// <reference path="./interfaces/wasmsched-policy-domains.d.ts" />
 /// <reference path="./interfaces/wasmsched-policy-fair-share-delta.d.ts" />
 /// <reference path="./interfaces/wasmsched-policy-fair-share.d.ts" />
@@ -14,6 +15,7 @@
 /// <reference path="./interfaces/wasmsched-policy-topology.d.ts" />
 /// <reference path="./interfaces/wasmsched-policy-types.d.ts" />
 declare module 'wasmsched:policy/policy@0.2.0' {
+  export type * as WasmschedPolicyAccelerators020 from 'wasmsched:policy/accelerators@0.2.0'; // import wasmsched:policy/accelerators@0.2.0
   export type * as WasmschedPolicyDomains020 from 'wasmsched:policy/domains@0.2.0'; // import wasmsched:policy/domains@0.2.0
   export type * as WasmschedPolicyHost020 from 'wasmsched:policy/host@0.2.0'; // import wasmsched:policy/host@0.2.0
   export type * as WasmschedPolicyTopology020 from 'wasmsched:policy/topology@0.2.0'; // import wasmsched:policy/topology@0.2.0
