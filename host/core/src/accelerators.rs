@@ -10,7 +10,7 @@
 //! never pays for it: the check runs only once a node with another kind has been seen.
 
 use ahash::AHashMap;
-use wasmsched_api::accelerators::{AcceleratorView, Kind, display_name};
+use wasmsched_api::accelerators::{AcceleratorView, Kind, KindName, display_name};
 use wasmsched_api::{GpuHealth, Node, Task};
 
 /// The kinds the host knows and the kinds of the devices of nodes that have any but NVIDIA's.
@@ -18,7 +18,7 @@ use wasmsched_api::{GpuHealth, Node, Task};
 pub struct Accelerators {
     kinds: Vec<Kind>,
     /// Per node with a device of another kind than NVIDIA's, each device's stored kind.
-    devices: AHashMap<String, Vec<String>>,
+    devices: AHashMap<String, Vec<KindName>>,
     /// A node with another kind has been seen (never cleared: the check stays on, which is
     /// only ever more careful).
     seen: bool,
@@ -58,7 +58,7 @@ impl Accelerators {
     pub fn set(&mut self, node: &Node) {
         if node.gpus.iter().any(|g| !g.kind.is_empty()) {
             self.seen = true;
-            self.devices.insert(node.name.clone(), node.gpus.iter().map(|g| g.kind.clone()).collect());
+            self.devices.insert(node.name.clone(), node.gpus.iter().map(|g| g.kind).collect());
         } else {
             self.devices.remove(&node.name);
         }
@@ -76,27 +76,60 @@ impl AcceleratorView for Accelerators {
     }
 
     fn device_kinds(&self, node: &str) -> Option<Vec<String>> {
-        self.devices.get(node).cloned()
+        self.devices.get(node).map(|kinds| kinds.iter().map(|k| k.to_string()).collect())
     }
 }
 
-/// Why `node` cannot take `task` for want of devices of its kind: `(reason, unresolvable)`; None
-/// when it has enough usable devices of the kind free enough for the request.
-pub fn kind_rejection(task: &Task, node: &Node) -> Option<(String, bool)> {
+/// Why a node cannot take a task for want of devices of its kind ([`kind_rejection`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KindRejection {
+    /// Fewer usable devices of the kind than asked: no eviction can help.
+    TooFew,
+    /// Enough of them, but not free enough (on a node of two kinds): preemption may help.
+    Busy,
+}
+
+impl KindRejection {
+    /// The reason shown for it, for a task asking `kind`.
+    pub fn reason(self, kind: &str) -> String {
+        let kind = display_name(kind);
+        match self {
+            KindRejection::TooFew => format!("too few {kind} devices"),
+            KindRejection::Busy => format!("{kind} devices busy"),
+        }
+    }
+
+    /// Whether preemption cannot help.
+    pub fn unresolvable(self) -> bool {
+        self == KindRejection::TooFew
+    }
+}
+
+/// Why `node` cannot take `task` for want of devices of its kind; None when it can, as far as
+/// kinds go. On a node of one kind (nearly all) this reads the node's summary alone: the wrong
+/// kind, or fewer usable devices than asked; whether they are free is then the policies' to judge,
+/// as on a cluster of one vendor. On a node of several kinds every device is looked at, and busy
+/// devices of the kind are a rejection too (a policy counting the node's devices would count the
+/// other kind's).
+pub fn kind_rejection(task: &Task, node: &Node) -> Option<KindRejection> {
     let request = &task.gpu;
     if request.count == 0 {
         return None;
+    }
+    let summary = node.gpus.summary();
+    if !summary.mixed_kinds {
+        let same = node.gpus.first().is_some_and(|g| g.kind == request.kind);
+        return (!same || summary.usable < request.count).then_some(KindRejection::TooFew);
     }
     let (mut usable, mut fit) = (0u32, 0u32);
     for g in node.gpus.iter().filter(|g| g.kind == request.kind && g.health != GpuHealth::Unhealthy) {
         usable += 1;
         fit += u32::from(request.fits_device(g));
     }
-    let kind = display_name(&request.kind);
     if usable < request.count {
-        Some((format!("too few {kind} devices"), true))
+        Some(KindRejection::TooFew)
     } else if fit < request.count {
-        Some((format!("{kind} devices busy"), false))
+        Some(KindRejection::Busy)
     } else {
         None
     }
@@ -113,12 +146,7 @@ mod tests {
             gpus: kinds
                 .iter()
                 .enumerate()
-                .map(|(i, k)| GpuDevice {
-                    index: i as u32,
-                    kind: k.to_string(),
-                    free_milli: free,
-                    ..Default::default()
-                })
+                .map(|(i, k)| GpuDevice { index: i as u32, kind: (*k).into(), free_milli: free, ..Default::default() })
                 .collect(),
             ..Default::default()
         }
@@ -133,14 +161,21 @@ mod tests {
 
     #[test]
     fn a_task_needs_enough_devices_of_its_own_kind() {
+        use KindRejection::{Busy, TooFew};
         let amd = node(&["amd"; 8], 1000);
-        assert_eq!(kind_rejection(&task("", 1), &amd), Some(("too few nvidia devices".into(), true)));
+        assert_eq!(kind_rejection(&task("", 1), &amd), Some(TooFew));
+        assert_eq!(TooFew.reason(""), "too few nvidia devices");
         assert_eq!(kind_rejection(&task("amd", 8), &amd), None);
-        assert_eq!(kind_rejection(&task("amd", 9), &amd).map(|r| r.1), Some(true));
+        assert_eq!(kind_rejection(&task("amd", 9), &amd), Some(TooFew));
+        assert_eq!(kind_rejection(&task("amd", 2), &node(&["amd"; 2], 0)), None, "one kind: busy is the policies'");
+        assert_eq!(kind_rejection(&task("", 1), &node(&[], 0)), Some(TooFew), "no devices at all");
         let mixed = node(&["", "", "amd", "amd"], 1000);
         assert_eq!(kind_rejection(&task("", 2), &mixed), None);
-        assert_eq!(kind_rejection(&task("", 3), &mixed), Some(("too few nvidia devices".into(), true)));
-        assert_eq!(kind_rejection(&task("amd", 2), &node(&["amd"; 2], 0)), Some(("amd devices busy".into(), false)));
+        assert_eq!(kind_rejection(&task("", 3), &mixed), Some(TooFew));
+        let mut busy = node(&["", "amd", "amd"], 1000);
+        busy.gpus.set_free(1, 0, 0);
+        assert_eq!(kind_rejection(&task("amd", 2), &busy), Some(Busy), "two kinds: the kind's own devices judged");
+        assert_eq!((Busy.reason("amd"), Busy.unresolvable()), ("amd devices busy".to_string(), false));
         assert_eq!(kind_rejection(&task("amd", 0), &node(&[], 0)), None, "no devices asked");
     }
 

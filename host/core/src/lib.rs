@@ -85,7 +85,7 @@ mod policy_set;
 mod queue;
 mod topology;
 
-pub use accelerators::{Accelerators, kind_rejection};
+pub use accelerators::{Accelerators, KindRejection, kind_rejection};
 pub use cycle::{
     CoreConfig, CoreError, Decision, EvictReason, Explanation, Phase, PreemptKind, PreemptionPolicy, QueueMove,
     QueueShare, RunningPod, SchedulerCore, ShareMove, Workload, WorkloadError, WorkloadStatus,

@@ -252,7 +252,7 @@ impl AcceleratorTable {
                     memory_bytes,
                     free_milli: GPU_MILLI,
                     free_memory_bytes: memory_bytes,
-                    kind: stored.to_string(),
+                    kind: stored.into(),
                     ..Default::default()
                 });
             }
@@ -267,7 +267,7 @@ impl AcceleratorTable {
         if first.kind.is_empty() || devices.iter().any(|d| d.kind != first.kind) {
             return None;
         }
-        let kind = self.kinds.iter().find(|k| k.name == first.kind)?;
+        let kind = self.kinds.iter().find(|k| k.name == first.kind.as_str())?;
         if kind.topology != TopologySource::Fixed {
             return None;
         }
@@ -354,7 +354,7 @@ mod tests {
         let t = AcceleratorTable::default();
         let node = labels(&[("nvidia.com/gpu.product", "H100"), ("nvidia.com/gpu.memory", "81559")]);
         let counted = t.count(&[("aws.amazon.com/neuron".into(), 2), ("amd.com/gpu".into(), 1)]);
-        let kinds: Vec<String> = t.devices(&node, 2, &counted).into_iter().map(|d| d.kind).collect();
+        let kinds: Vec<&str> = t.devices(&node, 2, &counted).iter().map(|d| d.kind.as_str()).collect();
         assert_eq!(kinds, ["", "", "amd", "neuron", "neuron"]);
         let aliases = t.count(&[("aws.amazon.com/neuron".into(), 16), ("aws.amazon.com/neurondevice".into(), 16)]);
         assert_eq!(aliases.per_kind, vec![(5, 16)], "two names of the same devices count once");

@@ -412,7 +412,7 @@ fn task_of(pod: &Pod, accelerators: &AcceleratorTable, strict: bool) -> Result<T
                     value: count.to_string(),
                 })?,
                 milli_per_gpu: GPU_MILLI,
-                kind: kind.name.clone(),
+                kind: kind.name.as_str().into(),
                 ..Default::default()
             }
         }

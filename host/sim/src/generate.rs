@@ -130,7 +130,7 @@ pub fn node(rng: &mut Rng, name: String) -> Node {
                 free_memory_bytes: (32u64 << 30) * u64::from(free_milli) / u64::from(GPU_MILLI),
                 health: if rng.percent(3) { GpuHealth::Unhealthy } else { GpuHealth::Healthy },
                 numa_node: Some(index / 4),
-                kind: String::new(),
+                kind: Default::default(),
             }
         })
         .collect();

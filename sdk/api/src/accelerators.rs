@@ -17,6 +17,113 @@
 //! want the kinds (a score that prefers one vendor, a device choice on a node with two) ask the
 //! host through the SDK's `wasmsched_sdk::accelerators`.
 
+/// A device's or a request's kind: an interned name (the empty name is NVIDIA's).
+///
+/// Every device carries one and every placement compares the request's with each device's. As a
+/// `String` per device, that comparison read each device's own heap bytes — a cache miss per
+/// device, and the two-vendor benchmark ran 30 times slower than NVIDIA's alone (BENCHMARKS.md,
+/// "Two vendors"). Interned, equal kinds are one address compared first, and the bytes are read
+/// once, hot (as [`crate::ResourceName`] does for resource names).
+#[derive(Clone, Copy)]
+pub struct KindName(&'static str);
+
+impl KindName {
+    /// The kind `name`, interned.
+    pub fn new(name: &str) -> KindName {
+        if name.is_empty() { KindName("") } else { KindName(crate::ResourceName::new(name).as_str()) }
+    }
+
+    /// The name (empty for NVIDIA's).
+    #[inline]
+    pub fn as_str(&self) -> &'static str {
+        self.0
+    }
+}
+
+impl Default for KindName {
+    /// NVIDIA's (no interning: a default device costs no lock).
+    fn default() -> Self {
+        KindName("")
+    }
+}
+
+impl std::ops::Deref for KindName {
+    type Target = str;
+    #[inline]
+    fn deref(&self) -> &str {
+        self.0
+    }
+}
+
+impl PartialEq for KindName {
+    #[inline]
+    fn eq(&self, other: &KindName) -> bool {
+        crate::same_name(self.0, other.0)
+    }
+}
+
+impl Eq for KindName {}
+
+impl PartialEq<str> for KindName {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for KindName {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl std::hash::Hash for KindName {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state)
+    }
+}
+
+impl PartialOrd for KindName {
+    fn partial_cmp(&self, other: &KindName) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for KindName {
+    fn cmp(&self, other: &KindName) -> std::cmp::Ordering {
+        self.0.cmp(other.0)
+    }
+}
+
+impl std::fmt::Debug for KindName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.0, f)
+    }
+}
+
+impl std::fmt::Display for KindName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl From<&str> for KindName {
+    fn from(name: &str) -> KindName {
+        KindName::new(name)
+    }
+}
+
+impl From<&String> for KindName {
+    fn from(name: &String) -> KindName {
+        KindName::new(name)
+    }
+}
+
+impl From<String> for KindName {
+    fn from(name: String) -> KindName {
+        KindName::new(&name)
+    }
+}
+
 /// The default kind's name, as shown to people (devices and requests of it have an empty `kind`).
 pub const NVIDIA: &str = "nvidia";
 
@@ -42,8 +149,11 @@ pub struct Kind {
 
 /// The kind `request` asks for, stored form: the kind whose resource its extended resources name,
 /// else NVIDIA's (empty). What a plugin reads when it did not get the kind from the host.
-pub fn kind_of_request<'k>(kinds: &'k [Kind], request: &crate::Resources) -> &'k str {
-    kinds.iter().find(|k| k.resources.iter().any(|r| request.extended(r) > 0)).map_or("", |k| stored_name(&k.name))
+pub fn kind_of_request(kinds: &[Kind], request: &crate::Resources) -> KindName {
+    kinds
+        .iter()
+        .find(|k| k.resources.iter().any(|r| request.extended(r) > 0))
+        .map_or(KindName::default(), |k| KindName::new(stored_name(&k.name)))
 }
 
 /// What the host answers. Implemented by the scheduler core; the Wasm runtime forwards the

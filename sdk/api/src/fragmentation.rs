@@ -244,7 +244,7 @@ mod tests {
             free_memory_bytes: 80 << 30,
             health,
             numa_node: None,
-            kind: String::new(),
+            kind: Default::default(),
         };
         let node = |second| crate::Node {
             name: "n".into(),

@@ -146,7 +146,7 @@ pub struct GpuDevice {
     pub numa_node: Option<u32>,
     /// Accelerator kind ([`crate::accelerators`]): empty for NVIDIA GPUs, else the kind's name
     /// (`amd`, `gaudi`, …). A request is only ever given devices of its own kind.
-    pub kind: String,
+    pub kind: crate::accelerators::KindName,
 }
 
 impl GpuDevice {
@@ -182,11 +182,17 @@ pub struct GpuSummary {
     pub free_milli: u64,
     /// The largest free share of one usable device (0 when none).
     pub max_free_milli: u32,
+    /// Devices of more than one accelerator kind (rare: the host then checks kinds device by
+    /// device, [`crate::accelerators`]).
+    pub mixed_kinds: bool,
 }
 
 impl GpuSummary {
     fn of(devices: &[GpuDevice]) -> GpuSummary {
         let mut s = GpuSummary::default();
+        if let Some(first) = devices.first() {
+            s.mixed_kinds = devices.iter().any(|g| g.kind != first.kind);
+        }
         for g in devices.iter().filter(|g| g.health != GpuHealth::Unhealthy) {
             s.usable += 1;
             s.whole_free += u32::from(g.free_milli >= GPU_MILLI);
@@ -388,7 +394,7 @@ pub struct GpuRequest {
     /// Allowed models; empty allows any.
     pub models: Vec<String>,
     /// Accelerator kind of the devices ([`crate::accelerators`]): empty for NVIDIA GPUs.
-    pub kind: String,
+    pub kind: crate::accelerators::KindName,
 }
 
 impl GpuRequest {
@@ -600,16 +606,25 @@ mod tests {
             device(2, GPU_MILLI, GpuHealth::Unhealthy),
         ]
         .into();
-        assert_eq!(*gpus.summary(), GpuSummary { usable: 2, whole_free: 1, free_milli: 1300, max_free_milli: 1000 });
+        assert_eq!(
+            *gpus.summary(),
+            GpuSummary { usable: 2, whole_free: 1, free_milli: 1300, max_free_milli: 1000, mixed_kinds: false }
+        );
         assert!(gpus.set_free(0, 250, 0));
-        assert_eq!(*gpus.summary(), GpuSummary { usable: 2, whole_free: 0, free_milli: 550, max_free_milli: 300 });
+        assert_eq!(
+            *gpus.summary(),
+            GpuSummary { usable: 2, whole_free: 0, free_milli: 550, max_free_milli: 300, mixed_kinds: false }
+        );
         assert!(!gpus.set_free(7, 0, 0), "no such device");
         gpus.update(|d| d[2].health = GpuHealth::Healthy);
         assert_eq!(gpus.summary().whole_free, 1);
         gpus.update(|d| d.truncate(1));
         assert_eq!(*gpus.summary(), fresh(&gpus));
         let collected: Gpus = (0..4).map(|i| device(i, 100 * i, GpuHealth::Healthy)).collect();
-        assert_eq!(*collected.summary(), GpuSummary { usable: 4, whole_free: 0, free_milli: 600, max_free_milli: 300 });
+        assert_eq!(
+            *collected.summary(),
+            GpuSummary { usable: 4, whole_free: 0, free_milli: 600, max_free_milli: 300, mixed_kinds: false }
+        );
         assert_eq!(*Gpus::default().summary(), GpuSummary::default());
         let node = Node { gpus: collected, ..Default::default() };
         assert_eq!(node.free_gpu_milli(), 600);

@@ -63,7 +63,7 @@ pub(super) fn node(n: wit::Node) -> api::Node {
                     wit::GpuHealth::Unhealthy => api::GpuHealth::Unhealthy,
                 },
                 numa_node: g.numa_node,
-                kind: kinds.next().unwrap_or_default(),
+                kind: kinds.next().map(api::accelerators::KindName::from).unwrap_or_default(),
             })
             .collect(),
         unschedulable: n.unschedulable,
@@ -72,11 +72,11 @@ pub(super) fn node(n: wit::Node) -> api::Node {
 
 /// The accelerator kind a request is for (the host's kinds asked only when it names an extended
 /// resource).
-fn kind_of(request: &api::Resources) -> String {
+fn kind_of(request: &api::Resources) -> api::accelerators::KindName {
     if request.extended.is_empty() {
-        return String::new();
+        return Default::default();
     }
-    api::accelerators::kind_of_request(super::kinds(), request).to_string()
+    api::accelerators::kind_of_request(super::kinds(), request)
 }
 
 pub(super) fn task(t: wit::Task) -> api::Task {

@@ -3,7 +3,7 @@
 use wasmsched_api::Task;
 
 use super::Run;
-use crate::accelerators::kind_rejection;
+use crate::accelerators::{KindRejection, kind_rejection};
 use crate::node_table::{NodeTable, Slot};
 use crate::placement::Unschedulable;
 use crate::plugin::{CallContext, FailurePolicy, PluginFault};
@@ -37,8 +37,8 @@ pub fn filter_each(
     if nodes.accelerators().checks() && task.gpu.count > 0 {
         alive.retain(|&i| match nodes.get(candidates[i]).and_then(|node| kind_rejection(task, node)) {
             None => true,
-            Some((reason, unresolvable)) => {
-                verdicts[i] = Some((format!("{reason} ({HOST_CHECK})"), unresolvable));
+            Some(r) => {
+                verdicts[i] = Some((format!("{} ({HOST_CHECK})", r.reason(&task.gpu.kind)), r.unresolvable()));
                 false
             }
         });
@@ -83,14 +83,21 @@ impl Run {
         enough: usize,
     ) -> Result<Vec<Slot>, Unschedulable> {
         if ctx.nodes.accelerators().checks() && task.gpu.count > 0 {
+            // Counted here and entered once: most nodes of a two-vendor cluster are of the other kind.
+            let mut rejected = [0usize; 2];
             candidates.retain(|&slot| match ctx.nodes.get(slot).and_then(|node| kind_rejection(task, node)) {
                 None => true,
-                Some((reason, unresolvable)) => {
-                    let e = self.diagnosis.rejections.entry((HOST_CHECK.into(), reason)).or_insert((0, unresolvable));
-                    e.0 += 1;
+                Some(r) => {
+                    rejected[usize::from(!r.unresolvable())] += 1;
                     false
                 }
             });
+            for (r, n) in [KindRejection::TooFew, KindRejection::Busy].into_iter().zip(rejected) {
+                if n > 0 {
+                    let key = (HOST_CHECK.to_string(), r.reason(&task.gpu.kind));
+                    self.diagnosis.rejections.entry(key).or_insert((0, r.unresolvable())).0 += n;
+                }
+            }
         }
         let last = set.filters.len().saturating_sub(1);
         for (at, filter) in set.filters.iter().enumerate() {

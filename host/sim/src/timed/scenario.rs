@@ -406,7 +406,7 @@ impl Job {
                     count: self.gpus,
                     milli_per_gpu: self.gpu_milli,
                     models: self.gpu_models.clone(),
-                    kind: self.accelerator.as_ref().map(|a| a.kind.clone()).unwrap_or_default(),
+                    kind: self.accelerator.as_ref().map(|a| a.kind.as_str().into()).unwrap_or_default(),
                     ..Default::default()
                 }
             },
@@ -1129,7 +1129,7 @@ impl Scenario {
                 // Another kind: its devices carry it and count as its resource, not as gpu-milli.
                 node.allocatable.gpu_milli = 0;
                 node.allocatable.extended = vec![(a.resource.as_str().into(), u64::from(n.gpus))].into();
-                node.gpus.update(|gpus| gpus.iter_mut().for_each(|g| g.kind = a.kind.clone()));
+                node.gpus.update(|gpus| gpus.iter_mut().for_each(|g| g.kind = a.kind.as_str().into()));
             }
             node.labels.extend(
                 n.labels
