@@ -180,6 +180,36 @@ mod tests {
     }
 
     #[test]
+    fn the_table_s_brief_per_slot_answers_as_the_node_does_through_changes() {
+        let mut t = crate::NodeTable::new();
+        let named = |name: &str, kinds: &[&str]| Node { name: name.into(), ..node(kinds, 1000) };
+        let a = t.upsert(named("amd", &["amd"; 4]));
+        let n = t.upsert(named("nv", &["", ""]));
+        let m = t.upsert(named("mixed", &["", "amd", "amd"]));
+        let e = t.upsert(named("cpu", &[]));
+        let check = |t: &crate::NodeTable| {
+            for slot in [a, n, m, e] {
+                for (kind, count) in [("", 1), ("", 2), ("", 3), ("amd", 2), ("amd", 4), ("amd", 5)] {
+                    let want = kind_rejection(&task(kind, count), t.get(slot).unwrap());
+                    assert_eq!(t.kind_rejection(slot, &task(kind, count)), want, "slot {slot}, {kind} × {count}");
+                }
+            }
+        };
+        check(&t);
+        // A device gone unhealthy (an `update`, as the agent's facts are applied) counts at once.
+        t.update(a, |node| node.gpus.update(|g| g[0].health = GpuHealth::Unhealthy));
+        assert_eq!(t.kind_rejection(a, &task("amd", 4)), Some(KindRejection::TooFew));
+        check(&t);
+        // A node replaced by one of the other kind, and a removed node's slot reused.
+        t.upsert(named("amd", &["", "", "", ""]));
+        check(&t);
+        t.remove("nv");
+        let reused = t.upsert(named("new", &["amd"; 8]));
+        assert_eq!(reused, n);
+        check(&t);
+    }
+
+    #[test]
     fn only_nodes_with_another_kind_are_recorded() {
         let mut a = Accelerators::default();
         a.set(&node(&["", ""], 1000));

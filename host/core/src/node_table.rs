@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use ahash::AHashMap;
 use wasmsched_api::Node;
-use wasmsched_api::accelerators::AcceleratorView;
+use wasmsched_api::accelerators::{AcceleratorView, KindName};
 use wasmsched_api::domains::DomainView;
 use wasmsched_api::topology::TopologyView;
 
-use crate::accelerators::Accelerators;
+use crate::accelerators::{Accelerators, KindRejection};
 use crate::domains::Domains;
 use crate::topology::Topologies;
 
@@ -73,9 +73,40 @@ pub struct NodeTable {
     domains: Arc<Domains>,
     /// Accelerator kinds (copy-on-write, like `domains`).
     accelerators: Arc<Accelerators>,
+    /// Per slot, its node's devices' kind in brief: the host's kind check reads this, not the
+    /// node, for every node a placement scans (a node record is a cache miss; this is packed).
+    slot_kinds: Arc<Vec<SlotKind>>,
     /// A snapshot still equal to its original at `generation`: it shares the original's id until
     /// its first change.
     frozen: bool,
+}
+
+/// A node's devices' kind in brief ([`NodeTable::kind_rejection`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct SlotKind {
+    /// Its first device's kind (NVIDIA's when it has none).
+    kind: KindName,
+    /// Usable devices.
+    usable: u32,
+    /// Devices of more than one kind: the check reads the node itself.
+    mixed: bool,
+}
+
+fn set_slot_kind(kinds: &mut Arc<Vec<SlotKind>>, slot: Slot, node: &Node) {
+    let summary = node.gpus.summary();
+    let k = SlotKind {
+        kind: node.gpus.first().map(|g| g.kind).unwrap_or_default(),
+        usable: summary.usable,
+        mixed: summary.mixed_kinds,
+    };
+    let i = slot as usize;
+    if kinds.get(i) != Some(&k) {
+        let kinds = Arc::make_mut(kinds);
+        if kinds.len() <= i {
+            kinds.resize(i + 1, SlotKind::default());
+        }
+        kinds[i] = k;
+    }
 }
 
 /// Record `node`'s device kinds, copying the shared kinds only when they change.
@@ -134,6 +165,7 @@ impl NodeTable {
             topologies: Arc::clone(&self.topologies),
             domains: Arc::clone(&self.domains),
             accelerators: Arc::clone(&self.accelerators),
+            slot_kinds: Arc::clone(&self.slot_kinds),
             frozen: false,
         }
     }
@@ -153,6 +185,7 @@ impl NodeTable {
             topologies: Arc::default(),
             domains: Arc::default(),
             accelerators: Arc::default(),
+            slot_kinds: Arc::default(),
             frozen: false,
         }
     }
@@ -242,6 +275,16 @@ impl NodeTable {
         &self.accelerators
     }
 
+    /// Why the node in `slot` cannot take `task` for want of devices of its kind
+    /// ([`crate::kind_rejection`]), from the slot's brief alone unless the node has two kinds.
+    pub fn kind_rejection(&self, slot: Slot, task: &wasmsched_api::Task) -> Option<KindRejection> {
+        let k = self.slot_kinds.get(slot as usize)?;
+        if k.mixed {
+            return self.get(slot).and_then(|node| crate::accelerators::kind_rejection(task, node));
+        }
+        (k.kind != task.gpu.kind || k.usable < task.gpu.count).then_some(KindRejection::TooFew)
+    }
+
     /// What plugins' `accelerators` questions are answered from during a call.
     pub fn accelerator_view(&self) -> Arc<dyn AcceleratorView> {
         Arc::clone(&self.accelerators) as Arc<dyn AcceleratorView>
@@ -319,6 +362,7 @@ impl NodeTable {
             Arc::make_mut(&mut self.domains).set(&node);
         }
         note_kinds(&mut self.accelerators, &node);
+        set_slot_kind(&mut self.slot_kinds, slot, &node);
         self.slots.set(slot as usize, Some(node));
         self.stamps[slot as usize] = next_stamp();
         self.record(slot);
@@ -335,6 +379,7 @@ impl NodeTable {
             Arc::make_mut(&mut self.domains).set(node);
         }
         note_kinds(&mut self.accelerators, node);
+        set_slot_kind(&mut self.slot_kinds, slot, node);
         self.stamps[slot as usize] = next_stamp();
         self.record(slot);
         Some(out)
@@ -376,6 +421,9 @@ impl NodeTable {
             occupied.remove(at);
         }
         let node = self.slots.set(slot as usize, None);
+        if let Some(k) = Arc::make_mut(&mut self.slot_kinds).get_mut(slot as usize) {
+            *k = SlotKind::default();
+        }
         self.stamps[slot as usize] = 0;
         self.free.push(slot);
         self.record(slot);

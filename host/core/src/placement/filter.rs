@@ -3,7 +3,7 @@
 use wasmsched_api::Task;
 
 use super::Run;
-use crate::accelerators::{KindRejection, kind_rejection};
+use crate::accelerators::KindRejection;
 use crate::node_table::{NodeTable, Slot};
 use crate::placement::Unschedulable;
 use crate::plugin::{CallContext, FailurePolicy, PluginFault};
@@ -35,7 +35,7 @@ pub fn filter_each(
         verdicts[i] = Some(("node not found".into(), true));
     }
     if nodes.accelerators().checks() && task.gpu.count > 0 {
-        alive.retain(|&i| match nodes.get(candidates[i]).and_then(|node| kind_rejection(task, node)) {
+        alive.retain(|&i| match nodes.kind_rejection(candidates[i], task) {
             None => true,
             Some(r) => {
                 verdicts[i] = Some((format!("{} ({HOST_CHECK})", r.reason(&task.gpu.kind)), r.unresolvable()));
@@ -85,7 +85,7 @@ impl Run {
         if ctx.nodes.accelerators().checks() && task.gpu.count > 0 {
             // Counted here and entered once: most nodes of a two-vendor cluster are of the other kind.
             let mut rejected = [0usize; 2];
-            candidates.retain(|&slot| match ctx.nodes.get(slot).and_then(|node| kind_rejection(task, node)) {
+            candidates.retain(|&slot| match ctx.nodes.kind_rejection(slot, task) {
                 None => true,
                 Some(r) => {
                     rejected[usize::from(!r.unresolvable())] += 1;
