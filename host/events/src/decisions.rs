@@ -53,16 +53,14 @@ pub fn node_pool(node: &Node) -> Option<&str> {
     NODE_POOL_LABELS.iter().find_map(|key| node.label(key))
 }
 
-/// The model of the GPUs a placement holds: its first device's.
-pub fn gpu_model<'n>(node: &'n Node, devices: &[DeviceShare]) -> Option<&'n str> {
-    let first = devices.first()?;
-    node.gpus.iter().find(|g| g.index == first.gpu).map(|g| g.model.as_str())
-}
-
-/// The accelerator kind of the devices a placement holds (its first device's), None for NVIDIA's.
-pub fn gpu_kind<'n>(node: &'n Node, devices: &[DeviceShare]) -> Option<&'n str> {
-    let first = devices.first()?;
-    node.gpus.iter().find(|g| g.index == first.gpu).map(|g| g.kind.as_str()).filter(|k| !k.is_empty())
+/// The model of the GPUs a placement holds, and their accelerator kind unless NVIDIA's: its first
+/// device's, found once for both (every decision's event asks).
+pub fn gpu_model_and_kind<'n>(node: &'n Node, devices: &[DeviceShare]) -> (Option<&'n str>, Option<&'n str>) {
+    let Some(first) = devices.first() else { return (None, None) };
+    match node.gpus.iter().find(|g| g.index == first.gpu) {
+        Some(g) => (Some(g.model.as_str()), Some(g.kind.as_str()).filter(|k| !k.is_empty())),
+        None => (None, None),
+    }
 }
 
 /// What a placed task holds: CPU and memory as requested, GPUs as allocated.
@@ -130,14 +128,15 @@ pub struct Ended<'a> {
 
 /// The `task-ended` event of `e`.
 pub fn ended(e: Ended<'_>) -> Payload {
+    let (model, kind) = e.node.map(|n| gpu_model_and_kind(n, e.devices)).unwrap_or_default();
     Payload::TaskEnded(TaskEnded {
         task: task_ref(e.task),
         node: e.node_name.to_owned(),
         started: e.started,
         gpus: e.devices.iter().map(|d| GpuShare { gpu: d.gpu, milli: d.milli }).collect(),
         allocated: allocated(e.task, e.devices),
-        gpu_model: e.node.and_then(|n| gpu_model(n, e.devices)).map(str::to_owned),
-        gpu_kind: e.node.and_then(|n| gpu_kind(n, e.devices)).map(str::to_owned),
+        gpu_model: model.map(str::to_owned),
+        gpu_kind: kind.map(str::to_owned),
         node_pool: e.node.and_then(node_pool).map(str::to_owned),
         reason: e.reason,
         work_kept: e.work_kept,
@@ -153,6 +152,7 @@ pub fn publish(sink: Option<&EventSink>, time: Option<Timestamp>, d: Decision<'_
     let time = time.unwrap_or_else(Timestamp::now_coarse);
     match d.outcome {
         Ok((p, node)) => {
+            let (model, kind) = gpu_model_and_kind(node, &p.devices);
             // Packed: no allocation on this (the scheduling) thread for typical names, instead of
             // seven (see `record`).
             let view = ScheduledView {
@@ -170,8 +170,8 @@ pub fn publish(sink: Option<&EventSink>, time: Option<Timestamp>, d: Decision<'_
                 held: HeldView {
                     cpu_milli: d.task.request.cpu_milli,
                     memory_bytes: d.task.request.memory_bytes,
-                    gpu_model: gpu_model(node, &p.devices),
-                    gpu_kind: gpu_kind(node, &p.devices),
+                    gpu_model: model,
+                    gpu_kind: kind,
                     node_pool: node_pool(node),
                     submitted: d.submitted,
                 },
@@ -363,6 +363,7 @@ pub fn scheduled(
         Ok(n) => (n.name.as_str(), Some(n)),
         Err(name) => (name, None),
     };
+    let (model, kind) = node.map(|n| gpu_model_and_kind(n, &p.devices)).unwrap_or_default();
     Payload::TaskScheduled(TaskScheduled {
         task: task_ref(task),
         node: name.to_owned(),
@@ -371,8 +372,8 @@ pub fn scheduled(
         policy_set: policy.clone(),
         attempt,
         allocated: allocated(task, &p.devices),
-        gpu_model: node.and_then(|n| gpu_model(n, &p.devices)).map(str::to_owned),
-        gpu_kind: node.and_then(|n| gpu_kind(n, &p.devices)).map(str::to_owned),
+        gpu_model: model.map(str::to_owned),
+        gpu_kind: kind.map(str::to_owned),
         node_pool: node.and_then(node_pool).map(str::to_owned),
         submitted,
         topology: None,

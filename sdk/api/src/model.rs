@@ -190,10 +190,13 @@ pub struct GpuSummary {
 impl GpuSummary {
     fn of(devices: &[GpuDevice]) -> GpuSummary {
         let mut s = GpuSummary::default();
-        if let Some(first) = devices.first() {
-            s.mixed_kinds = devices.iter().any(|g| g.kind != first.kind);
-        }
-        for g in devices.iter().filter(|g| g.health != GpuHealth::Unhealthy) {
+        let kind = devices.first().map(|g| g.kind).unwrap_or_default();
+        // One pass: recomputed on every bind and release.
+        for g in devices {
+            s.mixed_kinds |= g.kind != kind;
+            if g.health == GpuHealth::Unhealthy {
+                continue;
+            }
             s.usable += 1;
             s.whole_free += u32::from(g.free_milli >= GPU_MILLI);
             s.free_milli += u64::from(g.free_milli);

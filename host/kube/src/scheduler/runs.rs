@@ -67,13 +67,14 @@ impl Scheduler {
         let node = self.cache.nodes().slot_of(node_name).and_then(|s| self.cache.nodes().get(s));
         let started = facts.scheduled.as_ref().map_or_else(Timestamp::now, crate::convert::event_time);
         let task = &facts.task;
+        let (model, kind) = node.map(|n| decisions::gpu_model_and_kind(n, devices)).unwrap_or_default();
         let placed = TaskScheduled {
             task: decisions::task_ref(task),
             node: node_name.to_string(),
             gpus: devices.iter().map(|d| GpuShare { gpu: d.gpu, milli: d.milli }).collect(),
             allocated: decisions::allocated(task, devices),
-            gpu_model: node.and_then(|n| decisions::gpu_model(n, devices)).map(str::to_owned),
-            gpu_kind: node.and_then(|n| decisions::gpu_kind(n, devices)).map(str::to_owned),
+            gpu_model: model.map(str::to_owned),
+            gpu_kind: kind.map(str::to_owned),
             node_pool: node.and_then(decisions::node_pool).map(str::to_owned),
             submitted: facts.created.as_ref().map(crate::convert::event_time),
             ..TaskScheduled::default()
