@@ -79,14 +79,40 @@ pub enum Source {
     Nvml,
     /// `nvidia-smi topo -m` output in a file (hosts without NVML access, tests, replays).
     Smi(std::path::PathBuf),
-    /// AMD GPUs: `rocm-smi --showtopo` or `amd-smi topology` output in a file.
-    AmdSmiText(std::path::PathBuf),
-    /// AMD GPUs: this program's `topology` output, asked on every discovery (`amd-smi` on the
-    /// host; ROCm's SMI library has no maintained Rust binding, its command prints the same).
-    AmdSmi(std::path::PathBuf),
+    /// Another vendor's devices: a saved output of its topology tool.
+    VendorText(VendorTool, std::path::PathBuf),
+    /// Another vendor's devices: this program (its topology tool) asked on every discovery.
+    VendorProgram(VendorTool, std::path::PathBuf),
     /// An NVML inventory recorded earlier (`wasmsched-agent discover --inventory`): stand-in
     /// devices for nodes without GPUs (tests, a kubelet on a machine without a GPU).
     Recorded(std::path::PathBuf),
+}
+
+/// Other vendors' topology tools the agent reads. Their SMI libraries have no maintained Rust
+/// binding; their commands print the same, and their outputs are what the tests record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VendorTool {
+    /// AMD: `amd-smi topology` (or a saved `rocm-smi --showtopo`).
+    AmdSmi,
+    /// AWS Inferentia and Trainium: `neuron-ls`.
+    NeuronLs,
+}
+
+impl VendorTool {
+    /// The arguments the program is run with.
+    fn args(self) -> &'static [&'static str] {
+        match self {
+            VendorTool::AmdSmi => &["topology"],
+            VendorTool::NeuronLs => &[],
+        }
+    }
+
+    fn parse(self, text: &str) -> Result<NodeTopology, wasmsched_topology::Error> {
+        match self {
+            VendorTool::AmdSmi => wasmsched_topology::amd_smi::parse(text),
+            VendorTool::NeuronLs => wasmsched_topology::neuron_ls::parse(text),
+        }
+    }
 }
 
 /// One discovery: the topology and the driver that reported it.
@@ -120,29 +146,30 @@ impl Source {
                 let topology = inventory.topology()?;
                 Ok(Discovery { topology, driver: inventory.driver.clone(), inventory: Some(inventory) })
             }
-            Source::AmdSmiText(path) => {
+            Source::VendorText(tool, path) => {
                 let text = std::fs::read_to_string(path).map_err(file_error("reading", path))?;
-                let topology = wasmsched_topology::amd_smi::parse(&text)
-                    .map_err(|source| AgentError::Smi { path: path.display().to_string(), source })?;
+                let topology =
+                    tool.parse(&text).map_err(|source| AgentError::Smi { path: path.display().to_string(), source })?;
                 Ok(Discovery { topology, driver: String::new(), inventory: None })
             }
-            Source::AmdSmi(program) => {
-                let shown = program.display().to_string();
+            Source::VendorProgram(tool, program) => {
+                let shown =
+                    [program.display().to_string()].into_iter().chain(tool.args().iter().map(|a| a.to_string()));
+                let shown = shown.collect::<Vec<_>>().join(" ");
                 let out = std::process::Command::new(program)
-                    .arg("topology")
+                    .args(tool.args())
                     .output()
                     .map_err(|source| AgentError::File { what: "running", path: shown.clone(), source })?;
                 if !out.status.success() {
                     let message = format!("{} {}", out.status, String::from_utf8_lossy(&out.stderr).trim());
                     return Err(AgentError::File {
                         what: "running",
-                        path: format!("{shown} topology"),
+                        path: shown,
                         source: std::io::Error::other(message),
                     });
                 }
                 let text = String::from_utf8_lossy(&out.stdout);
-                let topology = wasmsched_topology::amd_smi::parse(&text)
-                    .map_err(|source| AgentError::Smi { path: format!("{shown} topology"), source })?;
+                let topology = tool.parse(&text).map_err(|source| AgentError::Smi { path: shown, source })?;
                 Ok(Discovery { topology, driver: String::new(), inventory: None })
             }
             Source::Smi(path) => {

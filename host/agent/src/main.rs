@@ -36,9 +36,9 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         smi: Option<PathBuf>,
         #[command(flatten)]
-        amd: AmdArgs,
+        vendor: VendorArgs,
         /// Print the raw NVML inventory (NVML only).
-        #[arg(long, conflicts_with_all = ["smi", "amd_smi", "amd_smi_text"])]
+        #[arg(long, conflicts_with_all = ["smi", "amd_smi", "amd_smi_text", "neuron_ls", "neuron_ls_text"])]
         inventory: bool,
     },
     /// Keep the node's report current.
@@ -54,7 +54,7 @@ struct RunArgs {
     #[arg(long, value_name = "FILE")]
     smi: Option<PathBuf>,
     #[command(flatten)]
-    amd: AmdArgs,
+    vendor: VendorArgs,
     /// Read a recorded NVML inventory (`discover --inventory`) instead of asking NVML: stand-in
     /// devices on a machine without GPUs (tests, trying the device plugin with a real kubelet).
     #[arg(long, value_name = "FILE", conflicts_with = "smi")]
@@ -62,7 +62,7 @@ struct RunArgs {
     /// Serve the GPUs to the kubelet as its device plugin (`nvidia.com/gpu` and
     /// `wasmsched.io/gpu-milli`), giving each pod exactly the GPUs the scheduler chose: watches
     /// this node's pods (needs `list` and `watch` on pods). Replaces NVIDIA's device plugin.
-    #[arg(long, conflicts_with_all = ["amd_smi", "amd_smi_text"])]
+    #[arg(long, conflicts_with_all = ["amd_smi", "amd_smi_text", "neuron_ls", "neuron_ls_text"])]
     device_plugin: bool,
     /// The kubelet's device-plugin directory (its `kubelet.sock`).
     #[arg(long, value_name = "DIR", default_value = wasmsched_deviceplugin::DEFAULT_DIR)]
@@ -113,7 +113,7 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let result = match Cli::parse().command {
-        Command::Discover { smi, amd, inventory } => discover(smi, &amd, inventory),
+        Command::Discover { smi, vendor, inventory } => discover(smi, &vendor, inventory),
         Command::Run(args) => run(*args),
     };
     match result {
@@ -125,25 +125,39 @@ fn main() -> ExitCode {
     }
 }
 
-/// An AMD node: its topology from AMD's tools instead of NVML (health and the device plugin are
-/// AMD's GPU operator's there).
+/// A node of another vendor's devices: its topology from the vendor's tool instead of NVML
+/// (health and the device plugin are the vendor's operator's there).
 #[derive(clap::Args)]
-struct AmdArgs {
-    /// Ask this program (`amd-smi`) for the node's `topology` on every discovery.
-    #[arg(long, value_name = "PROGRAM", conflicts_with = "smi")]
+struct VendorArgs {
+    /// AMD GPUs: ask this program (`amd-smi`) for the node's `topology` on every discovery.
+    #[arg(long, value_name = "PROGRAM", conflicts_with_all = ["smi", "neuron_ls", "neuron_ls_text"])]
     amd_smi: Option<PathBuf>,
-    /// Read `rocm-smi --showtopo` or `amd-smi topology` output from this file.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["smi", "amd_smi"])]
+    /// AMD GPUs: read `rocm-smi --showtopo` or `amd-smi topology` output from this file.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["smi", "amd_smi", "neuron_ls", "neuron_ls_text"])]
     amd_smi_text: Option<PathBuf>,
+    /// AWS Inferentia or Trainium: ask this program (`neuron-ls`) for the devices and their
+    /// NeuronLinks on every discovery.
+    #[arg(long, value_name = "PROGRAM", conflicts_with = "smi")]
+    neuron_ls: Option<PathBuf>,
+    /// AWS Inferentia or Trainium: read `neuron-ls` output from this file.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["smi", "neuron_ls"])]
+    neuron_ls_text: Option<PathBuf>,
 }
 
-fn source(smi: Option<PathBuf>, amd: &AmdArgs) -> Source {
-    match (smi, &amd.amd_smi, &amd.amd_smi_text) {
-        (Some(path), ..) => Source::Smi(path),
-        (None, Some(program), _) => Source::AmdSmi(program.clone()),
-        (None, None, Some(path)) => Source::AmdSmiText(path.clone()),
-        (None, None, None) => Source::Nvml,
+fn source(smi: Option<PathBuf>, vendor: &VendorArgs) -> Source {
+    use wasmsched_agent::VendorTool::{AmdSmi, NeuronLs};
+    if let Some(path) = smi {
+        return Source::Smi(path);
     }
+    let programs = [(AmdSmi, &vendor.amd_smi), (NeuronLs, &vendor.neuron_ls)];
+    let texts = [(AmdSmi, &vendor.amd_smi_text), (NeuronLs, &vendor.neuron_ls_text)];
+    if let Some((tool, Some(program))) = programs.into_iter().find(|(_, p)| p.is_some()) {
+        return Source::VendorProgram(tool, program.clone());
+    }
+    if let Some((tool, Some(path))) = texts.into_iter().find(|(_, p)| p.is_some()) {
+        return Source::VendorText(tool, path.clone());
+    }
+    Source::Nvml
 }
 
 /// What wakes the agent between discoveries.
@@ -261,8 +275,8 @@ async fn watch_pods(
     }
 }
 
-fn discover(smi: Option<PathBuf>, amd: &AmdArgs, inventory: bool) -> anyhow::Result<()> {
-    let found = source(smi, amd).discover().context("discovery")?;
+fn discover(smi: Option<PathBuf>, vendor: &VendorArgs, inventory: bool) -> anyhow::Result<()> {
+    let found = source(smi, vendor).discover().context("discovery")?;
     if inventory {
         let inventory = found.inventory.context("no NVML inventory")?;
         println!("{}", serde_json::to_string_pretty(&inventory)?);
@@ -280,7 +294,7 @@ fn discover(smi: Option<PathBuf>, amd: &AmdArgs, inventory: bool) -> anyhow::Res
 fn run(args: RunArgs) -> anyhow::Result<()> {
     let source = match &args.inventory {
         Some(path) => Source::Recorded(path.clone()),
-        None => source(args.smi.clone(), &args.amd),
+        None => source(args.smi.clone(), &args.vendor),
     };
     let uses_nvml = matches!(source, Source::Nvml);
     // Kept here too, so the channel never closes: waiting on it is the wait between discoveries.

@@ -284,8 +284,9 @@ fn on_an_amd_node_the_topology_comes_from_amd_smi() {
     let labels: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("labels.json")).unwrap()).unwrap();
     assert_eq!(
         (labels["wasmsched.io/gpu-count"].as_str(), labels["wasmsched.io/gpu-interconnect"].as_str()),
-        (Some("8"), Some("nvlink"))
+        (Some("8"), Some("xgmi"))
     );
+    assert!(labels.get("wasmsched.io/nvlink-bond").is_none(), "no NVLink on an AMD node: {labels}");
     // The same from a saved `rocm-smi --showtopo`, NUMA nodes included.
     let o = agent(&["discover", "--amd-smi-text", &fixture_path("rocm-smi-8gpu-two-xgmi-hives.txt")]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -301,4 +302,47 @@ fn on_an_amd_node_the_topology_comes_from_amd_smi() {
     assert!(err.contains("amdgpu driver not initialized"), "{err}");
     let o = agent(&["run", "--node", "n", "--amd-smi", "amd-smi", "--device-plugin", "--once"]);
     assert!(!o.status.success(), "the device plugin serves NVIDIA GPUs only");
+}
+
+/// A Trainium node: the agent runs `neuron-ls` on every discovery. The program here is a STAND-IN
+/// (no Neuron device in CI): a script printing the real output AWS published for a trn1.32xlarge.
+#[test]
+fn on_a_trainium_node_the_devices_and_their_neuronlinks_come_from_neuron_ls() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = fixture_path("neuron-ls-trn1-16dev-torus-topology.txt");
+    let tool = dir.path().join("neuron-ls");
+    std::fs::write(&tool, format!("#!/bin/sh\n[ $# -eq 0 ] || exit 2\ncat '{fixture}'\n")).unwrap();
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = dir.path().join("report");
+    let o = agent(&[
+        "run",
+        "--node",
+        "trn1-0",
+        "--neuron-ls",
+        tool.to_str().unwrap(),
+        "--once",
+        "--write",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let expected = wasmsched_topology::neuron_ls::parse(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
+    let annotations: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("annotations.json")).unwrap()).unwrap();
+    assert_eq!(from_annotation(annotations[TOPOLOGY_ANNOTATION].as_str().unwrap()).unwrap(), expected);
+    let labels: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("labels.json")).unwrap()).unwrap();
+    assert_eq!(
+        (labels["wasmsched.io/gpu-count"].as_str(), labels["wasmsched.io/gpu-interconnect"].as_str()),
+        (Some("16"), Some("neuronlink"))
+    );
+    // A saved output; a file that is not neuron-ls output says so; two vendors' tools at once are refused.
+    let o = agent(&["discover", "--neuron-ls-text", &fixture_path("neuron-ls-inf1-4dev-ring-all-procs.txt")]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["labels"]["wasmsched.io/gpu-count"], "4");
+    let o = agent(&["discover", "--neuron-ls-text", &fixture_path("amd-smi-mi300x-8gpu-xgmi.txt")]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no neuron-ls device table"));
+    let o = agent(&["discover", "--neuron-ls", "neuron-ls", "--amd-smi", "amd-smi"]);
+    assert!(!o.status.success(), "one vendor's tool per node");
 }

@@ -10,7 +10,8 @@
 use std::collections::BTreeMap;
 
 use wasmsched_events::schema::{
-    EndReason, NodeCapacityChanged, Payload, Quantity, QueueConfigured, TaskRef, TaskSubmitted, TaskUnschedulable,
+    EndReason, NodeCapacityChanged, Payload, Quantity, QueueConfigured, ResourceQuota, TaskRef, TaskSubmitted,
+    TaskUnschedulable,
 };
 use wasmsched_events::{Kind, Timestamp};
 use wasmsched_sim::timed::{AdmissionConfig, Amount, Job, QueueConfig, Scenario, ScenarioNode};
@@ -317,7 +318,7 @@ fn scenario_nodes(
                 _ => String::new(),
             },
             topology: None,
-            accelerator: None,
+            accelerator: n.accelerator.as_ref().map(accelerator),
             labels: n.labels.into_iter().filter(|(k, _)| k != "gpu-model" && k != "kubernetes.io/hostname").collect(),
             name: n.node,
         })
@@ -339,6 +340,11 @@ fn scenario_nodes(
     out
 }
 
+/// An accelerator kind as a scenario writes it.
+fn accelerator(a: &wasmsched_events::schema::Accelerator) -> wasmsched_sim::timed::Accelerator {
+    wasmsched_sim::timed::Accelerator { kind: a.kind.clone(), resource: a.resource.clone() }
+}
+
 /// A queue's amounts as a scenario writes them: unbounded dimensions (`u64::MAX / 4` and above,
 /// as the frontends write "no bound") left out, as are zeros of a guarantee.
 fn amount(q: &Quantity, zero_is_unset: bool) -> Amount {
@@ -351,9 +357,27 @@ fn amount(q: &Quantity, zero_is_unset: bool) -> Amount {
     }
 }
 
-/// A bound as a scenario writes it: none when no dimension is bounded.
-fn bound(q: Option<&Quantity>) -> Option<Amount> {
-    q.map(|q| amount(q, false)).filter(|a| *a != Amount::default())
+/// `a` with the extended resources `pick` finds in `quotas`.
+fn with_resources(
+    mut a: Amount,
+    quotas: &BTreeMap<String, ResourceQuota>,
+    pick: fn(&ResourceQuota) -> Option<u64>,
+) -> Amount {
+    a.resources = quotas.iter().filter_map(|(name, q)| Some((name.clone(), pick(q)?))).collect();
+    a
+}
+
+/// A bound as a scenario writes it, extended resources' included: none when no dimension is
+/// bounded.
+fn bounded(
+    q: Option<&Quantity>,
+    quotas: &BTreeMap<String, ResourceQuota>,
+    pick: fn(&ResourceQuota) -> Option<u64>,
+) -> Option<Amount> {
+    // An extended bound alone comes with CPU, memory and GPUs unbounded.
+    let unbounded = Quantity { cpu_milli: u64::MAX, memory_bytes: u64::MAX, gpu_milli: u64::MAX };
+    let a = with_resources(amount(q.unwrap_or(&unbounded), false), quotas, pick);
+    (a != Amount::default()).then_some(a)
 }
 
 fn scenario_queues(
@@ -371,10 +395,12 @@ fn scenario_queues(
             name: q.queue.clone(),
             parent: q.parent.clone(),
             weight: q.weight.max(1),
-            guarantee: amount(&q.guarantee, true),
-            capability: bound(q.capability.as_ref()),
-            borrowing_limit: bound(q.borrowing_limit.as_ref()),
-            lending_limit: bound(q.lending_limit.as_ref()),
+            guarantee: with_resources(amount(&q.guarantee, true), &q.resources, |r| {
+                Some(r.guarantee).filter(|&g| g > 0)
+            }),
+            capability: bounded(q.capability.as_ref(), &q.resources, |r| r.capability),
+            borrowing_limit: bounded(q.borrowing_limit.as_ref(), &q.resources, |r| r.borrowing_limit),
+            lending_limit: bounded(q.lending_limit.as_ref(), &q.resources, |r| r.lending_limit),
             reclaimable: q.reclaimable,
             reclaim_min_runtime: q.reclaim_min_runtime_seconds,
             reclaim_max_runtime: q.reclaim_max_runtime_seconds,
@@ -619,6 +645,7 @@ fn job_of(p: &JobParts<'_>) -> Option<Job> {
             job.gpus = r.gpus;
             job.gpu_milli = if r.gpus == 0 { 0 } else { r.gpu_milli };
             job.gpu_models = r.gpu_models.clone();
+            job.accelerator = r.accelerator.as_ref().map(accelerator);
             let members = s.gang.as_ref().map_or(1, |g| g.members).max(p.tasks.len() as u32);
             job.replicas = members;
             let min = s.gang.as_ref().map_or(members, |g| g.min_member);

@@ -250,10 +250,11 @@ fn observe_topology(
 /// The cluster the replay starts with, as events: each node's capacity and each queue's
 /// configuration (what `wasmsched scenario from-events` rebuilds them from).
 fn cluster_events(table: &NodeTable, tree: &wasmsched_core::QueueTree) -> Vec<wasmsched_events::Payload> {
+    let kinds = table.accelerators().kinds();
     let nodes = table
         .slots()
         .filter_map(|s| table.get(s))
-        .map(|n| decisions::node_capacity(n, table.topologies().get(&n.name).is_some(), false));
+        .map(|n| decisions::node_capacity(n, table.topologies().get(&n.name).is_some(), false, kinds));
     let queues = (0..tree.len()).filter_map(|i| tree.get(i)).map(|q| decisions::queue_configured(q, false));
     nodes.chain(queues).collect()
 }
@@ -424,6 +425,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             sink.emit_at(wasmsched_events::Timestamp(0), p);
         }
     }
+    let kinds = table.accelerators().kinds().to_vec();
+    let kinds = &kinds;
     let r = timed::run_with_devices(&policies.timeline(), &table, dra.as_ref(), &tree, &jobs, settings.clone(), |o| {
         let d = match o {
             timed::Observed::Decision(d) => d,
@@ -438,8 +441,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     for (i, task) in workload.members.iter().enumerate() {
                         // A replica taken over where it runs (`running_on`) says so.
                         let payload = match job.running_on.get(i) {
-                            Some(node) => decisions::submitted_running(task, workload, timings, node, stamp),
-                            None => decisions::submitted(task, workload, timings),
+                            Some(node) => decisions::submitted_running(task, workload, timings, kinds, node, stamp),
+                            None => decisions::submitted(task, workload, timings, kinds),
                         };
                         sink.emit_at(stamp, payload);
                     }

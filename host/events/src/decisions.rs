@@ -3,13 +3,14 @@
 
 use crate::record::{HeldView, PackedScheduled, Record, ScheduledView, TaskView};
 use crate::schema::{
-    AlertSeverity, CheckpointOutcome, EndReason, EvictedReason, FaultKind, GangSpec, GpuShare, GroupTimedOut,
-    NodeCapacityChanged, Payload, PluginFault, PolicySetRef, PreemptReason, Quantity, QueueAdmission, QueueConfigured,
-    QueueShareChanged, QueueShareMove, ReclaimCost, RunningSince, ScoreSummary, Stage, StageReason, TaskEnded,
-    TaskEvicted, TaskPreempted, TaskRef, TaskRequest, TaskScheduled, TaskSubmitted, TaskTopologyAlert,
-    TaskUnschedulable, TaskWithdrawn,
+    Accelerator, AlertSeverity, CheckpointOutcome, EndReason, EvictedReason, FaultKind, GangSpec, GpuShare,
+    GroupTimedOut, NodeCapacityChanged, Payload, PluginFault, PolicySetRef, PreemptReason, Quantity, QueueAdmission,
+    QueueConfigured, QueueShareChanged, QueueShareMove, ReclaimCost, ResourceQuota, RunningSince, ScoreSummary, Stage,
+    StageReason, TaskEnded, TaskEvicted, TaskPreempted, TaskRef, TaskRequest, TaskScheduled, TaskSubmitted,
+    TaskTopologyAlert, TaskUnschedulable, TaskWithdrawn,
 };
 use crate::{EventSink, Timestamp};
+use wasmsched_api::accelerators::Kind;
 use wasmsched_api::{DeviceShare, Node, Stage as CoreStage, Task};
 use wasmsched_core::{
     Decision as CycleDecision, Diagnosis, EvictReason, Explanation, FaultKind as CoreFault, NodeTable, Placement,
@@ -237,8 +238,19 @@ pub struct Timings {
     pub duration_seconds: Option<u64>,
 }
 
-/// The `task-submitted` event of `task`, a member of `workload`.
-pub fn submitted(task: &Task, workload: &Workload, timings: Timings) -> Payload {
+/// The accelerator of `kind` (stored form) that `resources` count, by `kinds`' table: `None` for
+/// NVIDIA's, or a kind the table does not know.
+fn accelerator(kinds: &[Kind], kind: &str, resources: &wasmsched_api::Resources) -> Option<Accelerator> {
+    if kind.is_empty() {
+        return None;
+    }
+    let resource = kinds.iter().find(|k| k.name == kind)?.resources.iter().find(|r| resources.extended(r) > 0)?;
+    Some(Accelerator { kind: kind.to_string(), resource: resource.clone() })
+}
+
+/// The `task-submitted` event of `task`, a member of `workload`; `kinds`: the accelerator kinds
+/// besides NVIDIA's the scheduler knows (the table's [`NodeTable::accelerators`]).
+pub fn submitted(task: &Task, workload: &Workload, timings: Timings, kinds: &[Kind]) -> Payload {
     let gpu = &task.gpu;
     let gang = (workload.members.len() > 1 || task.group.is_some()).then(|| GangSpec {
         name: task.group.clone().unwrap_or_else(|| workload.name.clone()),
@@ -259,6 +271,7 @@ pub fn submitted(task: &Task, workload: &Workload, timings: Timings) -> Payload 
             gpus: gpu.count,
             gpu_milli: if gpu.count == 0 { 0 } else { gpu.milli_per_gpu },
             gpu_models: gpu.models.clone(),
+            accelerator: accelerator(kinds, &gpu.kind, &task.request),
         },
         gang,
         preemptible: workload.preemptible,
@@ -277,8 +290,15 @@ pub fn submitted(task: &Task, workload: &Workload, timings: Timings) -> Payload 
 }
 
 /// [`submitted`] of a task found running on `node` since `since` (taken over, or in a snapshot).
-pub fn submitted_running(task: &Task, workload: &Workload, timings: Timings, node: &str, since: Timestamp) -> Payload {
-    let mut payload = submitted(task, workload, timings);
+pub fn submitted_running(
+    task: &Task,
+    workload: &Workload,
+    timings: Timings,
+    kinds: &[Kind],
+    node: &str,
+    since: Timestamp,
+) -> Payload {
+    let mut payload = submitted(task, workload, timings, kinds);
     if let Payload::TaskSubmitted(s) = &mut payload {
         s.running = Some(RunningSince { node: node.to_string(), since });
     }
@@ -295,7 +315,7 @@ const DEVICE_CLASS_PREFIX: &str = "deviceclass.resource.kubernetes.io/";
 
 /// The `node-capacity-changed` event of `node` (`topology`: its GPU topology is known; `removed`:
 /// it left).
-pub fn node_capacity(node: &Node, topology: bool, removed: bool) -> Payload {
+pub fn node_capacity(node: &Node, topology: bool, removed: bool, kinds: &[Kind]) -> Payload {
     let first = node.gpus.iter().next();
     Payload::NodeCapacityChanged(NodeCapacityChanged {
         node: node.name.clone(),
@@ -305,6 +325,7 @@ pub fn node_capacity(node: &Node, topology: bool, removed: bool) -> Payload {
         gpu_model: first.map(|g| g.model.clone()),
         node_pool: node_pool(node).map(str::to_owned),
         labels: node.labels.iter().cloned().collect(),
+        accelerator: first.and_then(|g| accelerator(kinds, &g.kind, &node.allocatable)),
         topology,
         removed,
     })
@@ -343,8 +364,26 @@ pub fn queue_configured(spec: &QueueSpec, removed: bool) -> Payload {
         },
         flavors: spec.flavors.clone(),
         flavor_quotas: limits.into_iter().flatten().any(flavored),
+        resources: resource_quotas(spec),
         removed,
     })
+}
+
+/// `spec`'s quotas of extended resources by name (flavors' own left out: see `flavor_quotas`).
+fn resource_quotas(spec: &QueueSpec) -> std::collections::BTreeMap<String, ResourceQuota> {
+    let is_flavors = |name: &str| spec.flavors.iter().any(|f| name.starts_with(&flavored_resource(f, "")));
+    let mut out: std::collections::BTreeMap<String, ResourceQuota> = Default::default();
+    let mut each = |r: Option<&wasmsched_api::Resources>, set: fn(&mut ResourceQuota, u64)| {
+        for (name, v) in r.iter().flat_map(|r| r.extended.iter()).filter(|(n, _)| !is_flavors(n)) {
+            set(out.entry(name.to_string()).or_default(), *v);
+        }
+    };
+    each(Some(&spec.guarantee), |q, v| q.guarantee = v);
+    each(spec.capability.as_ref(), |q, v| q.capability = Some(v));
+    each(spec.borrowing_limit.as_ref(), |q, v| q.borrowing_limit = Some(v));
+    each(spec.lending_limit.as_ref(), |q, v| q.lending_limit = Some(v));
+    out.retain(|_, q| *q != ResourceQuota::default());
+    out
 }
 
 /// The `task-scheduled` event of a placement on `node` (the node by name when the table no longer

@@ -1063,6 +1063,20 @@ pub struct TaskRequest {
     /// Allowed GPU models; empty: any.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpu_models: Vec<String>,
+    /// Its devices are of this accelerator kind, absent for NVIDIA GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accelerator: Option<Accelerator>,
+}
+
+/// An accelerator kind other than NVIDIA's, as a node offers or a task asks for it: the kind and
+/// the extended resource its devices are counted as (`{kind: amd, resource: amd.com/gpu}`), so a
+/// scenario rebuilt from the stream asks for and offers the same.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Accelerator {
+    /// The kind's name (`amd`, `gaudi`, …).
+    pub kind: String,
+    /// The extended resource (`amd.com/gpu`, `habana.ai/gaudi`, …).
+    pub resource: String,
 }
 
 /// The gang a task is a member of, as submitted.
@@ -1200,6 +1214,9 @@ pub struct NodeCapacityChanged {
     /// Its labels.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub labels: std::collections::BTreeMap<String, String>,
+    /// Its devices are of this accelerator kind (the first device's), absent for NVIDIA GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accelerator: Option<Accelerator>,
     /// The scheduler knows its GPU topology (the agent's annotation, a scenario's topology file);
     /// the topology itself is in the agent's `node-inventory-changed`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -1262,9 +1279,31 @@ pub struct QueueConfigured {
     /// It has quotas per flavor (not carried here).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub flavor_quotas: bool,
+    /// Its quotas of extended resources by name — another accelerator kind's devices
+    /// (`amd.com/gpu`), DRA classes — besides CPU, memory and NVIDIA GPUs above; flavors' own
+    /// are left out. A name not here is unbounded.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub resources: std::collections::BTreeMap<String, ResourceQuota>,
     /// The queue was removed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub removed: bool,
+}
+
+/// A queue's quota of one extended resource, in its units (devices for an accelerator's).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ResourceQuota {
+    /// Always obtainable.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub guarantee: u64,
+    /// Most it may hold, absent: unbounded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capability: Option<u64>,
+    /// How far above its guarantee it may go, absent: unbounded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub borrowing_limit: Option<u64>,
+    /// How much of its unused guarantee others may use, absent: all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lending_limit: Option<u64>,
 }
 
 /// The JSON Schema (2020-12) of [`Event`], generated from the types.

@@ -100,6 +100,8 @@ pub struct QueueFigures {
 /// The GPUs of one model in one pool.
 #[derive(Clone, Debug, Default)]
 pub struct GpuFigures {
+    /// Accelerator kind (`nvidia`, `amd`, …: the accelerator table's names).
+    pub kind: String,
     /// GPU model (the devices' own name).
     pub model: String,
     /// Node pool (`wasmsched.io/node-pool` or the platform's label); empty: none.
@@ -351,16 +353,18 @@ impl Collector for FiguresCollector {
         }
         type GpuPick = fn(&GpuFigures) -> Option<f64>;
         let per_pool: [(&str, &str, GpuPick); 4] = [
-            ("wasmsched_gpus", "GPU devices on the nodes, by model and pool.", |g| Some(g.devices as f64)),
-            ("wasmsched_gpus_unhealthy", "GPU devices marked unhealthy, by model and pool.", |g| {
+            ("wasmsched_gpus", "GPU devices on the nodes, by kind, model and pool.", |g| Some(g.devices as f64)),
+            ("wasmsched_gpus_unhealthy", "GPU devices marked unhealthy, by kind, model and pool.", |g| {
                 Some(g.unhealthy as f64)
             }),
-            ("wasmsched_gpus_allocated", "GPUs held by placed pods (shares as fractions), by model and pool.", |g| {
-                Some(g.allocated)
-            }),
+            (
+                "wasmsched_gpus_allocated",
+                "GPUs held by placed pods (shares as fractions), by kind, model and pool.",
+                |g| Some(g.allocated),
+            ),
             (
                 "wasmsched_gpus_fragmented",
-                "GPUs' worth of idle share none of the scheduler's pods could use, by model and pool.",
+                "GPUs' worth of idle share none of the scheduler's pods could use, by kind, model and pool.",
                 |g| g.fragmented,
             ),
         ];
@@ -369,7 +373,11 @@ impl Collector for FiguresCollector {
             for g in &figures.gpus {
                 if let Some(v) = pick(g) {
                     family
-                        .encode_family(&[("model", g.model.as_str()), ("pool", g.pool.as_str())])?
+                        .encode_family(&[
+                            ("kind", g.kind.as_str()),
+                            ("model", g.model.as_str()),
+                            ("pool", g.pool.as_str()),
+                        ])?
                         .encode_gauge(&v)?;
                 }
             }

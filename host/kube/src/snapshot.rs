@@ -98,6 +98,7 @@ pub async fn take(
     let mut payloads: Vec<(Timestamp, Payload)> = Vec::new();
     // Nodes and queues are described at the start, as a scheduler does when it starts.
     let start = Timestamp(0);
+    let kinds = accelerators.api_kinds();
     let nodes = list(Api::<KubeNode>::all(client.clone()), "nodes").await?.unwrap_or_default();
     for object in &nodes {
         let name = object.metadata.name.clone().unwrap_or_default();
@@ -108,7 +109,7 @@ pub async fn take(
                     .annotations
                     .as_ref()
                     .is_some_and(|a| a.contains_key(wasmsched_topology::annotation::TOPOLOGY_ANNOTATION));
-                payloads.push((start, decisions::node_capacity(&node, topology, false)));
+                payloads.push((start, decisions::node_capacity(&node, topology, false, &kinds)));
             }
             Err(e) => notes.push(format!("node {name} left out: {e}")),
         }
@@ -190,9 +191,9 @@ pub async fn take(
             let payload = match pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
                 Some(node) => {
                     let since = scheduled_at(pod).unwrap_or(created);
-                    decisions::submitted_running(task, &workload, decisions::Timings::default(), node, since)
+                    decisions::submitted_running(task, &workload, decisions::Timings::default(), &kinds, node, since)
                 }
-                None => decisions::submitted(task, &workload, decisions::Timings::default()),
+                None => decisions::submitted(task, &workload, decisions::Timings::default(), &kinds),
             };
             payloads.push((created, payload));
         }

@@ -74,6 +74,7 @@ pub fn parse(text: &str) -> Result<NodeTopology, Error> {
     let mut topology = NodeTopology::new(gpus, |i, j| classes[i * n + j], Vec::new())?;
     // A full xGMI mesh is point-to-point links, not a switch (NVIDIA's eight-GPU rule does not hold).
     topology.set_switched(false);
+    topology.set_peer_links(crate::PeerLinks::Xgmi);
     Ok(topology)
 }
 

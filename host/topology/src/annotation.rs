@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, Gpu, Link, Nic, NodeTopology};
+use crate::{Error, Gpu, Link, Nic, NodeTopology, PeerLinks};
 
 /// Annotation holding the JSON topology.
 pub const TOPOLOGY_ANNOTATION: &str = "wasmsched.io/gpu-topology";
@@ -105,6 +105,9 @@ struct Document {
     /// NUMA ids were inferred from CPU affinity, not reported.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     numa_inferred: bool,
+    /// Whose links the `NV#` pairs are (`xgmi`, `neuronlink`), absent for NVIDIA's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    peer_links: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -141,6 +144,7 @@ pub fn to_annotation(topology: &NodeTopology) -> String {
         links,
         nics: topology.nics().to_vec(),
         numa_inferred: topology.numa_inferred(),
+        peer_links: Some(topology.peer_links()).filter(|p| *p != PeerLinks::NvLink).map(|p| p.name().to_string()),
     };
     serde_json::to_string(&doc).expect("topology serialises")
 }
@@ -198,6 +202,14 @@ pub fn from_annotation(json: &str) -> Result<NodeTopology, Error> {
     if doc.numa_inferred {
         topology.set_numa_inferred();
     }
+    if let Some(name) = &doc.peer_links {
+        let links = PeerLinks::from_name(name).ok_or_else(|| {
+            Error::Invalid(format!(
+                "annotation {TOPOLOGY_ANNOTATION}: peer links `{name}` are none of nvlink, xgmi, neuronlink"
+            ))
+        })?;
+        topology.set_peer_links(links);
+    }
     Ok(topology)
 }
 
@@ -219,7 +231,7 @@ pub fn labels(topology: &NodeTopology) -> BTreeMap<String, String> {
             _ => None,
         })
         .max();
-    if let Some(bond) = max_bond {
+    if let Some(bond) = max_bond.filter(|_| topology.peer_links() == PeerLinks::NvLink) {
         put("nvlink-bond", bond.to_string());
     }
     let numa = topology.numa_nodes();

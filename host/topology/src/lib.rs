@@ -18,6 +18,7 @@ pub mod cluster;
 pub mod comm;
 mod cpuset;
 mod link;
+pub mod neuron_ls;
 mod node;
 pub mod pinning;
 pub mod score;
@@ -26,7 +27,7 @@ pub mod smi;
 
 pub use cpuset::CpuSet;
 pub use link::{Cost, Link, LinkCosts};
-pub use node::{Gpu, MAX_GPUS, Nic, NodeTopology};
+pub use node::{Gpu, MAX_GPUS, Nic, NodeTopology, PeerLinks};
 pub use select::{Choice, NumaPolicy, Prepared, SEARCH_BUDGET, Unsatisfiable};
 
 /// Errors building a topology.

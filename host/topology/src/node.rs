@@ -48,6 +48,38 @@ pub struct NodeTopology {
     links: Vec<Link>,
     nics: Vec<Nic>,
     numa_inferred: bool,
+    /// Whose direct device links the [`Link::NvLink`] pairs are.
+    peer_links: PeerLinks,
+}
+
+/// Whose direct accelerator-to-accelerator links a topology's [`Link::NvLink`] pairs are. They
+/// cost the same to device selection (one bond each for the other vendors'); the name is what
+/// labels and events say, so an AMD node never reads as NVLink or an xGMI mesh as an NVSwitch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PeerLinks {
+    /// NVIDIA's NVLink (and NVSwitch).
+    #[default]
+    NvLink,
+    /// AMD's xGMI (Infinity Fabric).
+    Xgmi,
+    /// AWS's NeuronLink between Trainium and Inferentia devices.
+    NeuronLink,
+}
+
+impl PeerLinks {
+    /// The name in labels (`gpu-interconnect`) and the topology annotation.
+    pub fn name(self) -> &'static str {
+        match self {
+            PeerLinks::NvLink => "nvlink",
+            PeerLinks::Xgmi => "xgmi",
+            PeerLinks::NeuronLink => "neuronlink",
+        }
+    }
+
+    /// The links named `name`.
+    pub fn from_name(name: &str) -> Option<PeerLinks> {
+        [PeerLinks::NvLink, PeerLinks::Xgmi, PeerLinks::NeuronLink].into_iter().find(|p| p.name() == name)
+    }
 }
 
 impl NodeTopology {
@@ -95,7 +127,7 @@ impl NodeTopology {
                 nic.gpu_links.len()
             )));
         }
-        let mut topology = NodeTopology { gpus, links, nics, numa_inferred: false };
+        let mut topology = NodeTopology { gpus, links, nics, numa_inferred: false, peer_links: PeerLinks::NvLink };
         topology.mark_nvswitch();
         Ok(topology)
     }
@@ -103,6 +135,16 @@ impl NodeTopology {
     /// Records that NUMA ids were inferred from CPU affinity rather than reported.
     pub(crate) fn set_numa_inferred(&mut self) {
         self.numa_inferred = true;
+    }
+
+    /// Records whose links the direct device links are.
+    pub(crate) fn set_peer_links(&mut self, links: PeerLinks) {
+        self.peer_links = links;
+    }
+
+    /// Whose links the direct device links are.
+    pub fn peer_links(&self) -> PeerLinks {
+        self.peer_links
     }
 
     /// NVSwitch systems print the same `NV#` for every pair; a point-to-point NVLink design cannot
@@ -168,7 +210,8 @@ impl NodeTopology {
         ids
     }
 
-    /// The fabric, for labels: `nvswitch`, `nvlink` (some NVLink pairs) or `pcie`.
+    /// The fabric, for labels: `nvswitch`, `nvlink` (some NVLink pairs), `xgmi` or `neuronlink`
+    /// (some direct pairs of those), or `pcie`.
     pub fn interconnect(&self) -> &'static str {
         let mut any_nvlink = false;
         for link in &self.links {
@@ -179,7 +222,7 @@ impl NodeTopology {
                 any_nvlink = true;
             }
         }
-        if any_nvlink { "nvlink" } else { "pcie" }
+        if any_nvlink { self.peer_links.name() } else { "pcie" }
     }
 
     /// The matrix in `nvidia-smi topo -m` style, for humans.

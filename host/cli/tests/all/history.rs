@@ -79,6 +79,9 @@ fn a_replay_s_events_replay_again_to_the_same_placements_and_report() {
                 "1.5",
             ],
         ),
+        // NVIDIA and AMD nodes, jobs of each kind, a queue's AMD quota: the kinds, their resources
+        // and the quota come back from the stream.
+        ("two-vendors", vec!["--scenario".into(), scenario("two-vendors.yaml")], vec![]),
         // 8,152 jobs of the openb trace on half its cluster, contended, with reclaim.
         ("openb", vec![], vec![]),
     ];

@@ -69,9 +69,49 @@ pub fn filter_each(
     Ok(verdicts)
 }
 
+/// The host's check of accelerator kinds for one task, before any filter, with the count of what it
+/// rejected (entered in the diagnosis once, not per node: most nodes of a two-vendor cluster are of
+/// the other kind).
+pub(super) struct KindCheck<'a> {
+    nodes: &'a NodeTable,
+    task: &'a Task,
+    /// Nodes rejected as too few devices of the kind, and as busy.
+    rejected: [usize; 2],
+}
+
+impl<'a> KindCheck<'a> {
+    /// `None` when nothing needs checking: no node of another kind was ever seen, or the task
+    /// asks for no device.
+    pub(super) fn new(nodes: &'a NodeTable, task: &'a Task) -> Option<Self> {
+        (nodes.accelerators().checks() && task.gpu.count > 0).then_some(KindCheck { nodes, task, rejected: [0; 2] })
+    }
+
+    /// Whether `slot`'s devices can hold the task's kind; counts a rejection when not.
+    pub(super) fn admits(&mut self, slot: Slot) -> bool {
+        match self.nodes.kind_rejection(slot, self.task) {
+            None => true,
+            Some(r) => {
+                self.rejected[usize::from(!r.unresolvable())] += 1;
+                false
+            }
+        }
+    }
+
+    /// Enters the rejections counted so far into `run`'s diagnosis.
+    pub(super) fn record(&mut self, run: &mut Run) {
+        for (r, n) in [KindRejection::TooFew, KindRejection::Busy].into_iter().zip(std::mem::take(&mut self.rejected)) {
+            if n > 0 {
+                let key = (HOST_CHECK.to_string(), r.reason(&self.task.gpu.kind));
+                run.diagnosis.rejections.entry(key).or_insert((0, r.unresolvable())).0 += n;
+            }
+        }
+    }
+}
+
 impl Run {
     /// Run the filters in order, each on the survivors of the previous; an empty result is not an
-    /// error here (the caller decides), a fail-closed fault is. The last filter may stop once
+    /// error here (the caller decides), a fail-closed fault is. The host's kind check is the
+    /// caller's ([`KindCheck`]): a sampled scan runs it while cutting windows. The last filter may stop once
     /// `enough` nodes fit: the survivors are then the first `enough` in order, and nodes after
     /// the last of them were not looked at.
     pub(super) fn filter_chain(
@@ -82,23 +122,6 @@ impl Run {
         mut candidates: Vec<Slot>,
         enough: usize,
     ) -> Result<Vec<Slot>, Unschedulable> {
-        if ctx.nodes.accelerators().checks() && task.gpu.count > 0 {
-            // Counted here and entered once: most nodes of a two-vendor cluster are of the other kind.
-            let mut rejected = [0usize; 2];
-            candidates.retain(|&slot| match ctx.nodes.kind_rejection(slot, task) {
-                None => true,
-                Some(r) => {
-                    rejected[usize::from(!r.unresolvable())] += 1;
-                    false
-                }
-            });
-            for (r, n) in [KindRejection::TooFew, KindRejection::Busy].into_iter().zip(rejected) {
-                if n > 0 {
-                    let key = (HOST_CHECK.to_string(), r.reason(&task.gpu.kind));
-                    self.diagnosis.rejections.entry(key).or_insert((0, r.unresolvable())).0 += n;
-                }
-            }
-        }
         let last = set.filters.len().saturating_sub(1);
         for (at, filter) in set.filters.iter().enumerate() {
             if candidates.is_empty() {

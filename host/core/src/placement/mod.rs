@@ -19,6 +19,7 @@ use std::fmt;
 use wasmsched_api::{DeviceShare, Task};
 
 pub use devices::{default_select_devices, select_devices_on};
+use filter::KindCheck;
 pub use filter::{NodeVerdict, filter_each};
 pub use score::score_each;
 
@@ -105,6 +106,11 @@ pub fn place_among(
     let candidates: Vec<Slot> = candidates.iter().copied().filter(|&s| nodes.get(s).is_some()).collect();
     let mut run =
         Run { diagnosis: Diagnosis { candidates: candidates.len(), ..Default::default() }, skipped: Vec::new() };
+    let mut candidates = candidates;
+    if let Some(mut kinds) = KindCheck::new(nodes, task) {
+        candidates.retain(|&s| kinds.admits(s));
+        kinds.record(&mut run);
+    }
     let feasible = run.filter_chain(set, ctx, task, candidates, usize::MAX)?;
     run.choose(set, ctx, task, feasible)
 }
@@ -165,31 +171,49 @@ pub fn place_sampled_among(
     let n = candidates.len();
     let mut run = Run { diagnosis: Diagnosis::default(), skipped: Vec::new() };
     let want = find.max(1);
+    let mut kinds = KindCheck::new(nodes, task);
     let mut feasible = Vec::new();
-    let mut examined = 0;
+    // Scan positions consumed, and nodes of those handed to the filters (all of them unless the
+    // host's kind check rejected some).
+    let (mut examined, mut offered) = (0, 0);
+    // The scan from `start`, wrapping: two slices, not an index modulo `n` per slot (a 64-bit
+    // division each, a few µs per decision at 500 nodes).
+    let from = start % n.max(1);
+    let mut scan = candidates[from..].iter().chain(&candidates[..from]).copied();
+    // Each chunk slot's scan position plus one, to count the scan up to the `want`-th feasible node.
+    let mut ends = Vec::new();
     while examined < n && feasible.len() < want {
-        let window = next_window(want - feasible.len(), examined, feasible.len()).min(n - examined);
-        // The window's slots from the scan position, wrapping: two slices, not an index modulo `n`
-        // per slot (a 64-bit division each, a few µs per decision at 500 nodes).
-        let from = (start + examined) % n;
-        let head = &candidates[from..(from + window).min(n)];
-        let tail = &candidates[..window - head.len()];
-        let chunk: Vec<Slot> = [head, tail].concat();
-        run.diagnosis.candidates = examined + window;
-        let mut fit = match run.filter_chain(set, ctx, task, chunk, want - feasible.len()) {
-            Ok(fit) => fit,
-            Err(u) => return Sampled { result: Err(u), examined: examined + window },
-        };
         let missing = want - feasible.len();
+        let window = next_window(missing, offered, feasible.len()).min(n - examined);
+        // The window is cut from the nodes of the right kind, so that one filter call sees a full
+        // window on a two-vendor cluster rather than half of one.
+        let mut chunk = Vec::with_capacity(window);
+        ends.clear();
+        while chunk.len() < window {
+            let Some(slot) = scan.next() else { break };
+            examined += 1;
+            if kinds.as_mut().is_none_or(|k| k.admits(slot)) {
+                chunk.push(slot);
+                ends.push(examined);
+            }
+        }
+        if let Some(k) = kinds.as_mut() {
+            k.record(&mut run);
+        }
+        offered += chunk.len();
+        run.diagnosis.candidates = examined;
+        let mut fit = match run.filter_chain(set, ctx, task, chunk.clone(), missing) {
+            Ok(fit) => fit,
+            Err(u) => return Sampled { result: Err(u), examined },
+        };
         if fit.len() >= missing {
             // Stop at the `want`-th feasible node: nodes after it in this window were filtered
             // only because the window was sized by an estimate, and do not count.
             fit.truncate(missing);
             let last = fit[missing - 1];
-            let at = head.iter().chain(tail).position(|&s| s == last);
-            examined += at.map_or(window, |i| i + 1);
-        } else {
-            examined += window;
+            if let Some(i) = chunk.iter().position(|&s| s == last) {
+                examined = ends[i];
+            }
         }
         feasible.append(&mut fit);
     }

@@ -162,3 +162,119 @@ fn per_node_verdicts_scores_and_devices_answer_an_extender() {
     assert_eq!(select_devices_on(&set(), &t, &gpu, 0, 0).unwrap().len(), 1);
     assert!(select_devices_on(&set(), &t, &gpu, 0, 1).is_err(), "no GPU there");
 }
+
+/// A filter that counts its calls (the cost a Wasm filter pays per call: the task lowered again).
+struct CountingFit {
+    inner: NativePlugin<wasmsched_plugin_resource_fit::ResourceFit>,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+impl crate::plugin::PolicyPlugin for CountingFit {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn stages(&self) -> &[wasmsched_api::Stage] {
+        self.inner.stages()
+    }
+    fn failure_policy(&self) -> crate::plugin::FailurePolicy {
+        self.inner.failure_policy()
+    }
+    fn filter_until(
+        &self,
+        ctx: CallContext<'_>,
+        task: &Task,
+        candidates: &[Slot],
+        enough: usize,
+    ) -> Result<wasmsched_api::batch::FilterBatch, PluginFault> {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.filter_until(ctx, task, candidates, enough)
+    }
+    fn score(&self, ctx: CallContext<'_>, task: &Task, candidates: &[Slot]) -> Result<Vec<u32>, PluginFault> {
+        self.inner.score(ctx, task, candidates)
+    }
+    fn select_devices(
+        &self,
+        ctx: CallContext<'_>,
+        task: &Task,
+        node: Slot,
+    ) -> Result<Result<Vec<DeviceShare>, wasmsched_api::Rejection>, PluginFault> {
+        self.inner.select_devices(ctx, task, node)
+    }
+    fn select_victims(
+        &self,
+        ctx: CallContext<'_>,
+        preemptor: &Task,
+        candidates: &[wasmsched_api::PreemptCandidate],
+    ) -> Result<Option<wasmsched_api::Preemption>, PluginFault> {
+        self.inner.select_victims(ctx, preemptor, candidates)
+    }
+    fn fair_share(
+        &self,
+        worker: usize,
+        queues: &[wasmsched_api::QueueState],
+        cluster: &Resources,
+    ) -> Result<wasmsched_api::ShareDecision, PluginFault> {
+        self.inner.fair_share(worker, queues, cluster)
+    }
+}
+
+/// On a two-vendor cluster the sampled scan cuts its windows from nodes of the task's kind: the
+/// result is still the first `find` feasible nodes in scan order (the host's check counted as a
+/// filter), and a pod of either kind costs the filters one call where a one-kind cluster would.
+#[test]
+fn a_kind_restricted_scan_fills_each_filter_call_with_nodes_of_its_kind() {
+    let mut t = NodeTable::new();
+    t.set_accelerator_kinds(vec![wasmsched_api::accelerators::Kind {
+        name: "amd".into(),
+        resources: vec!["amd.com/gpu".into()],
+    }]);
+    for i in 0..1000u32 {
+        // Every other node AMD's; every fifth of each kind fully used.
+        let amd = i % 2 == 1;
+        let kind: wasmsched_api::accelerators::KindName = if amd { "amd".into() } else { Default::default() };
+        let free_milli = if i % 10 < 2 { 0 } else { 1000 };
+        t.upsert(Node {
+            name: format!("n{i:04}"),
+            allocatable: Resources {
+                cpu_milli: 8000,
+                memory_bytes: 1 << 36,
+                gpu_milli: if amd { 0 } else { 1000 },
+                extended: if amd { vec![("amd.com/gpu".into(), 1)].into() } else { Default::default() },
+            },
+            gpus: vec![GpuDevice { index: 0, free_milli, kind, ..Default::default() }].into(),
+            ..Default::default()
+        });
+    }
+    let fit = Arc::new(CountingFit { inner: NativePlugin::new("", 1).unwrap(), calls: Default::default() });
+    let set = PolicySet::builder().filter(fit.clone()).build();
+    let nvidia = Task { gpu: GpuRequest { count: 1, milli_per_gpu: 1000, ..Default::default() }, ..Default::default() };
+    let mut amd = nvidia.clone();
+    amd.gpu.kind = "amd".into();
+    amd.request.extended = vec![("amd.com/gpu".into(), 1)].into();
+    let occupied = t.occupied().to_vec();
+    for task in [&nvidia, &amd] {
+        for (start, find) in [(0, 100), (777, 100), (3, 1), (0, 1000), (450, 300)] {
+            let before = fit.calls.load(std::sync::atomic::Ordering::Relaxed);
+            let sampled = place_sampled(&set, &t, task, 0, start, find);
+            let calls = fit.calls.load(std::sync::atomic::Ordering::Relaxed) - before;
+            let order: Vec<Slot> = (0..occupied.len()).map(|i| occupied[(start + i) % occupied.len()]).collect();
+            let verdicts = filter_each(&set, &t, task, 0, &order).unwrap();
+            let fits: Vec<usize> = (0..order.len()).filter(|&i| verdicts[i].is_none()).take(find).collect();
+            let examined = if fits.len() == find { fits[find - 1] + 1 } else { order.len() };
+            assert_eq!(sampled.examined, examined, "start {start}, find {find}");
+            let mut chosen: Vec<Slot> = fits.iter().map(|&i| order[i]).collect();
+            chosen.sort_unstable();
+            assert_eq!(sampled.result, place_among(&set, &t, task, 0, &chosen), "start {start}, find {find}");
+            if find == 100 {
+                // 125 nodes of the kind in the first window, 100 of them free: one call, as on a
+                // cluster of one kind (windows cut from every node needed two).
+                assert_eq!(calls, 1, "start {start}: {calls} filter calls");
+            }
+        }
+    }
+    let none =
+        place_sampled(&set, &t, &Task { gpu: GpuRequest { count: 2, ..amd.gpu.clone() }, ..amd.clone() }, 0, 0, 100);
+    let d = none.result.unwrap_err().diagnosis;
+    assert_eq!(d.candidates, 1000);
+    assert_eq!(d.rejections.get(&(filter::HOST_CHECK.to_string(), "too few amd devices".into())), Some(&(1000, true)));
+}

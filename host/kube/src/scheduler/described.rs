@@ -28,6 +28,7 @@ fn same_capacity(last: &NodeCapacityChanged, node: &Node, topology: bool) -> boo
         && last.memory_bytes == node.allocatable.memory_bytes
         && last.gpus as usize == node.gpus.len()
         && last.gpu_model.as_deref() == node.gpus.iter().next().map(|g| g.model.as_str())
+        && last.accelerator.as_ref().map_or("", |a| a.kind.as_str()) == node.gpus.iter().next().map_or("", |g| &*g.kind)
         && last.topology == topology
         && last.labels.len() == node.labels.len()
         && last.labels.iter().zip(&node.labels).all(|((k, v), (nk, nv))| k == nk && v == nv)
@@ -48,7 +49,7 @@ impl Scheduler {
         if self.reports.described.nodes.get(&node.name).is_some_and(|last| same_capacity(last, node, topology)) {
             return;
         }
-        let payload = decisions::node_capacity(node, topology, false);
+        let payload = decisions::node_capacity(node, topology, false, self.core.nodes().accelerators().kinds());
         if let Payload::NodeCapacityChanged(said) = &payload {
             self.reports.described.nodes.insert(node.name.clone(), said.clone());
         }
@@ -107,6 +108,8 @@ impl Scheduler {
         if !self.describing() {
             return;
         }
+        let kinds = self.core.nodes().accelerators().kinds().to_vec();
+        let kinds = &kinds;
         for task in &workload.members {
             if !self.reports.described.announced.insert(task.id.clone()) {
                 continue;
@@ -116,9 +119,9 @@ impl Scheduler {
             let payload = match running.iter().find(|(id, _, _)| *id == task.id) {
                 Some((_, node, _)) => {
                     let since = facts.and_then(|f| f.scheduled.as_ref()).map_or(created, convert::event_time);
-                    decisions::submitted_running(task, workload, decisions::Timings::default(), node, since)
+                    decisions::submitted_running(task, workload, decisions::Timings::default(), kinds, node, since)
                 }
-                None => decisions::submitted(task, workload, decisions::Timings::default()),
+                None => decisions::submitted(task, workload, decisions::Timings::default(), kinds),
             };
             self.publish_at(created, payload);
         }

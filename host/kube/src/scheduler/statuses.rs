@@ -207,7 +207,7 @@ impl Scheduler {
 /// How often the GPUs' metrics (every node walked, fragmentation measured) are recomputed.
 const GPU_FIGURES_EVERY: Duration = Duration::from_secs(10);
 
-/// The nodes' GPUs by model and pool: devices, unhealthy ones, what is held, and the idle share
+/// The nodes' GPUs by kind, model and pool: devices, unhealthy ones, what is held, and the idle share
 /// that none of `shapes` (the pods this scheduler has, bound or waiting) could use.
 fn gpu_figures(
     nodes: &wasmsched_core::NodeTable,
@@ -216,15 +216,16 @@ fn gpu_figures(
     use wasmsched_api::fragmentation;
     use wasmsched_dashboard::view::{TARGET_POPULARITY_PERCENT, TARGET_SHAPES};
     let typical = fragmentation::typical_of_counts(shapes.clone(), TARGET_POPULARITY_PERCENT, TARGET_SHAPES);
-    let mut groups: BTreeMap<(String, String), Vec<&wasmsched_api::Node>> = BTreeMap::new();
+    let mut groups: BTreeMap<(String, String, String), Vec<&wasmsched_api::Node>> = BTreeMap::new();
     for node in nodes.slots().filter_map(|s| nodes.get(s)) {
         let Some(first) = node.gpus.first() else { continue };
         let pool = wasmsched_events::decisions::node_pool(node).unwrap_or_default();
-        groups.entry((first.model.clone(), pool.to_string())).or_default().push(node);
+        let kind = wasmsched_api::accelerators::display_name(&first.kind).to_string();
+        groups.entry((kind, first.model.clone(), pool.to_string())).or_default().push(node);
     }
     groups
         .into_iter()
-        .map(|((model, pool), members)| {
+        .map(|((kind, model, pool), members)| {
             let devices = members.iter().flat_map(|n| n.gpus.iter());
             let held: u64 = devices.clone().map(|g| u64::from(wasmsched_api::GPU_MILLI - g.free_milli)).sum();
             crate::metrics::GpuFigures {
@@ -233,6 +234,7 @@ fn gpu_figures(
                 allocated: held as f64 / 1000.0,
                 fragmented: (!typical.is_empty())
                     .then(|| fragmentation::of_cluster(&typical, members.iter().copied()).fragmented / 1000.0),
+                kind,
                 model,
                 pool,
             }

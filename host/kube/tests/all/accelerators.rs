@@ -117,6 +117,15 @@ async fn each_vendor_s_pods_get_devices_of_their_own_kind_and_nothing_else() {
     let why = condition_of(&api, "ml/one-more-h100").unwrap();
     assert!(why.contains("nvidia devices"), "{why}");
     assert_eq!(node_of(&api, "ml/one-more-h100"), None);
+    // The GPU metrics say each device's kind (refreshed every 10 s).
+    let amd = r#"wasmsched_gpus{kind="amd",model="AMD_Instinct_MI300X_OAM",pool=""} 8"#;
+    eventually("GPU metrics by kind", Duration::from_secs(25), || run.metrics.render().contains(amd)).await;
+    let metrics = run.metrics.render();
+    assert!(
+        metrics.contains(r#"wasmsched_gpus_allocated{kind="amd",model="AMD_Instinct_MI300X_OAM",pool=""} 2"#),
+        "{metrics}"
+    );
+    assert!(metrics.contains(r#"wasmsched_gpus{kind="gaudi","#), "{metrics}");
     run.stop().await;
 }
 

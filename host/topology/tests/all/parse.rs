@@ -188,6 +188,7 @@ fn rocm_smi_mi308x_all_to_all_xgmi_with_numa_nodes() {
     assert!((1..8).all(|j| t.link(0, j) == Some(NV(1))), "every pair one xGMI link");
     assert_eq!((t.gpus()[3].numa, t.gpus()[4].numa), (Some(0), Some(1)));
     assert!(!t.numa_inferred());
+    assert_eq!(t.interconnect(), "xgmi", "a full xGMI mesh is not an NVSwitch");
 }
 
 #[test]
@@ -215,6 +216,55 @@ fn amd_smi_tables_name_gpus_by_bus_id() {
     assert_eq!(pcie.len(), 2);
     assert_eq!(pcie.link(0, 1), Some(Link::Phb), "two hops, NUMA unknown");
     assert_eq!(pcie.gpus()[0].numa, None);
-    // The annotation the agent writes carries it like an NVIDIA node's.
+    assert_eq!(pcie.interconnect(), "pcie");
+    // The annotation the agent writes carries it like an NVIDIA node's, xGMI named as such.
     assert_eq!(from_annotation(&to_annotation(&t)).unwrap(), t);
+    assert_eq!(from_annotation(&to_annotation(&t)).unwrap().interconnect(), "xgmi");
+}
+
+fn parse_neuron(name: &str) -> NodeTopology {
+    wasmsched_topology::neuron_ls::parse(&fixture(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+#[test]
+fn neuron_ls_chain_of_four_inferentia_devices_under_their_processes() {
+    let t = parse_neuron("neuron-ls-inf1-4dev-ring-all-procs.txt");
+    assert_eq!(t.len(), 4, "process rows are not devices");
+    assert_eq!((t.link(0, 1), t.link(1, 2), t.link(2, 3)), (Some(NV(1)), Some(NV(1)), Some(NV(1))));
+    assert_eq!(t.link(0, 3), Some(Link::Sys), "the chain does not wrap on inf1");
+    assert_eq!(t.gpus()[2].pci.as_deref(), Some("0000:00:1e.0"));
+    assert_eq!(t.interconnect(), "neuronlink");
+    // Two of devices 0, 1 and 3: the linked pair.
+    let costs = LinkCosts::default();
+    let two =
+        wasmsched_topology::Prepared::new(&t, &costs).select(0b1011, 2, wasmsched_topology::NumaPolicy::None).unwrap();
+    assert_eq!(two.mask(), 0b0011, "{two:?}");
+}
+
+#[test]
+fn neuron_ls_trainium_torus_keeps_a_job_on_neighbours() {
+    for name in ["neuron-ls-trn1-16dev-torus-topology.txt", "neuron-ls-trn2n-16dev-torus.txt"] {
+        let t = parse_neuron(name);
+        assert_eq!(t.len(), 16, "{name}");
+        let direct = |i: usize| (0..16).filter(|&j| j != i && t.link(i, j) == Some(NV(1))).count();
+        assert!((0..16).all(|i| direct(i) == 4), "{name}: four NeuronLink neighbours each on a torus");
+        assert_eq!(t.link(0, 12), Some(NV(1)), "{name}: the wrap-around link");
+        assert_eq!(t.link(0, 5), Some(Link::Sys), "{name}: diagonal is two hops");
+        // Four devices with every other row busy: a ring of neighbours, never scattered ones.
+        let costs = LinkCosts::default();
+        let free = 0x0F0F; // rows 0 and 2 free
+        let four = wasmsched_topology::Prepared::new(&t, &costs)
+            .select(free, 4, wasmsched_topology::NumaPolicy::None)
+            .unwrap();
+        let chosen: Vec<usize> = (0..16).filter(|&i| four.mask() & (1 << i) != 0).collect();
+        for &i in &chosen {
+            let neighbours = chosen.iter().filter(|&&j| t.link(i, j) == Some(NV(1))).count();
+            assert!(neighbours >= 2, "{name}: {chosen:?} is not a ring");
+        }
+        assert_eq!(from_annotation(&to_annotation(&t)).unwrap(), t, "{name}: the annotation keeps NeuronLink");
+        let labels = wasmsched_topology::annotation::labels(&t);
+        assert_eq!(labels["wasmsched.io/gpu-interconnect"], "neuronlink");
+        assert!(!labels.contains_key("wasmsched.io/nvlink-bond"));
+    }
+    assert_eq!(parse_neuron("neuron-ls-trn2n-16dev-torus.txt").gpus()[0].pci.as_deref(), Some("cc:00.0"));
 }

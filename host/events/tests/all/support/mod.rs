@@ -279,6 +279,7 @@ pub fn samples() -> Vec<Payload> {
                 gpus: 4,
                 gpu_milli: 1000,
                 gpu_models: vec!["H100".into()],
+                accelerator: None,
             },
             gang: Some(GangSpec {
                 name: "g1".into(),
@@ -312,6 +313,7 @@ pub fn samples() -> Vec<Payload> {
             gpu_model: Some("H100".into()),
             node_pool: Some("h100".into()),
             labels: [("wasmsched.io/node-pool".to_string(), "h100".to_string())].into_iter().collect(),
+            accelerator: Some(Accelerator { kind: "amd".into(), resource: "amd.com/gpu".into() }),
             topology: true,
             removed: false,
         }),
@@ -329,6 +331,12 @@ pub fn samples() -> Vec<Payload> {
             admission: QueueAdmission { max_jobs: Some(100), max_gpus_per_job: None, priority_range: None },
             flavors: vec![],
             flavor_quotas: false,
+            resources: [(
+                "amd.com/gpu".to_string(),
+                ResourceQuota { guarantee: 8, capability: Some(16), ..Default::default() },
+            )]
+            .into_iter()
+            .collect(),
             removed: false,
         }),
         Payload::TaskWithdrawn(TaskWithdrawn { task: task("pod-9", "team-a"), waited_seconds: 1800 }),
