@@ -304,3 +304,112 @@ fn reusing_filter_verdicts_changes_no_placement() {
     assert!(placed > 50, "placed {placed}");
     assert!(reused > asked, "most verdicts were reused: {reused} reused, {asked} asked");
 }
+
+/// `node` with its devices of kind `amd` (all, or the upper half: a node of two kinds), counted as
+/// `amd.com/gpu` as a device plugin would.
+fn make_amd(node: &mut wasmsched_api::Node, half: bool) {
+    let n = node.gpus.len();
+    let from = if half { n / 2 } else { 0 };
+    let amd = (n - from) as u64;
+    node.allocatable.gpu_milli = from as u64 * u64::from(wasmsched_api::GPU_MILLI);
+    node.allocatable.extended.push(("amd.com/gpu".into(), amd));
+    node.allocatable.extended.sort();
+    node.gpus.update(|gpus| {
+        for g in gpus.iter_mut().skip(from) {
+            g.kind = "amd".into();
+            g.model = "MI300X".into();
+        }
+    });
+}
+
+/// An AMD task: whole devices of kind `amd`, asked as `amd.com/gpu`.
+fn as_amd(mut task: wasmsched_api::Task) -> wasmsched_api::Task {
+    task.gpu.kind = "amd".into();
+    task.gpu.milli_per_gpu = wasmsched_api::GPU_MILLI;
+    task.gpu.models.clear();
+    task.request.gpu_milli = 0;
+    task.request.extended.push(("amd.com/gpu".into(), u64::from(task.gpu.count)));
+    task.request.extended.sort();
+    task
+}
+
+/// With a second accelerator kind (whole AMD nodes and nodes of both kinds), the components learn
+/// each device's kind through the `accelerators` import and each task's from its resources: their
+/// verdicts, scores and placements equal the native plugins', which read the kinds directly.
+#[test]
+fn native_and_wasm_agree_with_two_accelerator_kinds() {
+    let rt = Runtime::new(RuntimeConfig { workers: 2, ..Default::default() }).unwrap();
+    let pairs = pairs(&rt);
+    let plain_rt = Runtime::new(RuntimeConfig { workers: 2, placement_calls: false, ..Default::default() }).unwrap();
+    let plain = plain_calls(&plain_rt);
+    let set = |pick: fn(&Pair) -> Arc<dyn PolicyPlugin>| {
+        PolicySet::builder().filter(pick(&pairs[0])).score(pick(&pairs[1]), 1).score(pick(&pairs[2]), 2).build()
+    };
+    let (native, wasm) = (set(|p| p.native.clone()), set(|p| p.wasm.clone()));
+    let (mut amd_placed, mut compared) = (0, 0);
+    for seed in 0..4u64 {
+        let mut rng = Rng::new(100 + seed);
+        let mut table = generate::cluster(&mut rng, 300);
+        table.set_accelerator_kinds(vec![wasmsched_api::accelerators::Kind {
+            name: "amd".into(),
+            resources: vec!["amd.com/gpu".into()],
+        }]);
+        let slots: Vec<u32> = table.slots().collect();
+        for (i, &s) in slots.iter().enumerate() {
+            if table.get(s).is_some_and(|n| n.gpus.len() >= 2) && i % 3 != 0 {
+                table.update(s, |n| make_amd(n, i % 3 == 2));
+            }
+        }
+        for round in 0..60 {
+            let task = generate::task(&mut rng, format!("k-{seed}-{round}"));
+            let task = if task.gpu.count > 0 && rng.percent(50) { as_amd(task) } else { task };
+            let ctx = CallContext { worker: round % 2, nodes: &table };
+            let slots: Vec<u32> = table.slots().collect();
+            for (pair, plain) in pairs.iter().zip(&plain) {
+                if pair.native.stages().contains(&wasmsched_api::Stage::Filter) {
+                    let a = pair.native.filter(ctx, &task, &slots).unwrap();
+                    assert_eq!(
+                        a,
+                        pair.wasm.filter(ctx, &task, &slots).unwrap(),
+                        "{} (seed {seed}, round {round})",
+                        pair.wasm.name()
+                    );
+                    assert_eq!(
+                        a,
+                        plain.filter(ctx, &task, &slots).unwrap(),
+                        "{} plain (seed {seed}, round {round})",
+                        plain.name()
+                    );
+                } else {
+                    let a = pair.native.score(ctx, &task, &slots).unwrap();
+                    assert_eq!(
+                        a,
+                        pair.wasm.score(ctx, &task, &slots).unwrap(),
+                        "{} (seed {seed}, round {round})",
+                        pair.wasm.name()
+                    );
+                    assert_eq!(
+                        a,
+                        plain.score(ctx, &task, &slots).unwrap(),
+                        "{} plain (seed {seed}, round {round})",
+                        plain.name()
+                    );
+                }
+                compared += slots.len();
+            }
+            let (a, b) = (place(&native, &table, &task, 0), place(&wasm, &table, &task, 0));
+            assert_eq!(a, b, "placement (seed {seed}, round {round})");
+            if let Ok(p) = a {
+                let node = table.get(p.node).unwrap();
+                for d in &p.devices {
+                    let device = node.gpus.iter().find(|g| g.index == d.gpu).unwrap();
+                    assert_eq!(device.kind, task.gpu.kind, "a device of another kind (seed {seed}, round {round})");
+                }
+                amd_placed += usize::from(task.gpu.kind == "amd");
+                table.update_usage(p.node, |n| bind(n, &task, &p.devices)).unwrap().expect("bindable");
+            }
+            churn(&mut rng, &mut table, round);
+        }
+    }
+    assert!(amd_placed > 20 && compared > 10_000, "{amd_placed} AMD placements, {compared} verdicts compared");
+}
