@@ -76,6 +76,8 @@ pub struct NodeTable {
     /// Per slot, its node's devices' kind in brief: the host's kind check reads this, not the
     /// node, for every node a placement scans (a node record is a cache miss; this is packed).
     slot_kinds: Arc<Vec<SlotKind>>,
+    /// Per kind, the occupied slots whose nodes have a device of it ([`NodeTable::slots_of_kind`]).
+    kind_slots: Arc<KindSlots>,
     /// A snapshot still equal to its original at `generation`: it shares the original's id until
     /// its first change.
     frozen: bool,
@@ -106,6 +108,56 @@ fn set_slot_kind(kinds: &mut Arc<Vec<SlotKind>>, slot: Slot, node: &Node) {
             kinds.resize(i + 1, SlotKind::default());
         }
         kinds[i] = k;
+    }
+}
+
+/// Per accelerator kind, the occupied slots whose nodes have a device of it, ascending. A sampled
+/// scan for a task of one kind walks its kind's slots rather than every node: on the two-vendor
+/// benchmark, checking each node's kind in the scan was a tenth of the whole run
+/// (BENCHMARKS.md, "Two vendors"). Changes only when a node comes, goes or changes its devices.
+#[derive(Clone, Debug, Default)]
+struct KindSlots(Vec<(KindName, Vec<Slot>)>);
+
+impl KindSlots {
+    fn of(&self, kind: KindName) -> &[Slot] {
+        self.0.iter().find(|(k, _)| *k == kind).map_or(&[], |(_, slots)| slots)
+    }
+
+    /// Whether `slot` is listed under exactly `kinds`.
+    fn lists(&self, slot: Slot, kinds: &[KindName]) -> bool {
+        kinds.iter().all(|k| self.0.iter().any(|(x, _)| x == k))
+            && self.0.iter().all(|(k, slots)| slots.binary_search(&slot).is_ok() == kinds.contains(k))
+    }
+
+    /// List `slot` under exactly `kinds`.
+    fn set(&mut self, slot: Slot, kinds: &[KindName]) {
+        for k in kinds {
+            if !self.0.iter().any(|(x, _)| x == k) {
+                self.0.push((*k, Vec::new()));
+            }
+        }
+        for (k, slots) in &mut self.0 {
+            match (slots.binary_search(&slot), kinds.contains(k)) {
+                (Ok(at), false) => {
+                    slots.remove(at);
+                }
+                (Err(at), true) => slots.insert(at, slot),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// List `slot` under its node's device kinds (none for a node without devices).
+fn set_kind_slots(index: &mut Arc<KindSlots>, slot: Slot, node: Option<&Node>) {
+    let mut kinds: Vec<KindName> = Vec::new();
+    for g in node.iter().flat_map(|n| n.gpus.iter()) {
+        if !kinds.contains(&g.kind) {
+            kinds.push(g.kind);
+        }
+    }
+    if !index.lists(slot, &kinds) {
+        Arc::make_mut(index).set(slot, &kinds);
     }
 }
 
@@ -166,6 +218,7 @@ impl NodeTable {
             domains: Arc::clone(&self.domains),
             accelerators: Arc::clone(&self.accelerators),
             slot_kinds: Arc::clone(&self.slot_kinds),
+            kind_slots: Arc::clone(&self.kind_slots),
             frozen: false,
         }
     }
@@ -186,6 +239,7 @@ impl NodeTable {
             domains: Arc::default(),
             accelerators: Arc::default(),
             slot_kinds: Arc::default(),
+            kind_slots: Arc::default(),
             frozen: false,
         }
     }
@@ -285,6 +339,12 @@ impl NodeTable {
         (k.kind != task.gpu.kind || k.usable < task.gpu.count).then_some(KindRejection::TooFew)
     }
 
+    /// The occupied slots whose nodes have a device of `kind`, ascending (a subset of
+    /// [`NodeTable::occupied`]).
+    pub fn slots_of_kind(&self, kind: KindName) -> &[Slot] {
+        self.kind_slots.of(kind)
+    }
+
     /// What plugins' `accelerators` questions are answered from during a call.
     pub fn accelerator_view(&self) -> Arc<dyn AcceleratorView> {
         Arc::clone(&self.accelerators) as Arc<dyn AcceleratorView>
@@ -363,6 +423,7 @@ impl NodeTable {
         }
         note_kinds(&mut self.accelerators, &node);
         set_slot_kind(&mut self.slot_kinds, slot, &node);
+        set_kind_slots(&mut self.kind_slots, slot, Some(&node));
         self.slots.set(slot as usize, Some(node));
         self.stamps[slot as usize] = next_stamp();
         self.record(slot);
@@ -380,6 +441,7 @@ impl NodeTable {
         }
         note_kinds(&mut self.accelerators, node);
         set_slot_kind(&mut self.slot_kinds, slot, node);
+        set_kind_slots(&mut self.kind_slots, slot, Some(node));
         self.stamps[slot as usize] = next_stamp();
         self.record(slot);
         Some(out)
@@ -424,6 +486,7 @@ impl NodeTable {
         if let Some(k) = Arc::make_mut(&mut self.slot_kinds).get_mut(slot as usize) {
             *k = SlotKind::default();
         }
+        set_kind_slots(&mut self.kind_slots, slot, None);
         self.stamps[slot as usize] = 0;
         self.free.push(slot);
         self.record(slot);

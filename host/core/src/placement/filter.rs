@@ -97,6 +97,12 @@ impl<'a> KindCheck<'a> {
         }
     }
 
+    /// Counts `n` nodes without a device of the kind that a scan passed over unread (other kinds'
+    /// nodes, [`super::scan::KindNodes`]).
+    pub(super) fn add_too_few(&mut self, n: usize) {
+        self.rejected[0] += n;
+    }
+
     /// Enters the rejections counted so far into `run`'s diagnosis.
     pub(super) fn record(&mut self, run: &mut Run) {
         for (r, n) in [KindRejection::TooFew, KindRejection::Busy].into_iter().zip(std::mem::take(&mut self.rejected)) {

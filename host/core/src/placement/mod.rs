@@ -8,6 +8,7 @@
 
 mod devices;
 mod filter;
+mod scan;
 mod score;
 #[cfg(test)]
 mod tests;
@@ -21,6 +22,7 @@ use wasmsched_api::{DeviceShare, Task};
 pub use devices::{default_select_devices, select_devices_on};
 use filter::KindCheck;
 pub use filter::{NodeVerdict, filter_each};
+use scan::{Cursor, EveryNode, KindNodes};
 pub use score::score_each;
 
 use crate::node_table::{NodeTable, Slot};
@@ -153,7 +155,11 @@ pub fn place_sampled(
     start: usize,
     find: usize,
 ) -> Sampled {
-    place_sampled_among(set, nodes, task, worker, nodes.occupied(), start, find)
+    match KindCheck::new(nodes, task) {
+        // A cluster of two kinds: walk the task's kind's nodes, not every node.
+        Some(kinds) => sample(set, nodes, task, worker, KindNodes::new(nodes, task.gpu.kind, start, kinds), find),
+        None => place_sampled_among(set, nodes, task, worker, nodes.occupied(), start, find),
+    }
 }
 
 /// [`place_sampled`] restricted to `candidates` (a gang's topology domain, for instance); `start`
@@ -167,40 +173,36 @@ pub fn place_sampled_among(
     start: usize,
     find: usize,
 ) -> Sampled {
+    let cursor = EveryNode::new(candidates, start, KindCheck::new(nodes, task));
+    sample(set, nodes, task, worker, cursor, find)
+}
+
+/// The sampled scan: filter calls on windows the cursor cuts, until `find` nodes fit or the scan
+/// is done, then [`Run::choose`] among them.
+fn sample(
+    set: &PolicySet,
+    nodes: &NodeTable,
+    task: &Task,
+    worker: usize,
+    mut cursor: impl Cursor,
+    find: usize,
+) -> Sampled {
     let ctx = CallContext { worker, nodes };
-    let n = candidates.len();
+    let n = cursor.len();
     let mut run = Run { diagnosis: Diagnosis::default(), skipped: Vec::new() };
     let want = find.max(1);
-    let mut kinds = KindCheck::new(nodes, task);
     let mut feasible = Vec::new();
-    // Scan positions consumed, and nodes of those handed to the filters (all of them unless the
-    // host's kind check rejected some).
+    // Nodes scanned up to the `want`-th feasible one (all scanned when fewer fit), and nodes
+    // handed to the filters (all of them unless the host's kind check rejected some).
     let (mut examined, mut offered) = (0, 0);
-    // The scan from `start`, wrapping: two slices, not an index modulo `n` per slot (a 64-bit
-    // division each, a few µs per decision at 500 nodes).
-    let from = start % n.max(1);
-    let mut scan = candidates[from..].iter().chain(&candidates[..from]).copied();
-    // Each chunk slot's scan position plus one, to count the scan up to the `want`-th feasible node.
-    let mut ends = Vec::new();
-    while examined < n && feasible.len() < want {
+    let mut chunk = Vec::new();
+    while cursor.scanned() < n && feasible.len() < want {
         let missing = want - feasible.len();
-        let window = next_window(missing, offered, feasible.len()).min(n - examined);
-        // The window is cut from the nodes of the right kind, so that one filter call sees a full
-        // window on a two-vendor cluster rather than half of one.
-        let mut chunk = Vec::with_capacity(window);
-        ends.clear();
-        while chunk.len() < window {
-            let Some(slot) = scan.next() else { break };
-            examined += 1;
-            if kinds.as_mut().is_none_or(|k| k.admits(slot)) {
-                chunk.push(slot);
-                ends.push(examined);
-            }
-        }
-        if let Some(k) = kinds.as_mut() {
-            k.record(&mut run);
-        }
+        let window = next_window(missing, offered, feasible.len()).min(n - cursor.scanned());
+        chunk.clear();
+        cursor.fill(&mut chunk, window, &mut run);
         offered += chunk.len();
+        examined = cursor.scanned();
         run.diagnosis.candidates = examined;
         let mut fit = match run.filter_chain(set, ctx, task, chunk.clone(), missing) {
             Ok(fit) => fit,
@@ -210,10 +212,7 @@ pub fn place_sampled_among(
             // Stop at the `want`-th feasible node: nodes after it in this window were filtered
             // only because the window was sized by an estimate, and do not count.
             fit.truncate(missing);
-            let last = fit[missing - 1];
-            if let Some(i) = chunk.iter().position(|&s| s == last) {
-                examined = ends[i];
-            }
+            examined = cursor.scanned_through(fit[missing - 1], &chunk);
         }
         feasible.append(&mut fit);
     }

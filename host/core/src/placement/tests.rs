@@ -278,3 +278,78 @@ fn a_kind_restricted_scan_fills_each_filter_call_with_nodes_of_its_kind() {
     assert_eq!(d.candidates, 1000);
     assert_eq!(d.rejections.get(&(filter::HOST_CHECK.to_string(), "too few amd devices".into())), Some(&(1000, true)));
 }
+
+/// Walking the task's kind's slot list ([`scan::KindNodes`]) gives what walking every node with
+/// the kind check gives ([`scan::EveryNode`]): the same placement, nodes examined and diagnosis
+/// (rejections counted per reason, candidates), for random clusters of two kinds with nodes of
+/// both, unhealthy devices, nodes coming and going, any start and any count to find.
+#[test]
+fn the_kind_s_slot_list_scans_exactly_like_every_node() {
+    use wasmsched_api::GpuHealth;
+    let mut rng = 11u64;
+    let mut next = |below: u64| {
+        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (rng >> 33) % below.max(1)
+    };
+    let mut t = NodeTable::new();
+    t.set_accelerator_kinds(vec![wasmsched_api::accelerators::Kind {
+        name: "amd".into(),
+        resources: vec!["amd.com/gpu".into()],
+    }]);
+    let set = {
+        let fit = NativePlugin::<wasmsched_plugin_resource_fit::ResourceFit>::new("", 1).unwrap();
+        let score = NativePlugin::<wasmsched_plugin_allocation_score::AllocationScore>::new("", 1).unwrap();
+        PolicySet::builder().filter(Arc::new(fit)).score(Arc::new(score), 1).build()
+    };
+    let (mut compared, mut refused) = (0, 0);
+    for round in 0..60u32 {
+        for _ in 0..20 {
+            let i = next(400);
+            if next(10) == 0 {
+                t.remove(&format!("n{i}"));
+                continue;
+            }
+            let (gpus, amd_from) = (next(9) as u32, next(12) as u32);
+            let mut extended: Vec<(wasmsched_api::ResourceName, u64)> = Vec::new();
+            if gpus > amd_from {
+                extended.push(("amd.com/gpu".into(), u64::from(gpus - amd_from)));
+            }
+            t.upsert(Node {
+                name: format!("n{i}"),
+                allocatable: Resources {
+                    cpu_milli: 64_000,
+                    memory_bytes: 1 << 38,
+                    gpu_milli: u64::from(gpus.min(amd_from)) * 1000,
+                    extended: extended.into(),
+                },
+                gpus: (0..gpus)
+                    .map(|g| GpuDevice {
+                        index: g,
+                        free_milli: if next(3) == 0 { 0 } else { 1000 },
+                        kind: if g >= amd_from { "amd".into() } else { Default::default() },
+                        health: if next(15) == 0 { GpuHealth::Unhealthy } else { GpuHealth::Healthy },
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            });
+        }
+        let amd = next(2) == 0;
+        let count = if round % 5 == 4 { 9 } else { 1 + next(6) as u32 };
+        let mut task =
+            Task { gpu: GpuRequest { count, milli_per_gpu: 1000, ..Default::default() }, ..Default::default() };
+        if amd {
+            task.gpu.kind = "amd".into();
+            task.request.extended = vec![("amd.com/gpu".into(), u64::from(count))].into();
+        }
+        let n = t.len();
+        let (start, find) = (next(n as u64 + 3) as usize, [1usize, 7, 50, 400][round as usize % 4]);
+        let by_kind = place_sampled(&set, &t, &task, 0, start, find);
+        let every = place_sampled_among(&set, &t, &task, 0, t.occupied(), start, find);
+        assert_eq!(by_kind.examined, every.examined, "round {round}");
+        assert_eq!(by_kind.result, every.result, "round {round}");
+        compared += 1;
+        refused += usize::from(every.result.is_err());
+    }
+    assert!(compared == 60 && refused > 3 && refused < 50, "{refused} of {compared} refused");
+}
