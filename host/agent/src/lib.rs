@@ -96,6 +96,8 @@ pub enum VendorTool {
     AmdSmi,
     /// AWS Inferentia and Trainium: `neuron-ls`.
     NeuronLs,
+    /// Huawei Ascend: `npu-smi info -t topo`.
+    NpuSmi,
 }
 
 impl VendorTool {
@@ -104,6 +106,7 @@ impl VendorTool {
         match self {
             VendorTool::AmdSmi => &["topology"],
             VendorTool::NeuronLs => &[],
+            VendorTool::NpuSmi => &["info", "-t", "topo"],
         }
     }
 
@@ -111,6 +114,7 @@ impl VendorTool {
         match self {
             VendorTool::AmdSmi => wasmsched_topology::amd_smi::parse(text),
             VendorTool::NeuronLs => wasmsched_topology::neuron_ls::parse(text),
+            VendorTool::NpuSmi => wasmsched_topology::smi::parse_npu_smi(text),
         }
     }
 }

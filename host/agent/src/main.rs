@@ -38,7 +38,7 @@ enum Command {
         #[command(flatten)]
         vendor: VendorArgs,
         /// Print the raw NVML inventory (NVML only).
-        #[arg(long, conflicts_with_all = ["smi", "amd_smi", "amd_smi_text", "neuron_ls", "neuron_ls_text"])]
+        #[arg(long, conflicts_with_all = ["smi", "amd_smi", "amd_smi_text", "neuron_ls", "neuron_ls_text", "npu_smi", "npu_smi_text"])]
         inventory: bool,
     },
     /// Keep the node's report current.
@@ -62,7 +62,7 @@ struct RunArgs {
     /// Serve the GPUs to the kubelet as its device plugin (`nvidia.com/gpu` and
     /// `wasmsched.io/gpu-milli`), giving each pod exactly the GPUs the scheduler chose: watches
     /// this node's pods (needs `list` and `watch` on pods). Replaces NVIDIA's device plugin.
-    #[arg(long, conflicts_with_all = ["amd_smi", "amd_smi_text", "neuron_ls", "neuron_ls_text"])]
+    #[arg(long, conflicts_with_all = ["amd_smi", "amd_smi_text", "neuron_ls", "neuron_ls_text", "npu_smi", "npu_smi_text"])]
     device_plugin: bool,
     /// The kubelet's device-plugin directory (its `kubelet.sock`).
     #[arg(long, value_name = "DIR", default_value = wasmsched_deviceplugin::DEFAULT_DIR)]
@@ -128,29 +128,36 @@ fn main() -> ExitCode {
 /// A node of another vendor's devices: its topology from the vendor's tool instead of NVML
 /// (health and the device plugin are the vendor's operator's there).
 #[derive(clap::Args)]
+#[group(multiple = false)]
 struct VendorArgs {
     /// AMD GPUs: ask this program (`amd-smi`) for the node's `topology` on every discovery.
-    #[arg(long, value_name = "PROGRAM", conflicts_with_all = ["smi", "neuron_ls", "neuron_ls_text"])]
+    #[arg(long, value_name = "PROGRAM", conflicts_with = "smi")]
     amd_smi: Option<PathBuf>,
     /// AMD GPUs: read `rocm-smi --showtopo` or `amd-smi topology` output from this file.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["smi", "amd_smi", "neuron_ls", "neuron_ls_text"])]
+    #[arg(long, value_name = "FILE", conflicts_with = "smi")]
     amd_smi_text: Option<PathBuf>,
     /// AWS Inferentia or Trainium: ask this program (`neuron-ls`) for the devices and their
     /// NeuronLinks on every discovery.
     #[arg(long, value_name = "PROGRAM", conflicts_with = "smi")]
     neuron_ls: Option<PathBuf>,
     /// AWS Inferentia or Trainium: read `neuron-ls` output from this file.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["smi", "neuron_ls"])]
+    #[arg(long, value_name = "FILE", conflicts_with = "smi")]
     neuron_ls_text: Option<PathBuf>,
+    /// Huawei Ascend: ask this program (`npu-smi`) for `info -t topo` on every discovery.
+    #[arg(long, value_name = "PROGRAM", conflicts_with = "smi")]
+    npu_smi: Option<PathBuf>,
+    /// Huawei Ascend: read `npu-smi info -t topo` output from this file.
+    #[arg(long, value_name = "FILE", conflicts_with = "smi")]
+    npu_smi_text: Option<PathBuf>,
 }
 
 fn source(smi: Option<PathBuf>, vendor: &VendorArgs) -> Source {
-    use wasmsched_agent::VendorTool::{AmdSmi, NeuronLs};
+    use wasmsched_agent::VendorTool::{AmdSmi, NeuronLs, NpuSmi};
     if let Some(path) = smi {
         return Source::Smi(path);
     }
-    let programs = [(AmdSmi, &vendor.amd_smi), (NeuronLs, &vendor.neuron_ls)];
-    let texts = [(AmdSmi, &vendor.amd_smi_text), (NeuronLs, &vendor.neuron_ls_text)];
+    let programs = [(AmdSmi, &vendor.amd_smi), (NeuronLs, &vendor.neuron_ls), (NpuSmi, &vendor.npu_smi)];
+    let texts = [(AmdSmi, &vendor.amd_smi_text), (NeuronLs, &vendor.neuron_ls_text), (NpuSmi, &vendor.npu_smi_text)];
     if let Some((tool, Some(program))) = programs.into_iter().find(|(_, p)| p.is_some()) {
         return Source::VendorProgram(tool, program.clone());
     }

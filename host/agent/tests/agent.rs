@@ -345,4 +345,12 @@ fn on_a_trainium_node_the_devices_and_their_neuronlinks_come_from_neuron_ls() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("no neuron-ls device table"));
     let o = agent(&["discover", "--neuron-ls", "neuron-ls", "--amd-smi", "amd-smi"]);
     assert!(!o.status.success(), "one vendor's tool per node");
+    // Ascend: `npu-smi info -t topo`'s matrix, HCCS pairs as direct links.
+    let o = agent(&["discover", "--npu-smi-text", &fixture_path("npu-smi-910b3-8npu-hccs.txt")]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["labels"]["wasmsched.io/gpu-interconnect"], "hccs");
+    assert_eq!(doc["labels"]["wasmsched.io/gpu-count"], "8");
+    let o = agent(&["discover", "--npu-smi-text", "x", "--smi", "y"]);
+    assert!(!o.status.success(), "nvidia-smi and npu-smi at once");
 }

@@ -105,7 +105,7 @@ struct Document {
     /// NUMA ids were inferred from CPU affinity, not reported.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     numa_inferred: bool,
-    /// Whose links the `NV#` pairs are (`xgmi`, `neuronlink`), absent for NVIDIA's.
+    /// Whose links the `NV#` pairs are (`xgmi`, `neuronlink`, `hccs`), absent for NVIDIA's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     peer_links: Option<String>,
 }
@@ -205,7 +205,7 @@ pub fn from_annotation(json: &str) -> Result<NodeTopology, Error> {
     if let Some(name) = &doc.peer_links {
         let links = PeerLinks::from_name(name).ok_or_else(|| {
             Error::Invalid(format!(
-                "annotation {TOPOLOGY_ANNOTATION}: peer links `{name}` are none of nvlink, xgmi, neuronlink"
+                "annotation {TOPOLOGY_ANNOTATION}: peer links `{name}` are none of nvlink, xgmi, neuronlink, hccs"
             ))
         })?;
         topology.set_peer_links(links);

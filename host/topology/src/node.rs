@@ -64,6 +64,8 @@ pub enum PeerLinks {
     Xgmi,
     /// AWS's NeuronLink between Trainium and Inferentia devices.
     NeuronLink,
+    /// Huawei's HCCS between Ascend NPUs.
+    Hccs,
 }
 
 impl PeerLinks {
@@ -73,12 +75,15 @@ impl PeerLinks {
             PeerLinks::NvLink => "nvlink",
             PeerLinks::Xgmi => "xgmi",
             PeerLinks::NeuronLink => "neuronlink",
+            PeerLinks::Hccs => "hccs",
         }
     }
 
     /// The links named `name`.
     pub fn from_name(name: &str) -> Option<PeerLinks> {
-        [PeerLinks::NvLink, PeerLinks::Xgmi, PeerLinks::NeuronLink].into_iter().find(|p| p.name() == name)
+        [PeerLinks::NvLink, PeerLinks::Xgmi, PeerLinks::NeuronLink, PeerLinks::Hccs]
+            .into_iter()
+            .find(|p| p.name() == name)
     }
 }
 
@@ -210,8 +215,8 @@ impl NodeTopology {
         ids
     }
 
-    /// The fabric, for labels: `nvswitch`, `nvlink` (some NVLink pairs), `xgmi` or `neuronlink`
-    /// (some direct pairs of those), or `pcie`.
+    /// The fabric, for labels: `nvswitch`, `nvlink` (some NVLink pairs), `xgmi`, `neuronlink` or
+    /// `hccs` (some direct pairs of those), or `pcie`.
     pub fn interconnect(&self) -> &'static str {
         let mut any_nvlink = false;
         for link in &self.links {

@@ -6,16 +6,46 @@
 //! `CPU Affinity` / `NUMA Affinity` / `GPU NUMA ID` columns, trailing legends, and the terminal
 //! escapes (an underlined header) that driver 580 prints even into a file or a pipe. Anything else
 //! is refused with the line and column, never guessed.
+//!
+//! Huawei's `npu-smi info -t topo` prints the same matrix for Ascend NPUs — `NPU#` columns, `HCCS`
+//! for a direct link — read by [`parse_npu_smi`].
 
-use crate::{CpuSet, Error, Gpu, Link, Nic, NodeTopology};
+use crate::{CpuSet, Error, Gpu, Link, Nic, NodeTopology, PeerLinks};
+
+/// What a vendor's copy of the matrix names differently.
+struct Dialect {
+    /// Device columns: `GPU0`, `NPU0`, …
+    device: &'static str,
+    /// The command, for errors.
+    tool: &'static str,
+    /// A direct device link's code besides NVIDIA's `NV#` (one bond).
+    direct: Option<&'static str>,
+}
+
+const NVIDIA_SMI: Dialect = Dialect { device: "GPU", tool: "nvidia-smi topo -m", direct: None };
+const NPU_SMI: Dialect = Dialect { device: "NPU", tool: "npu-smi info -t topo", direct: Some("HCCS") };
 
 const TRAILING: [&str; 3] = ["CPU Affinity", "NUMA Affinity", "GPU NUMA ID"];
 
 /// Parses the text `nvidia-smi topo -m` prints.
 pub fn parse(text: &str) -> Result<NodeTopology, Error> {
+    parse_as(text, &NVIDIA_SMI)
+}
+
+/// Parses the text `npu-smi info -t topo` prints (Ascend NPUs; an `HCCS` pair is a direct link,
+/// named [`PeerLinks::Hccs`]). A full HCCS mesh is point-to-point links, never taken for a switch.
+pub fn parse_npu_smi(text: &str) -> Result<NodeTopology, Error> {
+    let mut topology = parse_as(text, &NPU_SMI)?;
+    topology.set_switched(false);
+    topology.set_peer_links(PeerLinks::Hccs);
+    Ok(topology)
+}
+
+fn parse_as(text: &str, dialect: &Dialect) -> Result<NodeTopology, Error> {
     let text = without_escapes(text);
     let lines: Vec<&str> = text.lines().collect();
-    let (header_at, columns, trailing) = header(&lines)?;
+    let (header_at, columns, trailing) = header(&lines, dialect)?;
+    let is_gpu_name = |name: &str| is_device_name(name, dialect.device);
     let gpu_columns = columns.iter().take_while(|c| is_gpu_name(c)).count();
     if gpu_columns == 0 {
         return Err(bad(header_at, "the header names no GPU column"));
@@ -62,7 +92,8 @@ pub fn parse(text: &str) -> Result<NodeTopology, Error> {
             if j == i {
                 continue;
             }
-            let link = Link::from_code(cell).ok_or_else(|| {
+            let direct = dialect.direct.filter(|d| d == cell).map(|_| Link::NvLink { links: 1, switched: false });
+            let link = direct.or_else(|| Link::from_code(cell)).ok_or_else(|| {
                 bad(row.at, format!("unknown link `{cell}` in row {} column {}", columns[i], columns[j]))
             })?;
             if j < gpu_columns {
@@ -131,17 +162,19 @@ fn bad(line: usize, message: impl Into<String>) -> Error {
     Error::Parse { line: line + 1, message: message.into() }
 }
 
-fn is_gpu_name(name: &str) -> bool {
-    name.strip_prefix("GPU").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+fn is_device_name(name: &str, prefix: &str) -> bool {
+    name.strip_prefix(prefix).is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// Finds the header: the first line whose first token is `GPU0`. Returns its line index, the device
-/// columns, and which trailing columns follow them, in order.
-fn header(lines: &[&str]) -> Result<(usize, Vec<String>, Vec<&'static str>), Error> {
-    let at = lines.iter().position(|l| l.split_whitespace().next() == Some("GPU0")).ok_or_else(|| Error::Parse {
-        line: 1,
-        message: "no header line starting with GPU0: is this `nvidia-smi topo -m` output?".into(),
-    })?;
+/// Finds the header: the first line whose first token is `GPU0` (`NPU0`). Returns its line index,
+/// the device columns, and which trailing columns follow them, in order.
+fn header(lines: &[&str], dialect: &Dialect) -> Result<(usize, Vec<String>, Vec<&'static str>), Error> {
+    let first = format!("{}0", dialect.device);
+    let at =
+        lines.iter().position(|l| l.split_whitespace().next() == Some(first.as_str())).ok_or_else(|| Error::Parse {
+            line: 1,
+            message: format!("no header line starting with {first}: is this `{}` output?", dialect.tool),
+        })?;
     let line = lines[at];
     let devices_end = TRAILING.iter().filter_map(|name| line.find(name)).min().unwrap_or(line.len());
     let columns: Vec<String> = line[..devices_end].split_whitespace().map(String::from).collect();

@@ -268,3 +268,18 @@ fn neuron_ls_trainium_torus_keeps_a_job_on_neighbours() {
     }
     assert_eq!(parse_neuron("neuron-ls-trn2n-16dev-torus.txt").gpus()[0].pci.as_deref(), Some("cc:00.0"));
 }
+
+#[test]
+fn npu_smi_ascend_910b_eight_npus_over_hccs() {
+    let t = wasmsched_topology::smi::parse_npu_smi(&fixture("npu-smi-910b3-8npu-hccs.txt")).unwrap();
+    assert_eq!(t.len(), 8);
+    assert!((0..8).all(|i| (0..8).all(|j| i == j || t.link(i, j) == Some(NV(1)))), "HCCS all-to-all");
+    assert_eq!(t.interconnect(), "hccs", "a full HCCS mesh is not an NVSwitch");
+    assert_eq!(t.gpus()[2].cpus.to_string(), "96-119");
+    assert_eq!(from_annotation(&to_annotation(&t)).unwrap(), t);
+    // nvidia-smi's parser refuses it, and the NPU parser refuses nvidia-smi output, each by name.
+    let e = wasmsched_topology::smi::parse(&fixture("npu-smi-910b3-8npu-hccs.txt")).unwrap_err().to_string();
+    assert!(e.contains("GPU0"), "{e}");
+    let e = wasmsched_topology::smi::parse_npu_smi(&fixture("h100-sxm-8gpu-nv18.txt")).unwrap_err().to_string();
+    assert!(e.contains("npu-smi info -t topo"), "{e}");
+}
