@@ -254,6 +254,32 @@ fn the_recorded_h200_report_is_what_its_nvidia_smi_output_gives() {
     assert_eq!((nvml["model"].as_str(), nvml["pci"].as_str()), (Some("NVIDIA H200"), Some("0000:00:06.0")));
 }
 
+/// Runs the agent once with `flag` naming a STAND-IN for a vendor's tool: a script
+/// that checks its arguments (`args_check`, a shell test) and prints `fixture`, a real published
+/// output. Returns the annotation's topology, which must equal what `parse` makes of the fixture,
+/// and the labels written.
+fn run_with_stand_in(
+    flag: &str,
+    args_check: &str,
+    fixture: &str,
+    parse: fn(&str) -> Result<wasmsched_topology::NodeTopology, wasmsched_topology::Error>,
+) -> serde_json::Value {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = fixture_path(fixture);
+    let tool = dir.path().join(flag.trim_start_matches('-'));
+    std::fs::write(&tool, format!("#!/bin/sh\n{args_check} || exit 2\ncat '{fixture}'\n")).unwrap();
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = dir.path().join("report");
+    let o = agent(&["run", "--node", "n-0", flag, tool.to_str().unwrap(), "--once", "--write", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let expected = parse(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
+    let annotations: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("annotations.json")).unwrap()).unwrap();
+    assert_eq!(from_annotation(annotations[TOPOLOGY_ANNOTATION].as_str().unwrap()).unwrap(), expected);
+    serde_json::from_slice(&std::fs::read(out.join("labels.json")).unwrap()).unwrap()
+}
+
 /// An AMD node: the agent asks `amd-smi topology` on every discovery. The program here is a
 /// STAND-IN (no AMD GPU in CI): a script printing the real output of an eight-MI300X machine, and
 /// one that fails as the real tool does without a driver.
@@ -261,27 +287,12 @@ fn the_recorded_h200_report_is_what_its_nvidia_smi_output_gives() {
 fn on_an_amd_node_the_topology_comes_from_amd_smi() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
-    let fixture = fixture_path("amd-smi-mi300x-8gpu-xgmi.txt");
-    let tool = dir.path().join("amd-smi");
-    std::fs::write(&tool, format!("#!/bin/sh\n[ \"$1\" = topology ] || exit 2\ncat '{fixture}'\n")).unwrap();
-    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = dir.path().join("report");
-    let o = agent(&[
-        "run",
-        "--node",
-        "mi300x-0",
+    let labels = run_with_stand_in(
         "--amd-smi",
-        tool.to_str().unwrap(),
-        "--once",
-        "--write",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let expected = wasmsched_topology::amd_smi::parse(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
-    let annotations: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("annotations.json")).unwrap()).unwrap();
-    assert_eq!(from_annotation(annotations[TOPOLOGY_ANNOTATION].as_str().unwrap()).unwrap(), expected);
-    let labels: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("labels.json")).unwrap()).unwrap();
+        "[ \"$1\" = topology ]",
+        "amd-smi-mi300x-8gpu-xgmi.txt",
+        wasmsched_topology::amd_smi::parse,
+    );
     assert_eq!(
         (labels["wasmsched.io/gpu-count"].as_str(), labels["wasmsched.io/gpu-interconnect"].as_str()),
         (Some("8"), Some("xgmi"))
@@ -308,29 +319,12 @@ fn on_an_amd_node_the_topology_comes_from_amd_smi() {
 /// (no Neuron device in CI): a script printing the real output AWS published for a trn1.32xlarge.
 #[test]
 fn on_a_trainium_node_the_devices_and_their_neuronlinks_come_from_neuron_ls() {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    let fixture = fixture_path("neuron-ls-trn1-16dev-torus-topology.txt");
-    let tool = dir.path().join("neuron-ls");
-    std::fs::write(&tool, format!("#!/bin/sh\n[ $# -eq 0 ] || exit 2\ncat '{fixture}'\n")).unwrap();
-    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = dir.path().join("report");
-    let o = agent(&[
-        "run",
-        "--node",
-        "trn1-0",
+    let labels = run_with_stand_in(
         "--neuron-ls",
-        tool.to_str().unwrap(),
-        "--once",
-        "--write",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let expected = wasmsched_topology::neuron_ls::parse(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
-    let annotations: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("annotations.json")).unwrap()).unwrap();
-    assert_eq!(from_annotation(annotations[TOPOLOGY_ANNOTATION].as_str().unwrap()).unwrap(), expected);
-    let labels: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("labels.json")).unwrap()).unwrap();
+        "[ $# -eq 0 ]",
+        "neuron-ls-trn1-16dev-torus-topology.txt",
+        wasmsched_topology::neuron_ls::parse,
+    );
     assert_eq!(
         (labels["wasmsched.io/gpu-count"].as_str(), labels["wasmsched.io/gpu-interconnect"].as_str()),
         (Some("16"), Some("neuronlink"))
@@ -346,11 +340,14 @@ fn on_a_trainium_node_the_devices_and_their_neuronlinks_come_from_neuron_ls() {
     let o = agent(&["discover", "--neuron-ls", "neuron-ls", "--amd-smi", "amd-smi"]);
     assert!(!o.status.success(), "one vendor's tool per node");
     // Ascend: `npu-smi info -t topo`'s matrix, HCCS pairs as direct links.
-    let o = agent(&["discover", "--npu-smi-text", &fixture_path("npu-smi-910b3-8npu-hccs.txt")]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(doc["labels"]["wasmsched.io/gpu-interconnect"], "hccs");
-    assert_eq!(doc["labels"]["wasmsched.io/gpu-count"], "8");
+    let labels = run_with_stand_in(
+        "--npu-smi",
+        "[ \"$*\" = \"info -t topo\" ]",
+        "npu-smi-910b3-8npu-hccs.txt",
+        wasmsched_topology::smi::parse_npu_smi,
+    );
+    assert_eq!(labels["wasmsched.io/gpu-interconnect"], "hccs");
+    assert_eq!(labels["wasmsched.io/gpu-count"], "8");
     let o = agent(&["discover", "--npu-smi-text", "x", "--smi", "y"]);
     assert!(!o.status.success(), "nvidia-smi and npu-smi at once");
 }

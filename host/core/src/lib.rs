@@ -83,6 +83,8 @@ mod placement;
 mod plugin;
 mod policy_set;
 mod queue;
+#[cfg(test)]
+mod testing;
 mod topology;
 
 pub use accelerators::{Accelerators, KindRejection, kind_rejection};

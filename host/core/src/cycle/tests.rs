@@ -12,8 +12,8 @@ use wasmsched_plugin_resource_fit::ResourceFit;
 
 use super::*;
 use crate::native::NativePlugin;
-use crate::plugin::PolicyPlugin;
 use crate::queue::QueueSpec;
+use crate::testing::Counting;
 use ahash::AHashSet;
 
 fn gpu_node(name: &str, gpus: u32) -> Node {
@@ -1800,73 +1800,6 @@ fn a_queue_without_a_flavor_never_uses_its_nodes_and_reclaim_stays_within_the_fl
     let lender = c.queues().index_of("lender").unwrap();
     assert_eq!(c.queue_shares()[lender].allocated.extended("gpu-a100/gpu"), 64_000);
     check_accounting(&c);
-}
-
-/// Counts the calls a plugin gets, to show what the cycle saves.
-struct Counting {
-    inner: Arc<dyn PolicyPlugin>,
-    filters: std::sync::atomic::AtomicUsize,
-    shares: std::sync::atomic::AtomicUsize,
-}
-
-impl Counting {
-    fn new(inner: Arc<dyn PolicyPlugin>) -> Arc<Self> {
-        Arc::new(Counting { inner, filters: Default::default(), shares: Default::default() })
-    }
-    fn counts(&self) -> (usize, usize) {
-        use std::sync::atomic::Ordering::Relaxed;
-        (self.filters.load(Relaxed), self.shares.load(Relaxed))
-    }
-}
-
-impl PolicyPlugin for Counting {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn stages(&self) -> &[wasmsched_api::Stage] {
-        self.inner.stages()
-    }
-    fn failure_policy(&self) -> crate::plugin::FailurePolicy {
-        self.inner.failure_policy()
-    }
-    fn filter_until(
-        &self,
-        ctx: crate::plugin::CallContext<'_>,
-        task: &Task,
-        candidates: &[Slot],
-        enough: usize,
-    ) -> Result<wasmsched_api::batch::FilterBatch, PluginFault> {
-        self.filters.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.inner.filter_until(ctx, task, candidates, enough)
-    }
-    fn score(&self, ctx: crate::plugin::CallContext<'_>, task: &Task, c: &[Slot]) -> Result<Vec<u32>, PluginFault> {
-        self.inner.score(ctx, task, c)
-    }
-    fn select_devices(
-        &self,
-        ctx: crate::plugin::CallContext<'_>,
-        task: &Task,
-        node: Slot,
-    ) -> Result<Result<Vec<DeviceShare>, wasmsched_api::Rejection>, PluginFault> {
-        self.inner.select_devices(ctx, task, node)
-    }
-    fn select_victims(
-        &self,
-        ctx: crate::plugin::CallContext<'_>,
-        preemptor: &Task,
-        candidates: &[wasmsched_api::PreemptCandidate],
-    ) -> Result<Option<wasmsched_api::Preemption>, PluginFault> {
-        self.inner.select_victims(ctx, preemptor, candidates)
-    }
-    fn fair_share(
-        &self,
-        worker: usize,
-        queues: &[wasmsched_api::QueueState],
-        cluster: &Resources,
-    ) -> Result<ShareDecision, PluginFault> {
-        self.shares.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.inner.fair_share(worker, queues, cluster)
-    }
 }
 
 /// An overloaded cluster (more work arrives than leaves) with few request shapes; every decision

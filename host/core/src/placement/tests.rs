@@ -163,61 +163,6 @@ fn per_node_verdicts_scores_and_devices_answer_an_extender() {
     assert!(select_devices_on(&set(), &t, &gpu, 0, 1).is_err(), "no GPU there");
 }
 
-/// A filter that counts its calls (the cost a Wasm filter pays per call: the task lowered again).
-struct CountingFit {
-    inner: NativePlugin<wasmsched_plugin_resource_fit::ResourceFit>,
-    calls: std::sync::atomic::AtomicUsize,
-}
-
-impl crate::plugin::PolicyPlugin for CountingFit {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn stages(&self) -> &[wasmsched_api::Stage] {
-        self.inner.stages()
-    }
-    fn failure_policy(&self) -> crate::plugin::FailurePolicy {
-        self.inner.failure_policy()
-    }
-    fn filter_until(
-        &self,
-        ctx: CallContext<'_>,
-        task: &Task,
-        candidates: &[Slot],
-        enough: usize,
-    ) -> Result<wasmsched_api::batch::FilterBatch, PluginFault> {
-        self.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.inner.filter_until(ctx, task, candidates, enough)
-    }
-    fn score(&self, ctx: CallContext<'_>, task: &Task, candidates: &[Slot]) -> Result<Vec<u32>, PluginFault> {
-        self.inner.score(ctx, task, candidates)
-    }
-    fn select_devices(
-        &self,
-        ctx: CallContext<'_>,
-        task: &Task,
-        node: Slot,
-    ) -> Result<Result<Vec<DeviceShare>, wasmsched_api::Rejection>, PluginFault> {
-        self.inner.select_devices(ctx, task, node)
-    }
-    fn select_victims(
-        &self,
-        ctx: CallContext<'_>,
-        preemptor: &Task,
-        candidates: &[wasmsched_api::PreemptCandidate],
-    ) -> Result<Option<wasmsched_api::Preemption>, PluginFault> {
-        self.inner.select_victims(ctx, preemptor, candidates)
-    }
-    fn fair_share(
-        &self,
-        worker: usize,
-        queues: &[wasmsched_api::QueueState],
-        cluster: &Resources,
-    ) -> Result<wasmsched_api::ShareDecision, PluginFault> {
-        self.inner.fair_share(worker, queues, cluster)
-    }
-}
-
 /// On a two-vendor cluster the sampled scan cuts its windows from nodes of the task's kind: the
 /// result is still the first `find` feasible nodes in scan order (the host's check counted as a
 /// filter), and a pod of either kind costs the filters one call where a one-kind cluster would.
@@ -245,7 +190,10 @@ fn a_kind_restricted_scan_fills_each_filter_call_with_nodes_of_its_kind() {
             ..Default::default()
         });
     }
-    let fit = Arc::new(CountingFit { inner: NativePlugin::new("", 1).unwrap(), calls: Default::default() });
+    // Counts its calls: the cost a Wasm filter pays per call (the task lowered again).
+    let fit = crate::testing::Counting::new(Arc::new(
+        NativePlugin::<wasmsched_plugin_resource_fit::ResourceFit>::new("", 1).unwrap(),
+    ));
     let set = PolicySet::builder().filter(fit.clone()).build();
     let nvidia = Task { gpu: GpuRequest { count: 1, milli_per_gpu: 1000, ..Default::default() }, ..Default::default() };
     let mut amd = nvidia.clone();
@@ -254,9 +202,9 @@ fn a_kind_restricted_scan_fills_each_filter_call_with_nodes_of_its_kind() {
     let occupied = t.occupied().to_vec();
     for task in [&nvidia, &amd] {
         for (start, find) in [(0, 100), (777, 100), (3, 1), (0, 1000), (450, 300)] {
-            let before = fit.calls.load(std::sync::atomic::Ordering::Relaxed);
+            let before = fit.counts().0;
             let sampled = place_sampled(&set, &t, task, 0, start, find);
-            let calls = fit.calls.load(std::sync::atomic::Ordering::Relaxed) - before;
+            let calls = fit.counts().0 - before;
             let order: Vec<Slot> = (0..occupied.len()).map(|i| occupied[(start + i) % occupied.len()]).collect();
             let verdicts = filter_each(&set, &t, task, 0, &order).unwrap();
             let fits: Vec<usize> = (0..order.len()).filter(|&i| verdicts[i].is_none()).take(find).collect();
