@@ -256,8 +256,8 @@ fn the_recorded_h200_report_is_what_its_nvidia_smi_output_gives() {
 
 /// Runs the agent once with `flag` naming a STAND-IN for a vendor's tool: a script
 /// that checks its arguments (`args_check`, a shell test) and prints `fixture`, a real published
-/// output. Returns the annotation's topology, which must equal what `parse` makes of the fixture,
-/// and the labels written.
+/// output. Checks that the annotation's topology is what `parse` makes of the fixture; returns the
+/// labels written.
 fn run_with_stand_in(
     flag: &str,
     args_check: &str,
