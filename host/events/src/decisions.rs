@@ -469,21 +469,44 @@ fn node_reasons(d: &Diagnosis) -> Vec<StageReason> {
     reasons
 }
 
+/// The schema's mirrors of the core's enums: the schema is the published contract and says each
+/// value in its own words; `mirrors` (tests) fails when either side gains a variant alone.
+fn fault_kind(k: CoreFault) -> FaultKind {
+    match k {
+        CoreFault::Trap => FaultKind::Trap,
+        CoreFault::Deadline => FaultKind::Deadline,
+        CoreFault::Fuel => FaultKind::Fuel,
+        CoreFault::Memory => FaultKind::Memory,
+        CoreFault::BadOutput => FaultKind::BadOutput,
+        CoreFault::GuestError => FaultKind::GuestError,
+        CoreFault::NotImplemented => FaultKind::NotImplemented,
+        CoreFault::CircuitOpen => FaultKind::CircuitOpen,
+        CoreFault::Instantiate => FaultKind::Instantiate,
+    }
+}
+
+fn preempt_reason(k: &PreemptKind) -> PreemptReason {
+    match k {
+        PreemptKind::Priority => PreemptReason::Priority,
+        PreemptKind::Reclaim(_) => PreemptReason::Reclaim,
+        PreemptKind::ElasticShrink => PreemptReason::ElasticShrink,
+    }
+}
+
+/// Why an eviction that is not a preemption happened (a preempted gang's other members go as a
+/// broken gang).
+fn evicted_reason(r: &EvictReason) -> EvictedReason {
+    match r {
+        EvictReason::NodeLost => EvictedReason::NodeLost,
+        EvictReason::GangBroken | EvictReason::Preempted { .. } => EvictedReason::GangBroken,
+    }
+}
+
 fn fault(f: &wasmsched_core::PluginFault, policy: &PolicySetRef) -> Payload {
     Payload::PluginFault(PluginFault {
         plugin: f.plugin.clone(),
         stage: stage(f.stage),
-        fault: match f.kind {
-            CoreFault::Trap => FaultKind::Trap,
-            CoreFault::Deadline => FaultKind::Deadline,
-            CoreFault::Fuel => FaultKind::Fuel,
-            CoreFault::Memory => FaultKind::Memory,
-            CoreFault::BadOutput => FaultKind::BadOutput,
-            CoreFault::GuestError => FaultKind::GuestError,
-            CoreFault::NotImplemented => FaultKind::NotImplemented,
-            CoreFault::CircuitOpen => FaultKind::CircuitOpen,
-            CoreFault::Instantiate => FaultKind::Instantiate,
-        },
+        fault: fault_kind(f.kind),
         message: f.message.chars().take(1024).collect(),
         policy_set: policy.clone(),
     })
@@ -547,11 +570,7 @@ fn decision(d: &CycleDecision, facts: &CycleFacts<'_>, nodes: &NodeTable, policy
                 victim: task_ref(facts.task),
                 node: node.clone(),
                 preemptor: facts.preemptor.map(task_ref).unwrap_or_default(),
-                reason: match kind {
-                    PreemptKind::Priority => PreemptReason::Priority,
-                    PreemptKind::Reclaim(_) => PreemptReason::Reclaim,
-                    PreemptKind::ElasticShrink => PreemptReason::ElasticShrink,
-                },
+                reason: preempt_reason(kind),
                 checkpoint: match (facts.grace_seconds, checkpointed) {
                     (None, _) => CheckpointOutcome::NotCheckpointable,
                     (Some(_), true) => CheckpointOutcome::Done,
@@ -581,10 +600,7 @@ fn decision(d: &CycleDecision, facts: &CycleFacts<'_>, nodes: &NodeTable, policy
         CycleDecision::Evicted { node, reason, .. } => vec![Payload::TaskEvicted(TaskEvicted {
             task: task_ref(facts.task),
             node: node.clone(),
-            reason: match reason {
-                EvictReason::NodeLost => EvictedReason::NodeLost,
-                EvictReason::GangBroken | EvictReason::Preempted { .. } => EvictedReason::GangBroken,
-            },
+            reason: evicted_reason(reason),
         })],
         CycleDecision::Fault(_) | CycleDecision::PreemptionRequested { .. } => Vec::new(),
     }
@@ -595,9 +611,9 @@ fn decision(d: &CycleDecision, facts: &CycleFacts<'_>, nodes: &NodeTable, policy
 fn explained(task: &Task, e: &Explanation, policy: &PolicySetRef) -> Vec<Payload> {
     let mut reasons = e.nodes.as_ref().map(node_reasons).unwrap_or_default();
     let other = |stage: Stage, reason: String| StageReason { stage, reason, nodes: 0 };
-    reasons.extend(e.queue.clone().map(|q| other(Stage::FairShare, q)));
+    reasons.extend(e.queue.clone().map(|q| other(Stage::Queue, q)));
     reasons.extend(
-        e.gang.map(|(placed, min)| other(Stage::Filter, format!("gang: {placed} of {min} required members fit"))),
+        e.gang.map(|(placed, min)| other(Stage::Gang, format!("gang: {placed} of {min} required members fit"))),
     );
     reasons.extend(e.pod_affinity.clone().map(|a| other(Stage::Filter, a)));
     reasons.extend(e.preemption.clone().map(|p| other(Stage::Preempt, p)));
@@ -607,4 +623,80 @@ fn explained(task: &Task, e: &Explanation, policy: &PolicySetRef) -> Vec<Payload
         policy_set: policy.clone(),
         attempt: e.attempts,
     })]
+}
+
+#[cfg(test)]
+mod mirrors {
+    //! Each schema variant is what some core value becomes. The forward mappings are exhaustive
+    //! matches (a core variant added alone does not compile there); the reverse ones here are
+    //! too, so a schema variant added alone does not compile here, and one the forward mapping
+    //! never produces fails the round trip.
+    use super::*;
+
+    #[test]
+    fn every_schema_variant_is_what_a_core_value_becomes() {
+        let stages = [Stage::Filter, Stage::Score, Stage::Preempt, Stage::FairShare, Stage::SelectDevices];
+        for s in stages {
+            let core = match s {
+                Stage::Filter => CoreStage::Filter,
+                Stage::Score => CoreStage::Score,
+                Stage::Preempt => CoreStage::Preempt,
+                Stage::FairShare => CoreStage::FairShare,
+                Stage::SelectDevices => CoreStage::SelectDevices,
+                // The cycle's own steps, not a plugin's stage: what `explained` says of a queue's
+                // admission and a gang (checked below).
+                Stage::Queue | Stage::Gang => continue,
+            };
+            assert_eq!(stage(core), s);
+        }
+        let explanation =
+            Explanation { queue: Some("queue team at capability".into()), gang: Some((1, 4)), ..Default::default() };
+        let Payload::TaskUnschedulable(u) = &explained(&Task::default(), &explanation, &PolicySetRef::default())[0]
+        else {
+            panic!("not unschedulable")
+        };
+        let said: Vec<Stage> = u.reasons.iter().map(|r| r.stage).collect();
+        assert_eq!(said, [Stage::Queue, Stage::Gang], "queue admission and gang placement say their stage");
+        use FaultKind as F;
+        let faults = [
+            F::Trap,
+            F::Deadline,
+            F::Fuel,
+            F::Memory,
+            F::BadOutput,
+            F::GuestError,
+            F::NotImplemented,
+            F::CircuitOpen,
+            F::Instantiate,
+        ];
+        for f in faults {
+            let core = match f {
+                F::Trap => CoreFault::Trap,
+                F::Deadline => CoreFault::Deadline,
+                F::Fuel => CoreFault::Fuel,
+                F::Memory => CoreFault::Memory,
+                F::BadOutput => CoreFault::BadOutput,
+                F::GuestError => CoreFault::GuestError,
+                F::NotImplemented => CoreFault::NotImplemented,
+                F::CircuitOpen => CoreFault::CircuitOpen,
+                F::Instantiate => CoreFault::Instantiate,
+            };
+            assert_eq!(fault_kind(core), f);
+        }
+        for r in [PreemptReason::Priority, PreemptReason::Reclaim, PreemptReason::ElasticShrink] {
+            let core = match r {
+                PreemptReason::Priority => PreemptKind::Priority,
+                PreemptReason::Reclaim => PreemptKind::Reclaim(Default::default()),
+                PreemptReason::ElasticShrink => PreemptKind::ElasticShrink,
+            };
+            assert_eq!(preempt_reason(&core), r);
+        }
+        for r in [EvictedReason::GangBroken, EvictedReason::NodeLost] {
+            let core = match r {
+                EvictedReason::GangBroken => EvictReason::GangBroken,
+                EvictedReason::NodeLost => EvictReason::NodeLost,
+            };
+            assert_eq!(evicted_reason(&core), r);
+        }
+    }
 }

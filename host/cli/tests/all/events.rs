@@ -232,13 +232,13 @@ fn replay_publishes_preemptions_with_their_rule_and_checkpoint_and_gang_timeouts
     assert_eq!(timed_out[0]["data"]["group"], "too-big");
     assert_eq!(timed_out[0]["data"]["waited_seconds"], 60);
     assert_eq!(timed_out[0]["time"], "1970-01-01T00:07:40.000Z");
-    // The quota that kept it out is in its unschedulable event, at the fair-share stage.
+    // The quota that kept it out is in its unschedulable event, at the queue stage.
     let why = events
         .iter()
         .find(|e| e["type"] == "io.wasmsched.task.unschedulable.v1" && e["data"]["task"]["id"] == "too-big-0")
         .unwrap();
     assert_eq!(why["data"]["task"]["group"], "too-big");
-    assert_eq!(why["data"]["reasons"][0]["stage"], "fair-share");
+    assert_eq!(why["data"]["reasons"][0]["stage"], "queue");
     assert!(why["data"]["reasons"][0]["reason"].as_str().unwrap().contains("at capability"), "{why}");
 
     // The same replay with `--out`: per-job CSV, utilisation and per-queue delay figures.
@@ -255,7 +255,7 @@ fn replay_publishes_preemptions_with_their_rule_and_checkpoint_and_gang_timeouts
     // `events why` answers from the same file: the gang that never fit, a job that ran.
     let answer = ok(wasmsched(&["events", "why", "too-big-0", "--file", &file]));
     assert!(answer.starts_with("too-big-0: pending; attempt "), "{answer}");
-    assert!(answer.contains("\n  fair-share: queue batch at capability"), "{answer}");
+    assert!(answer.contains("\n  queue: queue batch at capability"), "{answer}");
     assert!(answer.contains("its gang timed out at 1970-01-01T00:07:40.000Z after waiting 60 s"), "{answer}");
     let answer = ok(wasmsched(&["events", "why", "prod-high", "--file", &file]));
     assert!(answer.starts_with("prod-high: scheduled on a100-"), "{answer}");
