@@ -148,14 +148,29 @@ impl KindSlots {
     }
 }
 
-/// List `slot` under its node's device kinds (none for a node without devices).
+/// List `slot` under its node's device kinds (none for a node without devices). Asked on every
+/// change of a node; a node of one kind (the common case) allocates nothing.
 fn set_kind_slots(index: &mut Arc<KindSlots>, slot: Slot, node: Option<&Node>) {
-    let mut kinds: Vec<KindName> = Vec::new();
-    for g in node.iter().flat_map(|n| n.gpus.iter()) {
-        if !kinds.contains(&g.kind) {
-            kinds.push(g.kind);
+    let gpus = node.map(|n| &n.gpus);
+    let first = gpus.and_then(|g| g.first()).map(|g| g.kind);
+    let kinds: Vec<KindName> = match first {
+        None => Vec::new(),
+        Some(k) if gpus.is_some_and(|g| g.iter().all(|d| d.kind == k)) => {
+            if !index.lists(slot, &[k]) {
+                Arc::make_mut(index).set(slot, &[k]);
+            }
+            return;
         }
-    }
+        Some(_) => {
+            let mut kinds = Vec::new();
+            for g in gpus.into_iter().flat_map(|g| g.iter()) {
+                if !kinds.contains(&g.kind) {
+                    kinds.push(g.kind);
+                }
+            }
+            kinds
+        }
+    };
     if !index.lists(slot, &kinds) {
         Arc::make_mut(index).set(slot, &kinds);
     }
