@@ -411,6 +411,26 @@ fn wire(h: Health) -> GpuHealth {
     }
 }
 
+#[cfg(test)]
+mod mirrors {
+    use super::*;
+
+    /// The event schema's GPU health mirrors NVML's by hand: `wire`'s match fails to compile when
+    /// NVML's side gains a variant, this one when the schema's does, and the round trip fails when
+    /// `wire` never says a variant.
+    #[test]
+    fn every_health_the_events_say_is_one_nvml_reports() {
+        for h in [GpuHealth::Healthy, GpuHealth::Degraded, GpuHealth::Unhealthy] {
+            let nvml = match h {
+                GpuHealth::Healthy => Health::Healthy,
+                GpuHealth::Degraded => Health::Degraded,
+                GpuHealth::Unhealthy => Health::Unhealthy,
+            };
+            assert_eq!(wire(nvml), h);
+        }
+    }
+}
+
 /// Writes the report on the Kubernetes Node object, where the scheduler reads it.
 pub mod node_object {
     use std::collections::BTreeMap;
