@@ -204,7 +204,8 @@ fn sample(
         offered += chunk.len();
         examined = cursor.scanned();
         run.diagnosis.candidates = examined;
-        let mut fit = match run.filter_chain(set, ctx, task, chunk.clone(), missing) {
+        // The filters keep the fitting slots in the chunk's own buffer, reused for the next window.
+        let mut fit = match run.filter_chain(set, ctx, task, std::mem::take(&mut chunk), missing) {
             Ok(fit) => fit,
             Err(u) => return Sampled { result: Err(u), examined },
         };
@@ -212,9 +213,10 @@ fn sample(
             // Stop at the `want`-th feasible node: nodes after it in this window were filtered
             // only because the window was sized by an estimate, and do not count.
             fit.truncate(missing);
-            examined = cursor.scanned_through(fit[missing - 1], &chunk);
+            examined = cursor.scanned_through(fit[missing - 1]);
         }
         feasible.append(&mut fit);
+        chunk = fit;
     }
     // `diagnosis.candidates` stays the count filtered (past the cut too): the rejection counts
     // it explains cover every node a filter saw.

@@ -19,8 +19,8 @@ pub(super) trait Cursor {
     fn fill(&mut self, chunk: &mut Vec<Slot>, window: usize, run: &mut Run);
     /// Nodes scanned so far, admitted or not.
     fn scanned(&self) -> usize;
-    /// Nodes scanned up to and including `slot`, one of `chunk`, what the last fill gave.
-    fn scanned_through(&self, slot: Slot, chunk: &[Slot]) -> usize;
+    /// Nodes scanned up to and including `slot`, one the last fill gave.
+    fn scanned_through(&self, slot: Slot) -> usize;
     /// Nodes in the whole scan.
     fn len(&self) -> usize;
 }
@@ -31,35 +31,31 @@ pub(super) struct EveryNode<'a> {
     from: usize,
     scanned: usize,
     kinds: Option<KindCheck<'a>>,
-    /// With a kind check: each slot of the last fill's scan position plus one.
-    ends: Vec<usize>,
+    /// Nodes scanned before the last fill.
+    before_fill: usize,
 }
 
 impl<'a> EveryNode<'a> {
     pub(super) fn new(candidates: &'a [Slot], start: usize, kinds: Option<KindCheck<'a>>) -> Self {
-        EveryNode { candidates, from: start % candidates.len().max(1), scanned: 0, kinds, ends: Vec::new() }
+        EveryNode { candidates, from: start % candidates.len().max(1), scanned: 0, kinds, before_fill: 0 }
     }
+}
+
+/// Position `offset` after `from` in a list of `n`, wrapping without a division per slot.
+fn wrapped(from: usize, offset: usize, n: usize) -> usize {
+    let at = from + offset;
+    if at >= n { at - n } else { at }
 }
 
 impl Cursor for EveryNode<'_> {
     fn fill(&mut self, chunk: &mut Vec<Slot>, window: usize, run: &mut Run) {
         let n = self.candidates.len();
-        self.ends.clear();
+        self.before_fill = self.scanned;
         while chunk.len() < window && self.scanned < n {
-            // Wrapping without a division per slot.
-            let mut at = self.from + self.scanned;
-            if at >= n {
-                at -= n;
-            }
-            let slot = self.candidates[at];
+            let slot = self.candidates[wrapped(self.from, self.scanned, n)];
             self.scanned += 1;
-            match self.kinds.as_mut().map(|k| k.admits(slot)) {
-                None => chunk.push(slot),
-                Some(true) => {
-                    chunk.push(slot);
-                    self.ends.push(self.scanned);
-                }
-                Some(false) => {}
+            if self.kinds.as_mut().is_none_or(|k| k.admits(slot)) {
+                chunk.push(slot);
             }
         }
         if let Some(k) = self.kinds.as_mut() {
@@ -71,9 +67,12 @@ impl Cursor for EveryNode<'_> {
         self.scanned
     }
 
-    fn scanned_through(&self, slot: Slot, chunk: &[Slot]) -> usize {
-        let i = chunk.iter().position(|&s| s == slot).expect("a slot of the last fill");
-        if self.kinds.is_some() { self.ends[i] } else { self.scanned - chunk.len() + i + 1 }
+    fn scanned_through(&self, slot: Slot) -> usize {
+        let n = self.candidates.len();
+        let i = (self.before_fill..self.scanned)
+            .position(|k| self.candidates[wrapped(self.from, k, n)] == slot)
+            .expect("a slot of the last fill");
+        self.before_fill + i + 1
     }
 
     fn len(&self) -> usize {
@@ -118,11 +117,7 @@ impl Cursor for KindNodes<'_> {
         let (k, before, visited_before) = (self.of_kind.len(), self.scanned, self.visited);
         let mut last = None;
         while chunk.len() < window && self.visited < k {
-            let mut at = self.first + self.visited;
-            if at >= k {
-                at -= k;
-            }
-            let slot = self.of_kind[at];
+            let slot = self.of_kind[wrapped(self.first, self.visited, k)];
             self.visited += 1;
             last = Some(slot);
             if self.check.admits(slot) {
@@ -142,7 +137,7 @@ impl Cursor for KindNodes<'_> {
         self.scanned
     }
 
-    fn scanned_through(&self, slot: Slot, _chunk: &[Slot]) -> usize {
+    fn scanned_through(&self, slot: Slot) -> usize {
         self.end_of(slot)
     }
 
