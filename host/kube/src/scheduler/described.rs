@@ -108,8 +108,8 @@ impl Scheduler {
         if !self.describing() {
             return;
         }
-        let kinds = self.core.nodes().accelerators().kinds().to_vec();
-        let kinds = &kinds;
+        let kinds = self.core.nodes().accelerators().kinds();
+        let mut payloads = Vec::new();
         for task in &workload.members {
             if !self.reports.described.announced.insert(task.id.clone()) {
                 continue;
@@ -123,6 +123,9 @@ impl Scheduler {
                 }
                 None => decisions::submitted(task, workload, decisions::Timings::default(), kinds),
             };
+            payloads.push((created, payload));
+        }
+        for (created, payload) in payloads {
             self.publish_at(created, payload);
         }
     }
