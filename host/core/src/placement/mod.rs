@@ -155,15 +155,14 @@ pub fn place_sampled(
     start: usize,
     find: usize,
 ) -> Sampled {
-    match KindCheck::new(nodes, task) {
-        // A cluster of two kinds: walk the task's kind's nodes, not every node.
-        Some(kinds) => sample(set, nodes, task, worker, KindNodes::new(nodes, task.gpu.kind, start, kinds), find),
-        None => place_sampled_among(set, nodes, task, worker, nodes.occupied(), start, find),
-    }
+    place_sampled_among(set, nodes, task, worker, nodes.occupied(), start, find)
 }
 
 /// [`place_sampled`] restricted to `candidates` (a gang's topology domain, for instance); `start`
-/// is a position in `candidates`.
+/// is a position in `candidates`. On a cluster of several accelerator kinds, a scan of every node
+/// (what the cycle asks for a pod without a domain, with its own copy of the occupied slots) walks
+/// the task's kind's nodes only (`scan::KindNodes`); the comparison that finds it out is a
+/// memory compare, against a kind check per node.
 pub fn place_sampled_among(
     set: &PolicySet,
     nodes: &NodeTable,
@@ -173,8 +172,12 @@ pub fn place_sampled_among(
     start: usize,
     find: usize,
 ) -> Sampled {
-    let cursor = EveryNode::new(candidates, start, KindCheck::new(nodes, task));
-    sample(set, nodes, task, worker, cursor, find)
+    match KindCheck::new(nodes, task) {
+        Some(kinds) if candidates == nodes.occupied() => {
+            sample(set, nodes, task, worker, KindNodes::new(nodes, task.gpu.kind, start, kinds), find)
+        }
+        kinds => sample(set, nodes, task, worker, EveryNode::new(candidates, start, kinds), find),
+    }
 }
 
 /// The sampled scan: filter calls on windows the cursor cuts, until `find` nodes fit or the scan

@@ -293,7 +293,11 @@ fn the_kind_s_slot_list_scans_exactly_like_every_node() {
         let n = t.len();
         let (start, find) = (next(n as u64 + 3) as usize, [1usize, 7, 50, 400][round as usize % 4]);
         let by_kind = place_sampled(&set, &t, &task, 0, start, find);
-        let every = place_sampled_among(&set, &t, &task, 0, t.occupied(), start, find);
+        let every_node = scan::EveryNode::new(t.occupied(), start, filter::KindCheck::new(&t, &task));
+        let every = sample(&set, &t, &task, 0, every_node, find);
+        // The cycle's path: its own copy of the occupied slots, found to be all of them.
+        let copied = t.occupied().to_vec();
+        assert_eq!(place_sampled_among(&set, &t, &task, 0, &copied, start, find), by_kind, "round {round}");
         assert_eq!(by_kind.examined, every.examined, "round {round}");
         assert_eq!(by_kind.result, every.result, "round {round}");
         compared += 1;
