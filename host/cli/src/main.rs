@@ -15,6 +15,7 @@ mod bench_dra;
 mod bench_queues;
 mod bench_vendors;
 mod chart;
+mod cluster_bench;
 mod convert_cmd;
 mod dashboard;
 mod dra_cmd;
@@ -55,6 +56,9 @@ enum Command {
     Experiment(experiment::Args),
     /// Scheduling throughput on scheduler_perf's shape: native vs Wasm, events off vs on.
     Bench(bench::Args),
+    /// A scheduler on a real API server: fake GPU nodes, pods in a burst or at a rate; pods/s,
+    /// creation → bound latency, requests per pod, CPU; `--binder` for the server's own ceiling.
+    ClusterBench(cluster_bench::Args),
     /// Scheduling events: tail them, print their schema, measure publishing.
     #[command(subcommand)]
     Events(events_cmd::Command),
@@ -113,6 +117,7 @@ fn main() -> ExitCode {
         Command::Replay(args) => replay_cmd::run(args).context("replay"),
         Command::Experiment(args) => experiment::run(args).context("experiment"),
         Command::Bench(args) => bench::run(args).context("bench"),
+        Command::ClusterBench(args) => cluster_bench::run(args).context("cluster-bench"),
         Command::Events(cmd) => events_cmd::run(cmd).context("events"),
         Command::Plugin(cmd) => plugin_cmd::run(cmd),
         Command::Policy(cmd) => policy_cmd::run(cmd).context("policy"),

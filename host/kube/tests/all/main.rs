@@ -3,6 +3,7 @@
 
 mod accelerators;
 mod boundary;
+mod cluster_bench;
 mod compute_domains;
 mod crds;
 mod dra;

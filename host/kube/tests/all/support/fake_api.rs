@@ -352,6 +352,7 @@ fn authorization(m: &Method, path: &[&str], q: &BTreeMap<String, String>) -> (St
         Method::POST => "create",
         Method::PUT => "update",
         Method::PATCH => "patch",
+        Method::DELETE if !named => "deletecollection",
         Method::DELETE => "delete",
         _ => "?",
     };
@@ -406,12 +407,28 @@ fn as_watched(kind_type: &str, obj: &Value, before: Option<&Value>, fields: Opti
     Some(json!({"type": t, "object": o}))
 }
 
-/// Field selectors the scheduler uses: `status.phase!=X` terms.
+/// Field selectors of `field=value` and `field!=value` terms on the fields a real server selects
+/// pods by (the scheduler's `status.phase!=X`, a binder's `spec.schedulerName=X,spec.nodeName=`,
+/// a namespaced request's namespace); a missing field is the empty string, as there.
 fn matches_fields(obj: &Value, selector: Option<&String>) -> bool {
     let Some(selector) = selector else { return true };
+    let field = |path: &str| -> Option<&str> {
+        let v = match path {
+            "status.phase" => &obj["status"]["phase"],
+            "spec.nodeName" => &obj["spec"]["nodeName"],
+            "spec.schedulerName" => &obj["spec"]["schedulerName"],
+            "metadata.namespace" => &obj["metadata"]["namespace"],
+            "metadata.name" => &obj["metadata"]["name"],
+            _ => return None,
+        };
+        Some(v.as_str().unwrap_or_default())
+    };
     selector.split(',').all(|term| match term.split_once("!=") {
-        Some(("status.phase", v)) => obj["status"]["phase"].as_str() != Some(v),
-        _ => true,
+        Some((path, v)) => field(path).is_none_or(|f| f != v),
+        None => match term.split_once("==").or_else(|| term.split_once('=')) {
+            Some((path, v)) => field(path).is_none_or(|f| f == v),
+            None => true,
+        },
     })
 }
 
@@ -604,14 +621,16 @@ impl FakeApi {
             }
         }
         match path.as_slice() {
-            ["api", "v1", "nodes"] => self.collection(Kind::Node, &q),
-            ["api", "v1", "pods"] => self.collection(Kind::Pod, &q),
+            ["api", "v1", "nodes"] if m == Method::GET => self.collection(Kind::Node, &q),
+            ["api", "v1", "pods"] if m == Method::GET => self.collection(Kind::Pod, &q),
             ["apis", "scheduling.wasmsched.io", "v1alpha1", "podgroups"] => self.collection(Kind::PodGroup, &q),
             ["apis", "scheduling.wasmsched.io", "v1alpha1", "queues"] => self.collection(Kind::Queue, &q),
             ["apis", "scheduling.wasmsched.io", "v1alpha1", "resourceflavors"] => {
                 self.collection(Kind::ResourceFlavor, &q)
             }
-            ["apis", "scheduling.k8s.io", "v1", "priorityclasses"] => self.collection(Kind::PriorityClass, &q),
+            ["apis", "scheduling.k8s.io", "v1", "priorityclasses"] if m == Method::GET => {
+                self.collection(Kind::PriorityClass, &q)
+            }
             ["apis", "scheduling.k8s.io", version] if m == Method::GET => self.discovery(version),
             ["apis", "scheduling.k8s.io", version, "podgroups"] if self.serves_upstream(version) => {
                 self.collection(Kind::UpstreamPodGroup, &q)
@@ -699,7 +718,10 @@ impl FakeApi {
             ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases", rest @ ..] => {
                 self.lease(m, ns, rest.first().copied(), body, client)
             }
-            _ => respond(404, &status(404, "NotFound", &format!("fake api: no route for {m} {}", parts.uri))),
+            _ => match self.cluster_bench_route(m, &path, &q, body) {
+                Some(response) => response,
+                None => respond(404, &status(404, "NotFound", &format!("fake api: no route for {m} {}", parts.uri))),
+            },
         }
     }
 
@@ -1285,4 +1307,190 @@ pub fn pod(ns: &str, name: &str, scheduler: &str, gpus: u32, cpu: &str, memory: 
         },
         "status": {"phase": "Pending", "qosClass": "Guaranteed"}
     })
+}
+
+/// The writes a cluster benchmark makes (`wasmsched cluster-bench`), as kube-apiserver v1.36 answers
+/// them: nodes created (the `not-ready` taint added, as its admission does) then their status
+/// patched, pods created and deleted (graceful for a bound pod unless the
+/// grace period is 0, with the UID precondition), collections deleted by label, and `/metrics`
+/// with `apiserver_request_total` counted from the requests recorded.
+impl FakeApi {
+    fn cluster_bench_route(
+        &self,
+        m: &Method,
+        path: &[&str],
+        q: &BTreeMap<String, String>,
+        body: Value,
+    ) -> Option<Response<Body>> {
+        Some(match (m.clone(), path) {
+            (Method::GET, ["metrics"]) => self.metrics(),
+            (Method::POST, ["api", "v1", "namespaces"] | ["api", "v1", "namespaces", _, "serviceaccounts"]) => {
+                respond(201, &body)
+            }
+            (Method::POST, ["api", "v1", "nodes"]) => {
+                let mut node = body;
+                node["spec"]["taints"] = json!([{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]);
+                self.create(Kind::Node, node)
+            }
+            (Method::PATCH, ["api", "v1", "nodes", name, "status"]) => self.merge_patch(Kind::Node, name, &body),
+            (Method::PATCH, ["api", "v1", "nodes", name]) => self.merge_patch(Kind::Node, name, &body),
+            (Method::DELETE, ["api", "v1", "nodes", name]) => self.delete_now(Kind::Node, name),
+            (Method::DELETE, ["api", "v1", "nodes"]) => self.delete_collection(Kind::Node, None, q),
+            (Method::POST, ["apis", "scheduling.k8s.io", "v1", "priorityclasses"]) => {
+                self.create(Kind::PriorityClass, body)
+            }
+            (Method::POST, ["apis", "scheduling.wasmsched.io", "v1alpha1", "namespaces", ns, "podgroups"]) => {
+                let mut group = body;
+                group["metadata"]["namespace"] = json!(ns);
+                self.create(Kind::PodGroup, group)
+            }
+            (Method::DELETE, ["apis", "scheduling.wasmsched.io", "v1alpha1", "namespaces", ns, "podgroups"]) => {
+                self.delete_collection(Kind::PodGroup, Some(ns), q)
+            }
+            (Method::GET, ["api", "v1", "namespaces", ns, "pods"]) => {
+                let mut q = q.clone();
+                let own = format!("metadata.namespace={ns}");
+                let fields = q.get("fieldSelector").map_or(own.clone(), |f| format!("{f},{own}"));
+                q.insert("fieldSelector".into(), fields);
+                self.collection(Kind::Pod, &q)
+            }
+            (Method::POST, ["api", "v1", "namespaces", ns, "pods"]) => {
+                let mut pod = body;
+                pod["metadata"]["namespace"] = json!(ns);
+                pod["metadata"]["creationTimestamp"] = json!(k8s_openapi::jiff::Timestamp::now().to_string());
+                pod["status"] = json!({"phase": "Pending", "qosClass": "Burstable"});
+                pod["spec"]["priority"] = json!(self.priority_of(&pod));
+                self.create(Kind::Pod, pod)
+            }
+            (Method::DELETE, ["api", "v1", "namespaces", ns, "pods"]) => self.delete_collection(Kind::Pod, Some(ns), q),
+            (Method::DELETE, ["api", "v1", "namespaces", ns, "pods", name]) => self.delete_pod(ns, name, &body),
+            _ => return None,
+        })
+    }
+
+    /// The value of the pod's priority class, as the Priority admission plugin fills it in.
+    fn priority_of(&self, pod: &Value) -> i64 {
+        let Some(class) = pod["spec"]["priorityClassName"].as_str() else { return 0 };
+        self.get(Kind::PriorityClass, class).and_then(|c| c["value"].as_i64()).unwrap_or(0)
+    }
+
+    fn create(&self, kind: Kind, obj: Value) -> Response<Body> {
+        let mut s = self.state();
+        let key = key_of(kind, &obj);
+        if s.objects.contains_key(&key) {
+            let msg = format!("{} \"{}\" already exists", kind.kind_name(), key.1);
+            return respond(409, &status(409, "AlreadyExists", &msg));
+        }
+        let obj = s.upsert(kind, obj);
+        respond(201, &obj)
+    }
+
+    /// A JSON merge patch (RFC 7386) of any part of the object.
+    fn merge_patch(&self, kind: Kind, key: &str, patch: &Value) -> Response<Body> {
+        fn merge(target: &mut Value, patch: &Value) {
+            let Some(fields) = patch.as_object() else {
+                *target = patch.clone();
+                return;
+            };
+            if !target.is_object() {
+                *target = json!({});
+            }
+            for (k, v) in fields {
+                if v.is_null() {
+                    target.as_object_mut().unwrap().remove(k);
+                } else {
+                    merge(&mut target[k], v);
+                }
+            }
+        }
+        let mut s = self.state();
+        let Some(mut obj) = s.objects.get(&(kind, key.to_string())).cloned() else {
+            return respond(404, &status(404, "NotFound", &format!("{kind:?} \"{key}\" not found")));
+        };
+        merge(&mut obj, patch);
+        let obj = s.upsert(kind, obj);
+        respond(200, &obj)
+    }
+
+    fn delete_now(&self, kind: Kind, key: &str) -> Response<Body> {
+        match self.remove(kind, key) {
+            Some(obj) => respond(200, &obj),
+            None => respond(404, &status(404, "NotFound", &format!("{kind:?} \"{key}\" not found"))),
+        }
+    }
+
+    /// Deletes the objects of `kind` (in `namespace`) that the `labelSelector` selects, at once.
+    fn delete_collection(&self, kind: Kind, namespace: Option<&str>, q: &BTreeMap<String, String>) -> Response<Body> {
+        let mut s = self.state();
+        let keys: Vec<String> = s
+            .objects
+            .iter()
+            .filter(|((k, _), v)| {
+                *k == kind
+                    && namespace.is_none_or(|ns| v["metadata"]["namespace"] == ns)
+                    && matches_labels(v, q.get("labelSelector"))
+            })
+            .map(|((_, key), _)| key.clone())
+            .collect();
+        for key in keys {
+            s.delete(kind, &key);
+        }
+        respond(200, &json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}))
+    }
+
+    /// A pod deleted: at once when unbound or with a grace period of 0, else gracefully (the
+    /// kubelet finishes it); a UID precondition that does not match is a 409.
+    fn delete_pod(&self, ns: &str, name: &str, options: &Value) -> Response<Body> {
+        let id = format!("{ns}/{name}");
+        let mut s = self.state();
+        let Some(mut pod) = s.objects.get(&(Kind::Pod, id.clone())).cloned() else {
+            return respond(404, &status(404, "NotFound", &format!("pods \"{name}\" not found")));
+        };
+        if let Some(uid) = options["preconditions"]["uid"].as_str()
+            && pod["metadata"]["uid"].as_str() != Some(uid)
+        {
+            let msg = format!(
+                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                pod["metadata"]["uid"]
+            );
+            return respond(409, &status(409, "Conflict", &msg));
+        }
+        let grace = options["gracePeriodSeconds"].as_u64();
+        if grace == Some(0) || pod["spec"]["nodeName"].as_str().is_none_or(str::is_empty) {
+            let gone = s.delete(Kind::Pod, &id);
+            return respond(200, &gone.unwrap_or_default());
+        }
+        if pod["metadata"]["deletionTimestamp"].is_null() {
+            let grace = grace.or(pod["spec"]["terminationGracePeriodSeconds"].as_u64()).unwrap_or(30);
+            let at = k8s_openapi::jiff::Timestamp::now() + Duration::from_secs(grace);
+            pod["metadata"]["deletionTimestamp"] = json!(at.to_string());
+            pod["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+            pod = s.upsert(Kind::Pod, pod);
+        }
+        respond(200, &pod)
+    }
+
+    /// `/metrics`: `apiserver_request_total` by verb and resource, from the requests recorded.
+    fn metrics(&self) -> Response<Body> {
+        let s = self.state();
+        let mut counts: BTreeMap<(String, String, String, String), u64> = BTreeMap::new();
+        for (verb, group, resource) in &s.requests {
+            let (resource, sub) = resource.split_once('/').unwrap_or((resource.as_str(), ""));
+            let verb = match verb.as_str() {
+                "create" => "POST",
+                "update" => "PUT",
+                other => &other.to_uppercase(),
+            };
+            *counts.entry((verb.to_string(), group.clone(), resource.to_string(), sub.to_string())).or_default() += 1;
+        }
+        let mut text = String::from("# TYPE apiserver_request_total counter\n");
+        for ((verb, group, resource, sub), n) in counts {
+            text.push_str(&format!(
+                "apiserver_request_total{{code=\"200\",component=\"apiserver\",dry_run=\"\",group=\"{group}\",resource=\"{resource}\",scope=\"namespace\",subresource=\"{sub}\",verb=\"{verb}\",version=\"v1\"}} {n}\n"
+            ));
+        }
+        let mut r = Response::new(Full::new(Bytes::from(text)).boxed());
+        r.headers_mut().insert(http::header::CONTENT_TYPE, "text/plain; version=0.0.4".parse().unwrap());
+        r
+    }
 }

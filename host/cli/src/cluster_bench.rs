@@ -1,0 +1,107 @@
+//! `wasmsched cluster-bench`: a scheduler's throughput and latency on a real API server, or the
+//! server's own ceiling with the trivial binder (`wasmsched_clusterbench`).
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use wasmsched_clusterbench::{BinderConfig, Config, Workload};
+
+/// The cluster is the one the kubeconfig (or in-cluster credentials) reaches. Fake nodes are
+/// created there: use a cluster for benchmarks, without a controller manager's node lifecycle
+/// (no kubelet keeps the nodes Ready).
+#[derive(Parser)]
+pub struct Args {
+    /// `schedulerName` of the pods: the scheduler under test (with --binder: any name no
+    /// scheduler serves).
+    #[arg(long, default_value = "wasmsched")]
+    scheduler_name: String,
+    /// Bind the pods here, round-robin and without scheduling: the API server's own ceiling.
+    #[arg(long)]
+    binder: bool,
+    /// Binds in flight for --binder.
+    #[arg(long, default_value_t = 64, requires = "binder")]
+    binder_in_flight: usize,
+    /// With --binder, record one `Scheduled` event per pod as a scheduler does.
+    #[arg(long, requires = "binder")]
+    binder_events: bool,
+    /// `plain`, `gang:N` (wasmsched PodGroups of N), `anti-affinity` (required, per hostname) or
+    /// `preempt` (the cluster filled with low-priority pods first; each measured pod preempts).
+    #[arg(long, default_value = "plain", value_parser = Workload::parse)]
+    workload: Workload,
+    /// Fake nodes.
+    #[arg(long, default_value_t = 1000)]
+    nodes: usize,
+    /// GPUs per fake node.
+    #[arg(long, default_value_t = 8)]
+    gpus_per_node: u32,
+    /// Measured pods.
+    #[arg(long, default_value_t = 5000)]
+    pods: usize,
+    /// GPUs per pod.
+    #[arg(long, default_value_t = 1)]
+    gpus_per_pod: u32,
+    /// Pods created per second; without it, all at once.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Creations (and node set-up requests) in flight.
+    #[arg(long, default_value_t = 64)]
+    create_in_flight: usize,
+    /// The scheduler's process on this machine: its CPU time and memory go in the report.
+    #[arg(long)]
+    scheduler_pid: Option<u32>,
+    /// The namespace of the pods (created if missing).
+    #[arg(long, default_value = "wasmsched-bench")]
+    namespace: String,
+    /// The longest wait for every pod to be bound (seconds).
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+    /// Wait after the last bind before reading the API server's counters (seconds): events
+    /// and status writes trailing the binds count.
+    #[arg(long, default_value_t = 2.0)]
+    settle: f64,
+    /// Delete the fake nodes afterwards (by default they stay for the next run).
+    #[arg(long)]
+    delete_nodes: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    if !(args.settle.is_finite() && args.settle >= 0.0) {
+        bail!("--settle is a number of seconds, 0 or more");
+    }
+    let config = Config {
+        scheduler_name: args.scheduler_name,
+        namespace: args.namespace,
+        nodes: args.nodes,
+        gpus_per_node: args.gpus_per_node,
+        pods: args.pods,
+        gpus_per_pod: args.gpus_per_pod,
+        rate: args.rate,
+        workload: args.workload,
+        binder: args.binder.then_some(BinderConfig { in_flight: args.binder_in_flight, events: args.binder_events }),
+        create_in_flight: args.create_in_flight,
+        scheduler_pid: args.scheduler_pid,
+        timeout: Duration::from_secs(args.timeout),
+        settle: Duration::from_secs_f64(args.settle),
+        delete_nodes: args.delete_nodes,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("tokio runtime")?;
+    let report = runtime.block_on(async {
+        let client = wasmsched_clusterbench::Client::try_default()
+            .await
+            .context("connecting to the Kubernetes API (kubeconfig or in-cluster)")?;
+        wasmsched_clusterbench::run(client, &config).await.map_err(anyhow::Error::from)
+    })?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{report}");
+    }
+    if !report.complete() {
+        bail!("{} of {} pods were not bound within {} s", report.pods - report.bound, report.pods, args.timeout);
+    }
+    Ok(())
+}

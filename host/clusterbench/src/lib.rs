@@ -1,0 +1,287 @@
+//! `wasmsched cluster-bench`: how fast a scheduler places pods through a real API server, next to
+//! what the server itself can bind.
+//!
+//! A run makes fake GPU nodes (Ready, GPUs in their status, no kubelet), creates pods for one
+//! `schedulerName` in a burst or at a fixed rate, and watches them until each is bound: pods/s,
+//! creation → bound latency (client clocks), the API server's requests per pod by verb (its own
+//! `/metrics`, less this tool's requests), its CPU, and the scheduler's CPU and memory when it runs
+//! on this machine. With [`BinderConfig`] the tool itself binds the pods, round-robin and without
+//! scheduling, as many in flight as a scheduler would: the API server's ceiling for that load.
+//!
+//! The steps of a run, in order: [`setup`] (namespace, nodes, priority classes, gangs), [`watch`]
+//! (bound times; finishes terminations as a kubelet would), [`binder`] (optional), [`create`]
+//! (the measured pods), then the report and the clean-up.
+
+pub mod binder;
+pub mod create;
+pub mod measure;
+pub mod objects;
+pub mod report;
+pub mod setup;
+pub mod watch;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub use kube::Client;
+
+pub use binder::BinderConfig;
+pub use objects::Workload;
+pub use report::Report;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The `schedulerName` of every pod (with a binder: a name no scheduler serves).
+    pub scheduler_name: String,
+    /// Where the pods go (created if missing, kept after the run).
+    pub namespace: String,
+    /// Fake nodes (kept between runs unless asked; extra ones from a larger run are removed).
+    pub nodes: usize,
+    /// GPUs on each fake node.
+    pub gpus_per_node: u32,
+    /// Measured pods.
+    pub pods: usize,
+    /// Whole GPUs each pod asks.
+    pub gpus_per_pod: u32,
+    /// Pods created per second; `None` creates them all at once (as many in flight as
+    /// `create_in_flight`).
+    pub rate: Option<f64>,
+    /// The measured pods' shape.
+    pub workload: Workload,
+    /// Bind in this process instead of a scheduler.
+    pub binder: Option<BinderConfig>,
+    /// Requests in flight while creating nodes and pods.
+    pub create_in_flight: usize,
+    /// The scheduler's process on this machine, for its CPU time and memory.
+    pub scheduler_pid: Option<u32>,
+    /// The longest wait for every measured pod to be bound.
+    pub timeout: Duration,
+    /// A wait after the last bind before the API server's counters are read (events and status
+    /// writes that trail the binds are part of a pod's cost).
+    pub settle: Duration,
+    /// Delete the fake nodes at the end.
+    pub delete_nodes: bool,
+}
+
+/// Why a run could not be made or measured.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The API server refused or failed a request the run needs.
+    #[error("{what}: {source}")]
+    Api {
+        /// What the run was doing.
+        what: String,
+        /// The client's error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The settings cannot make a run.
+    #[error("invalid settings: {0}")]
+    Settings(String),
+    /// The scheduler's process could not be read.
+    #[error("scheduler process {pid}: {source}")]
+    Process {
+        /// `Config::scheduler_pid`.
+        pid: u32,
+        /// What reading `/proc` said.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+        let what = what.into();
+        move |source| Error::Api { what, source }
+    }
+}
+
+/// This tool's own requests during the measured window, by `"VERB resource"` as the API server
+/// counts them, so the scheduler's share is what the server counted less these.
+#[derive(Clone, Debug, Default)]
+pub struct OwnRequests(Arc<Mutex<BTreeMap<String, f64>>>);
+
+impl OwnRequests {
+    /// Counts one request.
+    pub fn count(&self, kind: &str) {
+        *self.0.lock().unwrap().entry(kind.to_string()).or_default() += 1.0;
+    }
+
+    /// Everything counted so far.
+    pub fn snapshot(&self) -> BTreeMap<String, f64> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// Runs the benchmark `config` describes against the cluster `client` reaches.
+pub async fn run(client: Client, config: &Config) -> Result<Report, Error> {
+    validate(config)?;
+    let run_id = run_id();
+    let shape = objects::PodShape {
+        run: &run_id,
+        scheduler: &config.scheduler_name,
+        gpus: config.gpus_per_pod,
+        workload: config.workload,
+        nodes: config.nodes,
+    };
+    tracing::info!(run = %run_id, nodes = config.nodes, pods = config.pods, workload = %config.workload.name(),
+                   scheduler = %config.scheduler_name, "cluster-bench run starting");
+    setup::namespace(&client, &config.namespace).await?;
+    setup::nodes(&client, config.nodes, config.gpus_per_node, config.create_in_flight).await?;
+    setup::workload(&client, config, &shape).await?;
+
+    let own = OwnRequests::default();
+    let watch = watch::Watch::start(client.clone(), &config.namespace, &run_id, own.clone());
+    watch.wait_listed().await;
+    let binder = config.binder.map(|b| binder::Binder::start(client.clone(), config, b));
+
+    let outcome = measured(&client, config, &shape, &watch, &own).await;
+
+    watch.stop();
+    if let Some(b) = binder {
+        b.stop();
+    }
+    if let Err(e) = setup::clean_up(&client, config, &run_id).await {
+        tracing::warn!(error = %e, "clean-up after the run failed; delete the run's pods by label {}={run_id}", objects::RUN_LABEL);
+    }
+    outcome
+}
+
+/// The measured part: fillers first for a preemption run, then the samples, the pods, the wait.
+async fn measured(
+    client: &Client,
+    config: &Config,
+    shape: &objects::PodShape<'_>,
+    watch: &watch::Watch,
+    own: &OwnRequests,
+) -> Result<Report, Error> {
+    if config.workload == Workload::Preempt {
+        let fillers = setup::fillers_to_fill(config);
+        create::all(client, config, fillers, None, |i| shape.filler(i), &OwnRequests::default()).await?;
+        let filled = watch.wait_fillers(fillers, config.timeout).await;
+        if filled < fillers {
+            return Err(Error::Settings(format!(
+                "only {filled} of {fillers} filler pods were bound within the timeout: is a scheduler serving {:?}?",
+                config.scheduler_name
+            )));
+        }
+    }
+    let server_before = report::server_sample(client).await;
+    let process_before = process_sample(config)?;
+    let started = Instant::now();
+    let created = create::all(client, config, config.pods, config.rate, |i| shape.measured(i), own).await?;
+    let bound = watch.wait_measured(config.pods, started + config.timeout).await;
+    tokio::time::sleep(config.settle).await;
+    let server_after = report::server_sample(client).await;
+    let process_after = process_sample(config)?;
+    Ok(Report::new(
+        config,
+        report::Samples {
+            created: &created,
+            bound: &bound,
+            names: &|i| shape.name(i),
+            server: server_before.zip(server_after),
+            process: process_before.zip(process_after),
+            own: own.snapshot(),
+            evicted: watch.finished_terminations(),
+        },
+    ))
+}
+
+fn process_sample(config: &Config) -> Result<Option<measure::ProcessSample>, Error> {
+    config
+        .scheduler_pid
+        .map(|pid| measure::ProcessSample::read(pid).map_err(|source| Error::Process { pid, source }))
+        .transpose()
+}
+
+fn validate(config: &Config) -> Result<(), Error> {
+    let bad = |why: &str| Err(Error::Settings(why.to_string()));
+    if config.nodes == 0 || config.pods == 0 {
+        return bad("at least one node and one pod");
+    }
+    if config.gpus_per_pod > config.gpus_per_node {
+        return bad("a pod asks more GPUs than a node has");
+    }
+    if let Some(rate) = config.rate
+        && !(rate.is_finite() && rate > 0.0)
+    {
+        return bad("the rate is a positive number of pods per second");
+    }
+    if config.create_in_flight == 0 {
+        return bad("at least one creation in flight");
+    }
+    if let Workload::Gang(n) = config.workload
+        && !config.pods.is_multiple_of(n as usize)
+    {
+        return bad("the pods are a whole number of gangs");
+    }
+    if config.workload == Workload::Preempt && config.gpus_per_pod == 0 {
+        return bad("a preemption run's pods ask GPUs");
+    }
+    if let Some(b) = &config.binder
+        && b.in_flight == 0
+    {
+        return bad("the binder needs at least one bind in flight");
+    }
+    Ok(())
+}
+
+/// A name for this run's objects, distinct between runs (milliseconds since the epoch, base 36).
+fn run_id() -> String {
+    let mut ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis();
+    let mut id = Vec::new();
+    while ms > 0 {
+        id.push(b"0123456789abcdefghijklmnopqrstuvwxyz"[(ms % 36) as usize]);
+        ms /= 36;
+    }
+    id.reverse();
+    format!("b{}", String::from_utf8(id).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> Config {
+        Config {
+            scheduler_name: "wasmsched".into(),
+            namespace: "bench".into(),
+            nodes: 4,
+            gpus_per_node: 8,
+            pods: 16,
+            gpus_per_pod: 1,
+            rate: None,
+            workload: Workload::Plain,
+            binder: None,
+            create_in_flight: 8,
+            scheduler_pid: None,
+            timeout: Duration::from_secs(5),
+            settle: Duration::ZERO,
+            delete_nodes: false,
+        }
+    }
+
+    #[test]
+    fn settings_that_cannot_make_a_run_are_refused_with_the_reason() {
+        assert!(validate(&config()).is_ok());
+        let why = |c: Config| validate(&c).unwrap_err().to_string();
+        assert!(why(Config { pods: 0, ..config() }).contains("one pod"));
+        assert!(why(Config { gpus_per_pod: 9, ..config() }).contains("more GPUs than a node"));
+        assert!(why(Config { rate: Some(0.0), ..config() }).contains("positive"));
+        assert!(why(Config { rate: Some(f64::NAN), ..config() }).contains("positive"));
+        assert!(why(Config { workload: Workload::Gang(5), ..config() }).contains("whole number of gangs"));
+        assert!(why(Config { workload: Workload::Preempt, gpus_per_pod: 0, ..config() }).contains("ask GPUs"));
+        let binder = Some(BinderConfig { in_flight: 0, events: false });
+        assert!(why(Config { binder, ..config() }).contains("one bind in flight"));
+    }
+
+    #[test]
+    fn run_ids_are_dns_labels() {
+        let id = run_id();
+        assert!(id.len() > 4 && id.len() < 20, "{id}");
+        assert!(id.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()), "{id}");
+    }
+}

@@ -1,0 +1,277 @@
+//! The objects a benchmark run creates, as the API server receives them: fake GPU nodes, the pods
+//! of each workload shape, and what those shapes need (priority classes, gangs' PodGroups). Pure
+//! functions of the run's settings, so what a run sends is tested without a server.
+
+use serde_json::{Value, json};
+
+/// Every pod and PodGroup of a run carries its run id under this label (the run's watch and its
+/// clean-up select on it).
+pub const RUN_LABEL: &str = "wasmsched.io/bench-run";
+/// `measured` or `filler` (the pods that fill the cluster before a preemption run).
+pub const ROLE_LABEL: &str = "wasmsched.io/bench-role";
+/// Every fake node carries this label (clean-up deletes by it).
+pub const NODE_LABEL: &str = "wasmsched.io/bench-node";
+/// Pods of one anti-affinity set share this label's value; no two of a set on one node.
+pub const SPREAD_LABEL: &str = "wasmsched.io/bench-spread";
+/// wasmsched's gang label (naming a `scheduling.wasmsched.io` PodGroup).
+pub const GROUP_LABEL: &str = "scheduling.wasmsched.io/pod-group";
+/// The priority class of the pods that fill the cluster in a preemption run.
+pub const LOW_PRIORITY: &str = "wasmsched-bench-low";
+/// The priority class of the pods that must preempt them.
+pub const HIGH_PRIORITY: &str = "wasmsched-bench-high";
+
+/// What the measured pods look like (scheduler_perf's scenarios, for GPUs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// Pods of `gpus_per_pod` whole GPUs, nothing else asked.
+    Plain,
+    /// Gangs of this many pods (wasmsched's PodGroup with `minMember` = the size; a scheduler
+    /// without gangs places the pods one by one).
+    Gang(u32),
+    /// Sets of pods with required anti-affinity to each other on `kubernetes.io/hostname` (a set
+    /// is as large as the cluster has nodes).
+    AntiAffinity,
+    /// The cluster first filled with low-priority pods; each measured pod must preempt.
+    Preempt,
+}
+
+impl Workload {
+    /// Parses `plain`, `gang:N`, `anti-affinity` or `preempt`.
+    pub fn parse(text: &str) -> Result<Workload, String> {
+        match text {
+            "plain" => Ok(Workload::Plain),
+            "anti-affinity" => Ok(Workload::AntiAffinity),
+            "preempt" => Ok(Workload::Preempt),
+            _ => match text.strip_prefix("gang:").map(str::parse::<u32>) {
+                Some(Ok(n)) if n >= 2 => Ok(Workload::Gang(n)),
+                Some(_) => Err(format!("{text:?}: a gang has 2 or more pods (gang:8)")),
+                None => Err(format!("unknown workload {text:?}: plain, gang:N, anti-affinity or preempt")),
+            },
+        }
+    }
+
+    /// The name `parse` reads.
+    pub fn name(self) -> String {
+        match self {
+            Workload::Plain => "plain".into(),
+            Workload::Gang(n) => format!("gang:{n}"),
+            Workload::AntiAffinity => "anti-affinity".into(),
+            Workload::Preempt => "preempt".into(),
+        }
+    }
+}
+
+/// The name of fake node `i`.
+pub fn node_name(i: usize) -> String {
+    format!("bench-node-{i}")
+}
+
+/// A fake node as created (the server ignores `status` on create; see [`node_status`]).
+pub fn node(i: usize) -> Value {
+    let name = node_name(i);
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {
+            NODE_LABEL: "true",
+            "kubernetes.io/hostname": name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+            "nvidia.com/gpu.memory": "81559",
+        }},
+        "spec": {}
+    })
+}
+
+/// A fake node's status: Ready, `gpus` GPUs and room for many pods. No kubelet keeps it: with a
+/// controller manager's node lifecycle controller running, the node turns NotReady after its
+/// grace period, so run the benchmark without one.
+pub fn node_status(gpus: u32) -> Value {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let resources = json!({"cpu": "192", "memory": "2048Gi", "pods": "256", "nvidia.com/gpu": gpus.to_string()});
+    json!({"status": {
+        "capacity": resources, "allocatable": resources,
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                        "message": "fake node of wasmsched cluster-bench", "lastHeartbeatTime": now,
+                        "lastTransitionTime": now}],
+        "nodeInfo": {"kubeletVersion": "v1.36.0", "containerRuntimeVersion": "fake://0",
+                     "architecture": "amd64", "operatingSystem": "linux", "machineID": "", "systemUUID": "",
+                     "bootID": "", "kernelVersion": "", "osImage": "", "kubeProxyVersion": ""}
+    }})
+}
+
+/// The patch that clears the `node.kubernetes.io/not-ready` taint the API server's admission
+/// puts on every new node (a kubelet's node lifecycle would clear it once Ready).
+pub fn untainted() -> Value {
+    json!({"spec": {"taints": null}})
+}
+
+/// One pod of a run.
+#[derive(Clone, Copy, Debug)]
+pub struct PodShape<'a> {
+    /// The run id ([`RUN_LABEL`]).
+    pub run: &'a str,
+    /// `schedulerName`.
+    pub scheduler: &'a str,
+    /// Whole GPUs asked.
+    pub gpus: u32,
+    /// The measured pods' shape.
+    pub workload: Workload,
+    /// Nodes in the cluster (the size of an anti-affinity set).
+    pub nodes: usize,
+}
+
+impl PodShape<'_> {
+    /// The name of measured pod `i` (fillers: [`PodShape::filler_name`]).
+    pub fn name(&self, i: usize) -> String {
+        format!("{}-{i}", self.run)
+    }
+
+    /// The name of filler pod `i`.
+    pub fn filler_name(&self, i: usize) -> String {
+        format!("{}-fill-{i}", self.run)
+    }
+
+    /// Measured pod `i`.
+    pub fn measured(&self, i: usize) -> Value {
+        let mut pod = self.base(&self.name(i), "measured");
+        match self.workload {
+            Workload::Plain => {}
+            Workload::Gang(n) => {
+                pod["metadata"]["labels"][GROUP_LABEL] = json!(self.group_name(i / n as usize));
+            }
+            Workload::AntiAffinity => {
+                let set = format!("s-{}", i / self.nodes.max(1));
+                pod["metadata"]["labels"][SPREAD_LABEL] = json!(set);
+                pod["spec"]["affinity"] = json!({"podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [{
+                        "labelSelector": {"matchLabels": {SPREAD_LABEL: set, RUN_LABEL: self.run}},
+                        "topologyKey": "kubernetes.io/hostname"
+                    }]
+                }});
+            }
+            Workload::Preempt => pod["spec"]["priorityClassName"] = json!(HIGH_PRIORITY),
+        }
+        pod
+    }
+
+    /// Filler pod `i` of a preemption run (low priority; evicted by the measured pods).
+    pub fn filler(&self, i: usize) -> Value {
+        let mut pod = self.base(&self.filler_name(i), "filler");
+        pod["spec"]["priorityClassName"] = json!(LOW_PRIORITY);
+        pod
+    }
+
+    /// The name of gang `g`.
+    pub fn group_name(&self, g: usize) -> String {
+        format!("{}-g{g}", self.run)
+    }
+
+    /// Gang `g`'s PodGroup (wasmsched's CRD).
+    pub fn group(&self, g: usize, members: u32) -> Value {
+        json!({
+            "apiVersion": "scheduling.wasmsched.io/v1alpha1", "kind": "PodGroup",
+            "metadata": {"name": self.group_name(g), "labels": {RUN_LABEL: self.run}},
+            "spec": {"minMember": members}
+        })
+    }
+
+    fn base(&self, name: &str, role: &str) -> Value {
+        let mut resources = json!({"cpu": "100m", "memory": "256Mi"});
+        if self.gpus > 0 {
+            resources["nvidia.com/gpu"] = json!(self.gpus.to_string());
+        }
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {RUN_LABEL: self.run, ROLE_LABEL: role}},
+            "spec": {
+                "schedulerName": self.scheduler,
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 30,
+                "containers": [{"name": "work", "image": "registry.k8s.io/pause:3.10",
+                                "resources": {"requests": resources.clone(), "limits": resources}}]
+            }
+        })
+    }
+}
+
+/// The two priority classes of a preemption run.
+pub fn priority_classes() -> [Value; 2] {
+    let class = |name: &str, value: i32| {
+        json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+               "metadata": {"name": name}, "value": value, "preemptionPolicy": "PreemptLowerPriority",
+               "description": "wasmsched cluster-bench"})
+    };
+    [class(LOW_PRIORITY, 1000), class(HIGH_PRIORITY, 100_000)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(workload: Workload) -> PodShape<'static> {
+        PodShape { run: "r1", scheduler: "wasmsched", gpus: 2, workload, nodes: 3 }
+    }
+
+    #[test]
+    fn workloads_parse_back_from_their_names_and_bad_ones_say_what_is_allowed() {
+        for w in [Workload::Plain, Workload::Gang(8), Workload::AntiAffinity, Workload::Preempt] {
+            assert_eq!(Workload::parse(&w.name()), Ok(w));
+        }
+        assert!(Workload::parse("gang:1").unwrap_err().contains("2 or more"));
+        assert!(Workload::parse("gang:x").unwrap_err().contains("2 or more"));
+        assert!(Workload::parse("spread").unwrap_err().contains("plain, gang:N"));
+    }
+
+    #[test]
+    fn a_pod_asks_its_gpus_of_its_scheduler_under_the_run_s_labels() {
+        let pod = shape(Workload::Plain).measured(4);
+        assert_eq!(pod["metadata"]["name"], "r1-4");
+        assert_eq!(pod["metadata"]["labels"][RUN_LABEL], "r1");
+        assert_eq!(pod["metadata"]["labels"][ROLE_LABEL], "measured");
+        assert_eq!(pod["spec"]["schedulerName"], "wasmsched");
+        assert_eq!(pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"], "2");
+        assert!(pod["spec"]["affinity"].is_null());
+    }
+
+    #[test]
+    fn gang_members_name_their_group_in_runs_of_its_size() {
+        let s = shape(Workload::Gang(4));
+        let groups: Vec<_> = (0..9).map(|i| s.measured(i)["metadata"]["labels"][GROUP_LABEL].clone()).collect();
+        assert_eq!(groups[0], "r1-g0");
+        assert_eq!(groups[3], "r1-g0");
+        assert_eq!(groups[4], "r1-g1");
+        assert_eq!(groups[8], "r1-g2");
+        assert_eq!(s.group(1, 4)["spec"]["minMember"], 4);
+    }
+
+    #[test]
+    fn an_anti_affinity_set_is_as_large_as_the_cluster_has_nodes() {
+        let s = shape(Workload::AntiAffinity);
+        let set = |i| s.measured(i)["metadata"]["labels"][SPREAD_LABEL].clone();
+        assert_eq!((set(0), set(2), set(3)), (json!("s-0"), json!("s-0"), json!("s-1")));
+        let term =
+            &s.measured(3)["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0];
+        assert_eq!(term["labelSelector"]["matchLabels"][SPREAD_LABEL], "s-1");
+        assert_eq!(term["topologyKey"], "kubernetes.io/hostname");
+    }
+
+    #[test]
+    fn preemptors_outrank_the_fillers() {
+        let s = shape(Workload::Preempt);
+        assert_eq!(s.measured(0)["spec"]["priorityClassName"], HIGH_PRIORITY);
+        assert_eq!(s.filler(0)["spec"]["priorityClassName"], LOW_PRIORITY);
+        assert_eq!(s.filler(0)["metadata"]["labels"][ROLE_LABEL], "filler");
+        let [low, high] = priority_classes();
+        assert!(high["value"].as_i64() > low["value"].as_i64());
+    }
+
+    #[test]
+    fn a_fake_node_is_ready_with_its_gpus() {
+        let s = node_status(8);
+        assert_eq!(s["status"]["allocatable"]["nvidia.com/gpu"], "8");
+        assert_eq!(s["status"]["conditions"][0]["type"], "Ready");
+        assert_eq!(s["status"]["conditions"][0]["status"], "True");
+        assert_eq!(node(3)["metadata"]["labels"][NODE_LABEL], "true");
+    }
+}

@@ -1,0 +1,222 @@
+//! A run's figures, as a table row and as JSON.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+
+use kube::Client;
+use serde::Serialize;
+
+use crate::measure::{ProcessSample, ServerSample, quantile};
+use crate::{BinderConfig, Config};
+
+/// What a run measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// `schedulerName` of the pods.
+    pub scheduler: String,
+    /// The trivial binder's settings when it bound the pods.
+    pub binder: Option<BinderConfig>,
+    /// The measured pods' shape (`plain`, `gang:8`, …).
+    pub workload: String,
+    /// Fake nodes and GPUs on each.
+    pub nodes: usize,
+    /// GPUs on each node.
+    pub gpus_per_node: u32,
+    /// Measured pods and GPUs each asked.
+    pub pods: usize,
+    /// GPUs each pod asked.
+    pub gpus_per_pod: u32,
+    /// Pods created per second (none: all at once).
+    pub rate: Option<f64>,
+    /// Measured pods bound before the timeout.
+    pub bound: usize,
+    /// From the first creation sent to the last pod seen bound.
+    pub seconds: f64,
+    /// `bound / seconds`.
+    pub pods_per_second: f64,
+    /// Creation sent → first seen bound, over the bound pods (milliseconds).
+    pub latency_ms: Latency,
+    /// The scheduler's requests per bound pod by `"VERB resource"` (the API server's counters
+    /// less this tool's own); empty when the server's `/metrics` could not be read.
+    pub requests_per_pod: BTreeMap<String, f64>,
+    /// Their sum; none without `/metrics`.
+    pub requests_per_pod_total: Option<f64>,
+    /// The scheduler's process (when its PID was given).
+    pub scheduler_process: Option<ProcessFigures>,
+    /// The API server's own CPU seconds during the run (its `/metrics`).
+    pub api_server_cpu_seconds: Option<f64>,
+    /// Pods whose deletion the tool finished in the kubelet's place (preemption victims).
+    pub deletions_finished: usize,
+}
+
+/// Latency quantiles in milliseconds.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Latency {
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// The slowest.
+    pub max: f64,
+}
+
+/// A process's CPU and memory over the run.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct ProcessFigures {
+    /// CPU seconds used during the measured window.
+    pub cpu_seconds: f64,
+    /// Resident memory at the end (MiB).
+    pub rss_mib: f64,
+    /// The most resident memory it ever had (MiB).
+    pub peak_rss_mib: f64,
+}
+
+/// What the run collected, for [`Report::new`].
+pub struct Samples<'a> {
+    /// When each measured pod's creation was sent, by index.
+    pub created: &'a [Instant],
+    /// When each bound measured pod was first seen bound, by name.
+    pub bound: &'a HashMap<String, Instant>,
+    /// The name of measured pod `i`.
+    pub names: &'a dyn Fn(usize) -> String,
+    /// The API server's counters before and after.
+    pub server: Option<(ServerSample, ServerSample)>,
+    /// The scheduler's process before and after.
+    pub process: Option<(ProcessSample, ProcessSample)>,
+    /// This tool's own requests in the window.
+    pub own: BTreeMap<String, f64>,
+    /// Deletions finished in the kubelet's place.
+    pub evicted: usize,
+}
+
+/// The API server's counters now, or none when it does not let this client read `/metrics`.
+pub async fn server_sample(client: &Client) -> Option<ServerSample> {
+    let request = http::Request::get("/metrics").body(Vec::new()).ok()?;
+    match client.request_text(request).await {
+        Ok(text) => Some(ServerSample::parse(&text)),
+        Err(e) => {
+            tracing::warn!(error = %e, "the API server's /metrics is not readable: no requests per pod");
+            None
+        }
+    }
+}
+
+impl Report {
+    /// The report of a run of `config` from what it collected.
+    pub fn new(config: &Config, samples: Samples<'_>) -> Report {
+        let mut latencies = Vec::with_capacity(samples.bound.len());
+        let mut last_bound = None::<Instant>;
+        for (i, sent) in samples.created.iter().enumerate() {
+            if let Some(at) = samples.bound.get(&(samples.names)(i)) {
+                latencies.push(at.saturating_duration_since(*sent).as_secs_f64() * 1e3);
+                last_bound = Some(last_bound.map_or(*at, |l| l.max(*at)));
+            }
+        }
+        latencies.sort_by(f64::total_cmp);
+        let bound = latencies.len();
+        let first = samples.created.iter().min().copied();
+        let seconds = match (first, last_bound) {
+            (Some(f), Some(l)) => l.saturating_duration_since(f).as_secs_f64(),
+            _ => 0.0,
+        };
+        let q = |p| quantile(&latencies, p).unwrap_or(0.0);
+        let (requests_per_pod, requests_per_pod_total, api_server_cpu_seconds) = match &samples.server {
+            Some((before, after)) => {
+                let per_pod: BTreeMap<String, f64> = after
+                    .requests_since(before)
+                    .into_iter()
+                    .map(|(kind, n)| {
+                        let theirs = (n - samples.own.get(&kind).copied().unwrap_or(0.0)).max(0.0);
+                        (kind, theirs / bound.max(1) as f64)
+                    })
+                    .filter(|(_, n)| *n > 0.0)
+                    .collect();
+                let total = per_pod.values().sum();
+                let cpu = after.cpu_seconds.zip(before.cpu_seconds).map(|(a, b)| a - b);
+                (per_pod, Some(total), cpu)
+            }
+            None => (BTreeMap::new(), None, None),
+        };
+        const MIB: f64 = 1024.0 * 1024.0;
+        Report {
+            scheduler: config.scheduler_name.clone(),
+            binder: config.binder,
+            workload: config.workload.name(),
+            nodes: config.nodes,
+            gpus_per_node: config.gpus_per_node,
+            pods: config.pods,
+            gpus_per_pod: config.gpus_per_pod,
+            rate: config.rate,
+            bound,
+            seconds,
+            pods_per_second: if seconds > 0.0 { bound as f64 / seconds } else { 0.0 },
+            latency_ms: Latency { p50: q(0.5), p90: q(0.9), p99: q(0.99), max: q(1.0) },
+            requests_per_pod,
+            requests_per_pod_total,
+            scheduler_process: samples.process.map(|(before, after)| ProcessFigures {
+                cpu_seconds: after.cpu_seconds - before.cpu_seconds,
+                rss_mib: after.rss_bytes as f64 / MIB,
+                peak_rss_mib: after.peak_rss_bytes as f64 / MIB,
+            }),
+            api_server_cpu_seconds,
+            deletions_finished: samples.evicted,
+        }
+    }
+
+    /// Every measured pod was bound.
+    pub fn complete(&self) -> bool {
+        self.bound == self.pods
+    }
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let who = match self.binder {
+            Some(b) => format!("trivial binder ({} in flight{})", b.in_flight, if b.events { ", events" } else { "" }),
+            None => format!("scheduler {:?}", self.scheduler),
+        };
+        let arrivals = match self.rate {
+            Some(r) => format!("{r} pods/s"),
+            None => "all at once".into(),
+        };
+        writeln!(
+            f,
+            "{who}: {} {} pods of {} GPU(s) on {} nodes × {} GPUs, created {arrivals}",
+            self.pods, self.workload, self.gpus_per_pod, self.nodes, self.gpus_per_node
+        )?;
+        writeln!(
+            f,
+            "  bound        {} of {} in {:.2} s: {:.1} pods/s",
+            self.bound, self.pods, self.seconds, self.pods_per_second
+        )?;
+        let l = self.latency_ms;
+        writeln!(
+            f,
+            "  latency      p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+            l.p50, l.p90, l.p99, l.max
+        )?;
+        match self.requests_per_pod_total {
+            Some(total) => {
+                let each: Vec<String> = self.requests_per_pod.iter().map(|(k, v)| format!("{k} {v:.2}")).collect();
+                writeln!(f, "  requests/pod {total:.2} ({})", each.join(", "))?;
+            }
+            None => writeln!(f, "  requests/pod unknown (the API server's /metrics was not readable)")?,
+        }
+        if let Some(p) = self.scheduler_process {
+            writeln!(
+                f,
+                "  scheduler    {:.2} CPU s, RSS {:.0} MiB (peak {:.0} MiB)",
+                p.cpu_seconds, p.rss_mib, p.peak_rss_mib
+            )?;
+        }
+        if let Some(cpu) = self.api_server_cpu_seconds {
+            writeln!(f, "  API server   {cpu:.2} CPU s")?;
+        }
+        if self.deletions_finished > 0 {
+            writeln!(f, "  deletions    {} finished in the kubelet's place", self.deletions_finished)?;
+        }
+        Ok(())
+    }
+}

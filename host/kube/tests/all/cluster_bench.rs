@@ -1,0 +1,139 @@
+//! `wasmsched cluster-bench` against the fake API server: the tool's requests are the ones a real
+//! server answers (the fake is as strict on them: nodes tainted not-ready on create, graceful pod
+//! deletion, UID preconditions, field selectors), and with the scheduler under test running, its
+//! figures are the scheduler's. The tool on a real kube-apiserver is in BENCHMARKS.md.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use serde_json::json;
+use wasmsched_clusterbench::{BinderConfig, Config, Workload, objects};
+use wasmsched_kube::convert::{GPU_IDS_ANNOTATION, parse_gpu_ids};
+
+use crate::boundary::{NAME, start};
+use crate::support::fake_api::{FakeApi, Kind};
+
+fn config(nodes: usize, pods: usize, workload: Workload) -> Config {
+    Config {
+        scheduler_name: NAME.into(),
+        namespace: "bench".into(),
+        nodes,
+        gpus_per_node: 8,
+        pods,
+        gpus_per_pod: 1,
+        rate: None,
+        workload,
+        binder: None,
+        create_in_flight: 8,
+        scheduler_pid: Some(std::process::id()),
+        timeout: Duration::from_secs(60),
+        settle: Duration::ZERO,
+        delete_nodes: false,
+    }
+}
+
+/// The binds the server accepted, by node: the GPU ids each pod was given.
+fn accepted_gpus(api: &FakeApi) -> BTreeMap<String, Vec<u32>> {
+    let mut by_node: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for call in api.binds().into_iter().filter(|b| b.status == 201) {
+        let ids = call.annotations.get(GPU_IDS_ANNOTATION).cloned().unwrap_or_default();
+        by_node.entry(call.node).or_default().extend(parse_gpu_ids(&ids).unwrap().into_iter().map(|d| d.gpu));
+    }
+    by_node
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trivial_binder_binds_each_pod_once_round_robin_with_one_event_each() {
+    let api = FakeApi::new();
+    // A fake node left by an earlier, larger run would take pods: the run removes it.
+    api.put(Kind::Node, json!({"metadata": {"name": "bench-node-9", "labels": {objects::NODE_LABEL: "true"}}}));
+    let mut config = config(5, 30, Workload::Plain);
+    config.scheduler_name = "nobody".into();
+    config.binder = Some(BinderConfig { in_flight: 4, events: true });
+    let report = wasmsched_clusterbench::run(api.client("bench"), &config).await.unwrap();
+
+    assert!(report.complete(), "{report}");
+    assert_eq!(report.requests_per_pod.get("POST pods/binding"), Some(&1.0), "{report}");
+    assert_eq!(report.requests_per_pod.get("POST events"), Some(&1.0), "{report}");
+    assert!(
+        !report.requests_per_pod.contains_key("POST pods"),
+        "the tool's own creations are not the binder's: {report}"
+    );
+    let binds = api.binds();
+    assert_eq!(binds.len(), 30);
+    assert!(binds.iter().all(|b| b.status == 201));
+    let pods: BTreeSet<_> = binds.iter().map(|b| b.pod.clone()).collect();
+    assert_eq!(pods.len(), 30, "each pod bound once");
+    let mut per_node: BTreeMap<String, usize> = BTreeMap::new();
+    for b in &binds {
+        *per_node.entry(b.node.clone()).or_default() += 1;
+    }
+    assert_eq!(per_node.values().copied().collect::<Vec<_>>(), vec![6; 5], "round-robin: {per_node:?}");
+    let nodes = api.objects(Kind::Node);
+    assert_eq!(nodes.len(), 5, "the extra fake node is gone");
+    for n in &nodes {
+        assert_eq!(n["status"]["allocatable"]["nvidia.com/gpu"], "8");
+        assert!(n["spec"]["taints"].is_null(), "the not-ready taint was cleared: {n}");
+    }
+    assert!(api.objects(Kind::Pod).is_empty(), "the run's pods are deleted at the end");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scheduler_under_test_places_a_burst_and_the_server_counts_its_requests_per_pod() {
+    let api = FakeApi::new();
+    let scheduler = start(&api, "scheduler", None);
+    let report = wasmsched_clusterbench::run(api.client("bench"), &config(6, 40, Workload::Plain)).await.unwrap();
+    scheduler.stop().await;
+
+    assert!(report.complete(), "{report}");
+    assert!(report.pods_per_second > 0.0 && report.latency_ms.p50 <= report.latency_ms.p99, "{report}");
+    assert_eq!(report.requests_per_pod.get("POST pods/binding"), Some(&1.0), "{report}");
+    assert!(report.scheduler_process.is_some_and(|p| p.rss_mib > 0.0), "{report}");
+    for (node, gpus) in accepted_gpus(&api) {
+        let distinct: BTreeSet<_> = gpus.iter().collect();
+        assert_eq!(distinct.len(), gpus.len(), "no GPU of {node} given twice: {gpus:?}");
+        assert!(gpus.iter().all(|g| *g < 8));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gangs_of_a_run_are_podgroups_the_scheduler_honours() {
+    let api = FakeApi::new();
+    let scheduler = start(&api, "scheduler", None);
+    let report = wasmsched_clusterbench::run(api.client("bench"), &config(4, 16, Workload::Gang(4))).await.unwrap();
+    scheduler.stop().await;
+    assert!(report.complete(), "{report}");
+    let created = api.state().requests.iter().filter(|(verb, _, r)| verb == "create" && r == "podgroups").count();
+    assert_eq!(created, 4, "one PodGroup per gang of 4");
+    assert!(api.objects(Kind::PodGroup).is_empty(), "the run's PodGroups are deleted at the end");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preemption_run_fills_the_cluster_then_each_preemptor_evicts_one_and_is_bound() {
+    let api = FakeApi::new();
+    // No kubelet finishes an evicted pod: the tool does, as it would on a cluster of fake nodes.
+    api.state().termination = None;
+    let scheduler = start(&api, "scheduler", None);
+    let mut config = config(3, 6, Workload::Preempt);
+    config.gpus_per_node = 4;
+    let report = wasmsched_clusterbench::run(api.client("bench"), &config).await.unwrap();
+    scheduler.stop().await;
+
+    assert!(report.complete(), "{report}");
+    let evicted = api.state().evictions.iter().filter(|(_, code)| *code == 201).count();
+    assert!(evicted >= 6, "each preemptor needed a filler's GPU: {evicted} evictions");
+    assert!(report.deletions_finished >= 6, "{report}");
+    assert!(report.requests_per_pod.get("POST pods/eviction").is_some_and(|n| *n >= 1.0), "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_no_scheduler_serves_are_reported_unbound_not_counted_as_done() {
+    let api = FakeApi::new();
+    let mut config = config(2, 5, Workload::Plain);
+    config.scheduler_name = "nobody".into();
+    config.timeout = Duration::from_millis(500);
+    let report = wasmsched_clusterbench::run(api.client("bench"), &config).await.unwrap();
+    assert_eq!(report.bound, 0);
+    assert!(!report.complete());
+    assert_eq!(report.pods_per_second, 0.0);
+}
