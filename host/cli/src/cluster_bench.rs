@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use wasmsched_clusterbench::{BinderConfig, Config, Workload};
+use wasmsched_clusterbench::{Arrival, BinderConfig, Config, UnderTest, Workload};
 
 /// The cluster is the one the kubeconfig (or in-cluster credentials) reaches. Fake nodes are
 /// created there: use a cluster for benchmarks, without a controller manager's node lifecycle
@@ -16,6 +16,19 @@ pub struct Args {
     /// scheduler serves).
     #[arg(long, default_value = "wasmsched")]
     scheduler_name: String,
+    /// Start the scheduler under test with this command line (`sh -c`), after the pods for a
+    /// batch; its CPU and memory are measured and it is stopped at the end.
+    #[arg(long, conflicts_with_all = ["binder", "scheduler_pid"])]
+    scheduler_command: Option<String>,
+    /// Where the started scheduler's output goes (default: discarded).
+    #[arg(long, requires = "scheduler_command")]
+    scheduler_log: Option<std::path::PathBuf>,
+    /// A scheduler already running on this machine: its CPU time and memory go in the report.
+    #[arg(long, conflicts_with = "binder")]
+    scheduler_pid: Option<u32>,
+    /// Seconds a started scheduler (or the binder) gets before a burst or a rate begins.
+    #[arg(long, default_value_t = 5.0)]
+    warm_up: f64,
     /// Bind the pods here, round-robin and without scheduling: the API server's own ceiling.
     #[arg(long)]
     binder: bool,
@@ -41,15 +54,14 @@ pub struct Args {
     /// GPUs per pod.
     #[arg(long, default_value_t = 1)]
     gpus_per_pod: u32,
-    /// Pods created per second; without it, all at once.
-    #[arg(long)]
-    rate: Option<f64>,
+    /// How the pods arrive: `batch` (all created before the scheduler starts; needs
+    /// --scheduler-command or --binder), `burst` (all at once while it runs) or a number of
+    /// pods per second.
+    #[arg(long, default_value = "burst", value_parser = parse_arrival)]
+    arrival: Arrival,
     /// Creations (and node set-up requests) in flight.
     #[arg(long, default_value_t = 64)]
     create_in_flight: usize,
-    /// The scheduler's process on this machine: its CPU time and memory go in the report.
-    #[arg(long)]
-    scheduler_pid: Option<u32>,
     /// The namespace of the pods (created if missing).
     #[arg(long, default_value = "wasmsched-bench")]
     namespace: String,
@@ -69,21 +81,28 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    if !(args.settle.is_finite() && args.settle >= 0.0) {
-        bail!("--settle is a number of seconds, 0 or more");
+    for (flag, secs) in [("--settle", args.settle), ("--warm-up", args.warm_up)] {
+        if !(secs.is_finite() && secs >= 0.0) {
+            bail!("{flag} is a number of seconds, 0 or more");
+        }
     }
+    let under_test = match (args.binder, args.scheduler_command) {
+        (true, _) => UnderTest::Binder(BinderConfig { in_flight: args.binder_in_flight, events: args.binder_events }),
+        (false, Some(line)) => UnderTest::Command { line, log: args.scheduler_log },
+        (false, None) => UnderTest::Running { pid: args.scheduler_pid },
+    };
     let config = Config {
         scheduler_name: args.scheduler_name,
+        under_test,
         namespace: args.namespace,
         nodes: args.nodes,
         gpus_per_node: args.gpus_per_node,
         pods: args.pods,
         gpus_per_pod: args.gpus_per_pod,
-        rate: args.rate,
+        arrival: args.arrival,
         workload: args.workload,
-        binder: args.binder.then_some(BinderConfig { in_flight: args.binder_in_flight, events: args.binder_events }),
         create_in_flight: args.create_in_flight,
-        scheduler_pid: args.scheduler_pid,
+        warm_up: Duration::from_secs_f64(args.warm_up),
         timeout: Duration::from_secs(args.timeout),
         settle: Duration::from_secs_f64(args.settle),
         delete_nodes: args.delete_nodes,
@@ -104,4 +123,15 @@ pub fn run(args: Args) -> Result<()> {
         bail!("{} of {} pods were not bound within {} s", report.pods - report.bound, report.pods, args.timeout);
     }
     Ok(())
+}
+
+fn parse_arrival(text: &str) -> Result<Arrival, String> {
+    match text {
+        "batch" => Ok(Arrival::Batch),
+        "burst" => Ok(Arrival::Burst),
+        _ => match text.parse::<f64>() {
+            Ok(rate) if rate.is_finite() && rate > 0.0 => Ok(Arrival::Rate(rate)),
+            _ => Err(format!("{text:?}: batch, burst or a positive number of pods per second")),
+        },
+    }
 }

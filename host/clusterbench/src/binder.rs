@@ -33,7 +33,8 @@ pub struct Binder {
 }
 
 impl Binder {
-    /// Starts binding the pending pods of `config.scheduler_name` in `config.namespace`.
+    /// Starts binding the pending pods of `config.scheduler_name` in `config.namespace` (those
+    /// already there first).
     pub fn start(client: Client, config: &Config, binder: BinderConfig) -> Binder {
         let api = Api::<Pod>::namespaced(client.clone(), &config.namespace);
         let events = Api::<Event>::namespaced(client, &config.namespace);

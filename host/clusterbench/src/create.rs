@@ -11,16 +11,16 @@ use kube::api::{Api, PostParams};
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
-use crate::{Config, Error, OwnRequests};
+use crate::{Arrival, Config, Error, OwnRequests};
 
-/// Creates pods `make(0..count)`, all at once (`rate` none) or `rate` per second; returns when
+/// Creates pods `make(0..count)`, all at once (a batch or a burst) or at a rate; returns when
 /// each creation was sent, by index. Any refused creation ends the run: a pod missing would make
 /// every figure wrong.
 pub async fn all(
     client: &Client,
     config: &Config,
     count: usize,
-    rate: Option<f64>,
+    arrival: Arrival,
     make: impl Fn(usize) -> Value,
     own: &OwnRequests,
 ) -> Result<Vec<Instant>, Error> {
@@ -29,9 +29,9 @@ pub async fn all(
         .map(|i| serde_json::from_value(make(i)))
         .collect::<Result<_, _>>()
         .map_err(|e| Error::Settings(format!("a pod of the workload does not parse: {e}")))?;
-    let sent = match rate {
-        None => burst(&api, pods, config.create_in_flight, own).await,
-        Some(rate) => steady(&api, pods, rate, config.create_in_flight, own).await,
+    let sent = match arrival {
+        Arrival::Batch | Arrival::Burst => burst(&api, pods, config.create_in_flight, own).await,
+        Arrival::Rate(rate) => steady(&api, pods, rate, config.create_in_flight, own).await,
     };
     sent.map_err(Error::api("creating pods"))
 }

@@ -2,15 +2,17 @@
 //! what the server itself can bind.
 //!
 //! A run makes fake GPU nodes (Ready, GPUs in their status, no kubelet), creates pods for one
-//! `schedulerName` in a burst or at a fixed rate, and watches them until each is bound: pods/s,
-//! creation → bound latency (client clocks), the API server's requests per pod by verb (its own
-//! `/metrics`, less this tool's requests), its CPU, and the scheduler's CPU and memory when it runs
-//! on this machine. With [`BinderConfig`] the tool itself binds the pods, round-robin and without
-//! scheduling, as many in flight as a scheduler would: the API server's ceiling for that load.
+//! `schedulerName` — a batch waiting before the scheduler starts, a burst, or a fixed rate — and
+//! watches them until each is bound: pods/s, creation → bound latency (client clocks), the API
+//! server's requests per pod by verb (its own `/metrics`, less this tool's requests), its CPU, and
+//! the scheduler's CPU and memory when it runs on this machine. With [`BinderConfig`] the tool
+//! itself binds the pods, round-robin and without scheduling, as many in flight as a scheduler
+//! would: the API server's ceiling for that load.
 //!
 //! The steps of a run, in order: [`setup`] (namespace, nodes, priority classes, gangs), [`watch`]
-//! (bound times; finishes terminations as a kubelet would), [`binder`] (optional), [`create`]
-//! (the measured pods), then the report and the clean-up.
+//! (bound times; finishes terminations as a kubelet would), [`under_test`] (the scheduler, started
+//! by the run or already running, or the [`binder`]), [`create`] (the measured pods), then the
+//! report and the clean-up.
 
 pub mod binder;
 pub mod create;
@@ -18,6 +20,7 @@ pub mod measure;
 pub mod objects;
 pub mod report;
 pub mod setup;
+pub mod under_test;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -29,12 +32,15 @@ pub use kube::Client;
 pub use binder::BinderConfig;
 pub use objects::Workload;
 pub use report::Report;
+pub use under_test::UnderTest;
 
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct Config {
     /// The `schedulerName` of every pod (with a binder: a name no scheduler serves).
     pub scheduler_name: String,
+    /// Who binds them.
+    pub under_test: UnderTest,
     /// Where the pods go (created if missing, kept after the run).
     pub namespace: String,
     /// Fake nodes (kept between runs unless asked; extra ones from a larger run are removed).
@@ -45,17 +51,15 @@ pub struct Config {
     pub pods: usize,
     /// Whole GPUs each pod asks.
     pub gpus_per_pod: u32,
-    /// Pods created per second; `None` creates them all at once (as many in flight as
-    /// `create_in_flight`).
-    pub rate: Option<f64>,
+    /// How the measured pods arrive.
+    pub arrival: Arrival,
     /// The measured pods' shape.
     pub workload: Workload,
-    /// Bind in this process instead of a scheduler.
-    pub binder: Option<BinderConfig>,
     /// Requests in flight while creating nodes and pods.
     pub create_in_flight: usize,
-    /// The scheduler's process on this machine, for its CPU time and memory.
-    pub scheduler_pid: Option<u32>,
+    /// How long a scheduler the run starts gets before pods arrive (its lists and watches);
+    /// none for a batch, whose clock starts with the scheduler.
+    pub warm_up: Duration,
     /// The longest wait for every measured pod to be bound.
     pub timeout: Duration,
     /// A wait after the last bind before the API server's counters are read (events and status
@@ -63,6 +67,28 @@ pub struct Config {
     pub settle: Duration,
     /// Delete the fake nodes at the end.
     pub delete_nodes: bool,
+}
+
+/// How the measured pods arrive.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Arrival {
+    /// All created before the scheduler starts (it must be one the run starts); the clock
+    /// starts with it, as for a scheduler restarted in front of a backlog.
+    Batch,
+    /// All created at once while the scheduler runs (as many in flight as `create_in_flight`).
+    Burst,
+    /// This many per second, while the scheduler runs.
+    Rate(f64),
+}
+
+impl std::fmt::Display for Arrival {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Arrival::Batch => f.write_str("batch"),
+            Arrival::Burst => f.write_str("burst"),
+            Arrival::Rate(r) => write!(f, "{r}/s"),
+        }
+    }
 }
 
 /// Why a run could not be made or measured.
@@ -80,10 +106,25 @@ pub enum Error {
     /// The settings cannot make a run.
     #[error("invalid settings: {0}")]
     Settings(String),
+    /// The scheduler's command could not be started.
+    #[error("starting the scheduler ({line}): {source}")]
+    Start {
+        /// The command line.
+        line: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The scheduler the run started exited before the run's end.
+    #[error("the scheduler exited ({status}) before its pods were bound; see its log")]
+    SchedulerExited {
+        /// Its exit status.
+        status: std::process::ExitStatus,
+    },
     /// The scheduler's process could not be read.
     #[error("scheduler process {pid}: {source}")]
     Process {
-        /// `Config::scheduler_pid`.
+        /// The scheduler's PID.
         pid: u32,
         /// What reading `/proc` said.
         #[source]
@@ -135,13 +176,11 @@ pub async fn run(client: Client, config: &Config) -> Result<Report, Error> {
     let own = OwnRequests::default();
     let watch = watch::Watch::start(client.clone(), &config.namespace, &run_id, own.clone());
     watch.wait_listed().await;
-    let binder = config.binder.map(|b| binder::Binder::start(client.clone(), config, b));
-
-    let outcome = measured(&client, config, &shape, &watch, &own).await;
-
+    let mut scheduler = None;
+    let outcome = measured(&client, config, &shape, &watch, &own, &mut scheduler).await;
     watch.stop();
-    if let Some(b) = binder {
-        b.stop();
+    if let Some(s) = scheduler {
+        s.stop();
     }
     if let Err(e) = setup::clean_up(&client, config, &run_id).await {
         tracing::warn!(error = %e, "clean-up after the run failed; delete the run's pods by label {}={run_id}", objects::RUN_LABEL);
@@ -149,17 +188,25 @@ pub async fn run(client: Client, config: &Config) -> Result<Report, Error> {
     outcome
 }
 
-/// The measured part: fillers first for a preemption run, then the samples, the pods, the wait.
+/// The measured part: the scheduler started (after the pods for a batch), fillers first for a
+/// preemption run, then the samples, the pods, the wait.
 async fn measured(
     client: &Client,
     config: &Config,
     shape: &objects::PodShape<'_>,
     watch: &watch::Watch,
     own: &OwnRequests,
+    scheduler: &mut Option<under_test::Started>,
 ) -> Result<Report, Error> {
+    if config.arrival != Arrival::Batch {
+        *scheduler = Some(under_test::Started::start(client, config)?);
+        if config.under_test.started_by_the_run() {
+            tokio::time::sleep(config.warm_up).await;
+        }
+    }
     if config.workload == Workload::Preempt {
         let fillers = setup::fillers_to_fill(config);
-        create::all(client, config, fillers, None, |i| shape.filler(i), &OwnRequests::default()).await?;
+        create::all(client, config, fillers, Arrival::Burst, |i| shape.filler(i), &OwnRequests::default()).await?;
         let filled = watch.wait_fillers(fillers, config.timeout).await;
         if filled < fillers {
             return Err(Error::Settings(format!(
@@ -169,16 +216,31 @@ async fn measured(
         }
     }
     let server_before = report::server_sample(client).await;
-    let process_before = process_sample(config)?;
-    let started = Instant::now();
-    let created = create::all(client, config, config.pods, config.rate, |i| shape.measured(i), own).await?;
-    let bound = watch.wait_measured(config.pods, started + config.timeout).await;
+    let mut process_before = process_sample(scheduler.as_ref())?;
+    let mut started = Instant::now();
+    let created = create::all(client, config, config.pods, config.arrival, |i| shape.measured(i), own).await?;
+    if config.arrival == Arrival::Batch {
+        let s = scheduler.insert(under_test::Started::start(client, config)?);
+        started = Instant::now();
+        process_before = process_sample(Some(s))?;
+    }
+    let deadline = started + config.timeout;
+    let bound = loop {
+        let bound = watch.wait_measured(config.pods, deadline.min(Instant::now() + Duration::from_secs(1))).await;
+        if let Some(status) = scheduler.as_mut().and_then(under_test::Started::exited) {
+            return Err(Error::SchedulerExited { status });
+        }
+        if bound.len() >= config.pods || Instant::now() >= deadline {
+            break bound;
+        }
+    };
     tokio::time::sleep(config.settle).await;
     let server_after = report::server_sample(client).await;
-    let process_after = process_sample(config)?;
+    let process_after = process_sample(scheduler.as_ref())?;
     Ok(Report::new(
         config,
         report::Samples {
+            started,
             created: &created,
             bound: &bound,
             names: &|i| shape.name(i),
@@ -190,9 +252,9 @@ async fn measured(
     ))
 }
 
-fn process_sample(config: &Config) -> Result<Option<measure::ProcessSample>, Error> {
-    config
-        .scheduler_pid
+fn process_sample(scheduler: Option<&under_test::Started>) -> Result<Option<measure::ProcessSample>, Error> {
+    scheduler
+        .and_then(under_test::Started::pid)
         .map(|pid| measure::ProcessSample::read(pid).map_err(|source| Error::Process { pid, source }))
         .transpose()
 }
@@ -205,10 +267,16 @@ fn validate(config: &Config) -> Result<(), Error> {
     if config.gpus_per_pod > config.gpus_per_node {
         return bad("a pod asks more GPUs than a node has");
     }
-    if let Some(rate) = config.rate
+    if let Arrival::Rate(rate) = config.arrival
         && !(rate.is_finite() && rate > 0.0)
     {
         return bad("the rate is a positive number of pods per second");
+    }
+    if config.arrival == Arrival::Batch && !config.under_test.started_by_the_run() {
+        return bad("a batch waits for a scheduler the run starts: give its command line, or use the binder");
+    }
+    if config.arrival == Arrival::Batch && config.workload == Workload::Preempt {
+        return bad("a preemption run fills the cluster with the scheduler running: a burst or a rate");
     }
     if config.create_in_flight == 0 {
         return bad("at least one creation in flight");
@@ -221,7 +289,7 @@ fn validate(config: &Config) -> Result<(), Error> {
     if config.workload == Workload::Preempt && config.gpus_per_pod == 0 {
         return bad("a preemption run's pods ask GPUs");
     }
-    if let Some(b) = &config.binder
+    if let UnderTest::Binder(b) = &config.under_test
         && b.in_flight == 0
     {
         return bad("the binder needs at least one bind in flight");
@@ -253,11 +321,11 @@ mod tests {
             gpus_per_node: 8,
             pods: 16,
             gpus_per_pod: 1,
-            rate: None,
+            under_test: UnderTest::Running { pid: None },
+            arrival: Arrival::Burst,
             workload: Workload::Plain,
-            binder: None,
             create_in_flight: 8,
-            scheduler_pid: None,
+            warm_up: Duration::ZERO,
             timeout: Duration::from_secs(5),
             settle: Duration::ZERO,
             delete_nodes: false,
@@ -270,12 +338,17 @@ mod tests {
         let why = |c: Config| validate(&c).unwrap_err().to_string();
         assert!(why(Config { pods: 0, ..config() }).contains("one pod"));
         assert!(why(Config { gpus_per_pod: 9, ..config() }).contains("more GPUs than a node"));
-        assert!(why(Config { rate: Some(0.0), ..config() }).contains("positive"));
-        assert!(why(Config { rate: Some(f64::NAN), ..config() }).contains("positive"));
+        assert!(why(Config { arrival: Arrival::Rate(0.0), ..config() }).contains("positive"));
+        assert!(why(Config { arrival: Arrival::Rate(f64::NAN), ..config() }).contains("positive"));
+        assert!(why(Config { arrival: Arrival::Batch, ..config() }).contains("a scheduler the run starts"));
+        let binder = UnderTest::Binder(BinderConfig { in_flight: 1, events: false });
+        let batch_preempt =
+            Config { arrival: Arrival::Batch, workload: Workload::Preempt, under_test: binder, ..config() };
+        assert!(why(batch_preempt).contains("a burst or a rate"));
         assert!(why(Config { workload: Workload::Gang(5), ..config() }).contains("whole number of gangs"));
         assert!(why(Config { workload: Workload::Preempt, gpus_per_pod: 0, ..config() }).contains("ask GPUs"));
-        let binder = Some(BinderConfig { in_flight: 0, events: false });
-        assert!(why(Config { binder, ..config() }).contains("one bind in flight"));
+        let under_test = UnderTest::Binder(BinderConfig { in_flight: 0, events: false });
+        assert!(why(Config { under_test, ..config() }).contains("one bind in flight"));
     }
 
     #[test]

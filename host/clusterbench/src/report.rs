@@ -7,15 +7,16 @@ use kube::Client;
 use serde::Serialize;
 
 use crate::measure::{ProcessSample, ServerSample, quantile};
-use crate::{BinderConfig, Config};
+use crate::{Arrival, Config, UnderTest};
 
 /// What a run measured.
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
     /// `schedulerName` of the pods.
     pub scheduler: String,
-    /// The trivial binder's settings when it bound the pods.
-    pub binder: Option<BinderConfig>,
+    /// Who bound them: `scheduler` (running), `command: LINE` (started by the run) or
+    /// `binder: N in flight[, events]`.
+    pub bound_by: String,
     /// The measured pods' shape (`plain`, `gang:8`, …).
     pub workload: String,
     /// Fake nodes and GPUs on each.
@@ -26,15 +27,19 @@ pub struct Report {
     pub pods: usize,
     /// GPUs each pod asked.
     pub gpus_per_pod: u32,
-    /// Pods created per second (none: all at once).
-    pub rate: Option<f64>,
+    /// `batch`, `burst` or `N/s`.
+    pub arrival: String,
     /// Measured pods bound before the timeout.
     pub bound: usize,
-    /// From the first creation sent to the last pod seen bound.
+    /// From the clock's start (the first creation sent; for a batch, the scheduler's start) to
+    /// the last pod seen bound.
     pub seconds: f64,
+    /// From the clock's start to the first pod seen bound.
+    pub first_bound_seconds: f64,
     /// `bound / seconds`.
     pub pods_per_second: f64,
-    /// Creation sent → first seen bound, over the bound pods (milliseconds).
+    /// Creation sent (for a batch, the scheduler's start) → first seen bound, over the bound
+    /// pods (milliseconds).
     pub latency_ms: Latency,
     /// The scheduler's requests per bound pod by `"VERB resource"` (the API server's counters
     /// less this tool's own); empty when the server's `/metrics` could not be read.
@@ -75,6 +80,8 @@ pub struct ProcessFigures {
 
 /// What the run collected, for [`Report::new`].
 pub struct Samples<'a> {
+    /// The clock's start: the first creation, or for a batch the scheduler's start.
+    pub started: Instant,
     /// When each measured pod's creation was sent, by index.
     pub created: &'a [Instant],
     /// When each bound measured pod was first seen bound, by name.
@@ -106,21 +113,25 @@ pub async fn server_sample(client: &Client) -> Option<ServerSample> {
 impl Report {
     /// The report of a run of `config` from what it collected.
     pub fn new(config: &Config, samples: Samples<'_>) -> Report {
+        let batch = config.arrival == Arrival::Batch;
         let mut latencies = Vec::with_capacity(samples.bound.len());
-        let mut last_bound = None::<Instant>;
+        let (mut first_bound, mut last_bound) = (None::<Instant>, None::<Instant>);
         for (i, sent) in samples.created.iter().enumerate() {
             if let Some(at) = samples.bound.get(&(samples.names)(i)) {
-                latencies.push(at.saturating_duration_since(*sent).as_secs_f64() * 1e3);
+                let from = if batch { samples.started } else { *sent };
+                latencies.push(at.saturating_duration_since(from).as_secs_f64() * 1e3);
                 last_bound = Some(last_bound.map_or(*at, |l| l.max(*at)));
+                first_bound = Some(first_bound.map_or(*at, |l| l.min(*at)));
             }
         }
         latencies.sort_by(f64::total_cmp);
         let bound = latencies.len();
-        let first = samples.created.iter().min().copied();
-        let seconds = match (first, last_bound) {
-            (Some(f), Some(l)) => l.saturating_duration_since(f).as_secs_f64(),
+        let start = if batch { Some(samples.started) } else { samples.created.iter().min().copied() };
+        let since_start = |at: Option<Instant>| match (start, at) {
+            (Some(s), Some(a)) => a.saturating_duration_since(s).as_secs_f64(),
             _ => 0.0,
         };
+        let seconds = since_start(last_bound);
         let q = |p| quantile(&latencies, p).unwrap_or(0.0);
         let (requests_per_pod, requests_per_pod_total, api_server_cpu_seconds) = match &samples.server {
             Some((before, after)) => {
@@ -142,15 +153,22 @@ impl Report {
         const MIB: f64 = 1024.0 * 1024.0;
         Report {
             scheduler: config.scheduler_name.clone(),
-            binder: config.binder,
+            bound_by: match &config.under_test {
+                UnderTest::Running { .. } => "scheduler".into(),
+                UnderTest::Command { line, .. } => format!("command: {line}"),
+                UnderTest::Binder(b) => {
+                    format!("binder: {} in flight{}", b.in_flight, if b.events { ", events" } else { "" })
+                }
+            },
             workload: config.workload.name(),
             nodes: config.nodes,
             gpus_per_node: config.gpus_per_node,
             pods: config.pods,
             gpus_per_pod: config.gpus_per_pod,
-            rate: config.rate,
+            arrival: config.arrival.to_string(),
             bound,
             seconds,
+            first_bound_seconds: since_start(first_bound),
             pods_per_second: if seconds > 0.0 { bound as f64 / seconds } else { 0.0 },
             latency_ms: Latency { p50: q(0.5), p90: q(0.9), p99: q(0.99), max: q(1.0) },
             requests_per_pod,
@@ -173,23 +191,19 @@ impl Report {
 
 impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let who = match self.binder {
-            Some(b) => format!("trivial binder ({} in flight{})", b.in_flight, if b.events { ", events" } else { "" }),
+        let who = match self.bound_by.strip_prefix("binder: ") {
+            Some(b) => format!("trivial binder ({b})"),
             None => format!("scheduler {:?}", self.scheduler),
-        };
-        let arrivals = match self.rate {
-            Some(r) => format!("{r} pods/s"),
-            None => "all at once".into(),
         };
         writeln!(
             f,
-            "{who}: {} {} pods of {} GPU(s) on {} nodes × {} GPUs, created {arrivals}",
-            self.pods, self.workload, self.gpus_per_pod, self.nodes, self.gpus_per_node
+            "{who}: {} {} pods of {} GPU(s) on {} nodes × {} GPUs, arrival: {}",
+            self.pods, self.workload, self.gpus_per_pod, self.nodes, self.gpus_per_node, self.arrival
         )?;
         writeln!(
             f,
-            "  bound        {} of {} in {:.2} s: {:.1} pods/s",
-            self.bound, self.pods, self.seconds, self.pods_per_second
+            "  bound        {} of {} in {:.2} s (first after {:.2} s): {:.1} pods/s",
+            self.bound, self.pods, self.seconds, self.first_bound_seconds, self.pods_per_second
         )?;
         let l = self.latency_ms;
         writeln!(

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde_json::json;
-use wasmsched_clusterbench::{BinderConfig, Config, Workload, objects};
+use wasmsched_clusterbench::{Arrival, BinderConfig, Config, UnderTest, Workload, objects};
 use wasmsched_kube::convert::{GPU_IDS_ANNOTATION, parse_gpu_ids};
 
 use crate::boundary::{NAME, start};
@@ -16,16 +16,16 @@ use crate::support::fake_api::{FakeApi, Kind};
 fn config(nodes: usize, pods: usize, workload: Workload) -> Config {
     Config {
         scheduler_name: NAME.into(),
+        under_test: UnderTest::Running { pid: Some(std::process::id()) },
         namespace: "bench".into(),
         nodes,
         gpus_per_node: 8,
         pods,
         gpus_per_pod: 1,
-        rate: None,
+        arrival: Arrival::Burst,
         workload,
-        binder: None,
         create_in_flight: 8,
-        scheduler_pid: Some(std::process::id()),
+        warm_up: Duration::ZERO,
         timeout: Duration::from_secs(60),
         settle: Duration::ZERO,
         delete_nodes: false,
@@ -49,7 +49,7 @@ async fn the_trivial_binder_binds_each_pod_once_round_robin_with_one_event_each(
     api.put(Kind::Node, json!({"metadata": {"name": "bench-node-9", "labels": {objects::NODE_LABEL: "true"}}}));
     let mut config = config(5, 30, Workload::Plain);
     config.scheduler_name = "nobody".into();
-    config.binder = Some(BinderConfig { in_flight: 4, events: true });
+    config.under_test = UnderTest::Binder(BinderConfig { in_flight: 4, events: true });
     let report = wasmsched_clusterbench::run(api.client("bench"), &config).await.unwrap();
 
     assert!(report.complete(), "{report}");
@@ -136,4 +136,21 @@ async fn pods_no_scheduler_serves_are_reported_unbound_not_counted_as_done() {
     assert_eq!(report.bound, 0);
     assert!(!report.complete());
     assert_eq!(report.pods_per_second, 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_is_all_created_before_the_binder_starts_and_timed_from_its_start() {
+    let api = FakeApi::new();
+    let mut config = config(3, 12, Workload::Plain);
+    config.scheduler_name = "nobody".into();
+    config.arrival = Arrival::Batch;
+    config.under_test = UnderTest::Binder(BinderConfig { in_flight: 2, events: false });
+    let report = wasmsched_clusterbench::run(api.client("bench"), &config).await.unwrap();
+    assert!(report.complete(), "{report}");
+    let requests = api.state().requests.clone();
+    let last_create = requests.iter().rposition(|(v, _, r)| v == "create" && r == "pods").unwrap();
+    let first_bind = requests.iter().position(|(_, _, r)| r == "pods/binding").unwrap();
+    assert!(last_create < first_bind, "every pod was waiting before the first bind");
+    assert!(report.first_bound_seconds <= report.seconds && report.seconds < 30.0, "{report}");
+    assert_eq!(report.requests_per_pod.get("POST pods/binding"), Some(&1.0), "{report}");
 }
