@@ -215,6 +215,7 @@ async fn measured(
             )));
         }
     }
+    let tool_before = measure::ProcessSample::read(std::process::id()).ok();
     let server_before = report::server_sample(client).await;
     let mut process_before = process_sample(scheduler.as_ref())?;
     let mut started = Instant::now();
@@ -237,6 +238,7 @@ async fn measured(
     tokio::time::sleep(config.settle).await;
     let server_after = report::server_sample(client).await;
     let process_after = process_sample(scheduler.as_ref())?;
+    let tool_after = measure::ProcessSample::read(std::process::id()).ok();
     Ok(Report::new(
         config,
         report::Samples {
@@ -246,6 +248,7 @@ async fn measured(
             names: &|i| shape.name(i),
             server: server_before.zip(server_after),
             process: process_before.zip(process_after),
+            tool: tool_before.zip(tool_after),
             own: own.snapshot(),
             evicted: watch.finished_terminations(),
         },

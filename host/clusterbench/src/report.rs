@@ -48,6 +48,9 @@ pub struct Report {
     pub requests_per_pod_total: Option<f64>,
     /// The scheduler's process (when its PID was given).
     pub scheduler_process: Option<ProcessFigures>,
+    /// This tool's own CPU seconds in the window (its watch, its creations, and with the binder
+    /// the binder's work): on a machine it shares with the API server, the binder's cost.
+    pub tool_cpu_seconds: Option<f64>,
     /// The API server's own CPU seconds during the run (its `/metrics`).
     pub api_server_cpu_seconds: Option<f64>,
     /// Pods whose deletion the tool finished in the kubelet's place (preemption victims).
@@ -92,6 +95,8 @@ pub struct Samples<'a> {
     pub server: Option<(ServerSample, ServerSample)>,
     /// The scheduler's process before and after.
     pub process: Option<(ProcessSample, ProcessSample)>,
+    /// This tool's process before and after.
+    pub tool: Option<(ProcessSample, ProcessSample)>,
     /// This tool's own requests in the window.
     pub own: BTreeMap<String, f64>,
     /// Deletions finished in the kubelet's place.
@@ -178,6 +183,7 @@ impl Report {
                 rss_mib: after.rss_bytes as f64 / MIB,
                 peak_rss_mib: after.peak_rss_bytes as f64 / MIB,
             }),
+            tool_cpu_seconds: samples.tool.map(|(before, after)| after.cpu_seconds - before.cpu_seconds),
             api_server_cpu_seconds,
             deletions_finished: samples.evicted,
         }
@@ -224,6 +230,9 @@ impl std::fmt::Display for Report {
                 "  scheduler    {:.2} CPU s, RSS {:.0} MiB (peak {:.0} MiB)",
                 p.cpu_seconds, p.rss_mib, p.peak_rss_mib
             )?;
+        }
+        if let Some(cpu) = self.tool_cpu_seconds {
+            writeln!(f, "  this tool    {cpu:.2} CPU s")?;
         }
         if let Some(cpu) = self.api_server_cpu_seconds {
             writeln!(f, "  API server   {cpu:.2} CPU s")?;
