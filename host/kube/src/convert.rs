@@ -356,7 +356,10 @@ pub fn bound_task(pod: &Pod, accelerators: &AcceleratorTable) -> Result<Task, Co
 /// A pod kube-scheduler asks about as its extender: kube-scheduler evaluates inter-pod affinity
 /// (and validates node affinity) itself, so neither makes the pod unreadable here.
 pub fn extender_task(pod: &Pod, accelerators: &AcceleratorTable) -> Result<Task, ConvertError> {
-    task_of(pod, accelerators, false)
+    // Straight to the filters, not through the core's admission: sorted here as plugins expect.
+    let mut task = task_of(pod, accelerators, false)?;
+    task.node_affinity.sort_values();
+    Ok(task)
 }
 
 fn task_of(pod: &Pod, accelerators: &AcceleratorTable, strict: bool) -> Result<Task, ConvertError> {

@@ -34,9 +34,17 @@ pub struct SelectorRequirement {
     pub key: String,
     /// Comparison.
     pub operator: SelectorOperator,
-    /// `In`/`NotIn`: one or more values; `Gt`/`Lt`: one integer; otherwise empty.
+    /// `In`/`NotIn`: one or more values, sorted ascending without duplicates when the host
+    /// hands a task to a plugin (they are sets; the host sorts them, see
+    /// [`NodeAffinity::sort_values`]), so a long list is searched by bisection; `Gt`/`Lt`: one
+    /// integer; otherwise empty.
     pub values: Vec<String>,
 }
+
+/// `In`/`NotIn` lists up to this long are scanned; longer ones (pod anti-affinity resolved to
+/// every node holding a pod of the set: hundreds of names) are bisected — checked against a
+/// 1,000-node cluster it was most of the Wasm filter's time (BENCHMARKS.md, cluster-bench).
+const SCANNED_VALUES: usize = 16;
 
 impl SelectorOperator {
     /// A label selector's operator by its Kubernetes name: `In`, `NotIn`, `Exists` or
@@ -61,8 +69,8 @@ impl SelectorRequirement {
     /// Whether a node whose value for the key is `value` (`None`: absent) satisfies this.
     pub fn matches(&self, value: Option<&str>) -> bool {
         match self.operator {
-            SelectorOperator::In => value.is_some_and(|v| self.values.iter().any(|w| w == v)),
-            SelectorOperator::NotIn => value.is_none_or(|v| self.values.iter().all(|w| w != v)),
+            SelectorOperator::In => value.is_some_and(|v| self.has_value(v)),
+            SelectorOperator::NotIn => value.is_none_or(|v| !self.has_value(v)),
             SelectorOperator::Exists => value.is_some(),
             SelectorOperator::DoesNotExist => value.is_none(),
             // Kubernetes: the label and the one value both parse as i64, else no match.
@@ -71,6 +79,24 @@ impl SelectorRequirement {
                 let (Ok(v), Ok(bound)) = (v.parse::<i64>(), bound.parse::<i64>()) else { return false };
                 if self.operator == SelectorOperator::Gt { v > bound } else { v < bound }
             }
+        }
+    }
+
+    /// Whether `v` is one of the values (sorted when long: see [`SelectorRequirement::values`]).
+    #[inline]
+    fn has_value(&self, v: &str) -> bool {
+        if self.values.len() <= SCANNED_VALUES {
+            return self.values.iter().any(|w| w == v);
+        }
+        debug_assert!(self.values.is_sorted(), "{}: a long value list reached a plugin unsorted", self.key);
+        self.values.binary_search_by(|w| w.as_str().cmp(v)).is_ok()
+    }
+
+    /// Sorts an `In`/`NotIn` list and drops repeated values (the same set).
+    pub fn sort_values(&mut self) {
+        if matches!(self.operator, SelectorOperator::In | SelectorOperator::NotIn) {
+            self.values.sort_unstable();
+            self.values.dedup();
         }
     }
 
@@ -159,6 +185,17 @@ impl NodeAffinity {
     /// Whether there is nothing to check.
     pub fn is_empty(&self) -> bool {
         self.required.is_empty() && self.preferred.is_empty()
+    }
+
+    /// Sorts every `In`/`NotIn` list, as plugins receive them (the host does this once per task).
+    pub fn sort_values(&mut self) {
+        let terms = self.required.iter_mut().chain(self.preferred.iter_mut().map(|p| &mut p.preference));
+        for term in terms {
+            term.match_expressions
+                .iter_mut()
+                .chain(term.match_fields.iter_mut())
+                .for_each(SelectorRequirement::sort_values);
+        }
     }
 
     /// Malformed requirements (the ones the Kubernetes API server refuses): empty keys, `In`
@@ -307,6 +344,52 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(bad.validate().unwrap_err(), "required pod affinity: a term has an empty topologyKey");
+    }
+
+    #[test]
+    fn a_long_sorted_list_answers_as_a_scan_would() {
+        use SelectorOperator::*;
+        // Hostnames as the pod-affinity resolution sends them: every other node of 1,000.
+        let held: Vec<String> = (0..1000).step_by(2).map(|i| format!("bench-node-{i}")).collect();
+        for operator in [In, NotIn] {
+            let mut r = SelectorRequirement { key: "kubernetes.io/hostname".into(), operator, values: held.clone() };
+            r.values.reverse();
+            r.values.push(held[7].clone());
+            r.sort_values();
+            assert_eq!(r.values.len(), held.len(), "sorted and without the repeated value");
+            assert!(r.values.len() > SCANNED_VALUES);
+            for i in 0..1000 {
+                let name = format!("bench-node-{i}");
+                let scanned = held.contains(&name) == (operator == In);
+                assert_eq!(r.matches(Some(&name)), scanned, "{operator:?} {name}");
+            }
+            assert_eq!(r.matches(None), operator == NotIn);
+        }
+        let mut gt = req("gpus", Gt, &["8"]);
+        gt.sort_values();
+        assert_eq!(gt.values, ["8"]);
+    }
+
+    #[test]
+    fn sorting_an_affinity_sorts_every_in_and_not_in_list_required_and_preferred() {
+        use SelectorOperator::*;
+        let mut a = NodeAffinity {
+            required: vec![NodeSelectorTerm {
+                match_expressions: vec![req("zone", In, &["b", "a", "b"])],
+                match_fields: vec![req(NODE_NAME_FIELD, NotIn, &["n2", "n1"])],
+            }],
+            preferred: vec![PreferredTerm {
+                weight: 1,
+                preference: NodeSelectorTerm {
+                    match_expressions: vec![req("rack", NotIn, &["r9", "r1"])],
+                    match_fields: vec![],
+                },
+            }],
+        };
+        a.sort_values();
+        assert_eq!(a.required[0].match_expressions[0].values, ["a", "b"]);
+        assert_eq!(a.required[0].match_fields[0].values, ["n1", "n2"]);
+        assert_eq!(a.preferred[0].preference.match_expressions[0].values, ["r1", "r9"]);
     }
 
     fn req(key: &str, operator: SelectorOperator, values: &[&str]) -> SelectorRequirement {

@@ -119,6 +119,8 @@ impl Workload {
                 .validate()
                 .and_then(|()| m.pod_terms().validate())
                 .map_err(|e| err(format!("member {}: {e}", m.id)))?;
+            // Plugins receive `In`/`NotIn` lists sorted (the contract), and bisect long ones.
+            m.node_affinity.sort_values();
             m.queue = self.queue.clone();
             m.priority = self.priority;
             m.group = group.clone();

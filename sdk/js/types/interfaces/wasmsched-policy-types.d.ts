@@ -133,7 +133,7 @@ declare module 'wasmsched:policy/types@0.2.0' {
     key: string,
     operator: SelectorOperator,
     /**
-     * `in` / `not-in`: one or more values; `gt` / `lt`: one integer; otherwise empty.
+     * `in` / `not-in`: one or more values, sorted ascending without duplicates (sets: the host sorts them); `gt` / `lt`: one integer; otherwise empty.
      */
     values: Array<string>,
   }
