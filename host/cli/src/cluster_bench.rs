@@ -72,6 +72,14 @@ pub struct Args {
     /// and status writes trailing the binds count.
     #[arg(long, default_value_t = 2.0)]
     settle: f64,
+    /// End (delete) each pod this many seconds after it is bound: with a rate, steady churn of
+    /// arrivals and departures, for a soak.
+    #[arg(long)]
+    lifetime: Option<f64>,
+    /// Sample the scheduler's memory, open files and CPU this often (seconds): the report's
+    /// `series`.
+    #[arg(long)]
+    sample_every: Option<f64>,
     /// Delete the fake nodes afterwards (by default they stay for the next run).
     #[arg(long)]
     delete_nodes: bool,
@@ -81,6 +89,12 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    let optional = [("--lifetime", args.lifetime), ("--sample-every", args.sample_every)];
+    for (flag, secs) in optional.into_iter().filter_map(|(f, s)| Some((f, s?))) {
+        if !(secs.is_finite() && secs > 0.0) {
+            bail!("{flag} is a positive number of seconds");
+        }
+    }
     for (flag, secs) in [("--settle", args.settle), ("--warm-up", args.warm_up)] {
         if !(secs.is_finite() && secs >= 0.0) {
             bail!("{flag} is a number of seconds, 0 or more");
@@ -106,6 +120,8 @@ pub fn run(args: Args) -> Result<()> {
         timeout: Duration::from_secs(args.timeout),
         settle: Duration::from_secs_f64(args.settle),
         delete_nodes: args.delete_nodes,
+        lifetime: args.lifetime.map(Duration::from_secs_f64),
+        sample_every: args.sample_every.map(Duration::from_secs_f64),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("tokio runtime")?;
     let report = runtime.block_on(async {
@@ -118,6 +134,10 @@ pub fn run(args: Args) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{report}");
+    }
+    let o = report.overcommit;
+    if o.times > 0 {
+        bail!("a node held more GPUs than it has ({} times, up to {} beyond): a double allocation", o.times, o.most);
     }
     if !report.complete() {
         bail!("{} of {} pods were not bound within {} s", report.pods - report.bound, report.pods, args.timeout);

@@ -67,6 +67,11 @@ pub struct Config {
     pub settle: Duration,
     /// Delete the fake nodes at the end.
     pub delete_nodes: bool,
+    /// Each measured pod ends (is deleted) this long after it was seen bound: with a rate, a
+    /// steady churn of arrivals and departures (a soak).
+    pub lifetime: Option<Duration>,
+    /// Sample the scheduler's memory, open files and CPU, and the pods bound, this often.
+    pub sample_every: Option<Duration>,
 }
 
 /// How the measured pods arrive.
@@ -174,7 +179,8 @@ pub async fn run(client: Client, config: &Config) -> Result<Report, Error> {
     setup::workload(&client, config, &shape).await?;
 
     let own = OwnRequests::default();
-    let watch = watch::Watch::start(client.clone(), &config.namespace, &run_id, own.clone());
+    let duties = watch::Duties { gpus_per_node: config.gpus_per_node, lifetime: config.lifetime };
+    let watch = watch::Watch::start(client.clone(), &config.namespace, &run_id, own.clone(), duties);
     watch.wait_listed().await;
     let mut scheduler = None;
     let outcome = measured(&client, config, &shape, &watch, &own, &mut scheduler).await;
@@ -219,11 +225,18 @@ async fn measured(
     let server_before = report::server_sample(client).await;
     let mut process_before = process_sample(scheduler.as_ref())?;
     let mut started = Instant::now();
+    let pid = scheduler.as_ref().and_then(under_test::Started::pid);
+    // A batch's clock (and its samples) start with the scheduler, after the pods.
+    let mut sampler = config
+        .sample_every
+        .filter(|_| config.arrival != Arrival::Batch)
+        .map(|every| Sampler::start(every, pid, watch.counts()));
     let created = create::all(client, config, config.pods, config.arrival, |i| shape.measured(i), own).await?;
     if config.arrival == Arrival::Batch {
         let s = scheduler.insert(under_test::Started::start(client, config)?);
         started = Instant::now();
         process_before = process_sample(Some(s))?;
+        sampler = config.sample_every.map(|every| Sampler::start(every, s.pid(), watch.counts()));
     }
     let deadline = started + config.timeout;
     let bound = loop {
@@ -236,6 +249,7 @@ async fn measured(
         }
     };
     tokio::time::sleep(config.settle).await;
+    let series = sampler.map(Sampler::stop).unwrap_or_default();
     let server_after = report::server_sample(client).await;
     let process_after = process_sample(scheduler.as_ref())?;
     let tool_after = measure::ProcessSample::read(std::process::id()).ok();
@@ -251,8 +265,47 @@ async fn measured(
             tool: tool_before.zip(tool_after),
             own: own.snapshot(),
             evicted: watch.finished_terminations(),
+            overcommit: watch.overcommit(),
+            ended: watch.alive_and_ended().1,
+            series,
         },
     ))
+}
+
+/// Samples the scheduler's process and the run's pods on a timer, beside the run.
+struct Sampler {
+    task: tokio::task::JoinHandle<()>,
+    series: Arc<Mutex<Vec<report::Sample>>>,
+}
+
+impl Sampler {
+    fn start(every: Duration, pid: Option<u32>, counts: watch::Counts) -> Sampler {
+        let series = Arc::new(Mutex::new(Vec::new()));
+        let out = series.clone();
+        let started = Instant::now();
+        let task = tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(every);
+            loop {
+                ticks.tick().await;
+                let process = pid.and_then(|p| measure::ProcessSample::read(p).ok());
+                let (alive, ended) = counts.now();
+                out.lock().unwrap().push(report::Sample {
+                    seconds: started.elapsed().as_secs_f64(),
+                    rss_mib: process.map(|p| p.rss_bytes as f64 / (1024.0 * 1024.0)),
+                    open_fds: pid.and_then(|p| measure::open_fds(p).ok()),
+                    cpu_seconds: process.map(|p| p.cpu_seconds),
+                    alive,
+                    ended,
+                });
+            }
+        });
+        Sampler { task, series }
+    }
+
+    fn stop(self) -> Vec<report::Sample> {
+        self.task.abort();
+        std::mem::take(&mut self.series.lock().unwrap())
+    }
 }
 
 fn process_sample(scheduler: Option<&under_test::Started>) -> Result<Option<measure::ProcessSample>, Error> {
@@ -332,6 +385,8 @@ mod tests {
             timeout: Duration::from_secs(5),
             settle: Duration::ZERO,
             delete_nodes: false,
+            lifetime: None,
+            sample_every: None,
         }
     }
 

@@ -110,6 +110,11 @@ impl ProcessSample {
     }
 }
 
+/// Open file descriptors of a local process (`/proc/PID/fd`).
+pub fn open_fds(pid: u32) -> std::io::Result<usize> {
+    Ok(std::fs::read_dir(format!("/proc/{pid}/fd"))?.count())
+}
+
 /// The `q`-quantile (0..=1) of sorted `values` by the nearest rank; `None` when empty.
 pub fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
     if sorted.is_empty() {
@@ -159,6 +164,10 @@ process_resident_memory_bytes 1.2345e+09
         assert_eq!(p.peak_rss_bytes, 200 * 1024 * 1024);
         assert!(ProcessSample::parse("1 (x) S", status).is_none());
         let me = ProcessSample::read(std::process::id()).unwrap();
+        let file = std::fs::File::open("/proc/self/stat").unwrap();
+        let with = open_fds(std::process::id()).unwrap();
+        drop(file);
+        assert_eq!(open_fds(std::process::id()).unwrap() + 1, with, "an open file is counted");
         assert!(me.rss_bytes > 0 && me.peak_rss_bytes >= me.rss_bytes);
     }
 

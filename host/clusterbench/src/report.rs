@@ -7,6 +7,7 @@ use kube::Client;
 use serde::Serialize;
 
 use crate::measure::{ProcessSample, ServerSample, quantile};
+use crate::watch::Overcommit;
 use crate::{Arrival, Config, UnderTest};
 
 /// What a run measured.
@@ -55,6 +56,29 @@ pub struct Report {
     pub api_server_cpu_seconds: Option<f64>,
     /// Pods whose deletion the tool finished in the kubelet's place (preemption victims).
     pub deletions_finished: usize,
+    /// Nodes seen holding more GPUs than they have (0 and 0: never).
+    pub overcommit: Overcommit,
+    /// Measured pods ended by their lifetime.
+    pub ended: usize,
+    /// The scheduler and the pods over the run, one sample per `sample_every`.
+    pub series: Vec<Sample>,
+}
+
+/// One moment of a run.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Sample {
+    /// Since the clock's start.
+    pub seconds: f64,
+    /// The scheduler's resident memory (MiB).
+    pub rss_mib: Option<f64>,
+    /// Its open file descriptors.
+    pub open_fds: Option<usize>,
+    /// Its CPU seconds so far.
+    pub cpu_seconds: Option<f64>,
+    /// Pods bound and not yet gone.
+    pub alive: usize,
+    /// Measured pods ended by their lifetime so far.
+    pub ended: usize,
 }
 
 /// Latency quantiles in milliseconds.
@@ -101,6 +125,12 @@ pub struct Samples<'a> {
     pub own: BTreeMap<String, f64>,
     /// Deletions finished in the kubelet's place.
     pub evicted: usize,
+    /// Nodes seen over their GPUs.
+    pub overcommit: Overcommit,
+    /// Measured pods ended by their lifetime.
+    pub ended: usize,
+    /// Samples over the run.
+    pub series: Vec<Sample>,
 }
 
 /// The API server's counters now, or none when it does not let this client read `/metrics`.
@@ -186,6 +216,9 @@ impl Report {
             tool_cpu_seconds: samples.tool.map(|(before, after)| after.cpu_seconds - before.cpu_seconds),
             api_server_cpu_seconds,
             deletions_finished: samples.evicted,
+            overcommit: samples.overcommit,
+            ended: samples.ended,
+            series: samples.series,
         }
     }
 
@@ -236,6 +269,28 @@ impl std::fmt::Display for Report {
         }
         if let Some(cpu) = self.api_server_cpu_seconds {
             writeln!(f, "  API server   {cpu:.2} CPU s")?;
+        }
+        if self.ended > 0 {
+            writeln!(f, "  churn        {} pods ended by their lifetime", self.ended)?;
+        }
+        if let (Some(first), Some(last)) = (self.series.first(), self.series.last()) {
+            let rss: Vec<f64> = self.series.iter().filter_map(|s| s.rss_mib).collect();
+            let fds: Vec<usize> = self.series.iter().filter_map(|s| s.open_fds).collect();
+            writeln!(
+                f,
+                "  over time    {} samples, {:.0}..{:.0} s: RSS {:.0}..{:.0} MiB, open files {}..{}",
+                self.series.len(),
+                first.seconds,
+                last.seconds,
+                rss.iter().copied().fold(f64::INFINITY, f64::min),
+                rss.iter().copied().fold(0.0, f64::max),
+                fds.iter().min().unwrap_or(&0),
+                fds.iter().max().unwrap_or(&0)
+            )?;
+        }
+        let o = self.overcommit;
+        if o.times > 0 {
+            writeln!(f, "  OVERCOMMIT   a node held up to {} GPUs beyond its own, {} times", o.most, o.times)?;
         }
         if self.deletions_finished > 0 {
             writeln!(f, "  deletions    {} finished in the kubelet's place", self.deletions_finished)?;

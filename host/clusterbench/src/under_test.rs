@@ -157,6 +157,8 @@ mod tests {
             timeout: std::time::Duration::ZERO,
             settle: std::time::Duration::ZERO,
             delete_nodes: false,
+            lifetime: None,
+            sample_every: None,
         }
     }
 

@@ -1,7 +1,8 @@
-//! The run's one watch on its pods: when each was first seen bound (client clock), and the
-//! kubelet's part for pods that have none — a pod being deleted (a preemption's victim) is removed
-//! at once, as a kubelet would once its containers stopped, so a preemptor is not left waiting
-//! for a node that will never report back.
+//! The run's one watch on its pods: when each was first seen bound (client clock); the kubelet's
+//! part for pods that have none — a pod being deleted (a preemption's victim) is removed at once, as
+//! a kubelet would once its containers stopped, so a preemptor is not left waiting for a node that
+//! will never report back; with a lifetime, each measured pod's end (churn); and a check that no
+//! node ever holds more GPUs than it has, in the order the server saw the changes.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -27,6 +28,43 @@ struct Seen {
     finished: HashSet<String>,
     /// The first list is complete.
     listed: bool,
+    /// GPUs held per node by the bound pods not yet gone, by pod UID (a pod being deleted holds
+    /// its GPUs until it is gone, as on a kubelet).
+    held: HashMap<String, HashMap<String, u64>>,
+    /// The most GPUs any node was seen to hold beyond its capacity, and on how many changes.
+    overcommit: Overcommit,
+    /// Measured pods ended by their lifetime.
+    ended: usize,
+}
+
+/// Reads the watch's pod counts from anywhere.
+#[derive(Clone)]
+pub struct Counts(Arc<Mutex<Seen>>);
+
+impl Counts {
+    /// Pods bound and not yet gone, and the measured pods ended by their lifetime.
+    pub fn now(&self) -> (usize, usize) {
+        let s = self.0.lock().unwrap();
+        (s.held.values().map(HashMap::len).sum(), s.ended)
+    }
+}
+
+/// Nodes seen holding more GPUs than they have.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Overcommit {
+    /// Changes after which some node held more than its GPUs.
+    pub times: usize,
+    /// The most GPUs beyond capacity a node held.
+    pub most: u64,
+}
+
+/// What the watch does besides recording binds.
+#[derive(Clone, Copy, Debug)]
+pub struct Duties {
+    /// GPUs on each node (for the overcommit check).
+    pub gpus_per_node: u32,
+    /// Delete each measured pod this long after it was seen bound.
+    pub lifetime: Option<Duration>,
 }
 
 /// The running watch.
@@ -38,13 +76,13 @@ pub struct Watch {
 
 impl Watch {
     /// Watches the pods of run `run` in `namespace`.
-    pub fn start(client: Client, namespace: &str, run: &str, own: OwnRequests) -> Watch {
+    pub fn start(client: Client, namespace: &str, run: &str, own: OwnRequests, duties: Duties) -> Watch {
         let api = Api::<Pod>::namespaced(client, namespace);
         let seen = Arc::new(Mutex::new(Seen::default()));
         let (tx, changed) = signal::channel(0u64);
         let config = watcher::Config::default().labels(&format!("{RUN_LABEL}={run}"));
         let stream = watcher(api.clone(), config);
-        let task = tokio::spawn(follow(stream, api, seen.clone(), tx, own));
+        let task = tokio::spawn(follow(stream, api, seen.clone(), tx, own, duties));
         Watch { seen, changed, task }
     }
 
@@ -69,6 +107,21 @@ impl Watch {
     /// Deletions this finished so far.
     pub fn finished_terminations(&self) -> usize {
         self.seen.lock().unwrap().finished.len()
+    }
+
+    /// Nodes seen over their GPUs so far.
+    pub fn overcommit(&self) -> Overcommit {
+        self.seen.lock().unwrap().overcommit
+    }
+
+    /// Pods bound now and not yet gone, and the measured pods ended by their lifetime.
+    pub fn alive_and_ended(&self) -> (usize, usize) {
+        self.counts().now()
+    }
+
+    /// A handle that reads [`Watch::alive_and_ended`] from another task.
+    pub fn counts(&self) -> Counts {
+        Counts(self.seen.clone())
     }
 
     /// Stops watching.
@@ -104,11 +157,20 @@ async fn follow(
     seen: Arc<Mutex<Seen>>,
     changed: signal::Sender<u64>,
     own: OwnRequests,
+    duties: Duties,
 ) {
     let mut stream = std::pin::pin!(stream);
     while let Some(event) = stream.next().await {
         let pod = match event {
             Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => pod,
+            Ok(watcher::Event::Delete(pod)) => {
+                let mut s = seen.lock().unwrap();
+                let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+                if let Some(pods) = s.held.get_mut(&node) {
+                    pods.remove(&pod.uid().unwrap_or_default());
+                }
+                continue;
+            }
             Ok(watcher::Event::InitDone) => {
                 seen.lock().unwrap().listed = true;
                 changed.send_modify(|n| *n += 1);
@@ -124,6 +186,16 @@ async fn follow(
         let now = Instant::now();
         let mut s = seen.lock().unwrap();
         let uid = pod.uid().unwrap_or_default();
+        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()) {
+            let pods = s.held.entry(node.clone()).or_default();
+            pods.insert(uid.clone(), gpus_of(&pod));
+            let over = pods.values().sum::<u64>().saturating_sub(u64::from(duties.gpus_per_node));
+            if over > 0 {
+                s.overcommit.times += 1;
+                s.overcommit.most = s.overcommit.most.max(over);
+                tracing::error!(%node, over, "a node holds more GPUs than it has");
+            }
+        }
         if pod.metadata.deletion_timestamp.is_some() {
             if s.finished.insert(uid.clone()) {
                 own.count("DELETE pods");
@@ -146,13 +218,38 @@ async fn follow(
         }
         let name = pod.name_any();
         let newly = match pod.labels().get(ROLE_LABEL).map(String::as_str) {
-            Some("filler") => s.fillers.insert(name),
+            Some("filler") => s.fillers.insert(name.clone()),
             _ if s.bound.contains_key(&name) => false,
-            _ => s.bound.insert(name, now).is_none(),
+            _ => s.bound.insert(name.clone(), now).is_none(),
         };
+        if newly
+            && let Some(lifetime) = duties.lifetime
+            && pod.labels().get(ROLE_LABEL).map(String::as_str) == Some("measured")
+        {
+            let (api, own, seen) = (api.clone(), own.clone(), seen.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(lifetime).await;
+                let gone = DeleteParams {
+                    grace_period_seconds: Some(0),
+                    preconditions: Some(Preconditions { uid: Some(uid), resource_version: None }),
+                    ..DeleteParams::default()
+                };
+                own.count("DELETE pods");
+                match api.delete(&name, &gone).await {
+                    Ok(_) => seen.lock().unwrap().ended += 1,
+                    Err(e) => tracing::debug!(pod = %name, error = %e, "ending a pod"),
+                }
+            });
+        }
         drop(s);
         if newly {
             changed.send_modify(|n| *n += 1);
         }
     }
+}
+
+/// Whole GPUs a pod asks (its containers' `nvidia.com/gpu` limits).
+fn gpus_of(pod: &Pod) -> u64 {
+    let containers = pod.spec.iter().flat_map(|s| &s.containers);
+    containers.filter_map(|c| c.resources.as_ref()?.limits.as_ref()?.get("nvidia.com/gpu")?.0.parse::<u64>().ok()).sum()
 }

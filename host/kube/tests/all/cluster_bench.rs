@@ -29,6 +29,8 @@ fn config(nodes: usize, pods: usize, workload: Workload) -> Config {
         timeout: Duration::from_secs(60),
         settle: Duration::ZERO,
         delete_nodes: false,
+        lifetime: None,
+        sample_every: None,
     }
 }
 
@@ -153,4 +155,36 @@ async fn a_batch_is_all_created_before_the_binder_starts_and_timed_from_its_star
     assert!(last_create < first_bind, "every pod was waiting before the first bind");
     assert!(report.first_bound_seconds <= report.seconds && report.seconds < 30.0, "{report}");
     assert_eq!(report.requests_per_pod.get("POST pods/binding"), Some(&1.0), "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_churn_run_ends_pods_so_later_ones_fit_and_no_node_ever_holds_more_than_its_gpus() {
+    let api = FakeApi::new();
+    let scheduler = start(&api, "scheduler", None);
+    // 3 nodes of 8 GPUs, 60 pods of 1: only churn makes room for the last 36.
+    let mut config = config(3, 60, Workload::Plain);
+    config.arrival = Arrival::Rate(40.0);
+    config.lifetime = Some(Duration::from_millis(300));
+    config.sample_every = Some(Duration::from_millis(200));
+    let report = wasmsched_clusterbench::run(api.client("bench"), &config).await.unwrap();
+    scheduler.stop().await;
+
+    assert!(report.complete(), "{report}");
+    assert!(report.ended >= 36, "{report}");
+    assert_eq!((report.overcommit.times, report.overcommit.most), (0, 0), "{report}");
+    assert!(report.series.len() >= 3, "{report}");
+    assert!(report.series.iter().all(|s| s.alive <= 24 && s.rss_mib.is_some_and(|r| r > 0.0)), "{:?}", report.series);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overcommit_check_catches_a_binder_that_ignores_capacity() {
+    let api = FakeApi::new();
+    let mut config = config(2, 6, Workload::Plain);
+    config.gpus_per_node = 2;
+    config.scheduler_name = "nobody".into();
+    config.under_test = UnderTest::Binder(BinderConfig { in_flight: 2, events: false });
+    let report = wasmsched_clusterbench::run(api.client("bench"), &config).await.unwrap();
+    assert!(report.complete(), "{report}");
+    assert!(report.overcommit.times > 0 && report.overcommit.most == 1, "{report}");
+    assert!(report.to_string().contains("OVERCOMMIT"), "{report}");
 }
