@@ -1457,6 +1457,12 @@ impl FakeApi {
         }
         let grace = options["gracePeriodSeconds"].as_u64();
         if grace == Some(0) || pod["spec"]["nodeName"].as_str().is_none_or(str::is_empty) {
+            // As kube-apiserver does, a pod deleted at once goes with its deletion stamped on it
+            // (what watchers see in the DELETED event; a soak on a real server showed it).
+            if let Some(p) = s.objects.get_mut(&(Kind::Pod, id.clone())) {
+                p["metadata"]["deletionTimestamp"] = json!(k8s_openapi::jiff::Timestamp::now().to_string());
+                p["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+            }
             let gone = s.delete(Kind::Pod, &id);
             return respond(200, &gone.unwrap_or_default());
         }
