@@ -239,15 +239,17 @@ async fn measured(
         sampler = config.sample_every.map(|every| Sampler::start(every, s.pid(), watch.counts()));
     }
     let deadline = started + config.timeout;
-    let bound = loop {
+    // Woken at least once a second to notice a started scheduler that exited.
+    loop {
         let bound = watch.wait_measured(config.pods, deadline.min(Instant::now() + Duration::from_secs(1))).await;
         if let Some(status) = scheduler.as_mut().and_then(under_test::Started::exited) {
             return Err(Error::SchedulerExited { status });
         }
-        if bound.len() >= config.pods || Instant::now() >= deadline {
-            break bound;
+        if bound >= config.pods || Instant::now() >= deadline {
+            break;
         }
-    };
+    }
+    let bound = watch.bound_times();
     tokio::time::sleep(config.settle).await;
     let series = sampler.map(Sampler::stop).unwrap_or_default();
     let server_after = report::server_sample(client).await;
@@ -266,7 +268,7 @@ async fn measured(
             own: own.snapshot(),
             evicted: watch.finished_terminations(),
             overcommit: watch.overcommit(),
-            ended: watch.alive_and_ended().1,
+            ended: watch.counts().now().1,
             series,
         },
     ))

@@ -15,6 +15,8 @@ pub const NODE_LABEL: &str = "wasmsched.io/bench-node";
 pub const SPREAD_LABEL: &str = "wasmsched.io/bench-spread";
 /// wasmsched's gang label (naming a `scheduling.wasmsched.io` PodGroup).
 pub const GROUP_LABEL: &str = "scheduling.wasmsched.io/pod-group";
+/// The resource the fake nodes have and the pods ask.
+pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 /// The priority class of the pods that fill the cluster in a preemption run.
 pub const LOW_PRIORITY: &str = "wasmsched-bench-low";
 /// The priority class of the pods that must preempt them.
@@ -88,7 +90,7 @@ pub fn node(i: usize) -> Value {
 /// grace period, so run the benchmark without one.
 pub fn node_status(gpus: u32) -> Value {
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    let resources = json!({"cpu": "192", "memory": "2048Gi", "pods": "256", "nvidia.com/gpu": gpus.to_string()});
+    let resources = json!({"cpu": "192", "memory": "2048Gi", "pods": "256", GPU_RESOURCE: gpus.to_string()});
     json!({"status": {
         "capacity": resources, "allocatable": resources,
         "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
@@ -179,7 +181,7 @@ impl PodShape<'_> {
     fn base(&self, name: &str, role: &str) -> Value {
         let mut resources = json!({"cpu": "100m", "memory": "256Mi"});
         if self.gpus > 0 {
-            resources["nvidia.com/gpu"] = json!(self.gpus.to_string());
+            resources[GPU_RESOURCE] = json!(self.gpus.to_string());
         }
         json!({
             "apiVersion": "v1", "kind": "Pod",

@@ -97,10 +97,14 @@ impl Watch {
         self.seen.lock().unwrap().fillers.len()
     }
 
-    /// Waits until `count` measured pods have been bound or `deadline`; returns when each bound
-    /// pod was first seen bound, by name.
-    pub async fn wait_measured(&self, count: usize, deadline: Instant) -> HashMap<String, Instant> {
+    /// Waits until `count` measured pods have been bound or `deadline`; returns how many were.
+    pub async fn wait_measured(&self, count: usize, deadline: Instant) -> usize {
         self.wait_until(|s| s.bound.len() >= count, Some(deadline)).await;
+        self.seen.lock().unwrap().bound.len()
+    }
+
+    /// When each bound measured pod was first seen bound, by name (copied once, for the report).
+    pub fn bound_times(&self) -> HashMap<String, Instant> {
         self.seen.lock().unwrap().bound.clone()
     }
 
@@ -114,12 +118,7 @@ impl Watch {
         self.seen.lock().unwrap().overcommit
     }
 
-    /// Pods bound now and not yet gone, and the measured pods ended by their lifetime.
-    pub fn alive_and_ended(&self) -> (usize, usize) {
-        self.counts().now()
-    }
-
-    /// A handle that reads [`Watch::alive_and_ended`] from another task.
+    /// A handle that reads the pods alive and ended ([`Counts::now`]) from another task.
     pub fn counts(&self) -> Counts {
         Counts(self.seen.clone())
     }
@@ -248,8 +247,10 @@ async fn follow(
     }
 }
 
-/// Whole GPUs a pod asks (its containers' `nvidia.com/gpu` limits).
+/// Whole GPUs a pod asks (its containers' [`GPU_RESOURCE`](crate::objects::GPU_RESOURCE) limits).
 fn gpus_of(pod: &Pod) -> u64 {
     let containers = pod.spec.iter().flat_map(|s| &s.containers);
-    containers.filter_map(|c| c.resources.as_ref()?.limits.as_ref()?.get("nvidia.com/gpu")?.0.parse::<u64>().ok()).sum()
+    containers
+        .filter_map(|c| c.resources.as_ref()?.limits.as_ref()?.get(crate::objects::GPU_RESOURCE)?.0.parse::<u64>().ok())
+        .sum()
 }
