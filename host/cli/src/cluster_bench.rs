@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use wasmsched_clusterbench::{Arrival, BinderConfig, Config, UnderTest, Workload};
+use wasmsched_clusterbench::{Arrival, BinderConfig, Config, Mix, UnderTest};
 
 /// The cluster is the one the kubeconfig (or in-cluster credentials) reaches. Fake nodes are
 /// created there: use a cluster for benchmarks, without a controller manager's node lifecycle
@@ -39,9 +39,12 @@ pub struct Args {
     #[arg(long, requires = "binder")]
     binder_events: bool,
     /// `plain`, `gang:N` (wasmsched PodGroups of N), `anti-affinity` (required, per hostname) or
-    /// `preempt` (the cluster filled with low-priority pods first; each measured pod preempts).
-    #[arg(long, default_value = "plain", value_parser = Workload::parse)]
-    workload: Workload,
+    /// `preempt` (the cluster filled with low-priority pods first; each measured pod preempts), or
+    /// a comma-separated mix of them dealt one unit each in turn (`plain,gang:8,preempt`: with
+    /// `preempt` in a mix every measured pod outranks the fillers; with --lifetime each preempted
+    /// filler is replaced, so arrivals keep preempting).
+    #[arg(long, default_value = "plain", value_parser = Mix::parse)]
+    workload: Mix,
     /// Fake nodes.
     #[arg(long, default_value_t = 1000)]
     nodes: usize,

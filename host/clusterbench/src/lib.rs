@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 pub use kube::Client;
 
 pub use binder::BinderConfig;
-pub use objects::Workload;
+pub use objects::{Mix, Workload};
 pub use report::Report;
 pub use under_test::UnderTest;
 
@@ -53,8 +53,8 @@ pub struct Config {
     pub gpus_per_pod: u32,
     /// How the measured pods arrive.
     pub arrival: Arrival,
-    /// The measured pods' shape.
-    pub workload: Workload,
+    /// The measured pods' shapes.
+    pub workload: Mix,
     /// Requests in flight while creating nodes and pods.
     pub create_in_flight: usize,
     /// How long a scheduler the run starts gets before pods arrive (its lists and watches);
@@ -169,7 +169,7 @@ pub async fn run(client: Client, config: &Config) -> Result<Report, Error> {
         run: &run_id,
         scheduler: &config.scheduler_name,
         gpus: config.gpus_per_pod,
-        workload: config.workload,
+        workload: &config.workload,
         nodes: config.nodes,
     };
     tracing::info!(run = %run_id, nodes = config.nodes, pods = config.pods, workload = %config.workload.name(),
@@ -179,7 +179,13 @@ pub async fn run(client: Client, config: &Config) -> Result<Report, Error> {
     setup::workload(&client, config, &shape).await?;
 
     let own = OwnRequests::default();
-    let duties = watch::Duties { gpus_per_node: config.gpus_per_node, lifetime: config.lifetime };
+    let duties = watch::Duties {
+        gpus_per_node: config.gpus_per_node,
+        lifetime: config.lifetime,
+        // Under churn a preempted filler is replaced, as its ReplicaSet would, so the cluster
+        // stays full and every arrival keeps preempting.
+        refill: (config.workload.preempts() && config.lifetime.is_some()).then(|| shape.filler(0)),
+    };
     let watch = watch::Watch::start(client.clone(), &config.namespace, &run_id, own.clone(), duties);
     watch.wait_listed().await;
     let mut scheduler = None;
@@ -210,7 +216,7 @@ async fn measured(
             tokio::time::sleep(config.warm_up).await;
         }
     }
-    if config.workload == Workload::Preempt {
+    if config.workload.preempts() {
         let fillers = setup::fillers_to_fill(config);
         create::all(client, config, fillers, Arrival::Burst, |i| shape.filler(i), &OwnRequests::default()).await?;
         let filled = watch.wait_fillers(fillers, config.timeout).await;
@@ -269,6 +275,8 @@ async fn measured(
             evicted: watch.finished_terminations(),
             overcommit: watch.overcommit(),
             ended: watch.counts().now().1,
+            refilled: watch.refilled(),
+            history: watch.history(),
             series,
         },
     ))
@@ -333,18 +341,16 @@ fn validate(config: &Config) -> Result<(), Error> {
     if config.arrival == Arrival::Batch && !config.under_test.started_by_the_run() {
         return bad("a batch waits for a scheduler the run starts: give its command line, or use the binder");
     }
-    if config.arrival == Arrival::Batch && config.workload == Workload::Preempt {
+    if config.arrival == Arrival::Batch && config.workload.preempts() {
         return bad("a preemption run fills the cluster with the scheduler running: a burst or a rate");
     }
     if config.create_in_flight == 0 {
         return bad("at least one creation in flight");
     }
-    if let Workload::Gang(n) = config.workload
-        && !config.pods.is_multiple_of(n as usize)
-    {
-        return bad("the pods are a whole number of gangs");
+    if config.workload.has_gangs() && !config.pods.is_multiple_of(config.workload.round()) {
+        return bad("the pods are a whole number of gangs (of rounds of the mix, with gangs in it)");
     }
-    if config.workload == Workload::Preempt && config.gpus_per_pod == 0 {
+    if config.workload.preempts() && config.gpus_per_pod == 0 {
         return bad("a preemption run's pods ask GPUs");
     }
     if let UnderTest::Binder(b) = &config.under_test
@@ -381,7 +387,7 @@ mod tests {
             gpus_per_pod: 1,
             under_test: UnderTest::Running { pid: None },
             arrival: Arrival::Burst,
-            workload: Workload::Plain,
+            workload: Workload::Plain.into(),
             create_in_flight: 8,
             warm_up: Duration::ZERO,
             timeout: Duration::from_secs(5),
@@ -403,10 +409,13 @@ mod tests {
         assert!(why(Config { arrival: Arrival::Batch, ..config() }).contains("a scheduler the run starts"));
         let binder = UnderTest::Binder(BinderConfig { in_flight: 1, events: false });
         let batch_preempt =
-            Config { arrival: Arrival::Batch, workload: Workload::Preempt, under_test: binder, ..config() };
+            Config { arrival: Arrival::Batch, workload: Workload::Preempt.into(), under_test: binder, ..config() };
         assert!(why(batch_preempt).contains("a burst or a rate"));
-        assert!(why(Config { workload: Workload::Gang(5), ..config() }).contains("whole number of gangs"));
-        assert!(why(Config { workload: Workload::Preempt, gpus_per_pod: 0, ..config() }).contains("ask GPUs"));
+        assert!(why(Config { workload: Workload::Gang(5).into(), ..config() }).contains("whole number of gangs"));
+        let mix = Mix::parse("plain,gang:4").unwrap();
+        assert!(why(Config { workload: mix.clone(), pods: 16, ..config() }).contains("rounds of the mix"));
+        assert!(validate(&Config { workload: mix, pods: 15, ..config() }).is_ok());
+        assert!(why(Config { workload: Workload::Preempt.into(), gpus_per_pod: 0, ..config() }).contains("ask GPUs"));
         let under_test = UnderTest::Binder(BinderConfig { in_flight: 0, events: false });
         assert!(why(Config { under_test, ..config() }).contains("one bind in flight"));
     }

@@ -63,6 +63,106 @@ impl Workload {
     }
 }
 
+/// The measured pods' shapes, dealt in rounds: each round has one unit of every workload in the
+/// list, in order (a gang's unit is its N pods, the others' one pod), so `plain,gang:8` makes
+/// pods 0, 9, 18, … plain and each run of 8 between them a gang. With `preempt` anywhere in the
+/// list, the cluster is filled with low-priority pods first and every measured pod outranks them
+/// (a gang must preempt too).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mix(Vec<Workload>);
+
+/// What one measured pod is, from its index ([`Mix::member`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// Its shape.
+    pub workload: Workload,
+    /// Its unit among the run's units of the same workload in the list (gang `n`, or the `n`th
+    /// anti-affinity pod), counted across rounds.
+    pub unit: usize,
+}
+
+impl Mix {
+    /// Parses a comma-separated list of [`Workload::parse`] names.
+    pub fn parse(text: &str) -> Result<Mix, String> {
+        let list = text.split(',').map(|w| Workload::parse(w.trim())).collect::<Result<Vec<_>, _>>()?;
+        if list.is_empty() {
+            return Err("name at least one workload".into());
+        }
+        Ok(Mix(list))
+    }
+
+    /// The name `parse` reads.
+    pub fn name(&self) -> String {
+        self.0.iter().map(|w| w.name()).collect::<Vec<_>>().join(",")
+    }
+
+    /// The workloads, in dealing order.
+    pub fn workloads(&self) -> &[Workload] {
+        &self.0
+    }
+
+    /// Pods in one round.
+    pub fn round(&self) -> usize {
+        self.0.iter().map(|w| w.unit_size()).sum()
+    }
+
+    /// Whether the cluster is filled with low-priority pods that the measured pods preempt.
+    pub fn preempts(&self) -> bool {
+        self.0.contains(&Workload::Preempt)
+    }
+
+    /// Whether any unit is a gang.
+    pub fn has_gangs(&self) -> bool {
+        self.0.iter().any(|w| matches!(w, Workload::Gang(_)))
+    }
+
+    /// What measured pod `i` is.
+    pub fn member(&self, i: usize) -> Member {
+        let (round, mut offset) = (i / self.round(), i % self.round());
+        for (k, &workload) in self.0.iter().enumerate() {
+            if offset < workload.unit_size() {
+                let same = |w: &Workload| *w == workload;
+                let per_round = self.0.iter().filter(|w| same(w)).count();
+                let before = self.0[..k].iter().filter(|w| same(w)).count();
+                return Member { workload, unit: round * per_round + before };
+            }
+            offset -= workload.unit_size();
+        }
+        unreachable!("an offset within a round falls in one of its units")
+    }
+
+    /// The gangs of a run of `pods` measured pods: (gang unit, size), each once.
+    pub fn gangs(&self, pods: usize) -> Vec<(usize, u32)> {
+        let mut gangs = Vec::new();
+        let mut i = 0;
+        while i < pods {
+            let member = self.member(i);
+            let size = member.workload.unit_size();
+            if let Workload::Gang(n) = member.workload {
+                gangs.push((member.unit, n));
+            }
+            i += size;
+        }
+        gangs
+    }
+}
+
+impl From<Workload> for Mix {
+    fn from(workload: Workload) -> Mix {
+        Mix(vec![workload])
+    }
+}
+
+impl Workload {
+    /// Pods in one unit of this workload.
+    pub fn unit_size(self) -> usize {
+        match self {
+            Workload::Gang(n) => n as usize,
+            _ => 1,
+        }
+    }
+}
+
 /// The name of fake node `i`.
 pub fn node_name(i: usize) -> String {
     format!("bench-node-{i}")
@@ -117,8 +217,8 @@ pub struct PodShape<'a> {
     pub scheduler: &'a str,
     /// Whole GPUs asked.
     pub gpus: u32,
-    /// The measured pods' shape.
-    pub workload: Workload,
+    /// The measured pods' shapes.
+    pub workload: &'a Mix,
     /// Nodes in the cluster (the size of an anti-affinity set).
     pub nodes: usize,
 }
@@ -137,13 +237,17 @@ impl PodShape<'_> {
     /// Measured pod `i`.
     pub fn measured(&self, i: usize) -> Value {
         let mut pod = self.base(&self.name(i), "measured");
-        match self.workload {
-            Workload::Plain => {}
-            Workload::Gang(n) => {
-                pod["metadata"]["labels"][GROUP_LABEL] = json!(self.group_name(i / n as usize));
+        let member = self.workload.member(i);
+        if self.workload.preempts() {
+            pod["spec"]["priorityClassName"] = json!(HIGH_PRIORITY);
+        }
+        match member.workload {
+            Workload::Plain | Workload::Preempt => {}
+            Workload::Gang(_) => {
+                pod["metadata"]["labels"][GROUP_LABEL] = json!(self.group_name(member.unit));
             }
             Workload::AntiAffinity => {
-                let set = format!("s-{}", i / self.nodes.max(1));
+                let set = format!("s-{}", member.unit / self.nodes.max(1));
                 pod["metadata"]["labels"][SPREAD_LABEL] = json!(set);
                 pod["spec"]["affinity"] = json!({"podAntiAffinity": {
                     "requiredDuringSchedulingIgnoredDuringExecution": [{
@@ -152,7 +256,6 @@ impl PodShape<'_> {
                     }]
                 }});
             }
-            Workload::Preempt => pod["spec"]["priorityClassName"] = json!(HIGH_PRIORITY),
         }
         pod
     }
@@ -211,7 +314,8 @@ pub fn priority_classes() -> [Value; 2] {
 mod tests {
     use super::*;
 
-    fn shape(workload: Workload) -> PodShape<'static> {
+    fn shape(workload: impl Into<Mix>) -> PodShape<'static> {
+        let workload = Box::leak(Box::new(workload.into()));
         PodShape { run: "r1", scheduler: "wasmsched", gpus: 2, workload, nodes: 3 }
     }
 
@@ -223,6 +327,41 @@ mod tests {
         assert!(Workload::parse("gang:1").unwrap_err().contains("2 or more"));
         assert!(Workload::parse("gang:x").unwrap_err().contains("2 or more"));
         assert!(Workload::parse("spread").unwrap_err().contains("plain, gang:N"));
+    }
+
+    #[test]
+    fn a_mix_deals_one_unit_of_each_workload_per_round() {
+        let mix = Mix::parse("plain, gang:3,anti-affinity,gang:3").unwrap();
+        assert_eq!(mix.name(), "plain,gang:3,anti-affinity,gang:3");
+        assert_eq!(mix.round(), 8);
+        let kinds: Vec<_> = (0..9).map(|i| mix.member(i)).collect();
+        assert_eq!(kinds[0], Member { workload: Workload::Plain, unit: 0 });
+        assert_eq!(kinds[1], Member { workload: Workload::Gang(3), unit: 0 });
+        assert_eq!(kinds[3], Member { workload: Workload::Gang(3), unit: 0 });
+        assert_eq!(kinds[4], Member { workload: Workload::AntiAffinity, unit: 0 });
+        assert_eq!(kinds[5], Member { workload: Workload::Gang(3), unit: 1 });
+        assert_eq!(kinds[7], Member { workload: Workload::Gang(3), unit: 1 });
+        assert_eq!(kinds[8], Member { workload: Workload::Plain, unit: 1 });
+        assert_eq!(mix.member(9), Member { workload: Workload::Gang(3), unit: 2 });
+        assert_eq!(mix.member(13), Member { workload: Workload::Gang(3), unit: 3 });
+        assert_eq!(mix.gangs(16), vec![(0, 3), (1, 3), (2, 3), (3, 3)]);
+        assert!(!mix.preempts() && mix.has_gangs());
+        assert!(Mix::parse("plain,spread").unwrap_err().contains("unknown workload"));
+        assert!(Mix::parse("").is_err());
+    }
+
+    #[test]
+    fn with_preemption_in_the_mix_every_measured_pod_outranks_the_fillers() {
+        let s = shape(Mix::parse("gang:2,preempt").unwrap());
+        let group = |i: usize| s.measured(i)["metadata"]["labels"][GROUP_LABEL].clone();
+        for i in 0..6 {
+            assert_eq!(s.measured(i)["spec"]["priorityClassName"], HIGH_PRIORITY, "pod {i}");
+        }
+        assert_eq!(
+            (group(0), group(1), group(2), group(3)),
+            (json!("r1-g0"), json!("r1-g0"), Value::Null, json!("r1-g1"))
+        );
+        assert!(shape(Workload::Gang(2)).measured(0)["spec"]["priorityClassName"].is_null());
     }
 
     #[test]

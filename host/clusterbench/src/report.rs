@@ -7,7 +7,7 @@ use kube::Client;
 use serde::Serialize;
 
 use crate::measure::{ProcessSample, ServerSample, quantile};
-use crate::watch::Overcommit;
+use crate::watch::{History, Overcommit};
 use crate::{Arrival, Config, UnderTest};
 
 /// What a run measured.
@@ -60,6 +60,11 @@ pub struct Report {
     pub overcommit: Overcommit,
     /// Measured pods ended by their lifetime.
     pub ended: usize,
+    /// Fillers created to replace preempted ones (a preemption run under churn).
+    pub refilled: usize,
+    /// Every pod of the run seen bound (fillers too) and the GPU-seconds they held: what a
+    /// scheduler's own event and usage counts must agree with.
+    pub history: History,
     /// The scheduler and the pods over the run, one sample per `sample_every`.
     pub series: Vec<Sample>,
 }
@@ -129,6 +134,10 @@ pub struct Samples<'a> {
     pub overcommit: Overcommit,
     /// Measured pods ended by their lifetime.
     pub ended: usize,
+    /// Fillers created to replace preempted ones.
+    pub refilled: usize,
+    /// The run's pods seen bound and their GPU-seconds.
+    pub history: History,
     /// Samples over the run.
     pub series: Vec<Sample>,
 }
@@ -218,6 +227,8 @@ impl Report {
             deletions_finished: samples.evicted,
             overcommit: samples.overcommit,
             ended: samples.ended,
+            refilled: samples.refilled,
+            history: samples.history,
             series: samples.series,
         }
     }
@@ -295,6 +306,11 @@ impl std::fmt::Display for Report {
         if self.deletions_finished > 0 {
             writeln!(f, "  deletions    {} finished in the kubelet's place", self.deletions_finished)?;
         }
+        if self.refilled > 0 {
+            writeln!(f, "  refilled     {} preempted fillers replaced", self.refilled)?;
+        }
+        let h = self.history;
+        writeln!(f, "  history      {} pods bound in all, {:.1} GPU-hours held", h.bound, h.gpu_seconds / 3600.0)?;
         Ok(())
     }
 }

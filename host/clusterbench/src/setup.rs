@@ -9,7 +9,7 @@ use kube::{Client, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::objects::{self, Workload};
+use crate::objects;
 use crate::{Config, Error};
 
 /// Creates `namespace` and its `default` ServiceAccount unless they exist (the account is the
@@ -59,28 +59,22 @@ pub async fn nodes(client: &Client, count: usize, gpus: u32, in_flight: usize) -
 
 /// What the workload needs before its pods: priority classes for preemption, PodGroups for gangs.
 pub async fn workload(client: &Client, config: &Config, shape: &objects::PodShape<'_>) -> Result<(), Error> {
-    match config.workload {
-        Workload::Preempt => {
-            let api = Api::<PriorityClass>::all(client.clone());
-            for class in objects::priority_classes() {
-                create_or_keep(&api, class).await.map_err(Error::api("priority classes"))?;
-            }
+    if config.workload.preempts() {
+        let api = Api::<PriorityClass>::all(client.clone());
+        for class in objects::priority_classes() {
+            create_or_keep(&api, class).await.map_err(Error::api("priority classes"))?;
         }
-        Workload::Gang(size) => {
-            let api = pod_groups(client, &config.namespace);
-            stream::iter(0..config.pods / size as usize)
-                .map(|g| {
-                    let api = api.clone();
-                    async move { create_or_keep(&api, shape.group(g, size)).await }
-                })
-                .buffer_unordered(config.create_in_flight)
-                .try_collect::<()>()
-                .await
-                .map_err(Error::api("wasmsched PodGroups (is the chart's CRD installed?)"))?;
-        }
-        Workload::Plain | Workload::AntiAffinity => {}
     }
-    Ok(())
+    let api = pod_groups(client, &config.namespace);
+    stream::iter(config.workload.gangs(config.pods))
+        .map(|(g, size)| {
+            let api = api.clone();
+            async move { create_or_keep(&api, shape.group(g, size)).await }
+        })
+        .buffer_unordered(config.create_in_flight)
+        .try_collect::<()>()
+        .await
+        .map_err(Error::api("wasmsched PodGroups (is the chart's CRD installed?)"))
 }
 
 /// Filler pods that take every GPU of the cluster.
@@ -94,7 +88,7 @@ pub async fn clean_up(client: &Client, config: &Config, run: &str) -> Result<(),
     let by_run = ListParams::default().labels(&format!("{}={run}", objects::RUN_LABEL));
     let now = DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() };
     Api::<Pod>::namespaced(client.clone(), &config.namespace).delete_collection(&now, &by_run).await?;
-    if matches!(config.workload, Workload::Gang(_)) {
+    if config.workload.has_gangs() {
         pod_groups(client, &config.namespace).delete_collection(&DeleteParams::default(), &by_run).await?;
     }
     if config.delete_nodes {

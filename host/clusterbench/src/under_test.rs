@@ -151,7 +151,7 @@ mod tests {
             pods: 1,
             gpus_per_pod: 1,
             arrival: Arrival::Batch,
-            workload: Workload::Plain,
+            workload: Workload::Plain.into(),
             create_in_flight: 1,
             warm_up: std::time::Duration::ZERO,
             timeout: std::time::Duration::ZERO,

@@ -35,6 +35,23 @@ struct Seen {
     overcommit: Overcommit,
     /// Measured pods ended by their lifetime.
     ended: usize,
+    /// Fillers created to replace preempted ones.
+    refilled: usize,
+    /// Every bound pod not yet gone (any role), by UID: when first seen bound and its GPUs.
+    since: HashMap<String, (Instant, u64)>,
+    /// What the gone pods held: pods and GPU-seconds from bound to gone.
+    gone: History,
+}
+
+/// The pods' own history as the watch saw it, to hold a scheduler's event and usage counts
+/// against: every pod of the run seen bound (fillers too), and GPU-seconds from each pod's bind to
+/// its end (client clock; a pod still running counts to now).
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct History {
+    /// Pods seen bound.
+    pub bound: usize,
+    /// GPU-seconds they held.
+    pub gpu_seconds: f64,
 }
 
 /// Reads the watch's pod counts from anywhere.
@@ -59,12 +76,15 @@ pub struct Overcommit {
 }
 
 /// What the watch does besides recording binds.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Duties {
     /// GPUs on each node (for the overcommit check).
     pub gpus_per_node: u32,
     /// Delete each measured pod this long after it was seen bound.
     pub lifetime: Option<Duration>,
+    /// Replace each filler deleted (a preemption's victim) with a new one made from this pod,
+    /// renamed, as its ReplicaSet would.
+    pub refill: Option<serde_json::Value>,
 }
 
 /// The running watch.
@@ -111,6 +131,19 @@ impl Watch {
     /// Deletions this finished so far.
     pub fn finished_terminations(&self) -> usize {
         self.seen.lock().unwrap().finished.len()
+    }
+
+    /// Fillers created so far to replace preempted ones.
+    pub fn refilled(&self) -> usize {
+        self.seen.lock().unwrap().refilled
+    }
+
+    /// The run's pods seen bound and the GPU-seconds they held, up to now.
+    pub fn history(&self) -> History {
+        let s = self.seen.lock().unwrap();
+        let now = Instant::now();
+        let running = s.since.values().map(|(at, gpus)| (now - *at).as_secs_f64() * *gpus as f64).sum::<f64>();
+        History { bound: s.gone.bound + s.since.len(), gpu_seconds: s.gone.gpu_seconds + running }
     }
 
     /// Nodes seen over their GPUs so far.
@@ -165,8 +198,13 @@ async fn follow(
             Ok(watcher::Event::Delete(pod)) => {
                 let mut s = seen.lock().unwrap();
                 let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+                let uid = pod.uid().unwrap_or_default();
                 if let Some(pods) = s.held.get_mut(&node) {
-                    pods.remove(&pod.uid().unwrap_or_default());
+                    pods.remove(&uid);
+                }
+                if let Some((at, gpus)) = s.since.remove(&uid) {
+                    s.gone.bound += 1;
+                    s.gone.gpu_seconds += at.elapsed().as_secs_f64() * gpus as f64;
                 }
                 continue;
             }
@@ -186,8 +224,10 @@ async fn follow(
         let mut s = seen.lock().unwrap();
         let uid = pod.uid().unwrap_or_default();
         if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()) {
+            let gpus = gpus_of(&pod);
+            s.since.entry(uid.clone()).or_insert((now, gpus));
             let pods = s.held.entry(node.clone()).or_default();
-            pods.insert(uid.clone(), gpus_of(&pod));
+            pods.insert(uid.clone(), gpus);
             let over = pods.values().sum::<u64>().saturating_sub(u64::from(duties.gpus_per_node));
             if over > 0 {
                 s.overcommit.times += 1;
@@ -197,6 +237,12 @@ async fn follow(
         }
         if pod.metadata.deletion_timestamp.is_some() {
             if s.finished.insert(uid.clone()) {
+                if let Some(template) = &duties.refill
+                    && pod.labels().get(ROLE_LABEL).map(String::as_str) == Some("filler")
+                {
+                    s.refilled += 1;
+                    refill(&api, template, s.refilled, &own);
+                }
                 own.count("DELETE pods");
                 let (api, name) = (api.clone(), pod.name_any());
                 tokio::spawn(async move {
@@ -245,6 +291,24 @@ async fn follow(
             changed.send_modify(|n| *n += 1);
         }
     }
+}
+
+/// Creates filler number `n` made from `template` (named after it, `-r{n}` added).
+fn refill(api: &Api<Pod>, template: &serde_json::Value, n: usize, own: &OwnRequests) {
+    let mut body = template.clone();
+    let name = format!("{}-r{n}", body["metadata"]["name"].as_str().unwrap_or("filler"));
+    body["metadata"]["name"] = serde_json::json!(name);
+    own.count("POST pods");
+    let api = api.clone();
+    tokio::spawn(async move {
+        let pod: Pod = match serde_json::from_value(body) {
+            Ok(pod) => pod,
+            Err(e) => return tracing::error!(error = %e, "a filler pod does not parse"),
+        };
+        if let Err(e) = api.create(&kube::api::PostParams::default(), &pod).await {
+            tracing::warn!(pod = %name, error = %e, "replacing a preempted filler");
+        }
+    });
 }
 
 /// Whole GPUs a pod asks (its containers' [`GPU_RESOURCE`](crate::objects::GPU_RESOURCE) limits).

@@ -71,6 +71,11 @@ impl EffectError {
 /// grow memory nor hold anything up.
 pub const EVENTS_QUEUED: usize = 1000;
 
+/// Events sent at once. Each request in flight holds a connection of its own (HTTP/1.1), and a
+/// new leader facing hundreds of pending pods once opened ~650 connections, each a TLS handshake
+/// for the API server, to say why each waits; 16 send thousands a second on a server's loopback.
+pub const EVENTS_IN_FLIGHT: usize = 16;
+
 /// Tries per event: with the back-off, an event waits up to about 24 s for room at the server.
 const EVENT_TRIES: u32 = 8;
 
@@ -84,6 +89,8 @@ pub struct Effects {
     recorder: Recorder,
     scheduler_name: String,
     event_slots: Arc<Semaphore>,
+    /// Permits to send: [`EVENTS_IN_FLIGHT`].
+    event_sends: Arc<Semaphore>,
     /// Where events not recorded are counted (by why), when the scheduler exports metrics.
     events_lost: Option<
         prometheus_client::metrics::family::Family<
@@ -103,6 +110,7 @@ impl Effects {
             client,
             scheduler_name: scheduler_name.into(),
             event_slots: Arc::new(Semaphore::new(EVENTS_QUEUED)),
+            event_sends: Arc::new(Semaphore::new(EVENTS_IN_FLIGHT)),
             events_lost: None,
         }
     }
@@ -241,7 +249,11 @@ impl Effects {
         };
         let mut backoff = Duration::from_millis(250);
         for tries in 1..=EVENT_TRIES {
-            let wait = match self.recorder.publish(&event, &reference).await {
+            let sent = match self.event_sends.acquire().await {
+                Ok(_sending) => self.recorder.publish(&event, &reference).await,
+                Err(_) => return,
+            };
+            let wait = match sent {
                 Ok(()) => return,
                 // A client error other than throttling (403: no RBAC for events; 422) stays.
                 Err(kube::Error::Api(s)) if (400..500).contains(&s.code) && s.code != 429 => {

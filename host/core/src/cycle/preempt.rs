@@ -182,6 +182,11 @@ impl Preemptor<'_> {
     /// jobs cannot meet exactly leaves the last job where it runs instead of swapping it back and
     /// forth (the hysteresis: never less than a whole job's worth of imbalance).
     fn shares_allow(&self, core: &SchedulerCore, freed: &BTreeMap<usize, Resources>) -> bool {
+        // No other queue loses anything (victims of the preemptor's own queue, surplus given up):
+        // nothing for shares to judge, with or without a fair-share stage.
+        if freed.is_empty() {
+            return true;
+        }
         let Some(deserved) = core.queue_use.deserved.as_ref() else { return false };
         freed.iter().all(|(&q, lost)| {
             let (held, owed) = (&core.queue_use.allocated[q], &deserved[q]);

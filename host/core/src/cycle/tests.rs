@@ -107,6 +107,34 @@ fn evicted(decisions: &[Decision]) -> Vec<String> {
 }
 
 #[test]
+fn priority_preemption_within_a_queue_needs_no_fair_share_stage() {
+    // `policy builtin NAME --preempt` makes such a set: filter, score, preempt, no fair share. The
+    // victims share the preemptor's queue, so no share is judged; found on a real API server,
+    // where every such preemption was chosen and then refused.
+    let set = builder().preempt(Arc::new(NativePlugin::<PriorityPreempt>::new("", 1).unwrap())).build();
+    let mut c = core(vec![queue("q", 1)], &[("n0", 4), ("n1", 4)]);
+    for i in 0..8 {
+        c.submit(job(&format!("low-{i}"), "q", 1, 1), 0).unwrap();
+    }
+    assert_eq!(bound(&c.schedule(&set, 0)).len(), 8);
+    c.submit(job("high", "q", 10, 1), 1).unwrap();
+    let mut g = gang("gang", "q", 2, 2, 1);
+    g.priority = 10;
+    c.submit(g, 1).unwrap();
+    let d = c.schedule(&set, 1);
+    assert_eq!(evicted(&d).len(), 3, "one victim for the pod, two for the gang: {d:?}");
+    let mut placed = bound(&d);
+    placed.sort();
+    assert_eq!(placed, ["gang-0", "gang-1", "high"]);
+    // Another queue's work is not taken without shares to judge the reclaim by.
+    let mut other = core(vec![queue("q", 1), queue("r", 1)], &[("n0", 1)]);
+    other.submit(job("low", "r", 1, 1), 0).unwrap();
+    assert_eq!(bound(&other.schedule(&set, 0)), ["low"]);
+    other.submit(job("high", "q", 10, 1), 1).unwrap();
+    assert!(evicted(&other.schedule(&set, 1)).is_empty());
+}
+
+#[test]
 fn q6_priority_then_fifo_within_a_queue() {
     let mut c = core(vec![queue("q", 1)], &[("n", 8)]);
     for (name, p) in [("j1", 5), ("j2", 10), ("j3", 5)] {

@@ -1283,6 +1283,32 @@ async fn every_scheduled_event_arrives_when_the_server_throttles_events() {
     assert!(throttled > 0, "the level refused some (else this tests nothing)");
 }
 
+/// A wave of events — a new leader in front of hundreds of pending pods says why each waits — goes
+/// out a few at a time: each request in flight holds a connection (and a TLS handshake) of its own
+/// at the API server. Found on a real server: ~650 connections after a takeover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wave_of_events_is_sent_a_few_at_a_time_and_none_is_lost() {
+    let api = FakeApi::new();
+    api.state().event_latency = Duration::from_millis(40);
+    for n in 0..10 {
+        api.put(Kind::Node, gpu_node(&format!("gpu-{n}"), 8, &[]));
+    }
+    let names: Vec<String> = (0..80).map(|i| format!("p{i:02}")).collect();
+    for n in &names {
+        api.put(Kind::Pod, pod("ml", n, NAME, 1, "1", "1Gi"));
+    }
+    let run = start(&api, "a", None);
+    let scheduled = |api: &FakeApi| api.state().events.iter().filter(|e| e["reason"] == "Scheduled").count();
+    eventually("every pod's Scheduled event", Duration::from_secs(60), || scheduled(&api) == names.len()).await;
+    run.stop().await;
+    let most = api.state().events_in_flight.1;
+    assert!(
+        (2..=wasmsched_kube::bind::EVENTS_IN_FLIGHT).contains(&most),
+        "events were sent concurrently, at most {} at once: {most}",
+        wasmsched_kube::bind::EVENTS_IN_FLIGHT
+    );
+}
+
 /// Events the server refuses for good (403: the chart's RBAC not applied) are given up at once and
 /// counted, and the binds go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -23,7 +23,7 @@ fn config(nodes: usize, pods: usize, workload: Workload) -> Config {
         pods,
         gpus_per_pod: 1,
         arrival: Arrival::Burst,
-        workload,
+        workload: workload.into(),
         create_in_flight: 8,
         warm_up: Duration::ZERO,
         timeout: Duration::from_secs(60),
@@ -174,6 +174,37 @@ async fn a_churn_run_ends_pods_so_later_ones_fit_and_no_node_ever_holds_more_tha
     assert_eq!((report.overcommit.times, report.overcommit.most), (0, 0), "{report}");
     assert!(report.series.len() >= 3, "{report}");
     assert!(report.series.iter().all(|s| s.alive <= 24 && s.rss_mib.is_some_and(|r| r > 0.0)), "{:?}", report.series);
+    // Each pod ended held its GPU at least its lifetime.
+    assert_eq!(report.history.bound, 60, "{report}");
+    assert!(report.history.gpu_seconds >= report.ended as f64 * 0.3, "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_churn_a_preempted_filler_is_replaced_so_gangs_and_pods_keep_preempting() {
+    let api = FakeApi::new();
+    api.state().termination = None;
+    let scheduler = start(&api, "scheduler", None);
+    // 2 nodes of 4 GPUs filled with low-priority pods; gangs of 2 and single pods take turns,
+    // all outranking the fillers, each ending 300 ms after its bind.
+    let mut config = config(2, 12, Workload::Plain);
+    config.workload = wasmsched_clusterbench::Mix::parse("gang:2,preempt").unwrap();
+    config.gpus_per_node = 4;
+    config.arrival = Arrival::Rate(10.0);
+    config.lifetime = Some(Duration::from_millis(300));
+    let report = wasmsched_clusterbench::run(api.client("bench"), &config).await.unwrap();
+    scheduler.stop().await;
+
+    assert!(report.complete(), "{report}");
+    assert_eq!((report.overcommit.times, report.overcommit.most), (0, 0), "{report}");
+    // The first arrivals found the cluster full; their victims were replaced, so later ones
+    // found it full again.
+    assert!(report.refilled >= 4, "{report}");
+    assert_eq!(report.refilled, report.deletions_finished, "every victim replaced once: {report}");
+    assert!(report.history.bound >= 8 + 12, "fillers and measured pods bound: {report}");
+    let created = api.state().requests.iter().filter(|(v, _, r)| v == "create" && r == "pods").count();
+    assert_eq!(created, 8 + 12 + report.refilled, "the replacements were created: {report}");
+    let groups = api.state().requests.iter().filter(|(v, _, r)| v == "create" && r == "podgroups").count();
+    assert_eq!(groups, 4, "12 pods dealt gang:2 then one: 4 gangs");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -209,6 +209,10 @@ pub struct State {
     pub protected: Vec<String>,
     /// Latency added to every bind.
     pub bind_latency: Duration,
+    /// Latency added to every event write.
+    pub event_latency: Duration,
+    /// Event writes in flight now, and the most ever at once.
+    pub events_in_flight: (usize, usize),
     /// API Priority and Fairness, when on.
     pub apf: Option<Apf>,
     /// Requests answered 429 by APF: (priority level, verb, resource).
@@ -690,6 +694,16 @@ impl FakeApi {
             }
             ["api", "v1", "namespaces", ns, "pods", name, "eviction"] if m == Method::POST => self.evict(ns, name),
             ["apis", "events.k8s.io", "v1", "namespaces", ns, "events"] if m == Method::POST => {
+                let latency = self.state().event_latency;
+                if !latency.is_zero() {
+                    {
+                        let mut s = self.state();
+                        s.events_in_flight.0 += 1;
+                        s.events_in_flight.1 = s.events_in_flight.1.max(s.events_in_flight.0);
+                    }
+                    tokio::time::sleep(latency).await;
+                    self.state().events_in_flight.0 -= 1;
+                }
                 let mut s = self.state();
                 if s.events_refused {
                     let msg = format!(
