@@ -32,6 +32,8 @@ pub struct Report {
     pub arrival: String,
     /// Measured pods bound before the timeout.
     pub bound: usize,
+    /// The first measured pods (up to 20) not bound, to look at (`wasmsched events why`).
+    pub unbound: Vec<String>,
     /// From the clock's start (the first creation sent; for a batch, the scheduler's start) to
     /// the last pod seen bound.
     pub seconds: f64,
@@ -159,6 +161,7 @@ impl Report {
     pub fn new(config: &Config, samples: Samples<'_>) -> Report {
         let batch = config.arrival == Arrival::Batch;
         let mut latencies = Vec::with_capacity(samples.bound.len());
+        let mut unbound = Vec::new();
         let (mut first_bound, mut last_bound) = (None::<Instant>, None::<Instant>);
         for (i, sent) in samples.created.iter().enumerate() {
             if let Some(at) = samples.bound.get(&(samples.names)(i)) {
@@ -166,6 +169,8 @@ impl Report {
                 latencies.push(at.saturating_duration_since(from).as_secs_f64() * 1e3);
                 last_bound = Some(last_bound.map_or(*at, |l| l.max(*at)));
                 first_bound = Some(first_bound.map_or(*at, |l| l.min(*at)));
+            } else if unbound.len() < 20 {
+                unbound.push((samples.names)(i));
             }
         }
         latencies.sort_by(f64::total_cmp);
@@ -211,6 +216,7 @@ impl Report {
             gpus_per_pod: config.gpus_per_pod,
             arrival: config.arrival.to_string(),
             bound,
+            unbound,
             seconds,
             first_bound_seconds: since_start(first_bound),
             pods_per_second: if seconds > 0.0 { bound as f64 / seconds } else { 0.0 },
@@ -255,6 +261,9 @@ impl std::fmt::Display for Report {
             "  bound        {} of {} in {:.2} s (first after {:.2} s): {:.1} pods/s",
             self.bound, self.pods, self.seconds, self.first_bound_seconds, self.pods_per_second
         )?;
+        if !self.unbound.is_empty() {
+            writeln!(f, "  NOT BOUND    {}", self.unbound.join(", "))?;
+        }
         let l = self.latency_ms;
         writeln!(
             f,

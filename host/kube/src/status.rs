@@ -3,7 +3,11 @@
 //! subresource, only when something other than a timestamp changed, so a quiet cluster costs no
 //! writes.
 
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
 use ahash::AHashMap;
+use futures_util::future::BoxFuture;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
@@ -60,35 +64,70 @@ fn fingerprint(status: &impl serde::Serialize) -> String {
     v.to_string()
 }
 
-/// Writes statuses, remembering what it wrote.
+/// Status writes in flight at most. A new leader writes every Queue and PodGroup once: on a
+/// real API server, one task and one connection per object (thousands of PodGroups after hours
+/// of gangs) opened 14,000 connections and starved the server of TLS handshakes.
+pub const WRITES_IN_FLIGHT: usize = 8;
+
+/// Writes statuses, remembering what it wrote. Writes wait in a queue, the latest per object (an
+/// object that changes again before its write goes out is written once, as it is then), and go
+/// out [`WRITES_IN_FLIGHT`] at a time; a write that fails is forgotten, so the next pass writes
+/// that object again.
 pub struct StatusWriter {
     queues: Api<Queue>,
     client: Client,
-    written: AHashMap<String, String>,
+    shared: Arc<Mutex<Shared>>,
+    wake: Arc<tokio::sync::Notify>,
+    workers: Vec<tokio::task::JoinHandle<()>>,
 }
+
+/// What the writer and its workers share.
+#[derive(Default)]
+struct Shared {
+    /// What each object's status was last set to say (written or queued), by key.
+    written: AHashMap<String, String>,
+    /// Objects waiting for their write, in order, and each one's latest write.
+    order: VecDeque<String>,
+    waiting: AHashMap<String, Write>,
+}
+
+type Write = Box<dyn FnOnce() -> BoxFuture<'static, Result<(), kube::Error>> + Send>;
 
 impl StatusWriter {
     /// A writer through `client`.
     pub fn new(client: Client) -> StatusWriter {
-        StatusWriter { queues: Api::all(client.clone()), client, written: AHashMap::new() }
+        StatusWriter {
+            queues: Api::all(client.clone()),
+            client,
+            shared: Arc::default(),
+            wake: Arc::default(),
+            workers: Vec::new(),
+        }
     }
 
     /// Writes `status` on queue `name` unless it already says this.
     pub fn queue(&mut self, name: &str, status: QueueStatus) {
-        if !self.changed(&format!("queue/{name}"), &status) {
+        let key = format!("queue/{name}");
+        if !self.changed(&key, &status) {
             return;
         }
-        spawn_patch(self.queues.clone(), name.to_string(), json!({ "status": status }));
+        self.enqueue(key, patch(self.queues.clone(), name.to_string(), json!({ "status": status })));
     }
 
     /// Writes `status` on pod group `key` (`namespace/name`) unless it already says this.
     pub fn group(&mut self, key: &str, status: PodGroupStatus) {
-        if !self.changed(&format!("group/{key}"), &status) {
+        let Some((namespace, name)) = key.split_once('/') else { return };
+        let key = format!("group/{key}");
+        if !self.changed(&key, &status) {
             return;
         }
-        let Some((namespace, name)) = key.split_once('/') else { return };
         let api: Api<PodGroup> = Api::namespaced(self.client.clone(), namespace);
-        spawn_patch(api, name.to_string(), json!({ "status": status }));
+        self.enqueue(key, patch(api, name.to_string(), json!({ "status": status })));
+    }
+
+    /// Status writes waiting to go out.
+    pub fn waiting(&self) -> usize {
+        self.shared.lock().unwrap().order.len()
     }
 
     /// Writes `conditions` on the Workload API's pod group `key` (`namespace/name`, of
@@ -96,40 +135,85 @@ impl StatusWriter {
     /// patch replaces a list), with the conditions others wrote as last seen.
     pub fn upstream_group(&mut self, resource: &kube::api::ApiResource, key: &str, conditions: Vec<Condition>) {
         let status = json!({ "conditions": conditions });
-        if !self.changed(&format!("upstream-group/{key}"), &status) {
+        let Some((namespace, name)) = key.split_once('/') else { return };
+        let key = format!("upstream-group/{key}");
+        if !self.changed(&key, &status) {
             return;
         }
-        let Some((namespace, name)) = key.split_once('/') else { return };
         let api: Api<kube::api::DynamicObject> = Api::namespaced_with(self.client.clone(), namespace, resource);
-        spawn_patch(api, name.to_string(), json!({ "status": status }));
+        self.enqueue(key, patch(api, name.to_string(), json!({ "status": status })));
     }
 
-    /// Forgets what was written (a new leader writes everything once).
+    /// Forgets what was written and drops what waits (a replica that stopped leading writes
+    /// nothing; a new leader writes everything once).
     pub fn reset(&mut self) {
-        self.written.clear();
+        let mut shared = self.shared.lock().unwrap();
+        shared.written.clear();
+        shared.order.clear();
+        shared.waiting.clear();
     }
 
     fn changed(&mut self, key: &str, status: &impl serde::Serialize) -> bool {
         let print = fingerprint(status);
-        if self.written.get(key) == Some(&print) {
+        let mut shared = self.shared.lock().unwrap();
+        if shared.written.get(key) == Some(&print) {
             return false;
         }
-        self.written.insert(key.to_string(), print);
+        shared.written.insert(key.to_string(), print);
         true
+    }
+
+    fn enqueue(&mut self, key: String, write: Write) {
+        {
+            let mut shared = self.shared.lock().unwrap();
+            if shared.waiting.insert(key.clone(), write).is_none() {
+                shared.order.push_back(key);
+            }
+        }
+        if self.workers.is_empty() {
+            self.workers =
+                (0..WRITES_IN_FLIGHT).map(|_| tokio::spawn(work(self.shared.clone(), self.wake.clone()))).collect();
+        }
+        self.wake.notify_one();
     }
 }
 
-/// Merge-patches the status of `name` in the background; a failure is logged, the next change
-/// writes again.
-fn spawn_patch<K>(api: Api<K>, name: String, patch: serde_json::Value)
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-{
-    tokio::spawn(async move {
-        if let Err(e) = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-            tracing::debug!(object = %name, error = %e, "status not written");
+impl Drop for StatusWriter {
+    fn drop(&mut self) {
+        for worker in &self.workers {
+            worker.abort();
         }
-    });
+    }
+}
+
+/// One of the writer's workers: the next waiting write, until none waits, then sleep.
+async fn work(shared: Arc<Mutex<Shared>>, wake: Arc<tokio::sync::Notify>) {
+    loop {
+        let next = {
+            let mut s = shared.lock().unwrap();
+            s.order.pop_front().and_then(|key| s.waiting.remove(&key).map(|write| (key, write)))
+        };
+        let Some((key, write)) = next else {
+            wake.notified().await;
+            continue;
+        };
+        if let Err(e) = write().await {
+            tracing::debug!(object = %key, error = %e, "status not written; written again on the next pass");
+            shared.lock().unwrap().written.remove(&key);
+        }
+    }
+}
+
+/// A merge patch of the status of `name`.
+fn patch<K>(api: Api<K>, name: String, patch: serde_json::Value) -> Write
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    Box::new(move || {
+        Box::pin(
+            async move { api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.map(|_| ()) },
+        )
+    })
 }
 
 /// A pod group's status from what the core knows of it: `(phase, running, pending, message)`.

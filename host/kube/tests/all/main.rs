@@ -12,5 +12,6 @@ mod history;
 mod mutated;
 mod observability;
 mod policy_object;
+mod soak;
 mod support;
 mod workloads;

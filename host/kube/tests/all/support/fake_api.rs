@@ -213,6 +213,10 @@ pub struct State {
     pub event_latency: Duration,
     /// Event writes in flight now, and the most ever at once.
     pub events_in_flight: (usize, usize),
+    /// Latency added to every PodGroup status write.
+    pub status_latency: Duration,
+    /// PodGroup status writes in flight now, and the most ever at once.
+    pub status_in_flight: (usize, usize),
     /// API Priority and Fairness, when on.
     pub apf: Option<Apf>,
     /// Requests answered 429 by APF: (priority level, verb, resource).
@@ -683,6 +687,16 @@ impl FakeApi {
             ["apis", "scheduling.wasmsched.io", "v1alpha1", "namespaces", ns, "podgroups", name, "status"]
                 if m == Method::PATCH =>
             {
+                let latency = self.state().status_latency;
+                if !latency.is_zero() {
+                    {
+                        let mut s = self.state();
+                        s.status_in_flight.0 += 1;
+                        s.status_in_flight.1 = s.status_in_flight.1.max(s.status_in_flight.0);
+                    }
+                    tokio::time::sleep(latency).await;
+                    self.state().status_in_flight.0 -= 1;
+                }
                 self.merge_status(Kind::PodGroup, &format!("{ns}/{name}"), body)
             }
             ["api", "v1", "namespaces", ns, "pods", name] if m == Method::PATCH => self.patch_metadata(ns, name, &body),
