@@ -472,8 +472,13 @@ pub struct TaskRef {
 }
 
 impl std::fmt::Display for TaskRef {
+    /// `namespace/name`. On Kubernetes the id is already `namespace/name` (a pod's key), so it is
+    /// shown once, not `ns/ns/name`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.id)
+        match self.id.strip_prefix(self.namespace.as_str()).and_then(|rest| rest.strip_prefix('/')) {
+            Some(_) => f.write_str(&self.id),
+            None => write!(f, "{}/{}", self.namespace, self.id),
+        }
     }
 }
 

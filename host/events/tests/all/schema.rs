@@ -126,3 +126,18 @@ fn the_checked_in_json_schema_is_current() {
     let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(checked_in == generated, "{} is stale: run with WASMSCHED_BLESS=1", path.display());
 }
+
+#[test]
+fn a_task_is_shown_as_namespace_slash_name_once() {
+    let task = |id: &str, namespace: &str| wasmsched_events::schema::TaskRef {
+        id: id.into(),
+        namespace: namespace.into(),
+        queue: "default".into(),
+        group: None,
+        priority: 0,
+    };
+    // The simulator's ids are bare names; a pod's id on Kubernetes is already `namespace/name`.
+    assert_eq!(task("j1", "default").to_string(), "default/j1");
+    assert_eq!(task("ml/train-0", "ml").to_string(), "ml/train-0");
+    assert_eq!(task("mlx/p", "ml").to_string(), "ml/mlx/p");
+}
