@@ -39,7 +39,9 @@ pub struct Args {
     #[arg(long, requires = "binder")]
     binder_events: bool,
     /// `plain`, `gang:N` (wasmsched PodGroups of N), `anti-affinity` (required, per hostname) or
-    /// `preempt` (the cluster filled with low-priority pods first; each measured pod preempts), or
+    /// `preempt` (the cluster filled with low-priority pods first; each measured pod preempts), `dra`
+    /// (each pod's GPUs through a ResourceClaim of its own with a CEL selector; the nodes publish
+    /// their GPUs as ResourceSlices; not mixed, no churn), or
     /// a comma-separated mix of them dealt one unit each in turn (`plain,gang:8,preempt`: with
     /// `preempt` in a mix every measured pod outranks the fillers; with --lifetime each preempted
     /// filler is replaced, so arrivals keep preempting).
@@ -141,6 +143,9 @@ pub fn run(args: Args) -> Result<()> {
     let o = report.overcommit;
     if o.times > 0 {
         bail!("a node held more GPUs than it has ({} times, up to {} beyond): a double allocation", o.times, o.most);
+    }
+    if report.devices_allocated_twice > 0 {
+        bail!("{} DRA devices were in two claims at once: a double allocation", report.devices_allocated_twice);
     }
     if !report.complete() {
         bail!("{} of {} pods were not bound within {} s", report.pods - report.bound, report.pods, args.timeout);

@@ -175,7 +175,9 @@ pub async fn run(client: Client, config: &Config) -> Result<Report, Error> {
     tracing::info!(run = %run_id, nodes = config.nodes, pods = config.pods, workload = %config.workload.name(),
                    scheduler = %config.scheduler_name, "cluster-bench run starting");
     setup::namespace(&client, &config.namespace).await?;
-    setup::nodes(&client, config.nodes, config.gpus_per_node, config.create_in_flight).await?;
+    // A DRA run's GPUs are its nodes' ResourceSlices only: none as an extended resource too.
+    let extended_gpus = if config.workload.has_dra() { 0 } else { config.gpus_per_node };
+    setup::nodes(&client, config.nodes, extended_gpus, config.create_in_flight).await?;
     setup::workload(&client, config, &shape).await?;
 
     let own = OwnRequests::default();
@@ -257,6 +259,10 @@ async fn measured(
     }
     let bound = watch.bound_times();
     tokio::time::sleep(config.settle).await;
+    let devices_allocated_twice = match config.workload.has_dra() {
+        true => setup::devices_allocated_twice(client, config, shape.run).await?,
+        false => 0,
+    };
     let series = sampler.map(Sampler::stop).unwrap_or_default();
     let server_after = report::server_sample(client).await;
     let process_after = process_sample(scheduler.as_ref())?;
@@ -274,6 +280,7 @@ async fn measured(
             own: own.snapshot(),
             evicted: watch.finished_terminations(),
             overcommit: watch.overcommit(),
+            devices_allocated_twice,
             ended: watch.counts().now().1,
             refilled: watch.refilled(),
             history: watch.history(),
@@ -350,6 +357,12 @@ fn validate(config: &Config) -> Result<(), Error> {
     if config.workload.has_gangs() && !config.pods.is_multiple_of(config.workload.round()) {
         return bad("the pods are a whole number of gangs (of rounds of the mix, with gangs in it)");
     }
+    if config.workload.has_dra() && config.workload.workloads().len() > 1 {
+        return bad("dra does not mix: its nodes publish their GPUs as ResourceSlices only");
+    }
+    if config.workload.has_dra() && config.lifetime.is_some() {
+        return bad("dra runs without churn: no controller here releases an ended pod's claim");
+    }
     if config.workload.preempts() && config.gpus_per_pod == 0 {
         return bad("a preemption run's pods ask GPUs");
     }
@@ -416,6 +429,9 @@ mod tests {
         assert!(why(Config { workload: mix.clone(), pods: 16, ..config() }).contains("rounds of the mix"));
         assert!(validate(&Config { workload: mix, pods: 15, ..config() }).is_ok());
         assert!(why(Config { workload: Workload::Preempt.into(), gpus_per_pod: 0, ..config() }).contains("ask GPUs"));
+        assert!(why(Config { workload: Mix::parse("dra,plain").unwrap(), ..config() }).contains("does not mix"));
+        let churn = Some(Duration::from_secs(1));
+        assert!(why(Config { workload: Workload::Dra.into(), lifetime: churn, ..config() }).contains("without churn"));
         let under_test = UnderTest::Binder(BinderConfig { in_flight: 0, events: false });
         assert!(why(Config { under_test, ..config() }).contains("one bind in flight"));
     }

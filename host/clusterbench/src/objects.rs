@@ -21,6 +21,11 @@ pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 pub const LOW_PRIORITY: &str = "wasmsched-bench-low";
 /// The priority class of the pods that must preempt them.
 pub const HIGH_PRIORITY: &str = "wasmsched-bench-high";
+/// The DRA driver the fake nodes' ResourceSlices name (no such driver runs: without kubelets,
+/// nothing prepares the devices), and the DeviceClass of its GPUs.
+pub const DRA_DRIVER: &str = "gpu.bench.wasmsched.io";
+/// The GPU model every fake DRA device has, which each claim's selector asks for.
+pub const DRA_MODEL: &str = "H100";
 
 /// What the measured pods look like (scheduler_perf's scenarios, for GPUs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +40,9 @@ pub enum Workload {
     AntiAffinity,
     /// The cluster first filled with low-priority pods; each measured pod must preempt.
     Preempt,
+    /// Each pod's GPUs through its own ResourceClaim (DRA), a CEL selector on the device's model;
+    /// the fake nodes publish their GPUs as ResourceSlices.
+    Dra,
 }
 
 impl Workload {
@@ -44,10 +52,11 @@ impl Workload {
             "plain" => Ok(Workload::Plain),
             "anti-affinity" => Ok(Workload::AntiAffinity),
             "preempt" => Ok(Workload::Preempt),
+            "dra" => Ok(Workload::Dra),
             _ => match text.strip_prefix("gang:").map(str::parse::<u32>) {
                 Some(Ok(n)) if n >= 2 => Ok(Workload::Gang(n)),
                 Some(_) => Err(format!("{text:?}: a gang has 2 or more pods (gang:8)")),
-                None => Err(format!("unknown workload {text:?}: plain, gang:N, anti-affinity or preempt")),
+                None => Err(format!("unknown workload {text:?}: plain, gang:N, anti-affinity, preempt or dra")),
             },
         }
     }
@@ -59,6 +68,7 @@ impl Workload {
             Workload::Gang(n) => format!("gang:{n}"),
             Workload::AntiAffinity => "anti-affinity".into(),
             Workload::Preempt => "preempt".into(),
+            Workload::Dra => "dra".into(),
         }
     }
 }
@@ -109,6 +119,11 @@ impl Mix {
     /// Whether the cluster is filled with low-priority pods that the measured pods preempt.
     pub fn preempts(&self) -> bool {
         self.0.contains(&Workload::Preempt)
+    }
+
+    /// Whether any pod takes its GPUs through a ResourceClaim.
+    pub fn has_dra(&self) -> bool {
+        self.0.contains(&Workload::Dra)
     }
 
     /// Whether any unit is a gang.
@@ -243,6 +258,12 @@ impl PodShape<'_> {
         }
         match member.workload {
             Workload::Plain | Workload::Preempt => {}
+            Workload::Dra => {
+                pod["spec"]["containers"][0]["resources"]["limits"].as_object_mut().map(|l| l.remove(GPU_RESOURCE));
+                pod["spec"]["containers"][0]["resources"]["requests"].as_object_mut().map(|l| l.remove(GPU_RESOURCE));
+                pod["spec"]["containers"][0]["resources"]["claims"] = json!([{"name": "gpu"}]);
+                pod["spec"]["resourceClaims"] = json!([{"name": "gpu", "resourceClaimName": self.claim_name(i)}]);
+            }
             Workload::Gang(_) => {
                 pod["metadata"]["labels"][GROUP_LABEL] = json!(self.group_name(member.unit));
             }
@@ -265,6 +286,24 @@ impl PodShape<'_> {
         let mut pod = self.base(&self.filler_name(i), "filler");
         pod["spec"]["priorityClassName"] = json!(LOW_PRIORITY);
         pod
+    }
+
+    /// The name of measured pod `i`'s ResourceClaim (a DRA pod).
+    pub fn claim_name(&self, i: usize) -> String {
+        format!("{}-gpu", self.name(i))
+    }
+
+    /// Measured pod `i`'s ResourceClaim: its GPUs of the bench's class, of the bench's model.
+    pub fn claim(&self, i: usize) -> Value {
+        let model = format!("device.attributes[\"{DRA_DRIVER}\"].model == \"{DRA_MODEL}\"");
+        json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": self.claim_name(i), "labels": {RUN_LABEL: self.run}},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": DRA_DRIVER, "count": self.gpus,
+                "selectors": [{"cel": {"expression": model}}]
+            }}]}}
+        })
     }
 
     /// The name of gang `g`.
@@ -300,6 +339,33 @@ impl PodShape<'_> {
     }
 }
 
+/// The DeviceClass of the fake nodes' DRA GPUs.
+pub fn device_class() -> Value {
+    json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": DRA_DRIVER},
+        "spec": {"selectors": [{"cel": {"expression": format!("device.driver == \"{DRA_DRIVER}\"")}}]}
+    })
+}
+
+/// Fake node `i`'s GPUs as one ResourceSlice of its own pool.
+pub fn resource_slice(i: usize, gpus: u32) -> Value {
+    let node = node_name(i);
+    let devices: Vec<Value> = (0..gpus)
+        .map(|g| {
+            json!({"name": format!("gpu-{g}"),
+                   "attributes": {"model": {"string": DRA_MODEL}, "index": {"int": g}},
+                   "capacity": {"memory": {"value": "80Gi"}}})
+        })
+        .collect();
+    json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": format!("{node}-gpus"), "labels": {NODE_LABEL: "true"}},
+        "spec": {"driver": DRA_DRIVER, "nodeName": node,
+                 "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}, "devices": devices}
+    })
+}
+
 /// The two priority classes of a preemption run.
 pub fn priority_classes() -> [Value; 2] {
     let class = |name: &str, value: i32| {
@@ -321,7 +387,7 @@ mod tests {
 
     #[test]
     fn workloads_parse_back_from_their_names_and_bad_ones_say_what_is_allowed() {
-        for w in [Workload::Plain, Workload::Gang(8), Workload::AntiAffinity, Workload::Preempt] {
+        for w in [Workload::Plain, Workload::Gang(8), Workload::AntiAffinity, Workload::Preempt, Workload::Dra] {
             assert_eq!(Workload::parse(&w.name()), Ok(w));
         }
         assert!(Workload::parse("gang:1").unwrap_err().contains("2 or more"));
@@ -405,6 +471,26 @@ mod tests {
         assert_eq!(s.filler(0)["metadata"]["labels"][ROLE_LABEL], "filler");
         let [low, high] = priority_classes();
         assert!(high["value"].as_i64() > low["value"].as_i64());
+    }
+
+    #[test]
+    fn a_dra_pod_asks_its_gpus_through_its_own_claim_of_the_bench_s_model() {
+        let s = shape(Workload::Dra);
+        let pod = s.measured(3);
+        let resources = &pod["spec"]["containers"][0]["resources"];
+        assert!(resources["limits"].get(GPU_RESOURCE).is_none() && resources["requests"].get(GPU_RESOURCE).is_none());
+        assert_eq!(resources["claims"][0]["name"], "gpu");
+        assert_eq!(pod["spec"]["resourceClaims"][0], json!({"name": "gpu", "resourceClaimName": "r1-3-gpu"}));
+        let claim = s.claim(3);
+        assert_eq!(claim["metadata"]["name"], "r1-3-gpu");
+        let request = &claim["spec"]["devices"]["requests"][0]["exactly"];
+        assert_eq!((request["deviceClassName"].clone(), request["count"].clone()), (json!(DRA_DRIVER), json!(2)));
+        assert!(request["selectors"][0]["cel"]["expression"].as_str().unwrap().contains("model == \"H100\""));
+        let slice = resource_slice(4, 8);
+        assert_eq!(slice["spec"]["nodeName"], "bench-node-4");
+        assert_eq!(slice["spec"]["devices"].as_array().unwrap().len(), 8);
+        assert_eq!(slice["spec"]["devices"][7]["attributes"]["model"]["string"], DRA_MODEL);
+        assert_eq!(device_class()["metadata"]["name"], DRA_DRIVER);
     }
 
     #[test]

@@ -60,6 +60,8 @@ pub struct Report {
     pub deletions_finished: usize,
     /// Nodes seen holding more GPUs than they have (0 and 0: never).
     pub overcommit: Overcommit,
+    /// DRA devices in two of the run's allocated claims (0: none).
+    pub devices_allocated_twice: usize,
     /// Measured pods ended by their lifetime.
     pub ended: usize,
     /// Fillers created to replace preempted ones (a preemption run under churn).
@@ -134,6 +136,8 @@ pub struct Samples<'a> {
     pub evicted: usize,
     /// Nodes seen over their GPUs.
     pub overcommit: Overcommit,
+    /// DRA devices in two allocated claims.
+    pub devices_allocated_twice: usize,
     /// Measured pods ended by their lifetime.
     pub ended: usize,
     /// Fillers created to replace preempted ones.
@@ -232,6 +236,7 @@ impl Report {
             api_server_cpu_seconds,
             deletions_finished: samples.evicted,
             overcommit: samples.overcommit,
+            devices_allocated_twice: samples.devices_allocated_twice,
             ended: samples.ended,
             refilled: samples.refilled,
             history: samples.history,
@@ -311,6 +316,9 @@ impl std::fmt::Display for Report {
         let o = self.overcommit;
         if o.times > 0 {
             writeln!(f, "  OVERCOMMIT   a node held up to {} GPUs beyond its own, {} times", o.most, o.times)?;
+        }
+        if self.devices_allocated_twice > 0 {
+            writeln!(f, "  DOUBLE       {} DRA devices in two claims at once", self.devices_allocated_twice)?;
         }
         if self.deletions_finished > 0 {
             writeln!(f, "  deletions    {} finished in the kubelet's place", self.deletions_finished)?;

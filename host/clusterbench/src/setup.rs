@@ -2,6 +2,7 @@
 
 use futures_util::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -38,6 +39,17 @@ pub async fn nodes(client: &Client, count: usize, gpus: u32, in_flight: usize) -
         delete_if_there(&api, &extra).await.map_err(Error::api(format!("deleting fake node {extra}")))?;
     }
     let status = objects::node_status(gpus);
+    let slices = Api::<ResourceSlice>::all(client.clone());
+    if let Ok(existing) =
+        slices.list_metadata(&ListParams::default().labels(&format!("{}=true", objects::NODE_LABEL))).await
+    {
+        let wanted: std::collections::HashSet<String> = (0..count)
+            .map(|i| objects::resource_slice(i, 0)["metadata"]["name"].as_str().unwrap_or_default().to_string())
+            .collect();
+        for extra in existing.items.iter().map(|s| s.name_any()).filter(|n| !wanted.contains(n)) {
+            delete_if_there(&slices, &extra).await.map_err(Error::api(format!("deleting ResourceSlice {extra}")))?;
+        }
+    }
     stream::iter(0..count)
         .map(|i| {
             let (api, status) = (api.clone(), &status);
@@ -57,8 +69,12 @@ pub async fn nodes(client: &Client, count: usize, gpus: u32, in_flight: usize) -
     Ok(())
 }
 
-/// What the workload needs before its pods: priority classes for preemption, PodGroups for gangs.
+/// What the workload needs before its pods: priority classes for preemption, PodGroups for gangs,
+/// for DRA the DeviceClass, every node's ResourceSlice and every pod's claim.
 pub async fn workload(client: &Client, config: &Config, shape: &objects::PodShape<'_>) -> Result<(), Error> {
+    if config.workload.has_dra() {
+        dra(client, config, shape).await?;
+    }
     if config.workload.preempts() {
         let api = Api::<PriorityClass>::all(client.clone());
         for class in objects::priority_classes() {
@@ -77,6 +93,47 @@ pub async fn workload(client: &Client, config: &Config, shape: &objects::PodShap
         .map_err(Error::api("wasmsched PodGroups (is the chart's CRD installed?)"))
 }
 
+async fn dra(client: &Client, config: &Config, shape: &objects::PodShape<'_>) -> Result<(), Error> {
+    let refused = || Error::api("DRA objects (is resource.k8s.io/v1 served?)");
+    create_or_keep(&Api::<DeviceClass>::all(client.clone()), objects::device_class()).await.map_err(refused())?;
+    let slices = Api::<ResourceSlice>::all(client.clone());
+    stream::iter(0..config.nodes)
+        .map(|i| {
+            let slices = slices.clone();
+            async move { create_or_keep(&slices, objects::resource_slice(i, config.gpus_per_node)).await }
+        })
+        .buffer_unordered(config.create_in_flight)
+        .try_collect::<()>()
+        .await
+        .map_err(refused())?;
+    let claims = Api::<ResourceClaim>::namespaced(client.clone(), &config.namespace);
+    stream::iter((0..config.pods).filter(|&i| config.workload.member(i).workload == objects::Workload::Dra))
+        .map(|i| {
+            let claims = claims.clone();
+            async move { create_or_keep(&claims, shape.claim(i)).await }
+        })
+        .buffer_unordered(config.create_in_flight)
+        .try_collect::<()>()
+        .await
+        .map_err(refused())
+}
+
+/// Devices in two allocated claims of run `run` at once (0: none). No kubelet or controller
+/// releases a claim here, so every allocation made during the run is still there to check.
+pub async fn devices_allocated_twice(client: &Client, config: &Config, run: &str) -> Result<usize, Error> {
+    let claims = Api::<ResourceClaim>::namespaced(client.clone(), &config.namespace)
+        .list(&ListParams::default().labels(&format!("{}={run}", objects::RUN_LABEL)))
+        .await
+        .map_err(Error::api("listing the run's ResourceClaims"))?;
+    let mut seen = std::collections::HashSet::new();
+    let results = claims
+        .items
+        .iter()
+        .filter_map(|c| c.status.as_ref()?.allocation.as_ref()?.devices.as_ref())
+        .flat_map(|d| d.results.iter().flatten());
+    Ok(results.filter(|r| !seen.insert((r.driver.clone(), r.pool.clone(), r.device.clone()))).count())
+}
+
 /// Filler pods that take every GPU of the cluster.
 pub fn fillers_to_fill(config: &Config) -> usize {
     config.nodes * (config.gpus_per_node / config.gpus_per_pod.max(1)) as usize
@@ -91,9 +148,15 @@ pub async fn clean_up(client: &Client, config: &Config, run: &str) -> Result<(),
     if config.workload.has_gangs() {
         pod_groups(client, &config.namespace).delete_collection(&DeleteParams::default(), &by_run).await?;
     }
+    if config.workload.has_dra() {
+        Api::<ResourceClaim>::namespaced(client.clone(), &config.namespace)
+            .delete_collection(&DeleteParams::default(), &by_run)
+            .await?;
+    }
     if config.delete_nodes {
         let fake = ListParams::default().labels(&format!("{}=true", objects::NODE_LABEL));
         Api::<Node>::all(client.clone()).delete_collection(&DeleteParams::default(), &fake).await?;
+        Api::<ResourceSlice>::all(client.clone()).delete_collection(&DeleteParams::default(), &fake).await?;
     }
     Ok(())
 }

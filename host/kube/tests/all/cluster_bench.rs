@@ -219,3 +219,22 @@ async fn the_overcommit_check_catches_a_binder_that_ignores_capacity() {
     assert!(report.overcommit.times > 0 && report.overcommit.most == 1, "{report}");
     assert!(report.to_string().contains("OVERCOMMIT"), "{report}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dra_run_publishes_slices_and_binds_each_pod_with_its_claim_allocated_once() {
+    let api = FakeApi::new();
+    let scheduler = start(&api, "scheduler", None);
+    // 3 nodes of 4 GPUs as ResourceSlices only; 10 pods of 1 GPU, each through its own claim.
+    let mut config = config(3, 10, Workload::Dra);
+    config.gpus_per_node = 4;
+    let report = wasmsched_clusterbench::run(api.client("bench"), &config).await.unwrap();
+    scheduler.stop().await;
+
+    assert!(report.complete(), "{report}");
+    assert_eq!(report.devices_allocated_twice, 0, "{report}");
+    assert_eq!(api.objects(Kind::ResourceSlice).len(), 3, "one slice per node, kept with the nodes");
+    assert!(api.objects(Kind::Node).iter().all(|n| n["status"]["allocatable"]["nvidia.com/gpu"] == "0"));
+    let claim_writes = api.state().claim_writes.len();
+    assert!(claim_writes >= 10, "each pod's claim allocated before its bind: {claim_writes} writes");
+    assert!(api.objects(Kind::ResourceClaim).is_empty(), "the run's claims are deleted at the end");
+}

@@ -652,8 +652,12 @@ impl FakeApi {
                 self.collection(self.dynamic_kind(group, version, resource).unwrap(), &q)
             }
             ["apis", "policy", "v1", "poddisruptionbudgets"] => self.collection(Kind::PodDisruptionBudget, &q),
-            ["apis", "resource.k8s.io", "v1", "resourceslices"] => self.collection(Kind::ResourceSlice, &q),
-            ["apis", "resource.k8s.io", "v1", "deviceclasses"] => self.collection(Kind::DeviceClass, &q),
+            ["apis", "resource.k8s.io", "v1", "resourceslices"] if m == Method::GET => {
+                self.collection(Kind::ResourceSlice, &q)
+            }
+            ["apis", "resource.k8s.io", "v1", "deviceclasses"] if m == Method::GET => {
+                self.collection(Kind::DeviceClass, &q)
+            }
             ["apis", "resource.k8s.io", "v1", "resourceclaims"] => self.collection(Kind::ResourceClaim, &q),
             ["apis", "resource.k8s.io", "v1", "namespaces", ns, "resourceclaims", name] if m == Method::GET => {
                 self.get_one(Kind::ResourceClaim, &format!("{ns}/{name}"))
@@ -1391,6 +1395,26 @@ impl FakeApi {
                 self.create(Kind::Pod, pod)
             }
             (Method::DELETE, ["api", "v1", "namespaces", ns, "pods"]) => self.delete_collection(Kind::Pod, Some(ns), q),
+            (Method::POST, ["apis", "resource.k8s.io", "v1", "deviceclasses"]) => self.create(Kind::DeviceClass, body),
+            (Method::POST, ["apis", "resource.k8s.io", "v1", "resourceslices"]) => {
+                self.create(Kind::ResourceSlice, body)
+            }
+            (Method::DELETE, ["apis", "resource.k8s.io", "v1", "resourceslices"]) => {
+                self.delete_collection(Kind::ResourceSlice, None, q)
+            }
+            (Method::DELETE, ["apis", "resource.k8s.io", "v1", "resourceslices", name]) => {
+                self.delete_now(Kind::ResourceSlice, name)
+            }
+            (Method::GET, ["apis", "resource.k8s.io", "v1", "namespaces", ns, "resourceclaims"]) => {
+                let mut q = q.clone();
+                let own = format!("metadata.namespace={ns}");
+                let fields = q.get("fieldSelector").map_or(own.clone(), |f| format!("{f},{own}"));
+                q.insert("fieldSelector".into(), fields);
+                self.collection(Kind::ResourceClaim, &q)
+            }
+            (Method::DELETE, ["apis", "resource.k8s.io", "v1", "namespaces", ns, "resourceclaims"]) => {
+                self.delete_collection(Kind::ResourceClaim, Some(ns), q)
+            }
             (Method::DELETE, ["api", "v1", "namespaces", ns, "pods", name]) => self.delete_pod(ns, name, &body),
             _ => return None,
         })
