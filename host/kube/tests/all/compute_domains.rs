@@ -79,6 +79,8 @@ async fn a_gang_asking_for_a_compute_domain_gets_one_nvlink_domain_and_the_objec
     assert_eq!(d["metadata"]["labels"]["app.kubernetes.io/managed-by"], "wasmsched");
     let owner = &d["metadata"]["ownerReferences"][0];
     assert_eq!((owner["kind"].as_str(), owner["uid"].as_str()), (Some("Job"), Some("job-train")));
+    // Made beside the gang's, not necessarily before it was seen: waited for too.
+    eventually("the waiter's ComputeDomain", Duration::from_secs(10), || domain(&api, "ml/wait-imex").is_some()).await;
     let w = domain(&api, "ml/wait-imex");
     assert_eq!(w.as_ref().map(|w| &w["spec"]["channel"]["resourceClaimTemplate"]["name"]), Some(&json!("wait-imex")));
     assert_eq!(node_of(&api, "ml/waiter"), None, "no claim yet (no driver made the template): it waits");
