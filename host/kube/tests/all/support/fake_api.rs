@@ -691,16 +691,7 @@ impl FakeApi {
             ["apis", "scheduling.wasmsched.io", "v1alpha1", "namespaces", ns, "podgroups", name, "status"]
                 if m == Method::PATCH =>
             {
-                let latency = self.state().status_latency;
-                if !latency.is_zero() {
-                    {
-                        let mut s = self.state();
-                        s.status_in_flight.0 += 1;
-                        s.status_in_flight.1 = s.status_in_flight.1.max(s.status_in_flight.0);
-                    }
-                    tokio::time::sleep(latency).await;
-                    self.state().status_in_flight.0 -= 1;
-                }
+                self.slow_write(|s| s.status_latency, |s| &mut s.status_in_flight).await;
                 self.merge_status(Kind::PodGroup, &format!("{ns}/{name}"), body)
             }
             ["api", "v1", "namespaces", ns, "pods", name] if m == Method::PATCH => self.patch_metadata(ns, name, &body),
@@ -712,16 +703,7 @@ impl FakeApi {
             }
             ["api", "v1", "namespaces", ns, "pods", name, "eviction"] if m == Method::POST => self.evict(ns, name),
             ["apis", "events.k8s.io", "v1", "namespaces", ns, "events"] if m == Method::POST => {
-                let latency = self.state().event_latency;
-                if !latency.is_zero() {
-                    {
-                        let mut s = self.state();
-                        s.events_in_flight.0 += 1;
-                        s.events_in_flight.1 = s.events_in_flight.1.max(s.events_in_flight.0);
-                    }
-                    tokio::time::sleep(latency).await;
-                    self.state().events_in_flight.0 -= 1;
-                }
+                self.slow_write(|s| s.event_latency, |s| &mut s.events_in_flight).await;
                 let mut s = self.state();
                 if s.events_refused {
                     let msg = format!(
@@ -1418,6 +1400,22 @@ impl FakeApi {
             (Method::DELETE, ["api", "v1", "namespaces", ns, "pods", name]) => self.delete_pod(ns, name, &body),
             _ => return None,
         })
+    }
+
+    /// Waits the write's injected latency, counting it in flight meanwhile (now, most at once).
+    async fn slow_write(&self, latency: fn(&State) -> Duration, in_flight: fn(&mut State) -> &mut (usize, usize)) {
+        let latency = latency(&self.state());
+        if latency.is_zero() {
+            return;
+        }
+        {
+            let mut s = self.state();
+            let count = in_flight(&mut s);
+            count.0 += 1;
+            count.1 = count.1.max(count.0);
+        }
+        tokio::time::sleep(latency).await;
+        in_flight(&mut self.state()).0 -= 1;
     }
 
     /// The value of the pod's priority class, as the Priority admission plugin fills it in.
