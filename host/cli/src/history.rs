@@ -198,7 +198,11 @@ pub fn scenario(mut events: Vec<(Timestamp, Payload)>, window: Window) -> Histor
                 let t = task_entry(&mut tasks, &s.task, seq);
                 t.seen_as.get_or_insert_with(|| s.task.clone());
                 t.placed_request.get_or_insert((s.allocated, s.gpus.len() as u32));
-                t.runs.push(Run { start: at, node: Some(s.node.clone()), placed_until: None, end: None });
+                // A new leader publishes again the starts the old one may have died before
+                // sending: one run per start.
+                if !t.runs.iter().any(|run| run.start == at) {
+                    t.runs.push(Run { start: at, node: Some(s.node.clone()), placed_until: None, end: None });
+                }
             }
             Payload::TaskPreempted(p) => placed_until(&mut tasks, &p.victim, at),
             Payload::TaskEvicted(p) => placed_until(&mut tasks, &p.task, at),
@@ -207,7 +211,9 @@ pub fn scenario(mut events: Vec<(Timestamp, Payload)>, window: Window) -> Histor
                 t.seen_as.get_or_insert_with(|| end.task.clone());
                 t.placed_request.get_or_insert((end.allocated, end.gpus.len() as u32));
                 let started = end.started.millis();
-                match t.runs.iter_mut().rev().find(|r| r.end.is_none() && r.start == started) {
+                match t.runs.iter_mut().rev().find(|r| r.start == started) {
+                    // Ended twice (a new leader's again, after a fail-over): the first stands.
+                    Some(run) if run.end.is_some() => {}
                     Some(run) => run.end = Some((at, end.reason, end.work_kept)),
                     // Its start was before the stream's first event.
                     None => t.runs.push(Run {
@@ -789,6 +795,54 @@ mod tests {
             RunTime::Completed { seconds, .. } => Some(seconds),
             RunTime::Unknown { .. } => None,
         }
+    }
+
+    #[test]
+    fn a_start_and_an_end_published_again_after_a_fail_over_are_one_run() {
+        use wasmsched_events::schema::{GangSpec, TaskEnded, TaskScheduled};
+        // A gang of two that must run whole: x placed at 10 s, y at 20 s, both done at 80 s.
+        let member =
+            |id: &str| TaskRef { id: id.into(), namespace: "ml".into(), queue: "default".into(), ..TaskRef::default() };
+        let gang = GangSpec { name: "g".into(), members: 2, min_member: 2, ..GangSpec::default() };
+        let submitted = |t: &TaskRef| {
+            Payload::TaskSubmitted(TaskSubmitted {
+                task: t.clone(),
+                gang: Some(gang.clone()),
+                ..TaskSubmitted::default()
+            })
+        };
+        let scheduled = |t: &TaskRef| {
+            Payload::TaskScheduled(TaskScheduled { task: t.clone(), node: "n".into(), ..TaskScheduled::default() })
+        };
+        let ended = |t: &TaskRef, started: u64| {
+            Payload::TaskEnded(TaskEnded {
+                task: t.clone(),
+                node: "n".into(),
+                started: Timestamp(started),
+                reason: EndReason::Completed,
+                ..TaskEnded::default()
+            })
+        };
+        let (x, y) = (member("ml/x"), member("ml/y"));
+        let mut events = vec![
+            (Timestamp(5_000), submitted(&x)),
+            (Timestamp(5_000), submitted(&y)),
+            (Timestamp(10_000), scheduled(&x)),
+            (Timestamp(20_000), scheduled(&y)),
+            (Timestamp(80_000), ended(&x, 10_000)),
+            (Timestamp(80_000), ended(&y, 20_000)),
+        ];
+        let once = history_of(events.clone());
+        assert_eq!(once, [Some(60)], "whole from 20 s to 80 s");
+        // A new leader's copies of x's start and end (a fail-over between): still one run each.
+        events.push((Timestamp(10_000), scheduled(&x)));
+        events.push((Timestamp(80_300), ended(&x, 10_000)));
+        assert_eq!(history_of(events), once);
+    }
+
+    fn history_of(events: Vec<(Timestamp, Payload)>) -> Vec<Option<u64>> {
+        let h = scenario(events, Window { from: None, to: None });
+        h.scenario.jobs.iter().map(|j| j.duration).collect()
     }
 
     #[test]

@@ -146,8 +146,10 @@ impl Effects {
         node: &str,
         devices: &[DeviceShare],
         numa: Option<u32>,
+        at: wasmsched_events::Timestamp,
     ) -> Result<(), EffectError> {
         let mut annotations = BTreeMap::new();
+        annotations.insert(crate::convert::SCHEDULED_AT_ANNOTATION.to_string(), at.to_string());
         if !devices.is_empty() {
             annotations.insert(GPU_IDS_ANNOTATION.to_string(), gpu_ids(devices));
         }

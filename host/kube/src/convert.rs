@@ -44,6 +44,11 @@ pub use wasmsched_topology::annotation::GPU_IDS_ANNOTATION;
 /// Pod annotation written at bind when all its GPUs sit on one NUMA node: that node's id, for CPU
 /// and memory pinning next to them.
 pub const NUMA_NODE_ANNOTATION: &str = "wasmsched.io/numa-node";
+/// Pod annotation written at bind: when the bind was sent, to the millisecond. It is the start of
+/// the pod's run in `task-scheduled` and `task-ended`, so a replica that takes the run over after a
+/// fail-over names the very start the previous leader published (`PodScheduled`'s transition has
+/// whole seconds and the server's clock).
+pub const SCHEDULED_AT_ANNOTATION: &str = "wasmsched.io/scheduled-at";
 
 /// Why an object could not be converted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -224,7 +224,11 @@ impl Extender {
             cache.assume(slot, &task, &devices);
             (devices, numa)
         };
-        match self.effects.bind(&key, &args.pod_uid, &args.node, &devices, numa).await {
+        match self
+            .effects
+            .bind(&key, &args.pod_uid, &args.node, &devices, numa, wasmsched_events::Timestamp::now())
+            .await
+        {
             Ok(()) => BindingResult::default(),
             Err(e) => {
                 self.cache().forget_assumed(&id);

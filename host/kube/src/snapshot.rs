@@ -77,13 +77,9 @@ where
     }
 }
 
-/// When `pod` was bound: its `PodScheduled` condition's transition, else its start.
+/// When `pod` was bound (see [`crate::workloads::scheduled_at`]).
 fn scheduled_at(pod: &Pod) -> Option<Timestamp> {
-    let status = pod.status.as_ref()?;
-    let scheduled = status.conditions.as_ref().and_then(|c| {
-        c.iter().find(|c| c.type_ == "PodScheduled" && c.status == "True").and_then(|c| c.last_transition_time.as_ref())
-    });
-    scheduled.or(status.start_time.as_ref()).map(|t| convert::event_time(&t.0))
+    crate::workloads::scheduled_at(pod).map(|t| convert::event_time(&t))
 }
 
 /// Take the snapshot: every node, every `Queue`, and every pod that holds or waits for a node —

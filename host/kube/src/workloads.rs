@@ -340,8 +340,15 @@ pub fn gang(
     w
 }
 
-/// When `pod` was scheduled: its `PodScheduled=True` transition, else its start.
-fn scheduled_at(pod: &Pod) -> Option<k8s_openapi::jiff::Timestamp> {
+/// When `pod` was scheduled: as wasmsched wrote it at bind (to the millisecond), else its
+/// `PodScheduled=True` transition, else its start.
+pub(crate) fn scheduled_at(pod: &Pod) -> Option<k8s_openapi::jiff::Timestamp> {
+    let annotations = pod.metadata.annotations.as_ref();
+    if let Some(at) = annotations.and_then(|a| a.get(crate::convert::SCHEDULED_AT_ANNOTATION))
+        && let Ok(at) = at.parse::<k8s_openapi::jiff::Timestamp>()
+    {
+        return Some(at);
+    }
     let status = pod.status.as_ref()?;
     let condition = status
         .conditions
@@ -368,6 +375,24 @@ mod tests {
         .unwrap();
         let task = crate::convert::task(&pod, &Default::default()).unwrap();
         PodFacts::new(&pod, task)
+    }
+
+    #[test]
+    fn a_pod_was_scheduled_when_the_bind_says_to_the_millisecond_else_when_its_condition_says() {
+        let pod = |annotations: serde_json::Value| -> Pod {
+            serde_json::from_value(json!({
+                "metadata": {"name": "p", "namespace": "ml", "annotations": annotations},
+                "status": {"conditions": [{"type": "PodScheduled", "status": "True",
+                                           "lastTransitionTime": "2026-11-29T10:06:06Z"}]}
+            }))
+            .unwrap()
+        };
+        let bound = pod(json!({crate::convert::SCHEDULED_AT_ANNOTATION: "2026-11-29T10:06:05.987Z"}));
+        assert_eq!(scheduled_at(&bound).unwrap().to_string(), "2026-11-29T10:06:05.987Z");
+        // Bound before the annotation existed, or by another binder: the server's second.
+        assert_eq!(scheduled_at(&pod(json!({}))).unwrap().to_string(), "2026-11-29T10:06:06Z");
+        let garbled = pod(json!({crate::convert::SCHEDULED_AT_ANNOTATION: "yesterday"}));
+        assert_eq!(scheduled_at(&garbled).unwrap().to_string(), "2026-11-29T10:06:06Z");
     }
 
     #[test]

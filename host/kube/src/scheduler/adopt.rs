@@ -99,8 +99,13 @@ impl Scheduler {
             tracing::info!(adopted, pending, "leading: took over the running pods of ours");
             self.take_over_runs();
         } else {
-            // A standby only keeps its view current; it takes over when it gets the lease.
+            // A standby only keeps its view (and the runs) current; it takes over when it gets
+            // the lease.
             tracing::info!(adopted, pending, "standing by: running pods of ours known");
+            let bound: Vec<String> = self.ours.iter().filter(|(_, f)| f.bound).map(|(id, _)| id.clone()).collect();
+            for id in bound {
+                self.run_taken_over(&id);
+            }
         }
         self.listing.adopted = Some(Instant::now());
         self.next.dirty = true;

@@ -35,12 +35,15 @@ impl Scheduler {
     }
 
     /// Node `name` as the core sees it: what pods the core does not manage hold. Members of the
-    /// core (and `also`, pods about to be taken over) and victims being evicted are left out.
+    /// core (and `also`, pods about to be taken over) and victims the core holds as terminating
+    /// on this very node are left out; a victim anywhere else is a fact here until it is gone.
     pub(super) fn background(&mut self, name: &str, also: &AHashSet<String>) -> Option<Node> {
         let slot = self.cache.nodes().slot_of(name)?;
         let mut node = self.cache.nodes().get(slot)?.clone();
+        let terminating: AHashSet<&str> =
+            self.core.terminating().filter(|(_, on)| *on == name).map(|(task, _)| task).collect();
         for (id, task, devices) in self.cache.holders_on(name) {
-            if self.core.owner_of(id).is_some() || self.in_flight.evicting.contains(id) || also.contains(id) {
+            if self.core.owner_of(id).is_some() || terminating.contains(id) || also.contains(id) {
                 release(&mut node, task, devices);
             }
         }
@@ -148,7 +151,9 @@ impl Scheduler {
         let mut groups: BTreeMap<String, grouping::Gathered> = BTreeMap::new();
         let mut waiting: Vec<(String, String)> = Vec::new();
         for (id, f) in &self.ours {
-            if f.bound || self.core.owner_of(id).is_some() {
+            // A victim being evicted is not waiting for a node, even when its bind failed (it was
+            // chosen while the bind was in flight): it goes, and its controller makes another.
+            if f.bound || self.core.owner_of(id).is_some() || self.in_flight.evicting.contains(id) {
                 continue;
             }
             let membership = self.membership(f);

@@ -465,13 +465,15 @@ impl Scheduler {
         tokio::spawn(async move {
             let permit = binds.acquire_owned().await;
             let started = Instant::now();
+            // The run's start, on the pod too (a replica taking the run over reads it there).
+            let at = wasmsched_events::Timestamp::now();
             // Checked at the last moment: a replica that lost the lease writes nothing more.
             let result = if !*leader.borrow() {
                 Err(EffectError::NotLeader)
             } else if let Err(e) = effects.reserve_claims(&key, &uid, &mut claims).await {
                 Err(e)
             } else {
-                let bound = effects.bind(&key, &uid, &node, &devices, numa).await;
+                let bound = effects.bind(&key, &uid, &node, &devices, numa, at).await;
                 if bound.is_err() {
                     effects.unreserve_claims(&key, &uid, &claims).await;
                 }
@@ -479,7 +481,7 @@ impl Scheduler {
             };
             let took = started.elapsed();
             let bound = result.is_ok();
-            let _ = done.send(Done::Bind { id, claims, result, took, decided_in });
+            let _ = done.send(Done::Bind { id, claims, result, took, decided_in, at });
             // The next bind may start: the event below waits for its own client's rate.
             drop(permit);
             if bound {
@@ -536,7 +538,7 @@ impl Scheduler {
 
     pub(super) fn done(&mut self, done: Done) {
         match done {
-            Done::Bind { id, claims, result, took, decided_in } => {
+            Done::Bind { id, claims, result, took, decided_in, at } => {
                 if result.is_err() {
                     self.objects.dra.release(&claims);
                 }
@@ -557,7 +559,7 @@ impl Scheduler {
                         });
                     }
                 }
-                self.bind_done(id, result, took, decided_in)
+                self.bind_done(id, result, took, decided_in, at)
             }
             Done::RunFinished { run, at, phase } => self.run_finished(*run, at, phase.as_deref()),
             Done::EvictionAbandoned { id } => {
@@ -579,6 +581,7 @@ impl Scheduler {
         result: Result<(), EffectError>,
         took: Duration,
         decided_in: Duration,
+        at: wasmsched_events::Timestamp,
     ) {
         self.shared.metrics.bind_duration.observe(took.as_secs_f64());
         let (label, attempt) = match &result {
@@ -593,7 +596,7 @@ impl Scheduler {
         self.shared.metrics.attempt(attempt, decided_in + took);
         let events = self.reports.unconfirmed.remove(&id);
         match result {
-            Ok(()) => self.run_started(&id, events.unwrap_or_default()),
+            Ok(()) => self.run_started(&id, events.unwrap_or_default(), at),
             Err(e) => {
                 // Bound elsewhere or gone (409/404): the watch stream says what is true, never
                 // retried. Otherwise the pod waits a back-off and is submitted again.

@@ -131,6 +131,8 @@ enum Done {
         result: Result<(), EffectError>,
         took: Duration,
         decided_in: Duration,
+        /// When the bind was sent: the run's start.
+        at: wasmsched_events::Timestamp,
     },
     /// An eviction was refused until we gave up: the victim still runs and counts again.
     EvictionAbandoned { id: String },
@@ -325,8 +327,11 @@ struct Reports {
     attempts: AHashMap<String, u32>,
     /// `task-scheduled` events waiting for their bind to succeed.
     unconfirmed: AHashMap<String, Vec<Payload>>,
-    /// Runs of our pods going on, for their `task-ended`.
+    /// Runs of our pods going on, for their `task-ended` (a standby follows them too).
     runs: AHashMap<String, runs::Run>,
+    /// `task-ended` of runs that ended while this replica stood by, the last few leases' worth: the
+    /// leader may have died before publishing them.
+    ended_standing_by: std::collections::VecDeque<(wasmsched_events::Timestamp, Payload)>,
     /// Deserved shares last published.
     shares: decisions::Shares,
     /// Nodes, queues and arrivals as last published.
@@ -438,6 +443,7 @@ impl Scheduler {
                 attempts: AHashMap::new(),
                 unconfirmed: AHashMap::new(),
                 runs: AHashMap::new(),
+                ended_standing_by: std::collections::VecDeque::new(),
                 shares: decisions::Shares::default(),
                 described: Default::default(),
                 events: None,

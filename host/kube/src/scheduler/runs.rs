@@ -3,8 +3,19 @@
 //! `task-ended` and counted by the usage meter behind `/metrics` (`docs/usage.md`).
 //!
 //! A run that began before this process (a restart, a fail-over) is taken over from the pod: its
-//! start is the pod's `PodScheduled` transition, to the second, which `wasmsched usage` pairs with
-//! the `task-scheduled` the earlier process published.
+//! start is what the binding wrote on it ([`SCHEDULED_AT_ANNOTATION`], the very time the earlier
+//! process published), else its `PodScheduled` transition, to the second, which `wasmsched usage`
+//! pairs with the earlier `task-scheduled`.
+//!
+//! A standby follows the runs too, publishing nothing: the ends of runs that end while it stands
+//! by are kept for four lease durations. When it takes over it publishes them all — so a run whose
+//! pod went in the gap between the old leader's death and the take-over is closed, not billed
+//! forever — and the `task-scheduled` of the runs that began in that time, which the old leader
+//! may have died before sending. Which of them the old leader did send cannot be known (it may
+//! itself have started after some ended): such an event is then published twice, under the same
+//! task and start, and a consumer keys runs by both (`wasmsched usage` does), so each counts once.
+//!
+//! [`SCHEDULED_AT_ANNOTATION`]: crate::convert::SCHEDULED_AT_ANNOTATION
 
 use k8s_openapi::api::core::v1::Pod;
 use wasmsched_events::Timestamp;
@@ -44,9 +55,8 @@ impl Scheduler {
         }
     }
 
-    /// A bind succeeded: its events are published, and its run begins.
-    pub(super) fn run_started(&mut self, id: &str, events: Vec<Payload>) {
-        let at = Timestamp::now();
+    /// A bind sent at `at` succeeded: its events are published, and its run begins.
+    pub(super) fn run_started(&mut self, id: &str, events: Vec<Payload>, at: Timestamp) {
         for e in events {
             if let Payload::TaskScheduled(placed) = &e {
                 let run = Run { started: at, placed: placed.clone(), stopped: None };
@@ -56,11 +66,11 @@ impl Scheduler {
         }
     }
 
-    /// A bound pod of ours this process did not bind (bound before a restart, or by the previous
-    /// leader): its run is taken over, started when the pod was scheduled. Only the leader counts
-    /// runs: a standby's counters would count them twice.
+    /// A bound pod of ours this process did not bind (bound before a restart, or by the leader):
+    /// its run is followed from now on, started when the pod was scheduled. Only the leader's
+    /// meter counts it (a standby's counters would count it twice).
     pub(super) fn run_taken_over(&mut self, id: &str) {
-        if self.reports.runs.contains_key(id) || !*self.leadership.leader.borrow() {
+        if self.reports.runs.contains_key(id) {
             return;
         }
         let (Some(facts), Some((node_name, devices))) = (self.ours.get(id), self.cache.holding(id)) else { return };
@@ -81,21 +91,49 @@ impl Scheduler {
         };
         // Its `task-scheduled` was published when it started; this process's meter counts it from
         // now (the process before counted it until it stopped).
-        self.shared.metrics.usage.take_over(Timestamp::now(), started, &Payload::TaskScheduled(placed.clone()));
+        if *self.leadership.leader.borrow() {
+            self.shared.metrics.usage.take_over(Timestamp::now(), started, &Payload::TaskScheduled(placed.clone()));
+        }
         self.reports.runs.insert(id.to_string(), Run { started, placed, stopped: None });
     }
 
-    /// Every bound pod of ours, once this replica leads.
+    /// This replica now leads: the runs that ended while it stood by lately are ended (the old
+    /// leader may have died before it published them), and every run going on is counted from
+    /// now, as this replica's own.
     pub(super) fn take_over_runs(&mut self) {
+        let ended = std::mem::take(&mut self.reports.ended_standing_by);
+        let since = Timestamp::now().millis().saturating_sub(self.kept_standing_by().as_millis() as u64);
+        if let Some(sink) = self.reports.events.as_ref().filter(|s| s.wanted()) {
+            // Published, not metered: they ended before this process counted anything.
+            for (at, payload) in ended {
+                sink.emit_at(at, payload);
+            }
+        }
+        let now = Timestamp::now();
+        for run in self.reports.runs.values() {
+            let placed = Payload::TaskScheduled(run.placed.clone());
+            self.shared.metrics.usage.take_over(now, run.started, &placed);
+            // One that began lately may have lost its `task-scheduled` with the old leader.
+            if let Some(sink) = self.reports.events.as_ref().filter(|s| s.wanted() && run.started.millis() >= since) {
+                sink.emit_at(run.started, placed);
+            }
+        }
         let bound: Vec<String> = self.ours.iter().filter(|(_, f)| f.bound).map(|(id, _)| id.clone()).collect();
         for id in bound {
             self.run_taken_over(&id);
         }
     }
 
-    /// This replica no longer leads: the runs are the new leader's to count.
+    /// How far back a standby keeps the runs that ended, for its take-over: four lease durations
+    /// (a take-over comes one lease duration after the old leader's last renewal, plus this
+    /// replica's own lag, and the leader before may have missed some too).
+    fn kept_standing_by(&self) -> Duration {
+        self.config.lease.as_ref().map_or(Duration::ZERO, |l| 4 * l.lease_duration)
+    }
+
+    /// This replica no longer leads: the runs are the new leader's to count; this one follows them
+    /// on as a standby.
     pub(super) fn runs_handed_over(&mut self) {
-        self.reports.runs.clear();
         self.shared.metrics.usage.forget_running();
     }
 
@@ -175,7 +213,17 @@ impl Scheduler {
             reason,
             work_kept,
         };
-        self.publish_at(at, Payload::TaskEnded(ended));
+        if *self.leadership.leader.borrow() {
+            self.publish_at(at, Payload::TaskEnded(ended));
+            return;
+        }
+        // A standby keeps it for the take-over, as long as it could matter then.
+        let horizon = at.millis().saturating_sub(self.kept_standing_by().as_millis() as u64);
+        let stash = &mut self.reports.ended_standing_by;
+        stash.push_back((at, Payload::TaskEnded(ended)));
+        while stash.front().is_some_and(|(t, _)| t.millis() < horizon) {
+            stash.pop_front();
+        }
     }
 
     /// Runs of pods that a relist no longer shows: over.

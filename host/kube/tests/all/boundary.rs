@@ -434,6 +434,70 @@ async fn a_preemptor_waits_nominated_while_its_victim_terminates_and_lower_prior
     assert_chart_rbac_allows(&api);
 }
 
+/// A victim chosen while its own bind was still in flight, whose bind then failed and whose
+/// eviction is refused for a while, is not a pending pod to place again: placed elsewhere, its
+/// late eviction would leave its new node's room to another pod while it still terminates there
+/// (seen on a real API server as a node holding 9 GPUs of 8 under preemption churn).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_victim_whose_eviction_is_retried_is_never_placed_again() {
+    let api = FakeApi::new();
+    api.state().termination = None;
+    api.put(Kind::Node, gpu_node("gpu-0", 8, &[]));
+    api.put(Kind::Node, gpu_node("gpu-1", 8, &[]));
+    let resident = |name: &str, node: &str, gpus: u32| {
+        let mut p = pod("infra", name, "default-scheduler", gpus, "1", "1Gi");
+        p["spec"]["nodeName"] = json!(node);
+        p
+    };
+    api.put(Kind::Pod, resident("small", "gpu-0", 2));
+    api.put(Kind::Pod, resident("whole", "gpu-1", 8));
+    {
+        let mut s = api.state();
+        s.bind_latency = Duration::from_millis(1500);
+        let failed =
+            Fault { status: 500, reason: "InternalError", message: "etcd timeout".into(), bound_elsewhere: None };
+        s.bind_faults.insert("ml/low".into(), [failed].into());
+        s.protected.push("ml/low".into());
+    }
+    let run = start(&api, "a", None);
+    let mut low = pod("ml", "low", NAME, 4, "1", "1Gi");
+    low["spec"]["priority"] = json!(0);
+    api.put(Kind::Pod, low);
+    eventually("low's bind sent", Duration::from_secs(20), || api.state().bind_arrivals.iter().any(|p| p == "ml/low"))
+        .await;
+    // Only evicting low makes room for high on gpu-0, and low's bind is still in flight.
+    let mut high = pod("ml", "high", NAME, 6, "1", "1Gi");
+    high["spec"]["priority"] = json!(10);
+    api.put(Kind::Pod, high);
+    eventually("low's eviction refused", Duration::from_secs(10), || {
+        api.state().evictions.iter().any(|(p, code)| p == "ml/low" && *code == 429)
+    })
+    .await;
+    eventually("low's bind failed", Duration::from_secs(10), || {
+        api.binds().iter().any(|b| b.pod == "ml/low" && b.status == 500)
+    })
+    .await;
+    // Room for low (and not for high) opens on gpu-1.
+    api.remove(Kind::Pod, "infra/whole");
+    api.put(Kind::Pod, resident("half", "gpu-1", 4));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let low_binds: Vec<(String, u16)> =
+        api.binds().into_iter().filter(|b| b.pod == "ml/low").map(|b| (b.node, b.status)).collect();
+    assert_eq!(low_binds, [("gpu-0".to_string(), 500)], "a victim being evicted is never bound again");
+    // The budget allows it now: the unbound victim is deleted at once, and high takes gpu-0.
+    api.state().protected.clear();
+    eventually("high bound", Duration::from_secs(30), || node_of(&api, "ml/high").is_some()).await;
+    assert_eq!(node_of(&api, "ml/high").as_deref(), Some("gpu-0"));
+    assert!(api.get(Kind::Pod, "ml/low").is_none(), "the victim is gone");
+    // And gpu-1's room was never taken from under it: a pod that fits there binds there.
+    let mut mid = pod("ml", "mid", NAME, 4, "1", "1Gi");
+    mid["spec"]["priority"] = json!(5);
+    api.put(Kind::Pod, mid);
+    eventually("mid bound", Duration::from_secs(20), || node_of(&api, "ml/mid").is_some()).await;
+    assert_eq!(node_of(&api, "ml/mid").as_deref(), Some("gpu-1"));
+    run.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_its_disruption_budget_protects_is_not_chosen_as_a_victim() {
     let api = FakeApi::new();

@@ -2,34 +2,39 @@
 //! cluster, each pod ending a while after its bind) through two replicas that elect a leader, with
 //! the leader crashed — its runtime dropped, nothing given back, as a killed process — and a new
 //! replica started in its place, and the policy swapped on every replica, again and again. What
-//! must hold throughout: every pod bound, none bound twice, no node ever over its GPUs, and a new
-//! leader after each crash. `WASMSCHED_SOAK_SECONDS` sets the churn's length (30 s by default; CI
+//! must hold throughout: every pod bound, none bound twice, no node ever over its GPUs, a new
+//! leader after each crash, and the replicas' events together counting every run once — closed
+//! when its pod went, also when that happened while no replica led. `WASMSCHED_SOAK_SECONDS` sets the churn's length (30 s by default; CI
 //! runs 600). The hours-long version on a real API server is in BENCHMARKS.md.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use wasmsched_clusterbench::{Arrival, Config, Mix, UnderTest};
+use wasmsched_events::{EventSink, Origin, OutboxConfig};
 use wasmsched_kube::leader::LeaseConfig;
 use wasmsched_kube::metrics::Metrics;
 use wasmsched_kube::{Scheduler, SchedulerConfig, policy};
 use wasmsched_registry::{Fetched, PolicySetSpec, Registry};
 
 use crate::boundary::{NAME, preparer};
-use crate::support::fake_api::FakeApi;
+use crate::support::fake_api::{FakeApi, Kind};
 
 /// A scheduler replica on a runtime of its own, so that crashing it stops every task it started.
 struct Replica {
     id: String,
     registry: Arc<Registry>,
     metrics: Arc<Metrics>,
+    events: EventSink,
     runtime: tokio::runtime::Runtime,
     _stop: watch::Sender<bool>,
 }
 
 impl Replica {
-    fn launch(api: &FakeApi, id: &str) -> Replica {
+    /// A replica publishing its decisions to `<dir>/<id>.jsonl`.
+    fn launch(api: &FakeApi, id: &str, dir: &Path) -> Replica {
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
         let _inside = runtime.enter();
         let registry = policy::registry(preparer(), &policy::default_policy(), None, 0).unwrap();
@@ -41,10 +46,13 @@ impl Replica {
             retry_period: Duration::from_millis(200),
             ..LeaseConfig::new("wasmsched", "kube-system", id)
         });
-        let scheduler = Scheduler::new(api.clients(id, None), registry.clone(), metrics.clone(), config);
+        let origin = Origin { source: "wasmsched/soak/scheduler".into(), id_prefix: id.into() };
+        let events = EventSink::jsonl(dir.join(format!("{id}.jsonl")), origin, OutboxConfig::default()).unwrap();
+        let scheduler = Scheduler::new(api.clients(id, None), registry.clone(), metrics.clone(), config)
+            .with_events(events.clone());
         let (stop, rx) = watch::channel(false);
         runtime.spawn(scheduler.run(rx));
-        Replica { id: id.into(), registry, metrics, runtime, _stop: stop }
+        Replica { id: id.into(), registry, metrics, events, runtime, _stop: stop }
     }
 
     fn leads(&self) -> bool {
@@ -86,7 +94,9 @@ async fn churn_through_leader_crashes_and_policy_swaps_binds_every_pod_once_with
     let api = FakeApi::new();
     // No kubelet: the benchmark finishes the victims' deletions as one would.
     api.state().termination = None;
-    let mut replicas = vec![Replica::launch(&api, "r0"), Replica::launch(&api, "r1")];
+    let dir = std::env::temp_dir().join(format!("wasmsched-soak-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut replicas = vec![Replica::launch(&api, "r0", &dir), Replica::launch(&api, "r1", &dir)];
     let mut launched = 2;
 
     // 10 nodes of 8 GPUs filled with low-priority pods; plain pods, gangs of 4 and single
@@ -155,7 +165,7 @@ async fn churn_through_leader_crashes_and_policy_swaps_binds_every_pod_once_with
                     let leader = replicas.swap_remove(at);
                     tracing::info!(replica = %leader.id, "crashing the leader");
                     leader.crash();
-                    replicas.push(Replica::launch(&api, &format!("r{launched}")));
+                    replicas.push(Replica::launch(&api, &format!("r{launched}"), &dir));
                     launched += 1;
                     crashes += 1;
                     awaiting_takeover = Some(Instant::now());
@@ -167,9 +177,23 @@ async fn churn_through_leader_crashes_and_policy_swaps_binds_every_pod_once_with
     };
     let (report, (replicas, crashes, takeovers, swaps)) = tokio::join!(bench, chaos);
     let report = report.unwrap();
+    // The last measured pods end; the leader publishes how (the fillers run on).
+    let measured_left = || {
+        api.objects(Kind::Pod)
+            .iter()
+            .filter(|p| p["metadata"]["labels"]["wasmsched.io/bench-role"] == "measured")
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while measured_left() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
     for replica in replicas {
+        assert!(replica.events.flush(Duration::from_secs(10)), "events of {} written", replica.id);
         replica.crash();
     }
+    let running = api.objects(Kind::Pod).iter().filter(|p| p["spec"]["nodeName"].is_string()).count() as u64;
 
     assert!(report.complete(), "every pod bound through the crashes: {report}");
     assert_eq!((report.overcommit.times, report.overcommit.most), (0, 0), "{report}");
@@ -181,4 +205,26 @@ async fn churn_through_leader_crashes_and_policy_swaps_binds_every_pod_once_with
     assert!(report.refilled > 0 && report.ended > 0, "the churn preempted and ended pods: {report}");
     assert!(crashes >= 2 && takeovers >= crashes - 1, "{crashes} crashes, {takeovers} takeovers");
     assert!(swaps >= 2, "{swaps} policy swaps");
+
+    // Usage from every replica's events: one run per successful bind, and the runs still going on
+    // exactly the pods still bound — none left open by a crash.
+    let usage = usage_of(&dir);
+    assert_eq!(measured_left(), 0, "the measured pods all ended");
+    assert_eq!(
+        (usage.total.runs, usage.total.running_at_end),
+        (binds as u64, running),
+        "runs and runs going on at the end, against the binds and the pods bound now"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The usage report of every replica's events in `dir`, to now.
+fn usage_of(dir: &Path) -> wasmsched_usage::Report {
+    let mut ledger = wasmsched_usage::Ledger::new();
+    let files: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    for file in &files {
+        wasmsched_usage::journal::read_file(file, &mut ledger).unwrap();
+    }
+    let now = wasmsched_events::Timestamp::now().millis();
+    ledger.report(&wasmsched_usage::Query { to: Some(now), ..Default::default() })
 }

@@ -195,6 +195,8 @@ pub struct State {
     compacted: u64,
     watchers: Vec<Watcher>,
     pub binds: Vec<BindCall>,
+    /// Pods whose bind arrived (before its latency and its answer), in order.
+    pub bind_arrivals: Vec<String>,
     pub status_patches: Vec<(String, Value)>,
     pub events: Vec<Value>,
     pub evictions: Vec<(String, u16)>,
@@ -862,7 +864,11 @@ impl FakeApi {
     }
 
     async fn bind(&self, ns: &str, name: &str, body: &Value, client: String) -> Response<Body> {
-        let latency = self.state().bind_latency;
+        let latency = {
+            let mut s = self.state();
+            s.bind_arrivals.push(format!("{ns}/{name}"));
+            s.bind_latency
+        };
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
         }
@@ -925,7 +931,9 @@ impl FakeApi {
         }
         let conditions = pod["status"]["conditions"].as_array().cloned().unwrap_or_default();
         let mut conditions: Vec<Value> = conditions.into_iter().filter(|c| c["type"] != "PodScheduled").collect();
-        conditions.push(json!({"type": "PodScheduled", "status": "True"}));
+        // The server's clock, to the second, as a real API server stamps it.
+        let now = k8s_openapi::jiff::Timestamp::now().round(k8s_openapi::jiff::Unit::Second).unwrap_or_default();
+        conditions.push(json!({"type": "PodScheduled", "status": "True", "lastTransitionTime": now.to_string()}));
         pod["status"]["conditions"] = json!(conditions);
         s.upsert(Kind::Pod, pod);
         s.binds.push(call);
