@@ -1,6 +1,6 @@
 //! The policy sets the commands run by name (`--policy fgd`, the queue cycle, …).
 //!
-//! Each is an ordinary policy-set document, the format an operator writes
+//! Each is an ordinary policy set, the value an operator's document parses to
 //! (`docs/hot-reload.md`), made from the command's options ([`builtin_set`]; `wasmsched policy
 //! builtin NAME` prints it) and loaded through the registry's gates like any other set. With
 //! `--native` the same document's plugins are the plugin crates linked into this binary: the
@@ -16,7 +16,8 @@ use wasmsched_plugin_allocation_score::AllocationScore;
 use wasmsched_plugin_gpu_share_score::GpuShareScore;
 use wasmsched_plugin_gpu_topology::GpuTopology;
 use wasmsched_plugin_resource_fit::ResourceFit;
-use wasmsched_registry::{ArtifactRef, Fetched, PolicySetSpec, Preparer, Sample};
+use wasmsched_plugins::Role;
+use wasmsched_registry::{ArtifactRef, Fetched, PluginSpec, PolicySetSpec, Preparer, Sample, Stages, Weighted};
 use wasmsched_runtime::{Runtime, RuntimeConfig};
 
 /// The Wasm runtime for replays, or none with `--native`. Fuel, not wall-clock time, bounds
@@ -63,23 +64,17 @@ pub fn builtins() -> wasmsched_registry::BuiltIns {
     wasmsched_plugins::table().collect()
 }
 
-/// Score policies `simulate`, `replay` and `experiment` accept. `gpu-topology` needs nodes with a
-/// known topology (replay scenarios with `topology` files); elsewhere it scores every node alike.
-/// `domain-aware` is `fgd` under `domain-packing` (whole NVLink cliques and racks kept for gangs);
-/// without levels (a scenario's `levels`, `run --topology-levels`) it is `fgd`.
-pub const SCORE_POLICIES: [&str; 11] = [
-    "random",
-    "dot-prod",
-    "gpu-clustering",
-    "gpu-packing",
-    "best-fit",
-    "fgd",
-    "fgd-cpu",
-    "least-allocated",
-    "most-allocated",
-    "gpu-topology",
-    "domain-aware",
-];
+/// Score policies `simulate`, `replay` and `experiment` accept: every built-in score (the plugin
+/// table's), and `domain-aware`, which is `fgd` under `domain-packing` (whole NVLink cliques and
+/// racks kept for gangs; without levels — a scenario's `levels`, `run --topology-levels` — it is
+/// `fgd`). `gpu-topology` needs nodes with a known topology (replay scenarios with `topology`
+/// files); elsewhere it scores every node alike.
+pub fn score_policies() -> Vec<&'static str> {
+    wasmsched_plugins::named(Role::Score).chain([DOMAIN_AWARE]).collect()
+}
+
+/// The set made of `fgd` under `domain-packing`.
+const DOMAIN_AWARE: &str = "domain-aware";
 
 /// Weight of `gpu-topology` against `most-allocated` in the `gpu-topology` policy set.
 const TOPOLOGY_WEIGHT: u32 = 2;
@@ -88,118 +83,116 @@ const TOPOLOGY_WEIGHT: u32 = 2;
 /// which node of it.
 const DOMAIN_WEIGHT: u32 = 2;
 
-/// The FGD paper's six policies, in its order.
-pub const PAPER_POLICIES: [&str; 6] = ["random", "dot-prod", "gpu-clustering", "gpu-packing", "best-fit", "fgd"];
+/// The FGD paper's six policies, in its order (the plugin table's).
+pub const PAPER_POLICIES: [&str; 6] = {
+    let mut names = [""; 6];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = wasmsched_plugins::PAPER[i].name;
+        i += 1;
+    }
+    names
+};
 
-/// FGD with another fragmentation measure (`gpu-share-score`'s `usable`): `fgd-cpu`, and the
-/// ablations of `docs/openb/fgd-cpu.md`, which `builtin_set` accepts beside [`SCORE_POLICIES`].
+/// FGD with another fragmentation measure (`gpu-share-score`'s `usable`): the ablations of
+/// `docs/openb/fgd-cpu.md`, which `builtin_set` accepts beside [`score_policies`] (`fgd-cpu` is
+/// also a built-in of its own).
 const FGD_MEASURES: [(&str, &str); 3] =
     [("fgd-cpu", "cpu-bounded"), ("fgd-copies", "copies"), ("fgd-cpu-copies", "cpu-bounded-copies")];
-
-/// Fair-share policies the cycle accepts.
-pub const FAIR_SHARE_POLICIES: [&str; 3] = ["proportion", "drf", "decayed-usage"];
 
 /// What a built-in set is made of.
 #[derive(Clone, Debug, Default)]
 pub struct SetOptions<'a> {
-    /// The score policy (one of [`SCORE_POLICIES`]); `None`: `most-allocated` without device
+    /// The score policy (one of [`score_policies`]); `None`: `most-allocated` without device
     /// selection, the queue cycle's placement.
     pub score: Option<&'a str>,
     /// Seed of `random`.
     pub seed: u64,
     /// `fgd`'s target workload.
     pub typical: &'a [TypicalPod],
-    /// The fair-share stage (one of [`FAIR_SHARE_POLICIES`]), if any.
+    /// The fair-share stage (a built-in fair-share policy), if any.
     pub fair_share: Option<&'a str>,
     /// Priority preemption.
     pub preempt: bool,
 }
 
-/// The built-in set `options` describe, as a policy-set document: `resource-fit`, then the score
-/// policy (which also chooses the GPUs for the paper's policies and `gpu-topology`), then the
-/// cycle's stages.
-pub fn builtin_set(options: &SetOptions<'_>) -> anyhow::Result<String> {
-    use std::fmt::Write;
+/// The built-in set `options` describe: `resource-fit`, then the score policy (which also chooses
+/// the GPUs for the paper's policies and `gpu-topology`), then the cycle's stages. A value, the
+/// same an operator's document parses to (`wasmsched policy builtin NAME` prints it).
+pub fn builtin_set(options: &SetOptions<'_>) -> anyhow::Result<PolicySetSpec> {
     let score = options.score.unwrap_or("most-allocated");
     let fgd_measure = FGD_MEASURES.iter().find(|(name, _)| *name == score).map(|&(_, usable)| usable);
-    if !SCORE_POLICIES.contains(&score) && fgd_measure.is_none() {
-        bail!("unknown score policy {score:?}: use one of {}", SCORE_POLICIES.join(", "));
+    let scores = score_policies();
+    if !scores.contains(&score) && fgd_measure.is_none() {
+        bail!("unknown score policy {score:?}: use one of {}", scores.join(", "));
     }
-    if let Some(share) = options.fair_share
-        && !FAIR_SHARE_POLICIES.contains(&share)
-    {
-        bail!("unknown fair-share policy {share:?}: use {}", FAIR_SHARE_POLICIES.join(", "));
+    if let Some(share) = options.fair_share {
+        let shares: Vec<&str> = wasmsched_plugins::named(Role::FairShare).collect();
+        if !shares.contains(&share) {
+            bail!("unknown fair-share policy {share:?}: use {}", shares.join(", "));
+        }
     }
-    let domains = score == "domain-aware";
+    let domains = score == DOMAIN_AWARE;
     // `domain-aware` is FGD's node choice under the domain score.
     let score = if domains { "fgd" } else { score };
     let config = match score {
-        "random" => Some(serde_json::json!({ "policy": "random", "seed": options.seed }).to_string()),
-        "fgd" => Some(serde_json::json!({ "policy": "fgd", "typical": options.typical }).to_string()),
-        _ => fgd_measure.map(|usable| {
-            serde_json::json!({ "policy": "fgd", "usable": usable, "typical": options.typical }).to_string()
-        }),
+        "random" => Some(serde_json::json!({ "policy": "random", "seed": options.seed })),
+        "fgd" => Some(serde_json::json!({ "policy": "fgd", "typical": options.typical })),
+        _ => fgd_measure
+            .map(|usable| serde_json::json!({ "policy": "fgd", "usable": usable, "typical": options.typical })),
     };
     // The ablations are `fgd` configured; `fgd-cpu` is a built-in of its own.
     let source = if fgd_measure.is_some() && score != "fgd-cpu" { "fgd" } else { score };
-    let name = if domains { "domain-aware" } else { score };
-    let mut doc = format!("name: {name}\nplugins:\n  resource-fit: {{ source: \"builtin:resource-fit\" }}\n");
-    match config {
-        // JSON is YAML: the configuration goes in as it is.
-        Some(c) => writeln!(doc, "  {score}: {{ source: \"builtin:{source}\", config: {c} }}")?,
-        None => writeln!(doc, "  {score}: {{ source: \"builtin:{source}\" }}")?,
-    }
+    let builtin = |name: &str| PluginSpec::new(format!("builtin:{name}"));
+    let weighted = |plugin: &str, weight: u32| Weighted { plugin: plugin.into(), weight };
+    let mut plugins = BTreeMap::from([("resource-fit".to_string(), builtin("resource-fit"))]);
+    let mut scorer = builtin(source);
+    scorer.config = config.map(serde_yaml_ng::to_value).transpose()?;
+    plugins.insert(score.to_string(), scorer);
     let topology = score == "gpu-topology";
-    if topology {
-        doc.push_str("  most-allocated: { source: \"builtin:most-allocated\" }\n");
-    }
-    if domains {
-        doc.push_str("  domain-packing: { source: \"builtin:domain-packing\" }\n");
-    }
-    if let Some(share) = options.fair_share {
-        writeln!(doc, "  {share}: {{ source: \"builtin:{share}\" }}")?;
-    }
-    if options.preempt {
-        doc.push_str("  priority-preempt: { source: \"builtin:priority-preempt\" }\n");
-    }
-    doc.push_str("stages:\n");
+    let mut stages = Stages { filter: vec!["resource-fit".into()], ..Stages::default() };
     if topology {
         // Filter (NUMA policy), score and device selection from one plugin. Topology only ranks
         // nodes for multi-GPU tasks; bin packing (most-allocated) breaks its ties and places
         // single-GPU tasks, so they fill partly used nodes instead of breaking up whole ones.
-        writeln!(doc, "  filter: [resource-fit, {score}]")?;
-        writeln!(
-            doc,
-            "  score: [{{ plugin: {score}, weight: {TOPOLOGY_WEIGHT} }}, {{ plugin: most-allocated, weight: 1 }}]"
-        )?;
+        plugins.insert("most-allocated".into(), builtin("most-allocated"));
+        stages.filter.push(score.into());
+        stages.score = vec![weighted(score, TOPOLOGY_WEIGHT), weighted("most-allocated", 1)];
     } else if domains {
-        doc.push_str("  filter: [resource-fit]\n");
-        writeln!(
-            doc,
-            "  score: [{{ plugin: domain-packing, weight: {DOMAIN_WEIGHT} }}, {{ plugin: {score}, weight: 1 }}]"
-        )?;
+        plugins.insert("domain-packing".into(), builtin("domain-packing"));
+        stages.score = vec![weighted("domain-packing", DOMAIN_WEIGHT), weighted(score, 1)];
     } else {
-        doc.push_str("  filter: [resource-fit]\n");
-        writeln!(doc, "  score: [{{ plugin: {score}, weight: 1 }}]")?;
+        stages.score = vec![weighted(score, 1)];
     }
     if topology || PAPER_POLICIES.contains(&score) || fgd_measure.is_some() {
-        writeln!(doc, "  select_devices: {score}")?;
+        stages.select_devices = Some(score.into());
     }
     if options.preempt {
-        doc.push_str("  preempt: priority-preempt\n");
+        plugins.insert("priority-preempt".into(), builtin("priority-preempt"));
+        stages.preempt = Some("priority-preempt".into());
     }
     if let Some(share) = options.fair_share {
-        writeln!(doc, "  fair_share: {share}")?;
+        plugins.insert(share.into(), builtin(share));
+        stages.fair_share = Some(share.into());
     }
-    Ok(doc)
+    let name = if domains { DOMAIN_AWARE } else { score };
+    let spec = PolicySetSpec {
+        name: name.into(),
+        plugins,
+        stages,
+        smoke: Default::default(),
+        shadow: None,
+        rollback: Default::default(),
+    };
+    spec.validate().map_err(anyhow::Error::msg)?;
+    Ok(spec)
 }
 
-/// Load `document` (a policy set naming built-ins only) as version 1: through the registry's
+/// Load `spec` (a policy set naming built-ins only) as version 1: through the registry's
 /// [`Preparer`] on `runtime`, or natively when `runtime` is `None`. Its smoke test has no sample
 /// ([`Sample::none`]): a replay starts from the plugins' initial state, so a seeded `random`
 /// draws the same numbers every run.
-pub fn load_set(runtime: Option<&Arc<Runtime>>, document: &str) -> anyhow::Result<PolicySet> {
-    let spec = PolicySetSpec::parse("built-in", document)?;
+pub fn load_set(runtime: Option<&Arc<Runtime>>, spec: PolicySetSpec) -> anyhow::Result<PolicySet> {
     let Some(runtime) = runtime else {
         return native_set(&spec);
     };
@@ -224,31 +217,29 @@ fn native_set(spec: &PolicySetSpec) -> anyhow::Result<PolicySet> {
     Ok(wasmsched_registry::build_set(&spec, 1, &plugins))
 }
 
-/// The native plugin of built-in `name`, registered under that name.
+/// The native plugin of built-in `name` — the crate its component is built from — registered
+/// under that name.
 fn native(name: &str, config: &str) -> anyhow::Result<Arc<dyn PolicyPlugin>> {
+    use wasmsched_plugins::Source;
+    let Some(builtin) = wasmsched_plugins::by_name(name) else { bail!("no built-in {name:?}") };
     let msg = anyhow::Error::msg;
-    Ok(match name {
-        "resource-fit" => Arc::new(NativePlugin::<ResourceFit>::new(config, 1).map_err(msg)?),
-        "node-affinity" => {
+    Ok(match builtin.source {
+        Source::ResourceFit => Arc::new(NativePlugin::<ResourceFit>::new(config, 1).map_err(msg)?),
+        Source::NodeAffinity => {
             Arc::new(NativePlugin::<wasmsched_plugin_node_affinity::NodeAffinityScore>::new(config, 1).map_err(msg)?)
         }
-        "gpu-topology" => Arc::new(NativePlugin::<GpuTopology>::new(config, 1).map_err(msg)?),
-        "domain-packing" => {
+        Source::GpuTopology => Arc::new(NativePlugin::<GpuTopology>::new(config, 1).map_err(msg)?),
+        Source::DomainPacking => {
             Arc::new(NativePlugin::<wasmsched_plugin_domain_packing::DomainPacking>::new(config, 1).map_err(msg)?)
         }
-        "proportion" | "drf" | "decayed-usage" => Arc::new(
+        Source::FairShare => Arc::new(
             NativePlugin::<wasmsched_plugin_fair_share::FairSharePolicy>::new(config, 1).map_err(msg)?.named(name),
         ),
-        "priority-preempt" => {
+        Source::PriorityPreempt => {
             Arc::new(NativePlugin::<wasmsched_plugin_priority_preempt::PriorityPreempt>::new(config, 1).map_err(msg)?)
         }
-        "least-allocated" | "most-allocated" => {
-            Arc::new(NativePlugin::<AllocationScore>::new(config, 1).map_err(msg)?.named(name))
-        }
-        _ if PAPER_POLICIES.contains(&name) || name == "fgd-cpu" => {
-            Arc::new(NativePlugin::<GpuShareScore>::new(config, 1).map_err(msg)?.named(name))
-        }
-        other => bail!("no native build of built-in {other:?}"),
+        Source::AllocationScore => Arc::new(NativePlugin::<AllocationScore>::new(config, 1).map_err(msg)?.named(name)),
+        Source::GpuShareScore => Arc::new(NativePlugin::<GpuShareScore>::new(config, 1).map_err(msg)?.named(name)),
     })
 }
 
@@ -256,7 +247,7 @@ fn native(name: &str, config: &str) -> anyhow::Result<Arc<dyn PolicyPlugin>> {
 /// (`proportion`, `drf` or `decayed-usage`) and `priority-preempt`, from `runtime` or native.
 pub fn cycle_policy_set(runtime: Option<&Arc<Runtime>>, fair_share: &str) -> anyhow::Result<PolicySet> {
     let options = SetOptions { fair_share: Some(fair_share), preempt: true, ..SetOptions::default() };
-    load_set(runtime, &builtin_set(&options)?)
+    load_set(runtime, builtin_set(&options)?)
 }
 
 /// `resource-fit` then the score policy `score`, from `runtime` (Wasm) or native when `runtime`
@@ -268,7 +259,7 @@ pub fn policy_set(
     seed: u64,
     typical: &[TypicalPod],
 ) -> anyhow::Result<PolicySet> {
-    load_set(runtime, &builtin_set(&SetOptions { score: Some(score), seed, typical, ..SetOptions::default() })?)
+    load_set(runtime, builtin_set(&SetOptions { score: Some(score), seed, typical, ..SetOptions::default() })?)
 }
 
 /// [`policy_set`] plus the cycle's stages: fair share `fair_share` (by name) and, when `preempt`,
@@ -282,7 +273,7 @@ pub fn replay_policy_set(
     preempt: bool,
 ) -> anyhow::Result<PolicySet> {
     let options = SetOptions { score: Some(score), seed, typical, fair_share: Some(fair_share), preempt };
-    load_set(runtime, &builtin_set(&options)?)
+    load_set(runtime, builtin_set(&options)?)
 }
 
 #[cfg(test)]
@@ -334,11 +325,13 @@ mod tests {
         let typical = [TypicalPod { cpu_milli: 2_000, milli: 1000, count: 1, models: vec![], weight: 1.0 }];
         let nodes = cluster();
         let tasks = [task("a", 1, 300), task("b", 2, 1000), task("c", 1, 1000), task("d", 0, 0)];
-        for score in SCORE_POLICIES.into_iter().chain(FGD_MEASURES.map(|(name, _)| name)) {
+        for score in score_policies().into_iter().chain(FGD_MEASURES.map(|(name, _)| name)) {
             let options =
                 SetOptions { score: Some(score), seed: 3, typical: &typical, fair_share: Some("drf"), preempt: true };
-            let doc = builtin_set(&options).unwrap();
+            // As `policy builtin` prints it, and as an operator's copy of that parses.
+            let doc = serde_yaml_ng::to_string(&builtin_set(&options).unwrap()).unwrap();
             let spec = PolicySetSpec::parse("t", &doc).unwrap_or_else(|e| panic!("{score}: {e}\n{doc}"));
+            assert_eq!(spec, builtin_set(&options).unwrap(), "{score}: printed and parsed back, the same set");
             let first = if score == "domain-aware" { "domain-packing" } else { score };
             assert_eq!(spec.stages.score[0].plugin, first);
             assert_eq!(
@@ -347,8 +340,8 @@ mod tests {
                     || ["gpu-topology", "domain-aware"].contains(&score)
                     || score.starts_with("fgd-")
             );
-            let wasm = load_set(Some(&runtime), &doc).unwrap();
-            let native = load_set(None, &doc).unwrap();
+            let wasm = load_set(Some(&runtime), spec.clone()).unwrap();
+            let native = load_set(None, spec).unwrap();
             assert!(wasm.preempt().is_some() && wasm.fair_share().is_some());
             for t in &tasks {
                 let (w, n) = (place(&wasm, &nodes, t, 0), place(&native, &nodes, t, 0));

@@ -138,7 +138,7 @@ pub fn run(cmd: Command) -> anyhow::Result<()> {
                 preempt,
                 ..Default::default()
             };
-            print!("{}", crate::policy::builtin_set(&options)?);
+            print!("{}", serde_yaml_ng::to_string(&crate::policy::builtin_set(&options)?)?);
             Ok(())
         }
         Command::Digest { file } => {

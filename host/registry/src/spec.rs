@@ -33,14 +33,20 @@ pub struct PolicySetSpec {
     /// Which plugins serve which stage.
     pub stages: Stages,
     /// The smoke test every new version passes before it may go live.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub smoke: SmokeSpec,
     /// Run beside the live set before going live; none swaps right after the smoke test.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shadow: Option<ShadowSpec>,
     /// When the live set is rolled back after it went live.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub rollback: RollbackSpec,
+}
+
+/// Settings left at their defaults are left out when a set is written (`policy builtin`): what a
+/// person would write.
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
 }
 
 /// One plugin of a set.
@@ -51,32 +57,53 @@ pub struct PluginSpec {
     /// directory) or `object:NAME` (the NATS object store bucket of the source).
     pub source: String,
     /// `sha256:<64 hex digits>` of the component; required unless the source is `builtin:`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
     /// Configuration handed to the plugin's `init`: a string is passed as is, anything else as
     /// JSON. Absent: a built-in's default configuration, or empty.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<serde_yaml_ng::Value>,
     /// What callers do when it faults.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub failure: Failure,
     /// Wall-clock budget of one call, milliseconds.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_ms: Option<u64>,
     /// Linear-memory cap, MiB.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_mib: Option<u64>,
     /// Fuel per call (deterministic runtimes only).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fuel: Option<u64>,
     /// As a filter, may its verdicts be reused for equal tasks on unchanged nodes (the contract
     /// says they may)? `false` asks it about every node every time.
-    #[serde(default = "reuse_by_default")]
+    #[serde(default = "reuse_by_default", skip_serializing_if = "is_reused")]
     pub reuse_verdicts: bool,
 }
 
 fn reuse_by_default() -> bool {
     true
+}
+
+fn is_reused(reuse: &bool) -> bool {
+    *reuse
+}
+
+impl PluginSpec {
+    /// The plugin at `source` (`builtin:NAME`, `file:PATH`, `object:NAME`) with every setting at
+    /// its default.
+    pub fn new(source: impl Into<String>) -> PluginSpec {
+        PluginSpec {
+            source: source.into(),
+            digest: None,
+            config: None,
+            failure: Failure::default(),
+            deadline_ms: None,
+            memory_mib: None,
+            fuel: None,
+            reuse_verdicts: reuse_by_default(),
+        }
+    }
 }
 
 /// [`FailurePolicy`] as written in YAML.
@@ -104,20 +131,20 @@ impl From<Failure> for FailurePolicy {
 #[serde(deny_unknown_fields)]
 pub struct Stages {
     /// Filter plugins, in the order they run.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub filter: Vec<String>,
     /// Score plugins with weights.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub score: Vec<Weighted>,
     /// Device-selection plugin; none uses the host's default.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub select_devices: Option<String>,
     /// Victim-selection plugin; none: work that does not fit waits, nothing is preempted.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preempt: Option<String>,
     /// Fair-share plugin (deserved shares and the order queues are served in); none: queues are
     /// served in tree order and nothing is reclaimed.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fair_share: Option<String>,
 }
 
