@@ -518,49 +518,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args.nodes > 0 && args.pods > 0 && args.repeat > 0,
         "--nodes, --pods and --repeat must be positive"
     );
-    let mut rng = Rng::new(args.seed);
-    let mut base = cluster(args.nodes, &mut rng);
-    let find = feasible_nodes_to_find(args.nodes, args.percentage);
     let natives = policy_set(None, &args.score, args.seed, &[])?;
-    // The existing pods, bound before anything is measured.
-    let mut start = 0;
-    for i in 0..args.existing {
-        let task = pod(&mut rng, i);
-        let s = place_sampled(&natives, &base, &task, 0, start, find);
-        start = (start + s.examined) % args.nodes;
-        if let Ok(p) = s.result {
-            base.update_usage(p.node, |n| bind(n, &task, &p.devices));
-        }
-    }
-    let pods: Vec<Task> = match args.pod_shapes {
-        Some(k) => {
-            let specs: Vec<Task> = (0..k.max(1)).map(|i| pod(&mut rng, args.existing + i)).collect();
-            (0..args.pods)
-                .map(|i| Task { id: format!("pod-{}", args.existing + i), ..specs[i % specs.len()].clone() })
-                .collect()
-        }
-        None => (0..args.pods).map(|i| pod(&mut rng, args.existing + i)).collect(),
-    };
-    let scenario = Scenario { base, pods, find };
-
-    let runtime = (!args.native_only)
-        .then(|| Runtime::new(crate::policy::runtime_config()).map(Arc::new))
-        .transpose()
-        .context("starting the Wasm runtime")?;
-    let wasm = runtime.as_ref().map(|rt| policy_set(Some(rt), &args.score, args.seed, &[])).transpose()?;
-    let unbounded_runtime = (!args.native_only && args.compare_deadlines)
-        .then(|| Runtime::new(RuntimeConfig { deadlines: false, ..crate::policy::runtime_config() }).map(Arc::new))
-        .transpose()
-        .context("starting the Wasm runtime without deadlines")?;
-    let unbounded =
-        unbounded_runtime.as_ref().map(|rt| policy_set(Some(rt), &args.score, args.seed, &[])).transpose()?;
-    let plain_runtime = (!args.native_only && args.compare_placement)
-        .then(|| {
-            Runtime::new(RuntimeConfig { placement_calls: false, ..crate::policy::runtime_config() }).map(Arc::new)
-        })
-        .transpose()
-        .context("starting the Wasm runtime without placement calls")?;
-    let plain = plain_runtime.as_ref().map(|rt| policy_set(Some(rt), &args.score, args.seed, &[])).transpose()?;
+    let scenario = scenario(&args, &natives);
+    let find = scenario.find;
+    let sets = Sets::load(&args, natives)?;
     let sink = args.sink.open("bench")?;
     let destination = args
         .sink
@@ -569,23 +530,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .clone()
         .map(|u| format!("nats {u}"))
         .or_else(|| args.sink.events.as_ref().map(|p| format!("jsonl {}", p.display())));
-
-    let mut runtimes: Vec<(&'static str, PolicySet)> = vec![("native", natives.clone())];
-    if let Some(w) = &wasm {
-        runtimes.push(("wasm", w.clone()));
-    }
-    if let Some(u) = &unbounded {
-        runtimes.push(("wasm, no deadlines", u.clone()));
-    }
-    if let Some(p) = &plain {
-        runtimes.push(("wasm, plain calls", p.clone()));
-    }
-    if args.compare_verdict_reuse {
-        runtimes.push(("native, no verdict reuse", natives.without_verdict_reuse()));
-        if let Some(w) = &wasm {
-            runtimes.push(("wasm, no verdict reuse", w.without_verdict_reuse()));
-        }
-    }
+    let runtimes = sets.measured(args.compare_verdict_reuse);
     // Warm-up (instances, caches).
     let warm =
         Scenario { base: scenario.base.clone(), pods: scenario.pods[..scenario.pods.len().min(500)].to_vec(), find };
@@ -595,56 +540,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // Progress between measurements (never inside one): the runs, then the interleaved event
     // runs, the gang runs and the queue churns.
     let with_events = usize::from(sink.is_some());
-    let churn_sets = if args.queues == 0 {
-        0
-    } else {
-        (1 + usize::from(runtime.is_some())) * (1 + usize::from(args.compare_verdict_reuse))
-    };
+    let with_wasm = usize::from(sets.runtime.is_some());
+    let churn_sets = if args.queues == 0 { 0 } else { (1 + with_wasm) * (1 + usize::from(args.compare_verdict_reuse)) };
     let progress = crate::progress::Progress::new(
         (runtimes.len() * args.repeat * (1 + with_events)
             + runtimes.len() * with_events
             + runtimes.len() * args.repeat * usize::from(args.gangs > 0 && args.gang_size > 0)
             + churn_sets
             + if args.dashboard_clients > 0 { runtimes.len() } else { 0 }
-            + if args.dra { 1 + usize::from(runtime.is_some()) } else { 0 }
-            + if args.vendors { 1 + usize::from(runtime.is_some()) } else { 0 }) as u64,
+            + if args.dra { 1 + with_wasm } else { 0 }
+            + if args.vendors { 1 + with_wasm } else { 0 }) as u64,
         "measurements",
         args.quiet,
     );
-    // Each repetition runs every runtime with events off and on back to back, alternating which
-    // goes first, so drift on a noisy machine hits both alike; the ratio is taken per pair.
-    let mut samples: Vec<Measured> = Vec::new();
-    let mut pair_ratios: Vec<Vec<f64>> = vec![Vec::new(); runtimes.len()];
-    for r in 0..args.repeat {
-        for (i, (name, set)) in runtimes.iter().enumerate() {
-            let off = |samples: &mut Vec<Measured>| {
-                let m = run_once(set, &scenario, None, name);
-                samples.push(m.clone());
-                progress.step();
-                m
-            };
-            let Some(sink) = sink.as_ref() else {
-                off(&mut samples);
-                continue;
-            };
-            let on = |samples: &mut Vec<Measured>| {
-                let m = run_once(set, &scenario, Some(sink), name);
-                samples.push(m.clone());
-                // Let the drainer catch up so that it does not run into the next measurement.
-                sink.flush(Duration::from_secs(120));
-                progress.step();
-                m
-            };
-            let (a, b) = if r % 2 == 0 {
-                let a = off(&mut samples);
-                (a, on(&mut samples))
-            } else {
-                let b = on(&mut samples);
-                (off(&mut samples), b)
-            };
-            pair_ratios[i].push(b.pods_per_second / a.pods_per_second);
-        }
-    }
+    let (samples, pair_ratios) = measure_runs(&runtimes, &scenario, sink.as_ref(), args.repeat, &progress);
     let events_interleaved: Vec<Interleaved> = match sink.as_ref() {
         Some(sink) => runtimes
             .iter()
@@ -678,41 +587,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             gangs.push(of[of.len() / 2].clone());
         }
     }
-    let mut queue_churn = Vec::new();
-    if args.queues > 0 {
-        let natives = crate::policy::cycle_policy_set(None, "proportion")?;
-        let wasm = runtime.as_ref().map(|rt| crate::policy::cycle_policy_set(Some(rt), "proportion")).transpose()?;
-        let mut sets = vec![("native", natives.clone())];
-        if let Some(w) = &wasm {
-            sets.push(("wasm", w.clone()));
-        }
-        if args.compare_verdict_reuse {
-            sets.push(("native, no verdict reuse", natives.without_verdict_reuse()));
-            if let Some(w) = &wasm {
-                sets.push(("wasm, no verdict reuse", w.without_verdict_reuse()));
-            }
-        }
-        for (name, set) in &sets {
-            let churn = crate::bench_queues::Churn {
-                queues: args.queues,
-                limits: args.queue_limits,
-                flavors: args.queue_flavors,
-                nodes: args.queue_nodes,
-                rounds: args.queue_rounds,
-                seed: args.seed,
-            };
-            queue_churn.push(crate::bench_queues::run(set, name, churn));
-            progress.step();
-        }
-    }
+    let queue_churn = if args.queues > 0 { queue_churn(&args, sets.runtime.as_ref(), &progress)? } else { Vec::new() };
     let mut dra = Vec::new();
     if args.dra {
         let setup = crate::bench_dra::Setup::new(args.nodes, args.pods, find, args.seed);
-        let mut sets = vec![("native", natives.clone())];
-        if let Some(w) = &wasm {
-            sets.push(("wasm", w.clone()));
-        }
-        for (name, set) in &sets {
+        for (name, set) in sets.native_and_wasm() {
             dra.push(setup.measure(set, name, args.repeat));
             progress.step();
         }
@@ -720,26 +599,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut vendors = Vec::new();
     if args.vendors {
         let two = crate::bench_vendors::mixed(&scenario);
-        let mut sets = vec![("native", natives.clone())];
-        if let Some(w) = &wasm {
-            sets.push(("wasm", w.clone()));
-        }
-        for (name, set) in &sets {
+        for (name, set) in sets.native_and_wasm() {
             vendors.push(crate::bench_vendors::measure(set, name, &scenario, &two, args.repeat));
             progress.step();
         }
     }
     drop(progress);
-    let mut runs = Vec::new();
-    for (name, _) in &runtimes {
-        for events in [false, true] {
-            let of: Vec<Measured> =
-                samples.iter().filter(|m| m.runtime == *name && m.events == events).cloned().collect();
-            if !of.is_empty() {
-                runs.push(median(of));
-            }
-        }
-    }
+    let runs = medians(&runtimes, &samples);
     let get = |rt: &str| runs.iter().find(|m| m.runtime == rt && !m.events).map(|m| m.pods_per_second);
     let wasm_over_native = get("wasm").zip(get("native")).map(|(w, n)| w / n);
     let unbounded_over_native = get("wasm, no deadlines").zip(get("native")).map(|(w, n)| w / n);
@@ -775,8 +641,196 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
-        return events_cmd::delivered(stats.as_ref());
+    } else {
+        print_report(&report, stats.as_ref());
     }
+    events_cmd::delivered(stats.as_ref())
+}
+
+/// The cluster of `args.nodes` nodes with `args.existing` pods bound by `natives` before anything
+/// is measured, and the pods to schedule (of `args.pod_shapes` shapes, or each its own).
+fn scenario(args: &Args, natives: &PolicySet) -> Scenario {
+    let mut rng = Rng::new(args.seed);
+    let mut base = cluster(args.nodes, &mut rng);
+    let find = feasible_nodes_to_find(args.nodes, args.percentage);
+    let mut start = 0;
+    for i in 0..args.existing {
+        let task = pod(&mut rng, i);
+        let s = place_sampled(natives, &base, &task, 0, start, find);
+        start = (start + s.examined) % args.nodes;
+        if let Ok(p) = s.result {
+            base.update_usage(p.node, |n| bind(n, &task, &p.devices));
+        }
+    }
+    let pods: Vec<Task> = match args.pod_shapes {
+        Some(k) => {
+            let specs: Vec<Task> = (0..k.max(1)).map(|i| pod(&mut rng, args.existing + i)).collect();
+            (0..args.pods)
+                .map(|i| Task { id: format!("pod-{}", args.existing + i), ..specs[i % specs.len()].clone() })
+                .collect()
+        }
+        None => (0..args.pods).map(|i| pod(&mut rng, args.existing + i)).collect(),
+    };
+    Scenario { base, pods, find }
+}
+
+/// The policy sets compared: native, and on Wasm runtimes as asked (with deadlines, without,
+/// without placement calls). Each runtime is kept with the set that runs on it.
+struct Sets {
+    natives: PolicySet,
+    runtime: Option<Arc<Runtime>>,
+    wasm: Option<PolicySet>,
+    unbounded: Option<PolicySet>,
+    plain: Option<PolicySet>,
+    /// The other runtimes, alive as long as their sets run (their epoch tickers with them).
+    _others: Vec<Arc<Runtime>>,
+}
+
+impl Sets {
+    fn load(args: &Args, natives: PolicySet) -> anyhow::Result<Sets> {
+        let on = |config: RuntimeConfig, what: &str| -> anyhow::Result<(Arc<Runtime>, PolicySet)> {
+            let rt = Arc::new(Runtime::new(config).with_context(|| format!("starting the Wasm runtime{what}"))?);
+            let set = policy_set(Some(&rt), &args.score, args.seed, &[])?;
+            Ok((rt, set))
+        };
+        let config = crate::policy::runtime_config;
+        let wasm = (!args.native_only).then(|| on(config(), "")).transpose()?;
+        let unbounded = (!args.native_only && args.compare_deadlines)
+            .then(|| on(RuntimeConfig { deadlines: false, ..config() }, " without deadlines"))
+            .transpose()?;
+        let plain = (!args.native_only && args.compare_placement)
+            .then(|| on(RuntimeConfig { placement_calls: false, ..config() }, " without placement calls"))
+            .transpose()?;
+        let (runtime, wasm) = wasm.unzip();
+        let (unbounded_runtime, unbounded) = unbounded.unzip();
+        let (plain_runtime, plain) = plain.unzip();
+        let _others = unbounded_runtime.into_iter().chain(plain_runtime).collect();
+        Ok(Sets { natives, runtime, wasm, unbounded, plain, _others })
+    }
+
+    /// The configurations the main runs measure, by name.
+    fn measured(&self, verdict_reuse: bool) -> Vec<(&'static str, PolicySet)> {
+        let mut runtimes: Vec<(&'static str, PolicySet)> = vec![("native", self.natives.clone())];
+        if let Some(w) = &self.wasm {
+            runtimes.push(("wasm", w.clone()));
+        }
+        if let Some(u) = &self.unbounded {
+            runtimes.push(("wasm, no deadlines", u.clone()));
+        }
+        if let Some(p) = &self.plain {
+            runtimes.push(("wasm, plain calls", p.clone()));
+        }
+        if verdict_reuse {
+            runtimes.push(("native, no verdict reuse", self.natives.without_verdict_reuse()));
+            if let Some(w) = &self.wasm {
+                runtimes.push(("wasm, no verdict reuse", w.without_verdict_reuse()));
+            }
+        }
+        runtimes
+    }
+
+    fn native_and_wasm(&self) -> impl Iterator<Item = (&'static str, &PolicySet)> {
+        std::iter::once(("native", &self.natives)).chain(self.wasm.as_ref().map(|w| ("wasm", w)))
+    }
+}
+
+/// Each repetition runs every configuration with events off and on back to back, alternating
+/// which goes first, so drift on a noisy machine hits both alike; the ratio is taken per pair.
+/// Every run, and per configuration the on/off ratio of each pair.
+fn measure_runs(
+    runtimes: &[(&'static str, PolicySet)],
+    scenario: &Scenario,
+    sink: Option<&EventSink>,
+    repeat: usize,
+    progress: &crate::progress::Progress,
+) -> (Vec<Measured>, Vec<Vec<f64>>) {
+    let mut samples: Vec<Measured> = Vec::new();
+    let mut pair_ratios: Vec<Vec<f64>> = vec![Vec::new(); runtimes.len()];
+    for r in 0..repeat {
+        for (i, (name, set)) in runtimes.iter().enumerate() {
+            let off = |samples: &mut Vec<Measured>| {
+                let m = run_once(set, scenario, None, name);
+                samples.push(m.clone());
+                progress.step();
+                m
+            };
+            let Some(sink) = sink else {
+                off(&mut samples);
+                continue;
+            };
+            let on = |samples: &mut Vec<Measured>| {
+                let m = run_once(set, scenario, Some(sink), name);
+                samples.push(m.clone());
+                // Let the drainer catch up so that it does not run into the next measurement.
+                sink.flush(Duration::from_secs(120));
+                progress.step();
+                m
+            };
+            let (a, b) = if r % 2 == 0 {
+                let a = off(&mut samples);
+                (a, on(&mut samples))
+            } else {
+                let b = on(&mut samples);
+                (off(&mut samples), b)
+            };
+            pair_ratios[i].push(b.pods_per_second / a.pods_per_second);
+        }
+    }
+    (samples, pair_ratios)
+}
+
+/// The queue-churn scenario on the full cycle's policies, native and Wasm (and without verdict
+/// reuse when asked).
+fn queue_churn(
+    args: &Args,
+    runtime: Option<&Arc<Runtime>>,
+    progress: &crate::progress::Progress,
+) -> anyhow::Result<Vec<crate::bench_queues::QueueRun>> {
+    let natives = crate::policy::cycle_policy_set(None, "proportion")?;
+    let wasm = runtime.map(|rt| crate::policy::cycle_policy_set(Some(rt), "proportion")).transpose()?;
+    let mut sets = vec![("native", natives.clone())];
+    if let Some(w) = &wasm {
+        sets.push(("wasm", w.clone()));
+    }
+    if args.compare_verdict_reuse {
+        sets.push(("native, no verdict reuse", natives.without_verdict_reuse()));
+        if let Some(w) = &wasm {
+            sets.push(("wasm, no verdict reuse", w.without_verdict_reuse()));
+        }
+    }
+    let mut out = Vec::new();
+    for (name, set) in &sets {
+        let churn = crate::bench_queues::Churn {
+            queues: args.queues,
+            limits: args.queue_limits,
+            flavors: args.queue_flavors,
+            nodes: args.queue_nodes,
+            rounds: args.queue_rounds,
+            seed: args.seed,
+        };
+        out.push(crate::bench_queues::run(set, name, churn));
+        progress.step();
+    }
+    Ok(out)
+}
+
+/// The median run of each configuration, events off then on.
+fn medians(runtimes: &[(&'static str, PolicySet)], samples: &[Measured]) -> Vec<Measured> {
+    let mut runs = Vec::new();
+    for (name, _) in runtimes {
+        for events in [false, true] {
+            let of: Vec<Measured> =
+                samples.iter().filter(|m| m.runtime == *name && m.events == events).cloned().collect();
+            if !of.is_empty() {
+                runs.push(median(of));
+            }
+        }
+    }
+    runs
+}
+
+/// The report as text.
+fn print_report(report: &Report, stats: Option<&wasmsched_events::Stats>) {
     println!(
         "wasmsched bench: {} nodes, {} existing pods, {} pods to schedule; {}; {} nodes to find; median of {}",
         report.nodes, report.existing, report.pods, report.policies, report.nodes_to_find, report.repeat
@@ -885,10 +939,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             d.dra_over_counted
         );
     }
-    if let (Some(d), Some(s)) = (&report.events_destination, &stats) {
+    if let (Some(d), Some(s)) = (&report.events_destination, stats) {
         println!("events to {d}: {} emitted, {} delivered, {} dropped", s.emitted, s.delivered, s.dropped);
     }
-    events_cmd::delivered(stats.as_ref())
 }
 
 #[cfg(test)]

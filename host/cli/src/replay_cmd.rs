@@ -382,31 +382,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let inputs = Inputs { table, tree, jobs, skipped, dra, fabric };
         return crate::replay_compare::run(&inputs, runtime, [a, b], settings, args.json, args.serve);
     }
-    let initial = initial_set(&args, None, runtime.as_ref(), &jobs)?;
-    let preparer = runtime.clone().map(|rt| wasmsched_registry::Preparer::new(rt, crate::policy::builtins()));
-    // Smoke tests run on the replayed cluster with its first jobs.
-    let sample = wasmsched_registry::Sample {
-        nodes: Arc::new(table.snapshot()),
-        tasks: jobs.iter().take(16).filter_map(|j| j.workload().members.into_iter().next()).collect(),
-    };
-    let policies = ReplayPolicies::prepare(initial, &args.rollouts, preparer.as_ref(), &sample)?;
-    drop(sample);
-    let events = args.sink.open_for_simulation("replay")?;
-    let mut policy_events = policies.events().into_iter().peekable();
-    let mut decisions_by_version: std::collections::BTreeMap<u64, usize> = Default::default();
+    let policies = prepare_policies(&args, runtime, &table, &jobs)?;
     let settings = settings(&args, fabric);
-    let config = settings.core.clone();
-    let by_name: std::collections::HashMap<&str, &Job> = jobs.iter().map(|j| (j.name.as_str(), j)).collect();
-    // Per workload: failed attempts since it last ran, and the gang fit of the last one.
-    let mut tries: std::collections::HashMap<String, (u32, u32)> = std::collections::HashMap::new();
-    let no_task = Task::default();
-    let t = Instant::now();
-    let mut topology = (!table.topologies().is_empty()).then(TopologyStats::default);
-    // Progress in jobs started: the work is placing them (once the last has started only departures
-    // remain), and under contention most start long after the last arrival.
-    let progress = crate::progress::Progress::new(jobs.len() as u64, "jobs started", args.quiet);
-    let mut started: std::collections::HashSet<String> = std::collections::HashSet::new();
-    let mut shares = decisions::Shares::default();
     let mut board = match args.serve {
         Some(addr) => Some(crate::replay_dashboard::TimedReplay::start(
             addr,
@@ -419,145 +396,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         )?),
         None => None,
     };
-    let events = crate::events_cmd::Shown::new(events, board.as_ref().map(|b| b.publisher()), "replay")?;
+    let sink = args.sink.open_for_simulation("replay")?;
+    let events = crate::events_cmd::Shown::new(sink, board.as_ref().map(|b| b.publisher()), "replay")?;
     if let Some(sink) = events.target() {
         for p in cluster_events(&table, &tree) {
             sink.emit_at(wasmsched_events::Timestamp(0), p);
         }
     }
-    let kinds = table.accelerators().kinds().to_vec();
-    let kinds = &kinds;
+    let t = Instant::now();
+    // Progress in jobs started: the work is placing them (once the last has started only departures
+    // remain), and under contention most start long after the last arrival.
+    let progress = crate::progress::Progress::new(jobs.len() as u64, "jobs started", args.quiet);
+    let mut recorder = Recorder::new(&events, board.as_mut(), &policies, &jobs, &table, &settings.core, &progress);
     let r = timed::run_with_devices(&policies.timeline(), &table, dra.as_ref(), &tree, &jobs, settings.clone(), |o| {
-        let d = match o {
-            timed::Observed::Decision(d) => d,
-            timed::Observed::Arrived(at, job, workload) => {
-                if let Some(sink) = events.target() {
-                    let timings = decisions::Timings {
-                        checkpoint_seconds: job.checkpoint_seconds,
-                        termination_seconds: job.termination_seconds,
-                        duration_seconds: job.duration,
-                    };
-                    let stamp = wasmsched_events::Timestamp(at.saturating_mul(1000));
-                    for (i, task) in workload.members.iter().enumerate() {
-                        // A replica taken over where it runs (`running_on`) says so.
-                        let payload = match job.running_on.get(i) {
-                            Some(node) => decisions::submitted_running(task, workload, timings, kinds, node, stamp),
-                            None => decisions::submitted(task, workload, timings, kinds),
-                        };
-                        sink.emit_at(stamp, payload);
-                    }
-                }
-                return;
-            }
-            timed::Observed::Withdrawn(at, job, workload) => {
-                if let Some(b) = board.as_mut() {
-                    b.withdrawn(at, &workload.name);
-                }
-                if let Some(sink) = events.target() {
-                    let stamp = wasmsched_events::Timestamp(at.saturating_mul(1000));
-                    for task in &workload.members {
-                        sink.emit_at(stamp, decisions::withdrawn(task, at.saturating_sub(job.arrival)));
-                    }
-                }
-                return;
-            }
-            timed::Observed::Released(r) => {
-                if let Some(b) = board.as_mut() {
-                    b.released(&r);
-                }
-                if let Some(sink) = events.target() {
-                    sink.emit_at(wasmsched_events::Timestamp(r.at.saturating_mul(1000)), ended_event(&r));
-                }
-                return;
-            }
-            timed::Observed::Shares(at, queues) => {
-                if let Some(b) = board.as_mut() {
-                    b.shares(at, queues);
-                }
-                if let Some(sink) = events.target() {
-                    for p in shares.changes(queues) {
-                        sink.emit_at(wasmsched_events::Timestamp(at.saturating_mul(1000)), p);
-                    }
-                }
-                return;
-            }
-            timed::Observed::Settled { .. } => return,
-        };
-        if let Some(b) = board.as_mut() {
-            b.decided(&d, policies.by_version(d.policy_version));
-        }
-        for (claim, a) in d.claims.iter().enumerate() {
-            let devices: Vec<String> = a.results.iter().map(|(request, id, _)| format!("{request}={id}")).collect();
-            tracing::debug!(at = d.at, task = d.task.map_or("", |t| t.id.as_str()), claim, devices = %devices.join(","), "DRA claim allocated");
-        }
-        if let (Some(job), Decision::Bound { .. }) = (d.job, d.decision)
-            && !started.contains(&job.name)
-        {
-            started.insert(job.name.clone());
-            progress.at(started.len() as u64);
-        }
-        let at = wasmsched_events::Timestamp(d.at.saturating_mul(1000));
-        *decisions_by_version.entry(d.policy_version).or_default() += 1;
-        while let Some((_, payload)) = policy_events.next_if(|(t, _)| *t <= d.at) {
-            if let Some(sink) = events.target() {
-                sink.emit_at(at, payload);
-            }
-        }
-        let policy = policies.by_version(d.policy_version).map(|l| l.reference.clone()).unwrap_or_default();
-        let task = d.task.unwrap_or(&no_task);
-        if let (Some(stats), Decision::Bound { node, devices, score, feasible, .. }) = (topology.as_mut(), d.decision) {
-            let placement = Placement {
-                node: d.nodes.slot_of(node).unwrap_or_default(),
-                devices: devices.clone(),
-                score: *score,
-                feasible: *feasible,
-                skipped_faults: Vec::new(),
-            };
-            for alert in observe_topology(stats, d.nodes, node, &placement) {
-                decisions::publish_alert(events.target(), at, task, node, &placement, alert);
-            }
-        }
-        let Some(sink) = events.target() else { return };
-        let job = d.job;
-        let tried = job.map(|j| tries.entry(j.name.clone()).or_default());
-        let (attempt, placed) = match (d.decision, tried) {
-            (Decision::Unschedulable { explanation, .. }, Some(t)) => {
-                *t = (explanation.attempts, explanation.gang.map_or(0, |g| g.0 as u32));
-                (explanation.attempts, t.1)
-            }
-            (Decision::Bound { .. }, Some(t)) => (t.0 + 1, t.1),
-            (_, Some(t)) => (t.0, t.1),
-            (_, None) => (0, 0),
-        };
-        let preemptor = match d.decision {
-            Decision::Evicted { reason: EvictReason::Preempted { preemptor, .. }, .. } => {
-                by_name.get(preemptor.as_str()).map(|j| j.workload().members.swap_remove(0))
-            }
-            _ => None,
-        };
-        let facts = decisions::CycleFacts {
-            task,
-            preemptor: preemptor.as_ref(),
-            grace_seconds: job
-                .filter(|j| j.checkpoint_seconds.is_some())
-                .map(|j| j.grace_seconds.unwrap_or(config.checkpoint_grace_seconds)),
-            attempt,
-            min_member: job.map_or(1, |j| j.min_replicas.unwrap_or(j.replicas)),
-            placed,
-            waited_seconds: job.map_or(0, |j| d.at.saturating_sub(j.arrival)),
-            submitted: job.map(|j| wasmsched_events::Timestamp(j.arrival.saturating_mul(1000))),
-        };
-        for event in decisions::cycle(d.decision, &facts, d.nodes, &policy) {
-            sink.emit_at(at, event);
-        }
+        recorder.observe(o)
     })?;
+    let (decisions_by_version, topology) = recorder.finish();
     drop(progress);
     let board = board.map(crate::replay_dashboard::TimedReplay::finished);
-    if let Some(sink) = events.target() {
-        for (t, payload) in policy_events {
-            sink.emit_at(wasmsched_events::Timestamp(t.saturating_mul(1000)), payload);
-        }
-    }
     let event_stats = crate::events_cmd::finish(events.user, args.sink.grace());
     let report = Report {
         jobs: jobs.len(),
@@ -599,72 +455,297 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         events: event_stats,
     };
     if let Some(out) = &args.out {
-        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-        let mut csv = String::from("job,queue,arrival,start,end,evictions,waiting_reason\n");
-        for (j, o) in jobs.iter().zip(&r.jobs) {
-            let opt = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
-            let reason = o.waiting_reason.as_deref().unwrap_or("").replace(['"', ','], " ");
-            csv.push_str(&format!(
-                "{},{},{},{},{},{},{reason}\n",
-                j.name,
-                o.queue,
-                o.arrival,
-                opt(o.start),
-                opt(o.end),
-                o.evictions
-            ));
-        }
-        std::fs::write(out.join("jobs.csv"), csv)?;
-        let mut util = String::from("time_s,gpu_allocated_percent\n");
-        for (t, u) in &r.utilisation {
-            util.push_str(&format!("{t},{u}\n"));
-        }
-        std::fs::write(out.join("utilisation.csv"), util)?;
-        let hours: Vec<(f64, f64)> = r.utilisation.iter().map(|&(t, u)| (t as f64 / 3600.0, u)).collect();
-        crate::chart::lines(
-            &out.join("utilisation.svg"),
-            &format!("GPU allocation over time ({}, fair share {})", args.policy, args.fair_share),
-            ("time (h)", "GPU allocated (% of capacity)"),
-            crate::chart::Axes::Full,
-            &[],
-            &[(args.policy.clone(), crate::chart::steps(&hours))],
-        )?;
-        // Queueing delay per queue as a CDF: the share of its started jobs that waited at most x.
-        let mut curves = Vec::new();
-        for queue in r.queues.keys() {
-            let mut waits: Vec<f64> = r
-                .jobs
-                .iter()
-                .filter(|o| &o.queue == queue)
-                .filter_map(|o| o.start.map(|s| (s - o.arrival) as f64 / 60.0))
-                .collect();
-            if waits.is_empty() {
-                continue;
-            }
-            waits.sort_by(f64::total_cmp);
-            let n = waits.len() as f64;
-            // An empirical CDF: 0 below the shortest wait, a step up at each wait.
-            let cdf: Vec<(f64, f64)> = std::iter::once((waits[0], 0.0))
-                .chain(waits.iter().enumerate().map(|(i, &w)| (w, 100.0 * (i + 1) as f64 / n)))
-                .collect();
-            curves.push((queue.clone(), crate::chart::steps(&cdf)));
-        }
-        crate::chart::lines(
-            &out.join("queue_delay.svg"),
-            &format!("Queueing delay by queue ({}, fair share {})", args.policy, args.fair_share),
-            ("waited (min)", "started jobs that waited at most this long (%)"),
-            crate::chart::Axes::Full,
-            &[],
-            &curves,
-        )?;
+        write_files(out, &args, &jobs, &r)?;
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
-        if let Some(board) = board {
-            board.serve_until_interrupted()?;
-        }
-        return crate::events_cmd::delivered(report.events.as_ref());
+    } else {
+        print_report(&report);
     }
+    if let Some(board) = board {
+        // The summary is out (stdout flushed line by line); the pages stay up.
+        board.serve_until_interrupted()?;
+    }
+    crate::events_cmd::delivered(report.events.as_ref())
+}
+
+/// The policy sets of the replay: the first from the command line, then each rollout that passes
+/// its gates, smoke-tested on the replayed cluster with its first jobs.
+fn prepare_policies(
+    args: &Args,
+    runtime: Option<Arc<wasmsched_runtime::Runtime>>,
+    table: &NodeTable,
+    jobs: &[Job],
+) -> anyhow::Result<ReplayPolicies> {
+    let initial = initial_set(args, None, runtime.as_ref(), jobs)?;
+    let preparer = runtime.map(|rt| wasmsched_registry::Preparer::new(rt, crate::policy::builtins()));
+    let sample = wasmsched_registry::Sample {
+        nodes: Arc::new(table.snapshot()),
+        tasks: jobs.iter().take(16).filter_map(|j| j.workload().members.into_iter().next()).collect(),
+    };
+    ReplayPolicies::prepare(initial, &args.rollouts, preparer.as_ref(), &sample)
+}
+
+/// What the replay observes, carried out: events published (arrivals, decisions, ends, shares,
+/// policy swaps at their times), the dashboard fed, progress shown, decisions counted per
+/// policy version and multi-GPU placements measured.
+struct Recorder<'a> {
+    events: &'a crate::events_cmd::Shown,
+    board: Option<&'a mut crate::replay_dashboard::TimedReplay>,
+    policies: &'a ReplayPolicies,
+    /// Policy swaps not published yet, by virtual second.
+    policy_events: std::iter::Peekable<std::vec::IntoIter<(u64, wasmsched_events::Payload)>>,
+    decisions_by_version: std::collections::BTreeMap<u64, usize>,
+    by_name: std::collections::HashMap<&'a str, &'a Job>,
+    /// Per workload: failed attempts since it last ran, and the gang fit of the last one.
+    tries: std::collections::HashMap<String, (u32, u32)>,
+    started: std::collections::HashSet<String>,
+    progress: &'a crate::progress::Progress,
+    shares: decisions::Shares,
+    topology: Option<TopologyStats>,
+    kinds: Vec<wasmsched_api::accelerators::Kind>,
+    config: &'a CoreConfig,
+}
+
+impl<'a> Recorder<'a> {
+    fn new(
+        events: &'a crate::events_cmd::Shown,
+        board: Option<&'a mut crate::replay_dashboard::TimedReplay>,
+        policies: &'a ReplayPolicies,
+        jobs: &'a [Job],
+        table: &NodeTable,
+        config: &'a CoreConfig,
+        progress: &'a crate::progress::Progress,
+    ) -> Recorder<'a> {
+        Recorder {
+            events,
+            board,
+            policies,
+            policy_events: policies.events().into_iter().peekable(),
+            decisions_by_version: Default::default(),
+            by_name: jobs.iter().map(|j| (j.name.as_str(), j)).collect(),
+            tries: Default::default(),
+            started: Default::default(),
+            progress,
+            shares: decisions::Shares::default(),
+            topology: (!table.topologies().is_empty()).then(TopologyStats::default),
+            kinds: table.accelerators().kinds().to_vec(),
+            config,
+        }
+    }
+
+    fn observe(&mut self, observed: timed::Observed<'_>) {
+        match observed {
+            timed::Observed::Decision(d) => self.decided(&d),
+            timed::Observed::Arrived(at, job, workload) => self.arrived(at, job, workload),
+            timed::Observed::Withdrawn(at, job, workload) => self.withdrawn(at, job, workload),
+            timed::Observed::Released(r) => self.released(&r),
+            timed::Observed::Shares(at, queues) => self.shares(at, queues),
+            timed::Observed::Settled { .. } => {}
+        }
+    }
+
+    fn arrived(&self, at: u64, job: &Job, workload: &wasmsched_core::Workload) {
+        let Some(sink) = self.events.target() else { return };
+        let timings = decisions::Timings {
+            checkpoint_seconds: job.checkpoint_seconds,
+            termination_seconds: job.termination_seconds,
+            duration_seconds: job.duration,
+        };
+        let stamp = wasmsched_events::Timestamp(at.saturating_mul(1000));
+        for (i, task) in workload.members.iter().enumerate() {
+            // A replica taken over where it runs (`running_on`) says so.
+            let payload = match job.running_on.get(i) {
+                Some(node) => decisions::submitted_running(task, workload, timings, &self.kinds, node, stamp),
+                None => decisions::submitted(task, workload, timings, &self.kinds),
+            };
+            sink.emit_at(stamp, payload);
+        }
+    }
+
+    fn withdrawn(&mut self, at: u64, job: &Job, workload: &wasmsched_core::Workload) {
+        if let Some(b) = self.board.as_mut() {
+            b.withdrawn(at, &workload.name);
+        }
+        if let Some(sink) = self.events.target() {
+            let stamp = wasmsched_events::Timestamp(at.saturating_mul(1000));
+            for task in &workload.members {
+                sink.emit_at(stamp, decisions::withdrawn(task, at.saturating_sub(job.arrival)));
+            }
+        }
+    }
+
+    fn released(&mut self, r: &timed::TimedRelease<'_>) {
+        if let Some(b) = self.board.as_mut() {
+            b.released(r);
+        }
+        if let Some(sink) = self.events.target() {
+            sink.emit_at(wasmsched_events::Timestamp(r.at.saturating_mul(1000)), ended_event(r));
+        }
+    }
+
+    fn shares(&mut self, at: u64, queues: &[wasmsched_core::QueueShare]) {
+        if let Some(b) = self.board.as_mut() {
+            b.shares(at, queues);
+        }
+        if let Some(sink) = self.events.target() {
+            for p in self.shares.changes(queues) {
+                sink.emit_at(wasmsched_events::Timestamp(at.saturating_mul(1000)), p);
+            }
+        }
+    }
+
+    /// A decision: counted, shown, published with the facts its events name.
+    fn decided(&mut self, d: &timed::TimedDecision<'_>) {
+        if let Some(b) = self.board.as_mut() {
+            b.decided(d, self.policies.by_version(d.policy_version));
+        }
+        for (claim, a) in d.claims.iter().enumerate() {
+            let devices: Vec<String> = a.results.iter().map(|(request, id, _)| format!("{request}={id}")).collect();
+            tracing::debug!(at = d.at, task = d.task.map_or("", |t| t.id.as_str()), claim, devices = %devices.join(","), "DRA claim allocated");
+        }
+        if let (Some(job), Decision::Bound { .. }) = (d.job, d.decision)
+            && self.started.insert(job.name.clone())
+        {
+            self.progress.at(self.started.len() as u64);
+        }
+        let at = wasmsched_events::Timestamp(d.at.saturating_mul(1000));
+        *self.decisions_by_version.entry(d.policy_version).or_default() += 1;
+        while let Some((_, payload)) = self.policy_events.next_if(|(t, _)| *t <= d.at) {
+            if let Some(sink) = self.events.target() {
+                sink.emit_at(at, payload);
+            }
+        }
+        let no_task = Task::default();
+        let task = d.task.unwrap_or(&no_task);
+        if let (Some(stats), Decision::Bound { node, devices, score, feasible, .. }) =
+            (self.topology.as_mut(), d.decision)
+        {
+            let placement = Placement {
+                node: d.nodes.slot_of(node).unwrap_or_default(),
+                devices: devices.clone(),
+                score: *score,
+                feasible: *feasible,
+                skipped_faults: Vec::new(),
+            };
+            for alert in observe_topology(stats, d.nodes, node, &placement) {
+                decisions::publish_alert(self.events.target(), at, task, node, &placement, alert);
+            }
+        }
+        let Some(sink) = self.events.target() else { return };
+        let policy = self.policies.by_version(d.policy_version).map(|l| l.reference.clone()).unwrap_or_default();
+        let job = d.job;
+        let tried = job.map(|j| self.tries.entry(j.name.clone()).or_default());
+        let (attempt, placed) = match (d.decision, tried) {
+            (Decision::Unschedulable { explanation, .. }, Some(t)) => {
+                *t = (explanation.attempts, explanation.gang.map_or(0, |g| g.0 as u32));
+                (explanation.attempts, t.1)
+            }
+            (Decision::Bound { .. }, Some(t)) => (t.0 + 1, t.1),
+            (_, Some(t)) => (t.0, t.1),
+            (_, None) => (0, 0),
+        };
+        let preemptor = match d.decision {
+            Decision::Evicted { reason: EvictReason::Preempted { preemptor, .. }, .. } => {
+                self.by_name.get(preemptor.as_str()).map(|j| j.workload().members.swap_remove(0))
+            }
+            _ => None,
+        };
+        let facts = decisions::CycleFacts {
+            task,
+            preemptor: preemptor.as_ref(),
+            grace_seconds: job
+                .filter(|j| j.checkpoint_seconds.is_some())
+                .map(|j| j.grace_seconds.unwrap_or(self.config.checkpoint_grace_seconds)),
+            attempt,
+            min_member: job.map_or(1, |j| j.min_replicas.unwrap_or(j.replicas)),
+            placed,
+            waited_seconds: job.map_or(0, |j| d.at.saturating_sub(j.arrival)),
+            submitted: job.map(|j| wasmsched_events::Timestamp(j.arrival.saturating_mul(1000))),
+        };
+        for event in decisions::cycle(d.decision, &facts, d.nodes, &policy) {
+            sink.emit_at(at, event);
+        }
+    }
+
+    /// The replay is over: policy swaps after the last decision are published; the decisions per
+    /// policy version and the topology statistics.
+    fn finish(self) -> (std::collections::BTreeMap<u64, usize>, Option<TopologyStats>) {
+        if let Some(sink) = self.events.target() {
+            for (t, payload) in self.policy_events {
+                sink.emit_at(wasmsched_events::Timestamp(t.saturating_mul(1000)), payload);
+            }
+        }
+        (self.decisions_by_version, self.topology)
+    }
+}
+
+/// `--out DIR`: each job's times (`jobs.csv`), GPU allocation over time (`utilisation.csv` and a
+/// chart) and each queue's queueing delay as a CDF.
+fn write_files(out: &std::path::Path, args: &Args, jobs: &[Job], r: &timed::TimedRun) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let mut csv = String::from("job,queue,arrival,start,end,evictions,waiting_reason\n");
+    for (j, o) in jobs.iter().zip(&r.jobs) {
+        let opt = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
+        let reason = o.waiting_reason.as_deref().unwrap_or("").replace(['"', ','], " ");
+        csv.push_str(&format!(
+            "{},{},{},{},{},{},{reason}\n",
+            j.name,
+            o.queue,
+            o.arrival,
+            opt(o.start),
+            opt(o.end),
+            o.evictions
+        ));
+    }
+    std::fs::write(out.join("jobs.csv"), csv)?;
+    let mut util = String::from("time_s,gpu_allocated_percent\n");
+    for (t, u) in &r.utilisation {
+        util.push_str(&format!("{t},{u}\n"));
+    }
+    std::fs::write(out.join("utilisation.csv"), util)?;
+    let hours: Vec<(f64, f64)> = r.utilisation.iter().map(|&(t, u)| (t as f64 / 3600.0, u)).collect();
+    crate::chart::lines(
+        &out.join("utilisation.svg"),
+        &format!("GPU allocation over time ({}, fair share {})", args.policy, args.fair_share),
+        ("time (h)", "GPU allocated (% of capacity)"),
+        crate::chart::Axes::Full,
+        &[],
+        &[(args.policy.clone(), crate::chart::steps(&hours))],
+    )?;
+    // Queueing delay per queue as a CDF: the share of its started jobs that waited at most x.
+    let mut curves = Vec::new();
+    for queue in r.queues.keys() {
+        let mut waits: Vec<f64> = r
+            .jobs
+            .iter()
+            .filter(|o| &o.queue == queue)
+            .filter_map(|o| o.start.map(|s| (s - o.arrival) as f64 / 60.0))
+            .collect();
+        if waits.is_empty() {
+            continue;
+        }
+        waits.sort_by(f64::total_cmp);
+        let n = waits.len() as f64;
+        // An empirical CDF: 0 below the shortest wait, a step up at each wait.
+        let cdf: Vec<(f64, f64)> = std::iter::once((waits[0], 0.0))
+            .chain(waits.iter().enumerate().map(|(i, &w)| (w, 100.0 * (i + 1) as f64 / n)))
+            .collect();
+        curves.push((queue.clone(), crate::chart::steps(&cdf)));
+    }
+    crate::chart::lines(
+        &out.join("queue_delay.svg"),
+        &format!("Queueing delay by queue ({}, fair share {})", args.policy, args.fair_share),
+        ("waited (min)", "started jobs that waited at most this long (%)"),
+        crate::chart::Axes::Full,
+        &[],
+        &curves,
+    )?;
+    Ok(())
+}
+
+/// The report as text.
+fn print_report(report: &Report<'_>) {
     println!(
         "wasmsched replay: {} jobs, {} ({}), {:.2} s; horizon {} s; {} placement attempts",
         report.jobs,
@@ -778,9 +859,4 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             println!("  {n:>6}  {why}");
         }
     }
-    if let Some(board) = board {
-        // The summary is out (stdout flushed line by line); the pages stay up.
-        board.serve_until_interrupted()?;
-    }
-    crate::events_cmd::delivered(report.events.as_ref())
 }
