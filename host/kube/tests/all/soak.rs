@@ -146,6 +146,11 @@ async fn churn_through_leader_crashes_and_policy_swaps_binds_every_pod_once_with
                 takeovers += 1;
                 assert!(since.elapsed() < Duration::from_secs(15), "a new leader took {:?}", since.elapsed());
                 awaiting_takeover = None;
+                // The crashed replica's replacement joins as the new standby, as a Deployment's new
+                // pod comes up after the standby took over (one that started during the gap could
+                // not know the runs that ended before it: docs/usage.md).
+                replicas.push(Replica::launch(&api, &format!("r{launched}"), &dir));
+                launched += 1;
             }
             if Instant::now() >= next_swap {
                 let fetched = policies[swaps % 2].clone();
@@ -165,8 +170,6 @@ async fn churn_through_leader_crashes_and_policy_swaps_binds_every_pod_once_with
                     let leader = replicas.swap_remove(at);
                     tracing::info!(replica = %leader.id, "crashing the leader");
                     leader.crash();
-                    replicas.push(Replica::launch(&api, &format!("r{launched}"), &dir));
-                    launched += 1;
                     crashes += 1;
                     awaiting_takeover = Some(Instant::now());
                 }
