@@ -105,7 +105,7 @@ impl Scheduler {
         let since = Timestamp::now().millis().saturating_sub(self.kept_standing_by().as_millis() as u64);
         if let Some(sink) = self.reports.events.as_ref().filter(|s| s.wanted()) {
             // Published, not metered: they ended before this process counted anything.
-            for (at, payload) in ended {
+            for (at, payload) in ended.into_iter().filter(|(at, _)| at.millis() >= since) {
                 sink.emit_at(at, payload);
             }
         }
