@@ -74,6 +74,20 @@ pub(crate) struct End {
     pub held: Held,
 }
 
+impl End {
+    /// Of two ends of one run (a new leader publishes again the ends it saw while it stood by —
+    /// the old leader may have died before it did): the one that says the work was lost (the old
+    /// leader knew it preempted the run; the standby saw only the pod deleted), else the earlier.
+    fn or(self, other: End) -> End {
+        match (self.lost, other.lost) {
+            (true, false) => self,
+            (false, true) => other,
+            _ if other.at < self.at => other,
+            _ => self,
+        }
+    }
+}
+
 /// One run: what its start and its end said, as far as they were read.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Run {
@@ -268,7 +282,12 @@ impl Ledger {
                     record.first_start = started;
                     record.labels = held.labels;
                 }
-                self.runs.entry((t, started)).or_default().end = Some(End { at, lost, held });
+                let end = End { at, lost, held };
+                let run = self.runs.entry((t, started)).or_default();
+                run.end = Some(match run.end {
+                    Some(first) => first.or(end),
+                    None => end,
+                });
             }
             Fact::Deserved { queue, at, gpu_milli } => {
                 let q = self.names.id(queue);
@@ -310,5 +329,49 @@ impl Ledger {
         self.tasks.push(None);
         self.task_ids.insert(self.key.as_str().into(), t);
         t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(id: &str, time: &str, kind: &str, data: &str) -> String {
+        format!(
+            r#"{{"specversion":"1.0","id":"{id}","source":"s","time":"{time}","subject":"p","type":"io.wasmsched.{kind}.v1","data":{data}}}"#
+        )
+    }
+
+    const TASK: &str = r#"{"id":"p","namespace":"ns","queue":"q"}"#;
+    const HELD: &str =
+        r#""node":"n","gpus":[{"gpu":0,"milli":1000}],"allocated":{"cpu_milli":0,"memory_bytes":0,"gpu_milli":1000}"#;
+
+    fn ended(id: &str, time: &str, reason: &str) -> String {
+        let data = format!(
+            r#"{{"task":{TASK},{HELD},"started":"2026-11-29T00:00:00.000Z","reason":"{reason}","work_kept":false}}"#
+        );
+        event(id, time, "task.ended", &data)
+    }
+
+    #[test]
+    fn a_run_ended_twice_after_a_fail_over_counts_once_and_the_lost_work_stands() {
+        let scheduled =
+            event("a-1", "2026-11-29T00:00:00.000Z", "task.scheduled", &format!(r#"{{"task":{TASK},{HELD}}}"#));
+        let lines = [
+            scheduled,
+            // The old leader preempted it; the new one saw only its pod deleted, 2 ms earlier.
+            ended("a-2", "2026-11-29T00:01:00.000Z", "preempted"),
+            ended("b-1", "2026-11-29T00:00:59.998Z", "deleted"),
+            // Its start, published again by the new leader.
+            event("b-2", "2026-11-29T00:00:00.000Z", "task.scheduled", &format!(r#"{{"task":{TASK},{HELD}}}"#)),
+        ];
+        let mut ledger = Ledger::new();
+        for l in &lines {
+            ledger.read_line(l.as_bytes(), || "test".into());
+        }
+        let total = ledger.report(&crate::Query::default()).total;
+        assert_eq!((total.runs, total.running_at_end), (1, 0));
+        assert_eq!(total.gpu_milli_seconds, 60_000, "one run of 60 s on one GPU");
+        assert_eq!(total.lost_gpu_milli_seconds, 60_000, "the preemption stands, not the deletion");
     }
 }
