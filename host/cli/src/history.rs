@@ -212,8 +212,13 @@ pub fn scenario(mut events: Vec<(Timestamp, Payload)>, window: Window) -> Histor
                 t.placed_request.get_or_insert((end.allocated, end.gpus.len() as u32));
                 let started = end.started.millis();
                 match t.runs.iter_mut().rev().find(|r| r.start == started) {
-                    // Ended twice (a new leader's again, after a fail-over): the first stands.
-                    Some(run) if run.end.is_some() => {}
+                    // Ended twice (a new leader's copy, after a fail-over): the first stands,
+                    // unless it says only "deleted" (what a standby saw) and this one knows why.
+                    Some(run) if run.end.is_some() => {
+                        if matches!(run.end, Some((_, EndReason::Deleted, _))) && end.reason != EndReason::Deleted {
+                            run.end = Some((at, end.reason, end.work_kept));
+                        }
+                    }
                     Some(run) => run.end = Some((at, end.reason, end.work_kept)),
                     // Its start was before the stream's first event.
                     None => t.runs.push(Run {
@@ -838,6 +843,33 @@ mod tests {
         events.push((Timestamp(10_000), scheduled(&x)));
         events.push((Timestamp(80_300), ended(&x, 10_000)));
         assert_eq!(history_of(events), once);
+    }
+
+    #[test]
+    fn a_standby_s_deleted_copy_of_an_end_does_not_hide_a_preemption() {
+        use wasmsched_events::schema::{TaskEnded, TaskScheduled};
+        let t = TaskRef { id: "ml/x".into(), namespace: "ml".into(), queue: "default".into(), ..TaskRef::default() };
+        let scheduled =
+            Payload::TaskScheduled(TaskScheduled { task: t.clone(), node: "n".into(), ..TaskScheduled::default() });
+        let ended = |started: u64, reason| {
+            Payload::TaskEnded(TaskEnded {
+                task: t.clone(),
+                node: "n".into(),
+                started: Timestamp(started),
+                reason,
+                ..TaskEnded::default()
+            })
+        };
+        let events = vec![
+            (Timestamp(5_000), Payload::TaskSubmitted(TaskSubmitted { task: t.clone(), ..TaskSubmitted::default() })),
+            (Timestamp(10_000), scheduled.clone()),
+            // Preempted at 30 s (its work lost); the new leader's copy says only "deleted", 2 ms earlier.
+            (Timestamp(29_998), ended(10_000, EndReason::Deleted)),
+            (Timestamp(30_000), ended(10_000, EndReason::Preempted)),
+            (Timestamp(60_000), scheduled),
+            (Timestamp(100_000), ended(60_000, EndReason::Completed)),
+        ];
+        assert_eq!(history_of(events), [Some(40)], "it ran 40 s once it started again, not 20 s and deleted");
     }
 
     fn history_of(events: Vec<(Timestamp, Payload)>) -> Vec<Option<u64>> {
