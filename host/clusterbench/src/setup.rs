@@ -139,8 +139,8 @@ pub fn fillers_to_fill(config: &Config) -> usize {
     config.nodes * (config.gpus_per_node / config.gpus_per_pod.max(1)) as usize
 }
 
-/// Deletes the run's pods (at once: no kubelet will finish them) and PodGroups, and the fake
-/// nodes when asked.
+/// Deletes the run's pods (at once: no kubelet will finish them), PodGroups and ResourceClaims
+/// (their allocations released), and the fake nodes when asked.
 pub async fn clean_up(client: &Client, config: &Config, run: &str) -> Result<(), kube::Error> {
     let by_run = ListParams::default().labels(&format!("{}={run}", objects::RUN_LABEL));
     let now = DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() };
@@ -149,8 +149,32 @@ pub async fn clean_up(client: &Client, config: &Config, run: &str) -> Result<(),
         pod_groups(client, &config.namespace).delete_collection(&DeleteParams::default(), &by_run).await?;
     }
     if config.workload.has_dra() {
-        Api::<ResourceClaim>::namespaced(client.clone(), &config.namespace)
-            .delete_collection(&DeleteParams::default(), &by_run)
+        let claims = Api::<ResourceClaim>::namespaced(client.clone(), &config.namespace);
+        claims.delete_collection(&DeleteParams::default(), &by_run).await?;
+        // A scheduler that allocated a claim protected it with a finalizer, which the controller
+        // manager's claim controller removes once no pod uses it; a benchmark cluster may run
+        // none, and the devices would stay allocated for the next run. Done in its place.
+        let held: Vec<String> = claims
+            .list(&by_run)
+            .await?
+            .items
+            .iter()
+            .filter(|c| !c.finalizers().is_empty())
+            .map(|c| c.name_any())
+            .collect();
+        let unprotect = Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}}));
+        stream::iter(held)
+            .map(|name| {
+                let (claims, unprotect) = (claims.clone(), &unprotect);
+                async move {
+                    match claims.patch(&name, &PatchParams::default(), unprotect).await {
+                        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                        other => other.map(drop),
+                    }
+                }
+            })
+            .buffer_unordered(config.create_in_flight)
+            .try_collect::<()>()
             .await?;
     }
     if config.delete_nodes {

@@ -1405,6 +1405,9 @@ impl FakeApi {
             (Method::DELETE, ["apis", "resource.k8s.io", "v1", "namespaces", ns, "resourceclaims"]) => {
                 self.delete_collection(Kind::ResourceClaim, Some(ns), q)
             }
+            (Method::PATCH, ["apis", "resource.k8s.io", "v1", "namespaces", ns, "resourceclaims", name]) => {
+                self.merge_patch(Kind::ResourceClaim, &format!("{ns}/{name}"), &body)
+            }
             (Method::DELETE, ["api", "v1", "namespaces", ns, "pods", name]) => self.delete_pod(ns, name, &body),
             _ => return None,
         })
@@ -1466,6 +1469,12 @@ impl FakeApi {
             return respond(404, &status(404, "NotFound", &format!("{kind:?} \"{key}\" not found")));
         };
         merge(&mut obj, patch);
+        // Its last finalizer removed while it is being deleted: gone now, as on a real server.
+        let finalized = obj["metadata"]["finalizers"].as_array().is_none_or(Vec::is_empty);
+        if finalized && !obj["metadata"]["deletionTimestamp"].is_null() {
+            s.delete(kind, key);
+            return respond(200, &obj);
+        }
         let obj = s.upsert(kind, obj);
         respond(200, &obj)
     }
@@ -1491,7 +1500,18 @@ impl FakeApi {
             .map(|((_, key), _)| key.clone())
             .collect();
         for key in keys {
-            s.delete(kind, &key);
+            // One with finalizers stays, marked for deletion, until they are removed.
+            match s.objects.get(&(kind, key.clone())).cloned() {
+                Some(mut obj) if obj["metadata"]["finalizers"].as_array().is_some_and(|f| !f.is_empty()) => {
+                    if obj["metadata"]["deletionTimestamp"].is_null() {
+                        obj["metadata"]["deletionTimestamp"] = json!(k8s_openapi::jiff::Timestamp::now().to_string());
+                        s.upsert(kind, obj);
+                    }
+                }
+                _ => {
+                    s.delete(kind, &key);
+                }
+            }
         }
         respond(200, &json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}))
     }
