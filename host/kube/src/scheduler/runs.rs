@@ -8,9 +8,9 @@
 //! pairs with the earlier `task-scheduled`.
 //!
 //! A standby follows the runs too, publishing nothing: the ends of runs that end while it stands
-//! by are kept for four lease durations. When it takes over it publishes them all — so a run whose
-//! pod went in the gap between the old leader's death and the take-over is closed, not billed
-//! forever — and the `task-scheduled` of the runs that began in that time, which the old leader
+//! by are kept for four lease durations (a minute at least). When it takes over it publishes them
+//! all — so a run whose pod went in the gap between the old leader's death and the take-over is
+//! closed, not billed forever — and the `task-scheduled` of the runs that began in that time, which the old leader
 //! may have died before sending. Which of them the old leader did send cannot be known (it may
 //! itself have started after some ended): such an event is then published twice, under the same
 //! task and start, and a consumer keys runs by both (`wasmsched usage` does), so each counts once.
@@ -124,11 +124,12 @@ impl Scheduler {
         }
     }
 
-    /// How far back a standby keeps the runs that ended, for its take-over: four lease durations
-    /// (a take-over comes one lease duration after the old leader's last renewal, plus this
-    /// replica's own lag, and the leader before may have missed some too).
+    /// How far back a standby keeps the runs that ended, for its take-over: four lease durations,
+    /// and a minute at least (a take-over comes one lease duration after the old leader's last
+    /// renewal, plus this replica's own lag on a loaded machine, and the leader before may have
+    /// missed some too).
     fn kept_standing_by(&self) -> Duration {
-        self.config.lease.as_ref().map_or(Duration::ZERO, |l| 4 * l.lease_duration)
+        self.config.lease.as_ref().map_or(Duration::ZERO, |l| (4 * l.lease_duration).max(Duration::from_secs(60)))
     }
 
     /// This replica no longer leads: the runs are the new leader's to count; this one follows them
