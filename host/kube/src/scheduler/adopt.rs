@@ -102,10 +102,7 @@ impl Scheduler {
             // A standby only keeps its view (and the runs) current; it takes over when it gets
             // the lease.
             tracing::info!(adopted, pending, "standing by: running pods of ours known");
-            let bound: Vec<String> = self.ours.iter().filter(|(_, f)| f.bound).map(|(id, _)| id.clone()).collect();
-            for id in bound {
-                self.run_taken_over(&id);
-            }
+            self.follow_bound_runs();
         }
         self.listing.adopted = Some(Instant::now());
         self.next.dirty = true;

@@ -118,6 +118,11 @@ impl Scheduler {
                 sink.emit_at(run.started, placed);
             }
         }
+        self.follow_bound_runs();
+    }
+
+    /// Every bound pod of ours whose run is not followed yet: followed from now on.
+    pub(super) fn follow_bound_runs(&mut self) {
         let bound: Vec<String> = self.ours.iter().filter(|(_, f)| f.bound).map(|(id, _)| id.clone()).collect();
         for id in bound {
             self.run_taken_over(&id);
