@@ -191,7 +191,15 @@ async fn churn_through_leader_crashes_and_policy_swaps_binds_every_pod_once_with
     while measured_left() > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Quiet: no bind and no pod coming or going for 3 s (fillers replaced late still bind).
+    let state = || (api.binds().len(), api.objects(Kind::Pod).len());
+    let (mut last, mut since) = (state(), Instant::now());
+    while since.elapsed() < Duration::from_secs(3) && Instant::now() < deadline + Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if state() != last {
+            (last, since) = (state(), Instant::now());
+        }
+    }
     for replica in replicas {
         assert!(replica.events.flush(Duration::from_secs(10)), "events of {} written", replica.id);
         replica.crash();
