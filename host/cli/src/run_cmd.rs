@@ -186,7 +186,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => None,
     };
     let result = runtime.block_on(async {
-        let metrics = Metrics::new(&args.scheduler_name);
+        // Usage from the decisions as they are made, on `/metrics` (`wasmsched usage` computes the
+        // same from the event stream).
+        let (meter, usage) = wasmsched_usage::exporter::metered();
+        let metrics = Metrics::with_collectors(&args.scheduler_name, vec![usage]);
         let listener =
             metrics::listen(args.metrics_addr).await.with_context(|| format!("listening on {}", args.metrics_addr))?;
         tokio::spawn(metrics::serve(listener, metrics.clone()));
@@ -208,7 +211,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             };
             config.lease = Some(LeaseConfig::new(&args.lease_name, &args.lease_namespace, &identity));
         }
-        let mut scheduler = Scheduler::new(clients, registry.clone(), metrics, config);
+        let mut scheduler = Scheduler::new(clients, registry.clone(), metrics, config).with_observer(meter);
         if let Some(events) = events.clone() {
             scheduler = scheduler.with_events(events);
         }

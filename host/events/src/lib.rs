@@ -20,6 +20,7 @@ mod filter;
 mod jsonl;
 mod nats;
 pub mod nats_io;
+mod observer;
 mod outbox;
 mod record;
 pub mod schema;
@@ -32,6 +33,7 @@ pub use jsonl::{BadLine, JsonlReader};
 pub use nats::{
     DURABLE_ACK_WAIT, NatsAuth, NatsConfig, Storage, StreamSettings, TailOptions, TlsSettings, pull_durable, tail,
 };
+pub use observer::Observer;
 pub use outbox::OutboxConfig;
 pub use schema::{Event, Kind, Payload, json_schema};
 pub use sink::{EventSink, Origin, Stats, Tap, keep_events_at_panic};

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{EvictParams, Patch, PatchParams, PostParams};
@@ -22,7 +23,7 @@ use crate::dra::{ClaimWrite, FINALIZER, MadeClaim};
 use crate::workloads::PREEMPTION_REQUESTED_ANNOTATION;
 
 /// How a bind (or eviction) failed, which decides what happens to the pod.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum EffectError {
     /// 409: the pod is already bound (another scheduler or a previous attempt won). Never retried:
     /// the watch stream shows where it went.
@@ -516,4 +517,80 @@ fn truncate(s: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}…", &s[..end])
+}
+
+impl crate::executor::Executor for Effects {
+    fn bind<'a>(
+        &'a self,
+        key: &'a PodKey,
+        uid: &'a str,
+        node: &'a str,
+        devices: &'a [DeviceShare],
+        numa: Option<u32>,
+        at: wasmsched_events::Timestamp,
+    ) -> BoxFuture<'a, Result<(), EffectError>> {
+        Box::pin(Effects::bind(self, key, uid, node, devices, numa, at))
+    }
+
+    fn reserve_claims<'a>(
+        &'a self,
+        key: &'a PodKey,
+        uid: &'a str,
+        writes: &'a mut [ClaimWrite],
+    ) -> BoxFuture<'a, Result<(), EffectError>> {
+        Box::pin(Effects::reserve_claims(self, key, uid, writes))
+    }
+
+    fn unreserve_claims<'a>(&'a self, key: &'a PodKey, uid: &'a str, writes: &'a [ClaimWrite]) -> BoxFuture<'a, ()> {
+        Box::pin(Effects::unreserve_claims(self, key, uid, writes))
+    }
+
+    fn unschedulable<'a>(
+        &'a self,
+        key: &'a PodKey,
+        uid: &'a str,
+        message: &'a str,
+        nominated: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<(), EffectError>> {
+        Box::pin(Effects::unschedulable(self, key, uid, message, nominated))
+    }
+
+    fn request_checkpoint<'a>(
+        &'a self,
+        key: &'a PodKey,
+        preemptor: &'a str,
+        deadline: &'a str,
+    ) -> BoxFuture<'a, Result<(), EffectError>> {
+        Box::pin(Effects::request_checkpoint(self, key, preemptor, deadline))
+    }
+
+    fn evict<'a>(&'a self, key: &'a PodKey) -> BoxFuture<'a, Result<(), EffectError>> {
+        Box::pin(Effects::evict(self, key))
+    }
+
+    fn event<'a>(
+        &'a self,
+        key: &'a PodKey,
+        uid: Option<&'a str>,
+        type_: EventType,
+        reason: &'a str,
+        note: &'a str,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(Effects::event(self, key, uid, type_, reason, note))
+    }
+
+    fn ended_as<'a>(&'a self, key: &'a PodKey) -> BoxFuture<'a, Option<String>> {
+        Box::pin(async move {
+            let pods: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
+            match pods.get_opt(&key.name).await {
+                Ok(pod) => pod.and_then(|p| p.status).and_then(|s| {
+                    if s.reason.as_deref() == Some("Evicted") { Some("Evicted".into()) } else { s.phase }
+                }),
+                Err(e) => {
+                    tracing::info!(pod = %key, error = %e, "cannot read how a pod ended; its run ends as deleted");
+                    None
+                }
+            }
+        })
+    }
 }

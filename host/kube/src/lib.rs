@@ -15,6 +15,8 @@
 //! - [`disruption`]: `PodDisruptionBudget`s, which withdraw the pods they protect as victims.
 //! - [`scheduler`]: the loop — watch, run the core's cycle with the registry's live policy set,
 //!   carry out its decisions.
+//! - [`executor`]: where the loop's writes go — one interface, the API server's implementation
+//!   ([`bind`]) and one in memory, for driving the loop without HTTP.
 //! - [`bind`]: the API effects — `pods/binding` with the GPU ids, `PodScheduled` and events,
 //!   evictions through the Eviction API.
 //! - [`pod_status`]: why each pending pod waits (`PodScheduled=False`), coalesced and retried.
@@ -28,8 +30,9 @@
 //! - [`policy`]: the default policy set and the registry that swaps versions live.
 //! - [`crd`]: the `Queue`, `PodGroup` and `SchedulingPolicy` resources.
 //!
-//! The core does no I/O; everything that talks to the API server is here, behind kube-rs, so the
-//! Kubernetes boundary can be tested over HTTP against a fake API server.
+//! The core does no I/O; everything that talks to the API server is here, behind kube-rs. The
+//! loop's inputs are streams and its writes go through an executor, so it is tested both in memory
+//! (`tests/all/driver.rs`) and, for what only the HTTP boundary shows, against a fake API server.
 
 pub mod accelerators;
 pub mod bind;
@@ -39,6 +42,7 @@ pub mod convert;
 pub mod crd;
 pub mod disruption;
 pub mod dra;
+pub mod executor;
 pub mod extender;
 pub mod groups;
 pub mod leader;

@@ -151,9 +151,6 @@ pub struct Metrics {
     pub events_lost: Family<LostLabels, Counter>,
     /// The loop's figures (queues, waiting work, GPUs, events), exported at scrape time.
     pub figures: Arc<std::sync::Mutex<Figures>>,
-    /// Usage of our pods, from the events the scheduler publishes: exported as
-    /// `wasmsched_allocated_*_seconds_total{queue, namespace, model}` and friends.
-    pub usage: Arc<wasmsched_usage::Meter>,
     policies: Arc<OnceLock<Arc<wasmsched_registry::Registry>>>,
     ready: AtomicBool,
     heartbeat_ms: AtomicU64,
@@ -410,81 +407,6 @@ impl Collector for FiguresCollector {
     }
 }
 
-/// Exports the usage meter at scrape time: what each queue, namespace and GPU model held (runs
-/// going on counted up to the scrape), lost to evictions, and how long pods queued — the figures
-/// `wasmsched usage` computes from the event stream, under Prometheus' names for totals.
-struct UsageCollector(Arc<wasmsched_usage::Meter>);
-
-impl std::fmt::Debug for UsageCollector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("UsageCollector")
-    }
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct UsageLabels {
-    queue: String,
-    namespace: String,
-    model: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct DelayLabels {
-    queue: String,
-}
-
-impl Collector for UsageCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        use prometheus_client::metrics::MetricType;
-        let totals = self.0.totals(wasmsched_events::Timestamp::now());
-        type Pick = fn(&wasmsched_usage::MeterTotals) -> f64;
-        let counters: [(&str, &str, Pick); 5] = [
-            (
-                "wasmsched_allocated_gpu_seconds",
-                "GPU-seconds held by pods placed by this scheduler (whole GPUs and shares, as allocated), by queue, namespace and GPU model.",
-                |t| t.gpu_seconds,
-            ),
-            (
-                "wasmsched_lost_gpu_seconds",
-                "GPU-seconds of work thrown away: whole runs preempted or evicted without keeping their work (no checkpoint), counted when they end.",
-                |t| t.lost_gpu_seconds,
-            ),
-            ("wasmsched_allocated_cpu_core_seconds", "CPU core-seconds requested by running pods.", |t| t.cpu_seconds),
-            ("wasmsched_allocated_memory_byte_seconds", "Memory byte-seconds requested by running pods.", |t| {
-                t.memory_byte_seconds
-            }),
-            ("wasmsched_runs_ended", "Runs of pods that ended (completed, failed, deleted, evicted).", |t| {
-                t.runs_ended as f64
-            }),
-        ];
-        for (name, help, pick) in counters {
-            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-            for (key, t) in &totals {
-                let labels = UsageLabels {
-                    queue: key.queue.clone(),
-                    namespace: key.namespace.clone(),
-                    model: key.model.clone(),
-                };
-                family.encode_family(&labels)?.encode_counter::<NoLabels, f64, f64>(&pick(t), None)?;
-            }
-        }
-        let mut delays = encoder.encode_descriptor(
-            "wasmsched_queueing_delay_seconds",
-            "Time from a pod's creation to its placement, by queue.",
-            None,
-            MetricType::Histogram,
-        )?;
-        for (queue, h) in self.0.delays() {
-            let mut buckets: Vec<(f64, u64)> =
-                wasmsched_usage::DELAY_BUCKETS.iter().copied().zip(h.counts.iter().copied()).collect();
-            buckets.push((f64::INFINITY, h.counts[wasmsched_usage::DELAY_BUCKETS.len()]));
-            let count = h.counts.iter().sum();
-            delays.encode_family(&DelayLabels { queue })?.encode_histogram::<NoLabels>(h.sum, count, &buckets, None)?;
-        }
-        Ok(())
-    }
-}
-
 fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
@@ -492,6 +414,12 @@ fn now_ms() -> u64 {
 impl Metrics {
     /// Registers every metric, labelled with `profile` (the scheduler name).
     pub fn new(profile: &str) -> Arc<Metrics> {
+        Metrics::with_collectors(profile, Vec::new())
+    }
+
+    /// [`Metrics::new`], exporting `collectors`' metrics too (the usage meter's, which follows the
+    /// scheduler's decisions: `wasmsched_usage::exporter`).
+    pub fn with_collectors(profile: &str, collectors: Vec<Box<dyn Collector>>) -> Arc<Metrics> {
         let mut registry = Registry::default();
         let attempts = Family::<AttemptLabels, Counter>::default();
         let attempt_duration = Family::<AttemptLabels, Histogram>::new_with_constructor(|| {
@@ -559,12 +487,12 @@ impl Metrics {
         registry.register_collector(Box::new(FiguresCollector(figures.clone())));
         let policies = Arc::new(OnceLock::new());
         registry.register_collector(Box::new(PluginCollector(policies.clone())));
-        let usage = Arc::new(wasmsched_usage::Meter::new());
-        registry.register_collector(Box::new(UsageCollector(usage.clone())));
+        for collector in collectors {
+            registry.register_collector(collector);
+        }
         Arc::new(Metrics {
             registry,
             policies,
-            usage,
             profile: profile.into(),
             attempts,
             attempt_duration,

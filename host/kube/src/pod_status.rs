@@ -9,6 +9,7 @@
 //! - **bounded**: a few writes in flight at once; a pod that is bound or gone is forgotten.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ahash::{AHashMap, AHashSet};
@@ -16,8 +17,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::bind::{EffectError, Effects};
+use crate::bind::EffectError;
 use crate::convert::PodKey;
+use crate::executor::Executor;
 
 /// Writes in flight at most.
 const IN_FLIGHT: usize = 8;
@@ -37,7 +39,7 @@ pub struct PodStatusWriter {
 
 impl PodStatusWriter {
     /// Starts the writer task; it writes only while `leader` is `true`, and ends with the handle.
-    pub fn start(effects: Effects, leader: watch::Receiver<bool>) -> PodStatusWriter {
+    pub fn start(effects: Arc<dyn Executor>, leader: watch::Receiver<bool>) -> PodStatusWriter {
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(Worker::new(effects, leader).run(rx));
         PodStatusWriter { tx }
@@ -65,7 +67,7 @@ struct Pending {
 }
 
 struct Worker {
-    effects: Effects,
+    effects: Arc<dyn Executor>,
     leader: watch::Receiver<bool>,
     /// The reason to write next, per pod.
     latest: AHashMap<String, Pending>,
@@ -81,7 +83,7 @@ struct Worker {
 }
 
 impl Worker {
-    fn new(effects: Effects, leader: watch::Receiver<bool>) -> Worker {
+    fn new(effects: Arc<dyn Executor>, leader: watch::Receiver<bool>) -> Worker {
         Worker {
             effects,
             leader,

@@ -12,6 +12,7 @@
 //! shows the events that never arrived — a report over a window with such a hole says so and is
 //! not `complete`, rather than billing less in silence.
 
+pub mod exporter;
 mod facts;
 pub mod journal;
 mod ledger;

@@ -207,6 +207,21 @@ impl Meter {
     }
 }
 
+/// The meter follows the scheduler's decisions as it publishes them.
+impl wasmsched_events::Observer for Meter {
+    fn observe(&self, at: Timestamp, payload: &Payload) {
+        self.record(at, payload);
+    }
+
+    fn taken_over(&self, now: Timestamp, started: Timestamp, placed: &Payload) {
+        self.take_over(now, started, placed);
+    }
+
+    fn handed_over(&self) {
+        self.forget_running();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,12 +9,13 @@ impl Scheduler {
     /// it allows now, lowest priority offered first) are not offered as victims; the others are
     /// offered again.
     pub(super) fn offer_victims(&mut self) {
-        if self.objects.budgets.is_empty() && self.objects.withdrawn.is_empty() {
+        if self.view.objects.budgets.is_empty() && self.view.objects.withdrawn.is_empty() {
             return;
         }
         // One hash lookup per pod outside the namespaces that have a budget.
-        let namespaces = self.objects.budgets.namespaces();
-        let candidates = self.ours.iter().filter(|(_, f)| f.bound && namespaces.contains(f.task.namespace.as_str()));
+        let namespaces = self.view.objects.budgets.namespaces();
+        let candidates =
+            self.view.ours.iter().filter(|(_, f)| f.bound && namespaces.contains(f.task.namespace.as_str()));
         let candidates = candidates.filter_map(|(id, f)| {
             Some(crate::disruption::Candidate {
                 workload: self.core.owner_of(id)?,
@@ -23,46 +24,46 @@ impl Scheduler {
                 priority: f.task.priority,
             })
         });
-        let withheld = self.objects.budgets.withheld(candidates);
+        let withheld = self.view.objects.budgets.withheld(candidates);
         // Every cycle, not only on change: a workload submitted again starts preemptible.
         for w in &withheld {
             let _ = self.core.set_preemptible(w, false);
         }
-        for w in self.objects.withdrawn.difference(&withheld) {
+        for w in self.view.objects.withdrawn.difference(&withheld) {
             let _ = self.core.set_preemptible(w, true);
         }
-        self.objects.withdrawn = withheld;
+        self.view.objects.withdrawn = withheld;
     }
 
     /// Node `name` as the core sees it: what pods the core does not manage hold. Members of the
     /// core (and `also`, pods about to be taken over) and victims the core holds as terminating
     /// on this very node are left out; a victim anywhere else is a fact here until it is gone.
     pub(super) fn background(&mut self, name: &str, also: &AHashSet<String>) -> Option<Node> {
-        let slot = self.cache.nodes().slot_of(name)?;
-        let mut node = self.cache.nodes().get(slot)?.clone();
+        let slot = self.view.cache.nodes().slot_of(name)?;
+        let mut node = self.view.cache.nodes().get(slot)?.clone();
         let terminating: AHashSet<&str> =
             self.core.terminating().filter(|(_, on)| *on == name).map(|(task, _)| task).collect();
-        for (id, task, devices) in self.cache.holders_on(name) {
+        for (id, task, devices) in self.view.cache.holders_on(name) {
             if self.core.owner_of(id).is_some() || terminating.contains(id) || also.contains(id) {
                 release(&mut node, task, devices);
             }
         }
         // DRA devices by class: all of them, and those held by claims the core does not count
         // through its own tasks' requests (others' claims, claims of pods gone or not ours).
-        let (core, counted) = (&self.core, &self.objects.dra_counted);
+        let (core, counted) = (&self.core, &self.view.objects.dra_counted);
         let counted_by_core = |claim: &str, resource: &str| {
             counted.get(claim).is_some_and(|(t, rs)| rs.iter().any(|r| r == resource) && core.owner_of(t).is_some())
         };
-        let capacity = self.objects.dra.capacity(name, &counted_by_core);
+        let capacity = self.view.objects.dra.capacity(name, &counted_by_core);
         for (resource, devices, held) in &capacity {
             add_extended(&mut node.allocatable, resource, *devices);
             add_extended(&mut node.allocated, resource, *held);
         }
         // What the core sees now, for `dra_capacity_changed` to compare with.
         if capacity.is_empty() {
-            self.objects.dra_capacity.remove(name);
+            self.view.objects.dra_capacity.remove(name);
         } else {
-            self.objects.dra_capacity.insert(name.to_string(), capacity);
+            self.view.objects.dra_capacity.insert(name.to_string(), capacity);
         }
         Some(node)
     }
@@ -70,14 +71,14 @@ impl Scheduler {
     /// DRA devices or their holds changed: the core sees again each node whose device counts
     /// by class changed.
     pub(super) fn dra_capacity_changed(&mut self, changed: Option<Vec<String>>) {
-        let names: Vec<String> = changed.unwrap_or_else(|| self.cache.node_names().map(String::from).collect());
-        let (core, counted) = (&self.core, &self.objects.dra_counted);
+        let names: Vec<String> = changed.unwrap_or_else(|| self.view.cache.node_names().map(String::from).collect());
+        let (core, counted) = (&self.core, &self.view.objects.dra_counted);
         let counted_by_core = |claim: &str, resource: &str| {
             counted.get(claim).is_some_and(|(t, rs)| rs.iter().any(|r| r == resource) && core.owner_of(t).is_some())
         };
         for name in names {
-            let now = self.objects.dra.capacity(&name, &counted_by_core);
-            let before = self.objects.dra_capacity.get(&name);
+            let now = self.view.objects.dra.capacity(&name, &counted_by_core);
+            let before = self.view.objects.dra_capacity.get(&name);
             if before.map_or(!now.is_empty(), |b| *b != now) {
                 self.next.stale_nodes.insert(name);
             }
@@ -86,7 +87,7 @@ impl Scheduler {
 
     pub(super) fn observe(&mut self, node: Node, now: u64) -> Vec<Decision> {
         let name = node.name.clone();
-        let topology = self.cache.nodes().topologies().get(&name).cloned();
+        let topology = self.view.cache.nodes().topologies().get(&name).cloned();
         self.core.set_topology(&name, topology);
         self.show_topology(&name);
         let others = self.others_on(&name);
@@ -97,9 +98,10 @@ impl Scheduler {
 
     /// Others' pods on `node` as inter-pod affinity needs them (ours are the core's own members).
     pub(super) fn others_on(&self, node: &str) -> Vec<RunningPod> {
-        self.cache
+        self.view
+            .cache
             .holders_on(node)
-            .filter(|(id, _, _)| !self.ours.contains_key(*id) && self.core.owner_of(id).is_none())
+            .filter(|(id, _, _)| !self.view.ours.contains_key(*id) && self.core.owner_of(id).is_none())
             .filter(|(_, t, _)| self.next.all_pod_labels || !t.pod_terms().anti_affinity.is_empty())
             .map(|(_, t, _)| RunningPod {
                 namespace: t.namespace.clone(),
@@ -132,13 +134,13 @@ impl Scheduler {
     pub(super) fn submit_pending(&mut self, now: u64) {
         self.next.not_before.retain(|_, t| *t > now);
         self.forget_announced();
-        let ours = &self.ours;
+        let ours = &self.view.ours;
         self.next.mixed.retain(|id, _| ours.get(id).is_some_and(|f| !f.bound));
         // The first pod of ours with pod affinity of its own: from now on the core sees every
         // other pod's labels (before this pod is tried).
-        if !self.next.all_pod_labels && self.ours.values().any(|f| !f.bound && !f.task.pod_terms().is_empty()) {
+        if !self.next.all_pod_labels && self.view.ours.values().any(|f| !f.bound && !f.task.pod_terms().is_empty()) {
             self.next.all_pod_labels = true;
-            let names: Vec<String> = self.cache.node_names().map(String::from).collect();
+            let names: Vec<String> = self.view.cache.node_names().map(String::from).collect();
             for name in names {
                 let others = self.others_on(&name);
                 self.core.observe_pods(&name, others);
@@ -150,10 +152,10 @@ impl Scheduler {
         let mut singles: Vec<(String, Option<String>)> = Vec::new();
         let mut groups: BTreeMap<String, grouping::Gathered> = BTreeMap::new();
         let mut waiting: Vec<(String, String)> = Vec::new();
-        for (id, f) in &self.ours {
+        for (id, f) in &self.view.ours {
             // A victim being evicted is not waiting for a node, even when its bind failed (it was
             // chosen while the bind was in flight): it goes, and its controller makes another.
-            if f.bound || self.core.owner_of(id).is_some() || self.in_flight.evicting.contains(id) {
+            if f.bound || self.core.owner_of(id).is_some() || self.view.evicting.contains(id) {
                 continue;
             }
             let membership = self.membership(f);
@@ -177,13 +179,13 @@ impl Scheduler {
         }
         // Oldest first (then by name): the core serves a queue's equal priorities in submission
         // order, so that order must be the pods', not a hash map's.
-        let age = |id: &String| (self.ours[id].created, id.clone());
+        let age = |id: &String| (self.view.ours[id].created, id.clone());
         singles.sort_by_key(|(id, _)| age(id));
         let mut groups: Vec<(String, grouping::Gathered)> = groups.into_iter().collect();
         groups.sort_by_key(|(_, g)| g.ids.iter().map(age).min());
         let retry = now + self.config.resubmit_after.as_secs().max(1);
         for (id, queue) in singles {
-            let mut workload = workloads::single(&self.ours[&id], &self.objects.priority_classes);
+            let mut workload = workloads::single(&self.view.ours[&id], &self.view.objects.priority_classes);
             if let Some(queue) = queue {
                 workloads::set_queue(&mut workload, &queue);
             }
@@ -203,7 +205,7 @@ impl Scheduler {
                 let mut tasks: Vec<Task> = ids
                     .iter()
                     .map(|id| {
-                        let mut task = self.ours[id].task_with_priority(&self.objects.priority_classes);
+                        let mut task = self.view.ours[id].task_with_priority(&self.view.objects.priority_classes);
                         task.group = Some(name.clone());
                         task
                     })
@@ -213,9 +215,15 @@ impl Scheduler {
                 }
                 // Late members: their gang as they see it (its size here counts only them).
                 if self.describing() {
-                    let late: Vec<&PodFacts> = ids.iter().map(|id| &self.ours[id]).collect();
+                    let late: Vec<&PodFacts> = ids.iter().map(|id| &self.view.ours[id]).collect();
                     self.announce(
-                        &workloads::gang(&key, &info, &late, &self.objects.priority_classes, &self.config.topology),
+                        &workloads::gang(
+                            &key,
+                            &info,
+                            &late,
+                            &self.view.objects.priority_classes,
+                            &self.config.topology,
+                        ),
                         &[],
                     );
                 }
@@ -235,9 +243,9 @@ impl Scheduler {
                 self.report(&ids, &msg);
                 continue;
             }
-            let members: Vec<&PodFacts> = ids.iter().map(|id| &self.ours[id]).collect();
+            let members: Vec<&PodFacts> = ids.iter().map(|id| &self.view.ours[id]).collect();
             let mut workload =
-                workloads::gang(&key, &info, &members, &self.objects.priority_classes, &self.config.topology);
+                workloads::gang(&key, &info, &members, &self.view.objects.priority_classes, &self.config.topology);
             for task in &mut workload.members {
                 task.group = Some(name.clone());
             }
@@ -267,20 +275,21 @@ impl Scheduler {
         for task in tasks.iter_mut() {
             // What an earlier submission asked of DRA is not this one's: the classes serving the
             // pod may be gone (a DeviceClass deleted), and a stale entry would be allocated at bind.
-            if self.objects.dra_pods.remove(&task.id).is_some() {
-                self.objects.dra_counted.retain(|_, (t, _)| *t != task.id);
+            if self.view.objects.dra_pods.remove(&task.id).is_some() {
+                self.view.objects.dra_counted.retain(|_, (t, _)| *t != task.id);
             }
-            let Some(facts) = self.ours.get(&task.id) else { continue };
+            let Some(facts) = self.view.ours.get(&task.id) else { continue };
             // Extended resources a DeviceClass serves (KEP-5004), through a claim made for the pod.
             let names = facts.containers.iter().flat_map(|c| c.requests.keys()).filter(|n| extended::is_extended(n));
-            let served = self.objects.dra.classes_for(names.map(String::as_str));
+            let served = self.view.objects.dra.classes_for(names.map(String::as_str));
             if facts.claims.is_empty() && served.is_empty() {
                 continue;
             }
             // Device-plugin nodes offer them too: tried there first, then on the DRA nodes.
             if facts.claims.is_empty() {
-                let nodes = self.cache.nodes();
+                let nodes = self.view.cache.nodes();
                 let offered = self
+                    .view
                     .cache
                     .node_names()
                     .filter_map(|n| nodes.slot_of(n).and_then(|s| nodes.get(s)))
@@ -295,7 +304,7 @@ impl Scheduler {
                     self.next.mixed.remove(&task.id);
                 }
             }
-            if !self.objects.dra.synced() {
+            if !self.view.objects.dra.synced() {
                 any = true;
                 refusal = Some(
                     "waiting for the cluster's ResourceSlices, DeviceClasses and ResourceClaims to be listed".into(),
@@ -303,16 +312,16 @@ impl Scheduler {
                 break;
             }
             let mut pod = DraPod { claims: facts.claims.clone(), made: None };
-            let mut candidates: Vec<&str> = self.cache.node_names().collect();
+            let mut candidates: Vec<&str> = self.view.cache.node_names().collect();
             if !served.is_empty() {
                 // Only on nodes that do not offer the resources themselves (a device plugin).
-                let nodes = self.cache.nodes();
+                let nodes = self.view.cache.nodes();
                 candidates.retain(|n| {
                     let node = nodes.slot_of(n).and_then(|s| nodes.get(s));
                     node.is_none_or(|node| !served.keys().any(|r| offers(node, r)))
                 });
                 let (name, uid) = (key_of(task).name, facts.uid.clone());
-                match self.objects.dra.made_claim_of(&task.namespace, &uid) {
+                match self.view.objects.dra.made_claim_of(&task.namespace, &uid) {
                     Some(claim) => pod.claims.push(ClaimRef {
                         name: "extended resources".into(),
                         claim: Some(claim),
@@ -324,7 +333,7 @@ impl Scheduler {
                 }
             }
             let made = pod.made.as_ref().map(|m| &m.claim);
-            match self.objects.dra.feasible_nodes(&task.namespace, &pod.claims, made, candidates.into_iter()) {
+            match self.view.objects.dra.feasible_nodes(&task.namespace, &pod.claims, made, candidates.into_iter()) {
                 Ok(feasible) => {
                     tracing::debug!(pod = %task.id, nodes = ?feasible.nodes, now = feasible.now, "DRA: where its claims can go");
                     if let Some(why) = feasible.not_now.clone() {
@@ -334,7 +343,7 @@ impl Scheduler {
                         task.gpu = Default::default();
                     }
                     task.request.extended.retain(|(n, _)| !served.contains_key(n.as_str()));
-                    crate::dra::restrict_to(task, feasible, self.cache.node_names());
+                    crate::dra::restrict_to(task, feasible, self.view.cache.node_names());
                     if let Some(avoid) = self.next.dra_avoid.get(key) {
                         crate::dra::avoid(task, avoid.iter().cloned().collect());
                     }
@@ -357,18 +366,18 @@ impl Scheduler {
             // then never places more than a node has free, a gang's members included, quotas
             // count them, and preemption frees them. A claim shared with a pod the core already
             // counts it for is not counted twice.
-            for (claim, wants) in self.objects.dra.requests(&task.namespace, &pod.claims, made) {
-                let other = self.objects.dra_counted.get(&claim).filter(|(t, _)| *t != task.id);
+            for (claim, wants) in self.view.objects.dra.requests(&task.namespace, &pod.claims, made) {
+                let other = self.view.objects.dra_counted.get(&claim).filter(|(t, _)| *t != task.id);
                 if other.is_some_and(|(t, _)| self.core.owner_of(t).is_some()) {
                     continue;
                 }
                 let resources = wants.iter().map(|(r, _)| r.to_string()).collect();
-                self.objects.dra_counted.insert(claim, (task.id.clone(), resources));
+                self.view.objects.dra_counted.insert(claim, (task.id.clone(), resources));
                 for (resource, n) in wants {
                     add_extended(&mut task.request, &resource, n);
                 }
             }
-            self.objects.dra_pods.insert(task.id.clone(), pod);
+            self.view.objects.dra_pods.insert(task.id.clone(), pod);
         }
         if let Some(reason) = refusal {
             self.next.not_before.insert(key.to_string(), retry);
@@ -408,11 +417,11 @@ impl Scheduler {
     /// One cycle: the core sees what changed, new pods are submitted, the core decides.
     pub(super) fn cycle(&mut self) {
         self.next.dirty = false;
-        let woken = self.objects.dra.take_woken();
+        let woken = self.view.objects.dra.take_woken();
         if woken != crate::dra::Woken::default() {
             self.dra_woken(woken);
         }
-        let changed = self.objects.dra.take_changed_nodes();
+        let changed = self.view.objects.dra.take_changed_nodes();
         if changed.as_ref().is_none_or(|c| !c.is_empty()) {
             self.dra_capacity_changed(changed);
         }

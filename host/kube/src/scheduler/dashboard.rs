@@ -74,7 +74,7 @@ impl Scheduler {
     /// Brings the dashboard's copy of the nodes' DRA devices up to date: the nodes whose devices
     /// or holds changed since the last view, or all of them after slices changed.
     fn show_dra_devices(&mut self) {
-        let dra = &mut self.objects.dra;
+        let dra = &mut self.view.objects.dra;
         let nodes = match dra.take_shown_changes() {
             Some(changed) if changed.is_empty() => return,
             Some(changed) => changed,
@@ -202,7 +202,7 @@ impl Scheduler {
         let allocation = self.reports.allocation.clone();
         // Fragmentation is measured against the pods this scheduler has now, bound or waiting:
         // their shapes are the workload the cluster's idle share should still fit.
-        let shapes = self.ours.shapes().clone();
+        let shapes = self.view.ours.shapes().clone();
         tokio::task::spawn_blocking(move || {
             let mut rows: Vec<NodeView> = nodes
                 .slots()
@@ -284,7 +284,7 @@ impl Scheduler {
             .iter()
             .filter(|(id, _)| self.core.owner_of(id).is_none())
             .filter_map(|(id, why)| {
-                let pod = self.ours.get(id).filter(|p| !p.bound)?;
+                let pod = self.view.ours.get(id).filter(|p| !p.bound)?;
                 let created = pod.created.map(|c| c.as_second().max(0) as u64);
                 Some(WorkloadView {
                     name: id.clone(),

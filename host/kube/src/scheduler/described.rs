@@ -45,7 +45,7 @@ impl Scheduler {
         if !self.describing() {
             return;
         }
-        let topology = self.cache.nodes().topologies().get(&node.name).is_some();
+        let topology = self.view.cache.nodes().topologies().get(&node.name).is_some();
         if self.reports.described.nodes.get(&node.name).is_some_and(|last| same_capacity(last, node, topology)) {
             return;
         }
@@ -114,7 +114,7 @@ impl Scheduler {
             if !self.reports.described.announced.insert(task.id.clone()) {
                 continue;
             }
-            let facts = self.ours.get(&task.id);
+            let facts = self.view.ours.get(&task.id);
             let created = facts.and_then(|f| f.created.as_ref()).map_or_else(Timestamp::now, convert::event_time);
             let payload = match running.iter().find(|(id, _, _)| *id == task.id) {
                 Some((_, node, _)) => {
@@ -131,12 +131,12 @@ impl Scheduler {
     }
 
     /// `task-withdrawn` of pod `id` of ours, going before it ran: announced (its
-    /// `task-submitted` went out) and never bound. Before it leaves [`Scheduler::ours`].
-    pub(super) fn withdrawn(&mut self, id: &str) {
+    /// `task-submitted` went out) and never bound (`facts`: what it was as one of ours).
+    pub(super) fn withdrawn(&mut self, id: &str, facts: Option<&crate::workloads::PodFacts>) {
         if !self.describing() || !self.reports.described.announced.remove(id) {
             return;
         }
-        let Some(facts) = self.ours.get(id).filter(|f| !f.bound) else { return };
+        let Some(facts) = facts.filter(|f| !f.bound) else { return };
         let now = Timestamp::now();
         let created = facts.created.as_ref().map_or(now, convert::event_time);
         let waited = now.millis().saturating_sub(created.millis()) / 1000;
@@ -146,7 +146,7 @@ impl Scheduler {
 
     /// Forget the announcements of pods that are gone.
     pub(super) fn forget_announced(&mut self) {
-        let ours = &self.ours;
+        let ours = &self.view.ours;
         self.reports.described.announced.retain(|id| ours.contains_key(id));
     }
 }

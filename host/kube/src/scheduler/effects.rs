@@ -91,15 +91,17 @@ impl Scheduler {
             if refused.contains_key(workload) {
                 continue;
             }
-            let (Some(facts), Some(pod)) = (self.ours.get(task), self.objects.dra_pods.get(task)) else { continue };
+            let (Some(facts), Some(pod)) = (self.view.ours.get(task), self.view.objects.dra_pods.get(task)) else {
+                continue;
+            };
             // The policy's device-selection stage may rank each request's candidate devices.
-            let nodes = self.cache.nodes();
+            let nodes = self.view.cache.nodes();
             let mut rank =
                 |request: &wasmsched_api::ClaimRequest| set.rank_claim_devices(nodes, &facts.task, node, request);
             let rank: Option<&mut wasmsched_dra::allocator::Rank> =
                 if set.ranks_claim_devices() { Some(&mut rank) } else { None };
             let mut outcome =
-                self.objects.dra.reserve(&facts.task.namespace, &pod.claims, pod.made.as_ref(), node, rank);
+                self.view.objects.dra.reserve(&facts.task.namespace, &pod.claims, pod.made.as_ref(), node, rank);
             // Devices beyond what the cycle counted (an `All` request, a larger `firstAvailable`
             // alternative) are charged to the pod's node and queues, or the allocation is given
             // back when its queues cannot hold them.
@@ -116,8 +118,12 @@ impl Scheduler {
                         Ok(()) => {
                             for w in writes.iter().filter(|w| w.allocation.is_some()) {
                                 let key = format!("{}/{}", w.namespace, w.name);
-                                let counted =
-                                    self.objects.dra_counted.entry(key).or_insert_with(|| (task.clone(), Vec::new()));
+                                let counted = self
+                                    .view
+                                    .objects
+                                    .dra_counted
+                                    .entry(key)
+                                    .or_insert_with(|| (task.clone(), Vec::new()));
                                 for (resource, _) in w.beyond_count() {
                                     if !counted.1.iter().any(|r| r.as_str() == resource.as_str()) {
                                         counted.1.push(resource.to_string());
@@ -128,7 +134,7 @@ impl Scheduler {
                             self.next.stale_nodes.insert(node.clone());
                         }
                         Err(e) => {
-                            self.objects.dra.forget(writes);
+                            self.view.objects.dra.forget(writes);
                             outcome = Err(format!("its claims got devices beyond what was counted ahead: {e}"));
                         }
                     }
@@ -142,7 +148,7 @@ impl Scheduler {
                 Err(reason) => {
                     for t in reserved.remove(workload.as_str()).unwrap_or_default() {
                         if let Some(writes) = self.in_flight.claims.remove(t) {
-                            self.objects.dra.forget(&writes);
+                            self.view.objects.dra.forget(&writes);
                         }
                     }
                     // Not this node again until devices are freed: what the cycle counts free
@@ -193,12 +199,12 @@ impl Scheduler {
         };
         self.next.dra_not_now.remove(workload.as_str());
         let (live, policy, each) = (at.live, at.policy, at.each);
-        let Some(facts) = self.ours.get(task).cloned() else {
+        let Some(facts) = self.view.ours.get(task).cloned() else {
             tracing::warn!(pod = %task, "bound a pod that is gone; the bind will fail");
             return;
         };
         let attempt = self.reports.attempts.remove(workload).unwrap_or(0) + 1;
-        if let Some(slot) = self.cache.nodes().slot_of(node) {
+        if let Some(slot) = self.view.cache.nodes().slot_of(node) {
             let placement = Placement {
                 node: slot,
                 devices: devices.clone(),
@@ -207,13 +213,13 @@ impl Scheduler {
                 skipped_faults: faults.clone(),
             };
             let observed =
-                Observed { task: &facts.task, nodes: self.cache.nodes(), result: &Ok(placement), latency: each };
+                Observed { task: &facts.task, nodes: self.view.cache.nodes(), result: &Ok(placement), latency: each };
             self.shared.registry.record(live, observed);
-            self.cache.assume(slot, &facts.task, devices);
+            self.view.cache.assume(slot, &facts.task, devices);
         }
         // Built with or without an event sink: the usage meter counts them too.
         let cycle_facts = self.facts(&facts.task, attempt);
-        let payloads = decisions::cycle(d, &cycle_facts, self.cache.nodes(), policy);
+        let payloads = decisions::cycle(d, &cycle_facts, self.view.cache.nodes(), policy);
         self.reports.unconfirmed.insert(task.clone(), payloads);
         self.reports.decided += 1;
         let claims = self.in_flight.claims.remove(task).unwrap_or_default();
@@ -234,11 +240,11 @@ impl Scheduler {
         }
         if let (Some(first), Some(diagnosis)) = (waiting.first(), &explanation.nodes) {
             let result = Err(Unschedulable { diagnosis: diagnosis.clone() });
-            let observed = Observed { task: first, nodes: self.cache.nodes(), result: &result, latency: each };
+            let observed = Observed { task: first, nodes: self.view.cache.nodes(), result: &result, latency: each };
             self.shared.registry.record(live, observed);
         }
         if let (Some(sink), Some(first)) = (self.reports.events.as_ref().filter(|s| s.wanted()), waiting.first()) {
-            for p in decisions::cycle(d, &self.facts(first, explanation.attempts), self.cache.nodes(), policy) {
+            for p in decisions::cycle(d, &self.facts(first, explanation.attempts), self.view.cache.nodes(), policy) {
                 sink.emit(p);
             }
         }
@@ -314,7 +320,7 @@ impl Scheduler {
     pub(super) fn evicted(&mut self, d: &Decision, task: &str, reason: &EvictReason, at: &Carried<'_>) {
         let policy = at.policy;
         if let Some(sink) = self.reports.events.as_ref().filter(|s| s.wanted())
-            && let Some(victim) = self.ours.get(task)
+            && let Some(victim) = self.view.ours.get(task)
         {
             let preemptor = match reason {
                 EvictReason::Preempted { preemptor, .. } => {
@@ -325,7 +331,7 @@ impl Scheduler {
             let grace = victim.checkpoint.map(|g| g.unwrap_or(self.config.core.checkpoint_grace_seconds));
             let facts =
                 CycleFacts { preemptor: preemptor.as_ref(), grace_seconds: grace, ..self.facts(&victim.task, 0) };
-            for p in decisions::cycle(d, &facts, self.cache.nodes(), policy) {
+            for p in decisions::cycle(d, &facts, self.view.cache.nodes(), policy) {
                 sink.emit(p);
             }
         }
@@ -342,7 +348,7 @@ impl Scheduler {
         // forgets the task now and holds its room as terminating until the pod is gone.
         let _ = self.core.remove_task(task);
         if !matches!(reason, EvictReason::NodeLost) {
-            self.in_flight.evicting.insert(task.to_string());
+            self.view.evicting.insert(task.to_string());
             self.start_eviction(task, reason);
         }
     }
@@ -359,7 +365,7 @@ impl Scheduler {
                 placed: status.map_or(0, |s| s.explanation.gang.map_or(0, |g| g.0 as u32)),
                 ..self.facts(first, 0)
             };
-            for p in decisions::cycle(d, &facts, self.cache.nodes(), policy) {
+            for p in decisions::cycle(d, &facts, self.view.cache.nodes(), policy) {
                 sink.emit(p);
             }
         }
@@ -377,7 +383,7 @@ impl Scheduler {
         tracing::warn!(fault = %fault, "plugin fault");
         if let Some(sink) = self.reports.events.as_ref().filter(|s| s.wanted()) {
             let any = Task::default();
-            for p in decisions::cycle(d, &self.facts(&any, 0), self.cache.nodes(), policy) {
+            for p in decisions::cycle(d, &self.facts(&any, 0), self.view.cache.nodes(), policy) {
                 sink.emit(p);
             }
         }
@@ -395,7 +401,7 @@ impl Scheduler {
         let message = self.core.explain(workload).map(reason).unwrap_or_default();
         tracing::info!(workload, nodes = ?nodes, "nominated: waiting for its victims to go");
         for (i, task) in waiting.iter().enumerate() {
-            let Some(uid) = self.ours.get(&task.id).map(|f| f.uid.clone()) else { continue };
+            let Some(uid) = self.view.ours.get(&task.id).map(|f| f.uid.clone()) else { continue };
             // One write with the reason: the node of a gang's member is a hint, round robin.
             let node = nodes.get(i % nodes.len().max(1)).map(String::as_str);
             self.report_one(&task.id, &uid, &message, node);
@@ -403,7 +409,7 @@ impl Scheduler {
     }
 
     pub(super) fn facts<'a>(&self, task: &'a Task, attempt: u32) -> CycleFacts<'a> {
-        let submitted = self.ours.get(&task.id).and_then(|f| f.created.as_ref()).map(crate::convert::event_time);
+        let submitted = self.view.ours.get(&task.id).and_then(|f| f.created.as_ref()).map(crate::convert::event_time);
         CycleFacts {
             task,
             preemptor: None,
@@ -419,7 +425,7 @@ impl Scheduler {
     /// `PodScheduled=False` with `message` on each pod, when it says something new.
     pub(super) fn report(&mut self, ids: &[String], message: &str) {
         for id in ids {
-            let Some(uid) = self.ours.get(id).map(|f| f.uid.clone()) else { continue };
+            let Some(uid) = self.view.ours.get(id).map(|f| f.uid.clone()) else { continue };
             self.report_one(id, &uid, message, None);
         }
     }
@@ -458,7 +464,7 @@ impl Scheduler {
     ) {
         let (effects, leader, done) =
             (self.api.effects.clone(), self.leadership.leader.clone(), self.in_flight.done_tx.clone());
-        let nodes = self.cache.nodes();
+        let nodes = self.view.cache.nodes();
         let numa = nodes.slot_of(&node).and_then(|s| nodes.get(s)).and_then(|n| convert::numa_of(n, &devices));
         let (key, uid, id) = (key_of(&pod.task), pod.uid.clone(), pod.task.id.clone());
         let binds = self.in_flight.binds.clone();
@@ -540,17 +546,18 @@ impl Scheduler {
         match done {
             Done::Bind { id, claims, result, took, decided_in, at } => {
                 if result.is_err() {
-                    self.objects.dra.release(&claims);
+                    self.view.objects.dra.release(&claims);
                 }
                 // A claim made for the pod is known by its name from now on.
                 for w in claims.iter().filter(|_| result.is_ok()) {
                     let Some(made) = &w.create else { continue };
                     let placeholder = made.claim.metadata.name.clone().unwrap_or_default();
-                    self.objects.dra.created(&w.namespace, &placeholder, &w.name);
-                    if let Some(task) = self.objects.dra_counted.remove(&format!("{}/{placeholder}", w.namespace)) {
-                        self.objects.dra_counted.insert(format!("{}/{}", w.namespace, w.name), task);
+                    self.view.objects.dra.created(&w.namespace, &placeholder, &w.name);
+                    if let Some(task) = self.view.objects.dra_counted.remove(&format!("{}/{placeholder}", w.namespace))
+                    {
+                        self.view.objects.dra_counted.insert(format!("{}/{}", w.namespace, w.name), task);
                     }
-                    if let Some(pod) = self.objects.dra_pods.get_mut(&id) {
+                    if let Some(pod) = self.view.objects.dra_pods.get_mut(&id) {
                         pod.made = None;
                         pod.claims.push(crate::dra::ClaimRef {
                             name: "extended resources".into(),
@@ -566,9 +573,9 @@ impl Scheduler {
                 tracing::warn!(pod = %id, "gave up evicting; it counts as running again");
                 // The core stops holding its room as terminating; the node shows it as anyone's
                 // pod, and a preemptor waiting for it tries again (elsewhere, or other victims).
-                self.in_flight.evicting.remove(&id);
+                self.view.evicting.remove(&id);
                 self.core.terminated(&id);
-                if let Some(node) = self.cache.node_of(&id).map(String::from) {
+                if let Some(node) = self.view.cache.node_of(&id).map(String::from) {
                     self.stale(node);
                 }
             }
@@ -598,26 +605,26 @@ impl Scheduler {
         match result {
             Ok(()) => self.run_started(&id, events.unwrap_or_default(), at),
             Err(e) => {
-                // Bound elsewhere or gone (409/404): the watch stream says what is true, never
-                // retried. Otherwise the pod waits a back-off and is submitted again.
-                let retry = !matches!(e, EffectError::Conflict(_) | EffectError::NotFound(_));
-                tracing::info!(pod = %id, error = %e, retry, "bind failed");
-                self.cache.forget_assumed(&id);
+                // Bound elsewhere or gone (409/404): the watch stream says what is true, and the
+                // pod leaves the pending ones when it shows it. Either way the pod waits a back-off
+                // before it is submitted again: a 409 the watch has not explained yet (its event
+                // still on the way, or never coming) must not be tried again at once, in a loop.
+                let raced = matches!(e, EffectError::Conflict(_) | EffectError::NotFound(_));
+                tracing::info!(pod = %id, error = %e, raced, "bind failed");
+                self.view.cache.forget_assumed(&id);
                 if self.core.placement_of(&id).is_some() {
                     let _ = self.core.remove_task(&id);
                 }
                 // The watch may already have shown it bound (by another scheduler, possibly to the
                 // very node we chose): it runs there as others' usage, which the core sees only
                 // once that node is shown to it again.
-                if let Some(node) = self.cache.node_of(&id).map(String::from) {
+                if let Some(node) = self.view.cache.node_of(&id).map(String::from) {
                     self.stale(node);
                 }
-                if retry {
-                    let wait = e.retry_after().map_or(0, |d| d.as_secs());
-                    let at = self.now() + self.config.core.backoff_initial_seconds.max(1).max(wait);
-                    let wait_key = self.gang_of(&id).unwrap_or_else(|| id.clone());
-                    self.next.not_before.insert(wait_key, at);
-                }
+                let wait = e.retry_after().map_or(0, |d| d.as_secs());
+                let at = self.now() + self.config.core.backoff_initial_seconds.max(1).max(wait);
+                let wait_key = self.gang_of(&id).unwrap_or_else(|| id.clone());
+                self.next.not_before.insert(wait_key, at);
                 self.next.dirty = true;
             }
         }

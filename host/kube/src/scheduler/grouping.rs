@@ -2,9 +2,6 @@
 //! other APIs' `PodGroup`s, and the one answer the cycle, the take-over and the status writer
 //! share.
 
-use crate::crd::not_installed;
-use kube::api::DynamicObject;
-
 use super::*;
 use crate::groups::GroupSource;
 use crate::groups::owners::Grouping;
@@ -45,10 +42,10 @@ impl Scheduler {
             let key = format!("{namespace}/{name}");
             let gang = |info: &GroupInfo| Membership::Gang { key: key.clone(), name: name.clone(), info: info.clone() };
             // Our PodGroup of that name overrides whatever another API says.
-            if let Some(info) = self.objects.groups.get(&key) {
+            if let Some(info) = self.view.objects.groups.get(&key) {
                 return gang(info);
             }
-            return match (source, self.objects.pod_groups.find(*source, &key)) {
+            return match (source, self.view.objects.pod_groups.find(*source, &key)) {
                 (GroupSource::Wasmsched, _) => Membership::Waiting(format!("waiting for PodGroup {key}")),
                 (_, Found::Group(g)) => match &g.policy {
                     Policy::Basic => Membership::Alone { queue: None },
@@ -60,7 +57,7 @@ impl Scheduler {
                 (source, _) => Membership::Waiting(format!("waiting for PodGroup {key} ({})", source.api_group())),
             };
         }
-        match self.objects.owners.grouping(namespace, f.owner.as_ref(), &f.labels) {
+        match self.view.objects.owners.grouping(namespace, f.owner.as_ref(), &f.labels) {
             Grouping::Alone { queue } => Membership::Alone { queue },
             Grouping::Gang { name, min_member, queue } => Membership::Gang {
                 key: format!("{namespace}/{name}"),
@@ -76,44 +73,10 @@ impl Scheduler {
         if let Some(owner) = self.core.owner_of(id) {
             return Some(owner.to_string());
         }
-        match self.membership(self.ours.get(id)?) {
+        match self.membership(self.view.ours.get(id)?) {
             Membership::Gang { key, .. } => Some(key),
             _ => None,
         }
-    }
-
-    /// An owner of kind `kind` (the owner table's index) changed.
-    pub(super) fn owner_event(&mut self, kind: usize, event: watcher::Result<Event<DynamicObject>>) {
-        let owners = &mut self.objects.owners;
-        let changed = match event {
-            Ok(Event::Init) => {
-                owners.relist_started(kind);
-                false
-            }
-            Ok(Event::InitApply(o)) | Ok(Event::Apply(o)) => owners.apply(kind, &o),
-            Ok(Event::InitDone) => {
-                owners.relist_done(kind);
-                true
-            }
-            Ok(Event::Delete(o)) => owners.delete(&o),
-            Err(e) => {
-                let spec = owners.table().kinds().nth(kind).map(|k| format!("{} ({})", k.kind, k.api_version));
-                if owners.watch_failed(kind) {
-                    let kind = spec.as_deref().unwrap_or("?");
-                    if not_installed(&e) {
-                        tracing::info!(%kind, "owner kind not installed in this cluster: its pods are scheduled alone until it is");
-                    } else {
-                        tracing::warn!(%kind, error = %e,
-                            "cannot watch this owner kind (not allowed?): its pods are scheduled alone until it can");
-                    }
-                } else {
-                    tracing::debug!(kind = spec.as_deref().unwrap_or("?"), error = %e, "owner watch failed; retrying");
-                }
-                false
-            }
-        };
-        self.next.dirty |= changed;
-        self.next.regroup |= changed;
     }
 
     /// Gangs still wholly pending whose group or owner now asks for another min-member (an owner
@@ -130,7 +93,7 @@ impl Scheduler {
             if placed || members.any(|(_, placed)| placed) {
                 continue;
             }
-            let now = self.ours.get(&first.id).map(|f| self.membership(f));
+            let now = self.view.ours.get(&first.id).map(|f| self.membership(f));
             let differs = match now {
                 Some(Membership::Gang { key: k, info, .. }) => k != *key || info.min_member != *min,
                 Some(_) => true,
@@ -145,37 +108,5 @@ impl Scheduler {
             let _ = self.core.finish(&key);
             self.next.gang_min.remove(&key);
         }
-    }
-
-    /// A `PodGroup` of another API (`self.objects.pod_groups`' watch `i`) changed.
-    pub(super) fn pod_group_event(&mut self, i: usize, event: watcher::Result<Event<DynamicObject>>) {
-        let groups = &mut self.objects.pod_groups;
-        let changed = match event {
-            Ok(Event::Init) => {
-                groups.relist_started(i);
-                false
-            }
-            Ok(Event::InitApply(g)) | Ok(Event::Apply(g)) => groups.apply(i, &g),
-            Ok(Event::InitDone) => {
-                groups.relist_done(i);
-                true
-            }
-            Ok(Event::Delete(g)) => groups.delete(i, &g),
-            Err(e) => {
-                let api = groups.apis()[i].api_resource().api_version;
-                if groups.watch_failed(i) {
-                    if not_installed(&e) {
-                        tracing::info!(%api, "PodGroups of this API not installed in this cluster; pods naming one wait for it");
-                    } else {
-                        tracing::warn!(%api, error = %e, "cannot watch PodGroups of this API (not allowed?); pods naming one wait for it");
-                    }
-                } else {
-                    tracing::debug!(%api, error = %e, "PodGroup watch failed; retrying");
-                }
-                false
-            }
-        };
-        self.next.dirty |= changed;
-        self.next.regroup |= changed;
     }
 }

@@ -1,16 +1,18 @@
-//! The scheduling loop against a cluster. Watch streams feed two views: the [`Cache`] (every pod's
-//! usage on every node, plus binds in flight) and the [`SchedulerCore`] (this scheduler's pods as
-//! workloads in their queues; each node as what everyone else leaves free). The leader runs the
-//! core's cycle whenever something changed or one of its timers is due, and carries out its
-//! decisions: binds, `PodScheduled=False` with the explanation, checkpoint requests, evictions
-//! through the Eviction API. Non-leaders keep both views warm so a fail-over is instant.
+//! The scheduling loop against a cluster. Watch streams ([`Watches`]) feed two views: the cluster
+//! view (every pod's usage on every node plus binds in flight, our pods, the scheduling objects)
+//! and the [`SchedulerCore`] (this scheduler's pods as workloads in their queues; each node as what
+//! everyone else leaves free). The leader runs the core's cycle whenever something changed or one
+//! of its timers is due, and carries out its decisions through an [`Executor`]: binds,
+//! `PodScheduled=False` with the explanation, checkpoint requests, evictions through the Eviction
+//! API. Non-leaders keep both views warm so a fail-over is instant.
 //!
-//! One task owns the views (no locks on the hot path); API writes run concurrently, binds at most
+//! One task owns the views (no locks on the hot path); writes run concurrently, binds at most
 //! `bind_concurrency` at once, and report back on a channel.
 //!
 //! The loop's parts, in the order data flows through them:
-//! - `view`: the watch handlers — the cache, our pods, pod groups, queues, flavors, priority
-//!   classes and disruption budgets, and which nodes the core must see again;
+//! - `watches`: the inputs — one stream per kind, opened on the API server or handed in;
+//! - `cluster`: the view the watch events update, with no I/O, each event returning what changed;
+//! - `changes`: what a change means for the core, the runs and the pods' reported reasons;
 //! - `grouping`: which gang each pod belongs to — its group's object or its owners (watched);
 //! - `adopt`: taking over after a start or a fail-over (running pods of ours become the core's);
 //! - `cycle`: one cycle — nodes refreshed, waiting pods submitted, victims offered, the core decides;
@@ -24,13 +26,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ahash::{AHashMap, AHashSet};
-use futures_util::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
-use k8s_openapi::api::scheduling::v1::PriorityClass;
-use kube::runtime::watcher::{self, Event};
-use kube::{Api, Client, ResourceExt};
+use futures_util::StreamExt;
+use kube::Client;
 use tokio::sync::{Semaphore, mpsc, watch};
 use wasmsched_api::{DeviceShare, Node, Task};
 use wasmsched_core::{
@@ -43,21 +40,23 @@ use wasmsched_events::schema::{Payload, PolicySetRef};
 use wasmsched_registry::{Decision as Observed, PolicyVersion, Registry};
 
 use crate::bind::{EffectError, Effects, EventType};
-use crate::cache::{Cache, PodPhase, pod_id};
+use crate::cache::Cache;
 use crate::convert::{self, PodKey};
-use crate::crd::{PodGroup, PodGroupPhase, Queue, QueueStatus, ResourceFlavor};
-use crate::disruption::Budgets;
+use crate::crd::{PodGroupPhase, QueueStatus};
+use crate::executor::Executor;
 use crate::leader::{Elector, LeaseConfig};
 use crate::metrics::{BindLabels, Metrics, QueueLabels};
 use crate::pod_status::PodStatusWriter;
-use crate::priorities::PriorityClasses;
 use crate::queues::{Flavors, Queues};
 use crate::status::{self, StatusWriter};
 use crate::throttle::Clients;
 use crate::workloads::{self, GroupInfo, PodFacts};
+use cluster::{ClusterView, Objects};
 
 mod adopt;
 mod backoff;
+mod changes;
+mod cluster;
 mod cycle;
 mod dashboard;
 mod described;
@@ -66,7 +65,9 @@ mod grouping;
 mod ours;
 mod runs;
 mod statuses;
-mod view;
+mod watches;
+
+pub use watches::{TaggedWatches, Watch, Watches};
 
 /// How the scheduler runs.
 #[derive(Clone, Debug)]
@@ -140,38 +141,16 @@ enum Done {
     RunFinished { run: Box<runs::Run>, at: wasmsched_events::Timestamp, phase: Option<String> },
 }
 
-/// A re-list in progress: what it has listed so far.
-#[derive(Default)]
-struct Relist {
-    nodes: Option<AHashSet<String>>,
-    pods: Option<AHashSet<String>>,
-    queues: Option<AHashSet<String>>,
-    flavors: Option<AHashSet<String>>,
-    priority_classes: Option<AHashSet<String>>,
-    budgets: Option<AHashSet<String>>,
-}
-
-#[derive(Default, Clone, Copy, PartialEq, Eq)]
-struct Synced {
-    nodes: bool,
-    pods: bool,
-    queues: bool,
-    flavors: bool,
-    priority_classes: bool,
-    budgets: bool,
-}
-
 /// The scheduler: the two views, the policy registry and the API effects.
 pub struct Scheduler {
     config: SchedulerConfig,
     api: ApiClients,
     shared: Shared,
-    cache: Cache,
+    /// The cluster as the watches show it.
+    view: ClusterView,
     core: SchedulerCore,
-    /// Our pods (pending and bound), by `namespace/name`.
-    ours: ours::OurPods,
-    objects: Objects,
-    listing: Listing,
+    /// When the running pods of ours were taken over by the core (the watches had listed).
+    adopted: Option<Instant>,
     next: Next,
     timers: Timers,
     reports: Reports,
@@ -186,7 +165,7 @@ struct ApiClients {
     /// The Lease's own client: renewals never queue behind `client`'s writes.
     election: Client,
     /// Binds, evictions, checkpoint requests and Kubernetes events.
-    effects: Effects,
+    effects: Arc<dyn Executor>,
     /// The `ComputeDomain`s our pods ask for (started by `run`, with the leadership it follows).
     compute_domains: Option<crate::compute_domains::ComputeDomains>,
 }
@@ -204,49 +183,6 @@ struct Leadership {
     leader: watch::Receiver<bool>,
     /// Holds leadership at `true` when there is no election.
     _always: Option<watch::Sender<bool>>,
-}
-
-/// The cluster's scheduling objects besides nodes and pods, as the watches last showed them.
-#[derive(Default)]
-struct Objects {
-    /// Our `PodGroup`s.
-    groups: AHashMap<String, GroupInfo>,
-    /// Our `PodGroup` is not served (its CRD is not installed; said once).
-    groups_unserved: bool,
-    /// `PodGroup`s of the upstream Workload API, the coscheduling plugin and Volcano.
-    pod_groups: crate::groups::podgroups::PodGroups,
-    /// The owners pods are grouped by.
-    owners: crate::groups::owners::Owners,
-    queues: Queues,
-    flavors: Flavors,
-    priority_classes: PriorityClasses,
-    budgets: Budgets,
-    /// Workloads withdrawn as victims: a disruption budget protects one of their pods.
-    withdrawn: AHashSet<String>,
-    /// Why the last queue change was refused.
-    queue_error: Option<String>,
-    /// ResourceSlices, DeviceClasses and ResourceClaims.
-    dra: crate::dra::Dra,
-    /// A DRA watch failed (said once).
-    dra_unserved: bool,
-    /// DeviceTaintRules are not served (said once).
-    taint_rules_unserved: bool,
-    /// What each pod of ours submitted with claims asks of DRA, for its placement's allocation.
-    dra_pods: AHashMap<String, crate::dra::DraPod>,
-    /// Claims whose devices the core counts through a task's requests: that task, and the
-    /// class resources they are counted under.
-    dra_counted: AHashMap<String, (String, Vec<String>)>,
-    /// DRA devices by class per node as the core last saw them: (resource, devices, held).
-    dra_capacity: AHashMap<String, Vec<(wasmsched_api::ResourceName, u64, u64)>>,
-}
-
-/// How far the watches have listed, and when the running pods were taken over.
-#[derive(Default)]
-struct Listing {
-    relist: Relist,
-    synced: Synced,
-    /// Synced since then; bound pods of ours were taken over by the core at that moment.
-    adopted: Option<Instant>,
 }
 
 /// What the next cycle must do before it decides.
@@ -337,6 +273,8 @@ struct Reports {
     /// Nodes, queues and arrivals as last published.
     described: described::Described,
     events: Option<EventSink>,
+    /// What follows the decisions in this process (the usage meter behind `/metrics`).
+    observers: Vec<Arc<dyn wasmsched_events::Observer>>,
     /// Pods decided so far.
     decided: u64,
     /// The dashboard this scheduler is shown on (`run --dashboard`).
@@ -365,9 +303,6 @@ struct InFlight {
     done_rx: mpsc::UnboundedReceiver<Done>,
     /// DRA claim writes reserved for the cycle's binds, by pod, until each bind starts.
     claims: AHashMap<String, Vec<crate::dra::ClaimWrite>>,
-    /// Victims evicted and not gone yet: the core holds their room (as terminating) until their
-    /// pod is deleted, so the node's background leaves them out.
-    evicting: AHashSet<String>,
 }
 
 /// How often the leader brings `Queue` and `PodGroup` status up to date.
@@ -404,16 +339,13 @@ impl Scheduler {
                 done_tx,
                 done_rx,
                 claims: AHashMap::new(),
-                evicting: AHashSet::new(),
             },
             core: new_core(tree, &config),
+            view: ClusterView::new(&config.scheduler_name, cache, Objects { queues, owners, ..Objects::default() }),
+            adopted: None,
             config,
-            api: ApiClients { client, election: election_client, effects, compute_domains: None },
+            api: ApiClients { client, election: election_client, effects: Arc::new(effects), compute_domains: None },
             shared: Shared { registry, metrics },
-            cache,
-            ours: ours::OurPods::default(),
-            objects: Objects { queues, owners, ..Objects::default() },
-            listing: Listing::default(),
             next: Next {
                 dirty: true,
                 stale_nodes: AHashSet::new(),
@@ -447,6 +379,7 @@ impl Scheduler {
                 shares: decisions::Shares::default(),
                 described: Default::default(),
                 events: None,
+                observers: Vec::new(),
                 decided: 0,
                 dashboard: None,
                 topology_text: Arc::default(),
@@ -461,6 +394,21 @@ impl Scheduler {
         }
     }
 
+    /// Carries the decisions' writes out through `executor` instead of the API server's
+    /// [`Effects`] ([`crate::executor::Recording`]: in memory). The `Queue` and `PodGroup` status,
+    /// `ComputeDomain`s and the Lease still go to the clients' API server.
+    pub fn with_executor(mut self, executor: Arc<dyn Executor>) -> Scheduler {
+        self.api.effects = executor;
+        self
+    }
+
+    /// `observer` follows every decision and run this scheduler publishes (with or without an
+    /// event sink): the usage meter behind `/metrics` (`wasmsched_usage::exporter`).
+    pub fn with_observer(mut self, observer: Arc<dyn wasmsched_events::Observer>) -> Scheduler {
+        self.reports.observers.push(observer);
+        self
+    }
+
     /// Publishes every decision (`task-scheduled` once bound, `task-unschedulable` with the
     /// reasons of every stage, `task-preempted`, `group-timed-out`, plugin faults) on `events`.
     pub fn with_events(mut self, events: EventSink) -> Scheduler {
@@ -469,8 +417,15 @@ impl Scheduler {
     }
 
     /// Runs until `stop` changes (or its sender is dropped): starts the election if configured,
-    /// watches, decides and binds; on stop, waits for binds in flight and releases the lease.
-    pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
+    /// watches the API server, decides and binds; on stop, waits for binds in flight and releases
+    /// the lease.
+    pub async fn run(self, stop: watch::Receiver<bool>) {
+        let watches = Watches::open(&self.api.client, &self.config).await;
+        self.run_with(watches, stop).await
+    }
+
+    /// [`Scheduler::run`] over `watches` made elsewhere: the loop's whole input.
+    pub async fn run_with(mut self, watches: Watches, mut stop: watch::Receiver<bool>) {
         self.stream_decisions();
         let (stop_election, election) = match self.config.lease.clone() {
             Some(lease) => {
@@ -487,38 +442,23 @@ impl Scheduler {
             self.api.client.clone(),
             self.leadership.leader.clone(),
         ));
-        let nodes = watch_stream(Api::<KubeNode>::all(self.api.client.clone()), watcher::Config::default());
-        // Finished pods hold nothing; leaving them out of the list is most of a big cluster's pods.
-        let pod_config = watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed");
-        let pods = watch_stream(Api::<Pod>::all(self.api.client.clone()), pod_config);
-        let groups = watch_stream(Api::<PodGroup>::all(self.api.client.clone()), watcher::Config::default());
-        let queues = watch_stream(Api::<Queue>::all(self.api.client.clone()), watcher::Config::default());
-        let flavors = watch_stream(Api::<ResourceFlavor>::all(self.api.client.clone()), watcher::Config::default());
-        let classes = watch_stream(Api::<PriorityClass>::all(self.api.client.clone()), watcher::Config::default());
-        let budgets =
-            watch_stream(Api::<PodDisruptionBudget>::all(self.api.client.clone()), watcher::Config::default());
-        let slices = watch_stream(Api::<ResourceSlice>::all(self.api.client.clone()), watcher::Config::default());
-        let device_classes = watch_stream(Api::<DeviceClass>::all(self.api.client.clone()), watcher::Config::default());
-        let claims = watch_stream(Api::<ResourceClaim>::all(self.api.client.clone()), watcher::Config::default());
-        let taint_rules = watch_stream(
-            Api::<k8s_openapi::api::resource::v1beta2::DeviceTaintRule>::all(self.api.client.clone()),
-            watcher::Config::default(),
-        );
-        let (owners, foreign_groups) = self.group_watches().await;
-        tokio::pin!(
-            nodes,
-            pods,
-            groups,
-            queues,
-            flavors,
-            classes,
-            budgets,
-            slices,
-            device_classes,
-            claims,
-            taint_rules
-        );
-        let (mut owners, mut foreign_groups) = (owners, foreign_groups);
+        let Watches {
+            mut nodes,
+            mut pods,
+            mut groups,
+            mut queues,
+            mut flavors,
+            priority_classes: mut classes,
+            mut budgets,
+            mut slices,
+            mut device_classes,
+            mut claims,
+            mut taint_rules,
+            mut owners,
+            pod_groups: mut foreign_groups,
+            pod_group_apis,
+        } = watches;
+        self.view.objects.pod_groups = crate::groups::podgroups::PodGroups::new(pod_group_apis);
         let mut was_leading = false;
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -526,7 +466,7 @@ impl Scheduler {
             self.shared.metrics.beat();
             let leading = *self.leadership.leader.borrow();
             self.shared.metrics.leader.set(i64::from(leading));
-            if leading && !was_leading && self.listing.adopted.is_some() {
+            if leading && !was_leading && self.adopted.is_some() {
                 self.take_over_again();
             }
             if was_leading && !leading {
@@ -534,7 +474,7 @@ impl Scheduler {
             }
             was_leading = leading;
             self.maybe_adopt();
-            let ready = self.listing.adopted.is_some();
+            let ready = self.adopted.is_some();
             // The core's next timer walks every workload: asked at most every 200 ms (its
             // clock has whole seconds) and after each cycle, not on every watch event.
             if self.timers.wakeup_at.elapsed() >= Duration::from_millis(200)
@@ -559,25 +499,65 @@ impl Scheduler {
                 biased;
                 _ = stop.changed() => break,
                 Some(done) = self.in_flight.done_rx.recv() => self.done(done),
-                Some(event) = nodes.next() => self.node_event(event),
-                Some(event) = pods.next() => self.pod_event(event),
-                Some(event) = groups.next() => self.group_event(event),
-                Some((kind, event)) = owners.next() => self.owner_event(kind, event),
-                Some((i, event)) = foreign_groups.next() => self.pod_group_event(i, event),
-                Some(event) = queues.next() => self.queue_event(event),
-                Some(event) = flavors.next() => self.flavor_event(event),
-                Some(event) = classes.next() => self.priority_class_event(event),
-                Some(event) = budgets.next() => self.budget_event(event),
-                Some(event) = slices.next() => self.dra_event(event, crate::dra::Dra::slice_event),
-                Some(event) = device_classes.next() => self.dra_event(event, crate::dra::Dra::class_event),
-                Some(event) = claims.next() => self.dra_event(event, crate::dra::Dra::claim_event),
-                Some(event) = taint_rules.next() => self.taint_rule_event(event),
+                Some(event) = nodes.next() => {
+                    let changed = self.view.node_event(event);
+                    self.changed(changed);
+                    self.offer_sample();
+                }
+                Some(event) = pods.next() => {
+                    let changed = self.view.pod_event(event);
+                    self.changed(changed);
+                }
+                Some(event) = groups.next() => {
+                    let changed = self.view.group_event(event);
+                    self.changed(changed);
+                }
+                Some((kind, event)) = owners.next() => {
+                    let changed = self.view.owner_event(kind, event);
+                    self.changed(changed);
+                }
+                Some((i, event)) = foreign_groups.next() => {
+                    let changed = self.view.pod_group_event(i, event);
+                    self.changed(changed);
+                }
+                Some(event) = queues.next() => {
+                    let changed = self.view.queue_event(event);
+                    self.changed(changed);
+                }
+                Some(event) = flavors.next() => {
+                    let changed = self.view.flavor_event(event);
+                    self.changed(changed);
+                }
+                Some(event) = classes.next() => {
+                    let changed = self.view.priority_class_event(event);
+                    self.changed(changed);
+                }
+                Some(event) = budgets.next() => {
+                    let changed = self.view.budget_event(event);
+                    self.changed(changed);
+                }
+                Some(event) = slices.next() => {
+                    let changed = self.view.dra_event(event, crate::dra::Dra::slice_event);
+                    self.changed(changed);
+                }
+                Some(event) = device_classes.next() => {
+                    let changed = self.view.dra_event(event, crate::dra::Dra::class_event);
+                    self.changed(changed);
+                }
+                Some(event) = claims.next() => {
+                    let changed = self.view.dra_event(event, crate::dra::Dra::claim_event);
+                    self.changed(changed);
+                }
+                Some(event) = taint_rules.next() => {
+                    let changed = self.view.taint_rule_event(event);
+                    self.changed(changed);
+                }
                 Ok(()) = self.leadership.leader.changed() => self.next.dirty = true,
                 _ = std::future::ready(()), if runnable => self.cycle(),
                 _ = sleep_until(wakeup), if leading && ready && wakeup.is_some() => {}
                 _ = tick.tick() => {}
             }
-            self.shared.metrics.set_ready(self.listing.synced.nodes && self.listing.synced.pods);
+            self.shared.metrics.set_ready(self.view.synced.nodes && self.view.synced.pods);
             if self.timers.gauges_at.elapsed() >= Duration::from_millis(500) {
                 self.update_gauges();
             }
@@ -637,49 +617,4 @@ async fn sleep_until(at: Option<Instant>) {
 fn key_of_id(id: &str) -> PodKey {
     let (namespace, name) = id.split_once('/').unwrap_or(("default", id));
     PodKey { namespace: namespace.into(), name: name.into() }
-}
-
-/// Watch streams of dynamic objects, each event tagged with its stream's index.
-type TaggedWatches = futures_util::stream::SelectAll<
-    std::pin::Pin<Box<dyn Stream<Item = (usize, watcher::Result<Event<kube::api::DynamicObject>>)> + Send>>,
->;
-
-impl Scheduler {
-    /// The watches of owners (one per owner kind) and of other APIs' `PodGroup`s (the upstream
-    /// version the cluster serves, found once here; the coscheduling plugin's; Volcano's).
-    async fn group_watches(&mut self) -> (TaggedWatches, TaggedWatches) {
-        use crate::groups::podgroups::{PodGroupApi, PodGroups, discover_upstream};
-        use kube::api::DynamicObject;
-        let client = self.api.client.clone();
-        let tagged = |i: usize, resource: kube::api::ApiResource| {
-            let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
-            Box::pin(watch_stream(api, watcher::Config::default()).map(move |e| (i, e)))
-                as std::pin::Pin<Box<dyn Stream<Item = _> + Send>>
-        };
-        let owners = self.config.owner_kinds.kinds().enumerate().map(|(i, k)| tagged(i, k.api_resource())).collect();
-        let mut apis = Vec::new();
-        match discover_upstream(&client).await {
-            Some(version) => {
-                tracing::info!(%version, "reading the Workload API's PodGroups (scheduling.k8s.io)");
-                apis.push(PodGroupApi::Upstream { version });
-            }
-            None => tracing::info!(
-                "the cluster serves no PodGroups of the Workload API (scheduling.k8s.io v1beta1 or v1alpha2): pods are grouped by their labels and owners"
-            ),
-        }
-        apis.extend([PodGroupApi::Coscheduling, PodGroupApi::Volcano]);
-        let groups = apis.iter().enumerate().map(|(i, a)| tagged(i, a.api_resource())).collect();
-        self.objects.pod_groups = PodGroups::new(apis);
-        (futures_util::stream::select_all::<Vec<_>>(owners), futures_util::stream::select_all::<Vec<_>>(groups))
-    }
-}
-
-/// A watch stream that re-lists on `410 Gone` (kube-runtime's watcher) and backs off on errors
-/// until it makes progress ([`backoff`]), yielding errors so they are logged rather than ending
-/// the stream.
-fn watch_stream<K>(api: Api<K>, config: watcher::Config) -> impl Stream<Item = watcher::Result<Event<K>>> + Send
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-{
-    backoff::backoff_until_progress(watcher::watcher(api, config))
 }

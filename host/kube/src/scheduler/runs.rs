@@ -1,6 +1,6 @@
 //! Our pods' runs, for usage accounting: each from its bind to the moment its pod stops holding the
 //! node — completed, failed, deleted, or evicted and gone — published as `task-scheduled` and
-//! `task-ended` and counted by the usage meter behind `/metrics` (`docs/usage.md`).
+//! `task-ended`, to the event sink and the observers (the usage meter behind `/metrics`, `docs/usage.md`).
 //!
 //! A run that began before this process (a restart, a fail-over) is taken over from the pod: its
 //! start is what the binding wrote on it ([`SCHEDULED_AT_ANNOTATION`], the very time the earlier
@@ -35,9 +35,11 @@ pub(super) struct Run {
 }
 
 impl Scheduler {
-    /// Publish `payload` stamped `at`, and count it in the usage meter.
+    /// Publish `payload` stamped `at`, to the observers and the event sink.
     pub(super) fn publish_at(&self, at: Timestamp, payload: Payload) {
-        self.shared.metrics.usage.record(at, &payload);
+        for observer in &self.reports.observers {
+            observer.observe(at, &payload);
+        }
         if let Some(sink) = self.reports.events.as_ref().filter(|s| s.wanted()) {
             sink.emit_at(at, payload);
         }
@@ -73,8 +75,10 @@ impl Scheduler {
         if self.reports.runs.contains_key(id) {
             return;
         }
-        let (Some(facts), Some((node_name, devices))) = (self.ours.get(id), self.cache.holding(id)) else { return };
-        let node = self.cache.nodes().slot_of(node_name).and_then(|s| self.cache.nodes().get(s));
+        let (Some(facts), Some((node_name, devices))) = (self.view.ours.get(id), self.view.cache.holding(id)) else {
+            return;
+        };
+        let node = self.view.cache.nodes().slot_of(node_name).and_then(|s| self.view.cache.nodes().get(s));
         let started = facts.scheduled.as_ref().map_or_else(Timestamp::now, crate::convert::event_time);
         let task = &facts.task;
         let (model, kind) = node.map(|n| decisions::gpu_model_and_kind(n, devices)).unwrap_or_default();
@@ -92,7 +96,10 @@ impl Scheduler {
         // Its `task-scheduled` was published when it started; this process's meter counts it from
         // now (the process before counted it until it stopped).
         if *self.leadership.leader.borrow() {
-            self.shared.metrics.usage.take_over(Timestamp::now(), started, &Payload::TaskScheduled(placed.clone()));
+            let (now, placed) = (Timestamp::now(), Payload::TaskScheduled(placed.clone()));
+            for observer in &self.reports.observers {
+                observer.taken_over(now, started, &placed);
+            }
         }
         self.reports.runs.insert(id.to_string(), Run { started, placed, stopped: None });
     }
@@ -112,7 +119,9 @@ impl Scheduler {
         let now = Timestamp::now();
         for run in self.reports.runs.values() {
             let placed = Payload::TaskScheduled(run.placed.clone());
-            self.shared.metrics.usage.take_over(now, run.started, &placed);
+            for observer in &self.reports.observers {
+                observer.taken_over(now, run.started, &placed);
+            }
             // One that began lately may have lost its `task-scheduled` with the old leader.
             if let Some(sink) = self.reports.events.as_ref().filter(|s| s.wanted() && run.started.millis() >= since) {
                 sink.emit_at(run.started, placed);
@@ -123,7 +132,7 @@ impl Scheduler {
 
     /// Every bound pod of ours whose run is not followed yet: followed from now on.
     pub(super) fn follow_bound_runs(&mut self) {
-        let bound: Vec<String> = self.ours.iter().filter(|(_, f)| f.bound).map(|(id, _)| id.clone()).collect();
+        let bound: Vec<String> = self.view.ours.iter().filter(|(_, f)| f.bound).map(|(id, _)| id.clone()).collect();
         for id in bound {
             self.run_taken_over(&id);
         }
@@ -140,7 +149,9 @@ impl Scheduler {
     /// This replica no longer leads: the runs are the new leader's to count; this one follows them
     /// on as a standby.
     pub(super) fn runs_handed_over(&mut self) {
-        self.shared.metrics.usage.forget_running();
+        for observer in &self.reports.observers {
+            observer.handed_over();
+        }
     }
 
     /// The scheduler evicted pod `id`: its run ends when the pod is gone, for this reason.
@@ -173,19 +184,10 @@ impl Scheduler {
             self.publish_end(run, at, reason);
             return;
         }
-        let key = key_of_id(id);
-        let api: Api<Pod> = Api::namespaced(self.api.client.clone(), &key.namespace);
-        let (done, id) = (self.in_flight.done_tx.clone(), id.to_string());
+        let (effects, key) = (self.api.effects.clone(), key_of_id(id));
+        let done = self.in_flight.done_tx.clone();
         tokio::spawn(async move {
-            let phase = match api.get_opt(&key.name).await {
-                Ok(pod) => pod.and_then(|p| p.status).and_then(|s| {
-                    if s.reason.as_deref() == Some("Evicted") { Some("Evicted".into()) } else { s.phase }
-                }),
-                Err(e) => {
-                    tracing::info!(pod = %id, error = %e, "cannot read how a pod ended; its run ends as deleted");
-                    None
-                }
-            };
+            let phase = effects.ended_as(&key).await;
             let _ = done.send(Done::RunFinished { run: Box::new(run), at, phase });
         });
     }

@@ -9,7 +9,7 @@ impl Scheduler {
     pub(super) fn want_compute_domains(&self) {
         let Some(domains) = &self.api.compute_domains else { return };
         let mut wanted = crate::compute_domains::Wanted::new();
-        for (id, pod) in &self.ours {
+        for (id, pod) in &self.view.ours {
             if let Some(request) = &pod.compute_domain {
                 let namespace = id.split_once('/').map_or("", |(ns, _)| ns);
                 crate::compute_domains::add(&mut wanted, namespace, request, pod.owner.as_ref());
@@ -22,8 +22,8 @@ impl Scheduler {
         self.timers.status_at = Instant::now();
         let shares = self.core.queue_shares();
         let counts = self.core.queue_tasks();
-        let (_, errors) = self.objects.queues.tree(&self.objects.flavors);
-        let names: Vec<String> = self.objects.queues.names().map(String::from).collect();
+        let (_, errors) = self.view.objects.queues.tree(&self.view.objects.flavors);
+        let names: Vec<String> = self.view.objects.queues.names().map(String::from).collect();
         for name in names {
             let status = match shares.iter().position(|s| s.name == name) {
                 Some(i) => QueueStatus {
@@ -45,7 +45,7 @@ impl Scheduler {
                 None => {
                     let message = errors
                         .get(&name)
-                        .or(self.objects.queue_error.as_ref())
+                        .or(self.view.objects.queue_error.as_ref())
                         .map_or("not in the queue tree", String::as_str)
                         .to_string();
                     QueueStatus {
@@ -58,7 +58,7 @@ impl Scheduler {
         }
         // Pods of each group the core does not have yet: (waiting, bound).
         let mut outside: AHashMap<String, (u32, u32)> = AHashMap::new();
-        for (id, f) in &self.ours {
+        for (id, f) in &self.view.ours {
             if f.group.is_some()
                 && self.core.owner_of(id).is_none()
                 && let Some(g) = self.gang_of(id)
@@ -67,7 +67,8 @@ impl Scheduler {
                 if f.bound { c.1 += 1 } else { c.0 += 1 }
             }
         }
-        let keys: Vec<(String, usize)> = self.objects.groups.iter().map(|(k, i)| (k.clone(), i.min_member)).collect();
+        let keys: Vec<(String, usize)> =
+            self.view.objects.groups.iter().map(|(k, i)| (k.clone(), i.min_member)).collect();
         for (key, min) in keys {
             let status = match self.core.status(&key) {
                 Some(s) => {
@@ -101,7 +102,7 @@ impl Scheduler {
     /// condition terminal once true (a gang that later loses members was still scheduled).
     fn write_upstream_statuses(&mut self) {
         let mut writes = Vec::new();
-        for (api, key, group) in self.objects.pod_groups.upstream_gangs() {
+        for (api, key, group) in self.view.objects.pod_groups.upstream_gangs() {
             let Some(condition_type) = api.scheduled_condition() else { continue };
             let Some(status) = self.core.status(key) else { continue };
             let condition = match status.phase {
@@ -143,15 +144,15 @@ impl Scheduler {
     /// Gauges that walk every pod: at most twice a second, never per event.
     pub(super) fn update_gauges(&mut self) {
         self.timers.gauges_at = Instant::now();
-        self.shared.metrics.cache_nodes.set(self.cache.nodes().len() as i64);
-        self.shared.metrics.cache_pods.set(self.cache.holders() as i64);
+        self.shared.metrics.cache_nodes.set(self.view.cache.nodes().len() as i64);
+        self.shared.metrics.cache_pods.set(self.view.cache.holders() as i64);
         let (active, backoff, parked) = self.core.pending_tasks(self.now());
-        let waiting = self.ours.iter().filter(|(id, f)| !f.bound && self.core.owner_of(id).is_none()).count();
+        let waiting = self.view.ours.iter().filter(|(id, f)| !f.bound && self.core.owner_of(id).is_none()).count();
         for (queue, n) in [("active", active), ("backoff", backoff), ("unschedulable", parked), ("gated", waiting)] {
             self.shared.metrics.pending.get_or_create(&QueueLabels { queue }).set(n as i64);
         }
-        if self.objects.dra.synced() {
-            let (usable, held, refused) = self.objects.dra.counts();
+        if self.view.objects.dra.synced() {
+            let (usable, held, refused) = self.view.objects.dra.counts();
             for (state, n) in [("usable", usable), ("held", held), ("refused", refused)] {
                 self.shared.metrics.dra_devices.get_or_create(&crate::metrics::DraLabels { state }).set(n as i64);
             }
@@ -186,14 +187,14 @@ impl Scheduler {
             q.oldest_pending_seconds = q.oldest_pending_seconds.max(now.saturating_sub(since));
             *waiting.entry((q.queue.clone(), why)).or_default() += 1;
         }
-        for (id, facts) in self.ours.iter() {
+        for (id, facts) in self.view.ours.iter() {
             if !facts.bound && self.core.owner_of(id).is_none() {
                 *waiting.entry((facts.task.queue.clone(), "gated")).or_default() += 1;
             }
         }
         if self.reports.gpu_figures_at.is_none_or(|at| at.elapsed() >= GPU_FIGURES_EVERY) {
             self.reports.gpu_figures_at = Some(Instant::now());
-            self.reports.gpu_figures = gpu_figures(self.core.nodes(), self.ours.shapes());
+            self.reports.gpu_figures = gpu_figures(self.core.nodes(), self.view.ours.shapes());
         }
         Figures {
             queues,

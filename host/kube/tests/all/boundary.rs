@@ -92,10 +92,12 @@ fn start_inner(
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_test_writer()
         .try_init();
-    let metrics = Metrics::new(NAME);
+    // The usage meter on `/metrics`, as `wasmsched run` hangs it on the scheduler.
+    let (meter, usage) = wasmsched_usage::exporter::metered();
+    let metrics = Metrics::with_collectors(NAME, vec![usage]);
     let mut config = SchedulerConfig::new(NAME);
     config.lease = lease;
-    let mut scheduler = Scheduler::new(clients, registry(), metrics.clone(), config);
+    let mut scheduler = Scheduler::new(clients, registry(), metrics.clone(), config).with_observer(meter);
     if let Some(sink) = events {
         scheduler = scheduler.with_events(sink);
     }
@@ -816,192 +818,6 @@ async fn after_a_restart_running_pods_count_in_their_queue_and_others_usage_on_t
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn node_affinity_is_required_or_preferred_and_a_malformed_one_is_reported() {
-    let api = FakeApi::new();
-    for (n, zone) in [(0, "a"), (1, "b"), (2, "c")] {
-        api.put(Kind::Node, gpu_node(&format!("gpu-{n}"), 8, &[("topology.kubernetes.io/zone", zone)]));
-    }
-    let term = |op: &str, values: &[&str]| json!({"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": op, "values": values}]});
-    // Required: zone b, or any node but gpu-1 and gpu-2 by name (so only gpu-0 or gpu-1).
-    let mut pinned = pod("ml", "pinned", NAME, 1, "4", "32Gi");
-    pinned["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-    "nodeSelectorTerms": [
-        term("In", &["b"]),
-        {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["gpu-1", "gpu-2"]}],
-         "matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "NotIn", "values": ["a"]}]}
-    ]}}});
-    // Preferred: zone c over zone a; packing alone would put it beside `pinned`.
-    let mut prefers = pod("ml", "prefers-c", NAME, 1, "4", "32Gi");
-    prefers["spec"]["affinity"] = json!({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": 80, "preference": term("In", &["c"])},
-        {"weight": 10, "preference": term("In", &["a"])}
-    ]}});
-    // Required terms nothing satisfies: unschedulable, with the reason.
-    let mut nowhere = pod("ml", "nowhere", NAME, 1, "4", "32Gi");
-    nowhere["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [term("In", &["z"])]}}});
-    // Malformed: an operator Kubernetes does not have.
-    let mut garbled = pod("ml", "garbled", NAME, 1, "4", "32Gi");
-    garbled["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [term("Near", &["b"])]}}});
-    api.put(Kind::Pod, pinned);
-    let run = start(&api, "a", None);
-    eventually("pinned bound", Duration::from_secs(30), || node_of(&api, "ml/pinned").is_some()).await;
-    assert_eq!(node_of(&api, "ml/pinned").as_deref(), Some("gpu-1"), "only zone b satisfies a required term");
-    for p in [prefers, nowhere, garbled] {
-        api.put(Kind::Pod, p);
-    }
-    eventually("prefers-c bound", Duration::from_secs(30), || node_of(&api, "ml/prefers-c").is_some()).await;
-    assert_eq!(node_of(&api, "ml/prefers-c").as_deref(), Some("gpu-2"), "the heavier preferred term wins");
-    eventually("nowhere and garbled reported", Duration::from_secs(30), || {
-        condition_of(&api, "ml/nowhere").is_some_and(|m| m.contains("required node affinity does not match"))
-            && condition_of(&api, "ml/garbled").is_some_and(|m| m.contains("unknown operator \"Near\""))
-    })
-    .await;
-    assert!(api.binds().iter().all(|b| b.pod != "ml/nowhere" && b.pod != "ml/garbled"));
-    run.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn required_pod_anti_affinity_spreads_replicas_and_keeps_clear_of_others_pods() {
-    let api = FakeApi::new();
-    for n in ["gpu-0", "gpu-1", "gpu-2"] {
-        api.put(Kind::Node, gpu_node(n, 8, &[]));
-    }
-    let away_from_train = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": "train"}}, "topologyKey": "kubernetes.io/hostname",
-         "namespaceSelector": {}}
-    ]}});
-    // kube-scheduler placed this one on gpu-0, with an anti-affinity that keeps `train` pods (of
-    // any namespace) off its node; it holds 2 GPUs.
-    let mut resident = pod("infra", "resident", "default-scheduler", 2, "8", "64Gi");
-    resident["spec"]["nodeName"] = json!("gpu-0");
-    resident["metadata"]["labels"] = json!({"app": "infra"});
-    resident["spec"]["affinity"] = away_from_train.clone();
-    resident["status"]["phase"] = json!("Running");
-    api.put(Kind::Pod, resident);
-    // Three replicas, one per node required; bin-packing alone would stack them.
-    for i in 0..3 {
-        let mut p = pod("ml", &format!("train-{i}"), NAME, 1, "4", "32Gi");
-        p["metadata"]["labels"] = json!({"app": "train"});
-        p["spec"]["affinity"] = away_from_train.clone();
-        api.put(Kind::Pod, p);
-    }
-    // Another scheduler's db pod, with no affinity of its own, on gpu-1; a pod of ours must run
-    // on the db's node.
-    let mut db = pod("infra", "db", "default-scheduler", 1, "2", "8Gi");
-    db["metadata"]["labels"] = json!({"app": "db"});
-    db["spec"]["nodeName"] = json!("gpu-1");
-    db["status"]["phase"] = json!("Running");
-    api.put(Kind::Pod, db);
-    let mut near_db = pod("ml", "near-db", NAME, 1, "4", "32Gi");
-    near_db["metadata"]["labels"] = json!({"app": "cache"}); // not a `train` pod (the helper's label)
-    near_db["spec"]["affinity"] = json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname", "namespaces": ["infra"]}
-    ]}});
-    api.put(Kind::Pod, near_db);
-    // A namespace selector needs namespace labels the scheduler does not watch: refused.
-    let mut picky = pod("ml", "picky", NAME, 1, "4", "32Gi");
-    picky["spec"]["affinity"] = json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname",
-         "namespaceSelector": {"matchLabels": {"team": "data"}}}
-    ]}});
-    api.put(Kind::Pod, picky);
-    let run = start(&api, "a", None);
-    eventually("two replicas bound", Duration::from_secs(30), || {
-        (0..3).filter(|i| node_of(&api, &format!("ml/train-{i}")).is_some()).count() == 2
-    })
-    .await;
-    let mut nodes: Vec<String> = (0..3).filter_map(|i| node_of(&api, &format!("ml/train-{i}"))).collect();
-    nodes.sort();
-    assert_eq!(nodes, ["gpu-1", "gpu-2"], "one per node, none beside the resident");
-    eventually("near-db bound", Duration::from_secs(20), || node_of(&api, "ml/near-db").is_some()).await;
-    assert_eq!(node_of(&api, "ml/near-db").as_deref(), Some("gpu-1"), "beside the db");
-    let waiting = (0..3).map(|i| format!("ml/train-{i}")).find(|id| node_of(&api, id).is_none()).unwrap();
-    eventually("the third explained", Duration::from_secs(20), || {
-        condition_of(&api, &waiting).is_some_and(|m| {
-            // Its own term keeps it off the replicas' nodes, theirs and the resident's keep it
-            // off all three.
-            m.contains("required pod (anti-)affinity: kubernetes.io/hostname not in [gpu-1, gpu-2], kubernetes.io/hostname not in [gpu-0, gpu-1, gpu-2]")
-        })
-    })
-    .await;
-    eventually("picky reported", Duration::from_secs(20), || {
-        condition_of(&api, "ml/picky").is_some_and(|m| m.contains("a namespaceSelector other than {}"))
-    })
-    .await;
-    // The resident leaves: its node is open to the waiting replica.
-    api.remove(Kind::Pod, "infra/resident");
-    eventually("third bound", Duration::from_secs(30), || node_of(&api, &waiting).is_some()).await;
-    assert_eq!(node_of(&api, &waiting).as_deref(), Some("gpu-0"));
-    run.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_running_pod_of_another_scheduler_relabelled_is_what_pod_affinity_sees() {
-    let api = FakeApi::new();
-    for n in ["gpu-0", "gpu-1"] {
-        api.put(Kind::Node, gpu_node(n, 8, &[]));
-    }
-    // Another scheduler's pod on gpu-1, not (yet) labelled as the db.
-    let mut db = pod("infra", "db", "default-scheduler", 1, "2", "8Gi");
-    db["metadata"]["labels"] = json!({"app": "staging"});
-    db["spec"]["nodeName"] = json!("gpu-1");
-    db["status"]["phase"] = json!("Running");
-    api.put(Kind::Pod, db.clone());
-    let mut near_db = pod("ml", "near-db", NAME, 1, "4", "32Gi");
-    near_db["spec"]["affinity"] = json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname", "namespaces": ["infra"]}
-    ]}});
-    api.put(Kind::Pod, near_db);
-    let run = start(&api, "a", None);
-    eventually("near-db explained", Duration::from_secs(20), || {
-        condition_of(&api, "ml/near-db").is_some_and(|m| m.contains("no running pod it selects"))
-    })
-    .await;
-    assert!(node_of(&api, "ml/near-db").is_none());
-    // Relabelled where it runs (nothing else about it changes): the waiting pod joins it.
-    db["metadata"]["labels"] = json!({"app": "db"});
-    api.put(Kind::Pod, db);
-    eventually("near-db bound", Duration::from_secs(20), || node_of(&api, "ml/near-db").is_some()).await;
-    assert_eq!(node_of(&api, "ml/near-db").as_deref(), Some("gpu-1"));
-    run.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pod_of_ours_relabelled_while_running_is_what_pod_affinity_sees() {
-    let api = FakeApi::new();
-    for n in ["gpu-0", "gpu-1"] {
-        api.put(Kind::Node, gpu_node(n, 8, &[]));
-    }
-    // Our own pod, placed by us as app=staging.
-    let mut db = pod("infra", "db", NAME, 1, "2", "8Gi");
-    db["metadata"]["labels"] = json!({"app": "staging"});
-    api.put(Kind::Pod, db);
-    let run = start(&api, "a", None);
-    eventually("db bound", Duration::from_secs(20), || node_of(&api, "infra/db").is_some()).await;
-    let db_node = node_of(&api, "infra/db");
-    let mut near_db = pod("ml", "near-db", NAME, 1, "4", "32Gi");
-    near_db["spec"]["affinity"] = json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname", "namespaces": ["infra"]}
-    ]}});
-    api.put(Kind::Pod, near_db);
-    eventually("near-db explained", Duration::from_secs(20), || {
-        condition_of(&api, "ml/near-db").is_some_and(|m| m.contains("no running pod it selects"))
-    })
-    .await;
-    assert!(node_of(&api, "ml/near-db").is_none());
-    // Relabelled where it runs: the core's view of its labels changes, and the waiting pod joins.
-    let mut db = api.get(Kind::Pod, "infra/db").expect("db");
-    db["metadata"]["labels"] = json!({"app": "db"});
-    db["status"]["phase"] = json!("Running");
-    api.put(Kind::Pod, db);
-    eventually("near-db bound", Duration::from_secs(20), || node_of(&api, "ml/near-db").is_some()).await;
-    assert_eq!(node_of(&api, "ml/near-db"), db_node);
-    run.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_never_takes_more_of_a_budget_s_pods_than_it_allows() {
     let api = FakeApi::new();
     api.put(Kind::Node, gpu_node("gpu-0", 8, &[]));
@@ -1217,7 +1033,7 @@ async fn pod_reasons_are_coalesced_latest_wins_in_order_and_retried_after_429() 
         |n: &str| api.get(Kind::Pod, &format!("ml/{n}")).unwrap()["metadata"]["uid"].as_str().unwrap_or("").to_string();
     let effects = Effects::new(api.client("a"), NAME, "a");
     let (_leader_tx, leader) = watch::channel(true);
-    let writer = PodStatusWriter::start(effects, leader);
+    let writer = PodStatusWriter::start(std::sync::Arc::new(effects), leader);
     for round in 1..=5 {
         for n in &names {
             let key = PodKey { namespace: "ml".into(), name: n.clone() };

@@ -7,6 +7,7 @@ mod cluster_bench;
 mod compute_domains;
 mod crds;
 mod dra;
+mod driver;
 mod extender;
 mod history;
 mod mutated;

@@ -141,10 +141,13 @@ async fn every_series_and_label_the_dashboards_and_alerts_use_is_exported() {
     std::fs::create_dir_all(&dir).unwrap();
     let origin = Origin { source: "wasmsched/test/scheduler".into(), id_prefix: "o".into() };
     let sink = EventSink::jsonl(dir.join("events.jsonl"), origin, OutboxConfig::default()).unwrap();
-    let metrics = Metrics::new(NAME);
+    // The usage meter on `/metrics`, as `wasmsched run` hangs it on the scheduler.
+    let (meter, usage) = wasmsched_usage::exporter::metered();
+    let metrics = Metrics::with_collectors(NAME, vec![usage]);
     let registry = policy::registry(preparer(), &with_hostile_score(), None, 0).expect("the policy prepares");
-    let scheduler =
-        Scheduler::new(api.clients("a", None), registry, metrics.clone(), SchedulerConfig::new(NAME)).with_events(sink);
+    let scheduler = Scheduler::new(api.clients("a", None), registry, metrics.clone(), SchedulerConfig::new(NAME))
+        .with_events(sink)
+        .with_observer(meter);
     let (stop, rx) = watch::channel(false);
     let task = tokio::spawn(scheduler.run(rx));
     let listener = wasmsched_kube::metrics::listen("127.0.0.1:0".parse().unwrap()).await.unwrap();
