@@ -60,12 +60,16 @@ impl Watches {
     /// The watches on the API server of `client`; the owner kinds are `config`'s, the upstream
     /// `PodGroup` version the one the cluster serves (found once here).
     pub async fn open(client: &Client, config: &SchedulerConfig) -> Watches {
-        let all = || watcher::Config::default();
+        // Lists (the first, and after a watch expired) are served from the API server's watch
+        // cache (`resourceVersion=0`), as kube-scheduler's informers list: a quorum read of
+        // 5,000 pods from etcd, 500 a page, held the first decision back by a second; the watch
+        // that follows brings a list that was a moment behind up to date.
+        let all = || watcher::Config::default().any_semantic();
         // Finished pods hold nothing; leaving them out of the list is most of a big cluster's pods.
-        let pods = watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed");
+        let pods = all().fields("status.phase!=Succeeded,status.phase!=Failed");
         let tagged = |i: usize, resource: ApiResource| {
             let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
-            watch_stream(api, all()).map(move |e| (i, e)).boxed()
+            on_own_task(watch_stream(api, all()).map(move |e| (i, e)))
         };
         let owners = config.owner_kinds.kinds().enumerate().map(|(i, k)| tagged(i, k.api_resource()));
         let mut apis = Vec::new();
@@ -81,17 +85,17 @@ impl Watches {
         apis.extend([PodGroupApi::Coscheduling, PodGroupApi::Volcano]);
         let pod_groups = apis.iter().enumerate().map(|(i, a)| tagged(i, a.api_resource()));
         Watches {
-            nodes: watch_stream(Api::all(client.clone()), all()).boxed(),
-            pods: watch_stream(Api::all(client.clone()), pods).boxed(),
-            groups: watch_stream(Api::all(client.clone()), all()).boxed(),
-            queues: watch_stream(Api::all(client.clone()), all()).boxed(),
-            flavors: watch_stream(Api::all(client.clone()), all()).boxed(),
-            priority_classes: watch_stream(Api::all(client.clone()), all()).boxed(),
-            budgets: watch_stream(Api::all(client.clone()), all()).boxed(),
-            slices: watch_stream(Api::all(client.clone()), all()).boxed(),
-            device_classes: watch_stream(Api::all(client.clone()), all()).boxed(),
-            claims: watch_stream(Api::all(client.clone()), all()).boxed(),
-            taint_rules: watch_stream(Api::all(client.clone()), all()).boxed(),
+            nodes: on_own_task(watch_stream(Api::all(client.clone()), all())),
+            pods: on_own_task(watch_stream(Api::all(client.clone()), pods)),
+            groups: on_own_task(watch_stream(Api::all(client.clone()), all())),
+            queues: on_own_task(watch_stream(Api::all(client.clone()), all())),
+            flavors: on_own_task(watch_stream(Api::all(client.clone()), all())),
+            priority_classes: on_own_task(watch_stream(Api::all(client.clone()), all())),
+            budgets: on_own_task(watch_stream(Api::all(client.clone()), all())),
+            slices: on_own_task(watch_stream(Api::all(client.clone()), all())),
+            device_classes: on_own_task(watch_stream(Api::all(client.clone()), all())),
+            claims: on_own_task(watch_stream(Api::all(client.clone()), all())),
+            taint_rules: on_own_task(watch_stream(Api::all(client.clone()), all())),
             owners: stream::select_all(owners),
             pod_groups: stream::select_all(pod_groups),
             pod_group_apis: apis,
@@ -121,6 +125,33 @@ impl Watches {
             pod_group_apis: apis,
         }
     }
+}
+
+/// Events this far ahead of the loop at most, per watch: a watch reads on while the loop decides,
+/// and waits when it is this far ahead.
+const READ_AHEAD: usize = 1024;
+
+/// `stream` read on a task of its own, as kube-scheduler's informers run beside its scheduling
+/// loop: the API server's JSON is decoded beside the loop (on another core when there is one),
+/// and the loop only applies what arrives. The task ends with the stream, or when the loop drops
+/// the other end.
+fn on_own_task<T: Send + 'static>(stream: impl Stream<Item = T> + Send + 'static) -> BoxStream<'static, T> {
+    let (tx, rx) = tokio::sync::mpsc::channel(READ_AHEAD);
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        loop {
+            tokio::select! {
+                () = tx.closed() => return,
+                item = stream.next() => {
+                    let Some(item) = item else { return };
+                    if tx.send(item).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) }).boxed()
 }
 
 /// A watch that lists nothing, then waits forever.
