@@ -1,12 +1,18 @@
 //! What each change the cluster view reports (`cluster.rs`) means for the core, the pods' runs
 //! and the reasons reported on pods: the watch handlers' half that is not the view's.
 
-use super::cluster::{Changed, Gone, PodChange};
+use super::cluster::{Changed, ClusterView, Gone, PodChange};
 use super::*;
 
 impl Scheduler {
+    /// One watch event applied to the view (`apply`), and what it changed carried out.
+    pub(super) fn watched(&mut self, apply: impl FnOnce(&mut ClusterView) -> Changed) {
+        let changed = apply(&mut self.view);
+        self.changed(changed);
+    }
+
     /// Carries out what one watch event changed.
-    pub(super) fn changed(&mut self, changed: Changed) {
+    fn changed(&mut self, changed: Changed) {
         let Changed { dirty, stale_nodes, regroup, queues, pods } = changed;
         self.next.dirty |= dirty;
         self.next.stale_nodes.extend(stale_nodes);

@@ -500,58 +500,23 @@ impl Scheduler {
                 _ = stop.changed() => break,
                 Some(done) = self.in_flight.done_rx.recv() => self.done(done),
                 Some(event) = nodes.next() => {
-                    let changed = self.view.node_event(event);
-                    self.changed(changed);
+                    self.watched(|view| view.node_event(event));
                     self.offer_sample();
                 }
-                Some(event) = pods.next() => {
-                    let changed = self.view.pod_event(event);
-                    self.changed(changed);
-                }
-                Some(event) = groups.next() => {
-                    let changed = self.view.group_event(event);
-                    self.changed(changed);
-                }
-                Some((kind, event)) = owners.next() => {
-                    let changed = self.view.owner_event(kind, event);
-                    self.changed(changed);
-                }
-                Some((i, event)) = foreign_groups.next() => {
-                    let changed = self.view.pod_group_event(i, event);
-                    self.changed(changed);
-                }
-                Some(event) = queues.next() => {
-                    let changed = self.view.queue_event(event);
-                    self.changed(changed);
-                }
-                Some(event) = flavors.next() => {
-                    let changed = self.view.flavor_event(event);
-                    self.changed(changed);
-                }
-                Some(event) = classes.next() => {
-                    let changed = self.view.priority_class_event(event);
-                    self.changed(changed);
-                }
-                Some(event) = budgets.next() => {
-                    let changed = self.view.budget_event(event);
-                    self.changed(changed);
-                }
-                Some(event) = slices.next() => {
-                    let changed = self.view.dra_event(event, crate::dra::Dra::slice_event);
-                    self.changed(changed);
-                }
+                Some(event) = pods.next() => self.watched(|view| view.pod_event(event)),
+                Some(event) = groups.next() => self.watched(|view| view.group_event(event)),
+                Some((kind, event)) = owners.next() => self.watched(|view| view.owner_event(kind, event)),
+                Some((i, event)) = foreign_groups.next() => self.watched(|view| view.pod_group_event(i, event)),
+                Some(event) = queues.next() => self.watched(|view| view.queue_event(event)),
+                Some(event) = flavors.next() => self.watched(|view| view.flavor_event(event)),
+                Some(event) = classes.next() => self.watched(|view| view.priority_class_event(event)),
+                Some(event) = budgets.next() => self.watched(|view| view.budget_event(event)),
+                Some(event) = slices.next() => self.watched(|view| view.dra_event(event, crate::dra::Dra::slice_event)),
                 Some(event) = device_classes.next() => {
-                    let changed = self.view.dra_event(event, crate::dra::Dra::class_event);
-                    self.changed(changed);
+                    self.watched(|view| view.dra_event(event, crate::dra::Dra::class_event))
                 }
-                Some(event) = claims.next() => {
-                    let changed = self.view.dra_event(event, crate::dra::Dra::claim_event);
-                    self.changed(changed);
-                }
-                Some(event) = taint_rules.next() => {
-                    let changed = self.view.taint_rule_event(event);
-                    self.changed(changed);
-                }
+                Some(event) = claims.next() => self.watched(|view| view.dra_event(event, crate::dra::Dra::claim_event)),
+                Some(event) = taint_rules.next() => self.watched(|view| view.taint_rule_event(event)),
                 Ok(()) = self.leadership.leader.changed() => self.next.dirty = true,
                 _ = std::future::ready(()), if runnable => self.cycle(),
                 _ = sleep_until(wakeup), if leading && ready && wakeup.is_some() => {}
