@@ -541,7 +541,7 @@ async fn a_pod_its_disruption_budget_protects_is_not_chosen_as_a_victim() {
 
 /// A disruption budget over the `app=serve` pods of namespace `ml` (at least one available), as
 /// the disruption controller reports it with `healthy` of them running.
-fn serve_budget(allowed: i32, healthy: i32) -> serde_json::Value {
+pub(crate) fn serve_budget(allowed: i32, healthy: i32) -> serde_json::Value {
     json!({"metadata": {"name": "serve", "namespace": "ml"},
            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "serve"}}},
            "status": {"disruptionsAllowed": allowed, "currentHealthy": healthy, "desiredHealthy": 1,
@@ -815,39 +815,6 @@ async fn after_a_restart_running_pods_count_in_their_queue_and_others_usage_on_t
         .await;
     run.stop().await;
     assert_chart_rbac_allows(&api);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_plan_never_takes_more_of_a_budget_s_pods_than_it_allows() {
-    let api = FakeApi::new();
-    api.put(Kind::Node, gpu_node("gpu-0", 8, &[]));
-    let budget = |allowed: i32| serve_budget(allowed, 3);
-    api.put(Kind::PodDisruptionBudget, budget(1));
-    for name in ["s1", "s2"] {
-        let mut p = pod("ml", name, NAME, 4, "4", "32Gi");
-        p["metadata"]["labels"]["app"] = json!("serve");
-        api.put(Kind::Pod, p);
-    }
-    let run = start(&api, "a", None);
-    eventually("both bound", Duration::from_secs(30), || {
-        node_of(&api, "ml/s1").is_some() && node_of(&api, "ml/s2").is_some()
-    })
-    .await;
-    // The whole node is needed: both serve pods would have to go, and the budget allows one.
-    let mut high = pod("ml", "high", NAME, 8, "4", "32Gi");
-    high["spec"]["priority"] = json!(10);
-    api.put(Kind::Pod, high);
-    eventually("high unschedulable", Duration::from_secs(30), || condition_of(&api, "ml/high").is_some()).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert!(api.state().evictions.is_empty(), "no plan takes two pods of a budget allowing one");
-    assert!(node_of(&api, "ml/s1").is_some() && node_of(&api, "ml/s2").is_some());
-    // Two allowed: both go, and the high-priority pod gets the node.
-    api.put(Kind::PodDisruptionBudget, budget(2));
-    eventually("high bound", Duration::from_secs(30), || node_of(&api, "ml/high").is_some()).await;
-    let mut evicted: Vec<String> = api.state().evictions.iter().map(|(p, code)| format!("{p} {code}")).collect();
-    evicted.sort();
-    assert_eq!(evicted, ["ml/s1 201", "ml/s2 201"]);
-    run.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

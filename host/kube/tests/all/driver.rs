@@ -15,6 +15,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use futures_util::stream;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::watcher::{self, Event};
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
@@ -25,7 +26,7 @@ use wasmsched_kube::metrics::Metrics;
 use wasmsched_kube::scheduler::{Watch, Watches};
 use wasmsched_kube::{Clients, Scheduler, SchedulerConfig, policy};
 
-use crate::boundary::{NAME, eventually, preparer};
+use crate::boundary::{NAME, eventually, preparer, serve_budget};
 use crate::support::fake_api::{gpu_node, pod};
 
 /// An API server that is not there: every request fails, and is recorded.
@@ -66,6 +67,7 @@ type Feed<K> = mpsc::UnboundedSender<watcher::Result<Event<K>>>;
 /// The scheduler over in-memory watches and writes.
 struct Memory {
     pods: Feed<Pod>,
+    budgets: Feed<PodDisruptionBudget>,
     state: Arc<Mutex<State>>,
     requests: NoServer,
     stop: watch::Sender<bool>,
@@ -75,6 +77,15 @@ struct Memory {
 fn channel<K: Send + 'static>() -> (Feed<K>, Watch<K>) {
     let (tx, rx) = mpsc::unbounded_channel();
     (tx, stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) }).boxed())
+}
+
+/// A list of `objects` on `feed`, as a watch starts.
+fn listed<K>(feed: &Feed<K>, objects: Vec<K>) {
+    feed.send(Ok(Event::Init)).unwrap();
+    for o in objects {
+        feed.send(Ok(Event::InitApply(o))).unwrap();
+    }
+    feed.send(Ok(Event::InitDone)).unwrap();
 }
 
 /// `value` as an object the API server holds (a pod gets the UID the server would give it).
@@ -107,6 +118,8 @@ struct Setup {
     nodes: Vec<Node>,
     /// Listed at the start.
     pods: Vec<Pod>,
+    /// PodDisruptionBudgets listed at the start.
+    budgets: Vec<PodDisruptionBudget>,
     slow_termination: bool,
     /// Pods another scheduler binds, and where, as ours are refused with a 409.
     bound_elsewhere: Vec<(&'static str, &'static str)>,
@@ -118,6 +131,7 @@ impl Setup {
         Setup {
             nodes: nodes.into_iter().map(object).collect(),
             pods: pods.into_iter().map(object).collect(),
+            budgets: Vec::new(),
             slow_termination: false,
             bound_elsewhere: Vec::new(),
             answer: Box::new(|_| Ok(())),
@@ -133,7 +147,7 @@ impl Memory {
     /// The scheduler started on `setup`'s nodes and pods (listed), its writes answered by its
     /// `answer`.
     fn start(setup: Setup) -> Memory {
-        let Setup { nodes, pods, slow_termination, bound_elsewhere, answer } = setup;
+        let Setup { nodes, pods, budgets, slow_termination, bound_elsewhere, answer } = setup;
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
             .with_test_writer()
@@ -151,16 +165,11 @@ impl Memory {
         let (pod_tx, pod_stream) = channel::<Pod>();
         let bound_elsewhere = bound_elsewhere.into_iter().map(|(p, n)| (p.to_string(), n.to_string())).collect();
         let state = Arc::new(Mutex::new(State { slow_termination, bound_elsewhere, ..State::default() }));
-        for event in [Ok(Event::Init)].into_iter().chain(nodes.into_iter().map(|n| Ok(Event::InitApply(n)))) {
-            node_tx.send(event).unwrap();
-        }
-        node_tx.send(Ok(Event::InitDone)).unwrap();
-        pod_tx.send(Ok(Event::Init)).unwrap();
-        for p in pods {
-            state.lock().unwrap().pods.insert(id(&p), p.clone());
-            pod_tx.send(Ok(Event::InitApply(p))).unwrap();
-        }
-        pod_tx.send(Ok(Event::InitDone)).unwrap();
+        listed(&node_tx, nodes);
+        state.lock().unwrap().pods.extend(pods.iter().map(|p| (id(p), p.clone())));
+        listed(&pod_tx, pods);
+        let (budget_tx, budget_stream) = channel::<PodDisruptionBudget>();
+        listed(&budget_tx, budgets);
         // Keep the node watch open: a closed stream is a watch that ended.
         std::mem::forget(node_tx);
 
@@ -209,10 +218,11 @@ impl Memory {
             }
         });
 
-        let watches = Watches { nodes: node_stream, pods: pod_stream, ..Watches::quiet(&config) };
+        let watches =
+            Watches { nodes: node_stream, pods: pod_stream, budgets: budget_stream, ..Watches::quiet(&config) };
         let (stop, rx) = watch::channel(false);
         let task = tokio::spawn(scheduler.run_with(watches, rx));
-        Memory { pods: pod_tx, state, requests, stop, task }
+        Memory { pods: pod_tx, budgets: budget_tx, state, requests, stop, task }
     }
 
     /// A pod created, or changed (as a user or another scheduler writes it).
@@ -220,6 +230,19 @@ impl Memory {
         let pod: Pod = object(pod);
         self.state.lock().unwrap().pods.insert(id(&pod), pod.clone());
         self.pods.send(Ok(Event::Apply(pod))).unwrap();
+    }
+
+    /// A PodDisruptionBudget created or changed (its status as the disruption controller wrote it).
+    fn put_budget(&self, budget: serde_json::Value) {
+        self.budgets.send(Ok(Event::Apply(object(budget)))).unwrap();
+    }
+
+    /// The pods evicted so far.
+    fn evictions(&self) -> Vec<String> {
+        self.writes(|w, ok| match w {
+            Write::Evict { pod } if ok => Some(pod.to_string()),
+            _ => None,
+        })
     }
 
     /// The pod as the server holds it now.
@@ -588,5 +611,33 @@ async fn a_pod_of_ours_relabelled_while_running_is_what_pod_affinity_sees() {
     memory.put(db);
     eventually("near-db bound", Duration::from_secs(20), || memory.node_of("ml/near-db").is_some()).await;
     assert_eq!(memory.node_of("ml/near-db"), db_node);
+    assert_only_status_traffic(&memory.stop().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_never_takes_more_of_a_budget_s_pods_than_it_allows() {
+    let serve = |name: &str| {
+        let mut p = pod("ml", name, NAME, 4, "4", "32Gi");
+        p["metadata"]["labels"]["app"] = json!("serve");
+        p
+    };
+    let mut setup = Setup::new(vec![gpu_node("gpu-0", 8, &[])], vec![serve("s1"), serve("s2")]);
+    setup.budgets = vec![object(serve_budget(1, 3))];
+    let memory = setup.start();
+    eventually("both bound", Duration::from_secs(30), || {
+        memory.node_of("ml/s1").is_some() && memory.node_of("ml/s2").is_some()
+    })
+    .await;
+    // The whole node is needed: both serve pods would have to go, and the budget allows one.
+    memory.put(ours("high", 8, 10));
+    eventually("high unschedulable", Duration::from_secs(30), || memory.reason("ml/high").is_some()).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(memory.evictions().is_empty(), "no plan takes two pods of a budget allowing one");
+    // Two allowed: both go, and the high-priority pod gets the node.
+    memory.put_budget(serve_budget(2, 3));
+    eventually("high bound", Duration::from_secs(30), || memory.node_of("ml/high").is_some()).await;
+    let mut evicted = memory.evictions();
+    evicted.sort();
+    assert_eq!(evicted, ["ml/s1", "ml/s2"]);
     assert_only_status_traffic(&memory.stop().await);
 }
