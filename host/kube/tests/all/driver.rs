@@ -16,11 +16,13 @@ use futures_util::StreamExt;
 use futures_util::stream;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::runtime::watcher::{self, Event};
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use wasmsched_kube::bind::EffectError;
 use wasmsched_kube::convert::{GPU_IDS_ANNOTATION, gpu_ids};
+use wasmsched_kube::crd::PodGroup;
 use wasmsched_kube::executor::{Recording, Write};
 use wasmsched_kube::metrics::Metrics;
 use wasmsched_kube::scheduler::{Watch, Watches};
@@ -120,6 +122,10 @@ struct Setup {
     pods: Vec<Pod>,
     /// PodDisruptionBudgets listed at the start.
     budgets: Vec<PodDisruptionBudget>,
+    /// PriorityClasses listed at the start.
+    priority_classes: Vec<PriorityClass>,
+    /// Our PodGroups listed at the start.
+    groups: Vec<PodGroup>,
     slow_termination: bool,
     /// Pods another scheduler binds, and where, as ours are refused with a 409.
     bound_elsewhere: Vec<(&'static str, &'static str)>,
@@ -132,6 +138,8 @@ impl Setup {
             nodes: nodes.into_iter().map(object).collect(),
             pods: pods.into_iter().map(object).collect(),
             budgets: Vec::new(),
+            priority_classes: Vec::new(),
+            groups: Vec::new(),
             slow_termination: false,
             bound_elsewhere: Vec::new(),
             answer: Box::new(|_| Ok(())),
@@ -147,7 +155,7 @@ impl Memory {
     /// The scheduler started on `setup`'s nodes and pods (listed), its writes answered by its
     /// `answer`.
     fn start(setup: Setup) -> Memory {
-        let Setup { nodes, pods, budgets, slow_termination, bound_elsewhere, answer } = setup;
+        let Setup { nodes, pods, budgets, priority_classes, groups, slow_termination, bound_elsewhere, answer } = setup;
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
             .with_test_writer()
@@ -170,6 +178,12 @@ impl Memory {
         listed(&pod_tx, pods);
         let (budget_tx, budget_stream) = channel::<PodDisruptionBudget>();
         listed(&budget_tx, budgets);
+        let (class_tx, class_stream) = channel::<PriorityClass>();
+        listed(&class_tx, priority_classes);
+        let (group_tx, group_stream) = channel::<PodGroup>();
+        listed(&group_tx, groups);
+        std::mem::forget(class_tx);
+        std::mem::forget(group_tx);
         // Keep the node watch open: a closed stream is a watch that ended.
         std::mem::forget(node_tx);
 
@@ -218,8 +232,14 @@ impl Memory {
             }
         });
 
-        let watches =
-            Watches { nodes: node_stream, pods: pod_stream, budgets: budget_stream, ..Watches::quiet(&config) };
+        let watches = Watches {
+            nodes: node_stream,
+            pods: pod_stream,
+            budgets: budget_stream,
+            priority_classes: class_stream,
+            groups: group_stream,
+            ..Watches::quiet(&config)
+        };
         let (stop, rx) = watch::channel(false);
         let task = tokio::spawn(scheduler.run_with(watches, rx));
         Memory { pods: pod_tx, budgets: budget_tx, state, requests, stop, task }
@@ -639,5 +659,61 @@ async fn a_plan_never_takes_more_of_a_budget_s_pods_than_it_allows() {
     let mut evicted = memory.evictions();
     evicted.sort();
     assert_eq!(evicted, ["ml/s1", "ml/s2"]);
+    assert_only_status_traffic(&memory.stop().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_of_a_priority_class_waits_for_its_members_then_preempts_a_checkpointing_pod() {
+    // A low-priority job that checkpoints when asked holds the whole node; a gang of two at the
+    // priority of the class its PodGroup names (its pods' own priority is 0, like the victim's).
+    let mut low = pod("ml", "low", NAME, 8, "4", "32Gi");
+    low["metadata"]["annotations"] = json!({"scheduling.wasmsched.io/checkpoint": "600"});
+    let mut setup = Setup::new(vec![gpu_node("gpu-0", 8, &[])], vec![low]);
+    setup.priority_classes = vec![object(json!({"metadata": {"name": "urgent"}, "value": 10}))];
+    setup.groups = vec![object(json!({
+        "apiVersion": "scheduling.wasmsched.io/v1alpha1", "kind": "PodGroup",
+        "metadata": {"name": "train", "namespace": "ml"},
+        "spec": {"minMember": 2, "priorityClassName": "urgent"}
+    }))];
+    let memory = setup.start();
+    eventually("low bound", Duration::from_secs(30), || memory.node_of("ml/low").is_some()).await;
+    let member = |name: &str| {
+        let mut p = pod("ml", name, NAME, 4, "4", "32Gi");
+        p["metadata"]["labels"]["scheduling.wasmsched.io/pod-group"] = json!("train");
+        p["spec"]["priority"] = json!(0);
+        p
+    };
+    memory.put(member("train-0"));
+    eventually("waiting for members", Duration::from_secs(20), || {
+        memory.reason("ml/train-0").is_some_and(|m| m.contains("waiting for its 2 members to exist"))
+    })
+    .await;
+    memory.put(member("train-1"));
+    // The gang does not fit: the victim is asked to checkpoint, not evicted.
+    eventually("checkpoint requested", Duration::from_secs(20), || {
+        !memory
+            .writes(|w, _| match w {
+                Write::CheckpointRequested { pod, preemptor } if pod.name == "low" => {
+                    (preemptor == "ml/train").then_some(())
+                }
+                _ => None,
+            })
+            .is_empty()
+    })
+    .await;
+    assert!(memory.evictions().is_empty(), "a checkpointing victim gets its grace period");
+    assert!(memory.binds().iter().all(|(p, _)| !p.starts_with("ml/train")), "nothing bound before the room is free");
+    // It reports its checkpoint saved: evicted at once, and the gang binds.
+    let mut done = memory.get("ml/low");
+    done["metadata"]["annotations"]["scheduling.wasmsched.io/checkpointed"] = json!("true");
+    memory.put(done);
+    eventually("gang bound", Duration::from_secs(30), || {
+        memory.node_of("ml/train-0").is_some() && memory.node_of("ml/train-1").is_some()
+    })
+    .await;
+    assert_eq!(memory.evictions(), ["ml/low"]);
+    let mut gpus = [memory.gpus_of("ml/train-0"), memory.gpus_of("ml/train-1")].concat();
+    gpus.sort();
+    assert_eq!(gpus, (0..8).collect::<Vec<u32>>(), "the two members share the node's GPUs without overlap");
     assert_only_status_traffic(&memory.stop().await);
 }
