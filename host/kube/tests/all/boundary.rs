@@ -1131,8 +1131,9 @@ async fn every_scheduled_event_arrives_when_the_server_throttles_events() {
 }
 
 /// A wave of events — a new leader in front of hundreds of pending pods says why each waits — goes
-/// out a few at a time: each request in flight holds a connection (and a TLS handshake) of its own
-/// at the API server. Found on a real server: ~650 connections after a takeover.
+/// out at most `EVENTS_IN_FLIGHT` at a time: each request in flight holds a connection (and a TLS
+/// handshake) of its own at the API server. Found on a real server: ~650 connections after a
+/// takeover. (80 events at once without the bound.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wave_of_events_is_sent_a_few_at_a_time_and_none_is_lost() {
     let api = FakeApi::new();
