@@ -56,7 +56,7 @@ struct State {
     pods: BTreeMap<String, Pod>,
     /// Every write the loop made, with how it was answered.
     writes: Vec<(Write, Result<(), EffectError>)>,
-    /// Evicted pods terminate until [`Memory::finish_termination`] (a kubelet that is slow to
+    /// Evicted pods terminate until [`Memory::delete`] (a kubelet that is slow to
     /// stop them); otherwise they are gone at once.
     slow_termination: bool,
     /// Pods another scheduler binds, and where, as our bind of them is refused with a 409.
@@ -285,11 +285,6 @@ impl Memory {
         .pop()
     }
 
-    /// A terminating pod's kubelet stopped it: it is gone.
-    fn finish_termination(&self, key: &str) {
-        self.delete(key);
-    }
-
     fn node_of(&self, key: &str) -> Option<String> {
         self.state.lock().unwrap().pods.get(key).and_then(|p| p.spec.as_ref()?.node_name.clone())
     }
@@ -301,6 +296,11 @@ impl Memory {
     }
 
     /// The writes made so far that `pick` picks.
+    /// How many writes made so far `matches`.
+    fn wrote(&self, matches: impl Fn(&Write) -> bool) -> usize {
+        self.state.lock().unwrap().writes.iter().filter(|(w, _)| matches(w)).count()
+    }
+
     fn writes<T>(&self, pick: impl Fn(&Write, bool) -> Option<T>) -> Vec<T> {
         self.state.lock().unwrap().writes.iter().filter_map(|(w, answer)| pick(w, answer.is_ok())).collect()
     }
@@ -358,22 +358,17 @@ async fn pods_are_bound_once_each_with_distinct_gpus_and_a_pod_that_fits_nowhere
     used.dedup();
     assert_eq!(used.len(), total, "a GPU was given twice: {used:?}");
     eventually("a Scheduled event per bind", Duration::from_secs(10), || {
-        memory.writes(|w, _| matches!(w, Write::Event { reason, .. } if reason == "Scheduled").then_some(())).len()
-            == names.len()
+        memory.wrote(|w| matches!(w, Write::Event { reason, .. } if reason == "Scheduled")) == names.len()
     })
     .await;
 
     // No room is left: the next pod is told why, and never bound.
     memory.put(ours("too-big", 8, 0));
     eventually("too-big told why", Duration::from_secs(20), || {
-        !memory
-            .writes(|w, _| match w {
-                Write::Unschedulable { pod, message, .. } if pod.name == "too-big" => {
-                    message.starts_with("0/3 nodes available").then_some(())
-                }
-                _ => None,
-            })
-            .is_empty()
+        memory.wrote(|w| {
+            matches!(w, Write::Unschedulable { pod, message, .. }
+                if pod.name == "too-big" && message.starts_with("0/3 nodes available"))
+        }) > 0
     })
     .await;
     assert!(memory.binds().iter().all(|(p, _)| p != "ml/too-big"));
@@ -422,23 +417,18 @@ async fn a_preemptor_binds_only_once_its_victim_is_gone() {
     eventually("low bound", Duration::from_secs(30), || memory.node_of("ml/low").is_some()).await;
     memory.put(ours("high", 8, 10));
     eventually("low evicted", Duration::from_secs(20), || {
-        !memory.writes(|w, _| matches!(w, Write::Evict { pod } if pod.name == "low").then_some(())).is_empty()
+        memory.wrote(|w| matches!(w, Write::Evict { pod } if pod.name == "low")) > 0
     })
     .await;
     eventually("high nominated", Duration::from_secs(10), || {
-        !memory
-            .writes(|w, _| match w {
-                Write::Unschedulable { pod, nominated: Some(node), .. } if pod.name == "high" => {
-                    (node == "gpu-0").then_some(())
-                }
-                _ => None,
-            })
-            .is_empty()
+        memory.wrote(|w| {
+            matches!(w, Write::Unschedulable { pod, nominated: Some(node), .. } if pod.name == "high" && node == "gpu-0")
+        }) > 0
     })
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(memory.node_of("ml/high"), None, "nothing is bound to GPUs a terminating pod still holds");
-    memory.finish_termination("ml/low");
+    memory.delete("ml/low"); // its kubelet stopped it
     eventually("high bound", Duration::from_secs(20), || memory.node_of("ml/high").is_some()).await;
     assert_eq!(memory.gpus_of("ml/high"), (0..8).collect::<Vec<u32>>());
     assert_only_status_traffic(&memory.stop().await);
@@ -691,14 +681,9 @@ async fn a_gang_of_a_priority_class_waits_for_its_members_then_preempts_a_checkp
     memory.put(member("train-1"));
     // The gang does not fit: the victim is asked to checkpoint, not evicted.
     eventually("checkpoint requested", Duration::from_secs(20), || {
-        !memory
-            .writes(|w, _| match w {
-                Write::CheckpointRequested { pod, preemptor } if pod.name == "low" => {
-                    (preemptor == "ml/train").then_some(())
-                }
-                _ => None,
-            })
-            .is_empty()
+        memory.wrote(|w| {
+            matches!(w, Write::CheckpointRequested { pod, preemptor } if pod.name == "low" && preemptor == "ml/train")
+        }) > 0
     })
     .await;
     assert!(memory.evictions().is_empty(), "a checkpointing victim gets its grace period");
